@@ -1,0 +1,146 @@
+//! The file-system layer: every byte sepkv reads or writes goes through the
+//! [`FileSystem`] trait.
+//!
+//! Three implementations share the trait:
+//! - [`StdFs`]: the operating system's file system (the default);
+//! - [`MemFs`]: a strict in-memory file system for tests;
+//! - [`FaultFs`]: an in-memory file system that remembers what was made
+//!   durable (`sync` of a file, `sync_dir` of its directory) and can simulate a
+//!   crash that drops everything else, and that injects `EIO`/`ENOSPC` errors
+//!   by rule.
+//!
+//! Durability model (the one the engine is written against, and the one
+//! [`FaultFs`] enforces): data appended to a file is durable only after
+//! [`WritableFile::sync`] returns; the creation, rename or removal of a
+//! directory entry is durable only after [`FileSystem::sync_dir`] on its
+//! directory returns.
+//!
+//! All implementations are safe for concurrent use from several threads.
+//! I/O volume is counted by [`IoStats`], by [`IoCategory`].
+
+mod accounting;
+// mod fault;
+// mod mem;
+mod std_fs;
+
+pub use accounting::{IoCategory, IoStats, IoStatsSnapshot};
+// pub use fault::{FaultFs, FaultKind, FaultOp, FaultRule};
+// pub use mem::MemFs;
+pub use std_fs::StdFs;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// A file opened for appending. Dropping it without `sync` keeps the data in
+/// the OS (a process crash does not lose it) but promises nothing on power
+/// loss.
+pub trait WritableFile: Send {
+    /// Appends `data` at the end of the file.
+    fn append(&mut self, data: &[u8]) -> io::Result<()>;
+    /// Hands buffered data to the operating system (survives a process crash).
+    fn flush(&mut self) -> io::Result<()>;
+    /// Flushes, then makes the file's data durable (`fdatasync`).
+    fn sync(&mut self) -> io::Result<()>;
+    /// Current length in bytes, including buffered data.
+    fn len(&self) -> u64;
+    /// True when the file is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A file opened for positional reads. Safe to share between threads.
+pub trait RandomAccessFile: Send + Sync {
+    /// Reads up to `buf.len()` bytes at `offset`; returns the count read
+    /// (0 at end of file).
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
+    /// Length of the file in bytes.
+    fn len(&self) -> io::Result<u64>;
+    /// True when the file is empty.
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+    /// Reads exactly `buf.len()` bytes at `offset`; a short file is
+    /// `ErrorKind::UnexpectedEof`.
+    fn read_exact_at(&self, mut offset: u64, mut buf: &mut [u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.read_at(offset, buf) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "read past end of file",
+                    ))
+                }
+                Ok(n) => {
+                    offset += n as u64;
+                    buf = &mut buf[n..];
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An advisory lock held on a file; released on drop.
+pub trait FileLock: Send + Sync {}
+
+/// The file-system interface under all of sepkv's I/O.
+pub trait FileSystem: Send + Sync + 'static {
+    /// Creates `path` (truncating an existing file) for appending.
+    fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>>;
+    /// Opens an existing file for appending at its end.
+    fn open_append(&self, path: &Path) -> io::Result<Box<dyn WritableFile>>;
+    /// Opens an existing file for positional reads.
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn RandomAccessFile>>;
+    /// True when `path` exists (file or directory).
+    fn exists(&self, path: &Path) -> bool;
+    /// True when `path` is a directory.
+    fn is_dir(&self, path: &Path) -> bool;
+    /// Names (not paths) of the entries of directory `dir`.
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// Removes a file.
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Atomically renames `from` to `to`, replacing `to`.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Creates `dir` and its parents.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Makes the entries of directory `dir` durable (creations, renames,
+    /// removals).
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Length of a file in bytes.
+    fn file_size(&self, path: &Path) -> io::Result<u64>;
+    /// Bytes the file occupies on the device (allocated blocks, as `du`
+    /// counts them); the logical length where the notion does not apply.
+    fn allocated_size(&self, path: &Path) -> io::Result<u64> {
+        self.file_size(path)
+    }
+    /// Takes an exclusive lock on `path` (creating it), failing with
+    /// `ErrorKind::WouldBlock` when another holder has it.
+    fn lock(&self, path: &Path) -> io::Result<Box<dyn FileLock>>;
+}
+
+/// Reads a whole file into memory.
+pub fn read_all(fs: &dyn FileSystem, path: &Path) -> io::Result<Vec<u8>> {
+    let f = fs.open_read(path)?;
+    let len = f.len()? as usize;
+    let mut buf = vec![0u8; len];
+    f.read_exact_at(0, &mut buf)?;
+    Ok(buf)
+}
+
+/// Writes `data` to `path` atomically: a temporary file is written and
+/// synced, renamed over `path`, and the directory is synced.
+pub fn write_atomic(fs: &dyn FileSystem, path: &Path, data: &[u8]) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = PathBuf::from(path);
+    tmp.set_extension("tmp");
+    {
+        let mut f = fs.create(&tmp)?;
+        f.append(data)?;
+        f.sync()?;
+    }
+    fs.rename(&tmp, path)?;
+    fs.sync_dir(dir)
+}

@@ -1,0 +1,144 @@
+//! Internal keys: a user key followed by an 8-byte trailer packing the
+//! sequence number and the entry type.
+//!
+//! ```text
+//! internal key := user_key  trailer:u64le
+//! trailer      := (sequence << 8) | type
+//! type         := 0 deletion (tombstone) | 1 inline value | 2 value pointer
+//! ```
+//! Frozen: format version 1.
+//!
+//! Order: user key ascending (bytewise), then sequence number descending,
+//! then type descending, so that the newest version of a key comes first.
+
+use std::cmp::Ordering;
+
+/// A sequence number: every write gets the next one; 56 bits.
+pub type SeqNum = u64;
+
+/// Largest valid sequence number.
+pub const MAX_SEQ: SeqNum = (1 << 56) - 1;
+
+/// Bytes of the trailer.
+pub const TRAILER_LEN: usize = 8;
+
+/// Type of an index entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum ValueType {
+    /// A tombstone: the key was deleted.
+    Deletion = 0,
+    /// The value is stored inline in the index.
+    Value = 1,
+    /// The index holds an encoded value pointer into the value store.
+    Pointer = 2,
+}
+
+/// Type used in seek keys: sorts before every real type of the same
+/// sequence number.
+pub const TYPE_FOR_SEEK: u8 = 0xff;
+
+impl ValueType {
+    /// Decodes a type byte.
+    pub fn from_u8(b: u8) -> Option<ValueType> {
+        match b {
+            0 => Some(ValueType::Deletion),
+            1 => Some(ValueType::Value),
+            2 => Some(ValueType::Pointer),
+            _ => None,
+        }
+    }
+}
+
+/// Packs a sequence number and type byte.
+pub fn pack_trailer(seq: SeqNum, t: u8) -> u64 {
+    debug_assert!(seq <= MAX_SEQ);
+    (seq << 8) | t as u64
+}
+
+/// Appends the internal key `(user_key, seq, t)` to `dst`.
+pub fn append_internal_key(dst: &mut Vec<u8>, user_key: &[u8], seq: SeqNum, t: u8) {
+    dst.extend_from_slice(user_key);
+    dst.extend_from_slice(&pack_trailer(seq, t).to_le_bytes());
+}
+
+/// Builds an internal key.
+pub fn internal_key(user_key: &[u8], seq: SeqNum, t: ValueType) -> Vec<u8> {
+    let mut v = Vec::with_capacity(user_key.len() + TRAILER_LEN);
+    append_internal_key(&mut v, user_key, seq, t as u8);
+    v
+}
+
+/// Builds the key that seeks to the newest version of `user_key` visible at
+/// `seq`.
+pub fn seek_key(user_key: &[u8], seq: SeqNum) -> Vec<u8> {
+    let mut v = Vec::with_capacity(user_key.len() + TRAILER_LEN);
+    append_internal_key(&mut v, user_key, seq, TYPE_FOR_SEEK);
+    v
+}
+
+/// A decoded internal key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParsedKey<'a> {
+    /// The user key.
+    pub user_key: &'a [u8],
+    /// Sequence number of the write.
+    pub seq: SeqNum,
+    /// Entry type.
+    pub vtype: ValueType,
+}
+
+/// Decodes an internal key; `None` if it is too short or has an unknown
+/// type.
+pub fn parse_internal_key(ikey: &[u8]) -> Option<ParsedKey<'_>> {
+    if ikey.len() < TRAILER_LEN {
+        return None;
+    }
+    let (uk, tr) = ikey.split_at(ikey.len() - TRAILER_LEN);
+    let tr = u64::from_le_bytes(tr.try_into().ok()?);
+    Some(ParsedKey {
+        user_key: uk,
+        seq: tr >> 8,
+        vtype: ValueType::from_u8((tr & 0xff) as u8)?,
+    })
+}
+
+/// The user-key part of an internal key (the whole slice if it is shorter
+/// than a trailer, so that comparisons of damaged keys never panic).
+pub fn user_key(ikey: &[u8]) -> &[u8] {
+    &ikey[..ikey.len().saturating_sub(TRAILER_LEN)]
+}
+
+/// The trailer of an internal key (0 if it is too short).
+pub fn trailer(ikey: &[u8]) -> u64 {
+    if ikey.len() < TRAILER_LEN {
+        return 0;
+    }
+    u64::from_le_bytes(ikey[ikey.len() - TRAILER_LEN..].try_into().expect("8 bytes"))
+}
+
+/// Compares two internal keys in index order.
+pub fn compare_internal(a: &[u8], b: &[u8]) -> Ordering {
+    user_key(a)
+        .cmp(user_key(b))
+        .then_with(|| trailer(b).cmp(&trailer(a)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_is_user_key_then_newest_first() {
+        let a1 = internal_key(b"a", 1, ValueType::Value);
+        let a2 = internal_key(b"a", 2, ValueType::Value);
+        let b1 = internal_key(b"b", 1, ValueType::Deletion);
+        assert_eq!(compare_internal(&a2, &a1), Ordering::Less);
+        assert_eq!(compare_internal(&a1, &b1), Ordering::Less);
+        assert_eq!(compare_internal(&seek_key(b"a", 2), &a2), Ordering::Less);
+        assert_eq!(compare_internal(&seek_key(b"a", 1), &a2), Ordering::Greater);
+        let p = parse_internal_key(&a2).unwrap();
+        assert_eq!((p.user_key, p.seq, p.vtype), (&b"a"[..], 2, ValueType::Value));
+        assert!(parse_internal_key(b"short").is_none());
+    }
+}

@@ -1,0 +1,1 @@
+//! SSTables (sorted string tables).

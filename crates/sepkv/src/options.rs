@@ -1,0 +1,302 @@
+//! Options for opening a database, writing and reading.
+//!
+//! The two configuration axes of `DESIGN.md` — the [`IndexKind`] and the
+//! [`ValueLayout`] — are recorded in the database when it is created; a later
+//! `open` that asks for a different pair is refused with
+//! [`crate::Error::ConfigMismatch`].
+
+use crate::error::{Error, Result};
+use crate::fs::{FileSystem, StdFs};
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// Largest key accepted by `put`/`delete` (bytes).
+pub const MAX_KEY_SIZE: usize = 64 * 1024;
+/// Largest value accepted by `put` (bytes).
+pub const MAX_VALUE_SIZE: usize = 32 * 1024 * 1024;
+/// Largest encoded write batch accepted by `write` (bytes).
+pub const MAX_BATCH_SIZE: usize = 256 * 1024 * 1024;
+
+/// Which index structure maps keys to values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IndexKind {
+    /// LevelDB-style LSM-tree with leveled compaction.
+    Lsm,
+    /// LSM-tree with lightweight compaction (LWC-tree).
+    Lwc,
+    /// FlashKey hash-table index with a key-only LSM-tree for scans.
+    Hash,
+}
+
+/// Where values live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ValueLayout {
+    /// No separation: values stay in the index.
+    Inline,
+    /// WiscKey value log.
+    Vlog,
+    /// HashKV segment groups.
+    HashKv,
+    /// KT-Store TrieTables.
+    Trie,
+    /// FlashKey logical bands.
+    Bands,
+}
+
+macro_rules! names {
+    ($t:ty { $($v:ident => $s:literal),* $(,)? }) => {
+        impl $t {
+            /// The name used in the CLI and in the database's identity file.
+            pub fn name(self) -> &'static str {
+                match self { $(Self::$v => $s),* }
+            }
+        }
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+        impl FromStr for $t {
+            type Err = Error;
+            fn from_str(s: &str) -> Result<Self> {
+                match s {
+                    $($s => Ok(Self::$v),)*
+                    _ => Err(Error::InvalidArgument(format!(
+                        concat!("unknown ", stringify!($t), " {:?}; expected one of: ", $($s, " "),*), s))),
+                }
+            }
+        }
+    };
+}
+
+names!(IndexKind { Lsm => "lsm", Lwc => "lwc", Hash => "hash" });
+names!(ValueLayout { Inline => "inline", Vlog => "vlog", HashKv => "hashkv", Trie => "trie", Bands => "bands" });
+
+/// Named configurations reproducing each paper and its baseline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Preset {
+    /// lsm + inline: a plain LSM store (LevelDB).
+    LevelDb,
+    /// lsm + vlog (WiscKey).
+    WiscKey,
+    /// lsm + hashkv (HashKV).
+    HashKv,
+    /// lsm + trie (KT-Store).
+    KtStore,
+    /// hash + bands (FlashKey).
+    FlashKey,
+    /// lwc + inline (LWC-tree).
+    Lwc,
+}
+
+names!(Preset { LevelDb => "leveldb", WiscKey => "wisckey", HashKv => "hashkv", KtStore => "ktstore", FlashKey => "flashkey", Lwc => "lwc" });
+
+impl Preset {
+    /// Every preset.
+    pub const ALL: [Preset; 6] = [
+        Preset::LevelDb,
+        Preset::WiscKey,
+        Preset::HashKv,
+        Preset::KtStore,
+        Preset::FlashKey,
+        Preset::Lwc,
+    ];
+
+    /// The preset's index and value layout.
+    pub fn axes(self) -> (IndexKind, ValueLayout) {
+        match self {
+            Preset::LevelDb => (IndexKind::Lsm, ValueLayout::Inline),
+            Preset::WiscKey => (IndexKind::Lsm, ValueLayout::Vlog),
+            Preset::HashKv => (IndexKind::Lsm, ValueLayout::HashKv),
+            Preset::KtStore => (IndexKind::Lsm, ValueLayout::Trie),
+            Preset::FlashKey => (IndexKind::Hash, ValueLayout::Bands),
+            Preset::Lwc => (IndexKind::Lwc, ValueLayout::Inline),
+        }
+    }
+
+    /// True when this build implements the preset.
+    pub fn is_available(self) -> bool {
+        self.axes() == (IndexKind::Lsm, ValueLayout::Inline)
+    }
+}
+
+/// Options for [`crate::Db::open`]. Sizes are in bytes.
+#[derive(Clone)]
+pub struct Options {
+    /// Create the database when the directory holds none (default true).
+    pub create_if_missing: bool,
+    /// Fail when a database already exists (default false).
+    pub error_if_exists: bool,
+    /// Index structure (recorded at creation).
+    pub index: IndexKind,
+    /// Value layout (recorded at creation).
+    pub value_layout: ValueLayout,
+    /// Values shorter than this stay inline in the index whatever the layout
+    /// (selective KV separation, HashKV §3.5). Ignored by the inline layout,
+    /// where every value is inline. Default 128.
+    pub value_threshold: usize,
+    /// Memtable size at which it is frozen and flushed (default 8 MiB).
+    pub write_buffer_size: usize,
+    /// Uncompressed size of an SSTable data block (default 4 KiB).
+    pub block_size: usize,
+    /// Keys between restart points in a block (default 16).
+    pub block_restart_interval: usize,
+    /// Bloom filter bits per key; 0 disables filters (default 10).
+    pub bloom_bits_per_key: usize,
+    /// Capacity of the block cache (default 32 MiB).
+    pub block_cache_size: usize,
+    /// SSTables kept open in the table cache (default 500).
+    pub max_open_files: usize,
+    /// Target size of SSTables written by compaction (default 4 MiB).
+    pub target_file_size: u64,
+    /// Size limit of level 1; level n+1 is `level_size_multiplier` times
+    /// level n (default 40 MiB).
+    pub max_bytes_for_level_base: u64,
+    /// Growth factor between levels (default 10).
+    pub level_size_multiplier: u64,
+    /// Number of levels (default 7).
+    pub num_levels: usize,
+    /// Level-0 file count that triggers compaction (default 4).
+    pub l0_compaction_trigger: usize,
+    /// Level-0 file count at which each write is delayed by 1 ms (default 8).
+    pub l0_slowdown_writes_trigger: usize,
+    /// Level-0 file count at which writes wait for compaction (default 12).
+    pub l0_stop_writes_trigger: usize,
+    /// File system under all I/O (default: the operating system's).
+    pub fs: Arc<dyn FileSystem>,
+}
+
+impl fmt::Debug for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Options")
+            .field("index", &self.index)
+            .field("value_layout", &self.value_layout)
+            .field("value_threshold", &self.value_threshold)
+            .field("write_buffer_size", &self.write_buffer_size)
+            .field("block_size", &self.block_size)
+            .field("target_file_size", &self.target_file_size)
+            .field("max_bytes_for_level_base", &self.max_bytes_for_level_base)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            create_if_missing: true,
+            error_if_exists: false,
+            index: IndexKind::Lsm,
+            value_layout: ValueLayout::Inline,
+            value_threshold: 128,
+            write_buffer_size: 8 << 20,
+            block_size: 4096,
+            block_restart_interval: 16,
+            bloom_bits_per_key: 10,
+            block_cache_size: 32 << 20,
+            max_open_files: 500,
+            target_file_size: 4 << 20,
+            max_bytes_for_level_base: 40 << 20,
+            level_size_multiplier: 10,
+            num_levels: 7,
+            l0_compaction_trigger: 4,
+            l0_slowdown_writes_trigger: 8,
+            l0_stop_writes_trigger: 12,
+            fs: Arc::new(StdFs),
+        }
+    }
+}
+
+impl Options {
+    /// Default options with the preset's index and value layout.
+    pub fn preset(p: Preset) -> Self {
+        let (index, value_layout) = p.axes();
+        Options {
+            index,
+            value_layout,
+            ..Options::default()
+        }
+    }
+
+    /// Checks every option.
+    ///
+    /// # Errors
+    /// `InvalidArgument` naming the first option out of range, or a
+    /// configuration this build does not implement yet.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidArgument(m));
+        if (self.index, self.value_layout) != (IndexKind::Lsm, ValueLayout::Inline) {
+            return bad(format!(
+                "index {} with value layout {} is not implemented in this build; available: lsm + inline",
+                self.index, self.value_layout
+            ));
+        }
+        if !(64 << 10..=1 << 30).contains(&self.write_buffer_size) {
+            return bad(format!(
+                "write_buffer_size {} must be between 64 KiB and 1 GiB",
+                self.write_buffer_size
+            ));
+        }
+        if !(256..=1 << 20).contains(&self.block_size) {
+            return bad(format!("block_size {} must be between 256 B and 1 MiB", self.block_size));
+        }
+        if !(1..=1024).contains(&self.block_restart_interval) {
+            return bad(format!(
+                "block_restart_interval {} must be between 1 and 1024",
+                self.block_restart_interval
+            ));
+        }
+        if self.bloom_bits_per_key > 64 {
+            return bad(format!("bloom_bits_per_key {} must be at most 64", self.bloom_bits_per_key));
+        }
+        if self.max_open_files < 16 {
+            return bad(format!("max_open_files {} must be at least 16", self.max_open_files));
+        }
+        if !(64 << 10..=1 << 30).contains(&self.target_file_size) {
+            return bad(format!(
+                "target_file_size {} must be between 64 KiB and 1 GiB",
+                self.target_file_size
+            ));
+        }
+        if self.max_bytes_for_level_base < self.target_file_size {
+            return bad("max_bytes_for_level_base must be at least target_file_size".into());
+        }
+        if !(2..=100).contains(&self.level_size_multiplier) {
+            return bad(format!(
+                "level_size_multiplier {} must be between 2 and 100",
+                self.level_size_multiplier
+            ));
+        }
+        if !(2..=12).contains(&self.num_levels) {
+            return bad(format!("num_levels {} must be between 2 and 12", self.num_levels));
+        }
+        if !(1 <= self.l0_compaction_trigger
+            && self.l0_compaction_trigger <= self.l0_slowdown_writes_trigger
+            && self.l0_slowdown_writes_trigger <= self.l0_stop_writes_trigger)
+        {
+            return bad(
+                "need 1 <= l0_compaction_trigger <= l0_slowdown_writes_trigger <= l0_stop_writes_trigger"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Options for a write.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WriteOptions {
+    /// Make the write durable (fsync) before `write` returns. Without it a
+    /// returned write survives a process crash but may be lost on power loss.
+    pub sync: bool,
+}
+
+/// Options for a read.
+#[derive(Debug, Clone, Default)]
+pub struct ReadOptions<'a> {
+    /// Read as of this snapshot (default: the latest state).
+    pub snapshot: Option<&'a crate::Snapshot>,
+    /// Do not insert blocks read by this operation into the block cache
+    /// (useful for one-off scans). Default false.
+    pub dont_fill_cache: bool,
+}
