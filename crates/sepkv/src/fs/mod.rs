@@ -19,13 +19,13 @@
 //! I/O volume is counted by [`IoStats`], by [`IoCategory`].
 
 mod accounting;
-// mod fault;
-// mod mem;
+mod fault;
+mod mem;
 mod std_fs;
 
 pub use accounting::{IoCategory, IoStats, IoStatsSnapshot};
-// pub use fault::{FaultFs, FaultKind, FaultOp, FaultRule};
-// pub use mem::MemFs;
+pub use fault::{FaultFs, FaultKind, FaultOp, FaultRule};
+pub use mem::MemFs;
 pub use std_fs::StdFs;
 
 use std::io;
