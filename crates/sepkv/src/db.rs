@@ -1,7 +1,1322 @@
-//! The database facade.
+//! The database facade: [`Db`].
+//!
+//! # Write path
+//! A write takes the writer lock, makes room (freezing a full memtable,
+//! delaying or stopping when level 0 backs up), assigns consecutive sequence
+//! numbers, appends the batch as one WAL record (synced when
+//! `WriteOptions::sync`), inserts it into the memtable and publishes the
+//! last sequence number, which makes it visible to readers.
+//!
+//! # Durability promise
+//! - `sync = true`: the write and every write before it survive a crash of
+//!   the process or of the machine once `write` returns.
+//! - `sync = false`: the write survives a crash of the process once `write`
+//!   returns (it is in the operating system's page cache); a power loss may
+//!   drop it together with every later write, never an earlier synced one.
+//! - Write batches are atomic: after any crash either all or none of a batch
+//!   is visible. Recovery restores a prefix of the write history: the state
+//!   at some sequence number at or after the last synced write.
+//!
+//! # Read path
+//! Reads take no lock on the write path: they load the published sequence
+//! number (or use a snapshot's), then the current memtable, the immutable
+//! memtable and the SSTable version, newest first.
+//!
+//! # Background work
+//! One background thread flushes immutable memtables to SSTables and runs
+//! leveled compactions. A failed background write poisons the database
+//! (writes then fail with [`Error::Poisoned`]; reads continue) until it is
+//! reopened.
+//!
+//! `Db` is `Send + Sync`; share it between threads by reference or `Arc`.
 
-/// A consistent read view (placeholder until the facade lands).
-#[derive(Debug)]
+use crate::batch::{check_key, decode_batch, WriteBatch};
+use crate::error::{Error, IoContext, Result};
+use crate::format::record::{LogEnd, RecordReader, RecordWriter};
+use crate::fs::{read_all, write_atomic, FileLock, FileSystem, IoCategory, IoStats, IoStatsSnapshot};
+use crate::identity::{Identity, FORMAT_VERSION};
+use crate::index::cache::BlockCache;
+use crate::index::compaction::picker::{self, Choice, PickerConfig};
+use crate::index::compaction::{flush_to_tables, run_compaction, CompactionStats, JobContext};
+use crate::index::filename::{self, FileKind, CURRENT, IDENTITY, LOCK};
+use crate::index::iter::InternalIterator;
+use crate::index::key::{SeqNum, ValueType};
+use crate::index::memtable::{Lookup, MemTable};
+use crate::index::merger::{LevelIterator, MergingIterator};
+use crate::index::sstable::{ReadCtx, TableOptions};
+use crate::index::table_cache::TableCache;
+use crate::index::version::{Version, VersionEdit, VersionSet};
+use crate::iterator::{DbIterator, Scan};
+use crate::options::{Options, ReadOptions, WriteOptions, MAX_BATCH_SIZE};
+use crate::vstore::{InlineStore, SpaceStats, ValuePointer, ValueRecord, ValueStore};
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The memtables and SSTable version a reader works against.
+struct SuperVersion {
+    mem: Arc<MemTable>,
+    imm: Option<Arc<MemTable>>,
+    version: Arc<Version>,
+}
+
+struct Writer {
+    wal: RecordWriter,
+    wal_number: u64,
+    scratch: Vec<u8>,
+}
+
+struct ManualCompaction {
+    level: usize,
+    begin: Option<Vec<u8>>,
+    end: Option<Vec<u8>>,
+    done: bool,
+}
+
+#[derive(Default)]
+struct BgState {
+    shutting_down: bool,
+    /// WALs older than this are obsolete once the immutable memtable is
+    /// flushed.
+    imm_log_number: u64,
+    manual: Option<ManualCompaction>,
+    error: Option<Error>,
+}
+
+#[derive(Default)]
+struct Counters {
+    user_bytes_written: AtomicU64,
+    user_bytes_read: AtomicU64,
+    flushes: AtomicU64,
+    compactions: AtomicU64,
+    trivial_moves: AtomicU64,
+    compaction_bytes_in: AtomicU64,
+    compaction_bytes_out: AtomicU64,
+    compaction_entries_dropped: AtomicU64,
+    stall_micros: AtomicU64,
+}
+
+type SnapshotList = Arc<Mutex<BTreeMap<SeqNum, usize>>>;
+
+struct DbInner {
+    dir: PathBuf,
+    opts: Options,
+    fs: Arc<dyn FileSystem>,
+    stats: Arc<IoStats>,
+    table_cache: Arc<TableCache>,
+    vstore: Arc<dyn ValueStore>,
+    picker: PickerConfig,
+    table_options: TableOptions,
+    writer: Mutex<Option<Writer>>,
+    sv: RwLock<Arc<SuperVersion>>,
+    last_seq: AtomicU64,
+    versions: Mutex<VersionSet>,
+    bg: Mutex<BgState>,
+    bg_cv: Condvar,
+    snapshots: SnapshotList,
+    counters: Counters,
+    closed: AtomicBool,
+    poison: Mutex<Option<String>>,
+    lock: Mutex<Option<Box<dyn FileLock>>>,
+}
+
+/// A persistent key-value database. See the module docs for the write and
+/// read paths and the durability promise.
+///
+/// # Examples
+/// ```
+/// let dir = tempfile::tempdir().unwrap();
+/// let db = sepkv::Db::open(dir.path(), sepkv::Options::default()).unwrap();
+/// db.put(b"hello", b"world").unwrap();
+/// assert_eq!(db.get(b"hello").unwrap(), Some(b"world".to_vec()));
+/// db.close().unwrap();
+/// ```
+pub struct Db {
+    inner: Arc<DbInner>,
+    bg_thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A consistent read view: reads through it see the database as of the
+/// moment it was taken. Compaction keeps every version a live snapshot can
+/// see; drop snapshots you no longer need.
 pub struct Snapshot {
-    pub(crate) seq: u64,
+    pub(crate) seq: SeqNum,
+    list: SnapshotList,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot").field("seq", &self.seq).finish()
+    }
+}
+
+impl Snapshot {
+    /// The sequence number the snapshot reads at.
+    pub fn sequence(&self) -> SeqNum {
+        self.seq
+    }
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        let mut l = self.list.lock();
+        if let Some(c) = l.get_mut(&self.seq) {
+            *c -= 1;
+            if *c == 0 {
+                l.remove(&self.seq);
+            }
+        }
+    }
+}
+
+/// Files and bytes of one level.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct LevelStats {
+    /// Level number.
+    pub level: usize,
+    /// Number of SSTables.
+    pub files: usize,
+    /// Total bytes of the SSTables.
+    pub bytes: u64,
+}
+
+/// A point-in-time report of the database's state. Byte counts are bytes.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DbStats {
+    /// Index structure.
+    pub index: String,
+    /// Value layout.
+    pub value_layout: String,
+    /// Last sequence number assigned.
+    pub last_sequence: u64,
+    /// SSTables per level.
+    pub levels: Vec<LevelStats>,
+    /// Bytes in the active memtable.
+    pub memtable_bytes: u64,
+    /// True while an immutable memtable waits for its flush.
+    pub immutable_memtable: bool,
+    /// Bytes read and written, by category.
+    pub io: IoStatsSnapshot,
+    /// Key and value bytes written by users.
+    pub user_bytes_written: u64,
+    /// Value bytes returned to users by `get`.
+    pub user_bytes_read: u64,
+    /// Memtable flushes.
+    pub flushes: u64,
+    /// Compactions that rewrote files.
+    pub compactions: u64,
+    /// Compactions that only moved a file down a level.
+    pub trivial_moves: u64,
+    /// Bytes read by compactions.
+    pub compaction_bytes_in: u64,
+    /// Bytes written by compactions.
+    pub compaction_bytes_out: u64,
+    /// Entries compaction dropped (shadowed versions, obsolete tombstones).
+    pub compaction_entries_dropped: u64,
+    /// Time writers spent delayed or stopped (µs).
+    pub write_stall_micros: u64,
+    /// Snapshots alive.
+    pub live_snapshots: usize,
+    /// Value-store space figures.
+    pub value_store: SpaceStats,
+    /// Bytes the database directory occupies on the device.
+    pub disk_bytes: u64,
+    /// Background error that poisoned the database, if any.
+    pub background_error: Option<String>,
+}
+
+/// Result of [`Db::verify`].
+#[derive(Debug, Default)]
+pub struct VerifyReport {
+    /// SSTables checked.
+    pub tables: usize,
+    /// Entries read from SSTables.
+    pub entries: u64,
+    /// Manifest edits checked.
+    pub manifest_edits: usize,
+    /// WAL records checked.
+    pub wal_records: usize,
+    /// Every fault found, each naming file and offset.
+    pub faults: Vec<Error>,
+}
+
+impl Db {
+    /// Opens (or creates) the database in directory `path`.
+    ///
+    /// Recovery replays the write-ahead logs newer than the manifest's log
+    /// number into SSTables, then starts a new log and manifest.
+    ///
+    /// # Errors
+    /// - `InvalidArgument`: invalid options, or `error_if_exists` and the
+    ///   database exists;
+    /// - `NotADatabase`: `path` is a file, a directory with other contents,
+    ///   an unsupported format, or missing while `create_if_missing` is off;
+    /// - `ConfigMismatch`: the database was created with another index or
+    ///   value layout;
+    /// - `Busy`: another process or handle has it open;
+    /// - `Corruption`: damaged manifest, `CURRENT` or WAL (file and offset);
+    /// - `Io`: the file system failed.
+    pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
+        opts.validate()?;
+        let dir = path.as_ref().to_path_buf();
+        let fs = opts.fs.clone();
+        if fs.exists(&dir) && !fs.is_dir(&dir) {
+            return Err(Error::NotADatabase {
+                path: dir,
+                reason: "it is a file, not a directory".into(),
+            });
+        }
+        if !fs.exists(&dir) {
+            if !opts.create_if_missing {
+                return Err(Error::NotADatabase {
+                    path: dir,
+                    reason: "it does not exist and create_if_missing is off".into(),
+                });
+            }
+            fs.create_dir_all(&dir).ctx(&dir)?;
+        }
+        let lock_path = dir.join(LOCK);
+        let lock = fs.lock(&lock_path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                Error::Busy { path: lock_path.clone() }
+            } else {
+                Error::io(&lock_path, e)
+            }
+        })?;
+        let stats = Arc::new(IoStats::default());
+        let fresh = Self::check_identity(&dir, fs.as_ref(), &opts, &stats)?;
+
+        let block_cache = Arc::new(BlockCache::new(opts.block_cache_size));
+        let table_cache = Arc::new(TableCache::new(
+            dir.clone(),
+            fs.clone(),
+            stats.clone(),
+            block_cache,
+            opts.max_open_files,
+        ));
+        let picker = PickerConfig {
+            levels: opts.num_levels,
+            l0_trigger: opts.l0_compaction_trigger,
+            max_bytes_base: opts.max_bytes_for_level_base,
+            multiplier: opts.level_size_multiplier,
+            target_file_size: opts.target_file_size,
+        };
+        let table_options = TableOptions {
+            block_size: opts.block_size,
+            restart_interval: opts.block_restart_interval,
+            bloom_bits_per_key: opts.bloom_bits_per_key,
+        };
+        let versions = if fresh {
+            VersionSet::create(&dir, fs.clone(), stats.clone(), opts.num_levels)
+        } else {
+            VersionSet::recover(&dir, fs.clone(), stats.clone(), opts.num_levels)?
+        };
+        let vstore: Arc<dyn ValueStore> = Arc::new(InlineStore);
+        let inner = Arc::new(DbInner {
+            sv: RwLock::new(Arc::new(SuperVersion {
+                mem: Arc::new(MemTable::new()),
+                imm: None,
+                version: versions.current(),
+            })),
+            last_seq: AtomicU64::new(versions.last_sequence),
+            versions: Mutex::new(versions),
+            dir,
+            opts,
+            fs,
+            stats,
+            table_cache,
+            vstore,
+            picker,
+            table_options,
+            writer: Mutex::new(None),
+            bg: Mutex::new(BgState::default()),
+            bg_cv: Condvar::new(),
+            snapshots: Arc::new(Mutex::new(BTreeMap::new())),
+            counters: Counters::default(),
+            closed: AtomicBool::new(false),
+            poison: Mutex::new(None),
+            lock: Mutex::new(Some(lock)),
+        });
+        inner.recover_wals()?;
+        inner.delete_obsolete_files();
+        let bg_inner = inner.clone();
+        let handle = std::thread::Builder::new()
+            .name("sepkv-bg".into())
+            .spawn(move || bg_inner.background_loop())
+            .map_err(|e| Error::io(&inner.dir, e))?;
+        let db = Db {
+            inner,
+            bg_thread: Mutex::new(Some(handle)),
+        };
+        db.inner.bg_cv.notify_all();
+        Ok(db)
+    }
+
+    /// Reads or writes `IDENTITY`; returns true for a new database.
+    fn check_identity(dir: &Path, fs: &dyn FileSystem, opts: &Options, stats: &IoStats) -> Result<bool> {
+        let id_path = dir.join(IDENTITY);
+        let wanted = Identity {
+            format: FORMAT_VERSION,
+            index: opts.index,
+            layout: opts.value_layout,
+        };
+        if fs.exists(&id_path) {
+            let data = read_all(fs, &id_path).ctx(&id_path)?;
+            stats.add_read(IoCategory::Manifest, data.len() as u64);
+            let stored = Identity::decode(&id_path, &data)?;
+            if (stored.index, stored.layout) != (wanted.index, wanted.layout) {
+                return Err(Error::ConfigMismatch {
+                    stored: stored.describe(),
+                    requested: wanted.describe(),
+                });
+            }
+            if opts.error_if_exists {
+                return Err(Error::InvalidArgument(format!(
+                    "database {} already exists (error_if_exists is set)",
+                    dir.display()
+                )));
+            }
+            if fs.exists(&dir.join(CURRENT)) {
+                return Ok(false);
+            }
+            // Created but crashed before its first manifest: start afresh if
+            // nothing else was written.
+            let names = fs.list(dir).ctx(dir)?;
+            if names.iter().any(|n| matches!(filename::parse(n), Some(FileKind::Table(_)) | Some(FileKind::Wal(_)))) {
+                return Err(Error::corruption(dir.join(CURRENT), 0, "CURRENT is missing"));
+            }
+            return Ok(true);
+        }
+        let names = fs.list(dir).ctx(dir)?;
+        let foreign: Vec<_> = names.iter().filter(|n| n.as_str() != LOCK).collect();
+        if !foreign.is_empty() {
+            return Err(Error::NotADatabase {
+                path: dir.into(),
+                reason: format!(
+                    "no IDENTITY file, and the directory holds other files (e.g. {:?})",
+                    foreign[0]
+                ),
+            });
+        }
+        if !opts.create_if_missing {
+            return Err(Error::NotADatabase {
+                path: dir.into(),
+                reason: "it holds no database and create_if_missing is off".into(),
+            });
+        }
+        let body = wanted.encode();
+        write_atomic(fs, &id_path, body.as_bytes()).ctx(&id_path)?;
+        stats.add_written(IoCategory::Manifest, body.len() as u64);
+        Ok(true)
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    /// Sets `key` to `value` (not synced; see [`Db::write`]).
+    ///
+    /// # Errors
+    /// `InvalidArgument` for an empty key, a key over
+    /// [`crate::options::MAX_KEY_SIZE`] or a value over
+    /// [`crate::options::MAX_VALUE_SIZE`] bytes; `Closed`; `Poisoned`; `Io`.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.put(key, value)?;
+        self.write(&b, WriteOptions::default())
+    }
+
+    /// Removes `key` (not synced). Removing a missing key is not an error.
+    ///
+    /// # Errors
+    /// As [`Db::put`].
+    pub fn delete(&self, key: &[u8]) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete(key)?;
+        self.write(&b, WriteOptions::default())
+    }
+
+    /// Applies `batch` atomically.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a batch over [`crate::options::MAX_BATCH_SIZE`]
+    /// bytes; `Closed`; `Poisoned` after an earlier failure; `Io` if the WAL
+    /// append or sync fails (the write is then not acknowledged and the
+    /// database is poisoned).
+    pub fn write(&self, batch: &WriteBatch, opts: WriteOptions) -> Result<()> {
+        self.check_open()?;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        if batch.approximate_size() > MAX_BATCH_SIZE {
+            return Err(Error::InvalidArgument(format!(
+                "batch of {} bytes exceeds the {MAX_BATCH_SIZE} byte limit",
+                batch.approximate_size()
+            )));
+        }
+        self.inner.write(batch, opts)
+    }
+
+    /// The value of `key` in the latest state, or `None`.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for an invalid key; `Closed`; `Corruption` (file
+    /// and offset) when a block or record on the read path fails its
+    /// checksum; `Io`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.get_opt(&ReadOptions::default(), key)
+    }
+
+    /// The value of `key` as of `opts.snapshot` (or the latest state).
+    ///
+    /// # Errors
+    /// As [`Db::get`].
+    pub fn get_opt(&self, opts: &ReadOptions<'_>, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.check_open()?;
+        check_key(key)?;
+        let inner = &self.inner;
+        let seq = match opts.snapshot {
+            Some(s) => s.seq,
+            None => inner.last_seq.load(Ordering::Acquire),
+        };
+        let sv = inner.sv.read().clone();
+        let mut r = sv.mem.get(key, seq);
+        if r == Lookup::NotFound {
+            if let Some(imm) = &sv.imm {
+                r = imm.get(key, seq);
+            }
+        }
+        if r == Lookup::NotFound {
+            let ctx = ReadCtx {
+                category: IoCategory::UserRead,
+                fill_cache: !opts.dont_fill_cache,
+            };
+            r = sv.version.get(&inner.table_cache, key, seq, ctx)?;
+        }
+        let v = match r {
+            Lookup::NotFound | Lookup::Deleted => None,
+            Lookup::Found(ValueType::Pointer, p) => {
+                let ptr = ValuePointer::decode(&p)
+                    .ok_or_else(|| Error::corruption(&inner.dir, 0, "malformed value pointer in index"))?;
+                Some(inner.vstore.read(key, &ptr)?)
+            }
+            Lookup::Found(_, v) => Some(v),
+        };
+        if let Some(v) = &v {
+            inner
+                .counters
+                .user_bytes_read
+                .fetch_add(v.len() as u64, Ordering::Relaxed);
+        }
+        Ok(v)
+    }
+
+    /// Takes a snapshot of the current state.
+    ///
+    /// # Errors
+    /// `Closed`.
+    pub fn snapshot(&self) -> Result<Snapshot> {
+        self.check_open()?;
+        let mut l = self.inner.snapshots.lock();
+        let seq = self.inner.last_seq.load(Ordering::Acquire);
+        *l.entry(seq).or_insert(0) += 1;
+        Ok(Snapshot {
+            seq,
+            list: self.inner.snapshots.clone(),
+        })
+    }
+
+    /// A cursor over the whole key space (see [`DbIterator`]).
+    ///
+    /// # Errors
+    /// `Closed`.
+    pub fn iter(&self, opts: &ReadOptions<'_>) -> Result<DbIterator> {
+        self.iter_range(opts, None, None)
+    }
+
+    /// A cursor over the keys in `[lower, upper)` (`None` = unbounded).
+    ///
+    /// # Errors
+    /// `Closed`; `InvalidArgument` when `lower > upper`.
+    pub fn iter_range(&self, opts: &ReadOptions<'_>, lower: Option<&[u8]>, upper: Option<&[u8]>) -> Result<DbIterator> {
+        self.check_open()?;
+        if let (Some(l), Some(u)) = (lower, upper) {
+            if l > u {
+                return Err(Error::InvalidArgument("range start is after range end".into()));
+            }
+        }
+        let inner = &self.inner;
+        let seq = match opts.snapshot {
+            Some(s) => s.seq,
+            None => inner.last_seq.load(Ordering::Acquire),
+        };
+        let sv = inner.sv.read().clone();
+        let ctx = ReadCtx {
+            category: IoCategory::UserRead,
+            fill_cache: !opts.dont_fill_cache,
+        };
+        let mut children: Vec<Box<dyn InternalIterator>> = vec![Box::new(sv.mem.iter())];
+        if let Some(imm) = &sv.imm {
+            children.push(Box::new(imm.iter()));
+        }
+        for f in sv.version.files[0].iter().rev() {
+            let t = inner.table_cache.get(f.number, f.size, IoCategory::UserRead)?;
+            children.push(Box::new(t.iter(ctx)));
+        }
+        for files in sv.version.files.iter().skip(1) {
+            if !files.is_empty() {
+                children.push(Box::new(LevelIterator::new(files.clone(), inner.table_cache.clone(), ctx)));
+            }
+        }
+        Ok(DbIterator::new(
+            MergingIterator::new(children),
+            seq,
+            inner.vstore.clone(),
+            Box::new(sv),
+            lower.map(|x| x.to_vec()),
+            upper.map(|x| x.to_vec()),
+        ))
+    }
+
+    /// `(key, value)` pairs of `[lower, upper)` in key order, or in reverse.
+    ///
+    /// # Errors
+    /// As [`Db::iter_range`]; errors met during the scan are yielded.
+    pub fn scan(&self, lower: Option<&[u8]>, upper: Option<&[u8]>, reverse: bool) -> Result<Scan> {
+        Ok(Scan::new(self.iter_range(&ReadOptions::default(), lower, upper)?, reverse))
+    }
+
+    /// Flushes the memtable to an SSTable and waits for it.
+    ///
+    /// # Errors
+    /// `Closed`; `Poisoned`; `Io`.
+    pub fn flush(&self) -> Result<()> {
+        self.check_open()?;
+        self.inner.flush_memtable()
+    }
+
+    /// Compacts the key range `[begin, end]` (`None` = unbounded) down the
+    /// levels, dropping overwritten versions and tombstones no snapshot
+    /// needs. Flushes the memtable first. Blocks until done.
+    ///
+    /// # Errors
+    /// `Closed`; `Poisoned`; `Io`; `Corruption` met while merging.
+    pub fn compact_range(&self, begin: Option<&[u8]>, end: Option<&[u8]>) -> Result<()> {
+        self.check_open()?;
+        self.inner.flush_memtable()?;
+        let max_level = {
+            let v = self.inner.sv.read().version.clone();
+            (0..self.inner.opts.num_levels)
+                .filter(|&l| !v.overlapping(l, begin, end).is_empty())
+                .max()
+        };
+        let Some(max_level) = max_level else { return Ok(()) };
+        for level in 0..max_level {
+            self.inner.run_manual(level, begin, end)?;
+        }
+        Ok(())
+    }
+
+    /// Checks every live SSTable (every block and checksum), the manifest
+    /// and the current WAL. Faults are collected, not returned as errors.
+    ///
+    /// # Errors
+    /// `Closed`.
+    pub fn verify(&self) -> Result<VerifyReport> {
+        self.check_open()?;
+        Ok(self.inner.verify())
+    }
+
+    /// A report of the database's state and I/O.
+    ///
+    /// # Errors
+    /// `Closed`.
+    pub fn stats(&self) -> Result<DbStats> {
+        self.check_open()?;
+        Ok(self.inner.stats())
+    }
+
+    /// Largest sequence number visible to reads.
+    pub fn last_sequence(&self) -> SeqNum {
+        self.inner.last_seq.load(Ordering::Acquire)
+    }
+
+    /// The database directory.
+    pub fn path(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Stops background work, syncs the WAL and releases the lock. Later
+    /// calls on this handle fail with [`Error::Closed`]; closing twice is
+    /// not an error.
+    ///
+    /// # Errors
+    /// `Io` if the final WAL sync fails (the lock is released anyway).
+    pub fn close(&self) -> Result<()> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        {
+            let mut bg = self.inner.bg.lock();
+            bg.shutting_down = true;
+        }
+        self.inner.bg_cv.notify_all();
+        if let Some(h) = self.bg_thread.lock().take() {
+            let _ = h.join();
+        }
+        let res = match self.inner.writer.lock().as_mut() {
+            Some(w) if self.inner.poison.lock().is_none() => w.wal.sync(),
+            _ => Ok(()),
+        };
+        *self.inner.writer.lock() = None;
+        *self.inner.lock.lock() = None;
+        res
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
+
+impl DbInner {
+    fn poisoned(&self) -> Result<()> {
+        if let Some(p) = self.poison.lock().as_ref() {
+            return Err(Error::Poisoned(p.clone()));
+        }
+        Ok(())
+    }
+
+    fn set_poison(&self, e: &Error) {
+        let mut p = self.poison.lock();
+        if p.is_none() {
+            *p = Some(e.to_string());
+        }
+    }
+
+    fn write(&self, batch: &WriteBatch, opts: WriteOptions) -> Result<()> {
+        let mut guard = self.writer.lock();
+        self.poisoned()?;
+        let Some(w) = guard.as_mut() else { return Err(Error::Closed) };
+        self.make_room(w, false)?;
+
+        // Separate large values into the value store (never for `inline`).
+        let separated;
+        let batch = if batch
+            .entries()
+            .any(|e| e.is_ok_and(|e| e.vtype == ValueType::Value && self.vstore.separates(e.value.len())))
+        {
+            separated = self.separate_values(batch)?;
+            &separated
+        } else {
+            batch
+        };
+
+        let seq = self.last_seq.load(Ordering::Relaxed) + 1;
+        let n = batch.len() as u64;
+        batch.encode_into(seq, &mut w.scratch);
+        let res = w.wal.add_record(&w.scratch).and_then(|_| {
+            if opts.sync {
+                self.vstore.sync()?;
+                w.wal.sync()
+            } else {
+                w.wal.flush()
+            }
+        });
+        if let Err(e) = res {
+            self.set_poison(&e);
+            return Err(e);
+        }
+        let mem = self.sv.read().mem.clone();
+        for (i, e) in batch.entries().enumerate() {
+            let e = e?;
+            mem.add(seq + i as u64, e.vtype, e.key, e.value);
+        }
+        self.last_seq.store(seq + n - 1, Ordering::Release);
+        self.counters
+            .user_bytes_written
+            .fetch_add(batch.user_bytes(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn separate_values(&self, batch: &WriteBatch) -> Result<WriteBatch> {
+        let entries: Vec<_> = batch.entries().collect::<Result<_>>()?;
+        let seq0 = self.last_seq.load(Ordering::Relaxed) + 1;
+        let records: Vec<ValueRecord<'_>> = entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.vtype == ValueType::Value && self.vstore.separates(e.value.len()))
+            .map(|(i, e)| ValueRecord {
+                key: e.key,
+                seq: seq0 + i as u64,
+                value: e.value,
+            })
+            .collect();
+        let ptrs = self.vstore.append(&records)?;
+        let mut ptrs = ptrs.into_iter();
+        let mut out = WriteBatch::new();
+        for e in &entries {
+            if e.vtype == ValueType::Value && self.vstore.separates(e.value.len()) {
+                let p = ptrs.next().ok_or_else(|| Error::InvalidArgument("value store returned too few pointers".into()))?;
+                out.push(ValueType::Pointer, e.key, &p.encode());
+            } else {
+                out.push(e.vtype, e.key, e.value);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Makes room in the memtable; with `force`, freezes a non-empty
+    /// memtable even if it is not full. Called with the writer lock held.
+    fn make_room(&self, w: &mut Writer, mut force: bool) -> Result<()> {
+        let mut allow_delay = !force;
+        loop {
+            if let Some(e) = self.bg.lock().error.clone() {
+                return Err(Error::Poisoned(e.to_string()));
+            }
+            let sv = self.sv.read().clone();
+            let l0 = sv.version.files[0].len();
+            if allow_delay && l0 >= self.opts.l0_slowdown_writes_trigger {
+                // Spread the delay over writes instead of stalling one for
+                // seconds when level 0 hits the stop trigger.
+                let t = Instant::now();
+                std::thread::sleep(Duration::from_millis(1));
+                self.note_stall(t);
+                allow_delay = false;
+                continue;
+            }
+            if !force && sv.mem.approximate_bytes() < self.opts.write_buffer_size {
+                return Ok(());
+            }
+            if force && sv.mem.is_empty() {
+                return Ok(());
+            }
+            if sv.imm.is_some() || l0 >= self.opts.l0_stop_writes_trigger {
+                let t = Instant::now();
+                let mut bg = self.bg.lock();
+                self.bg_cv.notify_all();
+                let still = {
+                    let cur = self.sv.read();
+                    cur.imm.is_some() || cur.version.files[0].len() >= self.opts.l0_stop_writes_trigger
+                };
+                if still && bg.error.is_none() {
+                    self.bg_cv.wait_for(&mut bg, Duration::from_millis(100));
+                }
+                drop(bg);
+                self.note_stall(t);
+                continue;
+            }
+            // Freeze the memtable and start a new WAL. The old WAL is synced
+            // first so that a later synced write never sits behind a hole.
+            if let Err(e) = w.wal.sync() {
+                self.set_poison(&e);
+                return Err(e);
+            }
+            let number = self.versions.lock().new_file_number();
+            let path = filename::wal_path(&self.dir, number);
+            let created = self
+                .fs
+                .create(&path)
+                .ctx(&path)
+                .and_then(|f| self.fs.sync_dir(&self.dir).ctx(&self.dir).map(|_| f));
+            let file = match created {
+                Ok(f) => f,
+                Err(e) => {
+                    self.set_poison(&e);
+                    return Err(e);
+                }
+            };
+            w.wal = RecordWriter::new(file, path, self.stats.clone(), IoCategory::Wal);
+            w.wal_number = number;
+            {
+                let mut bg = self.bg.lock();
+                bg.imm_log_number = number;
+                let mut cur = self.sv.write();
+                *cur = Arc::new(SuperVersion {
+                    mem: Arc::new(MemTable::new()),
+                    imm: Some(cur.mem.clone()),
+                    version: cur.version.clone(),
+                });
+            }
+            self.bg_cv.notify_all();
+            force = false;
+        }
+    }
+
+    fn note_stall(&self, since: Instant) {
+        self.counters
+            .stall_micros
+            .fetch_add(since.elapsed().as_micros() as u64, Ordering::Relaxed);
+    }
+
+    fn flush_memtable(&self) -> Result<()> {
+        {
+            let mut guard = self.writer.lock();
+            self.poisoned()?;
+            let Some(w) = guard.as_mut() else { return Err(Error::Closed) };
+            self.make_room(w, true)?;
+        }
+        let mut bg = self.bg.lock();
+        loop {
+            if let Some(e) = &bg.error {
+                return Err(Error::Poisoned(e.to_string()));
+            }
+            if self.sv.read().imm.is_none() {
+                return Ok(());
+            }
+            if bg.shutting_down {
+                return Err(Error::Closed);
+            }
+            self.bg_cv.notify_all();
+            self.bg_cv.wait_for(&mut bg, Duration::from_millis(100));
+        }
+    }
+
+    fn run_manual(&self, level: usize, begin: Option<&[u8]>, end: Option<&[u8]>) -> Result<()> {
+        let mut bg = self.bg.lock();
+        // Wait for another manual compaction to finish.
+        while bg.manual.as_ref().is_some_and(|m| !m.done) {
+            if let Some(e) = &bg.error {
+                return Err(Error::Poisoned(e.to_string()));
+            }
+            self.bg_cv.wait_for(&mut bg, Duration::from_millis(100));
+        }
+        bg.manual = Some(ManualCompaction {
+            level,
+            begin: begin.map(|b| b.to_vec()),
+            end: end.map(|e| e.to_vec()),
+            done: false,
+        });
+        self.bg_cv.notify_all();
+        loop {
+            if let Some(e) = bg.error.clone() {
+                bg.manual = None;
+                return Err(Error::Poisoned(e.to_string()));
+            }
+            if bg.manual.as_ref().is_none_or(|m| m.done) {
+                bg.manual = None;
+                self.bg_cv.notify_all();
+                return Ok(());
+            }
+            if bg.shutting_down {
+                return Err(Error::Closed);
+            }
+            self.bg_cv.wait_for(&mut bg, Duration::from_millis(100));
+        }
+    }
+
+    fn background_loop(self: Arc<Self>) {
+        loop {
+            {
+                let mut bg = self.bg.lock();
+                loop {
+                    if bg.shutting_down {
+                        return;
+                    }
+                    if bg.error.is_none() {
+                        let sv = self.sv.read().clone();
+                        let manual = bg.manual.as_ref().is_some_and(|m| !m.done);
+                        let auto = picker::scores(&sv.version, &self.picker)
+                            .iter()
+                            .any(|&s| s >= 1.0);
+                        if sv.imm.is_some() || manual || auto {
+                            break;
+                        }
+                    }
+                    self.bg_cv.wait_for(&mut bg, Duration::from_millis(500));
+                }
+            }
+            if let Err(e) = self.background_step() {
+                self.set_poison(&e);
+                self.bg.lock().error = Some(e);
+            }
+            let _g = self.bg.lock();
+            self.bg_cv.notify_all();
+        }
+    }
+
+    fn job_context<'a>(&'a self, next: &'a mut dyn FnMut() -> u64) -> JobContext<'a> {
+        JobContext {
+            dir: &self.dir,
+            fs: self.fs.as_ref(),
+            stats: &self.stats,
+            table_cache: &self.table_cache,
+            table_options: self.table_options.clone(),
+            picker: self.picker,
+            new_file_number: next,
+        }
+    }
+
+    fn background_step(&self) -> Result<()> {
+        let sv = self.sv.read().clone();
+        if let Some(imm) = sv.imm.clone() {
+            return self.flush_imm(&imm);
+        }
+        let manual = {
+            let bg = self.bg.lock();
+            bg.manual
+                .as_ref()
+                .filter(|m| !m.done)
+                .map(|m| (m.level, m.begin.clone(), m.end.clone()))
+        };
+        if let Some((level, begin, end)) = manual {
+            let v = self.versions.lock().current();
+            if let Some(inputs) = picker::pick_range(&v, &self.picker, level, begin.as_deref(), end.as_deref()) {
+                self.compact(&v, &inputs)?;
+            }
+            if let Some(m) = self.bg.lock().manual.as_mut() {
+                m.done = true;
+            }
+            return Ok(());
+        }
+        let (v, choice) = {
+            let vs = self.versions.lock();
+            let v = vs.current();
+            let ptrs: Vec<Option<&[u8]>> = (0..self.opts.num_levels).map(|l| vs.compact_pointer(l)).collect();
+            let c = picker::pick(&v, &self.picker, &ptrs);
+            (v, c)
+        };
+        match choice {
+            Choice::Nothing => Ok(()),
+            Choice::Move { level, file } => {
+                let mut edit = VersionEdit::default();
+                edit.deleted.push((level, file.number));
+                edit.added.push((level + 1, (*file).clone()));
+                edit.compact_pointers.push((level, file.largest.clone()));
+                self.install(&mut edit)?;
+                self.counters.trivial_moves.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Choice::Merge(inputs) => self.compact(&v, &inputs),
+        }
+    }
+
+    fn smallest_snapshot(&self) -> SeqNum {
+        let l = self.snapshots.lock();
+        l.keys()
+            .next()
+            .copied()
+            .unwrap_or_else(|| self.last_seq.load(Ordering::Acquire))
+    }
+
+    fn compact(&self, v: &Version, inputs: &picker::CompactionInputs) -> Result<()> {
+        let smallest = self.smallest_snapshot();
+        let mut next = || self.versions.lock().new_file_number();
+        let mut ctx = self.job_context(&mut next);
+        let (mut edit, st): (VersionEdit, CompactionStats) = run_compaction(&mut ctx, v, inputs, smallest)?;
+        self.install(&mut edit)?;
+        let c = &self.counters;
+        c.compactions.fetch_add(1, Ordering::Relaxed);
+        c.compaction_bytes_in.fetch_add(st.bytes_in, Ordering::Relaxed);
+        c.compaction_bytes_out.fetch_add(st.bytes_out, Ordering::Relaxed);
+        c.compaction_entries_dropped.fetch_add(st.dropped, Ordering::Relaxed);
+        self.delete_obsolete_files();
+        Ok(())
+    }
+
+    /// Logs `edit`, then publishes the new version to readers.
+    fn install(&self, edit: &mut VersionEdit) -> Result<()> {
+        let v = {
+            let mut vs = self.versions.lock();
+            vs.log_and_apply(edit)?;
+            vs.current()
+        };
+        let mut cur = self.sv.write();
+        *cur = Arc::new(SuperVersion {
+            mem: cur.mem.clone(),
+            imm: cur.imm.clone(),
+            version: v,
+        });
+        Ok(())
+    }
+
+    fn flush_imm(&self, imm: &Arc<MemTable>) -> Result<()> {
+        let log_number = self.bg.lock().imm_log_number;
+        let mut next = || self.versions.lock().new_file_number();
+        let mut ctx = self.job_context(&mut next);
+        let files = flush_to_tables(&mut ctx, &mut imm.iter())?;
+        let mut edit = VersionEdit {
+            log_number: Some(log_number),
+            ..Default::default()
+        };
+        let v = self.versions.lock().current();
+        for f in files {
+            let level = picker::level_for_flush(
+                &v,
+                &self.picker,
+                crate::index::key::user_key(&f.smallest),
+                crate::index::key::user_key(&f.largest),
+            );
+            edit.added.push((level, f));
+        }
+        // The memtable's writes are now in SSTables: publish the version and
+        // drop the memtable in one step so readers never miss them.
+        let nv = {
+            let mut vs = self.versions.lock();
+            // Only what the flushed memtable holds is durable: recording a
+            // larger sequence would claim writes a crash may still lose.
+            vs.last_sequence = vs.last_sequence.max(imm.max_seq());
+            vs.log_and_apply(&mut edit)?;
+            vs.current()
+        };
+        {
+            let mut cur = self.sv.write();
+            *cur = Arc::new(SuperVersion {
+                mem: cur.mem.clone(),
+                imm: None,
+                version: nv,
+            });
+        }
+        self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        self.delete_obsolete_files();
+        Ok(())
+    }
+
+    /// Replays WALs newer than the manifest's log number, writes what they
+    /// hold to level-0 SSTables, and starts a new WAL and manifest.
+    fn recover_wals(&self) -> Result<()> {
+        let log_number = self.versions.lock().log_number;
+        let names = self.fs.list(&self.dir).ctx(&self.dir)?;
+        let mut wals: Vec<u64> = names
+            .iter()
+            .filter_map(|n| match filename::parse(n) {
+                Some(FileKind::Wal(x)) if x >= log_number => Some(x),
+                _ => None,
+            })
+            .collect();
+        wals.sort_unstable();
+        let mut edit = VersionEdit::default();
+        let mut max_seq = self.last_seq.load(Ordering::Relaxed);
+        let mut mem = Arc::new(MemTable::new());
+        let mut next = || self.versions.lock().new_file_number();
+        {
+            let mut ctx = self.job_context(&mut next);
+            for (i, &n) in wals.iter().enumerate() {
+                let path = filename::wal_path(&self.dir, n);
+                let data = read_all(self.fs.as_ref(), &path).ctx(&path)?;
+                self.stats.add_read(IoCategory::Wal, data.len() as u64);
+                let mut r = RecordReader::new(&data, &path);
+                while let Some((off, rec)) = r.next_record()? {
+                    let b = decode_batch(rec)
+                        .ok_or_else(|| Error::corruption(&path, off, "malformed write batch in WAL"))?;
+                    for (j, e) in b.entries.iter().enumerate() {
+                        mem.add(b.seq + j as u64, e.vtype, e.key, e.value);
+                    }
+                    max_seq = max_seq.max(b.seq + b.entries.len() as u64 - 1);
+                    if mem.approximate_bytes() >= self.opts.write_buffer_size {
+                        for f in flush_to_tables(&mut ctx, &mut mem.iter())? {
+                            edit.added.push((0, f));
+                        }
+                        mem = Arc::new(MemTable::new());
+                    }
+                }
+                if let Some(LogEnd::Torn(off)) = r.end() {
+                    if i + 1 != wals.len() {
+                        return Err(Error::corruption(&path, off, "torn record in a WAL that is not the newest"));
+                    }
+                }
+            }
+            if !mem.is_empty() {
+                for f in flush_to_tables(&mut ctx, &mut mem.iter())? {
+                    edit.added.push((0, f));
+                }
+            }
+        }
+        let number = self.versions.lock().new_file_number();
+        let path = filename::wal_path(&self.dir, number);
+        let file = self.fs.create(&path).ctx(&path)?;
+        self.fs.sync_dir(&self.dir).ctx(&self.dir)?;
+        self.last_seq.store(max_seq, Ordering::Release);
+        edit.log_number = Some(number);
+        let v = {
+            let mut vs = self.versions.lock();
+            vs.last_sequence = max_seq;
+            vs.log_and_apply(&mut edit)?;
+            vs.current()
+        };
+        *self.sv.write() = Arc::new(SuperVersion {
+            mem: Arc::new(MemTable::new()),
+            imm: None,
+            version: v,
+        });
+        *self.writer.lock() = Some(Writer {
+            wal: RecordWriter::new(file, path, self.stats.clone(), IoCategory::Wal),
+            wal_number: number,
+            scratch: Vec::new(),
+        });
+        self.bg.lock().imm_log_number = number;
+        Ok(())
+    }
+
+    /// Removes files no live version, WAL range or manifest needs.
+    fn delete_obsolete_files(&self) {
+        let (live, log_number, manifest) = {
+            let vs = self.versions.lock();
+            (vs.live_files(), vs.log_number, vs.manifest_number())
+        };
+        let Ok(names) = self.fs.list(&self.dir) else { return };
+        for name in names {
+            let remove = match filename::parse(&name) {
+                Some(FileKind::Table(n)) => {
+                    let dead = !live.contains(&n);
+                    if dead {
+                        self.table_cache.evict(n);
+                    }
+                    dead
+                }
+                Some(FileKind::Wal(n)) => n < log_number,
+                Some(FileKind::Manifest(n)) => n != manifest,
+                Some(FileKind::Temp) => true,
+                _ => false,
+            };
+            if remove {
+                // Best effort: a file left behind is removed on the next pass.
+                let _ = self.fs.remove(&self.dir.join(&name));
+            }
+        }
+    }
+
+    fn verify(&self) -> VerifyReport {
+        let mut rep = VerifyReport::default();
+        // Manifest.
+        let cur = self.dir.join(CURRENT);
+        match read_all(self.fs.as_ref(), &cur) {
+            Err(e) => rep.faults.push(Error::io(&cur, e)),
+            Ok(c) => {
+                let name = String::from_utf8_lossy(&c).trim_end().to_string();
+                let mpath = self.dir.join(&name);
+                match read_all(self.fs.as_ref(), &mpath) {
+                    Err(e) => rep.faults.push(Error::io(&mpath, e)),
+                    Ok(data) => {
+                        let mut r = RecordReader::new(&data, &mpath);
+                        loop {
+                            match r.next_record() {
+                                Ok(Some((off, rec))) => {
+                                    if let Err(reason) = VersionEdit::decode(rec) {
+                                        rep.faults.push(Error::corruption(&mpath, off, reason));
+                                    }
+                                    rep.manifest_edits += 1;
+                                }
+                                Ok(None) => break,
+                                Err(e) => {
+                                    rep.faults.push(e);
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // Current WAL (only what is already handed to the OS).
+        let wal = self.writer.lock().as_mut().map(|w| {
+            let _ = w.wal.flush();
+            w.wal.path().to_path_buf()
+        });
+        if let Some(path) = wal {
+            if let Ok(data) = read_all(self.fs.as_ref(), &path) {
+                let mut r = RecordReader::new(&data, &path);
+                loop {
+                    match r.next_record() {
+                        Ok(Some((off, rec))) => {
+                            if decode_batch(rec).is_none() {
+                                rep.faults.push(Error::corruption(&path, off, "malformed write batch in WAL"));
+                            }
+                            rep.wal_records += 1;
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            rep.faults.push(e);
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        // SSTables.
+        let v = self.sv.read().version.clone();
+        for f in v.files.iter().flatten() {
+            rep.tables += 1;
+            let res = self
+                .table_cache
+                .get(f.number, f.size, IoCategory::UserRead)
+                .and_then(|t| t.verify());
+            match res {
+                Ok(n) => rep.entries += n,
+                Err(e) => rep.faults.push(e),
+            }
+        }
+        rep
+    }
+
+    fn stats(&self) -> DbStats {
+        let sv = self.sv.read().clone();
+        let c = &self.counters;
+        let disk_bytes = self
+            .fs
+            .list(&self.dir)
+            .map(|names| {
+                names
+                    .iter()
+                    .filter_map(|n| self.fs.allocated_size(&self.dir.join(n)).ok())
+                    .sum()
+            })
+            .unwrap_or(0);
+        DbStats {
+            index: self.opts.index.to_string(),
+            value_layout: self.opts.value_layout.to_string(),
+            last_sequence: self.last_seq.load(Ordering::Acquire),
+            levels: sv
+                .version
+                .files
+                .iter()
+                .enumerate()
+                .map(|(level, f)| LevelStats {
+                    level,
+                    files: f.len(),
+                    bytes: f.iter().map(|x| x.size).sum(),
+                })
+                .collect(),
+            memtable_bytes: sv.mem.approximate_bytes() as u64,
+            immutable_memtable: sv.imm.is_some(),
+            io: self.stats.snapshot(),
+            user_bytes_written: c.user_bytes_written.load(Ordering::Relaxed),
+            user_bytes_read: c.user_bytes_read.load(Ordering::Relaxed),
+            flushes: c.flushes.load(Ordering::Relaxed),
+            compactions: c.compactions.load(Ordering::Relaxed),
+            trivial_moves: c.trivial_moves.load(Ordering::Relaxed),
+            compaction_bytes_in: c.compaction_bytes_in.load(Ordering::Relaxed),
+            compaction_bytes_out: c.compaction_bytes_out.load(Ordering::Relaxed),
+            compaction_entries_dropped: c.compaction_entries_dropped.load(Ordering::Relaxed),
+            write_stall_micros: c.stall_micros.load(Ordering::Relaxed),
+            live_snapshots: self.snapshots.lock().values().sum(),
+            value_store: self.vstore.space(),
+            disk_bytes,
+            background_error: self.bg.lock().error.as_ref().map(|e| e.to_string()),
+        }
+    }
+}
+
+/// The index and value layout recorded in the database at `path` on the
+/// operating system's file system, or `None` when it holds no database.
+///
+/// # Errors
+/// `Corruption` for a damaged `IDENTITY`; `NotADatabase` for a foreign one;
+/// `Io` when it cannot be read.
+pub fn stored_config(path: impl AsRef<Path>) -> Result<Option<(crate::IndexKind, crate::ValueLayout)>> {
+    let p = path.as_ref().join(IDENTITY);
+    if !p.exists() {
+        return Ok(None);
+    }
+    let data = std::fs::read(&p).ctx(&p)?;
+    let id = Identity::decode(&p, &data)?;
+    Ok(Some((id.index, id.layout)))
 }

@@ -1,1 +1,78 @@
-//! SSTables (sorted string tables).
+//! SSTables (sorted string tables): immutable files of internal-key-sorted
+//! entries, written once by a [`TableBuilder`] and read by a [`Table`].
+//!
+//! A table is a sequence of checksummed blocks closed by a fixed-size footer.
+//! Data blocks hold the entries; one bloom filter over the table's user keys
+//! lets point lookups skip tables that cannot hold the key; the index block
+//! maps, for every data block, a separator key (`>=` the block's last key and
+//! `<` the next block's first key) to the block's location. A reader opens a
+//! table by reading the footer, then the index and the filter, which it keeps
+//! in memory; data blocks are read on demand, verified, and shared through the
+//! [`BlockCache`](crate::index::cache::BlockCache).
+//!
+//! # File format (frozen: format version 1)
+//!
+//! All integers are little-endian; `varint` is LEB128.
+//!
+//! ```text
+//! table     := data_block* [filter_block] metaindex_block index_block footer
+//!
+//! block     := contents  type:u8  crc:u32         -- the 5-byte trailer
+//!   type    := 0 (no compression; the only type of version 1)
+//!   crc     := masked crc32c(contents ++ type)
+//!
+//! contents  := entry*  restart:u32{n}  n:u32      -- data, metaindex, index
+//!   entry   := shared:varint32  non_shared:varint32  value_len:varint32
+//!              key_delta[non_shared]  value[value_len]
+//!              -- key = previous key[..shared] ++ key_delta
+//!   restart := offset of an entry with shared = 0; restart[0] = 0,
+//!              strictly increasing; n = 0 exactly when there are no entries
+//!
+//!   +-------+-------+-----+-------+------------+-----+--------------+---+
+//!   |entry 0|entry 1| ... |entry m| restart[0] | ... | restart[n-1] | n |
+//!   +-------+-------+-----+-------+------------+-----+--------------+---+
+//!
+//! data block      entries: internal key -> value, a restart point every
+//!                 restart_interval entries
+//! filter block    contents := bits[m/8] k:u8 (bloom filter over the user
+//!                 keys, XXH3-64 + double hashing; see `filter`)
+//! metaindex block entries: meta block name -> block handle, bytewise order;
+//!                 "filter.bloom" -> the filter block (absent: no filter)
+//! index block     entries: separator internal key -> block handle of the
+//!                 data block, one restart point per entry
+//! block handle    := offset:varint64  size:varint64   (size excludes trailer)
+//!
+//! footer (56 bytes, at file_size - 56):
+//!   +-----------------+-------------+---------+---------+-----+----------+
+//!   | metaindex handle| index handle| zero pad| version | crc | magic    |
+//!   |   varints       |   varints   | to 40 B |   u32   | u32 | u64      |
+//!   +-----------------+-------------+---------+---------+-----+----------+
+//!   0                                         40        44    48        56
+//!   version := 1;  crc := masked crc32c(footer[0..44])
+//!   magic   := the bytes "sepkvSST" (0x5453_5376_6b70_6573 as u64le)
+//! ```
+//!
+//! Every corrupt byte is reported as [`Error::Corruption`](crate::Error)
+//! naming the file and the offset of the damaged block (or of the footer);
+//! decoding never panics, whatever the bytes.
+//!
+//! # Thread-safety
+//!
+//! [`Table`] is immutable after `open`, `Send + Sync`, and shared through
+//! `Arc`; a [`TableIterator`] holds an `Arc` of its table and is used by one
+//! thread at a time. A [`TableBuilder`] belongs to one thread.
+
+mod block;
+mod builder;
+mod filter;
+mod footer;
+mod table;
+
+pub(crate) use block::Block;
+#[cfg(test)]
+pub(crate) use block::BlockBuilder;
+pub use builder::{TableBuilder, TableOptions, TableSummary};
+pub use table::{ReadCtx, Table, TableIterator};
+
+/// Name of the bloom filter's entry in the metaindex block.
+const FILTER_META_NAME: &str = "filter.bloom";

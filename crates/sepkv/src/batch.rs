@@ -1,0 +1,242 @@
+//! Atomic write batches.
+//!
+//! A batch is applied all or nothing: it is one WAL record, its entries get
+//! consecutive sequence numbers, and recovery replays whole records only.
+//!
+//! ```text
+//! batch   := seq:u64le  count:u32le  entry*
+//! entry   := type:u8  key:lenprefixed  [value:lenprefixed]   (no value for deletions)
+//! type    := 0 delete | 1 put (inline value) | 2 put (encoded value pointer)
+//! ```
+//! Frozen: format version 1.
+
+use crate::error::{Error, Result};
+use crate::format::coding::{get_fixed32, get_fixed64, get_length_prefixed, put_length_prefixed};
+use crate::index::key::{SeqNum, ValueType};
+use crate::options::{MAX_KEY_SIZE, MAX_VALUE_SIZE};
+
+const HEADER: usize = 12;
+
+/// A group of puts and deletes applied atomically by [`crate::Db::write`].
+///
+/// # Examples
+/// ```
+/// let mut b = sepkv::WriteBatch::new();
+/// b.put(b"k1", b"v1").unwrap();
+/// b.delete(b"k0").unwrap();
+/// assert_eq!(b.len(), 2);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteBatch {
+    rep: Vec<u8>,
+    count: u32,
+}
+
+impl Default for WriteBatch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One decoded entry of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchEntry<'a> {
+    /// Entry type.
+    pub vtype: ValueType,
+    /// User key.
+    pub key: &'a [u8],
+    /// Value (inline bytes or encoded pointer; empty for deletions).
+    pub value: &'a [u8],
+}
+
+pub(crate) fn check_key(key: &[u8]) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::InvalidArgument("empty key".into()));
+    }
+    if key.len() > MAX_KEY_SIZE {
+        return Err(Error::InvalidArgument(format!(
+            "key of {} bytes exceeds the {MAX_KEY_SIZE} byte limit",
+            key.len()
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_value(value: &[u8]) -> Result<()> {
+    if value.len() > MAX_VALUE_SIZE {
+        return Err(Error::InvalidArgument(format!(
+            "value of {} bytes exceeds the {MAX_VALUE_SIZE} byte limit",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
+impl WriteBatch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        WriteBatch {
+            rep: vec![0; HEADER],
+            count: 0,
+        }
+    }
+
+    /// Adds a put.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for an empty key, a key over
+    /// [`crate::options::MAX_KEY_SIZE`] or a value over
+    /// [`crate::options::MAX_VALUE_SIZE`] bytes; the batch is unchanged.
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        check_key(key)?;
+        check_value(value)?;
+        self.push(ValueType::Value, key, value);
+        Ok(())
+    }
+
+    /// Adds a delete.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for an empty or oversized key.
+    pub fn delete(&mut self, key: &[u8]) -> Result<()> {
+        check_key(key)?;
+        self.push(ValueType::Deletion, key, &[]);
+        Ok(())
+    }
+
+    pub(crate) fn push(&mut self, vtype: ValueType, key: &[u8], value: &[u8]) {
+        self.rep.push(vtype as u8);
+        put_length_prefixed(&mut self.rep, key);
+        if vtype != ValueType::Deletion {
+            put_length_prefixed(&mut self.rep, value);
+        }
+        self.count += 1;
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    /// True when the batch holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Removes every entry.
+    pub fn clear(&mut self) {
+        self.rep.truncate(HEADER);
+        self.count = 0;
+    }
+
+    /// Encoded size in bytes.
+    pub fn approximate_size(&self) -> usize {
+        self.rep.len()
+    }
+
+    /// Sum of key and value bytes (the user bytes of the batch).
+    pub fn user_bytes(&self) -> u64 {
+        self.entries()
+            .filter_map(|e| e.ok())
+            .map(|e| (e.key.len() + e.value.len()) as u64)
+            .sum()
+    }
+
+    /// Encodes the batch as a WAL record payload with first sequence
+    /// number `seq` into `dst` (cleared first).
+    pub(crate) fn encode_into(&self, seq: SeqNum, dst: &mut Vec<u8>) {
+        dst.clear();
+        dst.extend_from_slice(&seq.to_le_bytes());
+        dst.extend_from_slice(&self.count.to_le_bytes());
+        dst.extend_from_slice(&self.rep[HEADER..]);
+    }
+
+    /// Iterates over the entries.
+    pub fn entries(&self) -> impl Iterator<Item = Result<BatchEntry<'_>>> {
+        EntryIter {
+            rest: &self.rep[HEADER..],
+            left: self.count,
+        }
+    }
+}
+
+struct EntryIter<'a> {
+    rest: &'a [u8],
+    left: u32,
+}
+
+impl<'a> Iterator for EntryIter<'a> {
+    type Item = Result<BatchEntry<'a>>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let r = decode_entry(&mut self.rest);
+        if r.is_none() {
+            self.left = 0;
+        }
+        Some(r.ok_or_else(|| Error::InvalidArgument("malformed batch entry".into())))
+    }
+}
+
+fn decode_entry<'a>(src: &mut &'a [u8]) -> Option<BatchEntry<'a>> {
+    let (&t, rest) = src.split_first()?;
+    *src = rest;
+    let vtype = ValueType::from_u8(t)?;
+    let key = get_length_prefixed(src)?;
+    let value = if vtype == ValueType::Deletion {
+        &[][..]
+    } else {
+        get_length_prefixed(src)?
+    };
+    Some(BatchEntry { vtype, key, value })
+}
+
+/// A batch decoded from a WAL record.
+pub(crate) struct DecodedBatch<'a> {
+    pub seq: SeqNum,
+    pub entries: Vec<BatchEntry<'a>>,
+}
+
+/// Decodes a WAL record payload; `None` when malformed.
+pub(crate) fn decode_batch(mut data: &[u8]) -> Option<DecodedBatch<'_>> {
+    let seq = get_fixed64(&mut data)?;
+    let count = get_fixed32(&mut data)?;
+    let mut entries = Vec::with_capacity(count.min(1 << 16) as usize);
+    for _ in 0..count {
+        entries.push(decode_entry(&mut data)?);
+    }
+    data.is_empty().then_some(DecodedBatch { seq, entries })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encode_decode() {
+        let mut b = WriteBatch::new();
+        b.put(b"a", b"1").unwrap();
+        b.delete(b"b").unwrap();
+        b.put(b"c", b"").unwrap();
+        let mut rec = Vec::new();
+        b.encode_into(42, &mut rec);
+        let d = decode_batch(&rec).unwrap();
+        assert_eq!(d.seq, 42);
+        assert_eq!(d.entries.len(), 3);
+        assert_eq!(d.entries[1].vtype, ValueType::Deletion);
+        assert_eq!(d.entries[2].key, b"c");
+        assert!(decode_batch(&rec[..rec.len() - 1]).is_none());
+        assert_eq!(b.user_bytes(), 4);
+    }
+
+    #[test]
+    fn rejects_bad_keys() {
+        let mut b = WriteBatch::new();
+        assert!(b.put(b"", b"v").is_err());
+        assert!(b.put(&vec![0; MAX_KEY_SIZE + 1], b"v").is_err());
+        assert!(b.put(b"k", &vec![0; MAX_VALUE_SIZE + 1]).is_err());
+        assert!(b.is_empty());
+    }
+}

@@ -1,0 +1,259 @@
+//! Leveled compaction: merging the inputs chosen by the [`picker`] into new
+//! SSTables of the next level.
+//!
+//! For each user key the merge keeps the newest version and every version a
+//! live snapshot may still read; older versions are dropped. A tombstone is
+//! dropped when no snapshot needs it and no deeper level can hold the key
+//! (so it has nothing left to hide). Output files are cut near
+//! `target_file_size`, or earlier when they would overlap too much of the
+//! level below the output, and only between user keys, so one user key never
+//! spans two files of a level.
+//!
+//! The job only writes new files; the caller installs the returned
+//! [`VersionEdit`] through the version set, then deletes the inputs.
+
+pub mod picker;
+
+use super::filename::table_path;
+use super::iter::InternalIterator;
+use super::key::{parse_internal_key, user_key, SeqNum, ValueType, MAX_SEQ};
+use super::merger::{LevelIterator, MergingIterator};
+use super::sstable::{ReadCtx, TableBuilder, TableOptions};
+use super::table_cache::TableCache;
+use super::version::{FileMeta, Version, VersionEdit};
+use crate::error::{Error, IoContext, Result};
+use crate::fs::{FileSystem, IoCategory, IoStats};
+use picker::{CompactionInputs, PickerConfig};
+use std::cmp::Ordering;
+use std::path::Path;
+use std::sync::Arc;
+
+/// What a compaction did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompactionStats {
+    /// Entries read.
+    pub entries_in: u64,
+    /// Entries written.
+    pub entries_out: u64,
+    /// Entries dropped (shadowed versions and obsolete tombstones).
+    pub dropped: u64,
+    /// Bytes of input files.
+    pub bytes_in: u64,
+    /// Bytes of output files.
+    pub bytes_out: u64,
+}
+
+/// Everything a compaction or flush needs from the database.
+pub struct JobContext<'a> {
+    /// Database directory.
+    pub dir: &'a Path,
+    /// File system.
+    pub fs: &'a dyn FileSystem,
+    /// I/O accounting.
+    pub stats: &'a Arc<IoStats>,
+    /// Open tables.
+    pub table_cache: &'a Arc<TableCache>,
+    /// Table format options.
+    pub table_options: TableOptions,
+    /// Picker configuration (target size, overlap limit).
+    pub picker: PickerConfig,
+    /// Hands out file numbers.
+    pub new_file_number: &'a mut dyn FnMut() -> u64,
+}
+
+/// Writes the entries of `iter` (already positioned or not) into SSTables,
+/// cutting files per the rules in the module docs. `drop_rule` decides, per
+/// entry, whether it is kept.
+fn write_tables(
+    ctx: &mut JobContext<'_>,
+    iter: &mut dyn InternalIterator,
+    category: IoCategory,
+    grandparents: &[Arc<FileMeta>],
+    mut keep: impl FnMut(&[u8], SeqNum, ValueType) -> bool,
+    stats: &mut CompactionStats,
+) -> Result<Vec<FileMeta>> {
+    let mut outputs = Vec::new();
+    let mut builder: Option<(u64, TableBuilder)> = None;
+    let mut last_user_key: Option<Vec<u8>> = None;
+    let mut gp_index = 0usize;
+    let mut gp_overlap = 0u64;
+    let mut seen_key = false;
+    iter.seek_to_first();
+    while iter.valid() {
+        let ikey = iter.key();
+        let p = parse_internal_key(ikey).ok_or_else(|| {
+            Error::corruption(ctx.dir, 0, "unparsable internal key in compaction input")
+        })?;
+        stats.entries_in += 1;
+        let new_user_key = last_user_key.as_deref() != Some(p.user_key);
+        if new_user_key {
+            // Track overlap with the grandparent level, then decide whether
+            // to cut the current output before this key.
+            while gp_index < grandparents.len()
+                && user_key(&grandparents[gp_index].largest) < p.user_key
+            {
+                if seen_key {
+                    gp_overlap += grandparents[gp_index].size;
+                }
+                gp_index += 1;
+            }
+            seen_key = true;
+            let cut = builder.as_ref().is_some_and(|(_, b)| {
+                b.estimated_size() >= ctx.picker.target_file_size
+                    || gp_overlap > ctx.picker.max_grandparent_overlap()
+            });
+            if cut {
+                let (n, b) = builder.take().expect("builder");
+                finish_output(n, b, &mut outputs, stats)?;
+                gp_overlap = 0;
+            }
+            last_user_key = Some(p.user_key.to_vec());
+        }
+        if keep(p.user_key, p.seq, p.vtype) {
+            if builder.is_none() {
+                let n = (ctx.new_file_number)();
+                let path = table_path(ctx.dir, n);
+                let file = ctx.fs.create(&path).ctx(&path)?;
+                builder = Some((
+                    n,
+                    TableBuilder::new(file, path, ctx.table_options.clone(), ctx.stats.clone(), category),
+                ));
+            }
+            builder.as_mut().expect("builder").1.add(ikey, iter.value())?;
+            stats.entries_out += 1;
+        } else {
+            stats.dropped += 1;
+        }
+        iter.next();
+    }
+    iter.status()?;
+    if let Some((n, b)) = builder.take() {
+        finish_output(n, b, &mut outputs, stats)?;
+    }
+    if !outputs.is_empty() {
+        ctx.fs.sync_dir(ctx.dir).ctx(ctx.dir)?;
+    }
+    Ok(outputs)
+}
+
+fn finish_output(
+    number: u64,
+    b: TableBuilder,
+    outputs: &mut Vec<FileMeta>,
+    stats: &mut CompactionStats,
+) -> Result<()> {
+    let s = b.finish()?;
+    stats.bytes_out += s.file_size;
+    outputs.push(FileMeta {
+        number,
+        size: s.file_size,
+        smallest: s.smallest,
+        largest: s.largest,
+    });
+    Ok(())
+}
+
+/// Writes a memtable (or any iterator) into level-0-style tables: every
+/// entry is kept. Returns the new files (usually one).
+pub fn flush_to_tables(ctx: &mut JobContext<'_>, iter: &mut dyn InternalIterator) -> Result<Vec<FileMeta>> {
+    let mut st = CompactionStats::default();
+    let saved = ctx.picker.target_file_size;
+    // A flush produces one file however large the memtable is.
+    ctx.picker.target_file_size = u64::MAX;
+    let r = write_tables(ctx, iter, IoCategory::Flush, &[], |_, _, _| true, &mut st);
+    ctx.picker.target_file_size = saved;
+    r
+}
+
+/// Runs the merge of `inputs` as of `smallest_snapshot` (the oldest sequence
+/// number a reader may still use) and returns the edit to install.
+pub fn run_compaction(
+    ctx: &mut JobContext<'_>,
+    version: &Version,
+    inputs: &CompactionInputs,
+    smallest_snapshot: SeqNum,
+) -> Result<(VersionEdit, CompactionStats)> {
+    let rctx = ReadCtx {
+        category: IoCategory::Compaction,
+        fill_cache: false,
+    };
+    let mut children: Vec<Box<dyn InternalIterator>> = Vec::new();
+    if inputs.level == 0 {
+        // Newest first.
+        for f in inputs.upper.iter().rev() {
+            let t = ctx.table_cache.get(f.number, f.size, IoCategory::Compaction)?;
+            children.push(Box::new(t.iter(rctx)));
+        }
+    } else {
+        children.push(Box::new(LevelIterator::new(
+            inputs.upper.clone(),
+            ctx.table_cache.clone(),
+            rctx,
+        )));
+    }
+    if !inputs.lower.is_empty() {
+        children.push(Box::new(LevelIterator::new(
+            inputs.lower.clone(),
+            ctx.table_cache.clone(),
+            rctx,
+        )));
+    }
+    let mut merged = MergingIterator::new(children);
+    let mut st = CompactionStats {
+        bytes_in: inputs.upper.iter().chain(&inputs.lower).map(|f| f.size).sum(),
+        ..Default::default()
+    };
+    let output_level = inputs.level + 1;
+    let mut current: Vec<u8> = Vec::new();
+    let mut has_current = false;
+    let mut last_seq_for_key = MAX_SEQ;
+    let keep = |uk: &[u8], seq: SeqNum, vt: ValueType| -> bool {
+        if !has_current || uk != current.as_slice() {
+            current.clear();
+            current.extend_from_slice(uk);
+            has_current = true;
+            last_seq_for_key = MAX_SEQ;
+        }
+        let drop = if last_seq_for_key <= smallest_snapshot {
+            // A newer version of this key is visible to every reader.
+            true
+        } else {
+            vt == ValueType::Deletion
+                && seq <= smallest_snapshot
+                && !version.key_may_exist_below(output_level, uk)
+        };
+        last_seq_for_key = seq;
+        !drop
+    };
+    let outputs = write_tables(
+        ctx,
+        &mut merged,
+        IoCategory::Compaction,
+        &inputs.grandparents,
+        keep,
+        &mut st,
+    )?;
+    let mut edit = VersionEdit::default();
+    for f in &inputs.upper {
+        edit.deleted.push((inputs.level, f.number));
+    }
+    for f in &inputs.lower {
+        edit.deleted.push((output_level, f.number));
+    }
+    for f in outputs {
+        edit.added.push((output_level, f));
+    }
+    if let Some(last) = inputs
+        .upper
+        .iter()
+        .map(|f| &f.largest)
+        .max_by(|a, b| super::key::compare_internal(a, b))
+    {
+        edit.compact_pointers.push((inputs.level, last.clone()));
+    }
+    debug_assert!(edit
+        .added
+        .windows(2)
+        .all(|w| super::key::compare_internal(&w[0].1.largest, &w[1].1.smallest) == Ordering::Less));
+    Ok((edit, st))
+}

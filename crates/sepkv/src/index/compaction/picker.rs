@@ -1,0 +1,285 @@
+//! The compaction picker: a pure function from a version to a choice, so
+//! policy is testable without I/O.
+//!
+//! Leveled policy (LevelDB, described in WiscKey §2.1 and LWC-tree §2.1):
+//! level 0 is scored by file count over `l0_compaction_trigger`, level
+//! `n >= 1` by its bytes over `max_bytes_for_level_base *
+//! level_size_multiplier^(n-1)`. The level with the highest score `>= 1` is
+//! compacted: one file (round-robin after the level's compaction pointer;
+//! for level 0 grown to every overlapping level-0 file) merged with the
+//! overlapping files of the next level. A single file with no overlap below
+//! and little overlap two levels below is moved, not rewritten.
+
+use crate::index::key::user_key;
+use crate::index::version::{set::total_size, FileMeta, Version};
+use crate::index::key::compare_internal;
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+/// The knobs the picker reads (from `Options`).
+#[derive(Debug, Clone, Copy)]
+pub struct PickerConfig {
+    /// Number of levels.
+    pub levels: usize,
+    /// Level-0 file count that triggers compaction.
+    pub l0_trigger: usize,
+    /// Size limit of level 1 (bytes).
+    pub max_bytes_base: u64,
+    /// Growth factor between levels.
+    pub multiplier: u64,
+    /// Target size of output files (bytes).
+    pub target_file_size: u64,
+}
+
+impl PickerConfig {
+    /// Size limit of `level >= 1` (bytes).
+    pub fn max_bytes(&self, level: usize) -> u64 {
+        let mut b = self.max_bytes_base;
+        for _ in 1..level {
+            b = b.saturating_mul(self.multiplier);
+        }
+        b
+    }
+
+    /// Most bytes of grandparent overlap one output file may have before it
+    /// is cut (limits the cost of the next compaction).
+    pub fn max_grandparent_overlap(&self) -> u64 {
+        10 * self.target_file_size
+    }
+}
+
+/// Files chosen for one compaction of `level` into `level + 1`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompactionInputs {
+    /// The level compacted.
+    pub level: usize,
+    /// Files of `level`.
+    pub upper: Vec<Arc<FileMeta>>,
+    /// Overlapping files of `level + 1`.
+    pub lower: Vec<Arc<FileMeta>>,
+    /// Overlapping files of `level + 2` (to bound output overlap).
+    pub grandparents: Vec<Arc<FileMeta>>,
+}
+
+/// The picker's decision.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Choice {
+    /// Nothing needs compaction.
+    Nothing,
+    /// Move one file from `level` to `level + 1` by a manifest edit only.
+    Move {
+        /// Source level.
+        level: usize,
+        /// The file.
+        file: Arc<FileMeta>,
+    },
+    /// Merge the inputs.
+    Merge(CompactionInputs),
+}
+
+/// Compaction scores of every level but the last (score `>= 1` needs work).
+pub fn scores(v: &Version, cfg: &PickerConfig) -> Vec<f64> {
+    (0..cfg.levels - 1)
+        .map(|l| {
+            if l == 0 {
+                v.files[0].len() as f64 / cfg.l0_trigger as f64
+            } else {
+                v.level_bytes(l) as f64 / cfg.max_bytes(l) as f64
+            }
+        })
+        .collect()
+}
+
+fn key_range(files: &[Arc<FileMeta>]) -> (Vec<u8>, Vec<u8>) {
+    let mut lo = &files[0].smallest;
+    let mut hi = &files[0].largest;
+    for f in files {
+        if compare_internal(&f.smallest, lo) == Ordering::Less {
+            lo = &f.smallest;
+        }
+        if compare_internal(&f.largest, hi) == Ordering::Greater {
+            hi = &f.largest;
+        }
+    }
+    (user_key(lo).to_vec(), user_key(hi).to_vec())
+}
+
+/// Completes a compaction of `level` starting from `initial` files.
+pub fn setup_inputs(v: &Version, cfg: &PickerConfig, level: usize, initial: Vec<Arc<FileMeta>>) -> CompactionInputs {
+    let mut upper = initial;
+    if level == 0 {
+        let (lo, hi) = key_range(&upper);
+        upper = v.overlapping(0, Some(&lo), Some(&hi));
+    }
+    let (lo, hi) = key_range(&upper);
+    let lower = v.overlapping(level + 1, Some(&lo), Some(&hi));
+    let (lo, hi) = if lower.is_empty() {
+        (lo, hi)
+    } else {
+        let all: Vec<_> = upper.iter().chain(lower.iter()).cloned().collect();
+        key_range(&all)
+    };
+    let grandparents = if level + 2 < cfg.levels {
+        v.overlapping(level + 2, Some(&lo), Some(&hi))
+    } else {
+        Vec::new()
+    };
+    CompactionInputs {
+        level,
+        upper,
+        lower,
+        grandparents,
+    }
+}
+
+/// Picks the next automatic compaction.
+pub fn pick(v: &Version, cfg: &PickerConfig, compact_pointers: &[Option<&[u8]>]) -> Choice {
+    let sc = scores(v, cfg);
+    let Some((level, &best)) = sc
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.partial_cmp(b.1).unwrap_or(Ordering::Equal))
+    else {
+        return Choice::Nothing;
+    };
+    if best < 1.0 {
+        return Choice::Nothing;
+    }
+    let files = &v.files[level];
+    let first = if level == 0 {
+        files[0].clone()
+    } else {
+        let ptr = compact_pointers.get(level).copied().flatten();
+        files
+            .iter()
+            .find(|f| ptr.is_none_or(|p| compare_internal(&f.largest, p) == Ordering::Greater))
+            .unwrap_or(&files[0])
+            .clone()
+    };
+    let inputs = setup_inputs(v, cfg, level, vec![first]);
+    if inputs.upper.len() == 1
+        && inputs.lower.is_empty()
+        && total_size(&inputs.grandparents) <= cfg.max_grandparent_overlap()
+    {
+        return Choice::Move {
+            level,
+            file: inputs.upper[0].clone(),
+        };
+    }
+    Choice::Merge(inputs)
+}
+
+/// Picks a manual compaction of the files of `level` overlapping the user
+/// key range `[begin, end]`; `None` when the level has none there.
+pub fn pick_range(
+    v: &Version,
+    cfg: &PickerConfig,
+    level: usize,
+    begin: Option<&[u8]>,
+    end: Option<&[u8]>,
+) -> Option<CompactionInputs> {
+    let files = v.overlapping(level, begin, end);
+    if files.is_empty() {
+        return None;
+    }
+    Some(setup_inputs(v, cfg, level, files))
+}
+
+/// The level a flushed memtable covering `[lo, hi]` (user keys) goes to:
+/// as deep as level 2 while it overlaps nothing on the way and its
+/// grandparent overlap stays small (LevelDB's placement, which keeps
+/// sequential loads out of level 0).
+pub fn level_for_flush(v: &Version, cfg: &PickerConfig, lo: &[u8], hi: &[u8]) -> usize {
+    let mut level = 0;
+    if !v.overlapping(0, Some(lo), Some(hi)).is_empty() {
+        return 0;
+    }
+    while level < 2 && level + 1 < cfg.levels {
+        if !v.overlapping(level + 1, Some(lo), Some(hi)).is_empty() {
+            break;
+        }
+        if level + 2 < cfg.levels
+            && total_size(&v.overlapping(level + 2, Some(lo), Some(hi))) > cfg.max_grandparent_overlap()
+        {
+            break;
+        }
+        level += 1;
+    }
+    level
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::key::{internal_key, ValueType};
+
+    fn f(n: u64, lo: &str, hi: &str, size: u64) -> Arc<FileMeta> {
+        Arc::new(FileMeta {
+            number: n,
+            size,
+            smallest: internal_key(lo.as_bytes(), 10, ValueType::Value),
+            largest: internal_key(hi.as_bytes(), 1, ValueType::Value),
+        })
+    }
+
+    fn cfg() -> PickerConfig {
+        PickerConfig {
+            levels: 4,
+            l0_trigger: 2,
+            max_bytes_base: 100,
+            multiplier: 10,
+            target_file_size: 10,
+        }
+    }
+
+    #[test]
+    fn nothing_when_under_limits() {
+        let mut v = Version::empty(4);
+        v.files[0].push(f(1, "a", "c", 5));
+        v.files[1].push(f(2, "a", "z", 50));
+        assert_eq!(pick(&v, &cfg(), &[]), Choice::Nothing);
+    }
+
+    #[test]
+    fn level0_grows_to_overlapping_files() {
+        let mut v = Version::empty(4);
+        v.files[0] = vec![f(1, "a", "c", 5), f(2, "b", "e", 5), f(3, "x", "y", 5)];
+        v.files[1] = vec![f(4, "a", "b", 5), f(5, "d", "f", 5), f(6, "g", "h", 5)];
+        match pick(&v, &cfg(), &[]) {
+            Choice::Merge(c) => {
+                assert_eq!(c.level, 0);
+                let up: Vec<_> = c.upper.iter().map(|f| f.number).collect();
+                let lo: Vec<_> = c.lower.iter().map(|f| f.number).collect();
+                assert_eq!(up, vec![1, 2]);
+                assert_eq!(lo, vec![4, 5]);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn round_robin_and_trivial_move() {
+        let mut v = Version::empty(4);
+        v.files[1] = vec![f(1, "a", "b", 60), f(2, "c", "d", 60)];
+        v.files[2] = vec![f(3, "a", "a", 5)];
+        let ptr = internal_key(b"b", 1, ValueType::Value);
+        match pick(&v, &cfg(), &[None, Some(&ptr)]) {
+            Choice::Move { level: 1, file } => assert_eq!(file.number, 2),
+            other => panic!("{other:?}"),
+        }
+        match pick(&v, &cfg(), &[]) {
+            Choice::Merge(c) => assert_eq!(c.lower[0].number, 3),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn flush_placement() {
+        let mut v = Version::empty(4);
+        assert_eq!(level_for_flush(&v, &cfg(), b"a", b"b"), 2);
+        v.files[2].push(f(1, "a", "a", 5));
+        assert_eq!(level_for_flush(&v, &cfg(), b"a", b"b"), 1);
+        v.files[0].push(f(2, "b", "c", 5));
+        assert_eq!(level_for_flush(&v, &cfg(), b"a", b"b"), 0);
+    }
+}

@@ -1,0 +1,303 @@
+//! The version set: the current version, the counters that survive restarts
+//! (next file number, log number, last sequence) and the manifest that makes
+//! them durable.
+//!
+//! Every change is a [`VersionEdit`] appended to the manifest and synced
+//! before it takes effect in memory ("log and apply"). A new manifest starts
+//! with a snapshot of the whole version and becomes live when `CURRENT` is
+//! atomically switched to name it (temporary file, sync, rename, directory
+//! sync). A torn edit at the end of the manifest — a crash during the append
+//! — is ignored on recovery: the files it added were not yet referenced and
+//! nothing it removed was deleted.
+//!
+//! Not thread-safe by itself: the database keeps it behind a mutex.
+
+use super::edit::{FileMeta, VersionEdit};
+use super::Version;
+use crate::error::{Error, IoContext, Result};
+use crate::format::record::{LogEnd, RecordReader, RecordWriter};
+use crate::fs::{read_all, write_atomic, FileSystem, IoCategory, IoStats};
+use crate::index::filename::{manifest_name, CURRENT};
+use crate::index::key::compare_internal;
+use std::cmp::Ordering;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+
+/// Manifest size past which the next edit starts a new manifest (bytes).
+const MANIFEST_ROLL_BYTES: u64 = 16 << 20;
+
+/// See the module docs.
+pub struct VersionSet {
+    dir: PathBuf,
+    fs: Arc<dyn FileSystem>,
+    stats: Arc<IoStats>,
+    levels: usize,
+    current: Arc<Version>,
+    live: Vec<Weak<Version>>,
+    /// Next file number to hand out.
+    pub next_file_number: u64,
+    /// WALs with smaller numbers are obsolete.
+    pub log_number: u64,
+    /// Largest sequence number made durable in the manifest.
+    pub last_sequence: u64,
+    compact_pointers: Vec<Option<Vec<u8>>>,
+    manifest: Option<RecordWriter>,
+    manifest_number: u64,
+}
+
+impl VersionSet {
+    fn blank(dir: &Path, fs: Arc<dyn FileSystem>, stats: Arc<IoStats>, levels: usize) -> Self {
+        VersionSet {
+            dir: dir.to_path_buf(),
+            fs,
+            stats,
+            levels,
+            current: Arc::new(Version::empty(levels)),
+            live: Vec::new(),
+            next_file_number: 2,
+            log_number: 0,
+            last_sequence: 0,
+            compact_pointers: vec![None; levels],
+            manifest: None,
+            manifest_number: 0,
+        }
+    }
+
+    /// A version set for a new, empty database (nothing is written until the
+    /// first [`Self::log_and_apply`]).
+    pub fn create(dir: &Path, fs: Arc<dyn FileSystem>, stats: Arc<IoStats>, levels: usize) -> Self {
+        Self::blank(dir, fs, stats, levels)
+    }
+
+    /// Reads `CURRENT` and replays the manifest it names.
+    ///
+    /// # Errors
+    /// `Corruption` (file and offset) for a malformed `CURRENT`, a damaged
+    /// manifest record or an edit inconsistent with the version it applies
+    /// to; `Io` when a file cannot be read.
+    pub fn recover(dir: &Path, fs: Arc<dyn FileSystem>, stats: Arc<IoStats>, levels: usize) -> Result<Self> {
+        let mut vs = Self::blank(dir, fs.clone(), stats.clone(), levels);
+        let cur_path = dir.join(CURRENT);
+        let cur = read_all(fs.as_ref(), &cur_path).ctx(&cur_path)?;
+        stats.add_read(IoCategory::Manifest, cur.len() as u64);
+        let name = std::str::from_utf8(&cur)
+            .ok()
+            .and_then(|s| s.strip_suffix('\n'))
+            .filter(|s| s.starts_with("MANIFEST-") && !s.contains('/'))
+            .ok_or_else(|| Error::corruption(&cur_path, 0, "CURRENT does not name a manifest"))?;
+        let mpath = dir.join(name);
+        let data = read_all(fs.as_ref(), &mpath).ctx(&mpath)?;
+        stats.add_read(IoCategory::Manifest, data.len() as u64);
+        let mut reader = RecordReader::new(&data, &mpath);
+        let mut version = Version::empty(levels);
+        let mut seen_any = false;
+        while let Some((off, rec)) = reader.next_record()? {
+            let edit = VersionEdit::decode(rec)
+                .map_err(|r| Error::corruption(&mpath, off, format!("bad version edit: {r}")))?;
+            version = apply(&version, &edit, levels)
+                .map_err(|r| Error::corruption(&mpath, off, format!("inconsistent version edit: {r}")))?;
+            vs.absorb_counters(&edit);
+            seen_any = true;
+        }
+        if !seen_any {
+            return Err(Error::corruption(&mpath, 0, "manifest holds no complete version edit"));
+        }
+        if let Some(LogEnd::Torn(off)) = reader.end() {
+            // A crash interrupted the last append; that edit never took
+            // effect. The next log_and_apply writes a fresh manifest.
+            let _ = off;
+        }
+        vs.manifest_number = name
+            .strip_prefix("MANIFEST-")
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| Error::corruption(&cur_path, 0, "bad manifest number"))?;
+        vs.next_file_number = vs.next_file_number.max(vs.manifest_number + 1);
+        vs.install(version);
+        Ok(vs)
+    }
+
+    fn absorb_counters(&mut self, edit: &VersionEdit) {
+        if let Some(n) = edit.log_number {
+            self.log_number = n;
+        }
+        if let Some(n) = edit.next_file_number {
+            self.next_file_number = n;
+        }
+        if let Some(n) = edit.last_sequence {
+            self.last_sequence = n;
+        }
+        for (l, k) in &edit.compact_pointers {
+            if *l < self.levels {
+                self.compact_pointers[*l] = Some(k.clone());
+            }
+        }
+    }
+
+    fn install(&mut self, v: Version) {
+        let v = Arc::new(v);
+        self.live.retain(|w| w.strong_count() > 0);
+        self.live.push(Arc::downgrade(&v));
+        self.current = v;
+    }
+
+    /// The current version.
+    pub fn current(&self) -> Arc<Version> {
+        self.current.clone()
+    }
+
+    /// Hands out a new file number.
+    pub fn new_file_number(&mut self) -> u64 {
+        let n = self.next_file_number;
+        self.next_file_number += 1;
+        n
+    }
+
+    /// The round-robin compaction cursor of `level`.
+    pub fn compact_pointer(&self, level: usize) -> Option<&[u8]> {
+        self.compact_pointers.get(level)?.as_deref()
+    }
+
+    /// Numbers of every SSTable referenced by a version still in use, plus
+    /// the manifest's own number.
+    pub fn live_files(&self) -> HashSet<u64> {
+        let mut s = HashSet::new();
+        for v in self.live.iter().filter_map(|w| w.upgrade()) {
+            for level in &v.files {
+                s.extend(level.iter().map(|f| f.number));
+            }
+        }
+        s
+    }
+
+    /// Number of the live manifest.
+    pub fn manifest_number(&self) -> u64 {
+        self.manifest_number
+    }
+
+    /// Appends `edit` to the manifest, syncs it, then makes the resulting
+    /// version current. The edit is completed with the set's counters.
+    ///
+    /// # Errors
+    /// `Corruption` if the edit does not apply (a bug); `Io` if the manifest
+    /// cannot be written, in which case nothing changed in memory and the
+    /// caller must treat the database as poisoned.
+    pub fn log_and_apply(&mut self, edit: &mut VersionEdit) -> Result<()> {
+        edit.next_file_number = Some(self.next_file_number);
+        edit.last_sequence = Some(self.last_sequence);
+        if edit.log_number.is_none() {
+            edit.log_number = Some(self.log_number);
+        }
+        let v = apply(&self.current, edit, self.levels)
+            .map_err(|r| Error::corruption(self.dir.join(manifest_name(self.manifest_number)), 0, r))?;
+
+        let roll = self
+            .manifest
+            .as_ref()
+            .is_none_or(|m| m.len() >= MANIFEST_ROLL_BYTES);
+        if roll {
+            self.start_manifest(&v, edit)?;
+        } else if let Err(e) = self.append_edit(edit) {
+            self.manifest = None;
+            return Err(e);
+        }
+        self.absorb_counters(edit);
+        self.install(v);
+        Ok(())
+    }
+
+    fn append_edit(&mut self, edit: &VersionEdit) -> Result<()> {
+        let m = self.manifest.as_mut().expect("manifest open");
+        m.add_record(&edit.encode())?;
+        m.sync()
+    }
+
+    /// Writes a new manifest holding a snapshot of `v` and the counters of
+    /// `edit`, then switches `CURRENT` to it.
+    fn start_manifest(&mut self, v: &Version, edit: &VersionEdit) -> Result<()> {
+        let number = self.new_file_number();
+        let name = manifest_name(number);
+        let path = self.dir.join(&name);
+        let mut snap = VersionEdit {
+            log_number: edit.log_number,
+            next_file_number: Some(self.next_file_number),
+            last_sequence: edit.last_sequence,
+            ..Default::default()
+        };
+        for (l, files) in v.files.iter().enumerate() {
+            for f in files {
+                snap.added.push((l, (**f).clone()));
+            }
+        }
+        for (l, k) in self.compact_pointers.iter().enumerate() {
+            if let Some(k) = k {
+                snap.compact_pointers.push((l, k.clone()));
+            }
+        }
+        snap.compact_pointers.extend(edit.compact_pointers.iter().cloned());
+        let res = (|| -> Result<RecordWriter> {
+            let f = self.fs.create(&path).ctx(&path)?;
+            let mut w = RecordWriter::new(f, path.clone(), self.stats.clone(), IoCategory::Manifest);
+            w.add_record(&snap.encode())?;
+            w.sync()?;
+            self.fs.sync_dir(&self.dir).ctx(&self.dir)?;
+            let cur = self.dir.join(CURRENT);
+            let body = format!("{name}\n");
+            write_atomic(self.fs.as_ref(), &cur, body.as_bytes()).ctx(&cur)?;
+            self.stats.add_written(IoCategory::Manifest, body.len() as u64);
+            Ok(w)
+        })();
+        match res {
+            Ok(w) => {
+                self.manifest = Some(w);
+                self.manifest_number = number;
+                Ok(())
+            }
+            Err(e) => {
+                self.manifest = None;
+                let _ = self.fs.remove(&path);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Applies `edit` to `base`; `Err(reason)` when inconsistent.
+pub fn apply(base: &Version, edit: &VersionEdit, levels: usize) -> Result<Version, String> {
+    let mut v = base.clone();
+    for &(l, n) in &edit.deleted {
+        let files = v.files.get_mut(l).ok_or_else(|| format!("level {l} out of range"))?;
+        let before = files.len();
+        files.retain(|f| f.number != n);
+        if files.len() == before {
+            return Err(format!("deleted file {n} is not in level {l}"));
+        }
+    }
+    for (l, f) in &edit.added {
+        if *l >= levels {
+            return Err(format!("level {l} out of range"));
+        }
+        v.files[*l].push(Arc::new(f.clone()));
+    }
+    for (l, files) in v.files.iter_mut().enumerate() {
+        if l == 0 {
+            files.sort_by_key(|f| f.number);
+        } else {
+            files.sort_by(|a, b| compare_internal(&a.smallest, &b.smallest));
+            for w in files.windows(2) {
+                if compare_internal(&w[0].largest, &w[1].smallest) != Ordering::Less {
+                    return Err(format!(
+                        "files {} and {} overlap in level {l}",
+                        w[0].number, w[1].number
+                    ));
+                }
+            }
+        }
+    }
+    Ok(v)
+}
+
+/// Total size of `files` (bytes).
+pub fn total_size(files: &[Arc<FileMeta>]) -> u64 {
+    files.iter().map(|f| f.size).sum()
+}

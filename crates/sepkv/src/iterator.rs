@@ -1,0 +1,378 @@
+//! The public iterator: ordered, snapshot-consistent iteration over user
+//! keys, forward and backward, with seek and key bounds.
+//!
+//! [`DbIterator`] is a cursor (`seek`, `next`, `prev`, `key`, `value`) over a
+//! merging iterator of the memtables and every level, as of one sequence
+//! number. It holds the memtables and the version it started from, so
+//! concurrent writes, flushes and compactions neither change what it sees nor
+//! delete files under it. [`Scan`] wraps it as a Rust `Iterator`.
+
+use crate::error::{Error, Result};
+use crate::index::iter::InternalIterator;
+use crate::index::key::{parse_internal_key, seek_key, SeqNum, ValueType, MAX_SEQ};
+use crate::index::merger::MergingIterator;
+use crate::vstore::{ValuePointer, ValueStore};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(PartialEq, Eq, Clone, Copy)]
+enum Direction {
+    Forward,
+    Reverse,
+}
+
+/// A cursor over the user keys of a database. See the module docs.
+pub struct DbIterator {
+    inner: MergingIterator,
+    seq: SeqNum,
+    dir: Direction,
+    valid: bool,
+    saved_key: Vec<u8>,
+    saved_value: Vec<u8>,
+    saved_type: ValueType,
+    lower: Option<Vec<u8>>,
+    upper: Option<Vec<u8>>,
+    err: Option<Error>,
+    vstore: Arc<dyn ValueStore>,
+    resolved: Vec<u8>,
+    _pin: Box<dyn Send>,
+}
+
+impl DbIterator {
+    pub(crate) fn new(
+        inner: MergingIterator,
+        seq: SeqNum,
+        vstore: Arc<dyn ValueStore>,
+        pin: Box<dyn Send>,
+        lower: Option<Vec<u8>>,
+        upper: Option<Vec<u8>>,
+    ) -> Self {
+        DbIterator {
+            inner,
+            seq,
+            dir: Direction::Forward,
+            valid: false,
+            saved_key: Vec::new(),
+            saved_value: Vec::new(),
+            saved_type: ValueType::Value,
+            lower,
+            upper,
+            err: None,
+            vstore,
+            resolved: Vec::new(),
+            _pin: pin,
+        }
+    }
+
+    /// True when positioned at an entry.
+    pub fn valid(&self) -> bool {
+        self.valid
+    }
+
+    /// Positions at the first key `>= lower bound`.
+    pub fn seek_to_first(&mut self) {
+        match self.lower.clone() {
+            Some(l) => self.seek(&l),
+            None => {
+                self.dir = Direction::Forward;
+                self.inner.seek_to_first();
+                self.find_next_user_entry(false);
+                self.finish_move();
+            }
+        }
+    }
+
+    /// Positions at the last key `< upper bound`.
+    pub fn seek_to_last(&mut self) {
+        match self.upper.clone() {
+            Some(u) => self.seek_before(&u),
+            None => {
+                self.dir = Direction::Reverse;
+                self.inner.seek_to_last();
+                self.find_prev_user_entry();
+                self.finish_move();
+            }
+        }
+    }
+
+    /// Positions at the first key `>= key` (clamped to the bounds).
+    pub fn seek(&mut self, key: &[u8]) {
+        let key = match &self.lower {
+            Some(l) if key < l.as_slice() => l.clone(),
+            _ => key.to_vec(),
+        };
+        self.dir = Direction::Forward;
+        self.inner.seek(&seek_key(&key, self.seq));
+        self.find_next_user_entry(false);
+        self.finish_move();
+    }
+
+    /// Positions at the last key `< key` (clamped to the bounds).
+    pub fn seek_before(&mut self, key: &[u8]) {
+        let key = match &self.upper {
+            Some(u) if key > u.as_slice() => u.clone(),
+            _ => key.to_vec(),
+        };
+        // First entry of `key` at any sequence, then step back.
+        self.dir = Direction::Forward;
+        self.inner.seek(&seek_key(&key, MAX_SEQ));
+        if self.inner.valid() {
+            self.saved_key = key;
+            self.to_reverse_from_forward_position();
+        } else {
+            self.dir = Direction::Reverse;
+            self.inner.seek_to_last();
+        }
+        if self.inner.status().is_err() {
+            self.valid = false;
+        } else {
+            self.find_prev_user_entry();
+        }
+        self.finish_move();
+    }
+
+    /// Moves to the next key. Requires `valid()`.
+    pub fn next(&mut self) {
+        if !self.valid {
+            return;
+        }
+        if self.dir == Direction::Reverse {
+            self.dir = Direction::Forward;
+            if self.inner.valid() {
+                self.inner.next();
+            } else {
+                self.inner.seek_to_first();
+            }
+            if !self.inner.valid() {
+                self.valid = false;
+                self.finish_move();
+                return;
+            }
+        } else {
+            self.saved_key.clear();
+            self.saved_key
+                .extend_from_slice(crate::index::key::user_key(self.inner.key()));
+            self.inner.next();
+        }
+        self.find_next_user_entry(true);
+        self.finish_move();
+    }
+
+    /// Moves to the previous key. Requires `valid()`.
+    pub fn prev(&mut self) {
+        if !self.valid {
+            return;
+        }
+        if self.dir == Direction::Forward {
+            self.saved_key.clear();
+            self.saved_key
+                .extend_from_slice(crate::index::key::user_key(self.inner.key()));
+            self.to_reverse_from_forward_position();
+        }
+        self.find_prev_user_entry();
+        self.finish_move();
+    }
+
+    /// Steps the inner iterator back until it is before every entry of
+    /// `saved_key`, and switches to reverse.
+    fn to_reverse_from_forward_position(&mut self) {
+        loop {
+            self.inner.prev();
+            if !self.inner.valid() {
+                break;
+            }
+            if crate::index::key::user_key(self.inner.key()) < self.saved_key.as_slice() {
+                break;
+            }
+        }
+        self.dir = Direction::Reverse;
+    }
+
+    /// Current key. Requires `valid()`.
+    pub fn key(&self) -> &[u8] {
+        debug_assert!(self.valid);
+        match self.dir {
+            Direction::Forward => crate::index::key::user_key(self.inner.key()),
+            Direction::Reverse => &self.saved_key,
+        }
+    }
+
+    /// Current value. Requires `valid()`.
+    pub fn value(&self) -> &[u8] {
+        debug_assert!(self.valid);
+        &self.resolved
+    }
+
+    /// The first error met; an iterator that stopped on an error is not at
+    /// the end of the data.
+    pub fn status(&self) -> Result<()> {
+        if let Some(e) = &self.err {
+            return Err(e.clone());
+        }
+        self.inner.status()
+    }
+
+    fn find_next_user_entry(&mut self, mut skipping: bool) {
+        while self.inner.valid() {
+            match parse_internal_key(self.inner.key()) {
+                None => {
+                    self.err = Some(Error::corruption(
+                        PathBuf::from("index"),
+                        0,
+                        "unparsable internal key during iteration",
+                    ));
+                    break;
+                }
+                Some(p) if p.seq <= self.seq => match p.vtype {
+                    ValueType::Deletion => {
+                        self.saved_key.clear();
+                        self.saved_key.extend_from_slice(p.user_key);
+                        skipping = true;
+                    }
+                    _ => {
+                        if !(skipping && p.user_key <= self.saved_key.as_slice()) {
+                            self.valid = true;
+                            return;
+                        }
+                    }
+                },
+                Some(_) => {}
+            }
+            self.inner.next();
+        }
+        self.valid = false;
+    }
+
+    fn find_prev_user_entry(&mut self) {
+        let mut vtype = ValueType::Deletion;
+        while self.inner.valid() {
+            match parse_internal_key(self.inner.key()) {
+                None => {
+                    self.err = Some(Error::corruption(
+                        PathBuf::from("index"),
+                        0,
+                        "unparsable internal key during iteration",
+                    ));
+                    vtype = ValueType::Deletion;
+                    break;
+                }
+                Some(p) if p.seq <= self.seq => {
+                    if vtype != ValueType::Deletion && p.user_key < self.saved_key.as_slice() {
+                        break;
+                    }
+                    vtype = p.vtype;
+                    if vtype == ValueType::Deletion {
+                        self.saved_key.clear();
+                        self.saved_value.clear();
+                    } else {
+                        self.saved_key.clear();
+                        self.saved_key.extend_from_slice(p.user_key);
+                        self.saved_value.clear();
+                        self.saved_value.extend_from_slice(self.inner.value());
+                        self.saved_type = p.vtype;
+                    }
+                }
+                Some(_) => {}
+            }
+            self.inner.prev();
+        }
+        if vtype == ValueType::Deletion || self.err.is_some() {
+            self.valid = false;
+            self.saved_key.clear();
+            self.saved_value.clear();
+            self.dir = Direction::Forward;
+        } else {
+            self.valid = true;
+        }
+    }
+
+    /// Applies bounds and resolves the current value.
+    fn finish_move(&mut self) {
+        if self.err.is_some() || self.inner.status().is_err() {
+            self.valid = false;
+        }
+        if !self.valid {
+            return;
+        }
+        let k = self.key();
+        let out = self.lower.as_deref().is_some_and(|l| k < l) || self.upper.as_deref().is_some_and(|u| k >= u);
+        if out {
+            self.valid = false;
+            return;
+        }
+        let (vtype, raw) = match self.dir {
+            Direction::Forward => {
+                let t = parse_internal_key(self.inner.key()).map(|p| p.vtype);
+                (t.unwrap_or(ValueType::Value), self.inner.value())
+            }
+            Direction::Reverse => (self.saved_type, self.saved_value.as_slice()),
+        };
+        match vtype {
+            ValueType::Pointer => {
+                let key = self.key().to_vec();
+                let res = match ValuePointer::decode(raw) {
+                    Some(ptr) => self.vstore.read(&key, &ptr),
+                    None => Err(Error::corruption("index", 0, "malformed value pointer")),
+                };
+                match res {
+                    Ok(v) => self.resolved = v,
+                    Err(e) => {
+                        self.err = Some(e);
+                        self.valid = false;
+                    }
+                }
+            }
+            _ => {
+                self.resolved.clear();
+                self.resolved.extend_from_slice(raw);
+            }
+        }
+    }
+}
+
+/// A Rust iterator over `(key, value)` pairs of a key range, forward or
+/// backward. An error ends the iteration after being yielded once.
+pub struct Scan {
+    it: DbIterator,
+    reverse: bool,
+    started: bool,
+    done: bool,
+}
+
+impl Scan {
+    pub(crate) fn new(it: DbIterator, reverse: bool) -> Self {
+        Scan {
+            it,
+            reverse,
+            started: false,
+            done: false,
+        }
+    }
+}
+
+impl Iterator for Scan {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        if !self.started {
+            self.started = true;
+            if self.reverse {
+                self.it.seek_to_last();
+            } else {
+                self.it.seek_to_first();
+            }
+        } else if self.reverse {
+            self.it.prev();
+        } else {
+            self.it.next();
+        }
+        if self.it.valid() {
+            return Some(Ok((self.it.key().to_vec(), self.it.value().to_vec())));
+        }
+        self.done = true;
+        self.it.status().err().map(Err)
+    }
+}
