@@ -934,7 +934,11 @@ impl DbInner {
                     self.bg_cv.wait_for(&mut bg, Duration::from_millis(500));
                 }
             }
-            if let Err(e) = self.background_step() {
+            // A panic here is a bug; turn it into a background error so
+            // writers waiting on this thread fail instead of hanging.
+            let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.background_step()))
+                .unwrap_or_else(|_| Err(Error::Poisoned("background thread panicked".into())));
+            if let Err(e) = step {
                 self.set_poison(&e);
                 self.bg.lock().error = Some(e);
             }

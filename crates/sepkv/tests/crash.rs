@@ -111,7 +111,7 @@ fn run_seed(seed: u64) -> Result<(), String> {
             break;
         }
         // Random writes, then a crash at a random point.
-        let n_ops = rng.gen_range(500..3000);
+        let n_ops = rng.gen_range(1000..4000);
         for _ in 0..n_ops {
             let sync = rng.gen_bool(0.05);
             let mut b = WriteBatch::new();

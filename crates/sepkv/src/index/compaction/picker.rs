@@ -44,7 +44,7 @@ impl PickerConfig {
     /// Most bytes of grandparent overlap one output file may have before it
     /// is cut (limits the cost of the next compaction).
     pub fn max_grandparent_overlap(&self) -> u64 {
-        10 * self.target_file_size
+        self.target_file_size.saturating_mul(10)
     }
 }
 
