@@ -11,7 +11,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "sepkv", version, about = "Administer a sepkv key-value database")]
+#[command(
+    name = "sepkv",
+    version,
+    about = "Administer a sepkv key-value database"
+)]
 struct Cli {
     /// Database directory.
     #[arg(long, global = true, default_value = "sepkv-db")]
@@ -104,7 +108,9 @@ fn run(cli: Cli) -> Result<ExitCode, sepkv::Error> {
         }
         Cmd::Get { key } => match db.get(key.as_bytes())? {
             Some(v) => {
-                out.write_all(&v).and_then(|_| out.write_all(b"\n")).map_err(stdout_err)?;
+                out.write_all(&v)
+                    .and_then(|_| out.write_all(b"\n"))
+                    .map_err(stdout_err)?;
                 ExitCode::SUCCESS
             }
             None => {
@@ -118,8 +124,17 @@ fn run(cli: Cli) -> Result<ExitCode, sepkv::Error> {
             db.write(&b, sync)?;
             ExitCode::SUCCESS
         }
-        Cmd::Scan { start, end, limit, reverse } => {
-            let scan = db.scan(start.as_deref().map(str::as_bytes), end.as_deref().map(str::as_bytes), *reverse)?;
+        Cmd::Scan {
+            start,
+            end,
+            limit,
+            reverse,
+        } => {
+            let scan = db.scan(
+                start.as_deref().map(str::as_bytes),
+                end.as_deref().map(str::as_bytes),
+                *reverse,
+            )?;
             for (i, r) in scan.enumerate() {
                 if limit.is_some_and(|l| i >= l) {
                     break;
@@ -164,20 +179,28 @@ fn stdout_err(e: std::io::Error) -> sepkv::Error {
     sepkv::Error::io("<stdout>", e)
 }
 
-fn import(db: &Db, sync: bool, batch_size: usize, out: &mut impl Write) -> Result<(), sepkv::Error> {
+fn import(
+    db: &Db,
+    sync: bool,
+    batch_size: usize,
+    out: &mut impl Write,
+) -> Result<(), sepkv::Error> {
     let stdin = std::io::stdin();
     let mut b = WriteBatch::new();
     let mut total = 0u64;
     let opts = WriteOptions { sync };
-    let flush = |b: &mut WriteBatch, total: &mut u64, out: &mut dyn Write| -> Result<(), sepkv::Error> {
-        if b.is_empty() {
-            return Ok(());
-        }
-        db.write(b, opts)?;
-        *total += b.len() as u64;
-        b.clear();
-        writeln!(out, "acked {total}").and_then(|_| out.flush()).map_err(stdout_err)
-    };
+    let flush =
+        |b: &mut WriteBatch, total: &mut u64, out: &mut dyn Write| -> Result<(), sepkv::Error> {
+            if b.is_empty() {
+                return Ok(());
+            }
+            db.write(b, opts)?;
+            *total += b.len() as u64;
+            b.clear();
+            writeln!(out, "acked {total}")
+                .and_then(|_| out.flush())
+                .map_err(stdout_err)
+        };
     for (n, line) in stdin.lock().lines().enumerate() {
         let line = line.map_err(|e| sepkv::Error::io("<stdin>", e))?;
         if line.is_empty() {
@@ -228,15 +251,32 @@ fn verify(cli: &Cli, opts: Options) -> ExitCode {
 }
 
 fn print_stats(s: &sepkv::DbStats, out: &mut impl Write) -> std::io::Result<()> {
-    writeln!(out, "configuration      index={} layout={}", s.index, s.value_layout)?;
+    writeln!(
+        out,
+        "configuration      index={} layout={}",
+        s.index, s.value_layout
+    )?;
     writeln!(out, "last sequence      {}", s.last_sequence)?;
     writeln!(out, "disk bytes         {}", s.disk_bytes)?;
-    writeln!(out, "memtable bytes     {}{}", s.memtable_bytes, if s.immutable_memtable { " (+ immutable memtable)" } else { "" })?;
+    writeln!(
+        out,
+        "memtable bytes     {}{}",
+        s.memtable_bytes,
+        if s.immutable_memtable {
+            " (+ immutable memtable)"
+        } else {
+            ""
+        }
+    )?;
     writeln!(out, "level  files  bytes")?;
     for l in &s.levels {
         writeln!(out, "{:>5}  {:>5}  {}", l.level, l.files, l.bytes)?;
     }
-    writeln!(out, "flushes {}  compactions {}  trivial moves {}  stall µs {}", s.flushes, s.compactions, s.trivial_moves, s.write_stall_micros)?;
+    writeln!(
+        out,
+        "flushes {}  compactions {}  trivial moves {}  stall µs {}",
+        s.flushes, s.compactions, s.trivial_moves, s.write_stall_micros
+    )?;
     writeln!(out, "io category   bytes read   bytes written")?;
     for ((c, r), (_, w)) in s.io.read.iter().zip(&s.io.written) {
         writeln!(out, "{:<12} {:>12} {:>15}", c.name(), r, w)?;

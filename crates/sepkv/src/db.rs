@@ -33,7 +33,9 @@
 use crate::batch::{check_key, decode_batch, WriteBatch};
 use crate::error::{Error, IoContext, Result};
 use crate::format::record::{LogEnd, RecordReader, RecordWriter};
-use crate::fs::{read_all, write_atomic, FileLock, FileSystem, IoCategory, IoStats, IoStatsSnapshot};
+use crate::fs::{
+    read_all, write_atomic, FileLock, FileSystem, IoCategory, IoStats, IoStatsSnapshot,
+};
 use crate::identity::{Identity, FORMAT_VERSION};
 use crate::index::cache::BlockCache;
 use crate::index::compaction::picker::{self, Choice, PickerConfig};
@@ -282,7 +284,9 @@ impl Db {
         let lock_path = dir.join(LOCK);
         let lock = fs.lock(&lock_path).map_err(|e| {
             if e.kind() == std::io::ErrorKind::WouldBlock {
-                Error::Busy { path: lock_path.clone() }
+                Error::Busy {
+                    path: lock_path.clone(),
+                }
             } else {
                 Error::io(&lock_path, e)
             }
@@ -357,7 +361,12 @@ impl Db {
     }
 
     /// Reads or writes `IDENTITY`; returns true for a new database.
-    fn check_identity(dir: &Path, fs: &dyn FileSystem, opts: &Options, stats: &IoStats) -> Result<bool> {
+    fn check_identity(
+        dir: &Path,
+        fs: &dyn FileSystem,
+        opts: &Options,
+        stats: &IoStats,
+    ) -> Result<bool> {
         let id_path = dir.join(IDENTITY);
         let wanted = Identity {
             format: FORMAT_VERSION,
@@ -386,8 +395,17 @@ impl Db {
             // Created but crashed before its first manifest: start afresh if
             // nothing else was written.
             let names = fs.list(dir).ctx(dir)?;
-            if names.iter().any(|n| matches!(filename::parse(n), Some(FileKind::Table(_)) | Some(FileKind::Wal(_)))) {
-                return Err(Error::corruption(dir.join(CURRENT), 0, "CURRENT is missing"));
+            if names.iter().any(|n| {
+                matches!(
+                    filename::parse(n),
+                    Some(FileKind::Table(_)) | Some(FileKind::Wal(_))
+                )
+            }) {
+                return Err(Error::corruption(
+                    dir.join(CURRENT),
+                    0,
+                    "CURRENT is missing",
+                ));
             }
             return Ok(true);
         }
@@ -503,8 +521,9 @@ impl Db {
         let v = match r {
             Lookup::NotFound | Lookup::Deleted => None,
             Lookup::Found(ValueType::Pointer, p) => {
-                let ptr = ValuePointer::decode(&p)
-                    .ok_or_else(|| Error::corruption(&inner.dir, 0, "malformed value pointer in index"))?;
+                let ptr = ValuePointer::decode(&p).ok_or_else(|| {
+                    Error::corruption(&inner.dir, 0, "malformed value pointer in index")
+                })?;
                 Some(inner.vstore.read(key, &ptr)?)
             }
             Lookup::Found(_, v) => Some(v),
@@ -545,11 +564,18 @@ impl Db {
     ///
     /// # Errors
     /// `Closed`; `InvalidArgument` when `lower > upper`.
-    pub fn iter_range(&self, opts: &ReadOptions<'_>, lower: Option<&[u8]>, upper: Option<&[u8]>) -> Result<DbIterator> {
+    pub fn iter_range(
+        &self,
+        opts: &ReadOptions<'_>,
+        lower: Option<&[u8]>,
+        upper: Option<&[u8]>,
+    ) -> Result<DbIterator> {
         self.check_open()?;
         if let (Some(l), Some(u)) = (lower, upper) {
             if l > u {
-                return Err(Error::InvalidArgument("range start is after range end".into()));
+                return Err(Error::InvalidArgument(
+                    "range start is after range end".into(),
+                ));
             }
         }
         let inner = &self.inner;
@@ -567,12 +593,18 @@ impl Db {
             children.push(Box::new(imm.iter()));
         }
         for f in sv.version.files[0].iter().rev() {
-            let t = inner.table_cache.get(f.number, f.size, IoCategory::UserRead)?;
+            let t = inner
+                .table_cache
+                .get(f.number, f.size, IoCategory::UserRead)?;
             children.push(Box::new(t.iter(ctx)));
         }
         for files in sv.version.files.iter().skip(1) {
             if !files.is_empty() {
-                children.push(Box::new(LevelIterator::new(files.clone(), inner.table_cache.clone(), ctx)));
+                children.push(Box::new(LevelIterator::new(
+                    files.clone(),
+                    inner.table_cache.clone(),
+                    ctx,
+                )));
             }
         }
         Ok(DbIterator::new(
@@ -590,7 +622,10 @@ impl Db {
     /// # Errors
     /// As [`Db::iter_range`]; errors met during the scan are yielded.
     pub fn scan(&self, lower: Option<&[u8]>, upper: Option<&[u8]>, reverse: bool) -> Result<Scan> {
-        Ok(Scan::new(self.iter_range(&ReadOptions::default(), lower, upper)?, reverse))
+        Ok(Scan::new(
+            self.iter_range(&ReadOptions::default(), lower, upper)?,
+            reverse,
+        ))
     }
 
     /// Flushes the memtable to an SSTable and waits for it.
@@ -617,7 +652,9 @@ impl Db {
                 .filter(|&l| !v.overlapping(l, begin, end).is_empty())
                 .max()
         };
-        let Some(max_level) = max_level else { return Ok(()) };
+        let Some(max_level) = max_level else {
+            return Ok(());
+        };
         for level in 0..max_level {
             self.inner.run_manual(level, begin, end)?;
         }
@@ -705,15 +742,16 @@ impl DbInner {
     fn write(&self, batch: &WriteBatch, opts: WriteOptions) -> Result<()> {
         let mut guard = self.writer.lock();
         self.poisoned()?;
-        let Some(w) = guard.as_mut() else { return Err(Error::Closed) };
+        let Some(w) = guard.as_mut() else {
+            return Err(Error::Closed);
+        };
         self.make_room(w, false)?;
 
         // Separate large values into the value store (never for `inline`).
         let separated;
-        let batch = if batch
-            .entries()
-            .any(|e| e.is_ok_and(|e| e.vtype == ValueType::Value && self.vstore.separates(e.value.len())))
-        {
+        let batch = if batch.entries().any(|e| {
+            e.is_ok_and(|e| e.vtype == ValueType::Value && self.vstore.separates(e.value.len()))
+        }) {
             separated = self.separate_values(batch)?;
             &separated
         } else {
@@ -765,7 +803,9 @@ impl DbInner {
         let mut out = WriteBatch::new();
         for e in &entries {
             if e.vtype == ValueType::Value && self.vstore.separates(e.value.len()) {
-                let p = ptrs.next().ok_or_else(|| Error::InvalidArgument("value store returned too few pointers".into()))?;
+                let p = ptrs.next().ok_or_else(|| {
+                    Error::InvalidArgument("value store returned too few pointers".into())
+                })?;
                 out.push(ValueType::Pointer, e.key, &p.encode());
             } else {
                 out.push(e.vtype, e.key, e.value);
@@ -805,7 +845,8 @@ impl DbInner {
                 self.bg_cv.notify_all();
                 let still = {
                     let cur = self.sv.read();
-                    cur.imm.is_some() || cur.version.files[0].len() >= self.opts.l0_stop_writes_trigger
+                    cur.imm.is_some()
+                        || cur.version.files[0].len() >= self.opts.l0_stop_writes_trigger
                 };
                 if still && bg.error.is_none() {
                     self.bg_cv.wait_for(&mut bg, Duration::from_millis(100));
@@ -861,7 +902,9 @@ impl DbInner {
         {
             let mut guard = self.writer.lock();
             self.poisoned()?;
-            let Some(w) = guard.as_mut() else { return Err(Error::Closed) };
+            let Some(w) = guard.as_mut() else {
+                return Err(Error::Closed);
+            };
             self.make_room(w, true)?;
         }
         let mut bg = self.bg.lock();
@@ -936,8 +979,9 @@ impl DbInner {
             }
             // A panic here is a bug; turn it into a background error so
             // writers waiting on this thread fail instead of hanging.
-            let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.background_step()))
-                .unwrap_or_else(|_| Err(Error::Poisoned("background thread panicked".into())));
+            let step =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.background_step()))
+                    .unwrap_or_else(|_| Err(Error::Poisoned("background thread panicked".into())));
             if let Err(e) = step {
                 self.set_poison(&e);
                 self.bg.lock().error = Some(e);
@@ -973,7 +1017,9 @@ impl DbInner {
         };
         if let Some((level, begin, end)) = manual {
             let v = self.versions.lock().current();
-            if let Some(inputs) = picker::pick_range(&v, &self.picker, level, begin.as_deref(), end.as_deref()) {
+            if let Some(inputs) =
+                picker::pick_range(&v, &self.picker, level, begin.as_deref(), end.as_deref())
+            {
                 self.compact(&v, &inputs)?;
             }
             if let Some(m) = self.bg.lock().manual.as_mut() {
@@ -984,7 +1030,9 @@ impl DbInner {
         let (v, choice) = {
             let vs = self.versions.lock();
             let v = vs.current();
-            let ptrs: Vec<Option<&[u8]>> = (0..self.opts.num_levels).map(|l| vs.compact_pointer(l)).collect();
+            let ptrs: Vec<Option<&[u8]>> = (0..self.opts.num_levels)
+                .map(|l| vs.compact_pointer(l))
+                .collect();
             let c = picker::pick(&v, &self.picker, &ptrs);
             (v, c)
         };
@@ -1015,13 +1063,17 @@ impl DbInner {
         let smallest = self.smallest_snapshot();
         let mut next = || self.versions.lock().new_file_number();
         let mut ctx = self.job_context(&mut next);
-        let (mut edit, st): (VersionEdit, CompactionStats) = run_compaction(&mut ctx, v, inputs, smallest)?;
+        let (mut edit, st): (VersionEdit, CompactionStats) =
+            run_compaction(&mut ctx, v, inputs, smallest)?;
         self.install(&mut edit)?;
         let c = &self.counters;
         c.compactions.fetch_add(1, Ordering::Relaxed);
-        c.compaction_bytes_in.fetch_add(st.bytes_in, Ordering::Relaxed);
-        c.compaction_bytes_out.fetch_add(st.bytes_out, Ordering::Relaxed);
-        c.compaction_entries_dropped.fetch_add(st.dropped, Ordering::Relaxed);
+        c.compaction_bytes_in
+            .fetch_add(st.bytes_in, Ordering::Relaxed);
+        c.compaction_bytes_out
+            .fetch_add(st.bytes_out, Ordering::Relaxed);
+        c.compaction_entries_dropped
+            .fetch_add(st.dropped, Ordering::Relaxed);
         self.delete_obsolete_files();
         Ok(())
     }
@@ -1109,8 +1161,9 @@ impl DbInner {
                 self.stats.add_read(IoCategory::Wal, data.len() as u64);
                 let mut r = RecordReader::new(&data, &path);
                 while let Some((off, rec)) = r.next_record()? {
-                    let b = decode_batch(rec)
-                        .ok_or_else(|| Error::corruption(&path, off, "malformed write batch in WAL"))?;
+                    let b = decode_batch(rec).ok_or_else(|| {
+                        Error::corruption(&path, off, "malformed write batch in WAL")
+                    })?;
                     for (j, e) in b.entries.iter().enumerate() {
                         mem.add(b.seq + j as u64, e.vtype, e.key, e.value);
                     }
@@ -1124,7 +1177,11 @@ impl DbInner {
                 }
                 if let Some(LogEnd::Torn(off)) = r.end() {
                     if i + 1 != wals.len() {
-                        return Err(Error::corruption(&path, off, "torn record in a WAL that is not the newest"));
+                        return Err(Error::corruption(
+                            &path,
+                            off,
+                            "torn record in a WAL that is not the newest",
+                        ));
                     }
                 }
             }
@@ -1166,7 +1223,9 @@ impl DbInner {
             let vs = self.versions.lock();
             (vs.live_files(), vs.log_number, vs.manifest_number())
         };
-        let Ok(names) = self.fs.list(&self.dir) else { return };
+        let Ok(names) = self.fs.list(&self.dir) else {
+            return;
+        };
         for name in names {
             let remove = match filename::parse(&name) {
                 Some(FileKind::Table(n)) => {
@@ -1232,7 +1291,11 @@ impl DbInner {
                     match r.next_record() {
                         Ok(Some((off, rec))) => {
                             if decode_batch(rec).is_none() {
-                                rep.faults.push(Error::corruption(&path, off, "malformed write batch in WAL"));
+                                rep.faults.push(Error::corruption(
+                                    &path,
+                                    off,
+                                    "malformed write batch in WAL",
+                                ));
                             }
                             rep.wal_records += 1;
                         }
@@ -1315,7 +1378,9 @@ impl DbInner {
 /// # Errors
 /// `Corruption` for a damaged `IDENTITY`; `NotADatabase` for a foreign one;
 /// `Io` when it cannot be read.
-pub fn stored_config(path: impl AsRef<Path>) -> Result<Option<(crate::IndexKind, crate::ValueLayout)>> {
+pub fn stored_config(
+    path: impl AsRef<Path>,
+) -> Result<Option<(crate::IndexKind, crate::ValueLayout)>> {
     let p = path.as_ref().join(IDENTITY);
     if !p.exists() {
         return Ok(None);

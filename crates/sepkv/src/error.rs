@@ -96,7 +96,8 @@ impl Error {
     pub fn is_no_space(&self) -> bool {
         match self {
             Error::Io { source, .. } => {
-                source.kind() == std::io::ErrorKind::StorageFull || source.raw_os_error() == Some(28)
+                source.kind() == std::io::ErrorKind::StorageFull
+                    || source.raw_os_error() == Some(28)
             }
             _ => false,
         }

@@ -50,8 +50,10 @@ impl Identity {
     /// `NotADatabase` for an unsupported format version.
     pub fn decode(path: &Path, data: &[u8]) -> Result<Identity> {
         let dir = path.parent().unwrap_or(Path::new("."));
-        let text = std::str::from_utf8(data)
-            .map_err(|_| Error::NotADatabase { path: dir.into(), reason: "IDENTITY is not text".into() })?;
+        let text = std::str::from_utf8(data).map_err(|_| Error::NotADatabase {
+            path: dir.into(),
+            reason: "IDENTITY is not text".into(),
+        })?;
         if !text.starts_with(MAGIC) {
             return Err(Error::NotADatabase {
                 path: dir.into(),
@@ -62,8 +64,10 @@ impl Identity {
             .rfind("crc=")
             .ok_or_else(|| Error::corruption(path, 0, "IDENTITY has no checksum"))?;
         let (body, tail) = text.split_at(crc_at);
-        let stored = u32::from_str_radix(tail.trim_start_matches("crc=").trim_end(), 16)
-            .map_err(|_| Error::corruption(path, crc_at as u64, "IDENTITY checksum is malformed"))?;
+        let stored =
+            u32::from_str_radix(tail.trim_start_matches("crc=").trim_end(), 16).map_err(|_| {
+                Error::corruption(path, crc_at as u64, "IDENTITY checksum is malformed")
+            })?;
         if stored != mask(crc(body.as_bytes())) {
             return Err(Error::corruption(path, 0, "IDENTITY checksum mismatch"));
         }
@@ -78,7 +82,9 @@ impl Identity {
         if format != FORMAT_VERSION {
             return Err(Error::NotADatabase {
                 path: dir.into(),
-                reason: format!("format version {format} is not supported (this build reads {FORMAT_VERSION})"),
+                reason: format!(
+                    "format version {format} is not supported (this build reads {FORMAT_VERSION})"
+                ),
             });
         }
         let index = field("index")?
@@ -87,12 +93,19 @@ impl Identity {
         let layout = field("layout")?
             .parse()
             .map_err(|e: Error| Error::corruption(path, 0, e.to_string()))?;
-        Ok(Identity { format, index, layout })
+        Ok(Identity {
+            format,
+            index,
+            layout,
+        })
     }
 
     /// `index+layout`, for messages.
     pub fn describe(&self) -> String {
-        format!("index={} layout={} format={}", self.index, self.layout, self.format)
+        format!(
+            "index={} layout={} format={}",
+            self.index, self.layout, self.format
+        )
     }
 }
 
@@ -102,12 +115,21 @@ mod tests {
 
     #[test]
     fn roundtrip_and_damage() {
-        let id = Identity { format: 1, index: IndexKind::Lsm, layout: ValueLayout::Inline };
+        let id = Identity {
+            format: 1,
+            index: IndexKind::Lsm,
+            layout: ValueLayout::Inline,
+        };
         let p = Path::new("db/IDENTITY");
         let enc = id.encode();
         assert_eq!(Identity::decode(p, enc.as_bytes()).unwrap(), id);
         let bad = enc.replace("inline", "inlinf");
-        assert!(Identity::decode(p, bad.as_bytes()).unwrap_err().is_corruption());
-        assert!(matches!(Identity::decode(p, b"hello"), Err(Error::NotADatabase { .. })));
+        assert!(Identity::decode(p, bad.as_bytes())
+            .unwrap_err()
+            .is_corruption());
+        assert!(matches!(
+            Identity::decode(p, b"hello"),
+            Err(Error::NotADatabase { .. })
+        ));
     }
 }

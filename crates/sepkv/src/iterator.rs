@@ -118,7 +118,7 @@ impl DbIterator {
         self.inner.seek(&seek_key(&key, MAX_SEQ));
         if self.inner.valid() {
             self.saved_key = key;
-            self.to_reverse_from_forward_position();
+            self.step_back_before_saved_key();
         } else {
             self.dir = Direction::Reverse;
             self.inner.seek_to_last();
@@ -167,7 +167,7 @@ impl DbIterator {
             self.saved_key.clear();
             self.saved_key
                 .extend_from_slice(crate::index::key::user_key(self.inner.key()));
-            self.to_reverse_from_forward_position();
+            self.step_back_before_saved_key();
         }
         self.find_prev_user_entry();
         self.finish_move();
@@ -175,7 +175,7 @@ impl DbIterator {
 
     /// Steps the inner iterator back until it is before every entry of
     /// `saved_key`, and switches to reverse.
-    fn to_reverse_from_forward_position(&mut self) {
+    fn step_back_before_saved_key(&mut self) {
         loop {
             self.inner.prev();
             if !self.inner.valid() {
@@ -295,7 +295,8 @@ impl DbIterator {
             return;
         }
         let k = self.key();
-        let out = self.lower.as_deref().is_some_and(|l| k < l) || self.upper.as_deref().is_some_and(|u| k >= u);
+        let out = self.lower.as_deref().is_some_and(|l| k < l)
+            || self.upper.as_deref().is_some_and(|u| k >= u);
         if out {
             self.valid = false;
             return;

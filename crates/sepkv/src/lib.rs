@@ -39,6 +39,6 @@ pub use error::{Error, Result};
 pub use identity::FORMAT_VERSION;
 pub use iterator::{DbIterator, Scan};
 pub use options::{
-    IndexKind, Options, Preset, ReadOptions, ValueLayout, WriteOptions, MAX_BATCH_SIZE, MAX_KEY_SIZE,
-    MAX_VALUE_SIZE,
+    IndexKind, Options, Preset, ReadOptions, ValueLayout, WriteOptions, MAX_BATCH_SIZE,
+    MAX_KEY_SIZE, MAX_VALUE_SIZE,
 };

@@ -238,7 +238,10 @@ impl Options {
             ));
         }
         if !(256..=1 << 20).contains(&self.block_size) {
-            return bad(format!("block_size {} must be between 256 B and 1 MiB", self.block_size));
+            return bad(format!(
+                "block_size {} must be between 256 B and 1 MiB",
+                self.block_size
+            ));
         }
         if !(1..=1024).contains(&self.block_restart_interval) {
             return bad(format!(
@@ -247,10 +250,16 @@ impl Options {
             ));
         }
         if self.bloom_bits_per_key > 64 {
-            return bad(format!("bloom_bits_per_key {} must be at most 64", self.bloom_bits_per_key));
+            return bad(format!(
+                "bloom_bits_per_key {} must be at most 64",
+                self.bloom_bits_per_key
+            ));
         }
         if self.max_open_files < 16 {
-            return bad(format!("max_open_files {} must be at least 16", self.max_open_files));
+            return bad(format!(
+                "max_open_files {} must be at least 16",
+                self.max_open_files
+            ));
         }
         if !(64 << 10..=1 << 30).contains(&self.target_file_size) {
             return bad(format!(
@@ -268,7 +277,10 @@ impl Options {
             ));
         }
         if !(2..=12).contains(&self.num_levels) {
-            return bad(format!("num_levels {} must be between 2 and 12", self.num_levels));
+            return bad(format!(
+                "num_levels {} must be between 2 and 12",
+                self.num_levels
+            ));
         }
         if !(1 <= self.l0_compaction_trigger
             && self.l0_compaction_trigger <= self.l0_slowdown_writes_trigger

@@ -22,8 +22,11 @@ fn put_get_flush_compact_reopen() {
     let dir = Path::new("/db");
     let db = Db::open(dir, small(&fs)).unwrap();
     for i in 0..20_000u32 {
-        db.put(format!("k{:08}", (i * 7919) % 20_000).as_bytes(), format!("value-{i}").as_bytes())
-            .unwrap();
+        db.put(
+            format!("k{:08}", (i * 7919) % 20_000).as_bytes(),
+            format!("value-{i}").as_bytes(),
+        )
+        .unwrap();
     }
     for i in (0..20_000u32).step_by(3) {
         db.delete(format!("k{i:08}").as_bytes()).unwrap();

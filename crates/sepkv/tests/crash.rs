@@ -61,7 +61,8 @@ fn run_seed(seed: u64) -> Result<(), String> {
     let mut pending: Vec<Write> = Vec::new();
     let mut last_synced = 0u64;
     for cycle in 0..CYCLES {
-        let db = Db::open(dir, opts(&fs)).map_err(|e| format!("cycle {cycle}: open failed: {e}"))?;
+        let db =
+            Db::open(dir, opts(&fs)).map_err(|e| format!("cycle {cycle}: open failed: {e}"))?;
         // Check the recovered state.
         let recovered = db.last_sequence();
         if recovered < last_synced {
@@ -79,14 +80,28 @@ fn run_seed(seed: u64) -> Result<(), String> {
         }
         pending.clear();
         base_seq = recovered;
-        let got: Result<Vec<_>, _> = db.scan(None, None, false).map_err(|e| e.to_string())?.collect();
+        let got: Result<Vec<_>, _> = db
+            .scan(None, None, false)
+            .map_err(|e| e.to_string())?
+            .collect();
         let got = got.map_err(|e| format!("cycle {cycle}: scan failed: {e}"))?;
-        if got.len() != base.len() || got.iter().zip(base.iter()).any(|(a, b)| a.0 != *b.0 || a.1 != *b.1) {
+        if got.len() != base.len()
+            || got
+                .iter()
+                .zip(base.iter())
+                .any(|(a, b)| a.0 != *b.0 || a.1 != *b.1)
+        {
             let first = got
                 .iter()
                 .zip(base.iter())
                 .find(|(a, b)| a.0 != *b.0 || a.1 != *b.1)
-                .map(|(a, b)| format!("db has {:?}, model has {:?}", String::from_utf8_lossy(&a.0), String::from_utf8_lossy(b.0)));
+                .map(|(a, b)| {
+                    format!(
+                        "db has {:?}, model has {:?}",
+                        String::from_utf8_lossy(&a.0),
+                        String::from_utf8_lossy(b.0)
+                    )
+                });
             return Err(format!(
                 "cycle {cycle}: state after recovery to seq {recovered} differs from the model ({} vs {} keys; {:?})",
                 got.len(),
@@ -96,9 +111,14 @@ fn run_seed(seed: u64) -> Result<(), String> {
         }
         for _ in 0..20 {
             let k = format!("k{:04}", rng.gen_range(0..1500)).into_bytes();
-            let v = db.get(&k).map_err(|e| format!("cycle {cycle}: get failed: {e}"))?;
+            let v = db
+                .get(&k)
+                .map_err(|e| format!("cycle {cycle}: get failed: {e}"))?;
             if v.as_ref() != base.get(&k) {
-                return Err(format!("cycle {cycle}: get {:?} differs from the model", String::from_utf8_lossy(&k)));
+                return Err(format!(
+                    "cycle {cycle}: get {:?} differs from the model",
+                    String::from_utf8_lossy(&k)
+                ));
             }
         }
         if cycle % 3 == 0 {
@@ -116,7 +136,11 @@ fn run_seed(seed: u64) -> Result<(), String> {
             let sync = rng.gen_bool(0.05);
             let mut b = WriteBatch::new();
             let mut changes = Vec::new();
-            let n = if rng.gen_bool(0.1) { rng.gen_range(2..12) } else { 1 };
+            let n = if rng.gen_bool(0.1) {
+                rng.gen_range(2..12)
+            } else {
+                1
+            };
             for _ in 0..n {
                 let k = format!("k{:04}", rng.gen_range(0..1500)).into_bytes();
                 if rng.gen_bool(0.15) {
@@ -137,7 +161,8 @@ fn run_seed(seed: u64) -> Result<(), String> {
             }
             pending.push(Write { seq_end, changes });
             if rng.gen_bool(0.002) {
-                db.flush().map_err(|e| format!("cycle {cycle}: flush failed: {e}"))?;
+                db.flush()
+                    .map_err(|e| format!("cycle {cycle}: flush failed: {e}"))?;
             }
         }
         fs.crash();
@@ -168,6 +193,15 @@ fn crash_recovery_keeps_a_prefix_of_history() {
             failures.push(seed);
         }
     }
-    assert!(failures.is_empty(), "{} of {} seeds failed: {:?}", failures.len(), seeds.len(), failures);
-    eprintln!("{} crash/reopen iterations passed", seeds.len() * (CYCLES - 1));
+    assert!(
+        failures.is_empty(),
+        "{} of {} seeds failed: {:?}",
+        failures.len(),
+        seeds.len(),
+        failures
+    );
+    eprintln!(
+        "{} crash/reopen iterations passed",
+        seeds.len() * (CYCLES - 1)
+    );
 }

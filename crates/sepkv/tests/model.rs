@@ -17,12 +17,19 @@ enum Op {
     Get(u16),
     Snapshot,
     ReadSnapshot(usize, u16),
-    Scan { lo: Option<u16>, hi: Option<u16>, reverse: bool, limit: usize },
+    Scan {
+        lo: Option<u16>,
+        hi: Option<u16>,
+        reverse: bool,
+        limit: usize,
+    },
     Walk(Vec<bool>),
     Flush,
     Compact(Option<(u16, u16)>),
     Reopen,
 }
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn key(k: u16) -> Vec<u8> {
     format!("key{:05}", k).into_bytes()
@@ -69,8 +76,8 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let fs = MemFs::new();
     let dir = Path::new("/db");
     let mut db = Db::open(dir, opts(&fs)).unwrap();
-    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-    let mut snaps: Vec<(sepkv::Snapshot, BTreeMap<Vec<u8>, Vec<u8>>)> = Vec::new();
+    let mut model: Model = BTreeMap::new();
+    let mut snaps: Vec<(sepkv::Snapshot, Model)> = Vec::new();
     for op in ops {
         match op {
             Op::Put(k, v) => {
@@ -95,7 +102,13 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                         }
                     }
                 }
-                db.write(&b, WriteOptions { sync: entries.len() % 2 == 0 }).unwrap();
+                db.write(
+                    &b,
+                    WriteOptions {
+                        sync: entries.len() % 2 == 0,
+                    },
+                )
+                .unwrap();
             }
             Op::Get(k) => prop_assert_eq!(db.get(&key(k)).unwrap(), model.get(&key(k)).cloned()),
             Op::Snapshot => {
@@ -106,24 +119,35 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::ReadSnapshot(i, k) => {
                 if let Some((s, m)) = snaps.get(i) {
-                    let ro = ReadOptions { snapshot: Some(s), ..Default::default() };
+                    let ro = ReadOptions {
+                        snapshot: Some(s),
+                        ..Default::default()
+                    };
                     prop_assert_eq!(db.get_opt(&ro, &key(k)).unwrap(), m.get(&key(k)).cloned());
-                    let got: Vec<_> = db.iter(&ro).map(|it| {
-                        let mut it = it;
-                        let mut v = Vec::new();
-                        it.seek_to_first();
-                        while it.valid() {
-                            v.push((it.key().to_vec(), it.value().to_vec()));
-                            it.next();
-                        }
-                        it.status().unwrap();
-                        v
-                    }).unwrap();
+                    let got: Vec<_> = db
+                        .iter(&ro)
+                        .map(|it| {
+                            let mut it = it;
+                            let mut v = Vec::new();
+                            it.seek_to_first();
+                            while it.valid() {
+                                v.push((it.key().to_vec(), it.value().to_vec()));
+                                it.next();
+                            }
+                            it.status().unwrap();
+                            v
+                        })
+                        .unwrap();
                     let want: Vec<_> = m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
                     prop_assert_eq!(got, want);
                 }
             }
-            Op::Scan { lo, hi, reverse, limit } => {
+            Op::Scan {
+                lo,
+                hi,
+                reverse,
+                limit,
+            } => {
                 let (lo, hi) = (lo.map(key), hi.map(key));
                 if lo.is_some() && hi.is_some() && lo > hi {
                     prop_assert!(db.scan(lo.as_deref(), hi.as_deref(), reverse).is_err());
@@ -139,9 +163,16 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     lo.as_ref().is_none_or(|l| *k >= l) && hi.as_ref().is_none_or(|h| *k < h)
                 });
                 let want: Vec<_> = if reverse {
-                    range.rev().take(limit).map(|(k, v)| (k.clone(), v.clone())).collect()
+                    range
+                        .rev()
+                        .take(limit)
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect()
                 } else {
-                    range.take(limit).map(|(k, v)| (k.clone(), v.clone())).collect()
+                    range
+                        .take(limit)
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect()
                 };
                 prop_assert_eq!(got, want);
             }
@@ -179,7 +210,8 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Flush => db.flush().unwrap(),
             Op::Compact(r) => {
                 let r = r.map(|(a, b)| (key(a.min(b)), key(a.max(b))));
-                db.compact_range(r.as_ref().map(|x| &x.0[..]), r.as_ref().map(|x| &x.1[..])).unwrap();
+                db.compact_range(r.as_ref().map(|x| &x.0[..]), r.as_ref().map(|x| &x.1[..]))
+                    .unwrap();
             }
             Op::Reopen => {
                 snaps.clear();
@@ -190,7 +222,11 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
         }
     }
     // Final full comparison, and a clean verify.
-    let got: Vec<_> = db.scan(None, None, false).unwrap().map(|r| r.unwrap()).collect();
+    let got: Vec<_> = db
+        .scan(None, None, false)
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
     let want: Vec<_> = model.into_iter().collect();
     prop_assert_eq!(got, want);
     let rep = db.verify().unwrap();

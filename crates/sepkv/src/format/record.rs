@@ -230,7 +230,10 @@ mod tests {
     fn roundtrip() {
         let data = log(&[b"a", b"", b"hello world"]);
         let (recs, end) = read_all(&data);
-        assert_eq!(recs.unwrap(), vec![b"a".to_vec(), vec![], b"hello world".to_vec()]);
+        assert_eq!(
+            recs.unwrap(),
+            vec![b"a".to_vec(), vec![], b"hello world".to_vec()]
+        );
         assert_eq!(end, Some(LogEnd::Clean));
     }
 

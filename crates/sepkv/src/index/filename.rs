@@ -83,8 +83,14 @@ mod tests {
     #[test]
     fn names_roundtrip() {
         let d = Path::new("db");
-        assert_eq!(parse(wal_path(d, 7).file_name().unwrap().to_str().unwrap()), Some(FileKind::Wal(7)));
-        assert_eq!(parse(table_path(d, 12).file_name().unwrap().to_str().unwrap()), Some(FileKind::Table(12)));
+        assert_eq!(
+            parse(wal_path(d, 7).file_name().unwrap().to_str().unwrap()),
+            Some(FileKind::Wal(7))
+        );
+        assert_eq!(
+            parse(table_path(d, 12).file_name().unwrap().to_str().unwrap()),
+            Some(FileKind::Table(12))
+        );
         assert_eq!(parse(&manifest_name(3)), Some(FileKind::Manifest(3)));
         assert_eq!(parse("CURRENT.tmp"), Some(FileKind::Temp));
         assert_eq!(parse("notes.txt"), None);

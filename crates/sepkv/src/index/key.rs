@@ -114,7 +114,11 @@ pub fn trailer(ikey: &[u8]) -> u64 {
     if ikey.len() < TRAILER_LEN {
         return 0;
     }
-    u64::from_le_bytes(ikey[ikey.len() - TRAILER_LEN..].try_into().expect("8 bytes"))
+    u64::from_le_bytes(
+        ikey[ikey.len() - TRAILER_LEN..]
+            .try_into()
+            .expect("8 bytes"),
+    )
 }
 
 /// Compares two internal keys in index order.
@@ -138,7 +142,10 @@ mod tests {
         assert_eq!(compare_internal(&seek_key(b"a", 2), &a2), Ordering::Less);
         assert_eq!(compare_internal(&seek_key(b"a", 1), &a2), Ordering::Greater);
         let p = parse_internal_key(&a2).unwrap();
-        assert_eq!((p.user_key, p.seq, p.vtype), (&b"a"[..], 2, ValueType::Value));
+        assert_eq!(
+            (p.user_key, p.seq, p.vtype),
+            (&b"a"[..], 2, ValueType::Value)
+        );
         assert!(parse_internal_key(b"short").is_none());
     }
 }

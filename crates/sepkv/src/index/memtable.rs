@@ -145,9 +145,15 @@ mod tests {
         m.add(2, ValueType::Deletion, b"k", b"");
         m.add(3, ValueType::Value, b"k", b"v3");
         assert_eq!(m.get(b"k", 0), Lookup::NotFound);
-        assert_eq!(m.get(b"k", 1), Lookup::Found(ValueType::Value, b"v1".to_vec()));
+        assert_eq!(
+            m.get(b"k", 1),
+            Lookup::Found(ValueType::Value, b"v1".to_vec())
+        );
         assert_eq!(m.get(b"k", 2), Lookup::Deleted);
-        assert_eq!(m.get(b"k", 9), Lookup::Found(ValueType::Value, b"v3".to_vec()));
+        assert_eq!(
+            m.get(b"k", 9),
+            Lookup::Found(ValueType::Value, b"v3".to_vec())
+        );
         assert_eq!(m.get(b"j", 9), Lookup::NotFound);
         assert_eq!(m.get(b"kk", 9), Lookup::NotFound);
     }

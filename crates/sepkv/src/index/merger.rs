@@ -32,7 +32,9 @@ impl MergingIterator {
         let mut best: Option<usize> = None;
         for (i, c) in self.children.iter().enumerate() {
             if c.valid()
-                && best.is_none_or(|b| compare_internal(c.key(), self.children[b].key()) == Ordering::Less)
+                && best.is_none_or(|b| {
+                    compare_internal(c.key(), self.children[b].key()) == Ordering::Less
+                })
             {
                 best = Some(i);
             }
@@ -44,7 +46,9 @@ impl MergingIterator {
         let mut best: Option<usize> = None;
         for (i, c) in self.children.iter().enumerate().rev() {
             if c.valid()
-                && best.is_none_or(|b| compare_internal(c.key(), self.children[b].key()) == Ordering::Greater)
+                && best.is_none_or(|b| {
+                    compare_internal(c.key(), self.children[b].key()) == Ordering::Greater
+                })
             {
                 best = Some(i);
             }

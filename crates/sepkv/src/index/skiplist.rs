@@ -33,7 +33,9 @@ impl Node {
         let mut entry = Vec::with_capacity(key.len() + value.len());
         entry.extend_from_slice(key);
         entry.extend_from_slice(value);
-        let next = (0..height).map(|_| AtomicPtr::new(ptr::null_mut())).collect();
+        let next = (0..height)
+            .map(|_| AtomicPtr::new(ptr::null_mut()))
+            .collect();
         Box::into_raw(Box::new(Node {
             entry: entry.into_boxed_slice(),
             key_len: key.len(),
@@ -83,10 +85,10 @@ impl SkipList {
         }
     }
 
-    fn node<'a>(&'a self, p: *mut Node) -> &'a Node {
+    fn node(&self, p: *mut Node) -> &Node {
         // SAFETY: `p` is non-null and was produced by `Node::alloc` for this
         // list (head or a linked node); nodes are freed only in `drop`, which
-        // needs `&mut self`, so the node outlives `&'a self`.
+        // needs `&mut self`, so the node outlives `&self`.
         unsafe { &*p }
     }
 
@@ -169,13 +171,15 @@ impl SkipList {
         let mut rng = self.writer.lock();
         let mut prev = [self.head; MAX_HEIGHT];
         let x = self.find_ge(key, Some(&mut prev));
-        debug_assert!(x.is_null() || compare_internal(self.node(x).key(), key) != CmpOrdering::Equal);
+        debug_assert!(
+            x.is_null() || compare_internal(self.node(x).key(), key) != CmpOrdering::Equal
+        );
         let mut height = 1;
         while height < MAX_HEIGHT {
             *rng ^= *rng << 13;
             *rng ^= *rng >> 7;
             *rng ^= *rng << 17;
-            if (*rng as u32) % BRANCHING != 0 {
+            if !(*rng as u32).is_multiple_of(BRANCHING) {
                 break;
             }
             height += 1;
@@ -352,7 +356,14 @@ mod tests {
             })
             .collect();
         for i in 0..20_000u64 {
-            l.0.insert(&internal_key(&(i.wrapping_mul(2654435761) % 100_000).to_be_bytes(), i, ValueType::Value), b"x");
+            l.0.insert(
+                &internal_key(
+                    &(i.wrapping_mul(2654435761) % 100_000).to_be_bytes(),
+                    i,
+                    ValueType::Value,
+                ),
+                b"x",
+            );
         }
         for r in readers {
             r.join().unwrap();

@@ -1,6 +1,8 @@
 //! The `inline` layout: no separation, every value stays in the index.
 
-use super::{GcOutcome, IndexReader, IndexRelocator, SpaceStats, ValuePointer, ValueRecord, ValueStore};
+use super::{
+    GcOutcome, IndexReader, IndexRelocator, SpaceStats, ValuePointer, ValueRecord, ValueStore,
+};
 use crate::error::{Error, Result};
 
 /// The layout without a value store: [`ValueStore::separates`] is always
@@ -42,7 +44,11 @@ impl ValueStore for InlineStore {
         SpaceStats::default()
     }
 
-    fn gc_step(&self, _index: &dyn IndexReader, _relocator: &dyn IndexRelocator) -> Result<GcOutcome> {
+    fn gc_step(
+        &self,
+        _index: &dyn IndexReader,
+        _relocator: &dyn IndexRelocator,
+    ) -> Result<GcOutcome> {
         Ok(GcOutcome::default())
     }
 }

@@ -113,5 +113,6 @@ pub trait ValueStore: Send + Sync {
     fn space(&self) -> SpaceStats;
 
     /// Runs one garbage-collection step.
-    fn gc_step(&self, index: &dyn IndexReader, relocator: &dyn IndexRelocator) -> Result<GcOutcome>;
+    fn gc_step(&self, index: &dyn IndexReader, relocator: &dyn IndexRelocator)
+        -> Result<GcOutcome>;
 }

@@ -116,10 +116,20 @@ fn write_tables(
                 let file = ctx.fs.create(&path).ctx(&path)?;
                 builder = Some((
                     n,
-                    TableBuilder::new(file, path, ctx.table_options.clone(), ctx.stats.clone(), category),
+                    TableBuilder::new(
+                        file,
+                        path,
+                        ctx.table_options.clone(),
+                        ctx.stats.clone(),
+                        category,
+                    ),
                 ));
             }
-            builder.as_mut().expect("builder").1.add(ikey, iter.value())?;
+            builder
+                .as_mut()
+                .expect("builder")
+                .1
+                .add(ikey, iter.value())?;
             stats.entries_out += 1;
         } else {
             stats.dropped += 1;
@@ -155,7 +165,10 @@ fn finish_output(
 
 /// Writes a memtable (or any iterator) into level-0-style tables: every
 /// entry is kept. Returns the new files (usually one).
-pub fn flush_to_tables(ctx: &mut JobContext<'_>, iter: &mut dyn InternalIterator) -> Result<Vec<FileMeta>> {
+pub fn flush_to_tables(
+    ctx: &mut JobContext<'_>,
+    iter: &mut dyn InternalIterator,
+) -> Result<Vec<FileMeta>> {
     let mut st = CompactionStats::default();
     let saved = ctx.picker.target_file_size;
     // A flush produces one file however large the memtable is.
@@ -181,7 +194,9 @@ pub fn run_compaction(
     if inputs.level == 0 {
         // Newest first.
         for f in inputs.upper.iter().rev() {
-            let t = ctx.table_cache.get(f.number, f.size, IoCategory::Compaction)?;
+            let t = ctx
+                .table_cache
+                .get(f.number, f.size, IoCategory::Compaction)?;
             children.push(Box::new(t.iter(rctx)));
         }
     } else {
@@ -200,7 +215,12 @@ pub fn run_compaction(
     }
     let mut merged = MergingIterator::new(children);
     let mut st = CompactionStats {
-        bytes_in: inputs.upper.iter().chain(&inputs.lower).map(|f| f.size).sum(),
+        bytes_in: inputs
+            .upper
+            .iter()
+            .chain(&inputs.lower)
+            .map(|f| f.size)
+            .sum(),
         ..Default::default()
     };
     let output_level = inputs.level + 1;
@@ -254,6 +274,8 @@ pub fn run_compaction(
     debug_assert!(edit
         .added
         .windows(2)
-        .all(|w| super::key::compare_internal(&w[0].1.largest, &w[1].1.smallest) == Ordering::Less));
+        .all(
+            |w| super::key::compare_internal(&w[0].1.largest, &w[1].1.smallest) == Ordering::Less
+        ));
     Ok((edit, st))
 }

@@ -10,9 +10,9 @@
 //! overlapping files of the next level. A single file with no overlap below
 //! and little overlap two levels below is moved, not rewritten.
 
+use crate::index::key::compare_internal;
 use crate::index::key::user_key;
 use crate::index::version::{set::total_size, FileMeta, Version};
-use crate::index::key::compare_internal;
 use std::cmp::Ordering;
 use std::sync::Arc;
 
@@ -105,7 +105,12 @@ fn key_range(files: &[Arc<FileMeta>]) -> (Vec<u8>, Vec<u8>) {
 }
 
 /// Completes a compaction of `level` starting from `initial` files.
-pub fn setup_inputs(v: &Version, cfg: &PickerConfig, level: usize, initial: Vec<Arc<FileMeta>>) -> CompactionInputs {
+pub fn setup_inputs(
+    v: &Version,
+    cfg: &PickerConfig,
+    level: usize,
+    initial: Vec<Arc<FileMeta>>,
+) -> CompactionInputs {
     let mut upper = initial;
     if level == 0 {
         let (lo, hi) = key_range(&upper);
@@ -199,7 +204,8 @@ pub fn level_for_flush(v: &Version, cfg: &PickerConfig, lo: &[u8], hi: &[u8]) ->
             break;
         }
         if level + 2 < cfg.levels
-            && total_size(&v.overlapping(level + 2, Some(lo), Some(hi))) > cfg.max_grandparent_overlap()
+            && total_size(&v.overlapping(level + 2, Some(lo), Some(hi)))
+                > cfg.max_grandparent_overlap()
         {
             break;
         }

@@ -109,7 +109,8 @@ impl VersionEdit {
                 }
                 5 => {
                     let l = get_varint32(s).ok_or("bad level")? as usize;
-                    e.deleted.push((l, get_varint64(s).ok_or("bad file number")?));
+                    e.deleted
+                        .push((l, get_varint64(s).ok_or("bad file number")?));
                 }
                 6 => {
                     let l = get_varint32(s).ok_or("bad level")? as usize;

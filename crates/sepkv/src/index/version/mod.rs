@@ -44,7 +44,12 @@ impl Version {
     /// Files of `level` whose user-key range intersects `[begin, end]`
     /// (`None` = unbounded). For level 0 the range grows to cover every file
     /// that overlaps a selected one, so the result is closed under overlap.
-    pub fn overlapping(&self, level: usize, begin: Option<&[u8]>, end: Option<&[u8]>) -> Vec<Arc<FileMeta>> {
+    pub fn overlapping(
+        &self,
+        level: usize,
+        begin: Option<&[u8]>,
+        end: Option<&[u8]>,
+    ) -> Vec<Arc<FileMeta>> {
         let mut lo = begin.map(|b| b.to_vec());
         let mut hi = end.map(|e| e.to_vec());
         'restart: loop {

@@ -76,7 +76,12 @@ impl VersionSet {
     /// `Corruption` (file and offset) for a malformed `CURRENT`, a damaged
     /// manifest record or an edit inconsistent with the version it applies
     /// to; `Io` when a file cannot be read.
-    pub fn recover(dir: &Path, fs: Arc<dyn FileSystem>, stats: Arc<IoStats>, levels: usize) -> Result<Self> {
+    pub fn recover(
+        dir: &Path,
+        fs: Arc<dyn FileSystem>,
+        stats: Arc<IoStats>,
+        levels: usize,
+    ) -> Result<Self> {
         let mut vs = Self::blank(dir, fs.clone(), stats.clone(), levels);
         let cur_path = dir.join(CURRENT);
         let cur = read_all(fs.as_ref(), &cur_path).ctx(&cur_path)?;
@@ -95,13 +100,18 @@ impl VersionSet {
         while let Some((off, rec)) = reader.next_record()? {
             let edit = VersionEdit::decode(rec)
                 .map_err(|r| Error::corruption(&mpath, off, format!("bad version edit: {r}")))?;
-            version = apply(&version, &edit, levels)
-                .map_err(|r| Error::corruption(&mpath, off, format!("inconsistent version edit: {r}")))?;
+            version = apply(&version, &edit, levels).map_err(|r| {
+                Error::corruption(&mpath, off, format!("inconsistent version edit: {r}"))
+            })?;
             vs.absorb_counters(&edit);
             seen_any = true;
         }
         if !seen_any {
-            return Err(Error::corruption(&mpath, 0, "manifest holds no complete version edit"));
+            return Err(Error::corruption(
+                &mpath,
+                0,
+                "manifest holds no complete version edit",
+            ));
         }
         if let Some(LogEnd::Torn(off)) = reader.end() {
             // A crash interrupted the last append; that edit never took
@@ -188,8 +198,9 @@ impl VersionSet {
         if edit.log_number.is_none() {
             edit.log_number = Some(self.log_number);
         }
-        let v = apply(&self.current, edit, self.levels)
-            .map_err(|r| Error::corruption(self.dir.join(manifest_name(self.manifest_number)), 0, r))?;
+        let v = apply(&self.current, edit, self.levels).map_err(|r| {
+            Error::corruption(self.dir.join(manifest_name(self.manifest_number)), 0, r)
+        })?;
 
         let roll = self
             .manifest
@@ -234,17 +245,20 @@ impl VersionSet {
                 snap.compact_pointers.push((l, k.clone()));
             }
         }
-        snap.compact_pointers.extend(edit.compact_pointers.iter().cloned());
+        snap.compact_pointers
+            .extend(edit.compact_pointers.iter().cloned());
         let res = (|| -> Result<RecordWriter> {
             let f = self.fs.create(&path).ctx(&path)?;
-            let mut w = RecordWriter::new(f, path.clone(), self.stats.clone(), IoCategory::Manifest);
+            let mut w =
+                RecordWriter::new(f, path.clone(), self.stats.clone(), IoCategory::Manifest);
             w.add_record(&snap.encode())?;
             w.sync()?;
             self.fs.sync_dir(&self.dir).ctx(&self.dir)?;
             let cur = self.dir.join(CURRENT);
             let body = format!("{name}\n");
             write_atomic(self.fs.as_ref(), &cur, body.as_bytes()).ctx(&cur)?;
-            self.stats.add_written(IoCategory::Manifest, body.len() as u64);
+            self.stats
+                .add_written(IoCategory::Manifest, body.len() as u64);
             Ok(w)
         })();
         match res {
@@ -266,7 +280,10 @@ impl VersionSet {
 pub fn apply(base: &Version, edit: &VersionEdit, levels: usize) -> Result<Version, String> {
     let mut v = base.clone();
     for &(l, n) in &edit.deleted {
-        let files = v.files.get_mut(l).ok_or_else(|| format!("level {l} out of range"))?;
+        let files = v
+            .files
+            .get_mut(l)
+            .ok_or_else(|| format!("level {l} out of range"))?;
         let before = files.len();
         files.retain(|f| f.number != n);
         if files.len() == before {
