@@ -1149,6 +1149,24 @@ impl DbInner {
             })
             .collect();
         wals.sort_unstable();
+        // Numbers handed out after the last manifest edit (a WAL started at
+        // a memtable switch, outputs of an unfinished compaction) are not in
+        // the manifest: never hand them out again, or a new file would
+        // truncate a WAL that is still being replayed.
+        let max_used = names
+            .iter()
+            .filter_map(|n| match filename::parse(n) {
+                Some(FileKind::Wal(x)) | Some(FileKind::Table(x)) | Some(FileKind::Manifest(x)) => {
+                    Some(x)
+                }
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        {
+            let mut vs = self.versions.lock();
+            vs.next_file_number = vs.next_file_number.max(max_used + 1);
+        }
         let mut edit = VersionEdit::default();
         let mut max_seq = self.last_seq.load(Ordering::Relaxed);
         let mut mem = Arc::new(MemTable::new());
