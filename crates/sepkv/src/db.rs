@@ -49,8 +49,13 @@ use crate::index::sstable::{ReadCtx, TableOptions};
 use crate::index::table_cache::TableCache;
 use crate::index::version::{Version, VersionEdit, VersionSet};
 use crate::iterator::{DbIterator, Scan};
+use crate::options::ValueLayout;
 use crate::options::{Options, ReadOptions, WriteOptions, MAX_BATCH_SIZE};
-use crate::vstore::{InlineStore, SpaceStats, ValuePointer, ValueRecord, ValueStore};
+use crate::vstore::vlog::{VlogOptions, VlogStore};
+use crate::vstore::{
+    GcOutcome, IndexReader, IndexRelocator, InlineStore, Relocation, SpaceStats, ValuePointer,
+    ValueRecord, ValueStore,
+};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -140,6 +145,22 @@ struct DbInner {
 pub struct Db {
     inner: Arc<DbInner>,
     bg_thread: Mutex<Option<JoinHandle<()>>>,
+    gc_thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// What [`Db::gc`] did (bytes).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct GcReport {
+    /// GC steps run.
+    pub steps: u64,
+    /// Bytes scanned at the tail.
+    pub bytes_read: u64,
+    /// Bytes of live values rewritten at the head.
+    pub bytes_rewritten: u64,
+    /// Bytes of space released.
+    pub bytes_freed: u64,
+    /// Estimated garbage ratio afterwards.
+    pub garbage_ratio: f64,
 }
 
 /// A consistent read view: reads through it see the database as of the
@@ -225,6 +246,8 @@ pub struct DbStats {
     pub live_snapshots: usize,
     /// Value-store space figures.
     pub value_store: SpaceStats,
+    /// Layout-specific value-store figures (vLog head and tail, GC bytes…).
+    pub value_store_figures: BTreeMap<String, u64>,
     /// Bytes the database directory occupies on the device.
     pub disk_bytes: u64,
     /// Background error that poisoned the database, if any.
@@ -319,7 +342,21 @@ impl Db {
         } else {
             VersionSet::recover(&dir, fs.clone(), stats.clone(), opts.num_levels)?
         };
-        let vstore: Arc<dyn ValueStore> = Arc::new(InlineStore);
+        let vstore: Arc<dyn ValueStore> = match opts.value_layout {
+            ValueLayout::Vlog => Arc::new(VlogStore::open(
+                &dir,
+                fs.clone(),
+                stats.clone(),
+                VlogOptions {
+                    value_threshold: opts.value_threshold,
+                    file_size: opts.vlog_file_size,
+                    gc_chunk_size: opts.gc_chunk_size,
+                    prefetch_threads: opts.prefetch_threads,
+                },
+                versions.value_store_state.as_deref(),
+            )?),
+            _ => Arc::new(InlineStore),
+        };
         let inner = Arc::new(DbInner {
             sv: RwLock::new(Arc::new(SuperVersion {
                 mem: Arc::new(MemTable::new()),
@@ -352,9 +389,23 @@ impl Db {
             .name("sepkv-bg".into())
             .spawn(move || bg_inner.background_loop())
             .map_err(|e| Error::io(&inner.dir, e))?;
+        let gc_handle = if inner.opts.value_layout != ValueLayout::Inline
+            && inner.opts.gc_garbage_ratio > 0.0
+        {
+            let gc_inner = inner.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("sepkv-gc".into())
+                    .spawn(move || gc_inner.gc_loop())
+                    .map_err(|e| Error::io(&inner.dir, e))?,
+            )
+        } else {
+            None
+        };
         let db = Db {
             inner,
             bg_thread: Mutex::new(Some(handle)),
+            gc_thread: Mutex::new(gc_handle),
         };
         db.inner.bg_cv.notify_all();
         Ok(db)
@@ -469,9 +520,19 @@ impl Db {
     /// append or sync fails (the write is then not acknowledged and the
     /// database is poisoned).
     pub fn write(&self, batch: &WriteBatch, opts: WriteOptions) -> Result<()> {
+        self.write_with_sequence(batch, opts).map(|_| ())
+    }
+
+    /// [`Db::write`], returning the sequence number given to the batch's
+    /// last entry (its entries have consecutive numbers ending there; an
+    /// empty batch returns the current last sequence number).
+    ///
+    /// # Errors
+    /// As [`Db::write`].
+    pub fn write_with_sequence(&self, batch: &WriteBatch, opts: WriteOptions) -> Result<SeqNum> {
         self.check_open()?;
         if batch.is_empty() {
-            return Ok(());
+            return Ok(self.last_sequence());
         }
         if batch.approximate_size() > MAX_BATCH_SIZE {
             return Err(Error::InvalidArgument(format!(
@@ -500,33 +561,38 @@ impl Db {
         self.check_open()?;
         check_key(key)?;
         let inner = &self.inner;
-        let seq = match opts.snapshot {
-            Some(s) => s.seq,
-            None => inner.last_seq.load(Ordering::Acquire),
+        let ctx = ReadCtx {
+            category: IoCategory::UserRead,
+            fill_cache: !opts.dont_fill_cache,
         };
-        let sv = inner.sv.read().clone();
-        let mut r = sv.mem.get(key, seq);
-        if r == Lookup::NotFound {
-            if let Some(imm) = &sv.imm {
-                r = imm.get(key, seq);
-            }
-        }
-        if r == Lookup::NotFound {
-            let ctx = ReadCtx {
-                category: IoCategory::UserRead,
-                fill_cache: !opts.dont_fill_cache,
+        let mut attempt = 0;
+        let v = loop {
+            let seq = match opts.snapshot {
+                Some(s) => s.seq,
+                None => inner.last_seq.load(Ordering::Acquire),
             };
-            r = sv.version.get(&inner.table_cache, key, seq, ctx)?;
-        }
-        let v = match r {
-            Lookup::NotFound | Lookup::Deleted => None,
-            Lookup::Found(ValueType::Pointer, p) => {
-                let ptr = ValuePointer::decode(&p).ok_or_else(|| {
-                    Error::corruption(&inner.dir, 0, "malformed value pointer in index")
-                })?;
-                Some(inner.vstore.read(key, &ptr)?)
+            match inner.lookup(key, seq, ctx)? {
+                Lookup::NotFound | Lookup::Deleted => break None,
+                Lookup::Found(ValueType::Pointer, p) => {
+                    let ptr = ValuePointer::decode(&p).ok_or_else(|| {
+                        Error::corruption(&inner.dir, 0, "malformed value pointer in index")
+                    })?;
+                    let r = inner.vstore.read(key, &ptr);
+                    // GC may have moved the value and freed its old place
+                    // between the lookup and the read: look up again. The
+                    // same pointer twice means the answer stands.
+                    let moved = matches!(r, Ok(None) | Err(Error::Corruption { .. }))
+                        && attempt < 3
+                        && opts.snapshot.is_none()
+                        && inner.current_pointer(key).ok().flatten() != Some(ptr);
+                    if moved {
+                        attempt += 1;
+                        continue;
+                    }
+                    break r?;
+                }
+                Lookup::Found(_, v) => break Some(v),
             }
-            Lookup::Found(_, v) => Some(v),
         };
         if let Some(v) = &v {
             inner
@@ -543,13 +609,53 @@ impl Db {
     /// `Closed`.
     pub fn snapshot(&self) -> Result<Snapshot> {
         self.check_open()?;
+        Ok(self.register_snapshot(None))
+    }
+
+    fn register_snapshot(&self, seq: Option<SeqNum>) -> Snapshot {
         let mut l = self.inner.snapshots.lock();
-        let seq = self.inner.last_seq.load(Ordering::Acquire);
+        let seq = seq.unwrap_or_else(|| self.inner.last_seq.load(Ordering::Acquire));
         *l.entry(seq).or_insert(0) += 1;
-        Ok(Snapshot {
+        Snapshot {
             seq,
             list: self.inner.snapshots.clone(),
-        })
+        }
+    }
+
+    /// Runs value-store garbage collection in the calling thread until the
+    /// estimated garbage ratio is at most `target`, or — with `None` — for
+    /// one pass over everything written before the call (reclaiming all
+    /// that is reclaimable). A no-op for the inline layout.
+    ///
+    /// # Errors
+    /// `Closed`; `Poisoned`; `Io`; `Corruption` found in the scanned log.
+    pub fn gc(&self, target: Option<f64>) -> Result<GcReport> {
+        self.check_open()?;
+        self.inner.poisoned()?;
+        let inner = &self.inner;
+        let budget = {
+            let sp = inner.vstore.space();
+            sp.live_bytes + sp.garbage_bytes
+        };
+        let mut rep = GcReport::default();
+        loop {
+            if target.is_some_and(|t| inner.vstore.space().garbage_ratio() <= t) {
+                break;
+            }
+            if target.is_none() && rep.bytes_read >= budget && rep.steps > 0 {
+                break;
+            }
+            let out: GcOutcome = inner.vstore.gc_step(inner.as_ref(), inner.as_ref())?;
+            if !out.did_work {
+                break;
+            }
+            rep.steps += 1;
+            rep.bytes_read += out.bytes_read;
+            rep.bytes_rewritten += out.bytes_rewritten;
+            rep.bytes_freed += out.bytes_freed;
+        }
+        rep.garbage_ratio = inner.vstore.space().garbage_ratio();
+        Ok(rep)
     }
 
     /// A cursor over the whole key space (see [`DbIterator`]).
@@ -579,10 +685,10 @@ impl Db {
             }
         }
         let inner = &self.inner;
-        let seq = match opts.snapshot {
-            Some(s) => s.seq,
-            None => inner.last_seq.load(Ordering::Acquire),
-        };
+        // The iterator holds a snapshot of its own, so value-store GC keeps
+        // every value it can reach.
+        let snap = self.register_snapshot(opts.snapshot.map(|s| s.seq));
+        let seq = snap.seq;
         let sv = inner.sv.read().clone();
         let ctx = ReadCtx {
             category: IoCategory::UserRead,
@@ -611,7 +717,7 @@ impl Db {
             MergingIterator::new(children),
             seq,
             inner.vstore.clone(),
-            Box::new(sv),
+            Box::new((sv, snap)),
             lower.map(|x| x.to_vec()),
             upper.map(|x| x.to_vec()),
         ))
@@ -625,6 +731,7 @@ impl Db {
         Ok(Scan::new(
             self.iter_range(&ReadOptions::default(), lower, upper)?,
             reverse,
+            self.inner.opts.scan_prefetch_depth,
         ))
     }
 
@@ -708,6 +815,9 @@ impl Db {
         if let Some(h) = self.bg_thread.lock().take() {
             let _ = h.join();
         }
+        if let Some(h) = self.gc_thread.lock().take() {
+            let _ = h.join();
+        }
         let res = match self.inner.writer.lock().as_mut() {
             Some(w) if self.inner.poison.lock().is_none() => w.wal.sync(),
             _ => Ok(()),
@@ -739,13 +849,15 @@ impl DbInner {
         }
     }
 
-    fn write(&self, batch: &WriteBatch, opts: WriteOptions) -> Result<()> {
+    fn write(&self, batch: &WriteBatch, opts: WriteOptions) -> Result<SeqNum> {
         let mut guard = self.writer.lock();
         self.poisoned()?;
         let Some(w) = guard.as_mut() else {
             return Err(Error::Closed);
         };
         self.make_room(w, false)?;
+
+        let user_bytes = batch.user_bytes();
 
         // Separate large values into the value store (never for `inline`).
         let separated;
@@ -758,11 +870,21 @@ impl DbInner {
             batch
         };
 
+        let seq = self.write_locked(w, batch, opts.sync)?;
+        self.counters
+            .user_bytes_written
+            .fetch_add(user_bytes, Ordering::Relaxed);
+        Ok(seq)
+    }
+
+    /// Logs and applies a prepared batch; returns its last sequence number.
+    /// Called with the writer lock held and room made.
+    fn write_locked(&self, w: &mut Writer, batch: &WriteBatch, sync: bool) -> Result<SeqNum> {
         let seq = self.last_seq.load(Ordering::Relaxed) + 1;
         let n = batch.len() as u64;
         batch.encode_into(seq, &mut w.scratch);
         let res = w.wal.add_record(&w.scratch).and_then(|_| {
-            if opts.sync {
+            if sync {
                 self.vstore.sync()?;
                 w.wal.sync()
             } else {
@@ -779,10 +901,57 @@ impl DbInner {
             mem.add(seq + i as u64, e.vtype, e.key, e.value);
         }
         self.last_seq.store(seq + n - 1, Ordering::Release);
-        self.counters
-            .user_bytes_written
-            .fetch_add(batch.user_bytes(), Ordering::Relaxed);
-        Ok(())
+        Ok(seq + n - 1)
+    }
+
+    /// Newest version of `key` visible at `seq`.
+    fn lookup(&self, key: &[u8], seq: SeqNum, ctx: ReadCtx) -> Result<Lookup> {
+        let sv = self.sv.read().clone();
+        let mut r = sv.mem.get(key, seq);
+        if r == Lookup::NotFound {
+            if let Some(imm) = &sv.imm {
+                r = imm.get(key, seq);
+            }
+        }
+        if r == Lookup::NotFound {
+            r = sv.version.get(&self.table_cache, key, seq, ctx)?;
+        }
+        Ok(r)
+    }
+
+    /// Background value-store GC: runs steps while the estimated garbage
+    /// ratio is at or above `Options::gc_garbage_ratio`.
+    fn gc_loop(self: Arc<Self>) {
+        loop {
+            {
+                let mut bg = self.bg.lock();
+                if bg.shutting_down {
+                    return;
+                }
+                self.bg_cv.wait_for(&mut bg, Duration::from_millis(200));
+                if bg.shutting_down || bg.error.is_some() {
+                    return;
+                }
+            }
+            if self.poison.lock().is_some() {
+                return;
+            }
+            let ratio = self.opts.gc_garbage_ratio;
+            while self.vstore.space().garbage_ratio() >= ratio {
+                if self.bg.lock().shutting_down {
+                    return;
+                }
+                match self.vstore.gc_step(self.as_ref(), self.as_ref()) {
+                    Ok(out) if out.did_work => {}
+                    Ok(_) => break,
+                    Err(e) => {
+                        self.set_poison(&e);
+                        self.bg.lock().error = Some(e);
+                        return;
+                    }
+                }
+            }
+        }
     }
 
     fn separate_values(&self, batch: &WriteBatch) -> Result<WriteBatch> {
@@ -857,7 +1026,7 @@ impl DbInner {
             }
             // Freeze the memtable and start a new WAL. The old WAL is synced
             // first so that a later synced write never sits behind a hole.
-            if let Err(e) = w.wal.sync() {
+            if let Err(e) = self.vstore.sync().and_then(|_| w.wal.sync()) {
                 self.set_poison(&e);
                 return Err(e);
             }
@@ -999,6 +1168,7 @@ impl DbInner {
             table_cache: &self.table_cache,
             table_options: self.table_options.clone(),
             picker: self.picker,
+            vstore: self.vstore.as_ref(),
             new_file_number: next,
         }
     }
@@ -1113,6 +1283,9 @@ impl DbInner {
             );
             edit.added.push((level, f));
         }
+        // Values must be durable before the SSTables pointing at them replace
+        // the WAL.
+        self.vstore.sync()?;
         // The memtable's writes are now in SSTables: publish the version and
         // drop the memtable in one step so readers never miss them.
         let nv = {
@@ -1173,7 +1346,7 @@ impl DbInner {
         let mut next = || self.versions.lock().new_file_number();
         {
             let mut ctx = self.job_context(&mut next);
-            for (i, &n) in wals.iter().enumerate() {
+            'replay: for (i, &n) in wals.iter().enumerate() {
                 let path = filename::wal_path(&self.dir, n);
                 let data = read_all(self.fs.as_ref(), &path).ctx(&path)?;
                 self.stats.add_read(IoCategory::Wal, data.len() as u64);
@@ -1182,6 +1355,17 @@ impl DbInner {
                     let b = decode_batch(rec).ok_or_else(|| {
                         Error::corruption(&path, off, "malformed write batch in WAL")
                     })?;
+                    // A batch whose values did not survive the crash ends
+                    // the history (WiscKey §3.3.3): nothing after it is
+                    // replayed, so the state stays a prefix.
+                    let lost = b.entries.iter().any(|e| {
+                        e.vtype == ValueType::Pointer
+                            && ValuePointer::decode(e.value)
+                                .is_none_or(|p| !self.vstore.contains(&p))
+                    });
+                    if lost {
+                        break 'replay;
+                    }
                     for (j, e) in b.entries.iter().enumerate() {
                         mem.add(b.seq + j as u64, e.vtype, e.key, e.value);
                     }
@@ -1384,6 +1568,12 @@ impl DbInner {
             write_stall_micros: c.stall_micros.load(Ordering::Relaxed),
             live_snapshots: self.snapshots.lock().values().sum(),
             value_store: self.vstore.space(),
+            value_store_figures: self
+                .vstore
+                .figures()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
             disk_bytes,
             background_error: self.bg.lock().error.as_ref().map(|e| e.to_string()),
         }
@@ -1406,4 +1596,64 @@ pub fn stored_config(
     let data = std::fs::read(&p).ctx(&p)?;
     let id = Identity::decode(&p, &data)?;
     Ok(Some((id.index, id.layout)))
+}
+
+impl IndexReader for DbInner {
+    fn current_pointer(&self, key: &[u8]) -> Result<Option<ValuePointer>> {
+        let ctx = ReadCtx {
+            category: IoCategory::Gc,
+            fill_cache: false,
+        };
+        match self.lookup(key, self.last_seq.load(Ordering::Acquire), ctx)? {
+            Lookup::Found(ValueType::Pointer, p) => Ok(ValuePointer::decode(&p)),
+            _ => Ok(None),
+        }
+    }
+
+    fn oldest_visible_seq(&self) -> SeqNum {
+        self.smallest_snapshot()
+    }
+
+    fn last_sequence(&self) -> SeqNum {
+        self.last_seq.load(Ordering::Acquire)
+    }
+}
+
+impl IndexRelocator for DbInner {
+    fn relocate(&self, moves: &[Relocation]) -> Result<(Vec<bool>, SeqNum)> {
+        let mut guard = self.writer.lock();
+        self.poisoned()?;
+        let Some(w) = guard.as_mut() else {
+            return Err(Error::Closed);
+        };
+        self.make_room(w, false)?;
+        // Under the writer lock no user write can slip between the check
+        // and the install.
+        let mut batch = WriteBatch::new();
+        let mut installed = Vec::with_capacity(moves.len());
+        for m in moves {
+            let ok = self.current_pointer(&m.key)? == Some(m.old);
+            if ok {
+                batch.push(ValueType::Pointer, &m.key, &m.new.encode());
+            }
+            installed.push(ok);
+        }
+        if batch.is_empty() {
+            return Ok((installed, self.last_seq.load(Ordering::Acquire)));
+        }
+        let seq = self.write_locked(w, &batch, true)?;
+        Ok((installed, seq))
+    }
+
+    fn persist_state(&self, state: &[u8]) -> Result<()> {
+        let mut edit = VersionEdit {
+            value_store_state: Some(state.to_vec()),
+            ..Default::default()
+        };
+        let r = self.versions.lock().log_and_apply(&mut edit);
+        if let Err(e) = &r {
+            self.set_poison(e);
+        }
+        r
+    }
 }

@@ -34,7 +34,7 @@ pub mod options;
 pub mod vstore;
 
 pub use batch::{BatchEntry, WriteBatch};
-pub use db::{stored_config, Db, DbStats, LevelStats, Snapshot, VerifyReport};
+pub use db::{stored_config, Db, DbStats, GcReport, LevelStats, Snapshot, VerifyReport};
 pub use error::{Error, Result};
 pub use identity::FORMAT_VERSION;
 pub use iterator::{DbIterator, Scan};

@@ -117,7 +117,10 @@ impl Preset {
 
     /// True when this build implements the preset.
     pub fn is_available(self) -> bool {
-        self.axes() == (IndexKind::Lsm, ValueLayout::Inline)
+        matches!(
+            self.axes(),
+            (IndexKind::Lsm, ValueLayout::Inline | ValueLayout::Vlog)
+        )
     }
 }
 
@@ -163,6 +166,23 @@ pub struct Options {
     pub l0_slowdown_writes_trigger: usize,
     /// Level-0 file count at which writes wait for compaction (default 12).
     pub l0_stop_writes_trigger: usize,
+    /// Keep the index's write-ahead log (default true). WiscKey §3.4.2
+    /// removes it for the `vlog` layout; this build requires it.
+    pub wal: bool,
+    /// Size at which a value-log file is closed and the next begun
+    /// (default 256 MiB).
+    pub vlog_file_size: u64,
+    /// Bytes value-log GC reads from the tail per step (default 4 MiB,
+    /// WiscKey §4.1.5).
+    pub gc_chunk_size: u64,
+    /// Estimated garbage ratio of the value store above which background GC
+    /// runs; 0 disables background GC (default 0.5).
+    pub gc_garbage_ratio: f64,
+    /// Values fetched ahead of a scan (`Scan` iterators) once it reads a
+    /// contiguous run; 0 disables prefetch (default 32, WiscKey §3.3.1).
+    pub scan_prefetch_depth: usize,
+    /// Threads that read prefetched values in parallel (default 8).
+    pub prefetch_threads: usize,
     /// File system under all I/O (default: the operating system's).
     pub fs: Arc<dyn FileSystem>,
 }
@@ -177,6 +197,9 @@ impl fmt::Debug for Options {
             .field("block_size", &self.block_size)
             .field("target_file_size", &self.target_file_size)
             .field("max_bytes_for_level_base", &self.max_bytes_for_level_base)
+            .field("wal", &self.wal)
+            .field("vlog_file_size", &self.vlog_file_size)
+            .field("gc_garbage_ratio", &self.gc_garbage_ratio)
             .finish_non_exhaustive()
     }
 }
@@ -202,6 +225,12 @@ impl Default for Options {
             l0_compaction_trigger: 4,
             l0_slowdown_writes_trigger: 8,
             l0_stop_writes_trigger: 12,
+            wal: true,
+            vlog_file_size: 256 << 20,
+            gc_chunk_size: 4 << 20,
+            gc_garbage_ratio: 0.5,
+            scan_prefetch_depth: 32,
+            prefetch_threads: 8,
             fs: Arc::new(StdFs),
         }
     }
@@ -225,11 +254,43 @@ impl Options {
     /// configuration this build does not implement yet.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::InvalidArgument(m));
-        if (self.index, self.value_layout) != (IndexKind::Lsm, ValueLayout::Inline) {
+        if !matches!(
+            (self.index, self.value_layout),
+            (IndexKind::Lsm, ValueLayout::Inline | ValueLayout::Vlog)
+        ) {
             return bad(format!(
-                "index {} with value layout {} is not implemented in this build; available: lsm + inline",
+                "index {} with value layout {} is not implemented in this build; available: lsm + inline, lsm + vlog",
                 self.index, self.value_layout
             ));
+        }
+        if !self.wal {
+            return bad("wal = false (WiscKey §3.4.2) is not implemented in this build".into());
+        }
+        if self.value_threshold == 0 {
+            return bad("value_threshold must be at least 1".into());
+        }
+        if !(1 << 20..=1 << 40).contains(&self.vlog_file_size) {
+            return bad(format!(
+                "vlog_file_size {} must be between 1 MiB and 1 TiB",
+                self.vlog_file_size
+            ));
+        }
+        if !(4 << 10..=1 << 30).contains(&self.gc_chunk_size) {
+            return bad(format!(
+                "gc_chunk_size {} must be between 4 KiB and 1 GiB",
+                self.gc_chunk_size
+            ));
+        }
+        if !(0.0..1.0).contains(&self.gc_garbage_ratio) {
+            return bad(format!(
+                "gc_garbage_ratio {} must be in [0, 1)",
+                self.gc_garbage_ratio
+            ));
+        }
+        if self.prefetch_threads > 256 || self.scan_prefetch_depth > 4096 {
+            return bad(
+                "prefetch_threads must be at most 256 and scan_prefetch_depth at most 4096".into(),
+            );
         }
         if !(64 << 10..=1 << 30).contains(&self.write_buffer_size) {
             return bad(format!(

@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 use sepkv::fs::MemFs;
-use sepkv::{Db, Options, ReadOptions, WriteBatch, WriteOptions};
+use sepkv::{Db, Options, Preset, ReadOptions, WriteBatch, WriteOptions};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -26,6 +26,7 @@ enum Op {
     Walk(Vec<bool>),
     Flush,
     Compact(Option<(u16, u16)>),
+    Gc,
     Reopen,
 }
 
@@ -57,25 +58,33 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::Flush),
         1 => proptest::option::of((k.clone(), k)).prop_map(Op::Compact),
         1 => Just(Op::Reopen),
+        2 => Just(Op::Gc),
     ]
 }
 
-fn opts(fs: &MemFs) -> Options {
+/// Every implemented layout runs the same operations (the contract suite):
+/// `leveldb` keeps values inline; `wisckey` separates values of 40 bytes
+/// or more into a value log with small files and eager GC.
+fn opts(fs: &MemFs, preset: Preset) -> Options {
     Options {
+        value_threshold: 40,
+        vlog_file_size: 1 << 20,
+        gc_chunk_size: 4 << 10,
+        gc_garbage_ratio: 0.2,
         fs: Arc::new(fs.clone()),
         write_buffer_size: 64 << 10,
         target_file_size: 64 << 10,
         max_bytes_for_level_base: 128 << 10,
         block_size: 512,
         l0_compaction_trigger: 2,
-        ..Options::default()
+        ..Options::preset(preset)
     }
 }
 
-fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
+fn run(preset: Preset, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let fs = MemFs::new();
     let dir = Path::new("/db");
-    let mut db = Db::open(dir, opts(&fs)).unwrap();
+    let mut db = Db::open(dir, opts(&fs, preset)).unwrap();
     let mut model: Model = BTreeMap::new();
     let mut snaps: Vec<(sepkv::Snapshot, Model)> = Vec::new();
     for op in ops {
@@ -213,11 +222,14 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 db.compact_range(r.as_ref().map(|x| &x.0[..]), r.as_ref().map(|x| &x.1[..]))
                     .unwrap();
             }
+            Op::Gc => {
+                db.gc(None).unwrap();
+            }
             Op::Reopen => {
                 snaps.clear();
                 db.close().unwrap();
                 drop(db);
-                db = Db::open(dir, opts(&fs)).unwrap();
+                db = Db::open(dir, opts(&fs, preset)).unwrap();
             }
         }
     }
@@ -238,6 +250,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
     #[test]
     fn matches_btreemap(ops in proptest::collection::vec(op(), 1..1500)) {
-        run(ops)?;
+        for preset in [Preset::LevelDb, Preset::WiscKey] {
+            run(preset, ops.clone())?;
+        }
     }
 }

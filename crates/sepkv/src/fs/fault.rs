@@ -295,6 +295,10 @@ impl FileSystem for FaultFs {
         self.mem.allocated_size(path)
     }
 
+    fn punch_hole(&self, path: &Path, offset: u64, len: u64) -> io::Result<()> {
+        self.mem.punch_hole(path, offset, len)
+    }
+
     fn lock(&self, path: &Path) -> io::Result<Box<dyn FileLock>> {
         self.mem.lock(path)
     }

@@ -79,6 +79,8 @@ enum Entry {
 struct Inode {
     /// Visible content.
     data: Vec<u8>,
+    /// Bytes freed by `punch_hole` (the engine never punches a range twice).
+    punched: u64,
     /// `data[..synced_len]` is the durable content, unless `old_durable` is
     /// set.
     synced_len: usize,
@@ -566,6 +568,30 @@ impl FileSystem for MemFs {
         self.with(OTHER, &[path], |st| {
             let ino = st.file(path)?;
             Ok(st.inode(ino).data.len() as u64)
+        })
+    }
+
+    fn allocated_size(&self, path: &Path) -> io::Result<u64> {
+        self.with(OTHER, &[path], |st| {
+            let ino = st.file(path)?;
+            let inode = st.inode(ino);
+            Ok((inode.data.len() as u64).saturating_sub(inode.punched))
+        })
+    }
+
+    fn punch_hole(&self, path: &Path, offset: u64, len: u64) -> io::Result<()> {
+        self.with(OTHER, &[path], |st| {
+            let ino = st.file(path)?;
+            let inode = st.inode(ino);
+            let mut freed = 0;
+            for content in std::iter::once(&mut inode.data).chain(inode.old_durable.as_mut()) {
+                let start = (offset as usize).min(content.len());
+                let end = (offset.saturating_add(len) as usize).min(content.len());
+                content[start..end].fill(0);
+                freed = freed.max(end - start);
+            }
+            inode.punched += freed as u64;
+            Ok(())
         })
     }
 

@@ -83,6 +83,17 @@ pub trait RandomAccessFile: Send + Sync {
     }
 }
 
+/// Access-pattern hints for [`FileSystem::advise`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Advice {
+    /// The range will be read soon (`POSIX_FADV_WILLNEED`).
+    WillNeed,
+    /// The file will be read sequentially (`POSIX_FADV_SEQUENTIAL`).
+    Sequential,
+    /// The file will be read at random places (`POSIX_FADV_RANDOM`).
+    Random,
+}
+
 /// An advisory lock held on a file; released on drop.
 pub trait FileLock: Send + Sync {}
 
@@ -115,6 +126,23 @@ pub trait FileSystem: Send + Sync + 'static {
     /// counts them); the logical length where the notion does not apply.
     fn allocated_size(&self, path: &Path) -> io::Result<u64> {
         self.file_size(path)
+    }
+    /// Frees the device space of bytes `[offset, offset + len)` of a file
+    /// without changing its length (`fallocate` with
+    /// `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`); the range then reads as
+    /// zeros. `ErrorKind::Unsupported` where the file system cannot.
+    fn punch_hole(&self, path: &Path, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (path, offset, len);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "hole punching is not supported",
+        ))
+    }
+    /// Hints that `[offset, offset + len)` of a file will be read soon
+    /// (`posix_fadvise(WILLNEED)`) or read sequentially; a no-op where the
+    /// notion does not apply.
+    fn advise(&self, path: &Path, offset: u64, len: u64, advice: Advice) {
+        let _ = (path, offset, len, advice);
     }
     /// Takes an exclusive lock on `path` (creating it), failing with
     /// `ErrorKind::WouldBlock` when another holder has it.

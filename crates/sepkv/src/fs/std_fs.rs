@@ -151,6 +151,52 @@ impl FileSystem for StdFs {
         Ok(std::fs::metadata(path)?.blocks() * 512)
     }
 
+    fn punch_hole(&self, path: &Path, offset: u64, len: u64) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let file = OpenOptions::new().write(true).open(path)?;
+        let (off, len) = (
+            libc::off_t::try_from(offset)
+                .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+            libc::off_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+        );
+        // SAFETY: `fallocate` only reads its integer arguments; the file
+        // descriptor is valid for the duration of the call.
+        #[allow(unsafe_code)]
+        let r = unsafe {
+            libc::fallocate(
+                file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                off,
+                len,
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    fn advise(&self, path: &Path, offset: u64, len: u64, advice: super::Advice) {
+        use std::os::fd::AsRawFd;
+        let Ok(file) = File::open(path) else { return };
+        let adv = match advice {
+            super::Advice::WillNeed => libc::POSIX_FADV_WILLNEED,
+            super::Advice::Sequential => libc::POSIX_FADV_SEQUENTIAL,
+            super::Advice::Random => libc::POSIX_FADV_RANDOM,
+        };
+        let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+            return;
+        };
+        // SAFETY: `posix_fadvise` only reads its integer arguments; the file
+        // descriptor is valid for the duration of the call. A hint that
+        // fails changes nothing, so its result is ignored.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::posix_fadvise(file.as_raw_fd(), off, len, adv);
+        }
+    }
+
     fn lock(&self, path: &Path) -> io::Result<Box<dyn FileLock>> {
         let file = OpenOptions::new()
             .read(true)

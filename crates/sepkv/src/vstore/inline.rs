@@ -32,7 +32,11 @@ impl ValueStore for InlineStore {
         Ok(())
     }
 
-    fn read(&self, _key: &[u8], ptr: &ValuePointer) -> Result<Vec<u8>> {
+    fn contains(&self, _ptr: &ValuePointer) -> bool {
+        false
+    }
+
+    fn read(&self, _key: &[u8], ptr: &ValuePointer) -> Result<Option<Vec<u8>>> {
         Err(Error::corruption(
             "index",
             ptr.offset,

@@ -20,9 +20,11 @@
 
 mod inline;
 mod pointer;
+pub mod vlog;
 
 pub use inline::InlineStore;
 pub use pointer::ValuePointer;
+pub use vlog::VlogStore;
 
 use crate::error::Result;
 use crate::index::key::SeqNum;
@@ -36,6 +38,18 @@ pub struct ValueRecord<'a> {
     pub seq: SeqNum,
     /// The value.
     pub value: &'a [u8],
+}
+
+impl SpaceStats {
+    /// `garbage_bytes / (live_bytes + garbage_bytes)`, 0 when empty.
+    pub fn garbage_ratio(&self) -> f64 {
+        let total = self.live_bytes + self.garbage_bytes;
+        if total == 0 {
+            0.0
+        } else {
+            self.garbage_bytes as f64 / total as f64
+        }
+    }
 }
 
 /// Space figures of a value store (bytes).
@@ -67,13 +81,36 @@ pub trait IndexReader: Send + Sync {
     /// The pointer the index currently holds for `key`, if the key maps to a
     /// separated value.
     fn current_pointer(&self, key: &[u8]) -> Result<Option<ValuePointer>>;
+    /// The oldest sequence number a live reader (snapshot or iterator) may
+    /// still read at; the latest sequence number when there is none. Space
+    /// holding values such a reader can reach must not be freed.
+    fn oldest_visible_seq(&self) -> SeqNum;
+    /// The latest sequence number visible to new readers.
+    fn last_sequence(&self) -> SeqNum;
 }
 
-/// The index as GC writes it: atomic relocation.
+/// One relocation for [`IndexRelocator::relocate`].
+#[derive(Debug, Clone)]
+pub struct Relocation {
+    /// The user key.
+    pub key: Vec<u8>,
+    /// Where the value was.
+    pub old: ValuePointer,
+    /// Where GC copied it.
+    pub new: ValuePointer,
+}
+
+/// The index as GC writes it: atomic relocation and durable GC progress.
 pub trait IndexRelocator: Send + Sync {
-    /// Installs `new` for `key` only if the key still maps to `old`; returns
-    /// whether it did. A user write that raced the GC always wins.
-    fn compare_and_set(&self, key: &[u8], old: &ValuePointer, new: &ValuePointer) -> Result<bool>;
+    /// Installs each `new` pointer only if its key still maps to `old`
+    /// (compare-and-set; a user write that raced the GC always wins), and
+    /// makes the installed pointers durable before returning. Returns which
+    /// relocations were installed and the sequence number from which they
+    /// are visible.
+    fn relocate(&self, moves: &[Relocation]) -> Result<(Vec<bool>, SeqNum)>;
+    /// Durably records the layout's GC state (e.g. the vLog tail) in the
+    /// index's manifest; it is handed back to the layout on open.
+    fn persist_state(&self, state: &[u8]) -> Result<()>;
 }
 
 /// A value layout.
@@ -97,16 +134,33 @@ pub trait ValueStore: Send + Sync {
     fn sync(&self) -> Result<()>;
 
     /// Reads the value `ptr` points at, checking the checksum and that the
-    /// record belongs to `key`.
+    /// record belongs to `key`. `Ok(None)` when the pointer lies outside the
+    /// store's valid range: the value was lost in a crash (WiscKey §3.3.3)
+    /// and the key reads as absent.
     ///
     /// # Errors
     /// `Corruption` with file and offset on a checksum or key mismatch.
-    fn read(&self, key: &[u8], ptr: &ValuePointer) -> Result<Vec<u8>>;
+    fn read(&self, key: &[u8], ptr: &ValuePointer) -> Result<Option<Vec<u8>>>;
 
     /// Reads many values for a scan, in the layout's own way (prefetch,
     /// read-ahead, span reads). The default reads them one by one.
-    fn read_many(&self, reqs: &[(&[u8], ValuePointer)]) -> Result<Vec<Vec<u8>>> {
+    fn read_many(&self, reqs: &[(Vec<u8>, ValuePointer)]) -> Result<Vec<Option<Vec<u8>>>> {
         reqs.iter().map(|(k, p)| self.read(k, p)).collect()
+    }
+
+    /// False when `ptr` reaches past what survived a crash (used by
+    /// recovery: such a WAL record ends the replay, so the recovered state
+    /// stays a prefix of history). Pointers into space that GC already
+    /// collected count as contained: a later relocation supersedes them.
+    fn contains(&self, ptr: &ValuePointer) -> bool;
+
+    /// Tells the store that the record at `ptr` became garbage (compaction
+    /// dropped the last reference to it). Feeds the garbage estimate.
+    fn note_garbage(&self, _ptr: &ValuePointer) {}
+
+    /// Layout-specific figures for `stats()`, as `(name, value)` pairs.
+    fn figures(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
     }
 
     /// Space figures.

@@ -23,6 +23,7 @@ use super::table_cache::TableCache;
 use super::version::{FileMeta, Version, VersionEdit};
 use crate::error::{Error, IoContext, Result};
 use crate::fs::{FileSystem, IoCategory, IoStats};
+use crate::vstore::{ValuePointer, ValueStore};
 use picker::{CompactionInputs, PickerConfig};
 use std::cmp::Ordering;
 use std::path::Path;
@@ -57,6 +58,8 @@ pub struct JobContext<'a> {
     pub table_options: TableOptions,
     /// Picker configuration (target size, overlap limit).
     pub picker: PickerConfig,
+    /// The value store (told about pointers compaction drops).
+    pub vstore: &'a dyn ValueStore,
     /// Hands out file numbers.
     pub new_file_number: &'a mut dyn FnMut() -> u64,
 }
@@ -69,7 +72,7 @@ fn write_tables(
     iter: &mut dyn InternalIterator,
     category: IoCategory,
     grandparents: &[Arc<FileMeta>],
-    mut keep: impl FnMut(&[u8], SeqNum, ValueType) -> bool,
+    mut keep: impl FnMut(&[u8], SeqNum, ValueType, &[u8]) -> bool,
     stats: &mut CompactionStats,
 ) -> Result<Vec<FileMeta>> {
     let mut outputs = Vec::new();
@@ -109,7 +112,7 @@ fn write_tables(
             }
             last_user_key = Some(p.user_key.to_vec());
         }
-        if keep(p.user_key, p.seq, p.vtype) {
+        if keep(p.user_key, p.seq, p.vtype, iter.value()) {
             if builder.is_none() {
                 let n = (ctx.new_file_number)();
                 let path = table_path(ctx.dir, n);
@@ -173,7 +176,14 @@ pub fn flush_to_tables(
     let saved = ctx.picker.target_file_size;
     // A flush produces one file however large the memtable is.
     ctx.picker.target_file_size = u64::MAX;
-    let r = write_tables(ctx, iter, IoCategory::Flush, &[], |_, _, _| true, &mut st);
+    let r = write_tables(
+        ctx,
+        iter,
+        IoCategory::Flush,
+        &[],
+        |_, _, _, _| true,
+        &mut st,
+    );
     ctx.picker.target_file_size = saved;
     r
 }
@@ -227,7 +237,8 @@ pub fn run_compaction(
     let mut current: Vec<u8> = Vec::new();
     let mut has_current = false;
     let mut last_seq_for_key = MAX_SEQ;
-    let keep = |uk: &[u8], seq: SeqNum, vt: ValueType| -> bool {
+    let vstore = ctx.vstore;
+    let keep = |uk: &[u8], seq: SeqNum, vt: ValueType, value: &[u8]| -> bool {
         if !has_current || uk != current.as_slice() {
             current.clear();
             current.extend_from_slice(uk);
@@ -243,6 +254,11 @@ pub fn run_compaction(
                 && !version.key_may_exist_below(output_level, uk)
         };
         last_seq_for_key = seq;
+        if drop && vt == ValueType::Pointer {
+            if let Some(p) = ValuePointer::decode(value) {
+                vstore.note_garbage(&p);
+            }
+        }
         !drop
     };
     let outputs = write_tables(

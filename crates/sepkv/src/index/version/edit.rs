@@ -14,6 +14,8 @@
 //!   5 deleted_file      varint32 level, varint64 number
 //!   6 new_file          varint32 level, varint64 number, varint64 size,
 //!                       lenprefixed smallest, lenprefixed largest
+//!   7 value_store_state lenprefixed bytes (the layout's GC state, e.g. the
+//!                       vLog tail)
 //! ```
 //! Each edit is one checksummed record of [`crate::format::record`].
 //! Frozen: format version 1.
@@ -49,6 +51,8 @@ pub struct VersionEdit {
     pub deleted: Vec<(usize, u64)>,
     /// Added files: (level, meta).
     pub added: Vec<(usize, FileMeta)>,
+    /// New value-store state.
+    pub value_store_state: Option<Vec<u8>>,
 }
 
 impl VersionEdit {
@@ -76,6 +80,10 @@ impl VersionEdit {
             put_varint32(&mut b, 5);
             put_varint32(&mut b, *l as u32);
             put_varint64(&mut b, *n);
+        }
+        if let Some(st) = &self.value_store_state {
+            put_varint32(&mut b, 7);
+            put_length_prefixed(&mut b, st);
         }
         for (l, f) in &self.added {
             put_varint32(&mut b, 6);
@@ -128,6 +136,10 @@ impl VersionEdit {
                         },
                     ));
                 }
+                7 => {
+                    let st = get_length_prefixed(s).ok_or("bad value-store state")?;
+                    e.value_store_state = Some(st.to_vec());
+                }
                 t => return Err(format!("unknown tag {t}")),
             }
         }
@@ -146,6 +158,7 @@ mod tests {
             log_number: Some(3),
             next_file_number: Some(9),
             last_sequence: Some(1000),
+            value_store_state: Some(vec![1, 2, 3]),
             compact_pointers: vec![(1, internal_key(b"m", 5, ValueType::Value))],
             deleted: vec![(0, 4), (1, 5)],
             added: vec![(

@@ -42,6 +42,8 @@ pub struct VersionSet {
     /// Largest sequence number made durable in the manifest.
     pub last_sequence: u64,
     compact_pointers: Vec<Option<Vec<u8>>>,
+    /// The value store's persisted GC state.
+    pub value_store_state: Option<Vec<u8>>,
     manifest: Option<RecordWriter>,
     manifest_number: u64,
 }
@@ -59,6 +61,7 @@ impl VersionSet {
             log_number: 0,
             last_sequence: 0,
             compact_pointers: vec![None; levels],
+            value_store_state: None,
             manifest: None,
             manifest_number: 0,
         }
@@ -136,6 +139,9 @@ impl VersionSet {
         }
         if let Some(n) = edit.last_sequence {
             self.last_sequence = n;
+        }
+        if let Some(st) = &edit.value_store_state {
+            self.value_store_state = Some(st.clone());
         }
         for (l, k) in &edit.compact_pointers {
             if *l < self.levels {
@@ -233,6 +239,10 @@ impl VersionSet {
             log_number: edit.log_number,
             next_file_number: Some(self.next_file_number),
             last_sequence: edit.last_sequence,
+            value_store_state: edit
+                .value_store_state
+                .clone()
+                .or_else(|| self.value_store_state.clone()),
             ..Default::default()
         };
         for (l, files) in v.files.iter().enumerate() {

@@ -1,0 +1,591 @@
+//! The WiscKey value log (vLog), the `vlog` layout (WiscKey §3).
+//!
+//! Values at least `value_threshold` bytes long are appended to the vLog as
+//! records `(checksum, key size, value size, sequence number, key, value)`
+//! ([`record`]); the index keeps a [`ValuePointer`] `(file, offset, record
+//! length)`. The log is split into files `NNNNNN.vlog` of about
+//! `vlog_file_size` bytes; it is one append-only sequence from the **tail**
+//! (oldest byte still needed) to the **head** (end of the newest file).
+//!
+//! - **Write buffer** (§3.4.1): the records of one write are gathered in a
+//!   user-space buffer and handed to the OS in one `write`; lookups check
+//!   the buffer first. The buffer is emptied before `append` returns, because
+//!   sepkv promises that an acknowledged write survives a process crash.
+//! - **Durability ordering**: the engine appends values, then logs the
+//!   pointers in its WAL; with `sync` it syncs the vLog before the WAL.
+//!   After a power loss a WAL record whose pointers reach past the surviving
+//!   vLog ends the WAL replay ([`ValueStore::contains`]), so recovery keeps a
+//!   prefix of history.
+//! - **Garbage collection** (§3.3.2, [`gc`]): read a chunk at the tail,
+//!   check each record's liveness with an index lookup, re-append live
+//!   records at the head, sync, install the new pointers by compare-and-set
+//!   (a racing user write wins), persist the new tail in the manifest, and
+//!   then free the chunk by punching a hole (a file wholly behind the tail
+//!   is deleted). Freeing waits while a snapshot or iterator older than the
+//!   relocation exists, since it may still reach the old copies.
+//! - **Crash consistency** (§3.3.3): on open the newest file is scanned and
+//!   its valid length fixed at the last intact record (a torn tail is left
+//!   behind, never read); appends go to a new file. A pointer outside the
+//!   valid range reads as lost (absent); a checksum or key mismatch inside it
+//!   is `Corruption` with file and offset.
+//! - **Scans** (§3.3.1): [`ValueStore::read_many`] reads values in
+//!   parallel on a small pool ([`prefetch`]).
+//!
+//! Thread-safety: appends and GC are serialised by internal locks; reads
+//! run concurrently with both.
+
+pub mod gc;
+pub mod prefetch;
+pub mod record;
+
+use super::{
+    GcOutcome, IndexReader, IndexRelocator, SpaceStats, ValuePointer, ValueRecord, ValueStore,
+};
+use crate::error::{Error, IoContext, Result};
+use crate::fs::{Advice, FileSystem, IoCategory, IoStats, RandomAccessFile, WritableFile};
+use parking_lot::{Mutex, RwLock};
+use prefetch::Prefetcher;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Knobs of the value log (from `Options`).
+#[derive(Debug, Clone)]
+pub struct VlogOptions {
+    /// Values shorter than this stay inline in the index (bytes).
+    pub value_threshold: usize,
+    /// Size at which a vLog file is closed and the next one started (bytes).
+    pub file_size: u64,
+    /// Bytes GC reads from the tail per step.
+    pub gc_chunk_size: u64,
+    /// Threads reading values in parallel for scans (0 = none).
+    pub prefetch_threads: usize,
+}
+
+/// Path of vLog file `id`.
+pub fn vlog_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{id:06}.vlog"))
+}
+
+struct Active {
+    id: u64,
+    file: Box<dyn WritableFile>,
+    /// Bytes handed to the OS.
+    flushed: u64,
+    /// Records not yet handed to the OS (the §3.4.1 write buffer).
+    buf: Vec<u8>,
+    /// True when the file holds data not yet synced.
+    dirty: bool,
+}
+
+struct FileInfo {
+    /// Bytes of intact records from the start of the file.
+    valid_len: u64,
+    /// Bytes known to be garbage.
+    garbage: u64,
+}
+
+struct PendingFree {
+    /// Relocations are visible from this sequence number.
+    seq: u64,
+    file: u64,
+    start: u64,
+    end: u64,
+    whole_file: bool,
+}
+
+struct State {
+    active: Active,
+    files: BTreeMap<u64, FileInfo>,
+    /// `(file, offset)`: everything before is no longer needed.
+    tail: (u64, u64),
+    /// `(file, offset)`: everything before may already be freed.
+    freed: (u64, u64),
+    pending: Vec<PendingFree>,
+}
+
+#[derive(Default)]
+struct Counters {
+    gc_runs: AtomicU64,
+    gc_bytes_read: AtomicU64,
+    gc_bytes_rewritten: AtomicU64,
+    gc_bytes_freed: AtomicU64,
+}
+
+/// Shared read side (used by prefetch workers).
+struct Reader {
+    dir: PathBuf,
+    fs: Arc<dyn FileSystem>,
+    stats: Arc<IoStats>,
+    handles: RwLock<HashMap<u64, Arc<dyn RandomAccessFile>>>,
+}
+
+impl Reader {
+    fn handle(&self, id: u64) -> Result<Arc<dyn RandomAccessFile>> {
+        if let Some(h) = self.handles.read().get(&id) {
+            return Ok(h.clone());
+        }
+        let path = vlog_path(&self.dir, id);
+        let h: Arc<dyn RandomAccessFile> = Arc::from(self.fs.open_read(&path).ctx(&path)?);
+        self.fs.advise(&path, 0, 0, Advice::Random);
+        self.handles.write().insert(id, h.clone());
+        Ok(h)
+    }
+
+    fn read_record(&self, key: &[u8], ptr: &ValuePointer, cat: IoCategory) -> Result<Vec<u8>> {
+        let h = self.handle(ptr.file_id)?;
+        let mut buf = vec![0u8; ptr.length as usize];
+        let path = vlog_path(&self.dir, ptr.file_id);
+        h.read_exact_at(ptr.offset, &mut buf).ctx(&path)?;
+        self.stats.add_read(cat, buf.len() as u64);
+        check_record(&path, ptr, key, &buf)
+    }
+}
+
+fn check_record(path: &Path, ptr: &ValuePointer, key: &[u8], buf: &[u8]) -> Result<Vec<u8>> {
+    match record::decode(buf) {
+        Ok(r) if r.len == buf.len() && r.key == key => Ok(r.value.to_vec()),
+        Ok(r) if r.key != key => Err(Error::corruption(
+            path,
+            ptr.offset,
+            "value-log record belongs to another key",
+        )),
+        Ok(_) => Err(Error::corruption(
+            path,
+            ptr.offset,
+            "value-log record length differs from the pointer",
+        )),
+        Err(e) => Err(Error::corruption(
+            path,
+            ptr.offset,
+            format!("value-log record damaged ({e:?})"),
+        )),
+    }
+}
+
+/// The value log. See the module docs.
+pub struct VlogStore {
+    opts: VlogOptions,
+    reader: Arc<Reader>,
+    state: Mutex<State>,
+    gc_lock: Mutex<()>,
+    counters: Counters,
+    prefetch: Prefetcher,
+}
+
+/// Encodes the GC state persisted in the manifest: the tail.
+fn encode_state(tail: (u64, u64)) -> Vec<u8> {
+    let mut v = vec![1u8];
+    v.extend_from_slice(&tail.0.to_le_bytes());
+    v.extend_from_slice(&tail.1.to_le_bytes());
+    v
+}
+
+fn decode_state(b: &[u8]) -> Option<(u64, u64)> {
+    if b.len() != 17 || b[0] != 1 {
+        return None;
+    }
+    Some((
+        u64::from_le_bytes(b[1..9].try_into().ok()?),
+        u64::from_le_bytes(b[9..17].try_into().ok()?),
+    ))
+}
+
+impl VlogStore {
+    /// Opens the value log in `dir`, given the state last persisted with
+    /// [`IndexRelocator::persist_state`] (`None` for a new database).
+    ///
+    /// # Errors
+    /// `Corruption` for an unreadable persisted state; `Io`.
+    pub fn open(
+        dir: &Path,
+        fs: Arc<dyn FileSystem>,
+        stats: Arc<IoStats>,
+        opts: VlogOptions,
+        state: Option<&[u8]>,
+    ) -> Result<VlogStore> {
+        let mut ids: Vec<u64> = fs
+            .list(dir)
+            .ctx(dir)?
+            .iter()
+            .filter_map(|n| n.strip_suffix(".vlog")?.parse().ok())
+            .collect();
+        ids.sort_unstable();
+        let tail = match state {
+            Some(s) => decode_state(s)
+                .ok_or_else(|| Error::corruption(dir.join("MANIFEST"), 0, "bad value-log state"))?,
+            None => (ids.first().copied().unwrap_or(1), 0),
+        };
+        let mut files = BTreeMap::new();
+        for &id in &ids {
+            let path = vlog_path(dir, id);
+            if id < tail.0 {
+                fs.remove(&path).ctx(&path)?;
+                continue;
+            }
+            let len = fs.file_size(&path).ctx(&path)?;
+            files.insert(
+                id,
+                FileInfo {
+                    valid_len: len,
+                    garbage: 0,
+                },
+            );
+        }
+        // The newest file may end in a torn append: fix its valid length at
+        // the last intact record.
+        if let Some((&last, info)) = files.iter_mut().next_back() {
+            let start = if last == tail.0 { tail.1 } else { 0 };
+            info.valid_len = scan_valid_len(
+                fs.as_ref(),
+                &vlog_path(dir, last),
+                start,
+                info.valid_len,
+                &stats,
+            )?;
+        }
+        let next_id = files.keys().next_back().map_or(tail.0.max(1), |l| l + 1);
+        let path = vlog_path(dir, next_id);
+        let file = fs.create(&path).ctx(&path)?;
+        fs.sync_dir(dir).ctx(dir)?;
+        files.insert(
+            next_id,
+            FileInfo {
+                valid_len: 0,
+                garbage: 0,
+            },
+        );
+        // Free what an earlier GC left behind (idempotent).
+        if tail.1 > 0 && files.contains_key(&tail.0) {
+            let _ = fs.punch_hole(&vlog_path(dir, tail.0), 0, tail.1);
+        }
+        let reader = Arc::new(Reader {
+            dir: dir.to_path_buf(),
+            fs,
+            stats,
+            handles: RwLock::new(HashMap::new()),
+        });
+        Ok(VlogStore {
+            prefetch: Prefetcher::new(opts.prefetch_threads),
+            opts,
+            reader,
+            state: Mutex::new(State {
+                active: Active {
+                    id: next_id,
+                    file,
+                    flushed: 0,
+                    buf: Vec::new(),
+                    dirty: false,
+                },
+                files,
+                tail,
+                freed: tail,
+                pending: Vec::new(),
+            }),
+            gc_lock: Mutex::new(()),
+            counters: Counters::default(),
+        })
+    }
+
+    fn path(&self, id: u64) -> PathBuf {
+        vlog_path(&self.reader.dir, id)
+    }
+
+    /// Hands the write buffer to the OS. Called with the state locked.
+    fn flush_locked(&self, st: &mut State, cat: IoCategory) -> Result<()> {
+        if st.active.buf.is_empty() {
+            return Ok(());
+        }
+        let path = self.path(st.active.id);
+        let a = &mut st.active;
+        a.file
+            .append(&a.buf)
+            .and_then(|_| a.file.flush())
+            .ctx(&path)?;
+        self.reader.stats.add_written(cat, a.buf.len() as u64);
+        a.flushed += a.buf.len() as u64;
+        a.buf.clear();
+        a.dirty = true;
+        let id = a.id;
+        let flushed = a.flushed;
+        if let Some(f) = st.files.get_mut(&id) {
+            f.valid_len = flushed;
+        }
+        Ok(())
+    }
+
+    /// Closes the active file when full and starts the next one. Called with
+    /// the state locked and the buffer flushed.
+    fn maybe_roll(&self, st: &mut State) -> Result<()> {
+        if st.active.flushed < self.opts.file_size {
+            return Ok(());
+        }
+        let old = self.path(st.active.id);
+        st.active.file.sync().ctx(&old)?;
+        let id = st.active.id + 1;
+        let path = self.path(id);
+        let file = self.reader.fs.create(&path).ctx(&path)?;
+        self.reader
+            .fs
+            .sync_dir(&self.reader.dir)
+            .ctx(&self.reader.dir)?;
+        st.active = Active {
+            id,
+            file,
+            flushed: 0,
+            buf: Vec::new(),
+            dirty: false,
+        };
+        st.files.insert(
+            id,
+            FileInfo {
+                valid_len: 0,
+                garbage: 0,
+            },
+        );
+        Ok(())
+    }
+
+    /// Appends records under `cat` (user writes or GC).
+    fn append_as(&self, records: &[ValueRecord<'_>], cat: IoCategory) -> Result<Vec<ValuePointer>> {
+        let mut st = self.state.lock();
+        let mut ptrs = Vec::with_capacity(records.len());
+        for r in records {
+            let offset = st.active.flushed + st.active.buf.len() as u64;
+            let before = st.active.buf.len();
+            record::encode(&mut st.active.buf, r.key, r.seq, r.value);
+            let length = (st.active.buf.len() - before) as u32;
+            ptrs.push(ValuePointer {
+                file_id: st.active.id,
+                offset,
+                length,
+                aux: 0,
+            });
+            if offset + length as u64 >= self.opts.file_size {
+                self.flush_locked(&mut st, cat)?;
+                self.maybe_roll(&mut st)?;
+            }
+        }
+        self.flush_locked(&mut st, cat)?;
+        Ok(ptrs)
+    }
+
+    fn sync_locked(&self, st: &mut State) -> Result<()> {
+        self.flush_locked(st, IoCategory::ValueStore)?;
+        if st.active.dirty {
+            let path = self.path(st.active.id);
+            st.active.file.sync().ctx(&path)?;
+            st.active.dirty = false;
+        }
+        Ok(())
+    }
+
+    /// `(head file, head offset)`.
+    pub fn head(&self) -> (u64, u64) {
+        let st = self.state.lock();
+        (st.active.id, st.active.flushed + st.active.buf.len() as u64)
+    }
+
+    /// `(tail file, tail offset)`.
+    pub fn tail(&self) -> (u64, u64) {
+        self.state.lock().tail
+    }
+}
+
+/// Scans the records of `path` from `start`; returns the end of the last
+/// intact record.
+fn scan_valid_len(
+    fs: &dyn FileSystem,
+    path: &Path,
+    start: u64,
+    len: u64,
+    stats: &IoStats,
+) -> Result<u64> {
+    const CHUNK: u64 = 4 << 20;
+    let f = fs.open_read(path).ctx(path)?;
+    fs.advise(path, start, 0, Advice::Sequential);
+    let mut pos = start;
+    let mut buf: Vec<u8> = Vec::new();
+    let mut buf_start = start;
+    loop {
+        let rel = (pos - buf_start) as usize;
+        match record::decode(&buf[rel..]) {
+            Ok(r) => pos += r.len as u64,
+            Err(record::DecodeError::Truncated) => {
+                let file_left = len.saturating_sub(buf_start + buf.len() as u64);
+                if file_left == 0 {
+                    return Ok(pos);
+                }
+                // Keep the partial record and read more.
+                buf.drain(..rel);
+                buf_start = pos;
+                let n = file_left.min(CHUNK.max(buf.len() as u64)) as usize;
+                let old = buf.len();
+                buf.resize(old + n, 0);
+                f.read_exact_at(buf_start + old as u64, &mut buf[old..])
+                    .ctx(path)?;
+                stats.add_read(IoCategory::ValueStore, n as u64);
+            }
+            Err(_) => return Ok(pos),
+        }
+    }
+}
+
+impl ValueStore for VlogStore {
+    fn name(&self) -> &'static str {
+        "vlog"
+    }
+
+    fn separates(&self, len: usize) -> bool {
+        len >= self.opts.value_threshold
+    }
+
+    fn append(&self, records: &[ValueRecord<'_>]) -> Result<Vec<ValuePointer>> {
+        self.append_as(records, IoCategory::ValueStore)
+    }
+
+    fn sync(&self) -> Result<()> {
+        let mut st = self.state.lock();
+        self.sync_locked(&mut st)
+    }
+
+    fn read(&self, key: &[u8], ptr: &ValuePointer) -> Result<Option<Vec<u8>>> {
+        {
+            let st = self.state.lock();
+            if (ptr.file_id, ptr.offset) < st.freed {
+                return Ok(None);
+            }
+            if ptr.file_id == st.active.id && ptr.offset >= st.active.flushed {
+                // Still in the write buffer (§3.4.1).
+                let rel = (ptr.offset - st.active.flushed) as usize;
+                let end = rel + ptr.length as usize;
+                if end > st.active.buf.len() {
+                    return Ok(None);
+                }
+                return check_record(&self.path(ptr.file_id), ptr, key, &st.active.buf[rel..end])
+                    .map(Some);
+            }
+            match st.files.get(&ptr.file_id) {
+                Some(f) if ptr.offset + ptr.length as u64 <= f.valid_len => {}
+                _ => return Ok(None),
+            }
+        }
+        self.reader
+            .read_record(key, ptr, IoCategory::ValueStore)
+            .map(Some)
+    }
+
+    fn read_many(&self, reqs: &[(Vec<u8>, ValuePointer)]) -> Result<Vec<Option<Vec<u8>>>> {
+        if reqs.len() < 2 || self.prefetch.threads() == 0 {
+            return reqs.iter().map(|(k, p)| self.read(k, p)).collect();
+        }
+        // Validity is decided here, under the lock; the reads run on the pool.
+        let mut valid = Vec::with_capacity(reqs.len());
+        {
+            let st = self.state.lock();
+            for (_, p) in reqs {
+                let ok = (p.file_id, p.offset) >= st.freed
+                    && st
+                        .files
+                        .get(&p.file_id)
+                        .is_some_and(|f| p.offset + p.length as u64 <= f.valid_len);
+                valid.push(ok);
+            }
+        }
+        let jobs: Arc<Vec<(Vec<u8>, ValuePointer, bool)>> = Arc::new(
+            reqs.iter()
+                .zip(valid)
+                .map(|((k, p), ok)| (k.clone(), *p, ok))
+                .collect(),
+        );
+        let reader = self.reader.clone();
+        let n = jobs.len();
+        let results = self.prefetch.map(n, move |i| {
+            let (k, p, ok) = &jobs[i];
+            if !ok {
+                return Ok(None);
+            }
+            reader.read_record(k, p, IoCategory::ValueStore).map(Some)
+        });
+        results.into_iter().collect()
+    }
+
+    fn contains(&self, ptr: &ValuePointer) -> bool {
+        let st = self.state.lock();
+        if (ptr.file_id, ptr.offset) < st.tail {
+            // Collected by GC: a later, durable relocation supersedes it.
+            return true;
+        }
+        st.files
+            .get(&ptr.file_id)
+            .is_some_and(|f| ptr.offset + ptr.length as u64 <= f.valid_len)
+    }
+
+    fn note_garbage(&self, ptr: &ValuePointer) {
+        let mut st = self.state.lock();
+        if (ptr.file_id, ptr.offset) < st.tail {
+            return;
+        }
+        if let Some(f) = st.files.get_mut(&ptr.file_id) {
+            f.garbage = (f.garbage + ptr.length as u64).min(f.valid_len);
+        }
+    }
+
+    fn space(&self) -> SpaceStats {
+        let st = self.state.lock();
+        let mut total = 0u64;
+        let mut garbage = 0u64;
+        for (&id, f) in &st.files {
+            let len = if id == st.active.id {
+                st.active.flushed
+            } else {
+                f.valid_len
+            };
+            let from = if id == st.tail.0 { st.tail.1 } else { 0 };
+            if id >= st.tail.0 {
+                total += len.saturating_sub(from);
+                garbage += f.garbage;
+            }
+        }
+        let ids: Vec<u64> = st.files.keys().copied().collect();
+        drop(st);
+        let file_bytes = ids
+            .iter()
+            .filter_map(|&id| self.reader.fs.allocated_size(&self.path(id)).ok())
+            .sum();
+        let garbage = garbage.min(total);
+        SpaceStats {
+            live_bytes: total - garbage,
+            garbage_bytes: garbage,
+            file_bytes,
+        }
+    }
+
+    fn gc_step(
+        &self,
+        index: &dyn IndexReader,
+        relocator: &dyn IndexRelocator,
+    ) -> Result<GcOutcome> {
+        gc::step(self, index, relocator)
+    }
+
+    fn figures(&self) -> Vec<(&'static str, u64)> {
+        let (hf, ho) = self.head();
+        let (tf, to) = self.tail();
+        let c = &self.counters;
+        vec![
+            ("vlog_head_file", hf),
+            ("vlog_head_offset", ho),
+            ("vlog_tail_file", tf),
+            ("vlog_tail_offset", to),
+            ("gc_runs", c.gc_runs.load(Ordering::Relaxed)),
+            ("gc_bytes_read", c.gc_bytes_read.load(Ordering::Relaxed)),
+            (
+                "gc_bytes_rewritten",
+                c.gc_bytes_rewritten.load(Ordering::Relaxed),
+            ),
+            ("gc_bytes_freed", c.gc_bytes_freed.load(Ordering::Relaxed)),
+        ]
+    }
+}

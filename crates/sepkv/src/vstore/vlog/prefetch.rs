@@ -1,0 +1,117 @@
+//! A small persistent thread pool for parallel value reads during scans
+//! (WiscKey §3.3.1: values ahead of a scan are fetched by several threads
+//! at once so the device's internal parallelism is used).
+//!
+//! Workers take boxed jobs from one shared queue and live until the pool is
+//! dropped. Safe to share between threads.
+
+use parking_lot::Mutex;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// The pool.
+pub struct Prefetcher {
+    tx: Mutex<Option<mpsc::Sender<Job>>>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+    threads: usize,
+}
+
+impl Prefetcher {
+    /// A pool of `threads` workers (0 = no pool: callers read inline).
+    pub fn new(threads: usize) -> Self {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        let workers = (0..threads)
+            .filter_map(|i| {
+                let rx = rx.clone();
+                std::thread::Builder::new()
+                    .name(format!("sepkv-prefetch-{i}"))
+                    .spawn(move || loop {
+                        let job = rx.lock().recv();
+                        match job {
+                            Ok(job) => job(),
+                            Err(_) => return,
+                        }
+                    })
+                    .ok()
+            })
+            .collect::<Vec<_>>();
+        let threads = workers.len();
+        Prefetcher {
+            tx: Mutex::new((threads > 0).then_some(tx)),
+            workers: Mutex::new(workers),
+            threads,
+        }
+    }
+
+    /// Number of worker threads.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Runs `f(i)` for every `i < n` on the workers and returns the results
+    /// in order. Runs inline when the pool has no workers.
+    pub fn map<T, F>(&self, n: usize, f: F) -> Vec<T>
+    where
+        T: Send + 'static,
+        F: Fn(usize) -> T + Send + Sync + 'static,
+    {
+        let sender = self.tx.lock().clone();
+        let Some(sender) = sender.filter(|_| n > 1) else {
+            return (0..n).map(f).collect();
+        };
+        let f = Arc::new(f);
+        let (rtx, rrx) = mpsc::channel::<(usize, T)>();
+        // One job per worker, each taking a strided share of the indexes.
+        let jobs = self.threads.min(n);
+        for w in 0..jobs {
+            let fw = f.clone();
+            let rtx = rtx.clone();
+            let job: Job = Box::new(move || {
+                let mut i = w;
+                while i < n {
+                    let _ = rtx.send((i, fw(i)));
+                    i += jobs;
+                }
+            });
+            if sender.send(job).is_err() {
+                return (0..n).map(|i| f(i)).collect();
+            }
+        }
+        drop(rtx);
+        let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
+        for (i, v) in rrx {
+            out[i] = Some(v);
+        }
+        out.into_iter()
+            .enumerate()
+            .map(|(i, v)| v.unwrap_or_else(|| f(i)))
+            .collect()
+    }
+}
+
+impl Drop for Prefetcher {
+    fn drop(&mut self) {
+        self.tx.lock().take();
+        for w in self.workers.lock().drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_keeps_order() {
+        let p = Prefetcher::new(3);
+        let v = p.map(100, |i| i * 2);
+        assert_eq!(v, (0..100).map(|i| i * 2).collect::<Vec<_>>());
+        let p0 = Prefetcher::new(0);
+        assert_eq!(p0.map(3, |i| i), vec![0, 1, 2]);
+    }
+}
