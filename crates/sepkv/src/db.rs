@@ -265,6 +265,8 @@ pub struct VerifyReport {
     pub manifest_edits: usize,
     /// WAL records checked.
     pub wal_records: usize,
+    /// Value-store records checked.
+    pub value_records: u64,
     /// Every fault found, each naming file and offset.
     pub faults: Vec<Error>,
 }
@@ -1510,6 +1512,10 @@ impl DbInner {
                 }
             }
         }
+        // Value store.
+        let (records, faults) = self.vstore.verify();
+        rep.value_records = records;
+        rep.faults.extend(faults);
         // SSTables.
         let v = self.sv.read().version.clone();
         for f in v.files.iter().flatten() {

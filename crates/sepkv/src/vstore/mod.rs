@@ -158,6 +158,13 @@ pub trait ValueStore: Send + Sync {
     /// dropped the last reference to it). Feeds the garbage estimate.
     fn note_garbage(&self, _ptr: &ValuePointer) {}
 
+    /// Reads every record in the store's valid range and checks it;
+    /// returns the faults found (file and offset), plus the number of
+    /// records checked.
+    fn verify(&self) -> (u64, Vec<crate::Error>) {
+        (0, Vec::new())
+    }
+
     /// Layout-specific figures for `stats()`, as `(name, value)` pairs.
     fn figures(&self) -> Vec<(&'static str, u64)> {
         Vec::new()

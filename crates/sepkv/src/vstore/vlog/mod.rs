@@ -234,28 +234,38 @@ impl VlogStore {
             );
         }
         // The newest file may end in a torn append: fix its valid length at
-        // the last intact record.
+        // the last intact record. If it is intact, appends continue in it;
+        // otherwise they go to a new file and the torn bytes are never read.
+        let mut reuse = None;
         if let Some((&last, info)) = files.iter_mut().next_back() {
             let start = if last == tail.0 { tail.1 } else { 0 };
-            info.valid_len = scan_valid_len(
-                fs.as_ref(),
-                &vlog_path(dir, last),
-                start,
-                info.valid_len,
-                &stats,
-            )?;
+            let len = info.valid_len;
+            info.valid_len =
+                scan_valid_len(fs.as_ref(), &vlog_path(dir, last), start, len, &stats)?;
+            if info.valid_len == len && len < opts.file_size {
+                reuse = Some((last, len));
+            }
         }
-        let next_id = files.keys().next_back().map_or(tail.0.max(1), |l| l + 1);
-        let path = vlog_path(dir, next_id);
-        let file = fs.create(&path).ctx(&path)?;
-        fs.sync_dir(dir).ctx(dir)?;
-        files.insert(
-            next_id,
-            FileInfo {
-                valid_len: 0,
-                garbage: 0,
-            },
-        );
+        let (next_id, file, flushed) = match reuse {
+            Some((id, len)) => {
+                let path = vlog_path(dir, id);
+                (id, fs.open_append(&path).ctx(&path)?, len)
+            }
+            None => {
+                let id = files.keys().next_back().map_or(tail.0.max(1), |l| l + 1);
+                let path = vlog_path(dir, id);
+                let file = fs.create(&path).ctx(&path)?;
+                fs.sync_dir(dir).ctx(dir)?;
+                files.insert(
+                    id,
+                    FileInfo {
+                        valid_len: 0,
+                        garbage: 0,
+                    },
+                );
+                (id, file, 0)
+            }
+        };
         // Free what an earlier GC left behind (idempotent).
         if tail.1 > 0 && files.contains_key(&tail.0) {
             let _ = fs.punch_hole(&vlog_path(dir, tail.0), 0, tail.1);
@@ -274,7 +284,7 @@ impl VlogStore {
                 active: Active {
                     id: next_id,
                     file,
-                    flushed: 0,
+                    flushed,
                     buf: Vec::new(),
                     dirty: false,
                 },
@@ -568,6 +578,78 @@ impl ValueStore for VlogStore {
         relocator: &dyn IndexRelocator,
     ) -> Result<GcOutcome> {
         gc::step(self, index, relocator)
+    }
+
+    fn verify(&self) -> (u64, Vec<Error>) {
+        let ranges: Vec<(u64, u64, u64)> = {
+            let mut st = self.state.lock();
+            if let Err(e) = self.flush_locked(&mut st, IoCategory::ValueStore) {
+                return (0, vec![e]);
+            }
+            st.files
+                .iter()
+                .filter(|(&id, _)| id >= st.tail.0)
+                .map(|(&id, f)| (id, if id == st.tail.0 { st.tail.1 } else { 0 }, f.valid_len))
+                .collect()
+        };
+        let mut records = 0;
+        let mut faults = Vec::new();
+        for (id, start, end) in ranges {
+            let path = self.path(id);
+            let h = match self.reader.handle(id) {
+                Ok(h) => h,
+                Err(e) => {
+                    faults.push(e);
+                    continue;
+                }
+            };
+            let mut pos = start;
+            let mut want = 4u64 << 20;
+            'file: while pos < end {
+                let n = want.min(end - pos);
+                let mut buf = vec![0u8; n as usize];
+                if let Err(e) = h.read_exact_at(pos, &mut buf).ctx(&path) {
+                    faults.push(e);
+                    break;
+                }
+                self.reader.stats.add_read(IoCategory::ValueStore, n);
+                let mut rel = 0usize;
+                loop {
+                    match record::decode(&buf[rel..]) {
+                        Ok(r) => {
+                            rel += r.len;
+                            records += 1;
+                        }
+                        Err(record::DecodeError::Truncated) if rel < buf.len() || rel == 0 => {
+                            if rel == 0 {
+                                if n == end - pos {
+                                    faults.push(Error::corruption(
+                                        &path,
+                                        pos,
+                                        "value-log record runs past the valid end",
+                                    ));
+                                    break 'file;
+                                }
+                                // One record larger than the read: read it whole.
+                                want = want.saturating_mul(2);
+                            }
+                            break;
+                        }
+                        Err(record::DecodeError::Truncated) => break,
+                        Err(e) => {
+                            faults.push(Error::corruption(
+                                &path,
+                                pos + rel as u64,
+                                format!("value-log record damaged ({e:?})"),
+                            ));
+                            break 'file;
+                        }
+                    }
+                }
+                pos += rel as u64;
+            }
+        }
+        (records, faults)
     }
 
     fn figures(&self) -> Vec<(&'static str, u64)> {
