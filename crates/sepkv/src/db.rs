@@ -306,6 +306,25 @@ impl Db {
             }
             fs.create_dir_all(&dir).ctx(&dir)?;
         }
+        // Refuse foreign directories before taking the lock, so a refused
+        // open leaves the directory exactly as it was.
+        if !fs.exists(&dir.join(IDENTITY)) {
+            let names = fs.list(&dir).ctx(&dir)?;
+            if let Some(foreign) = names.iter().find(|n| n.as_str() != LOCK) {
+                return Err(Error::NotADatabase {
+                    path: dir,
+                    reason: format!(
+                        "no IDENTITY file, and the directory holds other files (e.g. {foreign:?})"
+                    ),
+                });
+            }
+            if !opts.create_if_missing {
+                return Err(Error::NotADatabase {
+                    path: dir,
+                    reason: "it holds no database and create_if_missing is off".into(),
+                });
+            }
+        }
         let lock_path = dir.join(LOCK);
         let lock = fs.lock(&lock_path).map_err(|e| {
             if e.kind() == std::io::ErrorKind::WouldBlock {
@@ -1192,7 +1211,7 @@ impl DbInner {
             if let Some(inputs) =
                 picker::pick_range(&v, &self.picker, level, begin.as_deref(), end.as_deref())
             {
-                self.compact(&v, &inputs)?;
+                self.compact(v, &inputs)?;
             }
             if let Some(m) = self.bg.lock().manual.as_mut() {
                 m.done = true;
@@ -1219,7 +1238,7 @@ impl DbInner {
                 self.counters.trivial_moves.fetch_add(1, Ordering::Relaxed);
                 Ok(())
             }
-            Choice::Merge(inputs) => self.compact(&v, &inputs),
+            Choice::Merge(inputs) => self.compact(v, &inputs),
         }
     }
 
@@ -1231,12 +1250,16 @@ impl DbInner {
             .unwrap_or_else(|| self.last_seq.load(Ordering::Acquire))
     }
 
-    fn compact(&self, v: &Version, inputs: &picker::CompactionInputs) -> Result<()> {
+    /// Runs a compaction of `inputs` picked from `v`. Takes `v` by value so
+    /// that it is released before obsolete files are deleted (a version still
+    /// held keeps its files alive).
+    fn compact(&self, v: Arc<Version>, inputs: &picker::CompactionInputs) -> Result<()> {
         let smallest = self.smallest_snapshot();
         let mut next = || self.versions.lock().new_file_number();
         let mut ctx = self.job_context(&mut next);
         let (mut edit, st): (VersionEdit, CompactionStats) =
-            run_compaction(&mut ctx, v, inputs, smallest)?;
+            run_compaction(&mut ctx, &v, inputs, smallest)?;
+        drop(v);
         self.install(&mut edit)?;
         let c = &self.counters;
         c.compactions.fetch_add(1, Ordering::Relaxed);
@@ -1357,6 +1380,21 @@ impl DbInner {
                     let b = decode_batch(rec).ok_or_else(|| {
                         Error::corruption(&path, off, "malformed write batch in WAL")
                     })?;
+                    let last = (b.seq.checked_add(b.entries.len() as u64))
+                        .filter(|_| b.seq > 0 && !b.entries.is_empty())
+                        .map(|end| end - 1)
+                        .filter(|&l| l <= crate::index::key::MAX_SEQ);
+                    let Some(last) = last else {
+                        return Err(Error::corruption(
+                            &path,
+                            off,
+                            format!(
+                                "write batch with sequence {} and {} entries is out of range",
+                                b.seq,
+                                b.entries.len()
+                            ),
+                        ));
+                    };
                     // A batch whose values did not survive the crash ends
                     // the history (WiscKey §3.3.3): nothing after it is
                     // replayed, so the state stays a prefix.
@@ -1371,7 +1409,7 @@ impl DbInner {
                     for (j, e) in b.entries.iter().enumerate() {
                         mem.add(b.seq + j as u64, e.vtype, e.key, e.value);
                     }
-                    max_seq = max_seq.max(b.seq + b.entries.len() as u64 - 1);
+                    max_seq = max_seq.max(last);
                     if mem.approximate_bytes() >= self.opts.write_buffer_size {
                         for f in flush_to_tables(&mut ctx, &mut mem.iter())? {
                             edit.added.push((0, f));
@@ -1380,13 +1418,22 @@ impl DbInner {
                     }
                 }
                 if let Some(LogEnd::Torn(off)) = r.end() {
-                    if i + 1 != wals.len() {
+                    // A torn tail ends the history. Only the newest WAL with
+                    // data can have one: an older WAL is synced before the
+                    // next one starts, so a torn older WAL followed by data
+                    // means damage.
+                    let later_data = wals[i + 1..].iter().any(|&m| {
+                        let p = filename::wal_path(&self.dir, m);
+                        self.fs.file_size(&p).map_or(true, |len| len > 0)
+                    });
+                    if later_data {
                         return Err(Error::corruption(
                             &path,
                             off,
-                            "torn record in a WAL that is not the newest",
+                            "torn record in a WAL that is followed by newer WAL data",
                         ));
                     }
+                    break 'replay;
                 }
             }
             if !mem.is_empty() {
@@ -1395,10 +1442,11 @@ impl DbInner {
                 }
             }
         }
+        // Commit the replayed state before the new WAL exists: an open that
+        // fails or crashes after this point finds the old WALs obsolete, and
+        // before it finds no new WAL, so a torn tail stays in the newest WAL.
         let number = self.versions.lock().new_file_number();
         let path = filename::wal_path(&self.dir, number);
-        let file = self.fs.create(&path).ctx(&path)?;
-        self.fs.sync_dir(&self.dir).ctx(&self.dir)?;
         self.last_seq.store(max_seq, Ordering::Release);
         edit.log_number = Some(number);
         let v = {
@@ -1407,6 +1455,8 @@ impl DbInner {
             vs.log_and_apply(&mut edit)?;
             vs.current()
         };
+        let file = self.fs.create(&path).ctx(&path)?;
+        self.fs.sync_dir(&self.dir).ctx(&self.dir)?;
         *self.sv.write() = Arc::new(SuperVersion {
             mem: Arc::new(MemTable::new()),
             imm: None,

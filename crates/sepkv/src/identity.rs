@@ -50,16 +50,16 @@ impl Identity {
     /// `NotADatabase` for an unsupported format version.
     pub fn decode(path: &Path, data: &[u8]) -> Result<Identity> {
         let dir = path.parent().unwrap_or(Path::new("."));
-        let text = std::str::from_utf8(data).map_err(|_| Error::NotADatabase {
-            path: dir.into(),
-            reason: "IDENTITY is not text".into(),
-        })?;
-        if !text.starts_with(MAGIC) {
+        if !data.starts_with(MAGIC.as_bytes()) {
             return Err(Error::NotADatabase {
                 path: dir.into(),
                 reason: "IDENTITY lacks the sepkv magic line".into(),
             });
         }
+        // From here on the file claims to be ours: damage is corruption.
+        let text = std::str::from_utf8(data).map_err(|e| {
+            Error::corruption(path, e.valid_up_to() as u64, "IDENTITY is not valid UTF-8")
+        })?;
         let crc_at = text
             .rfind("crc=")
             .ok_or_else(|| Error::corruption(path, 0, "IDENTITY has no checksum"))?;

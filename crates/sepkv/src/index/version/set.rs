@@ -24,6 +24,10 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
+/// Largest file number accepted from a manifest (2^48: far beyond any real
+/// database, far from overflow).
+const MAX_FILE_NUMBER: u64 = 1 << 48;
+
 /// Manifest size past which the next edit starts a new manifest (bytes).
 const MANIFEST_ROLL_BYTES: u64 = 16 << 20;
 
@@ -103,6 +107,20 @@ impl VersionSet {
         while let Some((off, rec)) = reader.next_record()? {
             let edit = VersionEdit::decode(rec)
                 .map_err(|r| Error::corruption(&mpath, off, format!("bad version edit: {r}")))?;
+            // Counters from disk are trusted only within their ranges.
+            let bad = edit
+                .last_sequence
+                .is_some_and(|s| s > crate::index::key::MAX_SEQ)
+                || edit.next_file_number.is_some_and(|n| n > MAX_FILE_NUMBER)
+                || edit.log_number.is_some_and(|n| n > MAX_FILE_NUMBER)
+                || edit.added.iter().any(|(_, f)| f.number > MAX_FILE_NUMBER);
+            if bad {
+                return Err(Error::corruption(
+                    &mpath,
+                    off,
+                    "version edit counter out of range",
+                ));
+            }
             version = apply(&version, &edit, levels).map_err(|r| {
                 Error::corruption(&mpath, off, format!("inconsistent version edit: {r}"))
             })?;
