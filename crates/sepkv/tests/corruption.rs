@@ -900,7 +900,6 @@ fn wal_truncated_last_record_or_zero_tail_is_a_torn_tail() {
 /// (an I/O error, or a power loss, at any point of `open`): the next `open`
 /// succeeds with every complete record.
 #[test]
-#[ignore = "bug: a recovery interrupted after it created its new WAL turns a torn tail into a fatal corruption"]
 fn wal_torn_tail_survives_an_interrupted_recovery() {
     let torn_db = || {
         let (fs, log, recs) = db_with_unflushed_wal();
@@ -1013,7 +1012,6 @@ fn wal_checksummed_but_malformed_batch_is_corruption() {
 /// run past that (or an empty batch at sequence 0) is malformed; recovery
 /// must report it as corruption, not overflow while replaying it.
 #[test]
-#[ignore = "bug: WAL replay does not range-check batch sequence numbers and panics on overflow"]
 fn wal_batch_with_out_of_range_sequence_is_corruption() {
     const MAX_SEQ: u64 = (1 << 56) - 1;
     let cases: Vec<(&str, Vec<u8>)> = vec![
@@ -1116,7 +1114,6 @@ fn manifest_flip_fails_open_with_the_record_offset() {
 /// past 56 bits) is corruption: open must report it naming the manifest,
 /// not panic later while handing out numbers.
 #[test]
-#[ignore = "bug: manifest counters are not range-checked on recovery; open or the first read then panics on overflow"]
 fn manifest_edit_with_out_of_range_counters_is_corruption() {
     use sepkv::index::version::VersionEdit;
     let cases = [
@@ -1309,7 +1306,6 @@ fn identity_bit_flips_are_refused() {
 /// line makes the file invalid UTF-8, and is reported as `NotADatabase`
 /// ("IDENTITY is not text") instead of a corruption of IDENTITY.
 #[test]
-#[ignore = "bug: non-UTF-8 damage after the IDENTITY magic line is NotADatabase, not Corruption"]
 fn identity_non_text_damage_after_magic_is_corruption() {
     let fs = FaultFs::new();
     let original = small_db(&fs);
