@@ -53,8 +53,8 @@ use crate::options::ValueLayout;
 use crate::options::{Options, ReadOptions, WriteOptions, MAX_BATCH_SIZE};
 use crate::vstore::vlog::{VlogOptions, VlogStore};
 use crate::vstore::{
-    GcOutcome, IndexReader, IndexRelocator, InlineStore, Relocation, SpaceStats, ValuePointer,
-    ValueRecord, ValueStore,
+    GcOutcome, IndexReader, IndexRelocator, InlineStore, LogEntry, Relocation, SpaceStats,
+    ValuePointer, ValueRecord, ValueStore,
 };
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::BTreeMap;
@@ -90,6 +90,9 @@ struct BgState {
     /// WALs older than this are obsolete once the immutable memtable is
     /// flushed.
     imm_log_number: u64,
+    /// Log mode: the value-log position where the immutable memtable's
+    /// writes end (its flush checkpoints it).
+    imm_log_position: Option<(u64, u64)>,
     manual: Option<ManualCompaction>,
     error: Option<Error>,
 }
@@ -373,6 +376,7 @@ impl Db {
                     file_size: opts.vlog_file_size,
                     gc_chunk_size: opts.gc_chunk_size,
                     prefetch_threads: opts.prefetch_threads,
+                    log_mode: !opts.wal,
                 },
                 versions.value_store_state.as_deref(),
             )?),
@@ -880,9 +884,13 @@ impl DbInner {
 
         let user_bytes = batch.user_bytes();
 
-        // Separate large values into the value store (never for `inline`).
+        // Separate large values into the value store (never for `inline`);
+        // in log mode the value log records every entry.
         let separated;
-        let batch = if batch.entries().any(|e| {
+        let batch = if !self.opts.wal {
+            separated = self.log_entries(batch)?;
+            &separated
+        } else if batch.entries().any(|e| {
             e.is_ok_and(|e| e.vtype == ValueType::Value && self.vstore.separates(e.value.len()))
         }) {
             separated = self.separate_values(batch)?;
@@ -904,14 +912,21 @@ impl DbInner {
         let seq = self.last_seq.load(Ordering::Relaxed) + 1;
         let n = batch.len() as u64;
         batch.encode_into(seq, &mut w.scratch);
-        let res = w.wal.add_record(&w.scratch).and_then(|_| {
-            if sync {
-                self.vstore.sync()?;
-                w.wal.sync()
-            } else {
-                w.wal.flush()
-            }
-        });
+        let res = if self.opts.wal {
+            w.wal.add_record(&w.scratch).and_then(|_| {
+                if sync {
+                    self.vstore.sync()?;
+                    w.wal.sync()
+                } else {
+                    w.wal.flush()
+                }
+            })
+        } else if sync {
+            // Log mode: the value log holds the batch already.
+            self.vstore.sync()
+        } else {
+            Ok(())
+        };
         if let Err(e) = res {
             self.set_poison(&e);
             return Err(e);
@@ -973,6 +988,40 @@ impl DbInner {
                 }
             }
         }
+    }
+
+    /// Log mode (WiscKey §3.4.2): appends every entry of `batch` to the
+    /// value log, which is then the only log; returns the index batch
+    /// (separated values replaced by pointers). Writer lock held.
+    fn log_entries(&self, batch: &WriteBatch) -> Result<WriteBatch> {
+        let entries: Vec<_> = batch.entries().collect::<Result<_>>()?;
+        let seq0 = self.last_seq.load(Ordering::Relaxed) + 1;
+        let log: Vec<LogEntry<'_>> = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| LogEntry {
+                vtype: e.vtype,
+                separate: e.vtype == ValueType::Value && self.vstore.separates(e.value.len()),
+                key: e.key,
+                seq: seq0 + i as u64,
+                value: e.value,
+            })
+            .collect();
+        let ptrs = match self.vstore.log_batch(&log) {
+            Ok(p) => p,
+            Err(e) => {
+                self.set_poison(&e);
+                return Err(e);
+            }
+        };
+        let mut out = WriteBatch::new();
+        for (e, p) in entries.iter().zip(ptrs) {
+            match p {
+                Some(p) => out.push(ValueType::Pointer, e.key, &p.encode()),
+                None => out.push(e.vtype, e.key, e.value),
+            }
+        }
+        Ok(out)
     }
 
     fn separate_values(&self, batch: &WriteBatch) -> Result<WriteBatch> {
@@ -1070,6 +1119,7 @@ impl DbInner {
             {
                 let mut bg = self.bg.lock();
                 bg.imm_log_number = number;
+                bg.imm_log_position = self.vstore.log_position();
                 let mut cur = self.sv.write();
                 *cur = Arc::new(SuperVersion {
                     mem: Arc::new(MemTable::new()),
@@ -1290,12 +1340,18 @@ impl DbInner {
     }
 
     fn flush_imm(&self, imm: &Arc<MemTable>) -> Result<()> {
-        let log_number = self.bg.lock().imm_log_number;
+        let (log_number, log_pos) = {
+            let bg = self.bg.lock();
+            (bg.imm_log_number, bg.imm_log_position)
+        };
         let mut next = || self.versions.lock().new_file_number();
         let mut ctx = self.job_context(&mut next);
         let files = flush_to_tables(&mut ctx, &mut imm.iter())?;
         let mut edit = VersionEdit {
             log_number: Some(log_number),
+            // Log mode: recovery replays the value log from where this
+            // memtable's writes end.
+            value_store_state: log_pos.map(|p| self.vstore.state_with_checkpoint(p)),
             ..Default::default()
         };
         let v = self.versions.lock().current();
@@ -1321,6 +1377,9 @@ impl DbInner {
             vs.log_and_apply(&mut edit)?;
             vs.current()
         };
+        if let Some(p) = log_pos {
+            self.vstore.checkpoint_committed(p);
+        }
         {
             let mut cur = self.sv.write();
             *cur = Arc::new(SuperVersion {
@@ -1436,6 +1495,13 @@ impl DbInner {
                     break 'replay;
                 }
             }
+            // Log mode: the value log after the checkpoint holds the writes
+            // the lost memtables had (WiscKey §3.4.2).
+            self.vstore.replay(&mut |seq, t, k, v| {
+                mem.add(seq, t, k, v);
+                max_seq = max_seq.max(seq);
+                Ok(())
+            })?;
             if !mem.is_empty() {
                 for f in flush_to_tables(&mut ctx, &mut mem.iter())? {
                     edit.added.push((0, f));
@@ -1449,12 +1515,20 @@ impl DbInner {
         let path = filename::wal_path(&self.dir, number);
         self.last_seq.store(max_seq, Ordering::Release);
         edit.log_number = Some(number);
+        let log_pos = self.vstore.log_position();
+        if let Some(p) = log_pos {
+            self.vstore.sync()?;
+            edit.value_store_state = Some(self.vstore.state_with_checkpoint(p));
+        }
         let v = {
             let mut vs = self.versions.lock();
             vs.last_sequence = max_seq;
             vs.log_and_apply(&mut edit)?;
             vs.current()
         };
+        if let Some(p) = log_pos {
+            self.vstore.checkpoint_committed(p);
+        }
         let file = self.fs.create(&path).ctx(&path)?;
         self.fs.sync_dir(&self.dir).ctx(&self.dir)?;
         *self.sv.write() = Arc::new(SuperVersion {
@@ -1696,6 +1770,10 @@ impl IndexRelocator for DbInner {
         }
         if batch.is_empty() {
             return Ok((installed, self.last_seq.load(Ordering::Acquire)));
+        }
+        if !self.opts.wal {
+            // Log mode: the relocation must be in the value log too.
+            batch = self.log_entries(&batch)?;
         }
         let seq = self.write_locked(w, &batch, true)?;
         Ok((installed, seq))

@@ -346,7 +346,15 @@ fn unimplemented_presets_and_layouts_are_rejected() {
     assert_invalid(Db::open(dir(), o).map(|_| ()), "hashkv", "lsm + hashkv");
     // Value-log options out of range, and the WAL-less mode this build lacks.
     for (tweak, name) in [
-        ((|o: &mut Options| o.wal = false) as fn(&mut Options), "wal"),
+        (
+            (|o: &mut Options| {
+                *o = Options {
+                    wal: false,
+                    ..Options::preset(Preset::LevelDb)
+                }
+            }) as fn(&mut Options),
+            "wal",
+        ),
         (
             |o: &mut Options| o.gc_garbage_ratio = 1.0,
             "gc_garbage_ratio",

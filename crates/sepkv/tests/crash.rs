@@ -32,8 +32,9 @@ struct Write {
     changes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
 }
 
-fn opts(fs: &FaultFs, preset: Preset) -> Options {
+fn opts(fs: &FaultFs, (preset, wal): (Preset, bool)) -> Options {
     Options {
+        wal,
         value_threshold: 64,
         vlog_file_size: 1 << 20,
         gc_chunk_size: 16 << 10,
@@ -57,7 +58,7 @@ fn apply(model: &mut Model, w: &Write) {
     }
 }
 
-fn run_seed(preset: Preset, seed: u64) -> Result<(), String> {
+fn run_seed(preset: (Preset, bool), seed: u64) -> Result<(), String> {
     let mut rng = StdRng::seed_from_u64(seed);
     let fs = FaultFs::new();
     let dir = Path::new("/crashdb");
@@ -197,23 +198,39 @@ fn crash_recovery_keeps_a_prefix_of_history() {
             (0..n).collect()
         }
     };
-    let presets: Vec<Preset> = match std::env::var("SEPKV_CRASH_PRESET") {
-        Ok(p) => vec![p.parse().expect("SEPKV_CRASH_PRESET names a preset")],
-        Err(_) => vec![Preset::LevelDb, Preset::WiscKey],
+    // (preset, wal): wisckey also runs without the index WAL (WiscKey §3.4.2).
+    let all = [
+        (Preset::LevelDb, true),
+        (Preset::WiscKey, true),
+        (Preset::WiscKey, false),
+    ];
+    let presets: Vec<(Preset, bool)> = match std::env::var("SEPKV_CRASH_PRESET") {
+        Ok(p) => {
+            let (name, wal) = match p.strip_suffix("-nowal") {
+                Some(n) => (n, false),
+                None => (p.as_str(), true),
+            };
+            vec![(
+                name.parse().expect("SEPKV_CRASH_PRESET names a preset"),
+                wal,
+            )]
+        }
+        Err(_) => all.to_vec(),
     };
     let mut failures = Vec::new();
     for &preset in &presets {
+        let label = format!("{}{}", preset.0, if preset.1 { "" } else { "-nowal" });
         for &seed in &seeds {
             if let Err(e) = run_seed(preset, seed) {
-                eprintln!("{preset} seed {seed} failed: {e}");
+                eprintln!("{label} seed {seed} failed: {e}");
                 eprintln!(
-                    "reproduce: SEPKV_CRASH_PRESET={preset} SEPKV_CRASH_SEED={seed} cargo test -p sepkv --test crash -- --nocapture"
+                    "reproduce: SEPKV_CRASH_PRESET={label} SEPKV_CRASH_SEED={seed} cargo test -p sepkv --test crash -- --nocapture"
                 );
-                failures.push((preset, seed));
+                failures.push((label.clone(), seed));
             }
         }
         eprintln!(
-            "{preset}: {} crash/reopen iterations run",
+            "{label}: {} crash/reopen iterations run",
             seeds.len() * (CYCLES - 1)
         );
     }

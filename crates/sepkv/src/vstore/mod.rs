@@ -52,6 +52,22 @@ impl SpaceStats {
     }
 }
 
+/// One entry of [`ValueStore::log_batch`].
+#[derive(Debug, Clone, Copy)]
+pub struct LogEntry<'a> {
+    /// `Value` (with `separate` deciding inline or not), `Deletion`, or
+    /// `Pointer` for a GC relocation (value = encoded pointer).
+    pub vtype: crate::index::key::ValueType,
+    /// For `Value`: store the value separately (and return a pointer).
+    pub separate: bool,
+    /// The user key.
+    pub key: &'a [u8],
+    /// Sequence number of the entry.
+    pub seq: SeqNum,
+    /// The value, encoded pointer, or empty.
+    pub value: &'a [u8],
+}
+
 /// Space figures of a value store (bytes).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct SpaceStats {
@@ -157,6 +173,45 @@ pub trait ValueStore: Send + Sync {
     /// Tells the store that the record at `ptr` became garbage (compaction
     /// dropped the last reference to it). Feeds the garbage estimate.
     fn note_garbage(&self, _ptr: &ValuePointer) {}
+
+    /// Log mode (WiscKey §3.4.2, `Options::wal = false`): appends every
+    /// entry of a batch — separated values, small inline values, deletes and
+    /// GC relocations — so the store alone can rebuild the memtable after a
+    /// crash. Returns a pointer for each separated value. The default
+    /// refuses: only layouts that can serve as the log implement it.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for layouts without a log mode; `Io`.
+    fn log_batch(&self, _entries: &[LogEntry<'_>]) -> Result<Vec<Option<ValuePointer>>> {
+        Err(crate::Error::InvalidArgument(format!(
+            "the {} layout cannot replace the write-ahead log",
+            self.name()
+        )))
+    }
+
+    /// Current end of the log (log mode), as `(file, offset)`.
+    fn log_position(&self) -> Option<(u64, u64)> {
+        None
+    }
+
+    /// The state to persist so that recovery replays from `pos` (log mode).
+    fn state_with_checkpoint(&self, _pos: (u64, u64)) -> Vec<u8> {
+        Vec::new()
+    }
+
+    /// Tells the store that a checkpoint at `pos` is durable: everything
+    /// logged before it is in SSTables, so GC may collect up to it.
+    fn checkpoint_committed(&self, _pos: (u64, u64)) {}
+
+    /// Replays the whole batches logged after the last durable checkpoint
+    /// (log mode), calling `f(seq, type, key, value)` for each entry in
+    /// order; the value of a `Pointer` entry is an encoded pointer.
+    fn replay(
+        &self,
+        _f: &mut dyn FnMut(SeqNum, crate::index::key::ValueType, &[u8], &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        Ok(())
+    }
 
     /// Reads every record in the store's valid range and checks it;
     /// returns the faults found (file and offset), plus the number of

@@ -39,8 +39,19 @@ pub fn step(
         let mut st = vlog.state.lock();
         vlog.flush_locked(&mut st, IoCategory::Gc)?;
         let (f, o) = st.tail;
-        let is_active = f == st.active.id;
-        let end = st.files.get(&f).map_or(0, |i| i.valid_len);
+        let mut is_active = f == st.active.id;
+        let mut end = st.files.get(&f).map_or(0, |i| i.valid_len);
+        // In log mode the records after the checkpoint are the recovery
+        // log: GC stops there.
+        if let Some((cf, co)) = st.ckpt {
+            if cf == f {
+                end = end.min(co);
+                is_active = true;
+            } else if cf < f {
+                end = o;
+                is_active = true;
+            }
+        }
         (f, o, end, is_active)
     };
     if start >= end {
@@ -79,7 +90,7 @@ pub fn step(
                     length: r.len as u32,
                     aux: 0,
                 };
-                if index.current_pointer(r.key)? == Some(ptr) {
+                if r.kind.holds_value() && index.current_pointer(r.key)? == Some(ptr) {
                     live.push((r.key.to_vec(), r.seq, r.value.to_vec(), ptr));
                 }
                 pos += r.len;
@@ -189,7 +200,7 @@ fn record_len_at(buf: &[u8]) -> Option<usize> {
     if buf.len() < record::HEADER_LEN {
         return None;
     }
-    let k = u32::from_le_bytes(buf[4..8].try_into().ok()?) as usize;
+    let k = (u32::from_le_bytes(buf[4..8].try_into().ok()?) & 0x00ff_ffff) as usize;
     let v = u32::from_le_bytes(buf[8..12].try_into().ok()?) as usize;
     record::HEADER_LEN.checked_add(k)?.checked_add(v)
 }
@@ -209,7 +220,8 @@ fn advance(
     out: &mut GcOutcome,
 ) -> Result<()> {
     let (file, start, end) = range;
-    relocator.persist_state(&encode_state(new_tail))?;
+    let ckpt = vlog.state.lock().ckpt;
+    relocator.persist_state(&encode_state(new_tail, ckpt))?;
     {
         let mut st = vlog.state.lock();
         st.tail = new_tail;

@@ -45,6 +45,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::fs::{Advice, FileSystem, IoCategory, IoStats, RandomAccessFile, WritableFile};
 use parking_lot::{Mutex, RwLock};
 use prefetch::Prefetcher;
+use record::Kind;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,6 +62,8 @@ pub struct VlogOptions {
     pub gc_chunk_size: u64,
     /// Threads reading values in parallel for scans (0 = none).
     pub prefetch_threads: usize,
+    /// The value log replaces the index's WAL (WiscKey §3.4.2).
+    pub log_mode: bool,
 }
 
 /// Path of vLog file `id`.
@@ -102,6 +105,8 @@ struct State {
     tail: (u64, u64),
     /// `(file, offset)`: everything before may already be freed.
     freed: (u64, u64),
+    /// Log mode: recovery replays from here; GC never passes it.
+    ckpt: Option<(u64, u64)>,
     pending: Vec<PendingFree>,
 }
 
@@ -145,7 +150,12 @@ impl Reader {
 
 fn check_record(path: &Path, ptr: &ValuePointer, key: &[u8], buf: &[u8]) -> Result<Vec<u8>> {
     match record::decode(buf) {
-        Ok(r) if r.len == buf.len() && r.key == key => Ok(r.value.to_vec()),
+        Ok(r) if r.len == buf.len() && r.key == key && r.kind.holds_value() => Ok(r.value.to_vec()),
+        Ok(r) if !r.kind.holds_value() => Err(Error::corruption(
+            path,
+            ptr.offset,
+            "value pointer addresses a log-only record",
+        )),
         Ok(r) if r.key != key => Err(Error::corruption(
             path,
             ptr.offset,
@@ -174,22 +184,34 @@ pub struct VlogStore {
     prefetch: Prefetcher,
 }
 
-/// Encodes the GC state persisted in the manifest: the tail.
-fn encode_state(tail: (u64, u64)) -> Vec<u8> {
-    let mut v = vec![1u8];
+/// Encodes the state persisted in the manifest: the tail and, in log mode,
+/// the replay checkpoint.
+///
+/// ```text
+/// state := 1 tail_file:u64le tail_off:u64le
+///        | 2 tail_file:u64le tail_off:u64le ckpt_file:u64le ckpt_off:u64le
+/// ```
+fn encode_state(tail: (u64, u64), ckpt: Option<(u64, u64)>) -> Vec<u8> {
+    let mut v = vec![if ckpt.is_some() { 2u8 } else { 1 }];
     v.extend_from_slice(&tail.0.to_le_bytes());
     v.extend_from_slice(&tail.1.to_le_bytes());
+    if let Some(c) = ckpt {
+        v.extend_from_slice(&c.0.to_le_bytes());
+        v.extend_from_slice(&c.1.to_le_bytes());
+    }
     v
 }
 
-fn decode_state(b: &[u8]) -> Option<(u64, u64)> {
-    if b.len() != 17 || b[0] != 1 {
-        return None;
+type Pos = (u64, u64);
+
+fn decode_state(b: &[u8]) -> Option<(Pos, Option<Pos>)> {
+    let word =
+        |i: usize| -> Option<u64> { Some(u64::from_le_bytes(b.get(i..i + 8)?.try_into().ok()?)) };
+    match (b.first(), b.len()) {
+        (Some(1), 17) => Some(((word(1)?, word(9)?), None)),
+        (Some(2), 33) => Some(((word(1)?, word(9)?), Some((word(17)?, word(25)?)))),
+        _ => None,
     }
-    Some((
-        u64::from_le_bytes(b[1..9].try_into().ok()?),
-        u64::from_le_bytes(b[9..17].try_into().ok()?),
-    ))
 }
 
 impl VlogStore {
@@ -212,11 +234,12 @@ impl VlogStore {
             .filter_map(|n| n.strip_suffix(".vlog")?.parse().ok())
             .collect();
         ids.sort_unstable();
-        let tail = match state {
+        let (tail, ckpt) = match state {
             Some(s) => decode_state(s)
                 .ok_or_else(|| Error::corruption(dir.join("MANIFEST"), 0, "bad value-log state"))?,
-            None => (ids.first().copied().unwrap_or(1), 0),
+            None => ((ids.first().copied().unwrap_or(1), 0), None),
         };
+        let ckpt = opts.log_mode.then(|| ckpt.unwrap_or(tail));
         let mut files = BTreeMap::new();
         for &id in &ids {
             let path = vlog_path(dir, id);
@@ -291,6 +314,7 @@ impl VlogStore {
                 files,
                 tail,
                 freed: tail,
+                ckpt,
                 pending: Vec::new(),
             }),
             gc_lock: Mutex::new(()),
@@ -357,14 +381,26 @@ impl VlogStore {
         Ok(())
     }
 
-    /// Appends records under `cat` (user writes or GC).
-    fn append_as(&self, records: &[ValueRecord<'_>], cat: IoCategory) -> Result<Vec<ValuePointer>> {
+    /// Appends records of one batch under `cat`; the last carries the
+    /// end-of-batch bit.
+    fn append_records(
+        &self,
+        records: &[(Kind, &[u8], u64, &[u8])],
+        cat: IoCategory,
+    ) -> Result<Vec<ValuePointer>> {
         let mut st = self.state.lock();
         let mut ptrs = Vec::with_capacity(records.len());
-        for r in records {
+        for (i, &(kind, key, seq, value)) in records.iter().enumerate() {
             let offset = st.active.flushed + st.active.buf.len() as u64;
             let before = st.active.buf.len();
-            record::encode(&mut st.active.buf, r.key, r.seq, r.value);
+            record::encode(
+                &mut st.active.buf,
+                kind,
+                i + 1 == records.len(),
+                key,
+                seq,
+                value,
+            );
             let length = (st.active.buf.len() - before) as u32;
             ptrs.push(ValuePointer {
                 file_id: st.active.id,
@@ -372,13 +408,25 @@ impl VlogStore {
                 length,
                 aux: 0,
             });
-            if offset + length as u64 >= self.opts.file_size {
-                self.flush_locked(&mut st, cat)?;
-                self.maybe_roll(&mut st)?;
-            }
         }
         self.flush_locked(&mut st, cat)?;
+        // Files roll between batches only, so a batch never spans files.
+        self.maybe_roll(&mut st)?;
         Ok(ptrs)
+    }
+
+    /// Appends values (user writes or GC copies) as one batch.
+    fn append_as(&self, records: &[ValueRecord<'_>], cat: IoCategory) -> Result<Vec<ValuePointer>> {
+        let kind = if cat == IoCategory::Gc {
+            Kind::GcCopy
+        } else {
+            Kind::Value
+        };
+        let recs: Vec<(Kind, &[u8], u64, &[u8])> = records
+            .iter()
+            .map(|r| (kind, r.key, r.seq, r.value))
+            .collect();
+        self.append_records(&recs, cat)
     }
 
     fn sync_locked(&self, st: &mut State) -> Result<()> {
@@ -416,16 +464,22 @@ fn scan_valid_len(
     let f = fs.open_read(path).ctx(path)?;
     fs.advise(path, start, 0, Advice::Sequential);
     let mut pos = start;
+    let mut batch_end = start;
     let mut buf: Vec<u8> = Vec::new();
     let mut buf_start = start;
     loop {
         let rel = (pos - buf_start) as usize;
         match record::decode(&buf[rel..]) {
-            Ok(r) => pos += r.len as u64,
+            Ok(r) => {
+                pos += r.len as u64;
+                if r.batch_end {
+                    batch_end = pos;
+                }
+            }
             Err(record::DecodeError::Truncated) => {
                 let file_left = len.saturating_sub(buf_start + buf.len() as u64);
                 if file_left == 0 {
-                    return Ok(pos);
+                    return Ok(batch_end);
                 }
                 // Keep the partial record and read more.
                 buf.drain(..rel);
@@ -437,7 +491,7 @@ fn scan_valid_len(
                     .ctx(path)?;
                 stats.add_read(IoCategory::ValueStore, n as u64);
             }
-            Err(_) => return Ok(pos),
+            Err(_) => return Ok(batch_end),
         }
     }
 }
@@ -650,6 +704,114 @@ impl ValueStore for VlogStore {
             }
         }
         (records, faults)
+    }
+
+    fn log_batch(&self, entries: &[super::LogEntry<'_>]) -> Result<Vec<Option<ValuePointer>>> {
+        use crate::index::key::ValueType;
+        let recs: Vec<(Kind, &[u8], u64, &[u8])> = entries
+            .iter()
+            .map(|e| {
+                let kind = match e.vtype {
+                    ValueType::Value if e.separate => Kind::Value,
+                    ValueType::Value => Kind::Inline,
+                    ValueType::Deletion => Kind::Tombstone,
+                    ValueType::Pointer => Kind::Relocation,
+                };
+                (kind, e.key, e.seq, e.value)
+            })
+            .collect();
+        let ptrs = self.append_records(&recs, IoCategory::ValueStore)?;
+        Ok(recs
+            .iter()
+            .zip(ptrs)
+            .map(|(r, p)| (r.0 == Kind::Value).then_some(p))
+            .collect())
+    }
+
+    fn log_position(&self) -> Option<(u64, u64)> {
+        let st = self.state.lock();
+        st.ckpt?;
+        Some((st.active.id, st.active.flushed + st.active.buf.len() as u64))
+    }
+
+    fn state_with_checkpoint(&self, pos: (u64, u64)) -> Vec<u8> {
+        encode_state(self.state.lock().tail, Some(pos))
+    }
+
+    fn checkpoint_committed(&self, pos: (u64, u64)) {
+        let mut st = self.state.lock();
+        if st.ckpt.is_some_and(|c| c < pos) {
+            st.ckpt = Some(pos);
+        }
+    }
+
+    fn replay(
+        &self,
+        f: &mut dyn FnMut(u64, crate::index::key::ValueType, &[u8], &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        use crate::index::key::ValueType;
+        let (ranges, ckpt) = {
+            let st = self.state.lock();
+            let Some(ckpt) = st.ckpt else { return Ok(()) };
+            let r: Vec<(u64, u64, u64)> = st
+                .files
+                .iter()
+                .filter(|(&id, _)| id >= ckpt.0)
+                .map(|(&id, f)| (id, if id == ckpt.0 { ckpt.1 } else { 0 }, f.valid_len))
+                .collect();
+            (r, ckpt)
+        };
+        let _ = ckpt;
+        for (id, start, end) in ranges {
+            if start >= end {
+                continue;
+            }
+            let path = self.path(id);
+            let h = self.reader.handle(id)?;
+            let mut buf = vec![0u8; (end - start) as usize];
+            h.read_exact_at(start, &mut buf).ctx(&path)?;
+            self.reader
+                .stats
+                .add_read(IoCategory::Wal, buf.len() as u64);
+            let mut pos = 0usize;
+            let mut batch: Vec<(u64, ValueType, Vec<u8>, Vec<u8>)> = Vec::new();
+            while pos < buf.len() {
+                let r = record::decode(&buf[pos..]).map_err(|e| {
+                    Error::corruption(
+                        &path,
+                        start + pos as u64,
+                        format!("value-log record damaged ({e:?})"),
+                    )
+                })?;
+                let at = start + pos as u64;
+                let entry = match r.kind {
+                    Kind::Value => Some((
+                        ValueType::Pointer,
+                        ValuePointer {
+                            file_id: id,
+                            offset: at,
+                            length: r.len as u32,
+                            aux: 0,
+                        }
+                        .encode(),
+                    )),
+                    Kind::Inline => Some((ValueType::Value, r.value.to_vec())),
+                    Kind::Tombstone => Some((ValueType::Deletion, Vec::new())),
+                    Kind::Relocation => Some((ValueType::Pointer, r.value.to_vec())),
+                    Kind::GcCopy => None,
+                };
+                if let Some((t, v)) = entry {
+                    batch.push((r.seq, t, r.key.to_vec(), v));
+                }
+                pos += r.len;
+                if r.batch_end {
+                    for (seq, t, k, v) in batch.drain(..) {
+                        f(seq, t, &k, &v)?;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     fn figures(&self) -> Vec<(&'static str, u64)> {

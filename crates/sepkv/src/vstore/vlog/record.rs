@@ -1,15 +1,60 @@
 //! Value-log records (WiscKey §3.3.2, with the checksum §3.3.3 suggests).
 //!
 //! ```text
-//! record := crc:u32le  key_len:u32le  value_len:u32le  seq:u64le  key  value
+//! record := crc:u32le  meta:u32le  value_len:u32le  seq:u64le  key  value
 //!   crc   masked CRC-32C of every byte after it (header rest, key, value)
+//!   meta  bits 0..24 key length, bits 24..28 kind, bit 31 end of batch
+//! kind  := 0 value        a separated value written by a user
+//!        | 1 inline       a small value kept inline in the index  \
+//!        | 2 tombstone    a delete                                  > only when the
+//!        | 3 relocation   value = encoded pointer installed by GC  /  vLog is the log
+//!        | 4 gc copy      a live value GC copied to the head
 //! ```
-//! 20 header bytes. Frozen: format version 1.
+//! 20 header bytes. The last record of each append carries the end-of-batch
+//! bit; recovery applies whole batches only. Frozen: format version 1.
 
 use crate::format::checksum::{crc_parts, mask, unmask};
 
 /// Bytes of a record header.
 pub const HEADER_LEN: usize = 20;
+
+/// What a record is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// A separated value written by a user.
+    Value = 0,
+    /// A small value kept inline in the index (log mode only).
+    Inline = 1,
+    /// A delete (log mode only).
+    Tombstone = 2,
+    /// A pointer installed by GC; the value is the encoded pointer (log
+    /// mode only).
+    Relocation = 3,
+    /// A live value GC copied to the head.
+    GcCopy = 4,
+}
+
+impl Kind {
+    fn from_bits(b: u32) -> Option<Kind> {
+        Some(match b {
+            0 => Kind::Value,
+            1 => Kind::Inline,
+            2 => Kind::Tombstone,
+            3 => Kind::Relocation,
+            4 => Kind::GcCopy,
+            _ => return None,
+        })
+    }
+
+    /// True for records a value pointer may address.
+    pub fn holds_value(self) -> bool {
+        matches!(self, Kind::Value | Kind::GcCopy)
+    }
+}
+
+const KEY_BITS: u32 = 0x00ff_ffff;
+const BATCH_END: u32 = 1 << 31;
 
 /// Length of the record for `key` and `value`.
 pub fn record_len(key: &[u8], value: &[u8]) -> usize {
@@ -17,9 +62,13 @@ pub fn record_len(key: &[u8], value: &[u8]) -> usize {
 }
 
 /// Appends the record to `dst`.
-pub fn encode(dst: &mut Vec<u8>, key: &[u8], seq: u64, value: &[u8]) {
+pub fn encode(dst: &mut Vec<u8>, kind: Kind, batch_end: bool, key: &[u8], seq: u64, value: &[u8]) {
+    debug_assert!(key.len() as u32 <= KEY_BITS);
+    let meta = (key.len() as u32 & KEY_BITS)
+        | ((kind as u32) << 24)
+        | if batch_end { BATCH_END } else { 0 };
     let mut head = [0u8; HEADER_LEN - 4];
-    head[0..4].copy_from_slice(&(key.len() as u32).to_le_bytes());
+    head[0..4].copy_from_slice(&meta.to_le_bytes());
     head[4..8].copy_from_slice(&(value.len() as u32).to_le_bytes());
     head[8..16].copy_from_slice(&seq.to_le_bytes());
     let c = mask(crc_parts(&[&head, key, value]));
@@ -40,6 +89,10 @@ pub struct Record<'a> {
     pub value: &'a [u8],
     /// Total record length in bytes.
     pub len: usize,
+    /// What the record is.
+    pub kind: Kind,
+    /// True for the last record of a batch.
+    pub batch_end: bool,
 }
 
 /// Why a record could not be decoded.
@@ -63,7 +116,8 @@ pub fn decode(buf: &[u8]) -> Result<Record<'_>, DecodeError> {
     }
     let word = |i: usize| u32::from_le_bytes(buf[i..i + 4].try_into().expect("4 bytes"));
     let stored = unmask(word(0));
-    let klen = word(4) as usize;
+    let meta = word(4);
+    let klen = (meta & KEY_BITS) as usize;
     let vlen = word(8) as usize;
     let seq = u64::from_le_bytes(buf[12..20].try_into().expect("8 bytes"));
     let len = HEADER_LEN
@@ -78,11 +132,14 @@ pub fn decode(buf: &[u8]) -> Result<Record<'_>, DecodeError> {
     if crc_parts(&[&buf[4..HEADER_LEN], key, value]) != stored {
         return Err(DecodeError::Checksum);
     }
+    let kind = Kind::from_bits((meta >> 24) & 0x7f).ok_or(DecodeError::Checksum)?;
     Ok(Record {
         key,
         seq,
         value,
         len,
+        kind,
+        batch_end: meta & BATCH_END != 0,
     })
 }
 
