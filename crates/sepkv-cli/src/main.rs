@@ -3,18 +3,33 @@
 //! Keys and values are UTF-8 on the command line (bytes in the library).
 //! Exit codes: 0 success; 1 a missing key (`get`) or faults found
 //! (`verify`); 2 any other error, with the message on stderr.
+//!
+//! `sepkv bench` runs the benchmark harness (the `sepkv-bench` crate); its
+//! database directory is the global `--db` when given on the command line,
+//! else a fresh temporary directory.
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use sepkv::{Db, Options, Preset, WriteBatch, WriteOptions};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "sepkv", version, about = "Administer a sepkv key-value database")]
+#[command(
+    name = "sepkv",
+    version,
+    about = "Administer a sepkv key-value database"
+)]
 struct Cli {
-    /// Database directory.
-    #[arg(long, global = true, default_value = "sepkv-db")]
+    /// Database directory [default: sepkv-db; for bench: a fresh temporary
+    /// directory].
+    #[arg(
+        long,
+        global = true,
+        default_value = "sepkv-db",
+        hide_default_value = true
+    )]
     db: PathBuf,
     /// Configuration used when the database is created (later opens use the
     /// recorded one; naming a different one is refused).
@@ -67,6 +82,10 @@ enum Cmd {
     Compact,
     /// Check every table, block, record and checksum, and the manifest.
     Verify,
+    /// Run benchmarks (with no options: a short default suite). The
+    /// database lives in --db when given, else in a temporary directory,
+    /// and is deleted afterwards unless --keep.
+    Bench(Box<sepkv_bench::cli::BenchArgs>),
 }
 
 fn options(cli: &Cli) -> Result<Options, sepkv::Error> {
@@ -104,7 +123,9 @@ fn run(cli: Cli) -> Result<ExitCode, sepkv::Error> {
         }
         Cmd::Get { key } => match db.get(key.as_bytes())? {
             Some(v) => {
-                out.write_all(&v).and_then(|_| out.write_all(b"\n")).map_err(stdout_err)?;
+                out.write_all(&v)
+                    .and_then(|_| out.write_all(b"\n"))
+                    .map_err(stdout_err)?;
                 ExitCode::SUCCESS
             }
             None => {
@@ -118,8 +139,17 @@ fn run(cli: Cli) -> Result<ExitCode, sepkv::Error> {
             db.write(&b, sync)?;
             ExitCode::SUCCESS
         }
-        Cmd::Scan { start, end, limit, reverse } => {
-            let scan = db.scan(start.as_deref().map(str::as_bytes), end.as_deref().map(str::as_bytes), *reverse)?;
+        Cmd::Scan {
+            start,
+            end,
+            limit,
+            reverse,
+        } => {
+            let scan = db.scan(
+                start.as_deref().map(str::as_bytes),
+                end.as_deref().map(str::as_bytes),
+                *reverse,
+            )?;
             for (i, r) in scan.enumerate() {
                 if limit.is_some_and(|l| i >= l) {
                     break;
@@ -153,6 +183,7 @@ fn run(cli: Cli) -> Result<ExitCode, sepkv::Error> {
             ExitCode::SUCCESS
         }
         Cmd::Verify => unreachable!("handled above"),
+        Cmd::Bench(_) => unreachable!("handled in main"),
     };
     out.flush().map_err(stdout_err)?;
     drop(out);
@@ -164,20 +195,28 @@ fn stdout_err(e: std::io::Error) -> sepkv::Error {
     sepkv::Error::io("<stdout>", e)
 }
 
-fn import(db: &Db, sync: bool, batch_size: usize, out: &mut impl Write) -> Result<(), sepkv::Error> {
+fn import(
+    db: &Db,
+    sync: bool,
+    batch_size: usize,
+    out: &mut impl Write,
+) -> Result<(), sepkv::Error> {
     let stdin = std::io::stdin();
     let mut b = WriteBatch::new();
     let mut total = 0u64;
     let opts = WriteOptions { sync };
-    let flush = |b: &mut WriteBatch, total: &mut u64, out: &mut dyn Write| -> Result<(), sepkv::Error> {
-        if b.is_empty() {
-            return Ok(());
-        }
-        db.write(b, opts)?;
-        *total += b.len() as u64;
-        b.clear();
-        writeln!(out, "acked {total}").and_then(|_| out.flush()).map_err(stdout_err)
-    };
+    let flush =
+        |b: &mut WriteBatch, total: &mut u64, out: &mut dyn Write| -> Result<(), sepkv::Error> {
+            if b.is_empty() {
+                return Ok(());
+            }
+            db.write(b, opts)?;
+            *total += b.len() as u64;
+            b.clear();
+            writeln!(out, "acked {total}")
+                .and_then(|_| out.flush())
+                .map_err(stdout_err)
+        };
     for (n, line) in stdin.lock().lines().enumerate() {
         let line = line.map_err(|e| sepkv::Error::io("<stdin>", e))?;
         if line.is_empty() {
@@ -228,15 +267,32 @@ fn verify(cli: &Cli, opts: Options) -> ExitCode {
 }
 
 fn print_stats(s: &sepkv::DbStats, out: &mut impl Write) -> std::io::Result<()> {
-    writeln!(out, "configuration      index={} layout={}", s.index, s.value_layout)?;
+    writeln!(
+        out,
+        "configuration      index={} layout={}",
+        s.index, s.value_layout
+    )?;
     writeln!(out, "last sequence      {}", s.last_sequence)?;
     writeln!(out, "disk bytes         {}", s.disk_bytes)?;
-    writeln!(out, "memtable bytes     {}{}", s.memtable_bytes, if s.immutable_memtable { " (+ immutable memtable)" } else { "" })?;
+    writeln!(
+        out,
+        "memtable bytes     {}{}",
+        s.memtable_bytes,
+        if s.immutable_memtable {
+            " (+ immutable memtable)"
+        } else {
+            ""
+        }
+    )?;
     writeln!(out, "level  files  bytes")?;
     for l in &s.levels {
         writeln!(out, "{:>5}  {:>5}  {}", l.level, l.files, l.bytes)?;
     }
-    writeln!(out, "flushes {}  compactions {}  trivial moves {}  stall µs {}", s.flushes, s.compactions, s.trivial_moves, s.write_stall_micros)?;
+    writeln!(
+        out,
+        "flushes {}  compactions {}  trivial moves {}  stall µs {}",
+        s.flushes, s.compactions, s.trivial_moves, s.write_stall_micros
+    )?;
     writeln!(out, "io category   bytes read   bytes written")?;
     for ((c, r), (_, w)) in s.io.read.iter().zip(&s.io.written) {
         writeln!(out, "{:<12} {:>12} {:>15}", c.name(), r, w)?;
@@ -247,8 +303,39 @@ fn print_stats(s: &sepkv::DbStats, out: &mut impl Write) -> std::io::Result<()> 
     Ok(())
 }
 
+/// `sepkv bench`: `db_given` says whether `--db` was named on the command
+/// line (otherwise the benchmark uses a temporary directory).
+fn bench(cli: &Cli, args: &sepkv_bench::cli::BenchArgs, db_given: bool) -> ExitCode {
+    let mut args = args.clone();
+    if let Some(p) = &cli.preset {
+        if !args.engine.is_empty() {
+            eprintln!("error: give either --preset or --engine to bench, not both");
+            return ExitCode::from(2);
+        }
+        args.engine = vec![format!("sepkv:{p}")];
+    }
+    match sepkv_bench::cli::run(&args, db_given.then(|| cli.db.clone())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let db_given = matches!(
+        matches.value_source("db"),
+        Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+    );
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
+    if let Cmd::Bench(args) = &cli.cmd {
+        return bench(&cli, args, db_given);
+    }
     match run(cli) {
         Ok(c) => c,
         Err(e) => {
