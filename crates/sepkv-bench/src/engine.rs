@@ -422,7 +422,7 @@ impl Engine for SepkvEngine {
             ));
         }
         Ok(EngineStats {
-            io: crate::engine::EngineIo {
+            io: EngineIo {
                 read: by_cat(&s.io.read),
                 written: by_cat(&s.io.written),
             },
@@ -521,6 +521,14 @@ mod tests {
         assert_eq!(buf, b"vv");
         e.delete(b"a").unwrap();
         assert!(!e.get(b"a", &mut buf).unwrap());
+        e.write_batch(&[BatchOp::Put(b"x", b"1"), BatchOp::Delete(b"b")])
+            .unwrap();
+        assert!(e.get(b"x", &mut buf).unwrap());
+        assert!(!e.get(b"b", &mut buf).unwrap());
+        let s = e.stats().unwrap();
+        assert!(s.io.total_written() > 0);
+        assert!(s.io.written.contains_key("wal"));
+        assert_eq!(e.settings()["preset"], "leveldb");
         Box::new(e).close().unwrap();
     }
 }

@@ -74,7 +74,7 @@ impl Progress {
         }
         let pb = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr_with_hz(4));
         if let Ok(style) =
-            ProgressStyle::with_template("{msg:>28} [{bar:30}] {pos}/{len} ({per_sec}, eta {eta})")
+            ProgressStyle::with_template("{msg} [{wide_bar}] {human_pos}/{human_len} eta {eta}")
         {
             pb.set_style(style.progress_chars("=> "));
         }
@@ -448,7 +448,9 @@ impl EngineRun<'_> {
         self.ycsb_load("ycsb-load", "auto-load")?;
         match self.dataset {
             Dataset::Ycsb { records } => Ok(records),
-            _ => Err(no_engine()),
+            _ => Err(BenchError::InvalidArgument(
+                "internal: the YCSB load left no records".into(),
+            )),
         }
     }
 
