@@ -3,8 +3,13 @@
 //! Keys and values are UTF-8 on the command line (bytes in the library).
 //! Exit codes: 0 success; 1 a missing key (`get`) or faults found
 //! (`verify`); 2 any other error, with the message on stderr.
+//!
+//! `sepkv bench` runs the benchmark harness (the `sepkv-bench` crate); its
+//! database directory is the global `--db` when given on the command line,
+//! else a fresh temporary directory.
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use sepkv::{Db, Options, Preset, WriteBatch, WriteOptions};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -17,8 +22,14 @@ use std::process::ExitCode;
     about = "Administer a sepkv key-value database"
 )]
 struct Cli {
-    /// Database directory.
-    #[arg(long, global = true, default_value = "sepkv-db")]
+    /// Database directory [default: sepkv-db; for bench: a fresh temporary
+    /// directory].
+    #[arg(
+        long,
+        global = true,
+        default_value = "sepkv-db",
+        hide_default_value = true
+    )]
     db: PathBuf,
     /// Configuration used when the database is created (later opens use the
     /// recorded one; naming a different one is refused).
@@ -78,6 +89,10 @@ enum Cmd {
         #[arg(long)]
         target: Option<f64>,
     },
+    /// Run benchmarks (with no options: a short default suite). The
+    /// database lives in --db when given, else in a temporary directory,
+    /// and is deleted afterwards unless --keep.
+    Bench(Box<sepkv_bench::cli::BenchArgs>),
 }
 
 fn options(cli: &Cli) -> Result<Options, sepkv::Error> {
@@ -187,6 +202,7 @@ fn run(cli: Cli) -> Result<ExitCode, sepkv::Error> {
             ExitCode::SUCCESS
         }
         Cmd::Verify => unreachable!("handled above"),
+        Cmd::Bench(_) => unreachable!("handled in main"),
     };
     out.flush().map_err(stdout_err)?;
     drop(out);
@@ -320,8 +336,39 @@ fn print_stats(s: &sepkv::DbStats, out: &mut impl Write) -> std::io::Result<()> 
     Ok(())
 }
 
+/// `sepkv bench`: `db_given` says whether `--db` was named on the command
+/// line (otherwise the benchmark uses a temporary directory).
+fn bench(cli: &Cli, args: &sepkv_bench::cli::BenchArgs, db_given: bool) -> ExitCode {
+    let mut args = args.clone();
+    if let Some(p) = &cli.preset {
+        if !args.engine.is_empty() {
+            eprintln!("error: give either --preset or --engine to bench, not both");
+            return ExitCode::from(2);
+        }
+        args.engine = vec![format!("sepkv:{p}")];
+    }
+    match sepkv_bench::cli::run(&args, db_given.then(|| cli.db.clone())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let db_given = matches!(
+        matches.value_source("db"),
+        Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+    );
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
+    if let Cmd::Bench(args) = &cli.cmd {
+        return bench(&cli, args, db_given);
+    }
     match run(cli) {
         Ok(c) => c,
         Err(e) => {

@@ -52,6 +52,10 @@ impl SpaceStats {
     }
 }
 
+/// Receiver of replayed log entries: `(sequence, type, key, value)`.
+pub type ReplaySink<'a> =
+    dyn FnMut(SeqNum, crate::index::key::ValueType, &[u8], &[u8]) -> Result<()> + 'a;
+
 /// One entry of [`ValueStore::log_batch`].
 #[derive(Debug, Clone, Copy)]
 pub struct LogEntry<'a> {
@@ -206,10 +210,7 @@ pub trait ValueStore: Send + Sync {
     /// Replays the whole batches logged after the last durable checkpoint
     /// (log mode), calling `f(seq, type, key, value)` for each entry in
     /// order; the value of a `Pointer` entry is an encoded pointer.
-    fn replay(
-        &self,
-        _f: &mut dyn FnMut(SeqNum, crate::index::key::ValueType, &[u8], &[u8]) -> Result<()>,
-    ) -> Result<()> {
+    fn replay(&self, _f: &mut ReplaySink<'_>) -> Result<()> {
         Ok(())
     }
 

@@ -745,10 +745,7 @@ impl ValueStore for VlogStore {
         }
     }
 
-    fn replay(
-        &self,
-        f: &mut dyn FnMut(u64, crate::index::key::ValueType, &[u8], &[u8]) -> Result<()>,
-    ) -> Result<()> {
+    fn replay(&self, f: &mut super::ReplaySink<'_>) -> Result<()> {
         use crate::index::key::ValueType;
         let (ranges, ckpt) = {
             let st = self.state.lock();

@@ -150,7 +150,7 @@ mod tests {
     #[test]
     fn roundtrip_and_damage() {
         let mut b = Vec::new();
-        encode(&mut b, b"key", 7, b"value");
+        encode(&mut b, Kind::Tombstone, true, b"key", 7, b"value");
         assert_eq!(b.len(), record_len(b"key", b"value"));
         let r = decode(&b).unwrap();
         assert_eq!(

@@ -1,0 +1,292 @@
+//! The `sepkv bench` command: its options ([`BenchArgs`], flattened into
+//! the CLI by clap), the default suite, and [`run`], which runs a benchmark
+//! and prints the summary table.
+
+use crate::config::{BenchConfig, Workload, WorkloadRun};
+use crate::engine::EngineSpec;
+use crate::error::{BenchError, Result};
+use crate::report::{print_table, write_json, PhaseReport};
+use crate::{run_engines, DbRoot};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Records of the default suite's db_bench-style workloads.
+pub const SUITE_NUM: u64 = 3_000_000;
+/// Records of explicit workloads when `--num` is not given (db_bench's).
+pub const DEFAULT_NUM: u64 = 1_000_000;
+/// The bundled YCSB trace sample the default suite replays.
+pub const SUITE_TRACES: [&str; 2] = ["load-100k.tsv.gz", "run-a-100k.tsv.gz"];
+
+/// Options of `sepkv bench`. Sizes are bytes. The database directory is
+/// the CLI's global `--db` (a fresh temporary directory when not given).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct BenchArgs {
+    /// Engines, comma-separated: `sepkv:<preset>` (see --list-engines)
+    /// [default: sepkv:leveldb].
+    #[arg(long, value_delimiter = ',', value_name = "SPEC")]
+    pub engine: Vec<String>,
+    /// Workloads, comma-separated, run in order: fillseq, fillrandom,
+    /// overwrite, readrandom, readseq, seekrandom, readwhilewriting,
+    /// deleterandom, ycsb-load, ycsb-a..ycsb-f, trace, update. Without it
+    /// (and without --trace) the default suite runs.
+    #[arg(long, value_delimiter = ',', value_name = "NAME")]
+    pub workload: Vec<String>,
+    /// Records [default: 1000000; default suite: 3000000].
+    #[arg(long, value_name = "N")]
+    pub num: Option<u64>,
+    /// Value size of the db_bench-style workloads and `update` (bytes).
+    #[arg(long, default_value_t = 100, value_name = "B")]
+    pub value_size: usize,
+    /// Key size of the db_bench-style workloads and `update` (bytes;
+    /// zero-padded decimal record numbers).
+    #[arg(long, default_value_t = 16, value_name = "B")]
+    pub key_size: usize,
+    /// Operations per phase [default: --num].
+    #[arg(long, value_name = "M")]
+    pub ops: Option<u64>,
+    /// Client threads (readwhilewriting: readers, plus one writer).
+    #[arg(long, default_value_t = 1, value_name = "T")]
+    pub threads: usize,
+    /// Random seed.
+    #[arg(long, default_value_t = 1, value_name = "S")]
+    pub seed: u64,
+    /// Entries read after each seek of seekrandom.
+    #[arg(long, default_value_t = 100, value_name = "L")]
+    pub scan_length: usize,
+    /// Trace files replayed in order into one database, one phase each
+    /// (`.gz` accepted); implies `--workload trace` when no workload is given.
+    #[arg(long, value_delimiter = ',', value_name = "FILE")]
+    pub trace: Vec<PathBuf>,
+    /// Keep the database directory after the run.
+    #[arg(long)]
+    pub keep: bool,
+    /// Ask for direct I/O (sepkv does not support it yet; the report says so).
+    #[arg(long)]
+    pub direct_io: bool,
+    /// Also write the results as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Sync every write.
+    #[arg(long)]
+    pub sync: bool,
+    /// Update phases of the `update` workload.
+    #[arg(long, default_value_t = 3, value_name = "P")]
+    pub phases: usize,
+    /// YCSB fields per record (inserts write all, updates one).
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub field_count: usize,
+    /// YCSB bytes per field.
+    #[arg(long, default_value_t = 100, value_name = "B")]
+    pub field_length: usize,
+    /// List the engine specs and whether this build can run them, then exit.
+    #[arg(long)]
+    pub list_engines: bool,
+    /// Hide progress bars (they are only drawn on a terminal anyway).
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+/// The directory of the bundled YCSB trace sample.
+pub fn bundled_data_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("data")
+}
+
+/// The path of a bundled trace file.
+///
+/// # Errors
+/// [`BenchError::Unavailable`] when the file is missing (for example when
+/// the binary runs away from its source tree).
+pub fn bundled_trace(name: &str) -> Result<PathBuf> {
+    let p = bundled_data_dir().join(name);
+    if p.is_file() {
+        Ok(p)
+    } else {
+        Err(BenchError::Unavailable(format!(
+            "the default suite replays the bundled YCSB trace sample, but {} is missing; \
+             run from a source checkout of sepkv, or choose workloads with --workload (and traces with --trace)",
+            p.display()
+        )))
+    }
+}
+
+/// A benchmark to run: engines, settings and where.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Engines, in order.
+    pub engines: Vec<EngineSpec>,
+    /// Settings and workloads.
+    pub config: BenchConfig,
+    /// Database directory (`None`: a temporary one).
+    pub db: Option<PathBuf>,
+    /// Keep the databases afterwards.
+    pub keep: bool,
+    /// Write JSON here.
+    pub json: Option<PathBuf>,
+    /// True when this is the default suite.
+    pub suite: bool,
+}
+
+impl BenchArgs {
+    /// The plan these options describe; `db` is the database directory
+    /// named on the command line, if any.
+    ///
+    /// # Errors
+    /// [`BenchError::InvalidArgument`] or [`BenchError::Unavailable`] for
+    /// unknown or unavailable engines and workloads, bad settings, or a
+    /// missing bundled trace sample.
+    pub fn plan(&self, db: Option<PathBuf>) -> Result<Plan> {
+        let engines = if self.engine.is_empty() {
+            vec![EngineSpec::Sepkv(sepkv::Preset::LevelDb)]
+        } else {
+            self.engine
+                .iter()
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| s.parse())
+                .collect::<Result<Vec<_>>>()?
+        };
+        let suite = self.workload.is_empty() && self.trace.is_empty();
+        let mut traces = self.trace.clone();
+        let workloads: Vec<WorkloadRun> = if suite {
+            traces = SUITE_TRACES
+                .iter()
+                .map(|n| bundled_trace(n))
+                .collect::<Result<_>>()?;
+            let num = self.num.unwrap_or(SUITE_NUM);
+            vec![
+                Workload::FillRandom.into(),
+                Workload::ReadRandom.into(),
+                WorkloadRun {
+                    workload: Workload::SeekRandom,
+                    ops: Some(self.ops.unwrap_or((num / 10).max(1))),
+                },
+                Workload::Overwrite.into(),
+                Workload::Trace.into(),
+            ]
+        } else if self.workload.is_empty() {
+            vec![Workload::Trace.into()]
+        } else {
+            self.workload
+                .iter()
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| s.parse::<Workload>().map(WorkloadRun::from))
+                .collect::<Result<_>>()?
+        };
+        for t in &traces {
+            if !t.is_file() {
+                return Err(BenchError::InvalidArgument(format!(
+                    "trace file {} not found",
+                    t.display()
+                )));
+            }
+        }
+        let config = BenchConfig {
+            workloads,
+            num: self
+                .num
+                .unwrap_or(if suite { SUITE_NUM } else { DEFAULT_NUM }),
+            value_size: self.value_size,
+            key_size: self.key_size,
+            ops: self.ops,
+            threads: self.threads,
+            seed: self.seed,
+            scan_length: self.scan_length,
+            traces,
+            sync: self.sync,
+            direct_io: self.direct_io,
+            phases: self.phases,
+            field_count: self.field_count,
+            field_length: self.field_length,
+            progress: !self.no_progress,
+        };
+        config.validate()?;
+        for e in &engines {
+            e.check_available()?;
+        }
+        Ok(Plan {
+            engines,
+            config,
+            db,
+            keep: self.keep,
+            json: self.json.clone(),
+            suite,
+        })
+    }
+}
+
+fn print_catalogue(out: &mut dyn Write) -> std::io::Result<()> {
+    writeln!(out, "{:<16} {:<11} notes", "engine", "status")?;
+    for (spec, avail, note) in EngineSpec::catalogue() {
+        let status = if avail { "available" } else { "unavailable" };
+        writeln!(out, "{spec:<16} {status:<11} {note}")?;
+    }
+    Ok(())
+}
+
+/// Runs `sepkv bench`: prints a line per finished phase on stderr, then the
+/// summary table on stdout, and writes the JSON file when asked (also for
+/// the phases completed before an error).
+///
+/// # Errors
+/// Any planning, engine, trace or output error.
+pub fn run(args: &BenchArgs, db: Option<PathBuf>) -> Result<()> {
+    let stdout = std::io::stdout();
+    let out_err = |e| BenchError::io("<stdout>", e);
+    if args.list_engines {
+        return print_catalogue(&mut stdout.lock()).map_err(out_err);
+    }
+    let plan = args.plan(db)?;
+    let cfg = &plan.config;
+    let root = DbRoot::prepare(plan.db.as_deref())?;
+    let names: Vec<String> = cfg
+        .workloads
+        .iter()
+        .map(|w| w.workload.to_string())
+        .collect();
+    let engines: Vec<String> = plan.engines.iter().map(|e| e.to_string()).collect();
+    eprintln!(
+        "sepkv bench{}: engines {}; workloads {}; num {}; value {} B; key {} B; threads {}; seed {}; sync {}; db {}",
+        if plan.suite { " (default suite)" } else { "" },
+        engines.join(","),
+        names.join(","),
+        cfg.num,
+        cfg.value_size,
+        cfg.key_size,
+        cfg.threads,
+        cfg.seed,
+        cfg.sync,
+        root.path().display()
+    );
+    if cfg.direct_io {
+        eprintln!("note: --direct-io: sepkv does not support direct I/O yet; the runs use buffered I/O and the report says so");
+    }
+    let started = std::time::Instant::now();
+    let mut reports: Vec<PhaseReport> = Vec::new();
+    let res = run_engines(&plan.engines, cfg, &root, &mut reports, &mut |r| {
+        eprintln!(
+            "  {} {}/{}: {} ops in {:.2} s ({:.0} ops/s), p99 {:.1} µs",
+            r.engine, r.workload, r.phase, r.ops, r.seconds, r.ops_per_sec, r.latency_us.p99
+        );
+    });
+    let kept = root.finish(plan.keep);
+    eprintln!("total {:.1} s", started.elapsed().as_secs_f64());
+    {
+        let mut out = stdout.lock();
+        if !reports.is_empty() {
+            print_table(&reports, &mut out).map_err(out_err)?;
+        }
+        out.flush().map_err(out_err)?;
+    }
+    if let Some(path) = &plan.json {
+        write_json(&reports, path)?;
+        eprintln!(
+            "wrote {} phase report(s) to {}",
+            reports.len(),
+            path.display()
+        );
+    }
+    if let Ok(Some(dir)) = &kept {
+        eprintln!("kept the database directory {}", dir.display());
+    }
+    res?;
+    kept.map(|_| ())
+}

@@ -1,0 +1,534 @@
+//! The [`Engine`] trait every benchmarked key-value store implements, the
+//! engine specs of the command line (`sepkv:<preset>`), and the sepkv
+//! implementation.
+//!
+//! An engine is opened on an empty directory by an [`EngineFactory`]; the
+//! harness calls the operations from one or more threads at once (engines
+//! are `Send + Sync`), calls [`Engine::flush`] after each phase, and reads
+//! [`Engine::stats`] before and after it. Peers (RocksDB, fjall, ...) plug in
+//! by implementing these two traits and adding a case to [`EngineSpec`].
+
+use crate::error::{BenchError, Result};
+use crate::measure::dir_allocated_bytes;
+use sepkv::fs::IoCategory;
+use sepkv::{Db, Options, Preset, ReadOptions, WriteBatch, WriteOptions};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+/// How the harness wants an engine opened.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EngineOptions {
+    /// Make every write durable (fsync) before it returns.
+    pub sync: bool,
+    /// Bypass the page cache for reads and writes (O_DIRECT) if the engine
+    /// can; engines that cannot say so through [`Engine::notes`].
+    pub direct_io: bool,
+}
+
+/// One operation of a write batch.
+#[derive(Debug, Clone, Copy)]
+pub enum BatchOp<'a> {
+    /// Set a key to a value.
+    Put(&'a [u8], &'a [u8]),
+    /// Remove a key.
+    Delete(&'a [u8]),
+}
+
+/// What one [`Engine::scan`] returned.
+#[derive(Debug, Clone, Default)]
+pub struct ScanResult {
+    /// Entries returned.
+    pub entries: u64,
+    /// Key bytes returned.
+    pub key_bytes: u64,
+    /// Value bytes returned.
+    pub value_bytes: u64,
+    /// The last key returned (empty when nothing was).
+    pub last_key: Vec<u8>,
+}
+
+impl ScanResult {
+    /// Resets the result for reuse, keeping the key buffer's capacity.
+    pub fn clear(&mut self) {
+        self.entries = 0;
+        self.key_bytes = 0;
+        self.value_bytes = 0;
+        self.last_key.clear();
+    }
+}
+
+/// Bytes an engine read from and wrote to its files since it was opened,
+/// by the engine's own categories (for sepkv: `wal`, `manifest`, `flush`,
+/// `compaction`, `user_read`, `value_store`, `gc`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct EngineIo {
+    /// Bytes read, by category.
+    pub read: BTreeMap<String, u64>,
+    /// Bytes written, by category.
+    pub written: BTreeMap<String, u64>,
+}
+
+impl EngineIo {
+    /// Total bytes read.
+    pub fn total_read(&self) -> u64 {
+        self.read.values().sum()
+    }
+
+    /// Total bytes written.
+    pub fn total_written(&self) -> u64 {
+        self.written.values().sum()
+    }
+
+    /// The bytes counted since `before` (per category, saturating at zero).
+    pub fn since(&self, before: &EngineIo) -> EngineIo {
+        let diff = |now: &BTreeMap<String, u64>, then: &BTreeMap<String, u64>| {
+            now.iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        v.saturating_sub(then.get(k).copied().unwrap_or(0)),
+                    )
+                })
+                .collect()
+        };
+        EngineIo {
+            read: diff(&self.read, &before.read),
+            written: diff(&self.written, &before.written),
+        }
+    }
+}
+
+/// A point-in-time report of an engine.
+#[derive(Debug, Clone, Default)]
+pub struct EngineStats {
+    /// File I/O since the engine was opened (bytes).
+    pub io: EngineIo,
+    /// Other engine counters since it was opened (flushes, compactions,
+    /// stall µs, ...), by name; units are in the names where they matter.
+    pub counters: BTreeMap<String, u64>,
+}
+
+/// A key-value store under test. All sizes are bytes.
+pub trait Engine: Send + Sync {
+    /// The label used in reports, for example `sepkv:leveldb`.
+    fn label(&self) -> &str;
+
+    /// Sets `key` to `value` (durable before returning when opened with
+    /// [`EngineOptions::sync`]).
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<()>;
+
+    /// Reads `key` into `buf` (replacing its contents); `false` when the
+    /// key is missing.
+    fn get(&self, key: &[u8], buf: &mut Vec<u8>) -> Result<bool>;
+
+    /// Removes `key` (a missing key is not an error).
+    fn delete(&self, key: &[u8]) -> Result<()>;
+
+    /// Applies `ops` atomically.
+    fn write_batch(&self, ops: &[BatchOp<'_>]) -> Result<()>;
+
+    /// Positions at the first key `>= start` and reads up to `n` entries in
+    /// key order into `out` (cleared first).
+    fn scan(&self, start: &[u8], n: usize, out: &mut ScanResult) -> Result<()>;
+
+    /// Writes buffered data (memtables) to files and waits for it.
+    fn flush(&self) -> Result<()>;
+
+    /// The engine's I/O accounting and counters.
+    fn stats(&self) -> Result<EngineStats>;
+
+    /// The database directory.
+    fn path(&self) -> &Path;
+
+    /// Bytes the database occupies on the device (allocated blocks, like
+    /// `du`). The default walks [`Engine::path`].
+    fn disk_usage(&self) -> Result<u64> {
+        dir_allocated_bytes(self.path()).map_err(|e| BenchError::io(self.path(), e))
+    }
+
+    /// The configuration in effect, for the JSON report.
+    fn settings(&self) -> serde_json::Value;
+
+    /// True when reads and writes bypass the page cache.
+    fn direct_io(&self) -> bool {
+        false
+    }
+
+    /// Remarks for the report, such as a requested option the engine ignored.
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Shuts the engine down cleanly.
+    fn close(self: Box<Self>) -> Result<()>;
+}
+
+/// Opens engines of one kind and configuration on empty directories.
+pub trait EngineFactory: Send + Sync {
+    /// The label of the engines it opens (also used to name directories).
+    fn label(&self) -> String;
+
+    /// Opens (creating) an engine in `dir`.
+    fn open(&self, dir: &Path, opts: &EngineOptions) -> Result<Box<dyn Engine>>;
+}
+
+/// An engine named on the command line: `sepkv:<preset>` (or `sepkv`,
+/// meaning `sepkv:leveldb`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineSpec {
+    /// sepkv with one of its presets.
+    Sepkv(Preset),
+}
+
+/// Peers the harness knows by name but does not build yet.
+const PLANNED_PEERS: [&str; 4] = ["rocksdb", "blobdb", "fjall", "leveldb"];
+
+impl EngineSpec {
+    /// Every spec with whether this build can run it and a remark.
+    pub fn catalogue() -> Vec<(String, bool, String)> {
+        let mut v: Vec<_> = Preset::ALL
+            .iter()
+            .map(|&p| {
+                let (index, layout) = p.axes();
+                let avail = p.is_available();
+                let note = if avail {
+                    format!("index {index}, value layout {layout}")
+                } else {
+                    format!("index {index}, value layout {layout}: not implemented in this build of sepkv")
+                };
+                (format!("sepkv:{p}"), avail, note)
+            })
+            .collect();
+        for peer in PLANNED_PEERS {
+            v.push((
+                peer.to_string(),
+                false,
+                "peer engine not built into this harness yet".into(),
+            ));
+        }
+        v
+    }
+
+    /// Fails with a clear message when this build cannot run the spec.
+    pub fn check_available(&self) -> Result<()> {
+        match self {
+            EngineSpec::Sepkv(p) if p.is_available() => Ok(()),
+            EngineSpec::Sepkv(p) => {
+                let avail: Vec<_> = Preset::ALL
+                    .iter()
+                    .filter(|p| p.is_available())
+                    .map(|p| format!("sepkv:{p}"))
+                    .collect();
+                Err(BenchError::Unavailable(format!(
+                    "engine sepkv:{p} is unavailable: preset {p} ({} + {}) is not implemented in this build of sepkv; available: {}",
+                    p.axes().0,
+                    p.axes().1,
+                    avail.join(", ")
+                )))
+            }
+        }
+    }
+}
+
+impl fmt::Display for EngineSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EngineSpec::Sepkv(p) => write!(f, "sepkv:{p}"),
+        }
+    }
+}
+
+impl FromStr for EngineSpec {
+    type Err = BenchError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let s = s.trim();
+        let (kind, config) = match s.split_once(':') {
+            Some((k, c)) => (k, Some(c)),
+            None => (s, None),
+        };
+        match kind {
+            "sepkv" => {
+                let preset = match config {
+                    None | Some("") => Preset::LevelDb,
+                    Some(c) => c.parse::<Preset>().map_err(|_| {
+                        let names: Vec<_> = Preset::ALL.iter().map(|p| p.name()).collect();
+                        BenchError::InvalidArgument(format!(
+                            "unknown sepkv preset {c:?} in engine {s:?}; presets: {}",
+                            names.join(", ")
+                        ))
+                    })?,
+                };
+                Ok(EngineSpec::Sepkv(preset))
+            }
+            k if PLANNED_PEERS.contains(&k) => Err(BenchError::Unavailable(format!(
+                "engine {k} is not built into this harness yet; available: sepkv:leveldb (see --list-engines)"
+            ))),
+            _ => Err(BenchError::InvalidArgument(format!(
+                "unknown engine {s:?}; expected sepkv:<preset> (see --list-engines)"
+            ))),
+        }
+    }
+}
+
+impl EngineFactory for EngineSpec {
+    fn label(&self) -> String {
+        self.to_string()
+    }
+
+    fn open(&self, dir: &Path, opts: &EngineOptions) -> Result<Box<dyn Engine>> {
+        self.check_available()?;
+        match *self {
+            EngineSpec::Sepkv(preset) => Ok(Box::new(SepkvEngine::open(dir, preset, opts)?)),
+        }
+    }
+}
+
+/// sepkv behind the [`Engine`] trait.
+pub struct SepkvEngine {
+    db: Db,
+    label: String,
+    preset: Preset,
+    options: Options,
+    write: WriteOptions,
+    direct_io_requested: bool,
+    path: PathBuf,
+}
+
+impl SepkvEngine {
+    /// Opens sepkv with `preset`'s default options in `dir`.
+    ///
+    /// # Errors
+    /// [`BenchError::Unavailable`] for a preset this build lacks; the
+    /// engine's error when opening fails.
+    pub fn open(dir: &Path, preset: Preset, opts: &EngineOptions) -> Result<Self> {
+        let label = format!("sepkv:{preset}");
+        EngineSpec::Sepkv(preset).check_available()?;
+        let options = Options::preset(preset);
+        let db = Db::open(dir, options.clone()).map_err(|e| BenchError::engine(&label, e))?;
+        Ok(SepkvEngine {
+            db,
+            label,
+            preset,
+            options,
+            write: WriteOptions { sync: opts.sync },
+            direct_io_requested: opts.direct_io,
+            path: dir.to_path_buf(),
+        })
+    }
+
+    fn err(&self, e: sepkv::Error) -> BenchError {
+        BenchError::engine(&self.label, e)
+    }
+}
+
+impl Engine for SepkvEngine {
+    fn label(&self) -> &str {
+        &self.label
+    }
+
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.put(key, value).map_err(|e| self.err(e))?;
+        self.db.write(&b, self.write).map_err(|e| self.err(e))
+    }
+
+    fn get(&self, key: &[u8], buf: &mut Vec<u8>) -> Result<bool> {
+        match self.db.get(key).map_err(|e| self.err(e))? {
+            Some(v) => {
+                *buf = v;
+                Ok(true)
+            }
+            None => {
+                buf.clear();
+                Ok(false)
+            }
+        }
+    }
+
+    fn delete(&self, key: &[u8]) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete(key).map_err(|e| self.err(e))?;
+        self.db.write(&b, self.write).map_err(|e| self.err(e))
+    }
+
+    fn write_batch(&self, ops: &[BatchOp<'_>]) -> Result<()> {
+        let mut b = WriteBatch::new();
+        for op in ops {
+            match *op {
+                BatchOp::Put(k, v) => b.put(k, v),
+                BatchOp::Delete(k) => b.delete(k),
+            }
+            .map_err(|e| self.err(e))?;
+        }
+        self.db.write(&b, self.write).map_err(|e| self.err(e))
+    }
+
+    fn scan(&self, start: &[u8], n: usize, out: &mut ScanResult) -> Result<()> {
+        out.clear();
+        let mut it = self
+            .db
+            .iter_range(&ReadOptions::default(), Some(start), None)
+            .map_err(|e| self.err(e))?;
+        it.seek_to_first();
+        while it.valid() && (out.entries as usize) < n {
+            let (k, v) = (it.key(), it.value());
+            out.entries += 1;
+            out.key_bytes += k.len() as u64;
+            out.value_bytes += v.len() as u64;
+            out.last_key.clear();
+            out.last_key.extend_from_slice(k);
+            if out.entries as usize == n {
+                break;
+            }
+            it.next();
+        }
+        it.status().map_err(|e| self.err(e))
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.db.flush().map_err(|e| self.err(e))
+    }
+
+    fn stats(&self) -> Result<EngineStats> {
+        let s = self.db.stats().map_err(|e| self.err(e))?;
+        let by_cat =
+            |v: &[(IoCategory, u64)]| v.iter().map(|(c, n)| (c.name().to_string(), *n)).collect();
+        let mut counters = BTreeMap::new();
+        counters.insert("flushes".into(), s.flushes);
+        counters.insert("compactions".into(), s.compactions);
+        counters.insert("trivial_moves".into(), s.trivial_moves);
+        counters.insert("compaction_bytes_in".into(), s.compaction_bytes_in);
+        counters.insert("compaction_bytes_out".into(), s.compaction_bytes_out);
+        counters.insert(
+            "compaction_entries_dropped".into(),
+            s.compaction_entries_dropped,
+        );
+        counters.insert("write_stall_micros".into(), s.write_stall_micros);
+        counters.insert("engine_user_bytes_written".into(), s.user_bytes_written);
+        counters.insert("engine_user_bytes_read".into(), s.user_bytes_read);
+        counters.insert("engine_disk_bytes".into(), s.disk_bytes);
+        counters.insert("memtable_bytes".into(), s.memtable_bytes);
+        for l in &s.levels {
+            counters.insert(format!("level{}_files", l.level), l.files as u64);
+        }
+        if let Some(e) = s.background_error {
+            return Err(BenchError::engine(
+                &self.label,
+                std::io::Error::other(format!("background error: {e}")),
+            ));
+        }
+        Ok(EngineStats {
+            io: EngineIo {
+                read: by_cat(&s.io.read),
+                written: by_cat(&s.io.written),
+            },
+            counters,
+        })
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn settings(&self) -> serde_json::Value {
+        let o = &self.options;
+        json!({
+            "engine": "sepkv",
+            "preset": self.preset.name(),
+            "index": o.index.name(),
+            "value_layout": o.value_layout.name(),
+            "value_threshold": o.value_threshold,
+            "write_buffer_size": o.write_buffer_size,
+            "block_size": o.block_size,
+            "block_restart_interval": o.block_restart_interval,
+            "bloom_bits_per_key": o.bloom_bits_per_key,
+            "block_cache_size": o.block_cache_size,
+            "max_open_files": o.max_open_files,
+            "target_file_size": o.target_file_size,
+            "max_bytes_for_level_base": o.max_bytes_for_level_base,
+            "level_size_multiplier": o.level_size_multiplier,
+            "num_levels": o.num_levels,
+            "l0_compaction_trigger": o.l0_compaction_trigger,
+            "l0_slowdown_writes_trigger": o.l0_slowdown_writes_trigger,
+            "l0_stop_writes_trigger": o.l0_stop_writes_trigger,
+            "sync": self.write.sync,
+            "direct_io": false,
+        })
+    }
+
+    fn notes(&self) -> Vec<String> {
+        if self.direct_io_requested {
+            vec!["direct I/O was requested but sepkv does not support it yet: this run used buffered I/O".into()]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        self.db
+            .close()
+            .map_err(|e| BenchError::engine(&self.label, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse() {
+        assert_eq!(
+            "sepkv:leveldb".parse::<EngineSpec>().unwrap(),
+            EngineSpec::Sepkv(Preset::LevelDb)
+        );
+        assert_eq!(
+            "sepkv".parse::<EngineSpec>().unwrap(),
+            EngineSpec::Sepkv(Preset::LevelDb)
+        );
+        let w = "sepkv:flashkey".parse::<EngineSpec>().unwrap();
+        let e = w.check_available().unwrap_err().to_string();
+        assert!(e.contains("not implemented"), "{e}");
+        assert!(e.contains("sepkv:leveldb"), "{e}");
+        assert!("sepkv:nope".parse::<EngineSpec>().is_err());
+        assert!(matches!(
+            "rocksdb".parse::<EngineSpec>(),
+            Err(BenchError::Unavailable(_))
+        ));
+        assert!("whatever".parse::<EngineSpec>().is_err());
+    }
+
+    #[test]
+    fn scan_reads_n_entries_and_last_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = SepkvEngine::open(dir.path(), Preset::LevelDb, &EngineOptions::default()).unwrap();
+        for k in [b"a", b"b", b"c", b"d"] {
+            e.put(k, b"vv").unwrap();
+        }
+        let mut out = ScanResult::default();
+        e.scan(b"b", 2, &mut out).unwrap();
+        assert_eq!((out.entries, out.key_bytes, out.value_bytes), (2, 2, 4));
+        assert_eq!(out.last_key, b"c");
+        e.scan(b"c", 10, &mut out).unwrap();
+        assert_eq!(out.entries, 2);
+        e.scan(b"z", 10, &mut out).unwrap();
+        assert_eq!(out.entries, 0);
+        let mut buf = Vec::new();
+        assert!(e.get(b"a", &mut buf).unwrap());
+        assert_eq!(buf, b"vv");
+        e.delete(b"a").unwrap();
+        assert!(!e.get(b"a", &mut buf).unwrap());
+        e.write_batch(&[BatchOp::Put(b"x", b"1"), BatchOp::Delete(b"b")])
+            .unwrap();
+        assert!(e.get(b"x", &mut buf).unwrap());
+        assert!(!e.get(b"b", &mut buf).unwrap());
+        let s = e.stats().unwrap();
+        assert!(s.io.total_written() > 0);
+        assert!(s.io.written.contains_key("wal"));
+        assert_eq!(e.settings()["preset"], "leveldb");
+        Box::new(e).close().unwrap();
+    }
+}

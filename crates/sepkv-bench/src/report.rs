@@ -1,0 +1,374 @@
+//! Per-phase results: the [`PhaseReport`] record (the JSON schema, see the
+//! crate's README), the amplification arithmetic, the summary table and
+//! the JSON file.
+
+use crate::config::BenchConfig;
+use crate::engine::EngineIo;
+use crate::error::{BenchError, Result};
+use crate::measure::{LatencySummary, ProcIo};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+/// Engine reads of at least this many bytes (1 MiB) are enough to judge
+/// whether the page cache served them.
+pub const PAGE_CACHE_MIN_BYTES: u64 = 1 << 20;
+
+/// The phrase of the per-phase page-cache note (the table summarizes those
+/// notes in one line).
+pub const PAGE_CACHE_NOTE: &str = "reads were served from the page cache";
+
+/// The settings of the run, repeated in every report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    /// Records (`--num`).
+    pub num: u64,
+    /// Operations per phase requested (`--ops`; `null` = `num`).
+    pub ops: Option<u64>,
+    /// Value size of the db_bench-style workloads (bytes).
+    pub value_size: usize,
+    /// Key size of the db_bench-style workloads (bytes).
+    pub key_size: usize,
+    /// Client threads.
+    pub threads: usize,
+    /// Random seed.
+    pub seed: u64,
+    /// Every write synced.
+    pub sync: bool,
+    /// Entries per seek of `seekrandom`.
+    pub scan_length: usize,
+    /// Update phases of `update`.
+    pub phases: usize,
+    /// YCSB fields per record.
+    pub field_count: usize,
+    /// YCSB bytes per field.
+    pub field_length: usize,
+    /// Direct I/O requested.
+    pub direct_io_requested: bool,
+    /// Direct I/O in effect.
+    pub direct_io: bool,
+    /// Trace files (names only) of the `trace` workload.
+    pub traces: Vec<String>,
+}
+
+impl Settings {
+    /// The settings of `cfg` with the engine's direct-I/O state.
+    pub fn of(cfg: &BenchConfig, direct_io: bool) -> Self {
+        Settings {
+            num: cfg.num,
+            ops: cfg.ops,
+            value_size: cfg.value_size,
+            key_size: cfg.key_size,
+            threads: cfg.threads,
+            seed: cfg.seed,
+            sync: cfg.sync,
+            scan_length: cfg.scan_length,
+            phases: cfg.phases,
+            field_count: cfg.field_count,
+            field_length: cfg.field_length,
+            direct_io_requested: cfg.direct_io,
+            direct_io,
+            traces: cfg
+                .traces
+                .iter()
+                .map(|p| {
+                    p.file_name().map_or_else(
+                        || p.display().to_string(),
+                        |n| n.to_string_lossy().into_owned(),
+                    )
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The results of one phase of one workload on one engine. Byte counts
+/// are bytes; amplifications are `null` when their denominator is zero.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PhaseReport {
+    /// Engine label (`sepkv:leveldb`).
+    pub engine: String,
+    /// Workload name (`fillrandom`, `ycsb-a`, `trace`, ...).
+    pub workload: String,
+    /// Phase name (`run`, `load`, `auto-load`, `update-2`, a trace file name).
+    pub phase: String,
+    /// Operations done (for trace replay: the file's lines).
+    pub ops: u64,
+    /// Gets that found no value.
+    pub not_found: u64,
+    /// Wall-clock time of the operations (s), excluding the flush after them.
+    pub seconds: f64,
+    /// `ops / seconds`.
+    pub ops_per_sec: f64,
+    /// Latency of one operation (µs).
+    pub latency_us: LatencySummary,
+    /// Key + value bytes of puts, key bytes of deletes.
+    pub user_bytes_written: u64,
+    /// Value bytes returned by gets, key + value bytes returned by scans.
+    pub user_bytes_read: u64,
+    /// Bytes the engine wrote to files during the phase and its flush.
+    pub bytes_written: u64,
+    /// Bytes the engine read from files during the phase and its flush.
+    pub bytes_read: u64,
+    /// `bytes_written` by engine category.
+    pub bytes_written_by_category: BTreeMap<String, u64>,
+    /// `bytes_read` by engine category.
+    pub bytes_read_by_category: BTreeMap<String, u64>,
+    /// The process's storage I/O during the phase (`/proc/self/io`
+    /// differences), `null` where unavailable.
+    pub process_io: Option<ProcIo>,
+    /// `bytes_written / user_bytes_written`.
+    pub write_amp: Option<f64>,
+    /// `bytes_read / user_bytes_read`.
+    pub read_amp: Option<f64>,
+    /// `db_bytes / live_bytes`.
+    pub space_amp: Option<f64>,
+    /// `(process write_bytes - cancelled_write_bytes) / user_bytes_written`.
+    pub process_write_amp: Option<f64>,
+    /// `process read_bytes / user_bytes_read`.
+    pub process_read_amp: Option<f64>,
+    /// Allocated size of the database directory after the phase's flush.
+    pub db_bytes: u64,
+    /// Key + value bytes of the live records after the phase.
+    pub live_bytes: u64,
+    /// Live records (keys) after the phase.
+    pub live_records: u64,
+    /// True when the engine read at least 1 MiB from files but the process
+    /// read less than half of that from storage: reads were served by the
+    /// operating system's page cache.
+    pub page_cache: bool,
+    /// Remarks (page cache, unsupported options, ...).
+    pub notes: Vec<String>,
+    /// Workload-specific counts (operation mix, scan entries, writer ops).
+    pub counts: BTreeMap<String, u64>,
+    /// Engine counters after the phase (cumulative since it was opened).
+    pub engine_counters: BTreeMap<String, u64>,
+    /// The run's settings.
+    pub settings: Settings,
+    /// The engine's configuration.
+    pub engine_options: serde_json::Value,
+}
+
+/// `num / den`, or `None` when `den` is zero.
+pub fn ratio(num: u64, den: u64) -> Option<f64> {
+    (den > 0).then(|| num as f64 / den as f64)
+}
+
+/// What a phase measured, before the arithmetic.
+#[derive(Debug, Clone, Default)]
+pub struct PhaseMeasurements {
+    /// Operations.
+    pub ops: u64,
+    /// Gets that found nothing.
+    pub not_found: u64,
+    /// Seconds.
+    pub seconds: f64,
+    /// Latency percentiles.
+    pub latency: LatencySummary,
+    /// User bytes written.
+    pub user_written: u64,
+    /// User bytes read.
+    pub user_read: u64,
+    /// Engine I/O during the phase.
+    pub io: EngineIo,
+    /// Process I/O during the phase.
+    pub process: Option<ProcIo>,
+    /// Database size after the phase.
+    pub db_bytes: u64,
+    /// Live bytes after the phase.
+    pub live_bytes: u64,
+    /// Live records after the phase.
+    pub live_records: u64,
+}
+
+/// The derived figures of a phase: amplifications and the page-cache flag.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Derived {
+    /// Engine write amplification.
+    pub write_amp: Option<f64>,
+    /// Engine read amplification.
+    pub read_amp: Option<f64>,
+    /// Space amplification.
+    pub space_amp: Option<f64>,
+    /// Process write amplification.
+    pub process_write_amp: Option<f64>,
+    /// Process read amplification.
+    pub process_read_amp: Option<f64>,
+    /// Reads served from the page cache.
+    pub page_cache: bool,
+}
+
+impl PhaseMeasurements {
+    /// Amplifications and the page-cache flag.
+    pub fn derive(&self) -> Derived {
+        let written = self.io.total_written();
+        let read = self.io.total_read();
+        let page_cache = match &self.process {
+            Some(p) => read >= PAGE_CACHE_MIN_BYTES && p.read_bytes.saturating_mul(2) < read,
+            None => false,
+        };
+        Derived {
+            write_amp: ratio(written, self.user_written),
+            read_amp: ratio(read, self.user_read),
+            space_amp: ratio(self.db_bytes, self.live_bytes),
+            process_write_amp: self
+                .process
+                .and_then(|p| ratio(p.net_written(), self.user_written)),
+            process_read_amp: self
+                .process
+                .and_then(|p| ratio(p.read_bytes, self.user_read)),
+            page_cache,
+        }
+    }
+}
+
+fn fmt_opt(v: Option<f64>, prec: usize) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{x:.prec$}"))
+}
+
+fn mb(b: u64) -> String {
+    format!("{:.1}", b as f64 / 1e6)
+}
+
+/// Writes the summary table: one row per phase, then the legend and any
+/// notes.
+///
+/// # Errors
+/// The writer's error.
+pub fn print_table(reports: &[PhaseReport], out: &mut dyn Write) -> std::io::Result<()> {
+    let header = [
+        "engine", "workload", "phase", "ops", "secs", "kops/s", "p50us", "p99us", "p99.9us",
+        "p99.99us", "max_us", "WA", "RA", "SA", "wr_MB", "rd_MB", "db_MB", "live_MB", "pc",
+    ];
+    let rows: Vec<Vec<String>> = reports
+        .iter()
+        .map(|r| {
+            vec![
+                r.engine.clone(),
+                r.workload.clone(),
+                r.phase.clone(),
+                r.ops.to_string(),
+                format!("{:.2}", r.seconds),
+                format!("{:.1}", r.ops_per_sec / 1000.0),
+                format!("{:.1}", r.latency_us.p50),
+                format!("{:.1}", r.latency_us.p99),
+                format!("{:.1}", r.latency_us.p999),
+                format!("{:.1}", r.latency_us.p9999),
+                format!("{:.0}", r.latency_us.max),
+                fmt_opt(r.write_amp, 2),
+                fmt_opt(r.read_amp, 2),
+                fmt_opt(r.space_amp, 2),
+                mb(r.bytes_written),
+                mb(r.bytes_read),
+                mb(r.db_bytes),
+                mb(r.live_bytes),
+                if r.page_cache {
+                    "yes".into()
+                } else {
+                    "-".into()
+                },
+            ]
+        })
+        .collect();
+    let mut width: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in &rows {
+        for (w, c) in width.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: &[String], out: &mut dyn Write| -> std::io::Result<()> {
+        let mut s = String::new();
+        for (i, (c, w)) in cells.iter().zip(&width).enumerate() {
+            if i > 0 {
+                s.push_str("  ");
+            }
+            if i < 3 {
+                s.push_str(&format!("{c:<w$}"));
+            } else {
+                s.push_str(&format!("{c:>w$}"));
+            }
+        }
+        writeln!(out, "{}", s.trim_end())
+    };
+    line(
+        &header.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
+        out,
+    )?;
+    for row in &rows {
+        line(row, out)?;
+    }
+    writeln!(
+        out,
+        "\nWA = engine bytes written / user bytes written; RA = engine bytes read / user bytes read;\n\
+         SA = database directory size / live user bytes (after the phase's flush); latencies in µs;\n\
+         MB = 10^6 bytes; pc = reads served from the page cache (process read far below engine read)."
+    )?;
+    let cached = reports.iter().filter(|r| r.page_cache).count();
+    if cached > 0 {
+        writeln!(
+            out,
+            "note: in {cached} of {} phases the engine's file reads were served from the page cache \
+             (the data fits in memory); read figures there measure memory, not the device",
+            reports.len()
+        )?;
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for r in reports {
+        for n in r.notes.iter().filter(|n| !n.contains(PAGE_CACHE_NOTE)) {
+            if seen.insert(n.clone()) {
+                writeln!(out, "note: {n}")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes `reports` as a JSON array to `path`.
+///
+/// # Errors
+/// [`BenchError::Io`] when the file cannot be written.
+pub fn write_json(reports: &[PhaseReport], path: &Path) -> Result<()> {
+    let text = serde_json::to_string_pretty(reports)
+        .map_err(|e| BenchError::io(path, std::io::Error::other(e)))?;
+    std::fs::write(path, text + "\n").map_err(|e| BenchError::io(path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amplification_arithmetic() {
+        let mut io = EngineIo::default();
+        io.written.insert("wal".into(), 3000);
+        io.written.insert("flush".into(), 1000);
+        io.read.insert("user_read".into(), 8 << 20);
+        let m = PhaseMeasurements {
+            user_written: 2000,
+            user_read: 1 << 20,
+            io,
+            process: Some(ProcIo {
+                read_bytes: 4096,
+                write_bytes: 5000,
+                cancelled_write_bytes: 1000,
+            }),
+            db_bytes: 3000,
+            live_bytes: 1500,
+            ..Default::default()
+        };
+        let d = m.derive();
+        assert_eq!(d.write_amp, Some(2.0));
+        assert_eq!(d.read_amp, Some(8.0));
+        assert_eq!(d.space_amp, Some(2.0));
+        assert_eq!(d.process_write_amp, Some(2.0));
+        assert_eq!(d.process_read_amp, Some(4096.0 / (1 << 20) as f64));
+        assert!(d.page_cache);
+        let none = PhaseMeasurements::default().derive();
+        assert_eq!(
+            (none.write_amp, none.read_amp, none.space_amp),
+            (None, None, None)
+        );
+        assert!(!none.page_cache);
+    }
+}

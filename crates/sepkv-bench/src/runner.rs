@@ -1,0 +1,1030 @@
+//! Running workloads: one database per engine, workloads in order, each
+//! phase measured (operations, latencies, engine and process I/O, space)
+//! and reported.
+//!
+//! Workloads that need data (`readrandom`, `ycsb-a`, ...) use what the
+//! previous workloads left; when the database holds no suitable data they
+//! first load it in a phase reported as `auto-load`. `fillseq`,
+//! `fillrandom`, `ycsb-load`, `trace` and `update` start from an empty
+//! database (the previous one is closed and its files deleted).
+
+use crate::config::{BenchConfig, Workload, WorkloadRun};
+use crate::engine::{Engine, EngineFactory, EngineOptions, ScanResult};
+use crate::error::{BenchError, Result};
+use crate::gen::{bench_key, rng, Permutation, ValueSource};
+use crate::live::{DenseLive, KeyedLive};
+use crate::measure::{Latencies, ProcIo};
+use crate::report::{PhaseMeasurements, PhaseReport, Settings, PAGE_CACHE_NOTE};
+use crate::trace::{OpKind, TraceChunk, TraceReader};
+use crate::ycsb::{self, InsertSequence, ScrambledZipfian, WorkloadSpec, YcsbGenerator, YcsbOp};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rand::Rng;
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// Trace operations parsed ahead of their replay (bounded memory).
+const TRACE_CHUNK_OPS: usize = 4096;
+/// Entries per scan of `readseq`.
+const READSEQ_CHUNK: u64 = 1000;
+
+/// What a phase's operations produced.
+#[derive(Debug, Default)]
+struct Outcome {
+    ops: u64,
+    not_found: u64,
+    seconds: f64,
+    lat: Latencies,
+    user_written: u64,
+    user_read: u64,
+    counts: BTreeMap<String, u64>,
+    notes: Vec<String>,
+}
+
+impl Outcome {
+    fn merge(&mut self, o: Outcome) {
+        self.ops += o.ops;
+        self.not_found += o.not_found;
+        self.lat.merge(&o.lat);
+        self.user_written += o.user_written;
+        self.user_read += o.user_read;
+        for (k, v) in o.counts {
+            *self.counts.entry(k).or_insert(0) += v;
+        }
+        self.notes.extend(o.notes);
+    }
+
+    fn count(&mut self, name: &str, n: u64) {
+        if n > 0 {
+            *self.counts.entry(name.to_string()).or_insert(0) += n;
+        }
+    }
+}
+
+/// A progress bar on stderr, drawn only on a terminal.
+struct Progress(Option<ProgressBar>);
+
+impl Progress {
+    fn new(enabled: bool, len: u64, label: &str) -> Self {
+        if !enabled || !std::io::stderr().is_terminal() || len == 0 {
+            return Progress(None);
+        }
+        let pb = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr_with_hz(4));
+        if let Ok(style) =
+            ProgressStyle::with_template("{msg} [{wide_bar}] {human_pos}/{human_len} eta {eta}")
+        {
+            pb.set_style(style.progress_chars("=> "));
+        }
+        pb.set_message(label.to_string());
+        Progress(Some(pb))
+    }
+
+    fn ticker(&self) -> Ticker<'_> {
+        Ticker {
+            pb: self,
+            pending: 0,
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(pb) = &self.0 {
+            pb.finish_and_clear();
+        }
+    }
+}
+
+/// Batches progress increments of one thread.
+struct Ticker<'a> {
+    pb: &'a Progress,
+    pending: u64,
+}
+
+impl Ticker<'_> {
+    #[inline]
+    fn tick(&mut self, n: u64) {
+        self.pending += n;
+        if self.pending >= 1024 {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        if let Some(pb) = &self.pb.0 {
+            pb.inc(self.pending);
+        }
+        self.pending = 0;
+    }
+}
+
+impl Drop for Ticker<'_> {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// Thread `t` of `threads`' share of `0..total`.
+fn share(total: u64, threads: usize, t: usize) -> Range<u64> {
+    let th = threads as u64;
+    let t = t as u64;
+    (total * t / th)..(total * (t + 1) / th)
+}
+
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// Runs `f(thread, share)` on `threads` threads over `0..total`; the
+/// outcome's seconds are the wall-clock time of the whole.
+fn parallel<F>(threads: usize, total: u64, f: F) -> Result<Outcome>
+where
+    F: Fn(usize, Range<u64>) -> Result<Outcome> + Sync,
+{
+    let start = Instant::now();
+    let results: Vec<std::thread::Result<Result<Outcome>>> = std::thread::scope(|s| {
+        let f = &f;
+        let handles: Vec<_> = (0..threads)
+            .map(|t| s.spawn(move || f(t, share(total, threads, t))))
+            .collect();
+        handles.into_iter().map(|h| h.join()).collect()
+    });
+    let seconds = start.elapsed().as_secs_f64();
+    let mut out = Outcome::default();
+    for r in results {
+        match r {
+            Ok(Ok(o)) => out.merge(o),
+            Ok(Err(e)) => return Err(e),
+            Err(p) => return Err(BenchError::Panic(panic_message(p))),
+        }
+    }
+    out.seconds = seconds;
+    Ok(out)
+}
+
+/// What the database holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dataset {
+    Empty,
+    /// db_bench-style records `0..num` (some possibly deleted).
+    Bench,
+    /// YCSB records `0..records`.
+    Ycsb {
+        records: u64,
+    },
+    /// Whatever the trace left.
+    Trace,
+}
+
+/// Runs every workload of `cfg` on engines from `factory` in the empty
+/// directory `dir`, pushing one report per phase onto `reports` and
+/// calling `on_phase` with each. Reports of phases done before an error
+/// stay in `reports`.
+///
+/// # Errors
+/// The first engine, file or trace error.
+pub fn run_engine(
+    factory: &dyn EngineFactory,
+    dir: &Path,
+    cfg: &BenchConfig,
+    reports: &mut Vec<PhaseReport>,
+    on_phase: &mut dyn FnMut(&PhaseReport),
+) -> Result<()> {
+    cfg.validate()?;
+    let mut run = EngineRun {
+        factory,
+        dir: dir.to_path_buf(),
+        cfg,
+        engine: None,
+        dataset: Dataset::Empty,
+        dense: DenseLive::default(),
+        keyed: KeyedLive::new(),
+        values: ValueSource::new(cfg.seed),
+        stream: 0,
+        reports,
+        on_phase,
+    };
+    let res = run.start().and_then(|_| {
+        for w in &cfg.workloads {
+            run.workload(w)?;
+        }
+        Ok(())
+    });
+    let closed = match run.engine.take() {
+        Some(e) => e.close(),
+        None => Ok(()),
+    };
+    res.and(closed)
+}
+
+struct EngineRun<'a> {
+    factory: &'a dyn EngineFactory,
+    dir: PathBuf,
+    cfg: &'a BenchConfig,
+    engine: Option<Box<dyn Engine>>,
+    dataset: Dataset,
+    dense: DenseLive,
+    keyed: KeyedLive,
+    values: ValueSource,
+    stream: u64,
+    reports: &'a mut Vec<PhaseReport>,
+    on_phase: &'a mut dyn FnMut(&PhaseReport),
+}
+
+fn clear_dir(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| BenchError::io(dir, e))?;
+    for entry in std::fs::read_dir(dir).map_err(|e| BenchError::io(dir, e))? {
+        let p = entry.map_err(|e| BenchError::io(dir, e))?.path();
+        let r = if p.is_dir() && !p.is_symlink() {
+            std::fs::remove_dir_all(&p)
+        } else {
+            std::fs::remove_file(&p)
+        };
+        r.map_err(|e| BenchError::io(&p, e))?;
+    }
+    Ok(())
+}
+
+fn no_engine() -> BenchError {
+    BenchError::InvalidArgument("internal: no engine is open".into())
+}
+
+impl EngineRun<'_> {
+    fn engine_options(&self) -> EngineOptions {
+        EngineOptions {
+            sync: self.cfg.sync,
+            direct_io: self.cfg.direct_io,
+        }
+    }
+
+    fn start(&mut self) -> Result<()> {
+        clear_dir(&self.dir)?;
+        self.engine = Some(self.factory.open(&self.dir, &self.engine_options())?);
+        Ok(())
+    }
+
+    /// Closes the engine, deletes its files and opens an empty one.
+    fn fresh(&mut self) -> Result<()> {
+        if let Some(e) = self.engine.take() {
+            e.close()?;
+        }
+        self.dense = DenseLive::default();
+        self.keyed = KeyedLive::new();
+        self.dataset = Dataset::Empty;
+        self.start()
+    }
+
+    fn next_stream(&mut self) -> u64 {
+        self.stream += 1;
+        self.stream << 16
+    }
+
+    fn live(&self) -> (u64, u64) {
+        match self.dataset {
+            Dataset::Trace => (self.keyed.bytes(), self.keyed.records()),
+            _ => (self.dense.bytes(), self.dense.records()),
+        }
+    }
+
+    /// Measures one phase: engine and process counters around `body`, then
+    /// a flush, the database size and the live bytes.
+    fn measure(
+        &mut self,
+        workload: &str,
+        phase: &str,
+        body: impl FnOnce(&mut Self) -> Result<Outcome>,
+    ) -> Result<()> {
+        let eng = self.engine.as_deref().ok_or_else(no_engine)?;
+        let before = eng.stats()?;
+        let proc_before = ProcIo::read();
+        let out = body(self)?;
+        let eng = self.engine.as_deref().ok_or_else(no_engine)?;
+        eng.flush()?;
+        let after = eng.stats()?;
+        let proc_after = ProcIo::read();
+        let db_bytes = eng.disk_usage()?;
+        let (live_bytes, live_records) = self.live();
+        let m = PhaseMeasurements {
+            ops: out.ops,
+            not_found: out.not_found,
+            seconds: out.seconds,
+            latency: out.lat.summary(),
+            user_written: out.user_written,
+            user_read: out.user_read,
+            io: after.io.since(&before.io),
+            process: proc_before.zip(proc_after).map(|(b, a)| a.since(&b)),
+            db_bytes,
+            live_bytes,
+            live_records,
+        };
+        let d = m.derive();
+        let mut notes = eng.notes();
+        notes.extend(out.notes);
+        if m.process.is_none() {
+            notes.push("process I/O counters (/proc/self/io) are unavailable".into());
+        }
+        if d.page_cache {
+            notes.push(format!(
+                "{workload}/{phase}: {PAGE_CACHE_NOTE} (engine read {:.1} MB from files, the process {:.1} MB from storage)",
+                m.io.total_read() as f64 / 1e6,
+                m.process.map_or(0, |p| p.read_bytes) as f64 / 1e6
+            ));
+        }
+        let report = PhaseReport {
+            engine: eng.label().to_string(),
+            workload: workload.to_string(),
+            phase: phase.to_string(),
+            ops: m.ops,
+            not_found: m.not_found,
+            seconds: m.seconds,
+            ops_per_sec: if m.seconds > 0.0 {
+                m.ops as f64 / m.seconds
+            } else {
+                0.0
+            },
+            latency_us: m.latency,
+            user_bytes_written: m.user_written,
+            user_bytes_read: m.user_read,
+            bytes_written: m.io.total_written(),
+            bytes_read: m.io.total_read(),
+            bytes_written_by_category: m.io.written.clone(),
+            bytes_read_by_category: m.io.read.clone(),
+            process_io: m.process,
+            write_amp: d.write_amp,
+            read_amp: d.read_amp,
+            space_amp: d.space_amp,
+            process_write_amp: d.process_write_amp,
+            process_read_amp: d.process_read_amp,
+            db_bytes: m.db_bytes,
+            live_bytes: m.live_bytes,
+            live_records: m.live_records,
+            page_cache: d.page_cache,
+            notes,
+            counts: out.counts,
+            engine_counters: after.counters,
+            settings: Settings::of(self.cfg, eng.direct_io()),
+            engine_options: eng.settings(),
+        };
+        (self.on_phase)(&report);
+        self.reports.push(report);
+        Ok(())
+    }
+
+    fn workload(&mut self, w: &WorkloadRun) -> Result<()> {
+        let ops = self.cfg.ops_for(w);
+        let name = w.workload.to_string();
+        match w.workload {
+            Workload::FillSeq => self.fill(&name, "run", false),
+            Workload::FillRandom => self.fill(&name, "run", true),
+            Workload::Overwrite => {
+                self.ensure_bench()?;
+                self.overwrite(&name, "run", ops, false)
+            }
+            Workload::ReadRandom => {
+                self.ensure_bench()?;
+                self.read_random(&name, ops)
+            }
+            Workload::ReadSeq => {
+                self.ensure_bench()?;
+                self.read_seq(&name, ops)
+            }
+            Workload::SeekRandom => {
+                self.ensure_bench()?;
+                self.seek_random(&name, ops)
+            }
+            Workload::ReadWhileWriting => {
+                self.ensure_bench()?;
+                self.read_while_writing(&name, ops)
+            }
+            Workload::DeleteRandom => {
+                self.ensure_bench()?;
+                self.delete_random(&name, ops)
+            }
+            Workload::YcsbLoad => {
+                if self.dataset != Dataset::Empty {
+                    self.fresh()?;
+                }
+                self.ycsb_load(&name, "load")
+            }
+            Workload::Ycsb(letter) => {
+                let records = self.ensure_ycsb()?;
+                self.ycsb_run(&name, letter, records, ops)
+            }
+            Workload::Trace => self.trace(),
+            Workload::Update => {
+                if self.dataset != Dataset::Empty {
+                    self.fresh()?;
+                }
+                self.fill(&name, "load", true)?;
+                for p in 1..=self.cfg.phases {
+                    self.overwrite(&name, &format!("update-{p}"), ops, true)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn ensure_bench(&mut self) -> Result<()> {
+        match self.dataset {
+            Dataset::Bench => Ok(()),
+            Dataset::Empty => self.fill("fillrandom", "auto-load", true),
+            _ => {
+                self.fresh()?;
+                self.fill("fillrandom", "auto-load", true)
+            }
+        }
+    }
+
+    fn ensure_ycsb(&mut self) -> Result<u64> {
+        match self.dataset {
+            Dataset::Ycsb { records } => return Ok(records),
+            Dataset::Empty => {}
+            _ => self.fresh()?,
+        }
+        self.ycsb_load("ycsb-load", "auto-load")?;
+        match self.dataset {
+            Dataset::Ycsb { records } => Ok(records),
+            _ => Err(BenchError::InvalidArgument(
+                "internal: the YCSB load left no records".into(),
+            )),
+        }
+    }
+
+    /// Writes records `0..num` once each, in key order or a random order,
+    /// into an empty database.
+    fn fill(&mut self, workload: &str, phase: &str, random: bool) -> Result<()> {
+        if self.dataset != Dataset::Empty {
+            self.fresh()?;
+        }
+        let cfg = self.cfg;
+        let num = cfg.num;
+        self.dense.ensure(num);
+        let stream = self.next_stream();
+        let label = format!("{workload}/{phase}");
+        self.measure(workload, phase, |r| {
+            let eng = r.engine.as_deref().ok_or_else(no_engine)?;
+            let (dense, values) = (&r.dense, &r.values);
+            let perm = Permutation::new(num, cfg.seed ^ stream);
+            let pb = Progress::new(cfg.progress, num, &label);
+            let out = parallel(cfg.threads, num, |t, range| {
+                let mut vs = values.fork(stream + t as u64);
+                let mut key = Vec::with_capacity(cfg.key_size);
+                let mut o = Outcome::default();
+                let mut tick = pb.ticker();
+                for i in range {
+                    let n = if random { perm.get(i) } else { i };
+                    bench_key(n, cfg.key_size, &mut key);
+                    let v = vs.next(cfg.value_size);
+                    let t0 = Instant::now();
+                    eng.put(&key, v)?;
+                    o.lat.record_since(t0);
+                    dense.put(n, key.len(), v.len());
+                    o.user_written += (key.len() + v.len()) as u64;
+                    o.ops += 1;
+                    tick.tick(1);
+                }
+                Ok(o)
+            });
+            pb.finish();
+            out
+        })?;
+        self.dataset = Dataset::Bench;
+        Ok(())
+    }
+
+    /// `ops` puts of existing records: uniformly random keys, or scrambled
+    /// Zipf-0.99 keys (`zipf`, the `update` workload).
+    fn overwrite(&mut self, workload: &str, phase: &str, ops: u64, zipf: bool) -> Result<()> {
+        let cfg = self.cfg;
+        let num = cfg.num;
+        let stream = self.next_stream();
+        let label = format!("{workload}/{phase}");
+        self.measure(workload, phase, |r| {
+            let eng = r.engine.as_deref().ok_or_else(no_engine)?;
+            let (dense, values) = (&r.dense, &r.values);
+            let pb = Progress::new(cfg.progress, ops, &label);
+            let out = parallel(cfg.threads, ops, |t, range| {
+                let mut rng = rng(cfg.seed, stream + t as u64);
+                let mut zipfian = ScrambledZipfian::new(0, num - 1);
+                let mut vs = values.fork(stream + t as u64);
+                let mut key = Vec::with_capacity(cfg.key_size);
+                let mut o = Outcome::default();
+                let mut tick = pb.ticker();
+                for _ in range {
+                    let n = if zipf {
+                        zipfian.next(&mut rng)
+                    } else {
+                        rng.gen_range(0..num)
+                    };
+                    bench_key(n, cfg.key_size, &mut key);
+                    let v = vs.next(cfg.value_size);
+                    let t0 = Instant::now();
+                    eng.put(&key, v)?;
+                    o.lat.record_since(t0);
+                    dense.put(n, key.len(), v.len());
+                    o.user_written += (key.len() + v.len()) as u64;
+                    o.ops += 1;
+                    tick.tick(1);
+                }
+                Ok(o)
+            });
+            pb.finish();
+            out
+        })
+    }
+
+    fn read_random(&mut self, workload: &str, ops: u64) -> Result<()> {
+        let cfg = self.cfg;
+        let num = cfg.num;
+        let stream = self.next_stream();
+        self.measure(workload, "run", |r| {
+            let eng = r.engine.as_deref().ok_or_else(no_engine)?;
+            let pb = Progress::new(cfg.progress, ops, workload);
+            let out = parallel(cfg.threads, ops, |t, range| {
+                let mut rng = rng(cfg.seed, stream + t as u64);
+                let mut key = Vec::with_capacity(cfg.key_size);
+                let mut buf = Vec::new();
+                let mut o = Outcome::default();
+                let mut tick = pb.ticker();
+                for _ in range {
+                    bench_key(rng.gen_range(0..num), cfg.key_size, &mut key);
+                    let t0 = Instant::now();
+                    let found = eng.get(&key, &mut buf)?;
+                    o.lat.record_since(t0);
+                    if found {
+                        o.user_read += buf.len() as u64;
+                    } else {
+                        o.not_found += 1;
+                    }
+                    o.ops += 1;
+                    tick.tick(1);
+                }
+                Ok(o)
+            });
+            pb.finish();
+            out
+        })
+    }
+
+    fn read_seq(&mut self, workload: &str, ops: u64) -> Result<()> {
+        let cfg = self.cfg;
+        self.measure(workload, "run", |r| {
+            let eng = r.engine.as_deref().ok_or_else(no_engine)?;
+            let pb = Progress::new(cfg.progress, ops, workload);
+            let mut out = parallel(cfg.threads, ops, |_, range| {
+                let mut start: Vec<u8> = Vec::new();
+                let mut res = ScanResult::default();
+                let mut left = range.end - range.start;
+                let mut o = Outcome::default();
+                let mut tick = pb.ticker();
+                while left > 0 {
+                    let n = left.min(READSEQ_CHUNK);
+                    let t0 = Instant::now();
+                    eng.scan(&start, n as usize, &mut res)?;
+                    let ns = t0.elapsed().as_nanos() as u64;
+                    if res.entries == 0 {
+                        if start.is_empty() {
+                            break; // empty database
+                        }
+                        start.clear(); // wrap around
+                        continue;
+                    }
+                    o.lat.record_n(ns / res.entries, res.entries);
+                    o.ops += res.entries;
+                    o.user_read += res.key_bytes + res.value_bytes;
+                    left -= res.entries.min(left);
+                    tick.tick(res.entries);
+                    if res.entries < n {
+                        start.clear();
+                    } else {
+                        start.clear();
+                        start.extend_from_slice(&res.last_key);
+                        start.push(0);
+                    }
+                }
+                Ok(o)
+            });
+            pb.finish();
+            if let Ok(o) = &mut out {
+                o.notes.push(format!(
+                    "readseq latencies are per entry, averaged over scans of {READSEQ_CHUNK} entries"
+                ));
+            }
+            out
+        })
+    }
+
+    fn seek_random(&mut self, workload: &str, ops: u64) -> Result<()> {
+        let cfg = self.cfg;
+        let num = cfg.num;
+        let stream = self.next_stream();
+        self.measure(workload, "run", |r| {
+            let eng = r.engine.as_deref().ok_or_else(no_engine)?;
+            let pb = Progress::new(cfg.progress, ops, workload);
+            let out = parallel(cfg.threads, ops, |t, range| {
+                let mut rng = rng(cfg.seed, stream + t as u64);
+                let mut key = Vec::with_capacity(cfg.key_size);
+                let mut res = ScanResult::default();
+                let mut o = Outcome::default();
+                let mut entries = 0;
+                let mut empty = 0;
+                let mut tick = pb.ticker();
+                for _ in range {
+                    bench_key(rng.gen_range(0..num), cfg.key_size, &mut key);
+                    let t0 = Instant::now();
+                    eng.scan(&key, cfg.scan_length, &mut res)?;
+                    o.lat.record_since(t0);
+                    entries += res.entries;
+                    empty += u64::from(res.entries == 0);
+                    o.user_read += res.key_bytes + res.value_bytes;
+                    o.ops += 1;
+                    tick.tick(1);
+                }
+                o.count("scan_entries", entries);
+                o.count("empty_scans", empty);
+                Ok(o)
+            });
+            pb.finish();
+            out
+        })
+    }
+
+    fn read_while_writing(&mut self, workload: &str, ops: u64) -> Result<()> {
+        let cfg = self.cfg;
+        let num = cfg.num;
+        let stream = self.next_stream();
+        self.measure(workload, "run", |r| {
+            let eng = r.engine.as_deref().ok_or_else(no_engine)?;
+            let (dense, values) = (&r.dense, &r.values);
+            let pb = Progress::new(cfg.progress, ops, workload);
+            let stop = AtomicBool::new(false);
+            let (readers, writer) = std::thread::scope(|s| {
+                let writer = s.spawn(|| -> Result<Outcome> {
+                    let mut rng = rng(cfg.seed, stream + 0xFFFF);
+                    let mut vs = values.fork(stream + 0xFFFF);
+                    let mut key = Vec::with_capacity(cfg.key_size);
+                    let mut o = Outcome::default();
+                    while !stop.load(Ordering::Relaxed) {
+                        let n = rng.gen_range(0..num);
+                        bench_key(n, cfg.key_size, &mut key);
+                        let v = vs.next(cfg.value_size);
+                        let t0 = Instant::now();
+                        eng.put(&key, v)?;
+                        o.lat.record_since(t0);
+                        dense.put(n, key.len(), v.len());
+                        o.user_written += (key.len() + v.len()) as u64;
+                        o.ops += 1;
+                    }
+                    Ok(o)
+                });
+                let readers = parallel(cfg.threads, ops, |t, range| {
+                    let mut rng = rng(cfg.seed, stream + t as u64);
+                    let mut key = Vec::with_capacity(cfg.key_size);
+                    let mut buf = Vec::new();
+                    let mut o = Outcome::default();
+                    let mut tick = pb.ticker();
+                    for _ in range {
+                        bench_key(rng.gen_range(0..num), cfg.key_size, &mut key);
+                        let t0 = Instant::now();
+                        let found = eng.get(&key, &mut buf)?;
+                        o.lat.record_since(t0);
+                        if found {
+                            o.user_read += buf.len() as u64;
+                        } else {
+                            o.not_found += 1;
+                        }
+                        o.ops += 1;
+                        tick.tick(1);
+                    }
+                    Ok(o)
+                });
+                stop.store(true, Ordering::Relaxed);
+                (readers, writer.join())
+            });
+            pb.finish();
+            let mut out = readers?;
+            let w = match writer {
+                Ok(w) => w?,
+                Err(p) => return Err(BenchError::Panic(panic_message(p))),
+            };
+            out.user_written += w.user_written;
+            out.count("writer_ops", w.ops);
+            let wl = w.lat.summary();
+            out.count("writer_p99_ns", (wl.p99 * 1000.0) as u64);
+            out.notes.push(
+                "readwhilewriting: ops and latencies are the readers'; the writer's puts are in counts.writer_ops and in the bytes written".into(),
+            );
+            Ok(out)
+        })
+    }
+
+    fn delete_random(&mut self, workload: &str, ops: u64) -> Result<()> {
+        let cfg = self.cfg;
+        let num = cfg.num;
+        let stream = self.next_stream();
+        self.measure(workload, "run", |r| {
+            let eng = r.engine.as_deref().ok_or_else(no_engine)?;
+            let dense = &r.dense;
+            let perm = Permutation::new(num, cfg.seed ^ stream);
+            let pb = Progress::new(cfg.progress, ops, workload);
+            let out = parallel(cfg.threads, ops, |_, range| {
+                let mut key = Vec::with_capacity(cfg.key_size);
+                let mut o = Outcome::default();
+                let mut tick = pb.ticker();
+                for i in range {
+                    let n = perm.get(i % num);
+                    bench_key(n, cfg.key_size, &mut key);
+                    let t0 = Instant::now();
+                    eng.delete(&key)?;
+                    o.lat.record_since(t0);
+                    dense.delete(n);
+                    o.user_written += key.len() as u64;
+                    o.ops += 1;
+                    tick.tick(1);
+                }
+                Ok(o)
+            });
+            pb.finish();
+            out
+        })
+    }
+
+    /// YCSB load: records `0..num` with all fields, in record order (their
+    /// hashed keys make that a random key order), into an empty database.
+    fn ycsb_load(&mut self, workload: &str, phase: &str) -> Result<()> {
+        if self.dataset != Dataset::Empty {
+            self.fresh()?;
+        }
+        let cfg = self.cfg;
+        let num = cfg.num;
+        self.dense.ensure(num);
+        let stream = self.next_stream();
+        let record = cfg.field_count * cfg.field_length;
+        let label = format!("{workload}/{phase}");
+        self.measure(workload, phase, |r| {
+            let eng = r.engine.as_deref().ok_or_else(no_engine)?;
+            let (dense, values) = (&r.dense, &r.values);
+            let pb = Progress::new(cfg.progress, num, &label);
+            let out = parallel(cfg.threads, num, |t, range| {
+                let mut vs = values.fork(stream + t as u64);
+                let mut key = Vec::with_capacity(32);
+                let mut o = Outcome::default();
+                let mut tick = pb.ticker();
+                for n in range {
+                    ycsb::key_name(n, &mut key);
+                    let v = vs.next(record);
+                    let t0 = Instant::now();
+                    eng.put(&key, v)?;
+                    o.lat.record_since(t0);
+                    dense.put(n, key.len(), v.len());
+                    o.user_written += (key.len() + v.len()) as u64;
+                    o.ops += 1;
+                    tick.tick(1);
+                }
+                o.count("inserts", o.ops);
+                Ok(o)
+            });
+            pb.finish();
+            out
+        })?;
+        self.dataset = Dataset::Ycsb { records: num };
+        Ok(())
+    }
+
+    fn ycsb_run(&mut self, workload: &str, letter: char, records: u64, ops: u64) -> Result<()> {
+        let cfg = self.cfg;
+        let spec = WorkloadSpec::core(letter).ok_or_else(|| {
+            BenchError::InvalidArgument(format!("unknown YCSB workload {letter:?}"))
+        })?;
+        // Inserts can add at most `ops` records.
+        let inserts_max = if spec.insert > 0.0 { ops } else { 0 };
+        self.dense.ensure(records + inserts_max);
+        let stream = self.next_stream();
+        let seq = InsertSequence::new(records);
+        let record = cfg.field_count * cfg.field_length;
+        self.measure(workload, "run", |r| {
+            let eng = r.engine.as_deref().ok_or_else(no_engine)?;
+            let (dense, values) = (&r.dense, &r.values);
+            let pb = Progress::new(cfg.progress, ops, workload);
+            let out = parallel(cfg.threads, ops, |t, range| {
+                let mut gen = YcsbGenerator::new(spec, records, ops, &seq);
+                let mut rng = rng(cfg.seed, stream + t as u64);
+                let mut vs = values.fork(stream + t as u64);
+                let mut key = Vec::with_capacity(32);
+                let mut buf = Vec::new();
+                let mut res = ScanResult::default();
+                let mut o = Outcome::default();
+                let mut c = [0u64; 6]; // read, update, insert, scan, rmw, scan entries
+                let mut tick = pb.ticker();
+                for _ in range {
+                    let op = gen.next_op(&mut rng);
+                    let (YcsbOp::Read(k)
+                    | YcsbOp::Update(k)
+                    | YcsbOp::Insert(k)
+                    | YcsbOp::Scan(k, _)
+                    | YcsbOp::ReadModifyWrite(k)) = op;
+                    ycsb::key_name(k, &mut key);
+                    let t0 = Instant::now();
+                    match op {
+                        YcsbOp::Read(_) => {
+                            c[0] += 1;
+                            if eng.get(&key, &mut buf)? {
+                                o.user_read += buf.len() as u64;
+                            } else {
+                                o.not_found += 1;
+                            }
+                        }
+                        YcsbOp::Update(_) => {
+                            c[1] += 1;
+                            let v = vs.next(cfg.field_length);
+                            eng.put(&key, v)?;
+                            dense.put(k, key.len(), v.len());
+                            o.user_written += (key.len() + v.len()) as u64;
+                        }
+                        YcsbOp::Insert(_) => {
+                            c[2] += 1;
+                            let v = vs.next(record);
+                            eng.put(&key, v)?;
+                            dense.put(k, key.len(), v.len());
+                            seq.acknowledge(k);
+                            o.user_written += (key.len() + v.len()) as u64;
+                        }
+                        YcsbOp::Scan(_, len) => {
+                            c[3] += 1;
+                            eng.scan(&key, len as usize, &mut res)?;
+                            c[5] += res.entries;
+                            o.user_read += res.key_bytes + res.value_bytes;
+                        }
+                        YcsbOp::ReadModifyWrite(_) => {
+                            c[4] += 1;
+                            if eng.get(&key, &mut buf)? {
+                                o.user_read += buf.len() as u64;
+                            } else {
+                                o.not_found += 1;
+                            }
+                            let v = vs.next(cfg.field_length);
+                            eng.put(&key, v)?;
+                            dense.put(k, key.len(), v.len());
+                            o.user_written += (key.len() + v.len()) as u64;
+                        }
+                    }
+                    o.lat.record_since(t0);
+                    o.ops += 1;
+                    tick.tick(1);
+                }
+                for (name, n) in [
+                    "reads",
+                    "updates",
+                    "inserts",
+                    "scans",
+                    "read_modify_writes",
+                    "scan_entries",
+                ]
+                .iter()
+                .zip(c)
+                {
+                    o.count(name, n);
+                }
+                Ok(o)
+            });
+            pb.finish();
+            out
+        })?;
+        self.dataset = Dataset::Ycsb {
+            records: seq.issued(),
+        };
+        Ok(())
+    }
+
+    /// Replays each trace file as one phase into one (initially empty)
+    /// database.
+    fn trace(&mut self) -> Result<()> {
+        if self.dataset != Dataset::Empty {
+            self.fresh()?;
+        }
+        self.dataset = Dataset::Trace;
+        let cfg = self.cfg;
+        for path in &cfg.traces {
+            let phase = path.file_name().map_or_else(
+                || path.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            );
+            let mut reader = TraceReader::open(path)?;
+            let show = cfg.progress && std::io::stderr().is_terminal();
+            let total = if show {
+                crate::trace::count_lines(path)?
+            } else {
+                0
+            };
+            let stream = self.next_stream();
+            let label = format!("trace/{phase}");
+            self.measure("trace", &phase, |r| {
+                let eng = r.engine.as_deref().ok_or_else(no_engine)?;
+                let keyed = &mut r.keyed;
+                let mut vs = r.values.fork(stream);
+                let pb = Progress::new(show, total, &label);
+                let mut tick = pb.ticker();
+                let mut chunk = TraceChunk::default();
+                let mut buf = Vec::new();
+                let mut res = ScanResult::default();
+                let mut o = Outcome::default();
+                let mut c = [0u64; 6]; // insert, update, read, scan, delete, scan entries
+                let mut seconds = 0.0;
+                if cfg.threads > 1 {
+                    o.notes.push(
+                        "trace replay is single-threaded; --threads was ignored for it".into(),
+                    );
+                }
+                while reader.read_chunk(TRACE_CHUNK_OPS, &mut chunk)? > 0 {
+                    let start = Instant::now();
+                    for op in chunk.ops() {
+                        let key = chunk.key(op);
+                        let ctx = |e: BenchError| BenchError::Trace {
+                            file: path.clone(),
+                            line: op.line,
+                            msg: e.to_string(),
+                        };
+                        let t0 = Instant::now();
+                        match op.kind {
+                            OpKind::Insert | OpKind::Update => {
+                                c[usize::from(op.kind == OpKind::Update)] += 1;
+                                let v = vs.next(op.n as usize);
+                                eng.put(key, v).map_err(ctx)?;
+                                o.lat.record_since(t0);
+                                keyed.put(key, v.len());
+                                o.user_written += (key.len() + v.len()) as u64;
+                            }
+                            OpKind::Read => {
+                                c[2] += 1;
+                                let found = eng.get(key, &mut buf).map_err(ctx)?;
+                                o.lat.record_since(t0);
+                                if found {
+                                    o.user_read += buf.len() as u64;
+                                } else {
+                                    o.not_found += 1;
+                                }
+                            }
+                            OpKind::Scan => {
+                                c[3] += 1;
+                                eng.scan(key, op.n as usize, &mut res).map_err(ctx)?;
+                                o.lat.record_since(t0);
+                                c[5] += res.entries;
+                                o.user_read += res.key_bytes + res.value_bytes;
+                            }
+                            OpKind::Delete => {
+                                c[4] += 1;
+                                eng.delete(key).map_err(ctx)?;
+                                o.lat.record_since(t0);
+                                keyed.delete(key);
+                                o.user_written += key.len() as u64;
+                            }
+                        }
+                        o.ops += 1;
+                        tick.tick(1);
+                    }
+                    seconds += start.elapsed().as_secs_f64();
+                }
+                drop(tick);
+                pb.finish();
+                for (name, n) in [
+                    "inserts",
+                    "updates",
+                    "reads",
+                    "scans",
+                    "deletes",
+                    "scan_entries",
+                ]
+                .iter()
+                .zip(c)
+                {
+                    o.count(name, n);
+                }
+                o.seconds = seconds;
+                Ok(o)
+            })?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_cover_the_range() {
+        for (total, threads) in [(10u64, 3usize), (1, 4), (0, 2), (1000, 1)] {
+            let mut next = 0;
+            for t in 0..threads {
+                let r = share(total, threads, t);
+                assert_eq!(r.start, next);
+                next = r.end;
+            }
+            assert_eq!(next, total);
+        }
+    }
+}

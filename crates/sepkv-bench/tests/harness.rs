@@ -1,0 +1,544 @@
+//! Tests of the harness itself: amplification arithmetic on a fake engine
+//! with known byte counts, the JSON schema, trace replay counts and errors,
+//! and small end-to-end runs on sepkv.
+
+use sepkv_bench::config::{BenchConfig, Workload, WorkloadRun};
+use sepkv_bench::engine::{
+    BatchOp, Engine, EngineFactory, EngineIo, EngineOptions, EngineSpec, EngineStats, ScanResult,
+};
+use sepkv_bench::report::{write_json, PhaseReport};
+use sepkv_bench::runner::run_engine;
+use sepkv_bench::{BenchError, DbRoot, Result};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Bytes the fake engine "writes" per user byte put.
+const FAKE_WRITE_FACTOR: u64 = 2;
+/// Bytes the fake engine "reads" per get that finds its key.
+const FAKE_READ_BYTES: u64 = 4096;
+/// Bytes the fake engine "occupies" per live user byte.
+const FAKE_SPACE_FACTOR: u64 = 3;
+
+/// An in-memory engine with exactly known I/O: every put writes
+/// `FAKE_WRITE_FACTOR × (key + value)` bytes to category `log`, every
+/// found get reads `FAKE_READ_BYTES` from `data`, and the disk usage is
+/// `FAKE_SPACE_FACTOR ×` the live key + value bytes.
+struct FakeEngine {
+    map: Mutex<BTreeMap<Vec<u8>, Vec<u8>>>,
+    written: Mutex<u64>,
+    read: Mutex<u64>,
+    path: PathBuf,
+}
+
+impl Engine for FakeEngine {
+    fn label(&self) -> &str {
+        "fake"
+    }
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        *self.written.lock().unwrap() += FAKE_WRITE_FACTOR * (key.len() + value.len()) as u64;
+        self.map
+            .lock()
+            .unwrap()
+            .insert(key.to_vec(), value.to_vec());
+        Ok(())
+    }
+    fn get(&self, key: &[u8], buf: &mut Vec<u8>) -> Result<bool> {
+        match self.map.lock().unwrap().get(key) {
+            Some(v) => {
+                *self.read.lock().unwrap() += FAKE_READ_BYTES;
+                buf.clear();
+                buf.extend_from_slice(v);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+    fn delete(&self, key: &[u8]) -> Result<()> {
+        *self.written.lock().unwrap() += FAKE_WRITE_FACTOR * key.len() as u64;
+        self.map.lock().unwrap().remove(key);
+        Ok(())
+    }
+    fn write_batch(&self, ops: &[BatchOp<'_>]) -> Result<()> {
+        for op in ops {
+            match *op {
+                BatchOp::Put(k, v) => self.put(k, v)?,
+                BatchOp::Delete(k) => self.delete(k)?,
+            }
+        }
+        Ok(())
+    }
+    fn scan(&self, start: &[u8], n: usize, out: &mut ScanResult) -> Result<()> {
+        out.clear();
+        for (k, v) in self.map.lock().unwrap().range(start.to_vec()..).take(n) {
+            out.entries += 1;
+            out.key_bytes += k.len() as u64;
+            out.value_bytes += v.len() as u64;
+            out.last_key.clear();
+            out.last_key.extend_from_slice(k);
+        }
+        Ok(())
+    }
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+    fn stats(&self) -> Result<EngineStats> {
+        let mut io = EngineIo::default();
+        io.written
+            .insert("log".into(), *self.written.lock().unwrap());
+        io.read.insert("data".into(), *self.read.lock().unwrap());
+        Ok(EngineStats {
+            io,
+            counters: BTreeMap::new(),
+        })
+    }
+    fn path(&self) -> &Path {
+        &self.path
+    }
+    fn disk_usage(&self) -> Result<u64> {
+        let live: usize = self
+            .map
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum();
+        Ok(FAKE_SPACE_FACTOR * live as u64)
+    }
+    fn settings(&self) -> serde_json::Value {
+        serde_json::json!({ "engine": "fake" })
+    }
+    fn close(self: Box<Self>) -> Result<()> {
+        Ok(())
+    }
+}
+
+struct FakeFactory;
+
+impl EngineFactory for FakeFactory {
+    fn label(&self) -> String {
+        "fake".into()
+    }
+    fn open(&self, dir: &Path, _: &EngineOptions) -> Result<Box<dyn Engine>> {
+        Ok(Box::new(FakeEngine {
+            map: Mutex::new(BTreeMap::new()),
+            written: Mutex::new(0),
+            read: Mutex::new(0),
+            path: dir.to_path_buf(),
+        }))
+    }
+}
+
+fn config(workloads: &[Workload], num: u64) -> BenchConfig {
+    BenchConfig {
+        workloads: workloads.iter().map(|&w| WorkloadRun::from(w)).collect(),
+        num,
+        progress: false,
+        ..BenchConfig::default()
+    }
+}
+
+fn run(factory: &dyn EngineFactory, cfg: &BenchConfig) -> Result<Vec<PhaseReport>> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut reports = Vec::new();
+    run_engine(factory, dir.path(), cfg, &mut reports, &mut |_| {})?;
+    Ok(reports)
+}
+
+fn phase<'a>(reports: &'a [PhaseReport], workload: &str, phase: &str) -> &'a PhaseReport {
+    reports
+        .iter()
+        .find(|r| r.workload == workload && r.phase == phase)
+        .unwrap_or_else(|| {
+            panic!(
+                "no report {workload}/{phase} in {:?}",
+                reports
+                    .iter()
+                    .map(|r| (&r.workload, &r.phase))
+                    .collect::<Vec<_>>()
+            )
+        })
+}
+
+#[test]
+fn amplification_on_a_fake_engine_with_known_bytes() {
+    let mut cfg = config(
+        &[Workload::FillSeq, Workload::ReadRandom, Workload::Overwrite],
+        1000,
+    );
+    cfg.ops = Some(500);
+    let reports = run(&FakeFactory, &cfg).unwrap();
+    assert_eq!(reports.len(), 3);
+
+    let fill = phase(&reports, "fillseq", "run");
+    let entry = (16 + 100) as u64;
+    assert_eq!(fill.ops, 1000);
+    assert_eq!(fill.user_bytes_written, 1000 * entry);
+    assert_eq!(fill.bytes_written, FAKE_WRITE_FACTOR * 1000 * entry);
+    assert_eq!(fill.bytes_written_by_category["log"], fill.bytes_written);
+    assert_eq!(fill.write_amp, Some(FAKE_WRITE_FACTOR as f64));
+    assert_eq!(fill.read_amp, None, "nothing was read");
+    assert_eq!(fill.live_bytes, 1000 * entry);
+    assert_eq!(fill.live_records, 1000);
+    assert_eq!(fill.db_bytes, FAKE_SPACE_FACTOR * 1000 * entry);
+    assert_eq!(fill.space_amp, Some(FAKE_SPACE_FACTOR as f64));
+
+    let read = phase(&reports, "readrandom", "run");
+    assert_eq!(read.ops, 500);
+    assert_eq!(read.not_found, 0);
+    assert_eq!(read.user_bytes_read, 500 * 100);
+    assert_eq!(read.bytes_read, 500 * FAKE_READ_BYTES);
+    assert_eq!(read.read_amp, Some(FAKE_READ_BYTES as f64 / 100.0));
+    assert_eq!(read.bytes_written, 0, "phase figures are differences");
+    assert_eq!(read.write_amp, None);
+
+    let over = phase(&reports, "overwrite", "run");
+    assert_eq!(over.user_bytes_written, 500 * entry);
+    assert_eq!(over.write_amp, Some(FAKE_WRITE_FACTOR as f64));
+    assert_eq!(
+        over.live_bytes,
+        1000 * entry,
+        "overwrites keep the live size"
+    );
+    assert_eq!(over.space_amp, Some(FAKE_SPACE_FACTOR as f64));
+}
+
+#[test]
+fn deletes_and_auto_load_are_accounted() {
+    let mut cfg = config(&[Workload::DeleteRandom, Workload::ReadRandom], 400);
+    cfg.ops = Some(100);
+    let reports = run(&FakeFactory, &cfg).unwrap();
+    let load = phase(&reports, "fillrandom", "auto-load");
+    assert_eq!((load.ops, load.live_records), (400, 400));
+    let del = phase(&reports, "deleterandom", "run");
+    assert_eq!(
+        del.user_bytes_written,
+        100 * 16,
+        "deletes count their key bytes"
+    );
+    assert_eq!(del.live_records, 300, "each record is deleted at most once");
+    assert_eq!(del.live_bytes, 300 * 116);
+    let read = phase(&reports, "readrandom", "run");
+    assert_eq!(read.ops, 100);
+    assert!(
+        read.not_found > 0 && read.not_found < 100,
+        "{}",
+        read.not_found
+    );
+}
+
+#[test]
+fn json_has_the_documented_fields() {
+    let mut cfg = config(
+        &[
+            Workload::FillRandom,
+            Workload::ReadRandom,
+            Workload::SeekRandom,
+            Workload::Ycsb('a'),
+        ],
+        300,
+    );
+    cfg.ops = Some(200);
+    let reports = run(&FakeFactory, &cfg).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.json");
+    write_json(&reports, &path).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let arr = v.as_array().expect("an array");
+    assert_eq!(arr.len(), reports.len());
+    for obj in arr {
+        for field in [
+            "engine",
+            "workload",
+            "phase",
+            "ops",
+            "not_found",
+            "seconds",
+            "ops_per_sec",
+            "latency_us",
+            "user_bytes_written",
+            "user_bytes_read",
+            "bytes_written",
+            "bytes_read",
+            "bytes_written_by_category",
+            "bytes_read_by_category",
+            "process_io",
+            "write_amp",
+            "read_amp",
+            "space_amp",
+            "process_write_amp",
+            "process_read_amp",
+            "db_bytes",
+            "live_bytes",
+            "live_records",
+            "page_cache",
+            "notes",
+            "counts",
+            "engine_counters",
+            "settings",
+            "engine_options",
+        ] {
+            assert!(obj.get(field).is_some(), "missing {field} in {obj}");
+        }
+        for p in ["p50", "p99", "p999", "p9999", "max", "mean"] {
+            assert!(obj["latency_us"][p].is_number(), "latency_us.{p}");
+        }
+        for s in [
+            "num",
+            "ops",
+            "value_size",
+            "key_size",
+            "threads",
+            "seed",
+            "sync",
+            "scan_length",
+            "phases",
+            "field_count",
+            "field_length",
+            "direct_io_requested",
+            "direct_io",
+            "traces",
+        ] {
+            assert!(obj["settings"].get(s).is_some(), "settings.{s}");
+        }
+        assert_eq!(obj["settings"]["num"], 300);
+        assert_eq!(obj["engine"], "fake");
+        assert!(obj["ops"].as_u64().unwrap() > 0);
+    }
+    // Round trip.
+    let back: Vec<PhaseReport> = serde_json::from_value(v).unwrap();
+    assert_eq!(back.len(), reports.len());
+    assert_eq!(back[0].ops, reports[0].ops);
+}
+
+fn write_trace(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn trace_replay_ops_equal_line_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut load = String::new();
+    for i in 0..50 {
+        load.push_str(&format!("INSERT\tuser{i}\t{}\n", 100 + i));
+    }
+    let load = write_trace(dir.path(), "load.tsv", &load);
+    let run_text = "READ\tuser1\nREAD\tmissing\nUPDATE\tuser1\t10\nSCAN\tuser10\t5\nDELETE\tuser2\nREAD\tuser2\nINSERT\tnew\t7\n";
+    let run_file = write_trace(dir.path(), "run.tsv", run_text);
+    // Also a gzip-compressed copy of the run trace.
+    let gz = dir.path().join("run2.tsv.gz");
+    {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(
+            std::fs::File::create(&gz).unwrap(),
+            flate2::Compression::default(),
+        );
+        e.write_all(run_text.as_bytes()).unwrap();
+        e.finish().unwrap();
+    }
+    for factory in [
+        &FakeFactory as &dyn EngineFactory,
+        &EngineSpec::Sepkv(sepkv::Preset::LevelDb),
+    ] {
+        let mut cfg = config(&[Workload::Trace], 10);
+        cfg.traces = vec![load.clone(), run_file.clone(), gz.clone()];
+        let reports = run(factory, &cfg).unwrap();
+        assert_eq!(reports.len(), 3);
+        let l = phase(&reports, "trace", "load.tsv");
+        assert_eq!(l.ops, 50);
+        assert_eq!(l.counts["inserts"], 50);
+        let user: u64 = (0..50)
+            .map(|i| format!("user{i}").len() as u64 + 100 + i)
+            .sum();
+        assert_eq!(l.user_bytes_written, user);
+        assert_eq!(l.live_bytes, user);
+        assert_eq!(l.live_records, 50);
+        for name in ["run.tsv", "run2.tsv.gz"] {
+            let r = phase(&reports, "trace", name);
+            assert_eq!(r.ops, 7, "{name}: one operation per line");
+            assert_eq!(r.counts["reads"], 3);
+            assert_eq!(r.counts["updates"], 1);
+            assert_eq!(r.counts["scans"], 1);
+            assert_eq!(r.counts["deletes"], 1);
+            assert_eq!(r.counts["inserts"], 1);
+            assert_eq!(r.counts["scan_entries"], 5);
+        }
+        let r = phase(&reports, "trace", "run.tsv");
+        assert_eq!(r.not_found, 2, "the missing key and the deleted one");
+        assert_eq!(r.live_records, 50, "one deleted, one inserted");
+        let r2 = phase(&reports, "trace", "run2.tsv.gz");
+        assert_eq!(r2.not_found, 2, "`missing` and the deleted user2 again");
+        assert_eq!(r2.live_records, 50);
+    }
+}
+
+#[test]
+fn malformed_trace_line_names_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = write_trace(
+        dir.path(),
+        "bad.tsv",
+        "INSERT\tuser1\t10\nREAD\tuser1\nUPDATE\tuser1\tten\nREAD\tuser1\n",
+    );
+    let mut cfg = config(&[Workload::Trace], 10);
+    cfg.traces = vec![bad];
+    let err = run(&FakeFactory, &cfg).unwrap_err();
+    match &err {
+        BenchError::Trace { file, line, msg } => {
+            assert_eq!(*line, 3);
+            assert!(file.ends_with("bad.tsv"));
+            assert!(msg.contains("ten"), "{msg}");
+        }
+        other => panic!("expected a trace error, got {other:?}"),
+    }
+    assert!(err.to_string().contains("bad.tsv:3:"), "{err}");
+
+    let blank = write_trace(dir.path(), "blank.tsv", "READ\tuser1\n\nREAD\tuser1\n");
+    cfg.traces = vec![blank];
+    let err = run(&FakeFactory, &cfg).unwrap_err();
+    assert!(matches!(err, BenchError::Trace { line: 2, .. }), "{err}");
+}
+
+#[test]
+fn sepkv_end_to_end_small() {
+    let mut cfg = config(
+        &[
+            Workload::FillRandom,
+            Workload::ReadRandom,
+            Workload::ReadSeq,
+            Workload::SeekRandom,
+            Workload::ReadWhileWriting,
+            Workload::Update,
+            Workload::Ycsb('e'),
+        ],
+        2000,
+    );
+    cfg.ops = Some(500);
+    cfg.phases = 2;
+    cfg.threads = 2;
+    let reports = run(&EngineSpec::Sepkv(sepkv::Preset::LevelDb), &cfg).unwrap();
+    let fill = phase(&reports, "fillrandom", "run");
+    assert_eq!(fill.ops, 2000);
+    assert_eq!(fill.live_records, 2000);
+    assert_eq!(fill.live_bytes, 2000 * 116);
+    assert!(
+        fill.write_amp.unwrap() >= 1.0,
+        "the WAL alone writes every byte"
+    );
+    assert!(fill.db_bytes > 0);
+    let read = phase(&reports, "readrandom", "run");
+    assert_eq!((read.ops, read.not_found), (500, 0));
+    assert_eq!(read.user_bytes_read, 500 * 100);
+    let seq = phase(&reports, "readseq", "run");
+    assert_eq!(seq.ops, 500);
+    let seek = phase(&reports, "seekrandom", "run");
+    assert_eq!(seek.ops, 500);
+    assert!(seek.counts["scan_entries"] > 500);
+    let rww = phase(&reports, "readwhilewriting", "run");
+    assert_eq!(rww.ops, 500);
+    assert!(rww.counts.contains_key("writer_ops") || rww.user_bytes_written == 0);
+    for p in ["load", "update-1", "update-2"] {
+        let r = phase(&reports, "update", p);
+        assert_eq!(r.ops, if p == "load" { 2000 } else { 500 });
+    }
+    phase(&reports, "ycsb-load", "auto-load");
+    let e = phase(&reports, "ycsb-e", "run");
+    assert_eq!(e.ops, 500);
+    assert_eq!(
+        e.counts.get("scans").copied().unwrap_or(0) + e.counts.get("inserts").copied().unwrap_or(0),
+        500
+    );
+    for r in &reports {
+        assert_eq!(r.engine, "sepkv:leveldb");
+        assert!(r.seconds > 0.0);
+        assert_eq!(r.engine_options["preset"], "leveldb");
+    }
+}
+
+#[test]
+fn unavailable_presets_are_reported() {
+    let spec: EngineSpec = "sepkv:flashkey".parse().unwrap();
+    let root = DbRoot::prepare(None).unwrap();
+    let cfg = config(&[Workload::FillSeq], 10);
+    let mut reports = Vec::new();
+    let err =
+        sepkv_bench::run_engines(&[spec], &cfg, &root, &mut reports, &mut |_| {}).unwrap_err();
+    assert!(matches!(err, BenchError::Unavailable(_)), "{err}");
+    assert!(
+        err.to_string().contains("wisckey") && err.to_string().contains("not implemented"),
+        "{err}"
+    );
+    assert!(reports.is_empty());
+    root.finish(false).unwrap();
+}
+
+#[test]
+fn db_root_refuses_non_empty_dirs_and_cleans_up() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("x"), b"x").unwrap();
+    assert!(matches!(
+        DbRoot::prepare(Some(dir.path())),
+        Err(BenchError::InvalidArgument(_))
+    ));
+    let fresh = dir.path().join("new");
+    let root = DbRoot::prepare(Some(&fresh)).unwrap();
+    std::fs::write(fresh.join("file"), b"1").unwrap();
+    assert_eq!(root.finish(false).unwrap(), None);
+    assert!(!fresh.exists());
+    let root = DbRoot::prepare(None).unwrap();
+    let kept = root.finish(true).unwrap().unwrap();
+    assert!(kept.is_dir());
+    std::fs::remove_dir_all(kept).unwrap();
+}
+
+#[test]
+fn default_suite_plan_uses_the_bundled_traces() {
+    let args = sepkv_bench::cli::BenchArgs {
+        value_size: 100,
+        key_size: 16,
+        threads: 1,
+        seed: 1,
+        scan_length: 100,
+        phases: 3,
+        field_count: 10,
+        field_length: 100,
+        ..Default::default()
+    };
+    let plan = args.plan(None).unwrap();
+    assert!(plan.suite);
+    assert_eq!(plan.config.traces.len(), 2);
+    assert!(plan.config.traces.iter().all(|t| t.is_file()));
+    let names: Vec<String> = plan
+        .config
+        .workloads
+        .iter()
+        .map(|w| w.workload.to_string())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "fillrandom",
+            "readrandom",
+            "seekrandom",
+            "overwrite",
+            "trace"
+        ]
+    );
+
+    let bad = sepkv_bench::cli::BenchArgs {
+        engine: vec!["sepkv:hashkv".into()],
+        ..args.clone()
+    };
+    assert!(matches!(bad.plan(None), Err(BenchError::Unavailable(_))));
+    let bad = sepkv_bench::cli::BenchArgs {
+        workload: vec!["nope".into()],
+        ..args
+    };
+    assert!(matches!(
+        bad.plan(None),
+        Err(BenchError::InvalidArgument(_))
+    ));
+}
