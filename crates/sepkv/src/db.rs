@@ -129,6 +129,8 @@ struct DbInner {
     bg_cv: Condvar,
     snapshots: SnapshotList,
     counters: Counters,
+    /// Last sequence number restored by recovery at open.
+    recovered_seq: AtomicU64,
     closed: AtomicBool,
     poison: Mutex<Option<String>>,
     lock: Mutex<Option<Box<dyn FileLock>>>,
@@ -403,6 +405,7 @@ impl Db {
             bg_cv: Condvar::new(),
             snapshots: Arc::new(Mutex::new(BTreeMap::new())),
             counters: Counters::default(),
+            recovered_seq: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             poison: Mutex::new(None),
             lock: Mutex::new(Some(lock)),
@@ -810,6 +813,14 @@ impl Db {
     pub fn stats(&self) -> Result<DbStats> {
         self.check_open()?;
         Ok(self.inner.stats())
+    }
+
+    /// The last sequence number recovery restored when this handle was
+    /// opened: the state then was exactly the writes up to it. (Background
+    /// value-store GC may write relocations right after open, so
+    /// [`Db::last_sequence`] can already be larger.)
+    pub fn recovered_sequence(&self) -> SeqNum {
+        self.inner.recovered_seq.load(Ordering::Acquire)
     }
 
     /// Largest sequence number visible to reads.
@@ -1514,6 +1525,7 @@ impl DbInner {
         let number = self.versions.lock().new_file_number();
         let path = filename::wal_path(&self.dir, number);
         self.last_seq.store(max_seq, Ordering::Release);
+        self.recovered_seq.store(max_seq, Ordering::Release);
         edit.log_number = Some(number);
         let log_pos = self.vstore.log_position();
         if let Some(p) = log_pos {

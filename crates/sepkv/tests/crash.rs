@@ -15,7 +15,7 @@
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use sepkv::fs::FaultFs;
+use sepkv::fs::{FaultFs, FaultKind, FaultOp, FaultRule};
 use sepkv::{Db, Options, Preset, WriteBatch, WriteOptions};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -69,7 +69,7 @@ fn run_seed(preset: (Preset, bool), seed: u64) -> Result<(), String> {
         let db = Db::open(dir, opts(&fs, preset))
             .map_err(|e| format!("cycle {cycle}: open failed: {e}"))?;
         // Check the recovered state.
-        let recovered = db.last_sequence();
+        let recovered = db.recovered_sequence();
         if recovered < last_synced {
             return Err(format!(
                 "cycle {cycle}: recovered sequence {recovered} is before the last synced write {last_synced}"
@@ -180,8 +180,19 @@ fn run_seed(preset: (Preset, bool), seed: u64) -> Result<(), String> {
                     .map_err(|e| format!("cycle {cycle}: flush failed: {e}"))?;
             }
         }
-        fs.crash();
+        // Power cut: from this instant no operation reaches the disk — not
+        // even those the old instance's background threads start while it is
+        // being dropped — and then everything unsynced is gone.
+        fs.add_rule(FaultRule {
+            op: FaultOp::Any,
+            path_contains: None,
+            skip: 0,
+            times: None,
+            kind: FaultKind::Eio,
+        });
         drop(db);
+        fs.crash();
+        fs.clear_rules();
     }
     Ok(())
 }

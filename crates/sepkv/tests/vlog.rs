@@ -158,9 +158,18 @@ fn crash_at_every_step_of_a_gc_cycle() {
                 kind: FaultKind::Eio,
             });
             let done = db.gc(None).is_ok();
+            // Power cut: nothing more reaches the disk (background threads
+            // included) until the crash has dropped every unsynced byte.
+            fs.add_rule(FaultRule {
+                op: FaultOp::Any,
+                path_contains: None,
+                skip: 0,
+                times: None,
+                kind: FaultKind::Eio,
+            });
+            drop(db);
             fs.crash();
             fs.clear_rules();
-            drop(db);
             let db = Db::open(dir, opts(Arc::new(fs.clone())))
                 .unwrap_or_else(|e| panic!("reopen after crash at op {k}: {e}"));
             // Everything was flushed (synced) before GC began: nothing may be lost.
