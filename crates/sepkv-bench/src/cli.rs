@@ -136,7 +136,10 @@ impl BenchArgs {
     /// missing bundled trace sample.
     pub fn plan(&self, db: Option<PathBuf>) -> Result<Plan> {
         let engines = if self.engine.is_empty() {
-            vec![EngineSpec::Sepkv(sepkv::Preset::LevelDb)]
+            vec![EngineSpec::Sepkv(
+                sepkv::Preset::LevelDb,
+                Default::default(),
+            )]
         } else {
             self.engine
                 .iter()

@@ -11,7 +11,7 @@
 use crate::error::{BenchError, Result};
 use crate::measure::dir_allocated_bytes;
 use sepkv::fs::IoCategory;
-use sepkv::{Db, Options, Preset, ReadOptions, WriteBatch, WriteOptions};
+use sepkv::{Db, Options, Preset, WriteBatch, WriteOptions};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -134,7 +134,9 @@ pub trait Engine: Send + Sync {
     /// key order into `out` (cleared first).
     fn scan(&self, start: &[u8], n: usize, out: &mut ScanResult) -> Result<()>;
 
-    /// Writes buffered data (memtables) to files and waits for it.
+    /// Writes buffered data (memtables) to files and waits for it and for
+    /// the background work it triggers (compactions), so the next phase
+    /// starts clean.
     fn flush(&self) -> Result<()>;
 
     /// The engine's I/O accounting and counters.
@@ -179,8 +181,30 @@ pub trait EngineFactory: Send + Sync {
 /// meaning `sepkv:leveldb`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EngineSpec {
-    /// sepkv with one of its presets.
-    Sepkv(Preset),
+    /// sepkv with one of its presets, plus tuning flags
+    /// (`sepkv:wisckey+nowal+noprefetch`).
+    Sepkv(Preset, Tuning),
+}
+
+/// Flags that vary a sepkv preset, written `+flag` after the preset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Tuning {
+    /// `+nowal`: the value log replaces the index WAL (WiscKey §3.4.2).
+    pub no_wal: bool,
+    /// `+noprefetch`: scans read values one by one (no parallel prefetch).
+    pub no_prefetch: bool,
+}
+
+impl fmt::Display for Tuning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.no_wal {
+            f.write_str("+nowal")?;
+        }
+        if self.no_prefetch {
+            f.write_str("+noprefetch")?;
+        }
+        Ok(())
+    }
 }
 
 /// Peers the harness knows by name but does not build yet.
@@ -215,8 +239,8 @@ impl EngineSpec {
     /// Fails with a clear message when this build cannot run the spec.
     pub fn check_available(&self) -> Result<()> {
         match self {
-            EngineSpec::Sepkv(p) if p.is_available() => Ok(()),
-            EngineSpec::Sepkv(p) => {
+            EngineSpec::Sepkv(p, _) if p.is_available() => Ok(()),
+            EngineSpec::Sepkv(p, _) => {
                 let avail: Vec<_> = Preset::ALL
                     .iter()
                     .filter(|p| p.is_available())
@@ -236,7 +260,7 @@ impl EngineSpec {
 impl fmt::Display for EngineSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            EngineSpec::Sepkv(p) => write!(f, "sepkv:{p}"),
+            EngineSpec::Sepkv(p, t) => write!(f, "sepkv:{p}{t}"),
         }
     }
 }
@@ -252,6 +276,22 @@ impl FromStr for EngineSpec {
         };
         match kind {
             "sepkv" => {
+                let mut tuning = Tuning::default();
+                let config = config.map(|c| {
+                    let mut parts = c.split('+');
+                    let preset = parts.next().unwrap_or("");
+                    for flag in parts {
+                        match flag {
+                            "nowal" => tuning.no_wal = true,
+                            "noprefetch" => tuning.no_prefetch = true,
+                            _ => return Err(BenchError::InvalidArgument(format!(
+                                "unknown sepkv flag +{flag} in engine {s:?}; flags: +nowal, +noprefetch"
+                            ))),
+                        }
+                    }
+                    Ok(preset)
+                });
+                let config = config.transpose()?;
                 let preset = match config {
                     None | Some("") => Preset::LevelDb,
                     Some(c) => c.parse::<Preset>().map_err(|_| {
@@ -262,7 +302,7 @@ impl FromStr for EngineSpec {
                         ))
                     })?,
                 };
-                Ok(EngineSpec::Sepkv(preset))
+                Ok(EngineSpec::Sepkv(preset, tuning))
             }
             k if PLANNED_PEERS.contains(&k) => Err(BenchError::Unavailable(format!(
                 "engine {k} is not built into this harness yet; available: sepkv:leveldb (see --list-engines)"
@@ -282,7 +322,9 @@ impl EngineFactory for EngineSpec {
     fn open(&self, dir: &Path, opts: &EngineOptions) -> Result<Box<dyn Engine>> {
         self.check_available()?;
         match *self {
-            EngineSpec::Sepkv(preset) => Ok(Box::new(SepkvEngine::open(dir, preset, opts)?)),
+            EngineSpec::Sepkv(preset, tuning) => Ok(Box::new(SepkvEngine::open_tuned(
+                dir, preset, tuning, opts,
+            )?)),
         }
     }
 }
@@ -305,9 +347,26 @@ impl SepkvEngine {
     /// [`BenchError::Unavailable`] for a preset this build lacks; the
     /// engine's error when opening fails.
     pub fn open(dir: &Path, preset: Preset, opts: &EngineOptions) -> Result<Self> {
-        let label = format!("sepkv:{preset}");
-        EngineSpec::Sepkv(preset).check_available()?;
-        let options = Options::preset(preset);
+        Self::open_tuned(dir, preset, Tuning::default(), opts)
+    }
+
+    /// Opens sepkv with `preset` varied by `tuning` in `dir`.
+    ///
+    /// # Errors
+    /// As [`SepkvEngine::open`].
+    pub fn open_tuned(
+        dir: &Path,
+        preset: Preset,
+        tuning: Tuning,
+        opts: &EngineOptions,
+    ) -> Result<Self> {
+        let label = format!("sepkv:{preset}{tuning}");
+        EngineSpec::Sepkv(preset, tuning).check_available()?;
+        let mut options = Options::preset(preset);
+        options.wal = !tuning.no_wal;
+        if tuning.no_prefetch {
+            options.scan_prefetch_depth = 0;
+        }
         let db = Db::open(dir, options.clone()).map_err(|e| BenchError::engine(&label, e))?;
         Ok(SepkvEngine {
             db,
@@ -369,28 +428,28 @@ impl Engine for SepkvEngine {
 
     fn scan(&self, start: &[u8], n: usize, out: &mut ScanResult) -> Result<()> {
         out.clear();
-        let mut it = self
+        // The Rust iterator reads separated values ahead in parallel once the
+        // scan runs (WiscKey §3.3.1); the cursor API reads them one by one.
+        let scan = self
             .db
-            .iter_range(&ReadOptions::default(), Some(start), None)
+            .scan(Some(start), None, false)
             .map_err(|e| self.err(e))?;
-        it.seek_to_first();
-        while it.valid() && (out.entries as usize) < n {
-            let (k, v) = (it.key(), it.value());
+        for item in scan.take(n) {
+            let (k, v) = item.map_err(|e| self.err(e))?;
             out.entries += 1;
             out.key_bytes += k.len() as u64;
             out.value_bytes += v.len() as u64;
             out.last_key.clear();
-            out.last_key.extend_from_slice(k);
-            if out.entries as usize == n {
-                break;
-            }
-            it.next();
+            out.last_key.extend_from_slice(&k);
         }
-        it.status().map_err(|e| self.err(e))
+        Ok(())
     }
 
     fn flush(&self) -> Result<()> {
-        self.db.flush().map_err(|e| self.err(e))
+        // Also let background compaction finish, so the phase that caused it
+        // is the one billed for it.
+        self.db.flush().map_err(|e| self.err(e))?;
+        self.db.wait_idle().map_err(|e| self.err(e))
     }
 
     fn stats(&self) -> Result<EngineStats> {
@@ -455,6 +514,11 @@ impl Engine for SepkvEngine {
             "l0_compaction_trigger": o.l0_compaction_trigger,
             "l0_slowdown_writes_trigger": o.l0_slowdown_writes_trigger,
             "l0_stop_writes_trigger": o.l0_stop_writes_trigger,
+            "wal": o.wal,
+            "scan_prefetch_depth": o.scan_prefetch_depth,
+            "prefetch_threads": o.prefetch_threads,
+            "vlog_file_size": o.vlog_file_size,
+            "gc_garbage_ratio": o.gc_garbage_ratio,
             "sync": self.write.sync,
             "direct_io": false,
         })
@@ -483,11 +547,11 @@ mod tests {
     fn specs_parse() {
         assert_eq!(
             "sepkv:leveldb".parse::<EngineSpec>().unwrap(),
-            EngineSpec::Sepkv(Preset::LevelDb)
+            EngineSpec::Sepkv(Preset::LevelDb, Default::default())
         );
         assert_eq!(
             "sepkv".parse::<EngineSpec>().unwrap(),
-            EngineSpec::Sepkv(Preset::LevelDb)
+            EngineSpec::Sepkv(Preset::LevelDb, Default::default())
         );
         let w = "sepkv:flashkey".parse::<EngineSpec>().unwrap();
         let e = w.check_available().unwrap_err().to_string();

@@ -20,7 +20,7 @@
 //! };
 //! let root = DbRoot::prepare(None)?;
 //! let mut reports = Vec::new();
-//! run_engines(&[EngineSpec::Sepkv(sepkv::Preset::LevelDb)], &cfg, &root, &mut reports, &mut |_| {})?;
+//! run_engines(&[EngineSpec::Sepkv(sepkv::Preset::LevelDb, Default::default())], &cfg, &root, &mut reports, &mut |_| {})?;
 //! sepkv_bench::report::print_table(&reports, &mut std::io::stdout())
 //!     .map_err(|e| sepkv_bench::BenchError::io("<stdout>", e))?;
 //! root.finish(false)?;

@@ -341,7 +341,7 @@ fn trace_replay_ops_equal_line_counts() {
     }
     for factory in [
         &FakeFactory as &dyn EngineFactory,
-        &EngineSpec::Sepkv(sepkv::Preset::LevelDb),
+        &EngineSpec::Sepkv(sepkv::Preset::LevelDb, Default::default()),
     ] {
         let mut cfg = config(&[Workload::Trace], 10);
         cfg.traces = vec![load.clone(), run_file.clone(), gz.clone()];
@@ -419,7 +419,11 @@ fn sepkv_end_to_end_small() {
     cfg.ops = Some(500);
     cfg.phases = 2;
     cfg.threads = 2;
-    let reports = run(&EngineSpec::Sepkv(sepkv::Preset::LevelDb), &cfg).unwrap();
+    let reports = run(
+        &EngineSpec::Sepkv(sepkv::Preset::LevelDb, Default::default()),
+        &cfg,
+    )
+    .unwrap();
     let fill = phase(&reports, "fillrandom", "run");
     assert_eq!(fill.ops, 2000);
     assert_eq!(fill.live_records, 2000);

@@ -357,10 +357,11 @@ fn lost(ptr: &ValuePointer) -> Error {
 /// A Rust iterator over `(key, value)` pairs of a key range, forward or
 /// backward. An error ends the iteration after being yielded once.
 ///
-/// Once the scan has read two entries in a row it fetches the next
-/// `scan_prefetch_depth` entries' keys from the index and reads their
-/// separated values in parallel ([`ValueStore::read_many`], WiscKey
-/// §3.3.1); inline values cost nothing extra.
+/// Once the scan has read two entries in a row it fetches the keys of the
+/// next entries from the index — a window that grows with the scan up to
+/// `scan_prefetch_depth` — and reads their separated values in parallel
+/// ([`ValueStore::read_many`], WiscKey §3.3.1); inline values cost nothing
+/// extra.
 pub struct Scan {
     it: DbIterator,
     reverse: bool,
@@ -467,9 +468,11 @@ impl Iterator for Scan {
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.ready.is_empty() && !self.done {
-            // One entry at a time until the access looks like a scan.
+            // One entry at a time until the access looks like a scan, then a
+            // window that grows with the scan up to the depth, so a short
+            // scan does not read far past its end.
             let n = if self.yielded >= 2 {
-                self.depth.max(1)
+                self.yielded.clamp(1, self.depth.max(1))
             } else {
                 1
             };
