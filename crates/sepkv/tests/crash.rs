@@ -199,7 +199,7 @@ fn crash_recovery_keeps_a_prefix_of_history() {
     };
     let presets: Vec<Preset> = match std::env::var("SEPKV_CRASH_PRESET") {
         Ok(p) => vec![p.parse().expect("SEPKV_CRASH_PRESET names a preset")],
-        Err(_) => vec![Preset::LevelDb, Preset::WiscKey],
+        Err(_) => vec![Preset::LevelDb, Preset::WiscKey, Preset::HashKv],
     };
     let mut failures = Vec::new();
     for &preset in &presets {

@@ -250,7 +250,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
     #[test]
     fn matches_btreemap(ops in proptest::collection::vec(op(), 1..1500)) {
-        for preset in [Preset::LevelDb, Preset::WiscKey] {
+        for preset in [Preset::LevelDb, Preset::WiscKey, Preset::HashKv] {
             run(preset, ops.clone())?;
         }
     }
