@@ -430,7 +430,7 @@ fn relocate_and_commit(
     for v in victims.iter_mut() {
         v.out.sync(s)?;
     }
-    s.files.fs.sync_dir(&s.files.dir).ctx(&s.files.dir)?;
+    s.files.sync_dir()?;
     write_intent(s, relocator, gcj, gc_id, victims)?;
 
     // Round 1.
@@ -503,7 +503,7 @@ fn relocate_and_commit(
         for v in victims.iter_mut() {
             v.out.sync(s)?;
         }
-        s.files.fs.sync_dir(&s.files.dir).ctx(&s.files.dir)?;
+        s.files.sync_dir()?;
         write_intent(s, relocator, gcj, gc_id, victims)?;
         let rel: Vec<Relocation> = round2
             .iter()
@@ -536,6 +536,7 @@ fn relocate_and_commit(
     for v in victims.iter_mut() {
         v.out.sync(s)?;
     }
+    s.files.sync_dir()?;
 
     // Commit.
     let retired: Vec<u64>;

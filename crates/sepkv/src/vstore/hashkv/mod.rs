@@ -290,15 +290,16 @@ impl HashKvStore {
         let files = SegFiles::new(dir, fs.clone(), stats.clone());
 
         let snapshot_next = table.next_seg;
-        // GC journal: adopt the output of GCs that may have installed
-        // relocations but did not commit.
+
+        // GC journal: intents of GCs that may have installed relocations
+        // but did not commit.
         let gc_path = dir.join(GC_JOURNAL);
         let mut next_gc_id = 1;
+        let mut begun: BTreeMap<u64, Vec<GroupIntent>> = BTreeMap::new();
         if fs.exists(&gc_path) {
             let data = read_all(fs.as_ref(), &gc_path).ctx(&gc_path)?;
             stats.add_read(IoCategory::Gc, data.len() as u64);
             let mut r = RecordReader::new(&data, &gc_path);
-            let mut begun: BTreeMap<u64, Vec<GroupIntent>> = BTreeMap::new();
             while let Some((off, rec)) = r.next_record()? {
                 match journal::decode(rec) {
                     Some(Entry::Begin(id, g)) => {
@@ -317,17 +318,15 @@ impl HashKvStore {
                     }
                 }
             }
-            for intents in begun.values() {
-                adopt(&mut table, intents);
-            }
         }
 
-        // Write journal: put every journaled record back in its segment.
+        // Write journal, from the table's position to the first torn entry.
         let names = fs.list(dir).ctx(dir)?;
         let mut jnums: Vec<u64> = names.iter().filter_map(|n| parse_journal_name(n)).collect();
         jnums.sort_unstable();
         let from = table.journal_pos;
-        'replay: for &n in jnums.iter().filter(|&&n| n >= from.0) {
+        let mut jdata: Vec<(PathBuf, Vec<u8>, usize)> = Vec::new();
+        for &n in jnums.iter().filter(|&&n| n >= from.0) {
             let path = journal_path(dir, n);
             let data = read_all(fs.as_ref(), &path).ctx(&path)?;
             stats.add_read(IoCategory::ValueStore, data.len() as u64);
@@ -336,7 +335,11 @@ impl HashKvStore {
             } else {
                 0
             };
-            let mut r = RecordReader::new(&data[start..], &path);
+            jdata.push((path, data, start));
+        }
+        let mut entries: Vec<(&Path, u64, journal::WriteEntry<'_>)> = Vec::new();
+        'read: for (path, data, start) in &jdata {
+            let mut r = RecordReader::new(&data[*start..], path);
             loop {
                 let next = r.next_record().map_err(|e| match e {
                     Error::Corruption {
@@ -345,20 +348,18 @@ impl HashKvStore {
                         reason,
                     } => Error::Corruption {
                         file,
-                        offset: offset + start as u64,
+                        offset: offset + *start as u64,
                         reason,
                     },
                     e => e,
                 })?;
                 let Some((off, rec)) = next else { break };
-                let off = off + start as u64;
+                let off = off + *start as u64;
                 match journal::decode(rec) {
-                    Some(Entry::Write(w)) => {
-                        replay_write(&mut table, &files, &path, off, &w, snapshot_next)?
-                    }
+                    Some(Entry::Write(w)) => entries.push((path, off, w)),
                     _ => {
                         return Err(Error::corruption(
-                            &path,
+                            path,
                             off,
                             "malformed write-journal entry",
                         ))
@@ -366,9 +367,24 @@ impl HashKvStore {
                 }
             }
             if matches!(r.end(), Some(crate::format::record::LogEnd::Torn(_))) {
-                break 'replay;
+                break 'read;
             }
         }
+        // Segments appended to groups, then GC output behind the old
+        // segments it copied (`old ++ new ++ later`), then the records.
+        for (_, _, w) in &entries {
+            for a in &w.allocs {
+                table.attach(a, snapshot_next);
+            }
+        }
+        for intents in begun.values() {
+            adopt(&mut table, intents);
+        }
+        for (path, off, w) in &entries {
+            replay_records(&mut table, &files, path, *off, w)?;
+        }
+        drop(entries);
+        drop(jdata);
 
         // Reconcile segment files with the table.
         for gi in 0..table.geo.groups {
@@ -538,19 +554,15 @@ fn adopt(table: &mut Table, intents: &[GroupIntent]) {
     }
 }
 
-/// Applies one write-journal entry: attaches the segments it allocated and
-/// puts each record in its segment file unless it is already there.
-fn replay_write(
+/// Applies the records of one write-journal entry: puts each record in
+/// its segment file unless it is already there.
+fn replay_records(
     table: &mut Table,
     files: &SegFiles,
     jpath: &Path,
     joff: u64,
     w: &journal::WriteEntry<'_>,
-    snapshot_next: u64,
 ) -> Result<()> {
-    for a in &w.allocs {
-        table.attach(a, snapshot_next);
-    }
     for (p, bytes) in &w.records {
         let Some(seg) = table.segs.get(&p.seg) else {
             // Collected by GC since.

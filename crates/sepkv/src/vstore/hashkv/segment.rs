@@ -519,6 +519,8 @@ struct Writers {
     open: HashMap<u64, Box<dyn WritableFile>>,
     /// Segments written since their last sync.
     dirty: HashSet<u64>,
+    /// Segment files created since the directory's last sync.
+    dir_dirty: bool,
 }
 
 /// The segment files: cached handles, appends, syncs, reads.
@@ -543,6 +545,7 @@ impl SegFiles {
             writers: Mutex::new(Writers {
                 open: HashMap::new(),
                 dirty: HashSet::new(),
+                dir_dirty: false,
             }),
             readers: RwLock::new(HashMap::new()),
         }
@@ -566,8 +569,10 @@ impl SegFiles {
             let f = if self.fs.exists(&path) {
                 self.fs.open_append(&path).ctx(&path)?
             } else {
+                // The directory entry is made durable by the next
+                // `sync_dirty` / `sync_dir`, before anything relies on it.
                 let f = self.fs.create(&path).ctx(&path)?;
-                self.fs.sync_dir(&self.dir).ctx(&self.dir)?;
+                w.dir_dirty = true;
                 f
             };
             w.open.insert(id, f);
@@ -618,7 +623,8 @@ impl SegFiles {
         Ok(())
     }
 
-    /// Makes every written segment durable.
+    /// Makes every written segment durable, and the directory entries of
+    /// new ones.
     pub fn sync_dirty(&self) -> Result<()> {
         let mut w = self.writers.lock();
         let mut ids: Vec<u64> = w.dirty.iter().copied().collect();
@@ -628,7 +634,21 @@ impl SegFiles {
             self.writer(&mut w, id)?.sync().ctx(&path)?;
             w.dirty.remove(&id);
         }
+        Self::sync_dir_locked(self, &mut w)
+    }
+
+    fn sync_dir_locked(&self, w: &mut Writers) -> Result<()> {
+        if w.dir_dirty {
+            self.fs.sync_dir(&self.dir).ctx(&self.dir)?;
+            w.dir_dirty = false;
+        }
         Ok(())
+    }
+
+    /// Makes the directory entries of new segments durable.
+    pub fn sync_dir(&self) -> Result<()> {
+        let mut w = self.writers.lock();
+        self.sync_dir_locked(&mut w)
     }
 
     /// A reader of segment `id`.
