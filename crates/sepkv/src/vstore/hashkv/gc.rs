@@ -155,6 +155,15 @@ struct Latest {
     count: u32,
 }
 
+/// A value classified cold, on its way to the cold data log.
+struct ColdValue {
+    victim: usize,
+    key: Vec<u8>,
+    seq: u64,
+    value: Vec<u8>,
+    old: ValuePointer,
+}
+
 /// A relocation and what it was for.
 struct Move {
     key: Vec<u8>,
@@ -232,7 +241,7 @@ pub fn step(
     gcj.next_id += 1;
 
     let mut moves: Vec<Move> = Vec::new();
-    let mut cold_vals: Vec<(usize, Vec<u8>, u64, Vec<u8>, ValuePointer)> = Vec::new();
+    let mut cold_vals: Vec<ColdValue> = Vec::new();
     let mut carried_tags = 0u64;
     let scanned = scan_and_copy(
         s,
@@ -298,7 +307,7 @@ fn scan_and_copy(
     s: &HashKvStore,
     victims: &mut [Victim],
     moves: &mut Vec<Move>,
-    cold_vals: &mut Vec<(usize, Vec<u8>, u64, Vec<u8>, ValuePointer)>,
+    cold_vals: &mut Vec<ColdValue>,
     carried_tags: &mut u64,
 ) -> Result<Option<u64>> {
     let mut bytes_read = 0u64;
@@ -372,7 +381,13 @@ fn scan_and_copy(
                 }
                 Kind::Value if s.opts.hotness && l.count == 1 => {
                     let r = record::decode(bytes).expect("decoded above");
-                    cold_vals.push((vi, key, l.seq, r.value.to_vec(), old));
+                    cold_vals.push(ColdValue {
+                        victim: vi,
+                        key,
+                        seq: l.seq,
+                        value: r.value.to_vec(),
+                        old,
+                    });
                 }
                 Kind::Value => match v.out.push(s, bytes)? {
                     Some(new) => moves.push(Move {
@@ -401,7 +416,7 @@ fn relocate_and_commit(
     gc_id: u64,
     victims: &mut [Victim],
     mut moves: Vec<Move>,
-    cold_vals: Vec<(usize, Vec<u8>, u64, Vec<u8>, ValuePointer)>,
+    cold_vals: Vec<ColdValue>,
     out: &mut GcOutcome,
     committed: &mut bool,
 ) -> Result<()> {
@@ -409,21 +424,21 @@ fn relocate_and_commit(
     if !cold_vals.is_empty() {
         let recs: Vec<ValueRecord<'_>> = cold_vals
             .iter()
-            .map(|(_, k, seq, v, _)| ValueRecord {
-                key: k,
-                seq: *seq,
-                value: v,
+            .map(|c| ValueRecord {
+                key: &c.key,
+                seq: c.seq,
+                value: &c.value,
             })
             .collect();
         let ptrs = s.cold.append(&recs)?;
         s.cold.sync()?;
-        for ((vi, k, seq, _, old), new) in cold_vals.into_iter().zip(ptrs) {
+        for (c, new) in cold_vals.into_iter().zip(ptrs) {
             moves.push(Move {
-                key: k,
-                old,
+                key: c.key,
+                old: c.old,
                 new,
-                victim: vi,
-                cold: Some(seq),
+                victim: c.victim,
+                cold: Some(c.seq),
             });
         }
     }
