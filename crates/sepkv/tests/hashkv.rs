@@ -318,7 +318,8 @@ fn verify_names_a_damaged_segment() {
 }
 
 /// Writes values (synced: in the write journal), then crashes a write whose
-/// batch fills the write cache at its k-th file-system operation, for every
+/// batch fills the write cache and the journal at its k-th file-system
+/// operation, for every
 /// k until the write completes: the synced values and an all-or-nothing
 /// batch survive, and nothing reads as corrupt.
 #[test]
@@ -329,8 +330,11 @@ fn crash_at_every_step_of_a_cache_flush() {
     let mut k = 0u64;
     loop {
         let fs = FaultFs::new();
+        // The batch fills the cache (one flush) and the journal (one
+        // checkpoint that recycles it).
         let o = Options {
             hashkv_write_cache_size: 64 << 10,
+            hashkv_journal_size: 64 << 10,
             ..opts(Arc::new(fs.clone()))
         };
         let db = Db::open(dir, o.clone()).unwrap();
@@ -354,6 +358,7 @@ fn crash_at_every_step_of_a_cache_flush() {
         let done = db.write(&b, WriteOptions { sync: true }).is_ok();
         if done {
             assert!(fig(&db, "write_cache_flushes") >= 1);
+            assert!(fig(&db, "table_checkpoints") >= 1);
         }
         fs.crash();
         fs.clear_rules();

@@ -540,6 +540,7 @@ fn relocate_and_commit(
     }
 
     // Tags for the cold moves that were installed.
+    let segs_before: usize = victims.iter().map(|v| v.out.segs.len()).sum();
     let mut tag_count = 0u64;
     for (vi, key, seq, cold_ptr) in tags {
         let mut rec = Vec::new();
@@ -552,6 +553,12 @@ fn relocate_and_commit(
         v.out.sync(s)?;
     }
     s.files.sync_dir()?;
+    if victims.iter().map(|v| v.out.segs.len()).sum::<usize>() != segs_before {
+        // Tags opened new segments. Once the commit below is in memory, user
+        // appends may land in them before the table is persisted: a crash
+        // then must still find them.
+        write_intent(s, relocator, gcj, gc_id, victims)?;
+    }
 
     // Commit.
     let retired: Vec<u64>;
