@@ -1005,7 +1005,10 @@ impl ValueStore for HashKvStore {
                 .files
                 .read_exact(id, 0, &mut buf, IoCategory::ValueStore)
             {
-                faults.push(e);
+                // A GC running meanwhile may have collected the segment.
+                if self.state.lock().table.segs.contains_key(&id) {
+                    faults.push(e);
+                }
                 continue;
             }
             let mut pos = 0usize;
