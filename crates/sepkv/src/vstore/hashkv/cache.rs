@@ -4,6 +4,9 @@
 //! the segment group) they were placed in, until the cache holds
 //! `hashkv_write_cache_size` bytes; a flush then issues **one sequential
 //! write per segment** (the per-group batch of §3.8). Reads look here first.
+//! The batches are written one after another by the flushing thread, not by
+//! a pool of threads as in §3.8: they only hand data to the OS, which
+//! schedules the device writes itself.
 //!
 //! Durability: the cache only ever holds records that are already in the
 //! write journal, which `append` hands to the OS before it returns, so a

@@ -679,7 +679,9 @@ fn abort(s: &HashKvStore, victims: &[Victim]) -> Result<()> {
     s.files.fs.sync_dir(&s.files.dir).ctx(&s.files.dir)
 }
 
-/// After a failure past the intent: list both old and new segments.
+/// After a failure past the intent: list both the old segments and the
+/// copies the intent recorded (`old ++ new ++ later`, as a reopen would);
+/// segments opened after the last intent hold only tags and are dropped.
 fn keep_both(s: &HashKvStore, victims: &[Victim]) {
     let mut st = s.state.lock();
     let groups: HashSet<u32> = victims.iter().map(|v| v.group).collect();
@@ -689,11 +691,30 @@ fn keep_both(s: &HashKvStore, victims: &[Victim]) {
         let _ = abort(s, victims);
         return;
     }
+    let recorded: HashMap<u32, Vec<u64>> = st
+        .table
+        .inflight
+        .iter()
+        .filter(|f| groups.contains(&f.group))
+        .map(|f| (f.group, f.new.clone()))
+        .collect();
     st.table.inflight.retain(|f| !groups.contains(&f.group));
+    let mut unrecorded = Vec::new();
     for v in victims {
+        let new = recorded.get(&v.group).cloned().unwrap_or_default();
+        for &id in v.out.segs.iter().filter(|id| !new.contains(id)) {
+            if let Some(seg) = st.table.segs.remove(&id) {
+                st.table.used_units -= seg.units as u64;
+            }
+            unrecorded.push(id);
+        }
         let g = &mut st.table.groups[v.group as usize];
         let at = v.old.len().min(g.segs.len());
-        g.segs.splice(at..at, v.out.segs.iter().copied());
+        g.segs.splice(at..at, new);
         g.sealed = false;
+    }
+    drop(st);
+    for id in unrecorded {
+        let _ = s.files.remove(id);
     }
 }

@@ -55,6 +55,34 @@
 //! (almost) everything as garbage to start it (the `gc_pressure` figure
 //! says when).
 //!
+//! # Deviations from the paper
+//! - GC writes a group's live records to *fresh* segments (a new main
+//!   segment, then log segments) instead of rewriting the group's main
+//!   segment in place: readers and snapshots keep reading the old copies
+//!   until they are freed, and the GC journal needs no before-images (it
+//!   records the GC's intent). The price is one extra main segment of space
+//!   per group while its GC runs, and a group sealed by a running GC takes
+//!   new writes in a fresh log segment.
+//! - Validity is positional, but a failed compare-and-set (the user wrote
+//!   or deleted the key meanwhile, or — after a crash — the index still
+//!   uses an older record whose newer one lost its WAL entry) costs one
+//!   index query to tell which (`gc_index_lookups`); a copy found dead is
+//!   remembered in memory so the next GC drops it.
+//! - The write journal carries the values, not only metadata: sepkv
+//!   promises that an acknowledged write survives a process crash, and the
+//!   cache may not be its only copy. With the journal every value is thus
+//!   written twice (journal, then segment); `hashkv_journal = false` — the
+//!   paper's evaluation setting, crash consistency off — writes once.
+//! - The write cache does not update pairs in place (see [`cache`]).
+//! - A GC step collects several groups (greedy order, up to
+//!   `max(main segment size, 4 MiB)` of group bytes) so that small groups
+//!   share one relocation batch and one table update; the order is by write
+//!   volume plus the garbage the engine reported (so groups with deletions
+//!   get collected too), found by sorting instead of a heap.
+//! - Tags of deleted keys stay in their group (they are small); values
+//!   moved to the cold data log are written through the value log's append
+//!   and so counted as value-store writes, not GC writes.
+//!
 //! Thread-safety: appends, reads and GC share one state lock (held only for
 //! table updates, cache operations and journal appends); GC steps are
 //! serialised; reads of files run without the lock.
