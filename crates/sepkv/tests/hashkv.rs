@@ -501,3 +501,88 @@ fn without_journal_synced_writes_survive_a_crash() {
     }
     assert!(db.verify().unwrap().faults.is_empty());
 }
+
+/// A `MemFs` that counts read-ahead requests on segment files.
+struct CountingFs {
+    inner: MemFs,
+    will_need: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl FileSystem for CountingFs {
+    fn create(&self, p: &Path) -> std::io::Result<Box<dyn sepkv::fs::WritableFile>> {
+        self.inner.create(p)
+    }
+    fn open_append(&self, p: &Path) -> std::io::Result<Box<dyn sepkv::fs::WritableFile>> {
+        self.inner.open_append(p)
+    }
+    fn open_read(&self, p: &Path) -> std::io::Result<Box<dyn sepkv::fs::RandomAccessFile>> {
+        self.inner.open_read(p)
+    }
+    fn exists(&self, p: &Path) -> bool {
+        self.inner.exists(p)
+    }
+    fn is_dir(&self, p: &Path) -> bool {
+        self.inner.is_dir(p)
+    }
+    fn list(&self, d: &Path) -> std::io::Result<Vec<String>> {
+        self.inner.list(d)
+    }
+    fn remove(&self, p: &Path) -> std::io::Result<()> {
+        self.inner.remove(p)
+    }
+    fn rename(&self, a: &Path, b: &Path) -> std::io::Result<()> {
+        self.inner.rename(a, b)
+    }
+    fn create_dir_all(&self, d: &Path) -> std::io::Result<()> {
+        self.inner.create_dir_all(d)
+    }
+    fn sync_dir(&self, d: &Path) -> std::io::Result<()> {
+        self.inner.sync_dir(d)
+    }
+    fn file_size(&self, p: &Path) -> std::io::Result<u64> {
+        self.inner.file_size(p)
+    }
+    fn advise(&self, p: &Path, off: u64, len: u64, advice: sepkv::fs::Advice) {
+        if advice == sepkv::fs::Advice::WillNeed
+            && p.extension().is_some_and(|e| e == "hseg")
+            && len > 0
+        {
+            self.will_need.fetch_add(1, Ordering::Relaxed);
+        }
+        self.inner.advise(p, off, len, advice)
+    }
+    fn lock(&self, p: &Path) -> std::io::Result<Box<dyn sepkv::fs::FileLock>> {
+        self.inner.lock(p)
+    }
+}
+
+#[test]
+fn range_scans_read_ahead_every_value() {
+    let mem = MemFs::new();
+    let will_need = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let fs = Arc::new(CountingFs {
+        inner: mem,
+        will_need: will_need.clone(),
+    });
+    {
+        let db = Db::open("/db", opts(fs.clone())).unwrap();
+        for i in 0..100 {
+            db.put(&key(i), &value(i, 0)).unwrap();
+        }
+        db.close().unwrap();
+    }
+    // After a reopen the values are in their segment files, not the cache.
+    let db = Db::open("/db", opts(fs)).unwrap();
+    let before = will_need.load(Ordering::Relaxed);
+    let got: Vec<_> = db
+        .scan(Some(&key(20)), Some(&key(80)), false)
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(got.len(), 60);
+    for (n, (k, v)) in got.iter().enumerate() {
+        assert_eq!((k, v), (&key(20 + n), &value(20 + n, 0)));
+    }
+    let advised = will_need.load(Ordering::Relaxed) - before;
+    assert!(advised >= 50, "{advised} read-ahead requests for 60 values");
+}
