@@ -51,10 +51,11 @@ use crate::index::version::{Version, VersionEdit, VersionSet};
 use crate::iterator::{DbIterator, Scan};
 use crate::options::ValueLayout;
 use crate::options::{Options, ReadOptions, WriteOptions, MAX_BATCH_SIZE};
+use crate::vstore::hashkv::HashKvOptions;
 use crate::vstore::vlog::{VlogOptions, VlogStore};
 use crate::vstore::{
-    GcOutcome, IndexReader, IndexRelocator, InlineStore, LogEntry, Relocation, SpaceStats,
-    ValuePointer, ValueRecord, ValueStore,
+    GcOutcome, HashKvStore, IndexReader, IndexRelocator, InlineStore, LogEntry, Relocation,
+    SpaceStats, ValuePointer, ValueRecord, ValueStore,
 };
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::BTreeMap;
@@ -380,6 +381,13 @@ impl Db {
                     prefetch_threads: opts.prefetch_threads,
                     log_mode: !opts.wal,
                 },
+                versions.value_store_state.as_deref(),
+            )?),
+            ValueLayout::HashKv => Arc::new(HashKvStore::open(
+                &dir,
+                fs.clone(),
+                stats.clone(),
+                HashKvOptions::from_options(&opts),
                 versions.value_store_state.as_deref(),
             )?),
             _ => Arc::new(InlineStore),

@@ -119,7 +119,10 @@ impl Preset {
     pub fn is_available(self) -> bool {
         matches!(
             self.axes(),
-            (IndexKind::Lsm, ValueLayout::Inline | ValueLayout::Vlog)
+            (
+                IndexKind::Lsm,
+                ValueLayout::Inline | ValueLayout::Vlog | ValueLayout::HashKv
+            )
         )
     }
 }
@@ -187,6 +190,35 @@ pub struct Options {
     pub prefetch_threads: usize,
     /// File system under all I/O (default: the operating system's).
     pub fs: Arc<dyn FileSystem>,
+    /// Total capacity of the `hashkv` value store in bytes: main segments
+    /// plus reserved space (HashKV §3.2). Segments are created lazily, so
+    /// unused capacity costs no disk space. Fixed when the database is
+    /// created. Default 64 GiB.
+    pub value_capacity: u64,
+    /// Size of a `hashkv` main segment in bytes; the number of segment
+    /// groups is `value_capacity * (1 - hashkv_reserved_ratio)` divided by
+    /// it, at least 1. Fixed at creation. Default 64 MiB.
+    pub hashkv_main_segment_size: u64,
+    /// Size of a `hashkv` log segment of the reserved space in bytes. Fixed
+    /// at creation. Default 1 MiB.
+    pub hashkv_log_segment_size: u64,
+    /// Share of `value_capacity` reserved for log segments, in (0, 1).
+    /// Fixed at creation. Default 0.3.
+    pub hashkv_reserved_ratio: f64,
+    /// Bytes of recently written values the `hashkv` write cache holds
+    /// before it writes them to their segments in one batch per segment;
+    /// 0 disables the cache (every write goes to its segment at once).
+    /// Ignored without `hashkv_journal`, which the cache relies on for
+    /// crash safety. Default 4 MiB.
+    pub hashkv_write_cache_size: usize,
+    /// `hashkv` hot/cold separation in GC: values written once since the
+    /// last GC move to a cold data log (HashKV §3.4). Default true.
+    pub hashkv_hotness: bool,
+    /// `hashkv` write journal and GC journal (HashKV §3.7). Default true.
+    pub hashkv_journal: bool,
+    /// Size in bytes at which the `hashkv` write journal is checkpointed
+    /// and started afresh. Default 64 MiB.
+    pub hashkv_journal_size: u64,
 }
 
 impl fmt::Debug for Options {
@@ -234,6 +266,14 @@ impl Default for Options {
             scan_prefetch_depth: 32,
             prefetch_threads: 8,
             fs: Arc::new(StdFs),
+            value_capacity: 64 << 30,
+            hashkv_main_segment_size: 64 << 20,
+            hashkv_log_segment_size: 1 << 20,
+            hashkv_reserved_ratio: 0.3,
+            hashkv_write_cache_size: 4 << 20,
+            hashkv_hotness: true,
+            hashkv_journal: true,
+            hashkv_journal_size: 64 << 20,
         }
     }
 }
@@ -258,10 +298,13 @@ impl Options {
         let bad = |m: String| Err(Error::InvalidArgument(m));
         if !matches!(
             (self.index, self.value_layout),
-            (IndexKind::Lsm, ValueLayout::Inline | ValueLayout::Vlog)
+            (
+                IndexKind::Lsm,
+                ValueLayout::Inline | ValueLayout::Vlog | ValueLayout::HashKv
+            )
         ) {
             return bad(format!(
-                "index {} with value layout {} is not implemented in this build; available: lsm + inline, lsm + vlog",
+                "index {} with value layout {} is not implemented in this build; available: lsm + inline, lsm + vlog, lsm + hashkv",
                 self.index, self.value_layout
             ));
         }
@@ -356,6 +399,52 @@ impl Options {
                 "need 1 <= l0_compaction_trigger <= l0_slowdown_writes_trigger <= l0_stop_writes_trigger"
                     .into(),
             );
+        }
+        if !(4 << 10..=1 << 30).contains(&self.hashkv_main_segment_size) {
+            return bad(format!(
+                "hashkv_main_segment_size {} must be between 4 KiB and 1 GiB",
+                self.hashkv_main_segment_size
+            ));
+        }
+        if !(4 << 10..=1 << 30).contains(&self.hashkv_log_segment_size) {
+            return bad(format!(
+                "hashkv_log_segment_size {} must be between 4 KiB and 1 GiB",
+                self.hashkv_log_segment_size
+            ));
+        }
+        if !(self.hashkv_reserved_ratio > 0.0 && self.hashkv_reserved_ratio < 1.0) {
+            return bad(format!(
+                "hashkv_reserved_ratio {} must be in (0, 1)",
+                self.hashkv_reserved_ratio
+            ));
+        }
+        if self.value_capacity < self.hashkv_main_segment_size
+            || self.value_capacity > 1 << 50
+            || ((self.value_capacity as f64 * self.hashkv_reserved_ratio) as u64)
+                < self.hashkv_log_segment_size
+        {
+            return bad(format!(
+                "value_capacity {} must be at most 1 PiB, at least one main segment ({}), and reserve at least one log segment ({})",
+                self.value_capacity, self.hashkv_main_segment_size, self.hashkv_log_segment_size
+            ));
+        }
+        if self.value_capacity / self.hashkv_main_segment_size.max(1) > 1 << 24 {
+            return bad(format!(
+                "value_capacity {} / hashkv_main_segment_size {} gives more than 16M segment groups",
+                self.value_capacity, self.hashkv_main_segment_size
+            ));
+        }
+        if self.hashkv_write_cache_size > 1 << 30 {
+            return bad(format!(
+                "hashkv_write_cache_size {} must be at most 1 GiB",
+                self.hashkv_write_cache_size
+            ));
+        }
+        if !(64 << 10..=1 << 40).contains(&self.hashkv_journal_size) {
+            return bad(format!(
+                "hashkv_journal_size {} must be between 64 KiB and 1 TiB",
+                self.hashkv_journal_size
+            ));
         }
         Ok(())
     }

@@ -340,10 +340,10 @@ fn unimplemented_presets_and_layouts_are_rejected() {
     assert!(Preset::LevelDb.is_available());
     let fs = MemFs::new();
     let o = Options {
-        value_layout: ValueLayout::HashKv,
+        value_layout: ValueLayout::Trie,
         ..mem_opts(&fs)
     };
-    assert_invalid(Db::open(dir(), o).map(|_| ()), "hashkv", "lsm + hashkv");
+    assert_invalid(Db::open(dir(), o).map(|_| ()), "trie", "lsm + trie");
     // Value-log options out of range, and the WAL-less mode this build lacks.
     for (tweak, name) in [
         (

@@ -214,6 +214,7 @@ fn crash_recovery_keeps_a_prefix_of_history() {
         (Preset::LevelDb, true),
         (Preset::WiscKey, true),
         (Preset::WiscKey, false),
+        (Preset::HashKv, true),
     ];
     let presets: Vec<(Preset, bool)> = match std::env::var("SEPKV_CRASH_PRESET") {
         Ok(p) => {

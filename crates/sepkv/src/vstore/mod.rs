@@ -18,10 +18,12 @@
 //!
 //! Implementations are shared between threads (`Send + Sync`).
 
+pub mod hashkv;
 mod inline;
 mod pointer;
 pub mod vlog;
 
+pub use hashkv::HashKvStore;
 pub use inline::InlineStore;
 pub use pointer::ValuePointer;
 pub use vlog::VlogStore;

@@ -77,9 +77,11 @@ pub fn step(
     let path = vlog.path(file);
     let handle = vlog.reader.handle(file)?;
     let want = (end - start).min(vlog.opts.gc_chunk_size.max(record::HEADER_LEN as u64));
-        let mut buf = vec![0u8; want as usize];
+    let mut buf = vec![0u8; want as usize];
     // The tail is read front to back (WiscKey §3.5).
-    vlog.reader.fs.advise(&path, start, want, Advice::Sequential);
+    vlog.reader
+        .fs
+        .advise(&path, start, want, Advice::Sequential);
     handle.read_exact_at(start, &mut buf).ctx(&path)?;
     let mut pos = 0usize;
     let mut live: Vec<(Vec<u8>, u64, Vec<u8>, ValuePointer)> = Vec::new();

@@ -634,7 +634,7 @@ impl ValueStore for VlogStore {
         gc::step(self, index, relocator)
     }
 
-        fn verify(&self) -> (u64, Vec<Error>) {
+    fn verify(&self) -> (u64, Vec<Error>) {
         // No GC step may punch the range while it is being read.
         let _no_gc = self.gc_lock.lock();
         let ranges: Vec<(u64, u64, u64)> = {

@@ -1,0 +1,199 @@
+//! Hotness awareness (HashKV §3.4): the cold data log and tags.
+//!
+//! GC classifies the pairs of a segment group: a pair written more than once
+//! since the group's last GC (or since its insert) is **hot** and its latest
+//! version goes back to the group; a pair written once is **cold**: its
+//! value moves to the **cold data log** and the group keeps only a **tag**
+//! (key and metadata, the value replaced by the cold-log pointer). A later
+//! update of the key lands after the tag in the group, so the next GC sees
+//! two records and treats the pair as hot again, without asking the index.
+//!
+//! The cold data log is the WiscKey value log ([`VlogStore`]) in the same
+//! directory (`NNNNNN.vlog`), collected "as in vLog" (§3.4): its GC checks
+//! liveness with index lookups, re-appends live values at its head and
+//! relocates by compare-and-set. Its persisted tail travels inside the
+//! HashKV segment table. Cold pointers carry `aux = 1`; everything else of
+//! the pointer is the value log's `(file, offset, length)`.
+//!
+//! A tag is written only after the relocation to the cold log was
+//! installed, so a tag never hides an older record the index still uses.
+
+use crate::error::{Error, Result};
+use crate::fs::{FileSystem, IoStats};
+use crate::index::key::SeqNum;
+use crate::vstore::vlog::{VlogOptions, VlogStore};
+use crate::vstore::{
+    GcOutcome, IndexReader, IndexRelocator, Relocation, SpaceStats, ValuePointer, ValueRecord,
+    ValueStore,
+};
+use std::path::Path;
+use std::sync::Arc;
+
+/// `aux` of a pointer into the cold data log.
+pub const COLD_AUX: u64 = 1;
+
+/// True for a pointer into the cold data log.
+pub fn is_cold(p: &ValuePointer) -> bool {
+    p.aux == COLD_AUX
+}
+
+fn to_vlog(p: &ValuePointer) -> ValuePointer {
+    ValuePointer { aux: 0, ..*p }
+}
+
+fn from_vlog(p: &ValuePointer) -> ValuePointer {
+    ValuePointer {
+        aux: COLD_AUX,
+        ..*p
+    }
+}
+
+/// The cold data log.
+pub struct ColdLog {
+    log: VlogStore,
+}
+
+/// The index as the cold log's GC sees it: only cold pointers are its own.
+struct ColdIndex<'a>(&'a dyn IndexReader);
+
+impl IndexReader for ColdIndex<'_> {
+    fn current_pointer(&self, key: &[u8]) -> Result<Option<ValuePointer>> {
+        Ok(self
+            .0
+            .current_pointer(key)?
+            .filter(is_cold)
+            .map(|p| to_vlog(&p)))
+    }
+
+    fn oldest_visible_seq(&self) -> SeqNum {
+        self.0.oldest_visible_seq()
+    }
+
+    fn last_sequence(&self) -> SeqNum {
+        self.0.last_sequence()
+    }
+}
+
+/// Callback persisting the cold log's state inside the segment table.
+pub type PersistCold<'a> = &'a (dyn Fn(&[u8]) -> Result<()> + Sync);
+
+struct ColdRelocator<'a> {
+    inner: &'a dyn IndexRelocator,
+    persist: PersistCold<'a>,
+}
+
+impl IndexRelocator for ColdRelocator<'_> {
+    fn relocate(&self, moves: &[Relocation]) -> Result<(Vec<bool>, SeqNum)> {
+        let moves: Vec<Relocation> = moves
+            .iter()
+            .map(|m| Relocation {
+                key: m.key.clone(),
+                old: from_vlog(&m.old),
+                new: from_vlog(&m.new),
+            })
+            .collect();
+        self.inner.relocate(&moves)
+    }
+
+    fn persist_state(&self, state: &[u8]) -> Result<()> {
+        (self.persist)(state)
+    }
+}
+
+impl ColdLog {
+    /// Opens the cold data log in `dir` with its persisted state.
+    ///
+    /// # Errors
+    /// As [`VlogStore::open`].
+    pub fn open(
+        dir: &Path,
+        fs: Arc<dyn FileSystem>,
+        stats: Arc<IoStats>,
+        file_size: u64,
+        gc_chunk_size: u64,
+        state: Option<&[u8]>,
+    ) -> Result<ColdLog> {
+        let log = VlogStore::open(
+            dir,
+            fs,
+            stats,
+            VlogOptions {
+                value_threshold: 1,
+                file_size,
+                gc_chunk_size,
+                prefetch_threads: 0,
+                log_mode: false,
+            },
+            state,
+        )?;
+        Ok(ColdLog { log })
+    }
+
+    /// Appends cold values; returns cold pointers.
+    ///
+    /// # Errors
+    /// `Io`.
+    pub fn append(&self, records: &[ValueRecord<'_>]) -> Result<Vec<ValuePointer>> {
+        Ok(self.log.append(records)?.iter().map(from_vlog).collect())
+    }
+
+    /// Makes the cold log durable.
+    ///
+    /// # Errors
+    /// `Io`.
+    pub fn sync(&self) -> Result<()> {
+        self.log.sync()
+    }
+
+    /// Reads a cold value.
+    ///
+    /// # Errors
+    /// As [`ValueStore::read`].
+    pub fn read(&self, key: &[u8], ptr: &ValuePointer) -> Result<Option<Vec<u8>>> {
+        self.log.read(key, &to_vlog(ptr))
+    }
+
+    /// See [`ValueStore::contains`].
+    pub fn contains(&self, ptr: &ValuePointer) -> bool {
+        self.log.contains(&to_vlog(ptr))
+    }
+
+    /// See [`ValueStore::note_garbage`].
+    pub fn note_garbage(&self, ptr: &ValuePointer) {
+        self.log.note_garbage(&to_vlog(ptr));
+    }
+
+    /// Space figures of the cold log.
+    pub fn space(&self) -> SpaceStats {
+        self.log.space()
+    }
+
+    /// Checks every cold record.
+    pub fn verify(&self) -> (u64, Vec<Error>) {
+        self.log.verify()
+    }
+
+    /// The value log's figures.
+    pub fn figures(&self) -> Vec<(&'static str, u64)> {
+        self.log.figures()
+    }
+
+    /// One GC step of the cold log (WiscKey's, with index lookups).
+    ///
+    /// # Errors
+    /// As [`ValueStore::gc_step`].
+    pub fn gc_step(
+        &self,
+        index: &dyn IndexReader,
+        relocator: &dyn IndexRelocator,
+        persist: PersistCold<'_>,
+    ) -> Result<GcOutcome> {
+        self.log.gc_step(
+            &ColdIndex(index),
+            &ColdRelocator {
+                inner: relocator,
+                persist,
+            },
+        )
+    }
+}

@@ -1,0 +1,1179 @@
+//! HashKV value storage, the `hashkv` layout (HashKV, ATC '18, §3).
+//!
+//! Values at least `value_threshold` bytes long (selective KV separation,
+//! §3.5) are stored in a value store divided into **segment groups**:
+//! `hash(key)` picks the group, and every version of a key is appended to
+//! its group, so GC can collect one group at a time and tell live from dead
+//! by position alone.
+//!
+//! - **Storage management** (§3.2, §3.8, [`segment`]): fixed-size main
+//!   segments, one per group, and a reserved space of small log segments a
+//!   group takes when its main segment is full; an in-memory segment table
+//!   gives every append its position without an index lookup. One file per
+//!   segment (byte diagram in [`segment`]); a [`ValuePointer`] is `(segment
+//!   id, offset, record length, aux = 0)`, or a cold-log pointer with
+//!   `aux = 1`. A full reserved space makes `append` fail with
+//!   `InvalidArgument` ("hashkv value store is full …"), leaving the store
+//!   untouched.
+//! - **Write cache** (§3.2, [`cache`]): records wait in memory, grouped per
+//!   segment, and are flushed as one sequential write per segment. Because
+//!   sepkv promises that an acknowledged write survives a process crash,
+//!   every `append` first writes its records to the **write journal** and
+//!   hands it to the OS; the cache holds nothing that is not also there.
+//!   `hashkv_write_cache_size = 0` flushes within every append.
+//! - **GC** (§3.3, [`gc`]): picks the groups with the largest write volume,
+//!   scans them sequentially, keeps the version nearest each group's end —
+//!   no index queries decide validity — and writes the live records to
+//!   fresh segments of the same group; relocations go through the index's
+//!   compare-and-set; old segments are freed after the relocations and the
+//!   new segment table are durable and no reader can reach them.
+//! - **Hotness awareness** (§3.4, [`cold`]): pairs written once since the
+//!   last GC are cold; their values move to a cold data log and the group
+//!   keeps a tag.
+//! - **Crash consistency** (§3.7, [`journal`]): write journal and GC journal,
+//!   replayed on open; switchable with `hashkv_journal`. Without the journal
+//!   appends go straight to the segment files, the table is checkpointed
+//!   whenever a segment is allocated, and open scans each group's last
+//!   segment for records written after the checkpoint.
+//! - **Range scans** (§3.6): [`ValueStore::read_many`] issues read-ahead
+//!   (`advise(WillNeed)`) for every value, then reads them.
+//!
+//! # Durability
+//! `append` returns once its records are handed to the OS (journal, or the
+//! segment files without a journal); [`ValueStore::sync`] makes them durable
+//! (one `fsync` of the journal, or of every written segment without one).
+//! The segment table is persisted in the manifest by GC
+//! ([`IndexRelocator::persist_state`]) and in the store's own checkpoint
+//! file `HASHKV-TABLE`; open takes the newer (by epoch) and replays the
+//! journals after it.
+//!
+//! # GC trigger
+//! GC runs from the engine's GC thread and `Db::gc`. The paper triggers it
+//! when free log segments run low; the engine's GC thread runs while the
+//! store's garbage ratio is at or above `gc_garbage_ratio`, so while fewer
+//! than 1/20 of the log segments are free, [`ValueStore::space`] reports
+//! (almost) everything as garbage to start it (the `gc_pressure` figure
+//! says when).
+//!
+//! # Deviations from the paper
+//! - GC writes a group's live records to *fresh* segments (a new main
+//!   segment, then log segments) instead of rewriting the group's main
+//!   segment in place: readers and snapshots keep reading the old copies
+//!   until they are freed, and the GC journal needs no before-images (it
+//!   records the GC's intent). The price is one extra main segment of space
+//!   per group while its GC runs, and a group sealed by a running GC takes
+//!   new writes in a fresh log segment.
+//! - Validity is positional, but a failed compare-and-set (the user wrote
+//!   or deleted the key meanwhile, or — after a crash — the index still
+//!   uses an older record whose newer one lost its WAL entry) costs one
+//!   index query to tell which (`gc_index_lookups`); a copy found dead is
+//!   remembered in memory so the next GC drops it.
+//! - The write journal carries the values, not only metadata: sepkv
+//!   promises that an acknowledged write survives a process crash, and the
+//!   cache may not be its only copy. With the journal every value is thus
+//!   written twice (journal, then segment); `hashkv_journal = false` — the
+//!   paper's evaluation setting, crash consistency off — writes once.
+//! - The write cache does not update pairs in place (see [`cache`]).
+//! - A GC step collects several groups (greedy order, up to
+//!   `max(main segment size, 4 MiB)` of group bytes) so that small groups
+//!   share one relocation batch and one table update; the order is by write
+//!   volume plus the garbage the engine reported (so groups with deletions
+//!   get collected too), found by sorting instead of a heap.
+//! - Tags of deleted keys stay in their group (they are small); values
+//!   moved to the cold data log are written through the value log's append
+//!   and so counted as value-store writes, not GC writes.
+//!
+//! Thread-safety: appends, reads and GC share one state lock (held only for
+//! table updates, cache operations and journal appends); GC steps are
+//! serialised; reads of files run without the lock.
+
+pub mod cache;
+pub mod cold;
+pub mod gc;
+pub mod journal;
+pub mod record;
+pub mod segment;
+
+use super::{
+    GcOutcome, IndexReader, IndexRelocator, SpaceStats, ValuePointer, ValueRecord, ValueStore,
+};
+use crate::error::{Error, IoContext, Result};
+use crate::format::record::{RecordReader, RecordWriter};
+use crate::fs::{read_all, Advice, FileSystem, IoCategory, IoStats};
+use crate::options::Options;
+use cache::WriteCache;
+use cold::{is_cold, ColdLog};
+use journal::{journal_path, parse_journal_name, Entry, GroupIntent, Place, GC_JOURNAL};
+use parking_lot::Mutex;
+use record::Kind;
+use segment::{parse_seg_name, Alloc, Geometry, SegFiles, Table};
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Knobs of the HashKV value store (from [`Options`]).
+#[derive(Debug, Clone)]
+pub struct HashKvOptions {
+    /// Values shorter than this stay inline in the index (bytes).
+    pub value_threshold: usize,
+    /// Total value-store capacity (bytes): main segments plus reserved space.
+    pub capacity: u64,
+    /// Main segment size (bytes).
+    pub main_segment_size: u64,
+    /// Log segment size (bytes).
+    pub log_segment_size: u64,
+    /// Share of the capacity reserved for log segments.
+    pub reserved_ratio: f64,
+    /// Write cache size (bytes); 0 flushes within every append.
+    pub write_cache_size: usize,
+    /// Hot/cold separation in GC.
+    pub hotness: bool,
+    /// Write and GC journals.
+    pub journal: bool,
+    /// Write-journal size at which it is checkpointed and recycled (bytes).
+    pub journal_size: u64,
+    /// Cold data log file size (bytes).
+    pub cold_file_size: u64,
+    /// Bytes the cold data log's GC reads per step.
+    pub cold_gc_chunk_size: u64,
+}
+
+impl HashKvOptions {
+    /// The store's knobs from the database options.
+    pub fn from_options(o: &Options) -> HashKvOptions {
+        HashKvOptions {
+            value_threshold: o.value_threshold,
+            capacity: o.value_capacity,
+            main_segment_size: o.hashkv_main_segment_size,
+            log_segment_size: o.hashkv_log_segment_size,
+            reserved_ratio: o.hashkv_reserved_ratio,
+            write_cache_size: o.hashkv_write_cache_size,
+            hotness: o.hashkv_hotness,
+            journal: o.hashkv_journal,
+            journal_size: o.hashkv_journal_size,
+            cold_file_size: o.vlog_file_size,
+            cold_gc_chunk_size: o.gc_chunk_size,
+        }
+    }
+}
+
+/// Name of the store's own checkpoint of the segment table.
+pub const TABLE_FILE: &str = "HASHKV-TABLE";
+const TABLE_TMP: &str = "HASHKV-TABLE.new";
+
+/// Segments retired by GC, freed once no reader older than `seq` remains.
+struct PendingFree {
+    seq: u64,
+    segs: Vec<u64>,
+}
+
+/// Mutable state behind the store's lock.
+pub(crate) struct State {
+    table: Table,
+    cache: WriteCache,
+    /// The write journal (`None` without journaling).
+    journal: Option<RecordWriter>,
+    journal_num: u64,
+    /// GC copies whose relocation failed and that are known dead:
+    /// `(segment, offset)`.
+    dead: HashSet<(u64, u64)>,
+    pending: Vec<PendingFree>,
+    poisoned: Option<String>,
+}
+
+/// The GC journal, owned by the GC lock.
+pub(crate) struct GcJournal {
+    writer: Option<RecordWriter>,
+    next_id: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    gc_runs: AtomicU64,
+    gc_groups: AtomicU64,
+    gc_bytes_read: AtomicU64,
+    gc_bytes_rewritten: AtomicU64,
+    gc_bytes_freed: AtomicU64,
+    gc_cold_bytes: AtomicU64,
+    gc_tags: AtomicU64,
+    gc_lookups: AtomicU64,
+    gc_stalls: AtomicU64,
+    cache_flushes: AtomicU64,
+    checkpoints: AtomicU64,
+    full_errors: AtomicU64,
+}
+
+/// The HashKV value store. See the module docs.
+pub struct HashKvStore {
+    opts: HashKvOptions,
+    files: SegFiles,
+    state: Mutex<State>,
+    gc_lock: Mutex<GcJournal>,
+    cold: ColdLog,
+    counters: Counters,
+}
+
+/// Writes the table checkpoint atomically (temporary file, sync, rename,
+/// directory sync). The temporary name does not end in `.tmp`, which the
+/// engine deletes on its own schedule.
+fn write_table_file(fs: &dyn FileSystem, dir: &Path, stats: &IoStats, data: &[u8]) -> Result<()> {
+    let tmp = dir.join(TABLE_TMP);
+    let path = dir.join(TABLE_FILE);
+    {
+        let mut f = fs.create(&tmp).ctx(&tmp)?;
+        f.append(data).and_then(|_| f.sync()).ctx(&tmp)?;
+    }
+    stats.add_written(IoCategory::Manifest, data.len() as u64);
+    fs.rename(&tmp, &path).ctx(&path)?;
+    fs.sync_dir(dir).ctx(dir)
+}
+
+/// Checks a record read for `key` at `ptr`; returns the value.
+fn check_record(path: &Path, ptr: &ValuePointer, key: &[u8], buf: &[u8]) -> Result<Vec<u8>> {
+    match record::decode(buf) {
+        Ok(r) if r.len == buf.len() && r.key == key && r.kind == Kind::Value => {
+            Ok(r.value.to_vec())
+        }
+        Ok(r) if r.key != key => Err(Error::corruption(
+            path,
+            ptr.offset,
+            "hashkv record belongs to another key",
+        )),
+        Ok(r) if r.kind != Kind::Value => Err(Error::corruption(
+            path,
+            ptr.offset,
+            "hashkv pointer refers to a tag, not a value",
+        )),
+        Ok(_) => Err(Error::corruption(
+            path,
+            ptr.offset,
+            "hashkv record length differs from the pointer",
+        )),
+        Err(e) => Err(Error::corruption(
+            path,
+            ptr.offset,
+            format!("hashkv record damaged ({e:?})"),
+        )),
+    }
+}
+
+/// End of the intact records of `buf` (which starts at a record boundary).
+fn intact_prefix(buf: &[u8]) -> usize {
+    let mut pos = 0;
+    while let Ok(r) = record::decode(&buf[pos..]) {
+        pos += r.len;
+    }
+    pos
+}
+
+impl HashKvStore {
+    /// Opens the store in `dir`, given the segment table last persisted with
+    /// [`IndexRelocator::persist_state`] (`None` for a new database).
+    /// Replays the GC and write journals, reconciles segment files with the
+    /// table, removes leftover files and checkpoints the table.
+    ///
+    /// # Errors
+    /// `Corruption` for an unreadable table or journal; `Io`.
+    pub fn open(
+        dir: &Path,
+        fs: Arc<dyn FileSystem>,
+        stats: Arc<IoStats>,
+        opts: HashKvOptions,
+        state: Option<&[u8]>,
+    ) -> Result<HashKvStore> {
+        let manifest = match state {
+            Some(s) => Some(Table::decode(s).ok_or_else(|| {
+                Error::corruption(dir.join("MANIFEST"), 0, "bad hashkv segment table")
+            })?),
+            None => None,
+        };
+        let own_path = dir.join(TABLE_FILE);
+        let own = if fs.exists(&own_path) {
+            let d = read_all(fs.as_ref(), &own_path).ctx(&own_path)?;
+            stats.add_read(IoCategory::Manifest, d.len() as u64);
+            Some(
+                Table::decode(&d)
+                    .ok_or_else(|| Error::corruption(&own_path, 0, "bad hashkv segment table"))?,
+            )
+        } else {
+            None
+        };
+        let mut table = match (manifest, own) {
+            (Some(a), Some(b)) => {
+                if a.epoch >= b.epoch {
+                    a
+                } else {
+                    b
+                }
+            }
+            (Some(a), None) | (None, Some(a)) => a,
+            (None, None) => Table::new(Geometry::new(
+                opts.capacity,
+                opts.main_segment_size,
+                opts.log_segment_size,
+                opts.reserved_ratio,
+            )),
+        };
+        let files = SegFiles::new(dir, fs.clone(), stats.clone());
+
+        let snapshot_next = table.next_seg;
+
+        // GC journal: intents of GCs that may have installed relocations
+        // but did not commit.
+        let gc_path = dir.join(GC_JOURNAL);
+        let mut next_gc_id = 1;
+        let mut begun: BTreeMap<u64, Vec<GroupIntent>> = BTreeMap::new();
+        if fs.exists(&gc_path) {
+            let data = read_all(fs.as_ref(), &gc_path).ctx(&gc_path)?;
+            stats.add_read(IoCategory::Gc, data.len() as u64);
+            let mut r = RecordReader::new(&data, &gc_path);
+            while let Some((off, rec)) = r.next_record()? {
+                match journal::decode(rec) {
+                    Some(Entry::Begin(id, g)) => {
+                        begun.insert(id, g);
+                        next_gc_id = next_gc_id.max(id + 1);
+                    }
+                    Some(Entry::Done(id)) => {
+                        begun.remove(&id);
+                    }
+                    _ => {
+                        return Err(Error::corruption(
+                            &gc_path,
+                            off,
+                            "malformed GC journal entry",
+                        ))
+                    }
+                }
+            }
+        }
+
+        // Write journal, from the table's position to the first torn entry.
+        let names = fs.list(dir).ctx(dir)?;
+        let mut jnums: Vec<u64> = names.iter().filter_map(|n| parse_journal_name(n)).collect();
+        jnums.sort_unstable();
+        let from = table.journal_pos;
+        let mut jdata: Vec<(PathBuf, Vec<u8>, usize)> = Vec::new();
+        for &n in jnums.iter().filter(|&&n| n >= from.0) {
+            let path = journal_path(dir, n);
+            let data = read_all(fs.as_ref(), &path).ctx(&path)?;
+            stats.add_read(IoCategory::ValueStore, data.len() as u64);
+            let start = if n == from.0 {
+                (from.1 as usize).min(data.len())
+            } else {
+                0
+            };
+            jdata.push((path, data, start));
+        }
+        let mut entries: Vec<(&Path, u64, journal::WriteEntry<'_>)> = Vec::new();
+        'read: for (path, data, start) in &jdata {
+            let mut r = RecordReader::new(&data[*start..], path);
+            loop {
+                let next = r.next_record().map_err(|e| match e {
+                    Error::Corruption {
+                        file,
+                        offset,
+                        reason,
+                    } => Error::Corruption {
+                        file,
+                        offset: offset + *start as u64,
+                        reason,
+                    },
+                    e => e,
+                })?;
+                let Some((off, rec)) = next else { break };
+                let off = off + *start as u64;
+                match journal::decode(rec) {
+                    Some(Entry::Write(w)) => entries.push((path, off, w)),
+                    _ => {
+                        return Err(Error::corruption(
+                            path,
+                            off,
+                            "malformed write-journal entry",
+                        ))
+                    }
+                }
+            }
+            if matches!(r.end(), Some(crate::format::record::LogEnd::Torn(_))) {
+                break 'read;
+            }
+        }
+        // Segments appended to groups, then GC output behind the old
+        // segments it copied (`old ++ new ++ later`), then the records.
+        for (_, _, w) in &entries {
+            for a in &w.allocs {
+                table.attach(a, snapshot_next);
+            }
+        }
+        for intents in begun.values() {
+            adopt(&mut table, intents);
+        }
+        for (path, off, w) in &entries {
+            replay_records(&mut table, &files, path, *off, w)?;
+        }
+        drop(entries);
+        drop(jdata);
+
+        // Reconcile segment files with the table.
+        for gi in 0..table.geo.groups {
+            let segs = table.groups[gi as usize].segs.clone();
+            for (i, &id) in segs.iter().enumerate() {
+                let last = i + 1 == segs.len();
+                let len = table.segs[&id].len;
+                let fl = files.file_len(id)?;
+                if fl == len {
+                    continue;
+                }
+                let new_len = if fl > len {
+                    let keep = if last && !opts.journal {
+                        // Records appended after the last checkpoint.
+                        let mut buf = vec![0u8; (fl - len) as usize];
+                        files.read_exact(id, len, &mut buf, IoCategory::ValueStore)?;
+                        len + intact_prefix(&buf) as u64
+                    } else {
+                        len
+                    };
+                    if keep < fl {
+                        files.truncate(id, keep)?;
+                    }
+                    keep
+                } else {
+                    // The file lost its tail (power loss before a sync):
+                    // keep its intact records.
+                    let mut buf = vec![0u8; fl as usize];
+                    if fl > 0 {
+                        files.read_exact(id, 0, &mut buf, IoCategory::ValueStore)?;
+                    }
+                    let e = intact_prefix(&buf) as u64;
+                    if e < fl {
+                        files.truncate(id, e)?;
+                    }
+                    e
+                };
+                let s = table.segs.get_mut(&id).expect("listed segment");
+                if new_len > s.len {
+                    table.groups[gi as usize].write_volume += new_len - s.len;
+                }
+                s.len = new_len;
+            }
+        }
+
+        // Remove what no table lists: GC output that never committed,
+        // segments GC retired, interrupted rewrites.
+        let listed = table.listed();
+        let mut removed = false;
+        for name in fs.list(dir).ctx(dir)? {
+            let stale = match parse_seg_name(&name) {
+                Some(id) => !listed.contains(&id),
+                None => name.ends_with(".hseg.new") || name == TABLE_TMP,
+            };
+            if stale {
+                let p = dir.join(&name);
+                match fs.remove(&p) {
+                    Ok(()) => removed = true,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(Error::io(&p, e)),
+                }
+            }
+        }
+        if removed {
+            fs.sync_dir(dir).ctx(dir)?;
+        }
+        // Everything a pointer may reach is below `next_seg`.
+        if let Some(&m) = listed.iter().max() {
+            table.next_seg = table.next_seg.max(m + 1);
+        }
+
+        let cold = ColdLog::open(
+            dir,
+            fs.clone(),
+            stats.clone(),
+            opts.cold_file_size,
+            opts.cold_gc_chunk_size,
+            table.cold_state.as_deref(),
+        )?;
+
+        // Checkpoint: the replayed records are synced, the table names a
+        // fresh journal, and the old journals go.
+        files.sync_dirty()?;
+        let new_num = jnums.last().copied().unwrap_or(0).max(table.journal_pos.0) + 1;
+        table.journal_pos = (new_num, 0);
+        table.epoch += 1;
+        write_table_file(fs.as_ref(), dir, &stats, &table.encode())?;
+        for &n in &jnums {
+            let p = journal_path(dir, n);
+            match fs.remove(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(&p, e)),
+            }
+        }
+        let journal = if opts.journal {
+            let p = journal_path(dir, new_num);
+            let f = fs.create(&p).ctx(&p)?;
+            Some(RecordWriter::new(
+                f,
+                p,
+                stats.clone(),
+                IoCategory::ValueStore,
+            ))
+        } else {
+            None
+        };
+        let gc_writer = if opts.journal {
+            let mut f = fs.create(&gc_path).ctx(&gc_path)?;
+            f.sync().ctx(&gc_path)?;
+            Some(RecordWriter::new(f, gc_path, stats.clone(), IoCategory::Gc))
+        } else {
+            if fs.exists(&gc_path) {
+                fs.remove(&gc_path).ctx(&gc_path)?;
+            }
+            None
+        };
+        fs.sync_dir(dir).ctx(dir)?;
+
+        Ok(HashKvStore {
+            files,
+            state: Mutex::new(State {
+                table,
+                cache: WriteCache::new(opts.write_cache_size),
+                journal,
+                journal_num: new_num,
+                dead: HashSet::new(),
+                pending: Vec::new(),
+                poisoned: None,
+            }),
+            gc_lock: Mutex::new(GcJournal {
+                writer: gc_writer,
+                next_id: next_gc_id,
+            }),
+            cold,
+            counters: Counters::default(),
+            opts,
+        })
+    }
+}
+
+/// Adopts the output of an uncommitted GC into its groups: after the old
+/// segments when they are still listed, so the group reads `old ++ new ++
+/// later`. Already-adopted or committed GCs are left alone.
+fn adopt(table: &mut Table, intents: &[GroupIntent]) {
+    for gi in intents {
+        if gi.group >= table.geo.groups
+            || gi.old.is_empty()
+            || gi.new.iter().any(|(id, _)| table.segs.contains_key(id))
+        {
+            continue;
+        }
+        let list = &table.groups[gi.group as usize].segs;
+        if list.len() < gi.old.len() || list[..gi.old.len()] != gi.old[..] {
+            continue;
+        }
+        let at = gi.old.len();
+        let ids: Vec<u64> = gi.new.iter().map(|(id, _)| *id).collect();
+        table.groups[gi.group as usize]
+            .segs
+            .splice(at..at, ids.iter().copied());
+        for (id, s) in &gi.new {
+            table.used_units += s.units as u64;
+            table.segs.insert(*id, s.clone());
+            table.next_seg = table.next_seg.max(id + 1);
+        }
+    }
+}
+
+/// Applies the records of one write-journal entry: puts each record in
+/// its segment file unless it is already there.
+fn replay_records(
+    table: &mut Table,
+    files: &SegFiles,
+    jpath: &Path,
+    joff: u64,
+    w: &journal::WriteEntry<'_>,
+) -> Result<()> {
+    for (p, bytes) in &w.records {
+        let Some(seg) = table.segs.get(&p.seg) else {
+            // Collected by GC since.
+            continue;
+        };
+        let group = seg.group;
+        let end = p.off + p.len as u64;
+        let fl = files.file_len(p.seg)?;
+        if fl < p.off {
+            return Err(Error::corruption(
+                jpath,
+                joff,
+                format!(
+                    "write journal places a record at offset {} of segment {} but the segment ends at {fl}",
+                    p.off, p.seg
+                ),
+            ));
+        }
+        if fl < end {
+            if fl > p.off {
+                files.truncate(p.seg, p.off)?;
+            }
+            files.append(p.seg, p.off, bytes, IoCategory::ValueStore)?;
+        } else {
+            // Present, but maybe only in the OS (a process crash): the
+            // checkpoint that retires this journal syncs it.
+            files.mark_dirty(p.seg);
+        }
+        let s = table.segs.get_mut(&p.seg).expect("checked above");
+        if end > s.len {
+            s.len = end;
+            table.groups[group as usize].write_volume += p.len as u64;
+        }
+    }
+    Ok(())
+}
+
+impl HashKvStore {
+    fn path(&self, id: u64) -> PathBuf {
+        self.files.path(id)
+    }
+
+    fn check_poisoned(st: &State) -> Result<()> {
+        match &st.poisoned {
+            Some(p) => Err(Error::Poisoned(p.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes every cached batch to its segment: one sequential write per
+    /// segment (§3.8 batch writes). Called with the state locked.
+    fn flush_cache(&self, st: &mut State) -> Result<()> {
+        if st.cache.is_empty() {
+            return Ok(());
+        }
+        for (seg, p) in st.cache.take_all() {
+            if let Err(e) = self
+                .files
+                .append(seg, p.start, &p.buf, IoCategory::ValueStore)
+            {
+                st.poisoned = Some(e.to_string());
+                return Err(e);
+            }
+        }
+        self.counters.cache_flushes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Checkpoint that lets the write journal be recycled: flush the cache,
+    /// sync the written segments, start a new journal, persist the table
+    /// naming it, delete the old journal. Called with the state locked.
+    fn recycle(&self, st: &mut State) -> Result<()> {
+        self.flush_cache(st)?;
+        self.files.sync_dirty()?;
+        let fs = self.files.fs.as_ref();
+        let dir = &self.files.dir;
+        let num = st.journal_num + 1;
+        let p = journal_path(dir, num);
+        let f = fs.create(&p).ctx(&p)?;
+        fs.sync_dir(dir).ctx(dir)?;
+        st.table.journal_pos = (num, 0);
+        st.table.epoch += 1;
+        write_table_file(fs, dir, &self.files.stats, &st.table.encode())?;
+        let old = journal_path(dir, st.journal_num);
+        st.journal = Some(RecordWriter::new(
+            f,
+            p,
+            self.files.stats.clone(),
+            IoCategory::ValueStore,
+        ));
+        st.journal_num = num;
+        match fs.remove(&old) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(&old, e)),
+        }
+        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Makes placed records survive a process crash. Called with the state
+    /// locked.
+    fn write_placed(
+        &self,
+        st: &mut State,
+        allocs: &[Alloc],
+        places: &[Place],
+        data: &[u8],
+    ) -> Result<()> {
+        if let Some(j) = st.journal.as_mut() {
+            j.add_record(&journal::encode_write(allocs, places, data))?;
+            j.flush()?;
+            let mut at = 0usize;
+            for p in places {
+                let n = p.len as usize;
+                st.cache.add(p.seg, p.off, &data[at..at + n]);
+                at += n;
+            }
+            if st.cache.is_full() {
+                self.flush_cache(st)?;
+            }
+            if st
+                .journal
+                .as_ref()
+                .is_some_and(|j| j.len() >= self.opts.journal_size)
+            {
+                self.recycle(st)?;
+            }
+        } else {
+            if !allocs.is_empty() {
+                // Without a journal the table must know a segment before a
+                // pointer into it is acknowledged.
+                st.table.epoch += 1;
+                write_table_file(
+                    self.files.fs.as_ref(),
+                    &self.files.dir,
+                    &self.files.stats,
+                    &st.table.encode(),
+                )?;
+                self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+            }
+            let mut per_seg: BTreeMap<u64, (u64, Vec<u8>)> = BTreeMap::new();
+            let mut at = 0usize;
+            for p in places {
+                let n = p.len as usize;
+                per_seg
+                    .entry(p.seg)
+                    .or_insert_with(|| (p.off, Vec::new()))
+                    .1
+                    .extend_from_slice(&data[at..at + n]);
+                at += n;
+            }
+            for (seg, (off, bytes)) in per_seg {
+                self.files
+                    .append(seg, off, &bytes, IoCategory::ValueStore)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Persists the table in the manifest (and records the cold log's
+    /// state first when given).
+    fn persist_table(&self, relocator: &dyn IndexRelocator, cold: Option<&[u8]>) -> Result<()> {
+        let bytes = {
+            let mut st = self.state.lock();
+            if let Some(c) = cold {
+                st.table.cold_state = Some(c.to_vec());
+            }
+            st.table.epoch += 1;
+            st.table.encode()
+        };
+        relocator.persist_state(&bytes)
+    }
+
+    /// Frees retired segments no live reader can reach; returns bytes freed.
+    fn free_pending(&self, oldest: u64) -> Result<u64> {
+        let ready: Vec<PendingFree> = {
+            let mut st = self.state.lock();
+            let (ready, keep): (Vec<_>, Vec<_>) =
+                st.pending.drain(..).partition(|p| p.seq <= oldest);
+            st.pending = keep;
+            ready
+        };
+        if ready.is_empty() {
+            return Ok(0);
+        }
+        let mut freed = 0;
+        for p in ready {
+            for id in p.segs {
+                self.files.remove(id)?;
+                let mut st = self.state.lock();
+                if let Some(s) = st.table.segs.remove(&id) {
+                    st.table.used_units -= s.units as u64;
+                    freed += s.len;
+                }
+                st.dead.retain(|&(seg, _)| seg != id);
+            }
+        }
+        self.files
+            .fs
+            .sync_dir(&self.files.dir)
+            .ctx(&self.files.dir)?;
+        self.counters
+            .gc_bytes_freed
+            .fetch_add(freed, Ordering::Relaxed);
+        Ok(freed)
+    }
+
+    /// Free log segments below which GC is pressing (§3.3 trigger).
+    fn low_watermark(t: &Table) -> u64 {
+        (t.geo.reserved_units / 20).max(2).min(t.geo.reserved_units)
+    }
+
+    /// The segment table's geometry.
+    pub fn geometry(&self) -> Geometry {
+        self.state.lock().table.geo
+    }
+
+    /// Free log segments in the reserved space.
+    pub fn free_log_segments(&self) -> u64 {
+        self.state.lock().table.free_units()
+    }
+
+    /// The group `key` hashes to.
+    pub fn group_of(&self, key: &[u8]) -> u32 {
+        self.state.lock().table.geo.group_of(key)
+    }
+
+    /// Flushes the write cache to the segment files.
+    ///
+    /// # Errors
+    /// `Io`; `Poisoned` after an earlier write failure.
+    pub fn flush(&self) -> Result<()> {
+        let mut st = self.state.lock();
+        Self::check_poisoned(&st)?;
+        self.flush_cache(&mut st)
+    }
+
+    fn read_segment(&self, key: &[u8], ptr: &ValuePointer) -> Result<Option<Vec<u8>>> {
+        {
+            let st = self.state.lock();
+            match st.table.segs.get(&ptr.file_id) {
+                Some(s) if ptr.offset + ptr.length as u64 <= s.len => {}
+                _ => return Ok(None),
+            }
+            if let Some(b) = st.cache.get(ptr.file_id, ptr.offset, ptr.length as usize) {
+                return check_record(&self.path(ptr.file_id), ptr, key, b).map(Some);
+            }
+        }
+        let mut buf = vec![0u8; ptr.length as usize];
+        match self
+            .files
+            .read_exact(ptr.file_id, ptr.offset, &mut buf, IoCategory::ValueStore)
+        {
+            Ok(()) => {}
+            // Freed by GC between the check and the read.
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        }
+        check_record(&self.path(ptr.file_id), ptr, key, &buf).map(Some)
+    }
+}
+
+impl ValueStore for HashKvStore {
+    fn name(&self) -> &'static str {
+        "hashkv"
+    }
+
+    fn separates(&self, len: usize) -> bool {
+        len >= self.opts.value_threshold
+    }
+
+    fn append(&self, records: &[ValueRecord<'_>]) -> Result<Vec<ValuePointer>> {
+        if records.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut st = self.state.lock();
+        Self::check_poisoned(&st)?;
+        let mut allocs = Vec::new();
+        let mut undo = Vec::new();
+        let mut places = Vec::with_capacity(records.len());
+        let mut groups = Vec::with_capacity(records.len());
+        let mut data = Vec::new();
+        for r in records {
+            let len = record::record_len(r.key, r.value);
+            let Ok(len32) = u32::try_from(len) else {
+                st.table.rollback(undo);
+                return Err(Error::InvalidArgument(format!(
+                    "value of {} bytes is too large for the hashkv layout",
+                    r.value.len()
+                )));
+            };
+            let g = st.table.geo.group_of(r.key);
+            match st.table.place(g, len as u64, &mut allocs, &mut undo) {
+                Ok((seg, off)) => {
+                    places.push(Place {
+                        seg,
+                        off,
+                        len: len32,
+                    });
+                    groups.push(g);
+                    record::encode(&mut data, Kind::Value, r.key, r.seq, r.value);
+                }
+                Err(msg) => {
+                    st.table.rollback(undo);
+                    self.counters.full_errors.fetch_add(1, Ordering::Relaxed);
+                    return Err(Error::InvalidArgument(msg));
+                }
+            }
+        }
+        if let Err(e) = self.write_placed(&mut st, &allocs, &places, &data) {
+            st.poisoned = Some(e.to_string());
+            return Err(e);
+        }
+        for (p, g) in places.iter().zip(groups) {
+            st.table.groups[g as usize].write_volume += p.len as u64;
+        }
+        Ok(places
+            .iter()
+            .map(|p| ValuePointer {
+                file_id: p.seg,
+                offset: p.off,
+                length: p.len,
+                aux: 0,
+            })
+            .collect())
+    }
+
+    fn sync(&self) -> Result<()> {
+        let mut st = self.state.lock();
+        Self::check_poisoned(&st)?;
+        let r = match st.journal.as_mut() {
+            Some(j) => j.sync(),
+            None => self.files.sync_dirty(),
+        };
+        if let Err(e) = &r {
+            st.poisoned = Some(e.to_string());
+        }
+        r
+    }
+
+    fn read(&self, key: &[u8], ptr: &ValuePointer) -> Result<Option<Vec<u8>>> {
+        if is_cold(ptr) {
+            return self.cold.read(key, ptr);
+        }
+        self.read_segment(key, ptr)
+    }
+
+    fn read_many(&self, reqs: &[(Vec<u8>, ValuePointer)]) -> Result<Vec<Option<Vec<u8>>>> {
+        let mut out: Vec<Option<Vec<u8>>> = vec![None; reqs.len()];
+        let mut from_files = Vec::new();
+        {
+            let st = self.state.lock();
+            for (i, (k, p)) in reqs.iter().enumerate() {
+                if is_cold(p) {
+                    continue;
+                }
+                match st.table.segs.get(&p.file_id) {
+                    Some(s) if p.offset + p.length as u64 <= s.len => {}
+                    _ => continue,
+                }
+                match st.cache.get(p.file_id, p.offset, p.length as usize) {
+                    Some(b) => out[i] = Some(check_record(&self.path(p.file_id), p, k, b)?),
+                    None => from_files.push(i),
+                }
+            }
+        }
+        // §3.6: read-ahead for every value of the scan, then the reads.
+        for &i in &from_files {
+            let p = &reqs[i].1;
+            self.files.fs.advise(
+                &self.path(p.file_id),
+                p.offset,
+                p.length as u64,
+                Advice::WillNeed,
+            );
+        }
+        for &i in &from_files {
+            let (k, p) = &reqs[i];
+            out[i] = self.read_segment(k, p)?;
+        }
+        for (i, (k, p)) in reqs.iter().enumerate() {
+            if is_cold(p) {
+                out[i] = self.cold.read(k, p)?;
+            }
+        }
+        Ok(out)
+    }
+
+    fn contains(&self, ptr: &ValuePointer) -> bool {
+        if is_cold(ptr) {
+            return self.cold.contains(ptr);
+        }
+        let st = self.state.lock();
+        match st.table.segs.get(&ptr.file_id) {
+            Some(s) => ptr.offset + ptr.length as u64 <= s.len,
+            // Collected by GC: a later, durable relocation supersedes it.
+            None => ptr.file_id < st.table.next_seg,
+        }
+    }
+
+    fn note_garbage(&self, ptr: &ValuePointer) {
+        if is_cold(ptr) {
+            self.cold.note_garbage(ptr);
+            return;
+        }
+        let mut st = self.state.lock();
+        if let Some(s) = st.table.segs.get(&ptr.file_id) {
+            let g = s.group as usize;
+            let grp = &mut st.table.groups[g];
+            if grp.segs.contains(&ptr.file_id) {
+                grp.noted_garbage += ptr.length as u64;
+            }
+        }
+    }
+
+    fn verify(&self) -> (u64, Vec<Error>) {
+        let segs: Vec<(u64, u64)> = {
+            let mut st = self.state.lock();
+            if let Err(e) = self.flush_cache(&mut st) {
+                return (0, vec![e]);
+            }
+            let mut v: Vec<(u64, u64)> = st
+                .table
+                .groups
+                .iter()
+                .flat_map(|g| g.segs.iter().map(|id| (*id, st.table.segs[id].len)))
+                .collect();
+            v.sort_unstable();
+            v
+        };
+        let mut records = 0u64;
+        let mut faults = Vec::new();
+        for (id, len) in segs {
+            let path = self.path(id);
+            let mut buf = vec![0u8; len as usize];
+            if let Err(e) = self
+                .files
+                .read_exact(id, 0, &mut buf, IoCategory::ValueStore)
+            {
+                // A GC running meanwhile may have collected the segment.
+                if self.state.lock().table.segs.contains_key(&id) {
+                    faults.push(e);
+                }
+                continue;
+            }
+            let mut pos = 0usize;
+            while pos < buf.len() {
+                match record::decode(&buf[pos..]) {
+                    Ok(r) => {
+                        pos += r.len;
+                        records += 1;
+                    }
+                    Err(e) => {
+                        faults.push(Error::corruption(
+                            &path,
+                            pos as u64,
+                            format!("hashkv record damaged ({e:?})"),
+                        ));
+                        break;
+                    }
+                }
+            }
+        }
+        let (n, f) = self.cold.verify();
+        records += n;
+        faults.extend(f);
+        (records, faults)
+    }
+
+    fn figures(&self) -> Vec<(&'static str, u64)> {
+        let (groups, max_wv, sum_wv, free, reserved, used_groups, cache, jlen, pressure) = {
+            let st = self.state.lock();
+            let t = &st.table;
+            let max_wv = t.groups.iter().map(|g| g.write_volume).max().unwrap_or(0);
+            let sum_wv: u64 = t.groups.iter().map(|g| g.write_volume).sum();
+            let used = t.groups.iter().filter(|g| !g.segs.is_empty()).count() as u64;
+            (
+                t.geo.groups as u64,
+                max_wv,
+                sum_wv,
+                t.free_units(),
+                t.geo.reserved_units,
+                used,
+                st.cache.bytes() as u64,
+                st.journal.as_ref().map_or(0, |j| j.len()),
+                (t.free_units() < Self::low_watermark(t)) as u64,
+            )
+        };
+        let gcj = self
+            .gc_lock
+            .try_lock()
+            .and_then(|g| g.writer.as_ref().map(|w| w.len()))
+            .unwrap_or(0);
+        let cold = self.cold.space();
+        let c = &self.counters;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        vec![
+            ("groups", groups),
+            ("groups_in_use", used_groups),
+            ("group_write_volume_max", max_wv),
+            ("group_write_volume_avg", sum_wv / groups.max(1)),
+            ("log_segments_reserved", reserved),
+            ("log_segments_free", free),
+            ("gc_pressure", pressure),
+            ("gc_runs", l(&c.gc_runs)),
+            ("gc_groups_collected", l(&c.gc_groups)),
+            ("gc_bytes_read", l(&c.gc_bytes_read)),
+            ("gc_bytes_rewritten", l(&c.gc_bytes_rewritten)),
+            ("gc_bytes_freed", l(&c.gc_bytes_freed)),
+            ("gc_cold_bytes_moved", l(&c.gc_cold_bytes)),
+            ("gc_tags_written", l(&c.gc_tags)),
+            ("gc_index_lookups", l(&c.gc_lookups)),
+            ("gc_stalled_full", l(&c.gc_stalls)),
+            ("cold_log_bytes", cold.live_bytes + cold.garbage_bytes),
+            ("cold_log_garbage_bytes", cold.garbage_bytes),
+            ("write_cache_bytes", cache),
+            ("write_cache_flushes", l(&c.cache_flushes)),
+            ("write_journal_bytes", jlen),
+            ("gc_journal_bytes", gcj),
+            ("table_checkpoints", l(&c.checkpoints)),
+            ("store_full_errors", l(&c.full_errors)),
+        ]
+    }
+
+    fn space(&self) -> SpaceStats {
+        let (total, noted, pressure, ids, jlen) = {
+            let st = self.state.lock();
+            let t = &st.table;
+            let mut total = 0u64;
+            let mut noted = 0u64;
+            for g in &t.groups {
+                noted += g.noted_garbage;
+                for id in &g.segs {
+                    total += t.segs[id].len;
+                }
+            }
+            let ids: Vec<u64> = t.segs.keys().copied().collect();
+            (
+                total,
+                noted.min(total),
+                t.free_units() < Self::low_watermark(t),
+                ids,
+                st.journal.as_ref().map_or(0, |j| j.len()),
+            )
+        };
+        let cold = self.cold.space();
+        let file_bytes =
+            ids.iter().map(|&id| self.files.allocated(id)).sum::<u64>() + cold.file_bytes + jlen;
+        let mut live = total - noted + cold.live_bytes;
+        let mut garbage = noted + cold.garbage_bytes;
+        if pressure {
+            // Start the engine's ratio-driven GC thread (see module docs).
+            let all = live + garbage;
+            garbage = all - (all / 1024).min(live);
+            live = all - garbage;
+        }
+        SpaceStats {
+            live_bytes: live,
+            garbage_bytes: garbage,
+            file_bytes,
+        }
+    }
+
+    fn gc_step(
+        &self,
+        index: &dyn IndexReader,
+        relocator: &dyn IndexRelocator,
+    ) -> Result<GcOutcome> {
+        gc::step(self, index, relocator)
+    }
+}
+
+impl Drop for HashKvStore {
+    fn drop(&mut self) {
+        let mut st = self.state.lock();
+        if st.poisoned.is_none() {
+            let _ = self.flush_cache(&mut st);
+            if let Some(j) = st.journal.as_mut() {
+                let _ = j.flush();
+            }
+        }
+    }
+}

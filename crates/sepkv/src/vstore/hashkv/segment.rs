@@ -1,0 +1,788 @@
+//! Storage management (HashKV §3.2, §3.8): segments, segment groups, the
+//! in-memory segment table, its persisted encoding, and the segment files.
+//!
+//! # Geometry
+//! `value_capacity` bytes are split into a main part, `(1 - reserved_ratio)`
+//! of it, cut into `groups = main part / main_segment_size` (at least 1)
+//! **main segments**, and a **reserved space** of `reserved_ratio` of it cut
+//! into **log segments** of `log_segment_size` bytes ("units"). `hash(key)`
+//! (xxh3) modulo `groups` picks the key's **segment group**: its main segment
+//! plus the log segments it has been given. The geometry is fixed when the
+//! store is created; later options do not change it.
+//!
+//! # Physical layout
+//! Every segment is one append-only file named by a segment id that is never
+//! reused; a segment is created lazily on its first write, so an unused
+//! capacity costs nothing:
+//!
+//! ```text
+//! NNNNNN.hseg   one segment (main or log), records back to back from byte 0
+//! +--------+--------+-----+--------+- - - - - - - - - - - -+
+//! | record | record | ... | record |  (room up to the cap)  |
+//! +--------+--------+-----+--------+- - - - - - - - - - - -+
+//! 0                                len                     cap
+//!   cap = main_segment_size for a main segment,
+//!         units * log_segment_size for a log segment (units > 1 only for a
+//!         record larger than one log segment)
+//!
+//! segment group g:  [main segment] -> [log segment] -> [log segment] ...
+//!                   appends go to the end of the last segment; the order of
+//!                   the list is the order of writing (newest last)
+//! ```
+//! A [`ValuePointer`](crate::vstore::ValuePointer) for a segment record is
+//! `(file_id = segment id, offset, length = record length, aux = 0)`.
+//!
+//! # The segment table
+//! [`Table`] holds, per group, its segment list, whether its last segment is
+//! sealed (GC in progress: the next append opens a fresh log segment), the
+//! bytes written to it since its last GC (the greedy GC score) and the
+//! garbage the engine reported for it. Every append finds its position here
+//! without an index lookup. The table is persisted with
+//! [`Table::encode`]:
+//!
+//! ```text
+//! table := "HKVT" version:u8=1 epoch:u64 next_seg:u64
+//!          journal_num:u64 journal_off:u64
+//!          groups:u32 main_size:u64 log_size:u64 reserved_units:u64
+//!          has_cold:u8 [cold_len:varint cold_state]
+//!          group*  crc:u32
+//! group := nsegs:varint write_volume:varint seg*
+//! seg   := id:varint kind:u8 (0 main, 1 log) units:varint cap:varint len:varint
+//! crc   := masked CRC-32C of every byte before it (all fixed-width ints LE)
+//! ```
+//! `journal_num/journal_off` is where write-journal replay starts; the
+//! `epoch` orders the copies kept in the manifest and in the store's own
+//! checkpoint file (the newer wins on open).
+
+use crate::error::{Error, IoContext, Result};
+use crate::format::checksum::{crc, mask, unmask};
+use crate::format::coding::{get_varint32, get_varint64, put_varint32, put_varint64};
+use crate::fs::{Advice, FileSystem, IoCategory, IoStats, RandomAccessFile, WritableFile};
+use parking_lot::{Mutex, RwLock};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Path of segment `id`.
+pub fn seg_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{id:06}.hseg"))
+}
+
+/// Parses a segment file name.
+pub fn parse_seg_name(name: &str) -> Option<u64> {
+    name.strip_suffix(".hseg")?.parse().ok()
+}
+
+/// Main or log segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegKind {
+    /// The fixed-size segment a group starts with.
+    Main,
+    /// A segment of the reserved space.
+    Log,
+}
+
+impl SegKind {
+    /// Encoding byte.
+    pub fn byte(self) -> u8 {
+        match self {
+            SegKind::Main => 0,
+            SegKind::Log => 1,
+        }
+    }
+
+    /// Decodes the encoding byte.
+    pub fn from_byte(b: u8) -> Option<SegKind> {
+        match b {
+            0 => Some(SegKind::Main),
+            1 => Some(SegKind::Log),
+            _ => None,
+        }
+    }
+}
+
+/// One segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seg {
+    /// Owning group.
+    pub group: u32,
+    /// Main or log.
+    pub kind: SegKind,
+    /// Log-segment units of the reserved space it occupies (0 for main).
+    pub units: u32,
+    /// Capacity in bytes.
+    pub cap: u64,
+    /// Bytes of records placed in it (including those still in the write
+    /// cache).
+    pub len: u64,
+}
+
+/// One segment group.
+#[derive(Debug, Clone, Default)]
+pub struct Group {
+    /// Segment ids, oldest first; appends go to the last one.
+    pub segs: Vec<u64>,
+    /// The last segment takes no more appends (a GC is collecting it).
+    pub sealed: bool,
+    /// Bytes appended since the group's last GC.
+    pub write_volume: u64,
+    /// Bytes the engine reported as garbage in the group since its last GC.
+    pub noted_garbage: u64,
+}
+
+/// The fixed geometry of a store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    /// Number of segment groups (= main segments).
+    pub groups: u32,
+    /// Main segment size (bytes).
+    pub main_size: u64,
+    /// Log segment size (bytes).
+    pub log_size: u64,
+    /// Log segments in the reserved space.
+    pub reserved_units: u64,
+}
+
+impl Geometry {
+    /// The geometry for a capacity (bytes) and reserved ratio.
+    pub fn new(capacity: u64, main_size: u64, log_size: u64, reserved_ratio: f64) -> Geometry {
+        let main_part = (capacity as f64 * (1.0 - reserved_ratio)) as u64;
+        let groups = (main_part / main_size.max(1)).clamp(1, u32::MAX as u64) as u32;
+        let reserved_units = (capacity as f64 * reserved_ratio) as u64 / log_size.max(1);
+        Geometry {
+            groups,
+            main_size,
+            log_size,
+            reserved_units,
+        }
+    }
+
+    /// The group `key` hashes to.
+    pub fn group_of(&self, key: &[u8]) -> u32 {
+        (xxhash_rust::xxh3::xxh3_64(key) % self.groups as u64) as u32
+    }
+}
+
+/// A segment allocated by a placement (recorded in the write journal).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Alloc {
+    /// Segment id.
+    pub id: u64,
+    /// The segment.
+    pub seg: Seg,
+}
+
+/// How to undo one step of a placement.
+#[derive(Debug)]
+pub enum Undo {
+    /// Restore a segment's length.
+    Len(u64, u64),
+    /// Remove a newly allocated segment; restore the group's seal flag.
+    NewSeg(u64, bool),
+}
+
+/// A GC whose relocations may already be installed: until it commits, the
+/// persisted view of its group is `old ++ new ++ (segments appended after
+/// the seal)`, so no pointer into `new` is ever unknown after a crash.
+#[derive(Debug, Clone)]
+pub struct InFlight {
+    /// The group.
+    pub group: u32,
+    /// Length of the group's segment list when it was sealed.
+    pub old_len: usize,
+    /// Segments GC wrote for the group (ids, in order).
+    pub new: Vec<u64>,
+}
+
+/// The segment table. See the module docs.
+#[derive(Debug, Clone)]
+pub struct Table {
+    /// Geometry.
+    pub geo: Geometry,
+    /// One entry per group.
+    pub groups: Vec<Group>,
+    /// Every segment whose file may be read: those in group lists, those GC
+    /// is writing, and those retired by GC but not yet freed.
+    pub segs: HashMap<u64, Seg>,
+    /// Next segment id (ids are never reused).
+    pub next_seg: u64,
+    /// Reserved-space units in use (including retired, not yet freed ones).
+    pub used_units: u64,
+    /// Persisted-copy counter.
+    pub epoch: u64,
+    /// Write-journal position replay starts at: `(file number, offset)`.
+    pub journal_pos: (u64, u64),
+    /// The cold data log's persisted state.
+    pub cold_state: Option<Vec<u8>>,
+    /// GCs whose relocations may be installed but that have not committed.
+    pub inflight: Vec<InFlight>,
+}
+
+/// Message of the store-full error.
+pub fn full_message(geo: &Geometry, used: u64, need: u64) -> String {
+    format!(
+        "hashkv value store is full: {need} more log segment(s) of {} bytes needed, {} of {} reserved in use; \
+         run GC (Db::gc) or open with a larger value_capacity",
+        geo.log_size, used, geo.reserved_units
+    )
+}
+
+impl Table {
+    /// An empty table.
+    pub fn new(geo: Geometry) -> Table {
+        Table {
+            geo,
+            groups: vec![Group::default(); geo.groups as usize],
+            segs: HashMap::new(),
+            next_seg: 1,
+            used_units: 0,
+            epoch: 0,
+            journal_pos: (1, 0),
+            cold_state: None,
+            inflight: Vec::new(),
+        }
+    }
+
+    /// Free log segments of the reserved space.
+    pub fn free_units(&self) -> u64 {
+        self.geo.reserved_units.saturating_sub(self.used_units)
+    }
+
+    /// Log-segment units a record of `len` bytes needs.
+    pub fn units_for(&self, len: u64) -> u32 {
+        len.div_ceil(self.geo.log_size).max(1) as u32
+    }
+
+    /// Allocates a segment for `group` able to hold `len` bytes: a main
+    /// segment when the group has none yet (`first`) and it fits, else a log
+    /// segment from the reserved space. `None` when the reserved space is
+    /// exhausted.
+    pub fn alloc(&mut self, group: u32, len: u64, first: bool) -> Option<Alloc> {
+        let (kind, units, cap) = if first && len <= self.geo.main_size {
+            (SegKind::Main, 0, self.geo.main_size)
+        } else {
+            let u = self.units_for(len);
+            (SegKind::Log, u, u as u64 * self.geo.log_size)
+        };
+        if units as u64 > self.free_units() {
+            return None;
+        }
+        let id = self.next_seg;
+        self.next_seg += 1;
+        self.used_units += units as u64;
+        let seg = Seg {
+            group,
+            kind,
+            units,
+            cap,
+            len: 0,
+        };
+        self.segs.insert(id, seg.clone());
+        Some(Alloc { id, seg })
+    }
+
+    /// Places a record of `len` bytes at the end of `group`, allocating a
+    /// segment when the last one is full or sealed. Returns `(segment,
+    /// offset)`; new segments are pushed to `allocs`, undo steps to `undo`.
+    ///
+    /// # Errors
+    /// The store-full message when the reserved space is exhausted.
+    pub fn place(
+        &mut self,
+        group: u32,
+        len: u64,
+        allocs: &mut Vec<Alloc>,
+        undo: &mut Vec<Undo>,
+    ) -> std::result::Result<(u64, u64), String> {
+        let g = &self.groups[group as usize];
+        if !g.sealed {
+            if let Some(&last) = g.segs.last() {
+                let s = self.segs.get_mut(&last).expect("group segment in table");
+                if s.len + len <= s.cap {
+                    undo.push(Undo::Len(last, s.len));
+                    let off = s.len;
+                    s.len += len;
+                    return Ok((last, off));
+                }
+            }
+        }
+        let first = g.segs.is_empty();
+        let was_sealed = g.sealed;
+        let Some(mut a) = self.alloc(group, len, first) else {
+            let need = self.units_for(len) as u64;
+            return Err(full_message(&self.geo, self.used_units, need));
+        };
+        self.segs.get_mut(&a.id).expect("just allocated").len = len;
+        a.seg.len = 0;
+        let g = &mut self.groups[group as usize];
+        g.segs.push(a.id);
+        g.sealed = false;
+        undo.push(Undo::NewSeg(a.id, was_sealed));
+        let id = a.id;
+        allocs.push(a);
+        Ok((id, 0))
+    }
+
+    /// Undoes placements (in reverse order).
+    pub fn rollback(&mut self, undo: Vec<Undo>) {
+        for u in undo.into_iter().rev() {
+            match u {
+                Undo::Len(id, len) => {
+                    if let Some(s) = self.segs.get_mut(&id) {
+                        s.len = len;
+                    }
+                }
+                Undo::NewSeg(id, sealed) => {
+                    if let Some(s) = self.segs.remove(&id) {
+                        self.used_units -= s.units as u64;
+                        let g = &mut self.groups[s.group as usize];
+                        g.segs.pop();
+                        g.sealed = sealed;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Attaches a segment allocated elsewhere (journal replay) to the end of
+    /// its group. Ignored when the id is known, or below `snapshot_next`
+    /// (the table's `next_seg` when it was persisted: such a segment was
+    /// allocated before and is listed, or was freed since).
+    pub fn attach(&mut self, a: &Alloc, snapshot_next: u64) -> bool {
+        if self.segs.contains_key(&a.id) || a.id < snapshot_next || a.seg.group >= self.geo.groups {
+            return false;
+        }
+        self.next_seg = self.next_seg.max(a.id + 1);
+        self.used_units += a.seg.units as u64;
+        self.segs.insert(a.id, a.seg.clone());
+        self.groups[a.seg.group as usize].segs.push(a.id);
+        true
+    }
+
+    /// Ids of every segment in a group list or in flight.
+    pub fn listed(&self) -> HashSet<u64> {
+        let mut s: HashSet<u64> = self
+            .groups
+            .iter()
+            .flat_map(|g| g.segs.iter().copied())
+            .collect();
+        for f in &self.inflight {
+            s.extend(f.new.iter().copied());
+        }
+        s
+    }
+
+    /// The persisted view of group `g`'s segment list (with in-flight GC
+    /// output adopted).
+    pub fn view(&self, g: u32) -> Vec<u64> {
+        let mut v = self.groups[g as usize].segs.clone();
+        for f in self.inflight.iter().filter(|f| f.group == g) {
+            let at = f.old_len.min(v.len());
+            v.splice(at..at, f.new.iter().copied());
+        }
+        v
+    }
+
+    /// Encodes the table (see the module docs).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(64 + self.groups.len() * 16);
+        v.extend_from_slice(b"HKVT");
+        v.push(1);
+        for x in [
+            self.epoch,
+            self.next_seg,
+            self.journal_pos.0,
+            self.journal_pos.1,
+        ] {
+            v.extend_from_slice(&x.to_le_bytes());
+        }
+        v.extend_from_slice(&self.geo.groups.to_le_bytes());
+        for x in [
+            self.geo.main_size,
+            self.geo.log_size,
+            self.geo.reserved_units,
+        ] {
+            v.extend_from_slice(&x.to_le_bytes());
+        }
+        match &self.cold_state {
+            Some(c) => {
+                v.push(1);
+                put_varint64(&mut v, c.len() as u64);
+                v.extend_from_slice(c);
+            }
+            None => v.push(0),
+        }
+        for gi in 0..self.groups.len() {
+            let segs = self.view(gi as u32);
+            put_varint64(&mut v, segs.len() as u64);
+            put_varint64(&mut v, self.groups[gi].write_volume);
+            for id in segs {
+                let s = &self.segs[&id];
+                put_varint64(&mut v, id);
+                v.push(s.kind.byte());
+                put_varint32(&mut v, s.units);
+                put_varint64(&mut v, s.cap);
+                put_varint64(&mut v, s.len);
+            }
+        }
+        let c = mask(crc(&v));
+        v.extend_from_slice(&c.to_le_bytes());
+        v
+    }
+
+    /// Decodes a table; `None` when malformed.
+    pub fn decode(b: &[u8]) -> Option<Table> {
+        if b.len() < 4 + 1 + 32 + 28 + 1 + 4 || &b[..4] != b"HKVT" || b[4] != 1 {
+            return None;
+        }
+        let (body, tail) = b.split_at(b.len() - 4);
+        if unmask(u32::from_le_bytes(tail.try_into().ok()?)) != crc(body) {
+            return None;
+        }
+        let mut src = &body[5..];
+        let u64f = |s: &mut &[u8]| -> Option<u64> {
+            let (h, t) = s.split_at_checked(8)?;
+            *s = t;
+            Some(u64::from_le_bytes(h.try_into().ok()?))
+        };
+        let epoch = u64f(&mut src)?;
+        let next_seg = u64f(&mut src)?;
+        let journal_pos = (u64f(&mut src)?, u64f(&mut src)?);
+        let (h, t) = src.split_at_checked(4)?;
+        src = t;
+        let groups = u32::from_le_bytes(h.try_into().ok()?);
+        let geo = Geometry {
+            groups,
+            main_size: u64f(&mut src)?,
+            log_size: u64f(&mut src)?,
+            reserved_units: u64f(&mut src)?,
+        };
+        if groups == 0 || geo.main_size == 0 || geo.log_size == 0 {
+            return None;
+        }
+        let (&flag, t) = src.split_first()?;
+        src = t;
+        let cold_state = match flag {
+            0 => None,
+            1 => {
+                let n = get_varint64(&mut src)? as usize;
+                let (c, t) = src.split_at_checked(n)?;
+                src = t;
+                Some(c.to_vec())
+            }
+            _ => return None,
+        };
+        let mut t = Table::new(geo);
+        t.epoch = epoch;
+        t.next_seg = next_seg;
+        t.journal_pos = journal_pos;
+        t.cold_state = cold_state;
+        for gi in 0..groups {
+            let n = get_varint64(&mut src)?;
+            let wv = get_varint64(&mut src)?;
+            t.groups[gi as usize].write_volume = wv;
+            for _ in 0..n {
+                let id = get_varint64(&mut src)?;
+                let (&k, r) = src.split_first()?;
+                src = r;
+                let kind = SegKind::from_byte(k)?;
+                let units = get_varint32(&mut src)?;
+                let cap = get_varint64(&mut src)?;
+                let len = get_varint64(&mut src)?;
+                if id >= next_seg || t.segs.contains_key(&id) {
+                    return None;
+                }
+                t.used_units += units as u64;
+                t.segs.insert(
+                    id,
+                    Seg {
+                        group: gi,
+                        kind,
+                        units,
+                        cap,
+                        len,
+                    },
+                );
+                t.groups[gi as usize].segs.push(id);
+            }
+        }
+        src.is_empty().then_some(t)
+    }
+}
+
+/// Writable handles kept open at once (the rest are reopened on demand).
+const MAX_WRITERS: usize = 64;
+/// Readable handles kept open at once.
+const MAX_READERS: usize = 1024;
+
+struct Writers {
+    open: HashMap<u64, Box<dyn WritableFile>>,
+    /// Segments written since their last sync.
+    dirty: HashSet<u64>,
+    /// Segment files created since the directory's last sync.
+    dir_dirty: bool,
+}
+
+/// The segment files: cached handles, appends, syncs, reads.
+pub struct SegFiles {
+    /// Database directory.
+    pub dir: PathBuf,
+    /// File system.
+    pub fs: Arc<dyn FileSystem>,
+    /// I/O accounting.
+    pub stats: Arc<IoStats>,
+    writers: Mutex<Writers>,
+    readers: RwLock<HashMap<u64, Arc<dyn RandomAccessFile>>>,
+}
+
+impl SegFiles {
+    /// Segment files in `dir`.
+    pub fn new(dir: &Path, fs: Arc<dyn FileSystem>, stats: Arc<IoStats>) -> SegFiles {
+        SegFiles {
+            dir: dir.to_path_buf(),
+            fs,
+            stats,
+            writers: Mutex::new(Writers {
+                open: HashMap::new(),
+                dirty: HashSet::new(),
+                dir_dirty: false,
+            }),
+            readers: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// Path of segment `id`.
+    pub fn path(&self, id: u64) -> PathBuf {
+        seg_path(&self.dir, id)
+    }
+
+    fn writer<'a>(&self, w: &'a mut Writers, id: u64) -> Result<&'a mut Box<dyn WritableFile>> {
+        if !w.open.contains_key(&id) {
+            if w.open.len() >= MAX_WRITERS {
+                // Dropping a handle hands its data to the OS; a dirty
+                // segment stays in `dirty` and is synced by reopening it.
+                if let Some(&victim) = w.open.keys().find(|&&k| k != id) {
+                    w.open.remove(&victim);
+                }
+            }
+            let path = self.path(id);
+            let f = if self.fs.exists(&path) {
+                self.fs.open_append(&path).ctx(&path)?
+            } else {
+                // The directory entry is made durable by the next
+                // `sync_dirty` / `sync_dir`, before anything relies on it.
+                let f = self.fs.create(&path).ctx(&path)?;
+                w.dir_dirty = true;
+                f
+            };
+            w.open.insert(id, f);
+        }
+        Ok(w.open.get_mut(&id).expect("just opened"))
+    }
+
+    /// Appends `data` at offset `off` of segment `id` (creating it) and
+    /// hands it to the OS. The file must end exactly at `off`: anything else
+    /// means it lost data the table counts on (it is then left untouched).
+    pub fn append(&self, id: u64, off: u64, data: &[u8], cat: IoCategory) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let path = self.path(id);
+        let mut w = self.writers.lock();
+        let f = self.writer(&mut w, id)?;
+        if f.len() != off {
+            return Err(Error::io(
+                &path,
+                std::io::Error::other(format!(
+                    "segment file ends at {} where the segment table expects {off}",
+                    f.len()
+                )),
+            ));
+        }
+        f.append(data).and_then(|_| f.flush()).ctx(&path)?;
+        w.dirty.insert(id);
+        self.stats.add_written(cat, data.len() as u64);
+        Ok(())
+    }
+
+    /// Counts segment `id` as written since its last sync (its content may
+    /// be only in the OS, e.g. written before a process crash).
+    pub fn mark_dirty(&self, id: u64) {
+        self.writers.lock().dirty.insert(id);
+    }
+
+    /// Makes segment `id` durable.
+    pub fn sync(&self, id: u64) -> Result<()> {
+        let path = self.path(id);
+        let mut w = self.writers.lock();
+        if !w.dirty.contains(&id) {
+            return Ok(());
+        }
+        self.writer(&mut w, id)?.sync().ctx(&path)?;
+        w.dirty.remove(&id);
+        Ok(())
+    }
+
+    /// Makes every written segment durable, and the directory entries of
+    /// new ones.
+    pub fn sync_dirty(&self) -> Result<()> {
+        let mut w = self.writers.lock();
+        let mut ids: Vec<u64> = w.dirty.iter().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let path = self.path(id);
+            self.writer(&mut w, id)?.sync().ctx(&path)?;
+            w.dirty.remove(&id);
+        }
+        Self::sync_dir_locked(self, &mut w)
+    }
+
+    fn sync_dir_locked(&self, w: &mut Writers) -> Result<()> {
+        if w.dir_dirty {
+            self.fs.sync_dir(&self.dir).ctx(&self.dir)?;
+            w.dir_dirty = false;
+        }
+        Ok(())
+    }
+
+    /// Makes the directory entries of new segments durable.
+    pub fn sync_dir(&self) -> Result<()> {
+        let mut w = self.writers.lock();
+        self.sync_dir_locked(&mut w)
+    }
+
+    /// A reader of segment `id`.
+    pub fn reader(&self, id: u64) -> Result<Arc<dyn RandomAccessFile>> {
+        if let Some(h) = self.readers.read().get(&id) {
+            return Ok(h.clone());
+        }
+        let path = self.path(id);
+        let h: Arc<dyn RandomAccessFile> = Arc::from(self.fs.open_read(&path).ctx(&path)?);
+        self.fs.advise(&path, 0, 0, Advice::Random);
+        let mut r = self.readers.write();
+        if r.len() >= MAX_READERS {
+            r.clear();
+        }
+        r.insert(id, h.clone());
+        Ok(h)
+    }
+
+    /// Reads `buf.len()` bytes of segment `id` at `off`.
+    pub fn read_exact(&self, id: u64, off: u64, buf: &mut [u8], cat: IoCategory) -> Result<()> {
+        let h = self.reader(id)?;
+        h.read_exact_at(off, buf).ctx(&self.path(id))?;
+        self.stats.add_read(cat, buf.len() as u64);
+        Ok(())
+    }
+
+    /// Length of segment `id`'s file (0 when it does not exist).
+    pub fn file_len(&self, id: u64) -> Result<u64> {
+        let path = self.path(id);
+        if let Some(f) = self.writers.lock().open.get(&id) {
+            return Ok(f.len());
+        }
+        if !self.fs.exists(&path) {
+            return Ok(0);
+        }
+        self.fs.file_size(&path).ctx(&path)
+    }
+
+    /// Bytes the segment's file occupies on the device.
+    pub fn allocated(&self, id: u64) -> u64 {
+        self.fs.allocated_size(&self.path(id)).unwrap_or(0)
+    }
+
+    /// Forgets the handles of segment `id`.
+    pub fn forget(&self, id: u64) {
+        let mut w = self.writers.lock();
+        w.open.remove(&id);
+        w.dirty.remove(&id);
+        drop(w);
+        self.readers.write().remove(&id);
+    }
+
+    /// Removes segment `id`'s file (a missing file is not an error). The
+    /// caller syncs the directory.
+    pub fn remove(&self, id: u64) -> Result<()> {
+        self.forget(id);
+        let path = self.path(id);
+        match self.fs.remove(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io(&path, e)),
+        }
+    }
+
+    /// Cuts segment `id`'s file to its first `keep` bytes (copy, sync,
+    /// rename over it, sync the directory).
+    pub fn truncate(&self, id: u64, keep: u64) -> Result<()> {
+        let path = self.path(id);
+        let mut data = vec![0u8; keep as usize];
+        if keep > 0 {
+            let f = self.fs.open_read(&path).ctx(&path)?;
+            f.read_exact_at(0, &mut data).ctx(&path)?;
+            self.stats.add_read(IoCategory::ValueStore, keep);
+        }
+        self.forget(id);
+        let tmp = self.dir.join(format!("{id:06}.hseg.new"));
+        {
+            let mut f = self.fs.create(&tmp).ctx(&tmp)?;
+            f.append(&data).and_then(|_| f.sync()).ctx(&tmp)?;
+        }
+        self.stats.add_written(IoCategory::ValueStore, keep);
+        self.fs.rename(&tmp, &path).ctx(&path)?;
+        self.fs.sync_dir(&self.dir).ctx(&self.dir)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn place_rollback_and_encoding() {
+        let geo = Geometry::new(1 << 20, 64 << 10, 16 << 10, 0.25);
+        assert_eq!(geo.groups, 12);
+        assert_eq!(geo.reserved_units, 16);
+        let mut t = Table::new(geo);
+        let (mut allocs, mut undo) = (Vec::new(), Vec::new());
+        let (s, o) = t.place(3, 1000, &mut allocs, &mut undo).unwrap();
+        assert_eq!((o, allocs.len()), (0, 1));
+        assert_eq!(allocs[0].seg.kind, SegKind::Main);
+        let (s2, o2) = t.place(3, 1000, &mut allocs, &mut undo).unwrap();
+        assert_eq!((s2, o2), (s, 1000));
+        // Overflow into a log segment.
+        let (s3, o3) = t.place(3, 64 << 10, &mut allocs, &mut undo).unwrap();
+        assert_ne!(s3, s);
+        assert_eq!(o3, 0);
+        assert_eq!(t.used_units, 4);
+        let enc = t.encode();
+        let d = Table::decode(&enc).unwrap();
+        assert_eq!(d.groups[3].segs, t.groups[3].segs);
+        assert_eq!(d.segs, t.segs);
+        assert_eq!(d.used_units, 4);
+        t.rollback(undo);
+        assert!(t.segs.is_empty());
+        assert_eq!(t.used_units, 0);
+        assert!(t.groups[3].segs.is_empty());
+        let mut bad = enc.clone();
+        bad[10] ^= 1;
+        assert!(Table::decode(&bad).is_none());
+    }
+
+    #[test]
+    fn full_reserve_is_an_error() {
+        let geo = Geometry::new(256 << 10, 64 << 10, 16 << 10, 0.25);
+        let mut t = Table::new(geo);
+        let (mut a, mut u) = (Vec::new(), Vec::new());
+        let mut err = None;
+        for _ in 0..100 {
+            if let Err(e) = t.place(0, 10 << 10, &mut a, &mut u) {
+                err = Some(e);
+                break;
+            }
+        }
+        assert!(err.unwrap().contains("full"));
+        assert_eq!(t.used_units, geo.reserved_units);
+    }
+}

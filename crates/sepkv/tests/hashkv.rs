@@ -1,0 +1,588 @@
+//! HashKV (`hashkv` preset) scenarios: group GC keeps the latest version
+//! without index queries, racing overwrites survive GC, hot/cold separation,
+//! a full store, and a crash at every file-system operation of a write-cache
+//! flush and of a GC cycle (with and without the journals).
+
+use sepkv::fs::{FaultFs, FaultKind, FaultOp, FaultRule, FileSystem, MemFs};
+use sepkv::{Db, Error, Options, Preset, ReadOptions, WriteBatch, WriteOptions};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// 8 segment groups of 64 KiB main segments, 32 log segments of 16 KiB.
+fn opts(fs: Arc<dyn FileSystem>) -> Options {
+    Options {
+        fs,
+        value_threshold: 64,
+        value_capacity: 1 << 20,
+        hashkv_main_segment_size: 64 << 10,
+        hashkv_log_segment_size: 16 << 10,
+        hashkv_reserved_ratio: 0.5,
+        hashkv_write_cache_size: 16 << 10,
+        gc_garbage_ratio: 0.0,
+        write_buffer_size: 256 << 10,
+        ..Options::preset(Preset::HashKv)
+    }
+}
+
+fn key(i: usize) -> Vec<u8> {
+    format!("key{i:06}").into_bytes()
+}
+
+fn value(i: usize, round: usize) -> Vec<u8> {
+    let mut v = format!("value-{i}-{round}-").into_bytes();
+    v.resize(1000, b'a' + (round % 26) as u8);
+    v
+}
+
+fn single(i: usize, round: usize) -> WriteBatch {
+    let mut b = WriteBatch::new();
+    b.put(&key(i), &value(i, round)).unwrap();
+    b
+}
+
+fn fig(db: &Db, name: &str) -> u64 {
+    db.stats().unwrap().value_store_figures[name]
+}
+
+#[test]
+fn group_gc_keeps_the_latest_version_without_index_queries() {
+    let db = Db::open("/db", opts(Arc::new(MemFs::new()))).unwrap();
+    const N: usize = 150;
+    for round in 0..3 {
+        for i in 0..N {
+            if round == 0 || i % 3 != 0 {
+                db.put(&key(i), &value(i, round)).unwrap();
+            }
+        }
+    }
+    let before = db.stats().unwrap().value_store.file_bytes;
+    let rep = db.gc(None).unwrap();
+    assert!(rep.steps > 0 && rep.bytes_freed > 0, "{rep:?}");
+    for i in 0..N {
+        let want = value(i, if i % 3 == 0 { 0 } else { 2 });
+        assert_eq!(db.get(&key(i)).unwrap(), Some(want), "key {i}");
+    }
+    // Validity came from position in the group alone.
+    assert_eq!(fig(&db, "gc_index_lookups"), 0);
+    assert_eq!(fig(&db, "group_write_volume_max"), 0);
+    assert!(fig(&db, "gc_groups_collected") >= 8);
+    let after = db.stats().unwrap().value_store.file_bytes;
+    assert!(after < before, "before {before} after {after}");
+    // Deleted keys: their copies fail the compare-and-set, one index query
+    // each tells they are gone, and the next GC drops them.
+    for i in (0..N).step_by(5) {
+        db.delete(&key(i)).unwrap();
+    }
+    db.put(&key(1), &value(1, 9)).unwrap();
+    db.gc(None).unwrap();
+    let lookups = fig(&db, "gc_index_lookups");
+    assert!(lookups > 0 && lookups <= N as u64 / 5 + 1, "{lookups}");
+    for i in 0..N {
+        let want = match i {
+            _ if i % 5 == 0 => None,
+            1 => Some(value(1, 9)),
+            _ if i % 3 == 0 => Some(value(i, 0)),
+            _ => Some(value(i, 2)),
+        };
+        assert_eq!(db.get(&key(i)).unwrap(), want, "key {i}");
+    }
+    assert!(db.verify().unwrap().faults.is_empty());
+}
+
+#[test]
+fn gc_never_loses_a_racing_overwrite() {
+    let db = Arc::new(Db::open("/db", opts(Arc::new(MemFs::new()))).unwrap());
+    const N: usize = 200;
+    for i in 0..N {
+        db.put(&key(i), &value(i, 0)).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let gc = {
+        let (db, stop) = (db.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut steps = 0;
+            while !stop.load(Ordering::Relaxed) {
+                steps += db.gc(None).unwrap().steps;
+            }
+            steps
+        })
+    };
+    let mut latest = vec![0usize; N];
+    for round in 1..30 {
+        for i in (0..N).filter(|i| (i + round) % 3 == 0) {
+            // GC keeps the store from filling up.
+            loop {
+                match db.put(&key(i), &value(i, round)) {
+                    Ok(()) => break,
+                    Err(Error::InvalidArgument(m)) if m.contains("full") => {
+                        std::thread::yield_now()
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            latest[i] = round;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let steps = gc.join().unwrap();
+    assert!(steps > 0, "GC never ran");
+    db.gc(None).unwrap();
+    for (i, &round) in latest.iter().enumerate() {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, round)), "key {i}");
+    }
+    assert!(fig(&db, "gc_bytes_rewritten") > 0);
+    assert!(db.verify().unwrap().faults.is_empty());
+}
+
+#[test]
+fn snapshot_keeps_values_gc_would_free() {
+    let db = Db::open("/db", opts(Arc::new(MemFs::new()))).unwrap();
+    for i in 0..100 {
+        db.put(&key(i), &value(i, 0)).unwrap();
+    }
+    let snap = db.snapshot().unwrap();
+    for i in 0..100 {
+        db.put(&key(i), &value(i, 1)).unwrap();
+    }
+    db.gc(None).unwrap();
+    db.gc(None).unwrap();
+    let ro = ReadOptions {
+        snapshot: Some(&snap),
+        ..Default::default()
+    };
+    for i in 0..100 {
+        assert_eq!(db.get_opt(&ro, &key(i)).unwrap(), Some(value(i, 0)));
+    }
+    drop(snap);
+    db.gc(None).unwrap();
+    for i in 0..100 {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 1)));
+    }
+}
+
+#[test]
+fn hot_cold_separation_moves_cold_values_and_tags_them() {
+    let db = Db::open("/db", opts(Arc::new(MemFs::new()))).unwrap();
+    // Keys 0..60 written once (cold), 60..120 written three times (hot).
+    for i in 0..60 {
+        db.put(&key(i), &value(i, 0)).unwrap();
+    }
+    for round in 0..3 {
+        for i in 60..120 {
+            db.put(&key(i), &value(i, round)).unwrap();
+        }
+    }
+    db.gc(None).unwrap();
+    let rec = 21 + 9 + 1000;
+    let moved = fig(&db, "gc_cold_bytes_moved");
+    assert_eq!(moved, 60 * rec, "cold values moved");
+    assert_eq!(fig(&db, "gc_tags_written"), 60);
+    assert!(fig(&db, "cold_log_bytes") >= 60 * 1000);
+    // Every live value was relocated once: hot ones within their groups,
+    // cold ones to the cold data log.
+    assert_eq!(fig(&db, "gc_bytes_rewritten"), 120 * rec);
+    for i in 0..120 {
+        let want = value(i, if i < 60 { 0 } else { 2 });
+        assert_eq!(db.get(&key(i)).unwrap(), Some(want), "key {i}");
+    }
+    // A cold key updated later is found after its tag: hot again, stays in
+    // its group. Only that group is collected; its formerly hot keys, not
+    // written since, are cold now.
+    db.put(&key(7), &value(7, 5)).unwrap();
+    let rewritten = fig(&db, "gc_bytes_rewritten");
+    db.gc(None).unwrap();
+    assert_eq!(fig(&db, "gc_groups_collected"), 8 + 1);
+    let moved2 = fig(&db, "gc_cold_bytes_moved") - moved;
+    assert!(moved2 > 0 && moved2 < 60 * rec, "{moved2}");
+    // Key 7 went back to its group, its tag was dropped (superseded).
+    assert_eq!(fig(&db, "gc_bytes_rewritten") - rewritten, rec + moved2);
+    assert_eq!(db.get(&key(7)).unwrap(), Some(value(7, 5)));
+    for i in (0..120).filter(|&i| i != 7) {
+        let want = value(i, if i < 60 { 0 } else { 2 });
+        assert_eq!(db.get(&key(i)).unwrap(), Some(want), "key {i}");
+    }
+    let scanned: Vec<_> = db
+        .scan(None, None, false)
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(scanned.len(), 120);
+    assert!(db.verify().unwrap().faults.is_empty());
+    db.close().unwrap();
+
+    // Without hotness awareness everything stays in the groups.
+    let db = Db::open(
+        "/db2",
+        Options {
+            hashkv_hotness: false,
+            ..opts(Arc::new(MemFs::new()))
+        },
+    )
+    .unwrap();
+    for i in 0..60 {
+        db.put(&key(i), &value(i, 0)).unwrap();
+    }
+    db.gc(None).unwrap();
+    assert_eq!(fig(&db, "gc_cold_bytes_moved"), 0);
+    assert_eq!(fig(&db, "gc_bytes_rewritten"), 60 * rec);
+}
+
+#[test]
+fn a_full_store_refuses_writes_cleanly_until_gc() {
+    let fs = MemFs::new();
+    // 3 groups of 64 KiB, 4 log segments of 16 KiB.
+    let o = Options {
+        value_capacity: 256 << 10,
+        hashkv_reserved_ratio: 0.25,
+        ..opts(Arc::new(fs.clone()))
+    };
+    let db = Db::open("/db", o.clone()).unwrap();
+    let mut round = 0;
+    let err = loop {
+        match db.put(&key(1), &value(1, round)) {
+            Ok(()) => round += 1,
+            Err(e) => break e,
+        }
+        assert!(round < 10_000, "the store never filled");
+    };
+    let Error::InvalidArgument(m) = &err else {
+        panic!("{err:?}")
+    };
+    assert!(m.contains("full") && m.contains("value_capacity"), "{m}");
+    assert!(fig(&db, "store_full_errors") >= 1);
+    // Nothing was damaged: the last acknowledged value reads back, other
+    // groups still take writes, and GC makes room.
+    assert_eq!(db.get(&key(1)).unwrap(), Some(value(1, round - 1)));
+    assert!(db.verify().unwrap().faults.is_empty());
+    db.gc(None).unwrap();
+    db.put(&key(1), &value(1, 99_999)).unwrap();
+    assert_eq!(db.get(&key(1)).unwrap(), Some(value(1, 99_999)));
+    db.close().unwrap();
+    let db = Db::open("/db", o).unwrap();
+    assert_eq!(db.get(&key(1)).unwrap(), Some(value(1, 99_999)));
+}
+
+#[test]
+fn reopen_keeps_data_and_the_geometry_it_was_created_with() {
+    let fs = MemFs::new();
+    {
+        let db = Db::open("/db", opts(Arc::new(fs.clone()))).unwrap();
+        for i in 0..100 {
+            db.put(&key(i), &value(i, 0)).unwrap();
+        }
+        db.close().unwrap();
+    }
+    let db = Db::open(
+        "/db",
+        Options {
+            value_capacity: 64 << 30,
+            ..opts(Arc::new(fs.clone()))
+        },
+    )
+    .unwrap();
+    assert_eq!(fig(&db, "groups"), 8);
+    for i in 0..100 {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 0)));
+    }
+    let got: Vec<_> = db
+        .scan(Some(&key(10)), Some(&key(20)), false)
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(got.len(), 10);
+    assert_eq!(got[3], (key(13), value(13, 0)));
+}
+
+#[test]
+fn verify_names_a_damaged_segment() {
+    let fs = FaultFs::new();
+    let db = Db::open("/db", opts(Arc::new(fs.clone()))).unwrap();
+    for i in 0..50 {
+        db.put(&key(i), &value(i, 0)).unwrap();
+    }
+    assert!(db.verify().unwrap().faults.is_empty());
+    let seg = fs
+        .list(Path::new("/db"))
+        .unwrap()
+        .into_iter()
+        .find(|n| n.ends_with(".hseg"))
+        .unwrap();
+    fs.corrupt(&Path::new("/db").join(&seg), 40, 0x55).unwrap();
+    let faults = db.verify().unwrap().faults;
+    assert_eq!(faults.len(), 1, "{faults:?}");
+    assert!(
+        matches!(&faults[0], Error::Corruption { file, offset: 0, .. } if file.ends_with(&seg)),
+        "{faults:?}"
+    );
+}
+
+/// Writes values (synced: in the write journal), then crashes a write whose
+/// batch fills the write cache and the journal at its k-th file-system
+/// operation, for every
+/// k until the write completes: the synced values and an all-or-nothing
+/// batch survive, and nothing reads as corrupt.
+#[test]
+fn crash_at_every_step_of_a_cache_flush() {
+    const N: usize = 40;
+    const M: usize = 30;
+    let dir = Path::new("/flushdb");
+    let mut k = 0u64;
+    loop {
+        let fs = FaultFs::new();
+        // The batch fills the cache (one flush) and the journal (one
+        // checkpoint that recycles it).
+        let o = Options {
+            hashkv_write_cache_size: 64 << 10,
+            hashkv_journal_size: 64 << 10,
+            ..opts(Arc::new(fs.clone()))
+        };
+        let db = Db::open(dir, o.clone()).unwrap();
+        for i in 0..N {
+            db.write(&single(i, 0), WriteOptions { sync: i % 4 == 3 })
+                .unwrap();
+        }
+        db.write(&WriteBatch::new(), WriteOptions { sync: true })
+            .unwrap();
+        fs.add_rule(FaultRule {
+            op: FaultOp::Any,
+            path_contains: None,
+            skip: k,
+            times: None,
+            kind: FaultKind::Eio,
+        });
+        let mut b = WriteBatch::new();
+        for i in N..N + M {
+            b.put(&key(i), &value(i, 1)).unwrap();
+        }
+        let done = db.write(&b, WriteOptions { sync: true }).is_ok();
+        if done {
+            assert!(fig(&db, "write_cache_flushes") >= 1);
+            assert!(fig(&db, "table_checkpoints") >= 1);
+        }
+        fs.crash();
+        fs.clear_rules();
+        drop(db);
+        let db = Db::open(dir, o.clone())
+            .unwrap_or_else(|e| panic!("reopen after crash at flush op {k}: {e}"));
+        for i in 0..N {
+            assert_eq!(
+                db.get(&key(i)).unwrap(),
+                Some(value(i, 0)),
+                "key {i} after crash at flush op {k}"
+            );
+        }
+        let present = (N..N + M)
+            .filter(|&i| db.get(&key(i)).unwrap() == Some(value(i, 1)))
+            .count();
+        assert!(
+            present == 0 || present == M,
+            "torn batch after crash at flush op {k}"
+        );
+        if done {
+            assert_eq!(present, M);
+        }
+        assert!(db.verify().unwrap().faults.is_empty(), "op {k}");
+        if done {
+            break;
+        }
+        k += 1;
+        assert!(k < 10_000, "the flush never completed");
+    }
+    assert!(k > 3, "the flush was expected to take several operations");
+}
+
+/// Loads a database, then crashes a GC cycle at its k-th file-system
+/// operation, for every k until a cycle completes.
+fn crash_at_every_step_of_a_gc_cycle(journal: bool) {
+    const N: usize = 120;
+    let dir = Path::new("/gcdb");
+    let mut k = 0u64;
+    loop {
+        let fs = FaultFs::new();
+        let o = Options {
+            hashkv_journal: journal,
+            ..opts(Arc::new(fs.clone()))
+        };
+        let db = Db::open(dir, o.clone()).unwrap();
+        for round in 0..2 {
+            for i in 0..N {
+                if round == 0 || i % 2 == 0 {
+                    db.write(&single(i, round), WriteOptions { sync: i % 10 == 0 })
+                        .unwrap();
+                }
+            }
+        }
+        db.write(&WriteBatch::new(), WriteOptions { sync: true })
+            .unwrap();
+        db.flush().unwrap();
+        fs.add_rule(FaultRule {
+            op: FaultOp::Any,
+            path_contains: None,
+            skip: k,
+            times: None,
+            kind: FaultKind::Eio,
+        });
+        let done = db.gc(None).is_ok();
+        fs.crash();
+        fs.clear_rules();
+        drop(db);
+        let want = |i: usize| value(i, 1 - i % 2);
+        let db = Db::open(dir, o.clone())
+            .unwrap_or_else(|e| panic!("reopen after crash at GC op {k}: {e}"));
+        // Everything was synced before GC began: nothing may be lost.
+        for i in 0..N {
+            assert_eq!(
+                db.get(&key(i)).unwrap(),
+                Some(want(i)),
+                "key {i} after crash at GC op {k}"
+            );
+        }
+        // A later GC completes and still loses nothing.
+        db.gc(None).unwrap();
+        for i in 0..N {
+            assert_eq!(db.get(&key(i)).unwrap(), Some(want(i)), "key {i}");
+        }
+        assert!(db.verify().unwrap().faults.is_empty(), "op {k}");
+        drop(db);
+        // And survives one more crash.
+        fs.crash();
+        let db = Db::open(dir, o).unwrap();
+        for i in (0..N).step_by(7) {
+            assert_eq!(db.get(&key(i)).unwrap(), Some(want(i)));
+        }
+        if done {
+            break;
+        }
+        k += 1;
+        assert!(k < 10_000, "GC cycle never completed");
+    }
+    assert!(
+        k > 5,
+        "the GC cycle was expected to take several file-system operations"
+    );
+}
+
+#[test]
+fn crash_at_every_step_of_a_gc_cycle_with_journal() {
+    crash_at_every_step_of_a_gc_cycle(true);
+}
+
+#[test]
+fn crash_at_every_step_of_a_gc_cycle_without_journal() {
+    crash_at_every_step_of_a_gc_cycle(false);
+}
+
+/// Without journal, writes go straight to their segments; a crash keeps
+/// every synced write.
+#[test]
+fn without_journal_synced_writes_survive_a_crash() {
+    let fs = FaultFs::new();
+    let o = Options {
+        hashkv_journal: false,
+        ..opts(Arc::new(fs.clone()))
+    };
+    let dir = Path::new("/nj");
+    let mut synced = 0;
+    {
+        let db = Db::open(dir, o.clone()).unwrap();
+        for i in 0..300 {
+            let sync = i % 7 == 0;
+            db.write(&single(i, 0), WriteOptions { sync }).unwrap();
+            if sync {
+                synced = i;
+            }
+        }
+        fs.crash();
+    }
+    let db = Db::open(dir, o).unwrap();
+    for i in 0..=synced {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 0)), "key {i}");
+    }
+    assert!(db.verify().unwrap().faults.is_empty());
+}
+
+/// A `MemFs` that counts read-ahead requests on segment files.
+struct CountingFs {
+    inner: MemFs,
+    will_need: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl FileSystem for CountingFs {
+    fn create(&self, p: &Path) -> std::io::Result<Box<dyn sepkv::fs::WritableFile>> {
+        self.inner.create(p)
+    }
+    fn open_append(&self, p: &Path) -> std::io::Result<Box<dyn sepkv::fs::WritableFile>> {
+        self.inner.open_append(p)
+    }
+    fn open_read(&self, p: &Path) -> std::io::Result<Box<dyn sepkv::fs::RandomAccessFile>> {
+        self.inner.open_read(p)
+    }
+    fn exists(&self, p: &Path) -> bool {
+        self.inner.exists(p)
+    }
+    fn is_dir(&self, p: &Path) -> bool {
+        self.inner.is_dir(p)
+    }
+    fn list(&self, d: &Path) -> std::io::Result<Vec<String>> {
+        self.inner.list(d)
+    }
+    fn remove(&self, p: &Path) -> std::io::Result<()> {
+        self.inner.remove(p)
+    }
+    fn rename(&self, a: &Path, b: &Path) -> std::io::Result<()> {
+        self.inner.rename(a, b)
+    }
+    fn create_dir_all(&self, d: &Path) -> std::io::Result<()> {
+        self.inner.create_dir_all(d)
+    }
+    fn sync_dir(&self, d: &Path) -> std::io::Result<()> {
+        self.inner.sync_dir(d)
+    }
+    fn file_size(&self, p: &Path) -> std::io::Result<u64> {
+        self.inner.file_size(p)
+    }
+    fn advise(&self, p: &Path, off: u64, len: u64, advice: sepkv::fs::Advice) {
+        if advice == sepkv::fs::Advice::WillNeed
+            && p.extension().is_some_and(|e| e == "hseg")
+            && len > 0
+        {
+            self.will_need.fetch_add(1, Ordering::Relaxed);
+        }
+        self.inner.advise(p, off, len, advice)
+    }
+    fn lock(&self, p: &Path) -> std::io::Result<Box<dyn sepkv::fs::FileLock>> {
+        self.inner.lock(p)
+    }
+}
+
+#[test]
+fn range_scans_read_ahead_every_value() {
+    let mem = MemFs::new();
+    let will_need = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let fs = Arc::new(CountingFs {
+        inner: mem,
+        will_need: will_need.clone(),
+    });
+    {
+        let db = Db::open("/db", opts(fs.clone())).unwrap();
+        for i in 0..100 {
+            db.put(&key(i), &value(i, 0)).unwrap();
+        }
+        db.close().unwrap();
+    }
+    // After a reopen the values are in their segment files, not the cache.
+    let db = Db::open("/db", opts(fs)).unwrap();
+    let before = will_need.load(Ordering::Relaxed);
+    let got: Vec<_> = db
+        .scan(Some(&key(20)), Some(&key(80)), false)
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(got.len(), 60);
+    for (n, (k, v)) in got.iter().enumerate() {
+        assert_eq!((k, v), (&key(20 + n), &value(20 + n, 0)));
+    }
+    let advised = will_need.load(Ordering::Relaxed) - before;
+    assert!(advised >= 50, "{advised} read-ahead requests for 60 values");
+}
