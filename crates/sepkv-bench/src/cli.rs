@@ -21,7 +21,8 @@ pub const SUITE_TRACES: [&str; 2] = ["load-100k.tsv.gz", "run-a-100k.tsv.gz"];
 /// the CLI's global `--db` (a fresh temporary directory when not given).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct BenchArgs {
-    /// Engines, comma-separated: `sepkv:<preset>` (see --list-engines)
+    /// Engines, comma-separated: `sepkv:<preset>`, `fjall`, `fjall-kv`,
+    /// `rocksdb`, `rocksdb-blob` (see --list-engines)
     /// [default: sepkv:leveldb].
     #[arg(long, value_delimiter = ',', value_name = "SPEC")]
     pub engine: Vec<String>,
