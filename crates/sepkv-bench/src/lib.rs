@@ -36,6 +36,7 @@ pub mod gen;
 pub mod live;
 pub mod measure;
 pub mod peers;
+pub mod plot;
 pub mod report;
 pub mod runner;
 pub mod trace;

@@ -132,6 +132,28 @@ fn fjall_end_to_end_small() {
     let r = phase(&reports, "fillrandom", "run");
     assert_eq!(r.engine_options["kv_separation"], false);
     assert_eq!(r.engine_counters["blob_files"], 0);
+
+    // Markdown and charts of the run, and the JSON round trip behind
+    // `--from-json`.
+    let md = sepkv_bench::report::markdown(&reports);
+    assert!(md.contains("## Throughput (kops/s)"), "{md}");
+    assert!(md.contains("| workload | phase | fjall |"), "{md}");
+    assert!(md.contains("| fillrandom | run |"), "{md}");
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    sepkv_bench::report::write_json(&reports, &json).unwrap();
+    let back = sepkv_bench::report::read_json(&[json.clone(), json]).unwrap();
+    assert_eq!(back.len(), 2 * reports.len());
+    let files = sepkv_bench::plot::write_plots(&reports, &dir.path().join("plots")).unwrap();
+    assert_eq!(files.len(), 4);
+    for f in files {
+        let svg = std::fs::read_to_string(&f).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("fjall"),
+            "{}",
+            f.display()
+        );
+    }
 }
 
 #[test]
