@@ -5,7 +5,7 @@
 use crate::config::{BenchConfig, Workload, WorkloadRun};
 use crate::engine::EngineSpec;
 use crate::error::{BenchError, Result};
-use crate::report::{print_table, write_json, PhaseReport};
+use crate::report::{print_table, read_json, write_json, write_markdown, PhaseReport};
 use crate::{run_engines, DbRoot};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -21,7 +21,8 @@ pub const SUITE_TRACES: [&str; 2] = ["load-100k.tsv.gz", "run-a-100k.tsv.gz"];
 /// the CLI's global `--db` (a fresh temporary directory when not given).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct BenchArgs {
-    /// Engines, comma-separated: `sepkv:<preset>` (see --list-engines)
+    /// Engines, comma-separated: `sepkv:<preset>`, `fjall`, `fjall-kv`,
+    /// `rocksdb`, `rocksdb-blob` (see --list-engines)
     /// [default: sepkv:leveldb].
     #[arg(long, value_delimiter = ',', value_name = "SPEC")]
     pub engine: Vec<String>,
@@ -66,6 +67,18 @@ pub struct BenchArgs {
     /// Also write the results as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Also write the results as markdown tables to FILE (engines side by
+    /// side per workload, then every phase).
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+    /// Also draw SVG charts (throughput, write and space amplification,
+    /// p99 latency; engines side by side per workload) into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub plot: Option<PathBuf>,
+    /// Run nothing: read these JSON result files (from --json), print the
+    /// table, and write --markdown, --plot and --json (combined) from them.
+    #[arg(long, value_delimiter = ',', value_name = "FILE")]
+    pub from_json: Vec<PathBuf>,
     /// Sync every write.
     #[arg(long)]
     pub sync: bool,
@@ -122,6 +135,8 @@ pub struct Plan {
     pub keep: bool,
     /// Write JSON here.
     pub json: Option<PathBuf>,
+    /// Write markdown here.
+    pub markdown: Option<PathBuf>,
     /// True when this is the default suite.
     pub suite: bool,
 }
@@ -211,6 +226,7 @@ impl BenchArgs {
             db,
             keep: self.keep,
             json: self.json.clone(),
+            markdown: self.markdown.clone(),
             suite,
         })
     }
@@ -221,6 +237,19 @@ fn print_catalogue(out: &mut dyn Write) -> std::io::Result<()> {
     for (spec, avail, note) in EngineSpec::catalogue() {
         let status = if avail { "available" } else { "unavailable" };
         writeln!(out, "{spec:<16} {status:<11} {note}")?;
+    }
+    Ok(())
+}
+
+/// Writes the markdown file and the charts asked for by `args`.
+fn write_outputs(args: &BenchArgs, reports: &[PhaseReport]) -> Result<()> {
+    if let Some(path) = &args.markdown {
+        write_markdown(reports, path)?;
+        eprintln!("wrote markdown tables to {}", path.display());
+    }
+    if let Some(dir) = &args.plot {
+        let files = crate::plot::write_plots(reports, dir)?;
+        eprintln!("wrote {} chart(s) to {}", files.len(), dir.display());
     }
     Ok(())
 }
@@ -236,6 +265,18 @@ pub fn run(args: &BenchArgs, db: Option<PathBuf>) -> Result<()> {
     let out_err = |e| BenchError::io("<stdout>", e);
     if args.list_engines {
         return print_catalogue(&mut stdout.lock()).map_err(out_err);
+    }
+    if !args.from_json.is_empty() {
+        let reports = read_json(&args.from_json)?;
+        {
+            let mut out = stdout.lock();
+            print_table(&reports, &mut out).map_err(out_err)?;
+            out.flush().map_err(out_err)?;
+        }
+        if let Some(path) = &args.json {
+            write_json(&reports, path)?;
+        }
+        return write_outputs(args, &reports);
     }
     let plan = args.plan(db)?;
     let cfg = &plan.config;
@@ -287,6 +328,7 @@ pub fn run(args: &BenchArgs, db: Option<PathBuf>) -> Result<()> {
             path.display()
         );
     }
+    write_outputs(args, &reports)?;
     if let Ok(Some(dir)) = &kept {
         eprintln!("kept the database directory {}", dir.display());
     }

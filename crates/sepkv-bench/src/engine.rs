@@ -10,6 +10,7 @@
 
 use crate::error::{BenchError, Result};
 use crate::measure::dir_allocated_bytes;
+use crate::peers::fjall::FjallEngine;
 use sepkv::fs::IoCategory;
 use sepkv::{Db, Options, Preset, WriteBatch, WriteOptions};
 use serde_json::json;
@@ -142,6 +143,13 @@ pub trait Engine: Send + Sync {
     /// The engine's I/O accounting and counters.
     fn stats(&self) -> Result<EngineStats>;
 
+    /// False when [`EngineStats::io`] is not measured by the engine (the
+    /// peers): the harness then bills the process's storage I/O
+    /// (`/proc/self/io`) as the engine's, under the category `process`.
+    fn io_accounting(&self) -> bool {
+        true
+    }
+
     /// The database directory.
     fn path(&self) -> &Path;
 
@@ -178,12 +186,24 @@ pub trait EngineFactory: Send + Sync {
 }
 
 /// An engine named on the command line: `sepkv:<preset>` (or `sepkv`,
-/// meaning `sepkv:leveldb`).
+/// meaning `sepkv:leveldb`), `fjall`, `fjall-kv`, `rocksdb`,
+/// `rocksdb-blob`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EngineSpec {
     /// sepkv with one of its presets, plus tuning flags
     /// (`sepkv:wisckey+nowal+noprefetch`).
     Sepkv(Preset, Tuning),
+    /// fjall 2.x; `kv`: key-value separation (`fjall-kv`).
+    Fjall {
+        /// Key-value separation with a 128-byte threshold.
+        kv: bool,
+    },
+    /// RocksDB (cargo feature `rocksdb`, release builds); `blob`:
+    /// integrated BlobDB (`rocksdb-blob`).
+    RocksDb {
+        /// Blob files for values of at least 128 bytes, with blob GC.
+        blob: bool,
+    },
 }
 
 /// Flags that vary a sepkv preset, written `+flag` after the preset.
@@ -208,7 +228,42 @@ impl fmt::Display for Tuning {
 }
 
 /// Peers the harness knows by name but does not build yet.
-const PLANNED_PEERS: [&str; 4] = ["rocksdb", "blobdb", "fjall", "leveldb"];
+const PLANNED_PEERS: [&str; 2] = ["leveldb", "badger"];
+
+/// Peer engine specs and what they are.
+const PEERS: [(&str, EngineSpec, &str); 4] = [
+    (
+        "fjall",
+        EngineSpec::Fjall { kv: false },
+        "fjall 2.x LSM-tree, no compression, 32 MiB cache",
+    ),
+    (
+        "fjall-kv",
+        EngineSpec::Fjall { kv: true },
+        "fjall 2.x with key-value separation at 128 B, blob GC at each phase's flush",
+    ),
+    (
+        "rocksdb",
+        EngineSpec::RocksDb { blob: false },
+        "RocksDB (bundled), leveled, no compression, 32 MiB block cache",
+    ),
+    (
+        "rocksdb-blob",
+        EngineSpec::RocksDb { blob: true },
+        "RocksDB integrated BlobDB, min_blob_size 128 B, blob GC on",
+    ),
+];
+
+/// Why this build cannot run RocksDB, if it cannot.
+fn rocksdb_unavailable() -> Option<&'static str> {
+    if !cfg!(feature = "rocksdb") {
+        Some("not built: rebuild with `--release --features rocksdb`")
+    } else if cfg!(debug_assertions) {
+        Some("built, but refuses to run in a debug build: use --release")
+    } else {
+        None
+    }
+}
 
 impl EngineSpec {
     /// Every spec with whether this build can run it and a remark.
@@ -226,6 +281,20 @@ impl EngineSpec {
                 (format!("sepkv:{p}"), avail, note)
             })
             .collect();
+        for (name, spec, what) in PEERS {
+            let why = match spec {
+                EngineSpec::RocksDb { .. } => rocksdb_unavailable(),
+                _ => None,
+            };
+            v.push((
+                name.to_string(),
+                why.is_none(),
+                match why {
+                    Some(why) => format!("{what}: {why}"),
+                    None => what.to_string(),
+                },
+            ));
+        }
         for peer in PLANNED_PEERS {
             v.push((
                 peer.to_string(),
@@ -236,9 +305,31 @@ impl EngineSpec {
         v
     }
 
+    /// Every spec this build can run with its default configuration: the
+    /// available sepkv presets, then the available peers.
+    pub fn available() -> Vec<EngineSpec> {
+        let mut v: Vec<_> = Preset::ALL
+            .iter()
+            .filter(|p| p.is_available())
+            .map(|&p| EngineSpec::Sepkv(p, Tuning::default()))
+            .collect();
+        v.extend(
+            PEERS
+                .iter()
+                .map(|(_, s, _)| *s)
+                .filter(|s| s.check_available().is_ok()),
+        );
+        v
+    }
+
     /// Fails with a clear message when this build cannot run the spec.
     pub fn check_available(&self) -> Result<()> {
         match self {
+            EngineSpec::Fjall { .. } => Ok(()),
+            EngineSpec::RocksDb { .. } => match rocksdb_unavailable() {
+                None => Ok(()),
+                Some(why) => Err(BenchError::Unavailable(format!("engine {self}: {why}"))),
+            },
             EngineSpec::Sepkv(p, _) if p.is_available() => Ok(()),
             EngineSpec::Sepkv(p, _) => {
                 let avail: Vec<_> = Preset::ALL
@@ -261,6 +352,10 @@ impl fmt::Display for EngineSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             EngineSpec::Sepkv(p, t) => write!(f, "sepkv:{p}{t}"),
+            EngineSpec::Fjall { kv: false } => f.write_str("fjall"),
+            EngineSpec::Fjall { kv: true } => f.write_str("fjall-kv"),
+            EngineSpec::RocksDb { blob: false } => f.write_str("rocksdb"),
+            EngineSpec::RocksDb { blob: true } => f.write_str("rocksdb-blob"),
         }
     }
 }
@@ -304,11 +399,19 @@ impl FromStr for EngineSpec {
                 };
                 Ok(EngineSpec::Sepkv(preset, tuning))
             }
+            k if config.is_none() && PEERS.iter().any(|(n, _, _)| *n == k) => Ok(PEERS
+                .iter()
+                .find(|(n, _, _)| *n == k)
+                .map(|(_, spec, _)| *spec)
+                .expect("found above")),
+            k if PEERS.iter().any(|(n, _, _)| *n == k) => Err(BenchError::InvalidArgument(format!(
+                "engine {k} takes no configuration (got {s:?})"
+            ))),
             k if PLANNED_PEERS.contains(&k) => Err(BenchError::Unavailable(format!(
-                "engine {k} is not built into this harness yet; available: sepkv:leveldb (see --list-engines)"
+                "engine {k} is not built into this harness yet (see --list-engines)"
             ))),
             _ => Err(BenchError::InvalidArgument(format!(
-                "unknown engine {s:?}; expected sepkv:<preset> (see --list-engines)"
+                "unknown engine {s:?}; expected sepkv:<preset>, fjall, fjall-kv, rocksdb or rocksdb-blob (see --list-engines)"
             ))),
         }
     }
@@ -325,6 +428,15 @@ impl EngineFactory for EngineSpec {
             EngineSpec::Sepkv(preset, tuning) => Ok(Box::new(SepkvEngine::open_tuned(
                 dir, preset, tuning, opts,
             )?)),
+            EngineSpec::Fjall { kv } => Ok(Box::new(FjallEngine::open(dir, kv, opts)?)),
+            #[cfg(feature = "rocksdb")]
+            EngineSpec::RocksDb { blob } => Ok(Box::new(crate::peers::rocks::RocksEngine::open(
+                dir, blob, opts,
+            )?)),
+            #[cfg(not(feature = "rocksdb"))]
+            EngineSpec::RocksDb { .. } => Err(BenchError::Unavailable(format!(
+                "engine {self} is not built: rebuild with `--release --features rocksdb`"
+            ))),
         }
     }
 }
@@ -558,8 +670,16 @@ mod tests {
         assert!(e.contains("not implemented"), "{e}");
         assert!(e.contains("sepkv:leveldb"), "{e}");
         assert!("sepkv:nope".parse::<EngineSpec>().is_err());
+        assert_eq!(
+            "rocksdb".parse::<EngineSpec>().unwrap(),
+            EngineSpec::RocksDb { blob: false }
+        );
+        assert_eq!(
+            "fjall-kv".parse::<EngineSpec>().unwrap(),
+            EngineSpec::Fjall { kv: true }
+        );
         assert!(matches!(
-            "rocksdb".parse::<EngineSpec>(),
+            "leveldb".parse::<EngineSpec>(),
             Err(BenchError::Unavailable(_))
         ));
         assert!("whatever".parse::<EngineSpec>().is_err());

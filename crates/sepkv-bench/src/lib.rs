@@ -35,6 +35,8 @@ mod error;
 pub mod gen;
 pub mod live;
 pub mod measure;
+pub mod peers;
+pub mod plot;
 pub mod report;
 pub mod runner;
 pub mod trace;

@@ -324,6 +324,150 @@ pub fn print_table(reports: &[PhaseReport], out: &mut dyn Write) -> std::io::Res
     Ok(())
 }
 
+/// Reads reports written by [`write_json`] (several files are
+/// concatenated in order).
+///
+/// # Errors
+/// [`BenchError::Io`] when a file cannot be read or is not such JSON.
+pub fn read_json(paths: &[std::path::PathBuf]) -> Result<Vec<PhaseReport>> {
+    let mut all = Vec::new();
+    for p in paths {
+        let text = std::fs::read_to_string(p).map_err(|e| BenchError::io(p, e))?;
+        let v: Vec<PhaseReport> =
+            serde_json::from_str(&text).map_err(|e| BenchError::io(p, std::io::Error::other(e)))?;
+        all.extend(v);
+    }
+    Ok(all)
+}
+
+/// The engines of `reports` and their `(workload, phase)` rows, both in
+/// order of first appearance.
+pub fn engines_and_phases(reports: &[PhaseReport]) -> (Vec<String>, Vec<(String, String)>) {
+    let mut engines: Vec<String> = Vec::new();
+    let mut phases: Vec<(String, String)> = Vec::new();
+    for r in reports {
+        if !engines.contains(&r.engine) {
+            engines.push(r.engine.clone());
+        }
+        let k = (r.workload.clone(), r.phase.clone());
+        if !phases.contains(&k) {
+            phases.push(k);
+        }
+    }
+    (engines, phases)
+}
+
+/// The reports as markdown: side-by-side tables (one row per workload and
+/// phase, one column per engine) of throughput, p99 latency, write, read
+/// and space amplification, then every phase in full, the run's settings
+/// and the notes.
+pub fn markdown(reports: &[PhaseReport]) -> String {
+    use std::fmt::Write as _;
+    let (engines, phases) = engines_and_phases(reports);
+    let find = |e: &str, w: &str, p: &str| {
+        reports
+            .iter()
+            .find(|r| r.engine == e && r.workload == w && r.phase == p)
+    };
+    let mut s = String::new();
+    let _ = writeln!(s, "# Benchmark results\n");
+    if let Some(r) = reports.first() {
+        let st = &r.settings;
+        let _ = writeln!(
+            s,
+            "{} records; values {} B, keys {} B (YCSB: {} × {} B fields); {} thread(s); sync {}; seed {}.\n",
+            st.num, st.value_size, st.key_size, st.field_count, st.field_length, st.threads, st.sync, st.seed
+        );
+    }
+    type Cell = fn(&PhaseReport) -> String;
+    let sections: [(&str, Cell); 5] = [
+        ("Throughput (kops/s)", |r| {
+            format!("{:.1}", r.ops_per_sec / 1000.0)
+        }),
+        ("p99 latency (µs)", |r| format!("{:.1}", r.latency_us.p99)),
+        ("Write amplification", |r| fmt_opt(r.write_amp, 2)),
+        ("Read amplification", |r| fmt_opt(r.read_amp, 2)),
+        ("Space amplification", |r| fmt_opt(r.space_amp, 2)),
+    ];
+    for (title, cell) in sections {
+        let _ = writeln!(s, "## {title}\n");
+        let _ = writeln!(s, "| workload | phase | {} |", engines.join(" | "));
+        let _ = writeln!(s, "| --- | --- |{}", " ---: |".repeat(engines.len()));
+        for (w, p) in &phases {
+            let cells: Vec<String> = engines
+                .iter()
+                .map(|e| find(e, w, p).map_or_else(|| "".into(), cell))
+                .collect();
+            let _ = writeln!(s, "| {w} | {p} | {} |", cells.join(" | "));
+        }
+        let _ = writeln!(s);
+    }
+    let _ = writeln!(s, "## All phases\n");
+    let _ = writeln!(
+        s,
+        "| engine | workload | phase | ops | secs | kops/s | p50 µs | p99 µs | p99.9 µs | WA | RA | SA | written MB | read MB | db MB | live MB | page cache |"
+    );
+    let _ = writeln!(s, "| --- | --- | --- |{}", " ---: |".repeat(14));
+    for r in reports {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.engine,
+            r.workload,
+            r.phase,
+            r.ops,
+            r.seconds,
+            r.ops_per_sec / 1000.0,
+            r.latency_us.p50,
+            r.latency_us.p99,
+            r.latency_us.p999,
+            fmt_opt(r.write_amp, 2),
+            fmt_opt(r.read_amp, 2),
+            fmt_opt(r.space_amp, 2),
+            mb(r.bytes_written),
+            mb(r.bytes_read),
+            mb(r.db_bytes),
+            mb(r.live_bytes),
+            if r.page_cache { "yes" } else { "-" }
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nWA = engine bytes written / user bytes written; RA = engine bytes read / user bytes read; \
+         SA = database directory size / live user bytes (after the phase's flush). \
+         For engines without their own I/O accounting (the peers) the engine bytes are the process's \
+         storage I/O (`/proc/self/io`), which does not count reads served by the page cache. MB = 10^6 bytes.\n"
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    let mut notes = String::new();
+    for r in reports {
+        for n in r.notes.iter().filter(|n| !n.contains(PAGE_CACHE_NOTE)) {
+            if seen.insert(n.clone()) {
+                let _ = writeln!(notes, "- {n}");
+            }
+        }
+    }
+    if !notes.is_empty() {
+        let _ = writeln!(s, "## Notes\n\n{notes}");
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let _ = writeln!(s, "## Engine settings\n");
+    for r in reports {
+        if seen.insert(r.engine.clone()) {
+            let _ = writeln!(s, "- `{}`: `{}`", r.engine, r.engine_options);
+        }
+    }
+    s
+}
+
+/// Writes [`markdown`] of `reports` to `path`.
+///
+/// # Errors
+/// [`BenchError::Io`] when the file cannot be written.
+pub fn write_markdown(reports: &[PhaseReport], path: &Path) -> Result<()> {
+    std::fs::write(path, markdown(reports)).map_err(|e| BenchError::io(path, e))
+}
+
 /// Writes `reports` as a JSON array to `path`.
 ///
 /// # Errors

@@ -9,7 +9,7 @@
 //! database (the previous one is closed and its files deleted).
 
 use crate::config::{BenchConfig, Workload, WorkloadRun};
-use crate::engine::{Engine, EngineFactory, EngineOptions, ScanResult};
+use crate::engine::{Engine, EngineFactory, EngineIo, EngineOptions, ScanResult};
 use crate::error::{BenchError, Result};
 use crate::gen::{bench_key, rng, Permutation, ValueSource};
 use crate::live::{DenseLive, KeyedLive};
@@ -249,6 +249,19 @@ fn clear_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The process's storage I/O as the engine's, for engines without their
+/// own accounting: written = `write_bytes - cancelled_write_bytes`, read =
+/// `read_bytes`, both under the category `process` (empty when
+/// `/proc/self/io` is unavailable).
+fn process_as_engine_io(process: Option<ProcIo>) -> EngineIo {
+    let mut io = EngineIo::default();
+    if let Some(p) = process {
+        io.written.insert("process".into(), p.net_written());
+        io.read.insert("process".into(), p.read_bytes);
+    }
+    io
+}
+
 fn no_engine() -> BenchError {
     BenchError::InvalidArgument("internal: no engine is open".into())
 }
@@ -308,6 +321,12 @@ impl EngineRun<'_> {
         let proc_after = ProcIo::read();
         let db_bytes = eng.disk_usage()?;
         let (live_bytes, live_records) = self.live();
+        let process = proc_before.zip(proc_after).map(|(b, a)| a.since(&b));
+        let io = if eng.io_accounting() {
+            after.io.since(&before.io)
+        } else {
+            process_as_engine_io(process)
+        };
         let m = PhaseMeasurements {
             ops: out.ops,
             not_found: out.not_found,
@@ -315,8 +334,8 @@ impl EngineRun<'_> {
             latency: out.lat.summary(),
             user_written: out.user_written,
             user_read: out.user_read,
-            io: after.io.since(&before.io),
-            process: proc_before.zip(proc_after).map(|(b, a)| a.since(&b)),
+            io,
+            process,
             db_bytes,
             live_bytes,
             live_records,

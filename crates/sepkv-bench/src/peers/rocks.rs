@@ -1,0 +1,232 @@
+//! RocksDB behind the [`Engine`] trait (cargo feature `rocksdb`):
+//! `rocksdb` (leveled LSM-tree) and `rocksdb-blob` (integrated BlobDB,
+//! values of at least 128 bytes in blob files, blob GC on).
+
+use super::{PROCESS_IO_NOTE, SEPKV_BLOCK_CACHE, SEPKV_VALUE_THRESHOLD};
+use crate::engine::{BatchOp, Engine, EngineIo, EngineOptions, EngineStats, ScanResult};
+use crate::error::{BenchError, Result};
+use rocksdb::{BlockBasedOptions, Cache, DBCompressionType, Options, WriteBatch, WriteOptions, DB};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// sepkv's default memtable size, used as RocksDB's write buffer size.
+const WRITE_BUFFER_SIZE: usize = 8 << 20;
+/// The longest [`RocksEngine::flush`] waits for background work.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// RocksDB with the default column family.
+pub struct RocksEngine {
+    db: DB,
+    label: String,
+    blob: bool,
+    write: bool,
+    direct_io_requested: bool,
+    path: PathBuf,
+}
+
+impl RocksEngine {
+    /// Opens RocksDB in `dir`; `blob` turns on integrated BlobDB.
+    ///
+    /// # Errors
+    /// [`BenchError::Unavailable`] in a debug build; RocksDB's error when
+    /// opening fails.
+    pub fn open(dir: &Path, blob: bool, opts: &EngineOptions) -> Result<Self> {
+        let label = if blob { "rocksdb-blob" } else { "rocksdb" }.to_string();
+        if cfg!(debug_assertions) {
+            return Err(BenchError::Unavailable(format!(
+                "engine {label} refuses to run in a debug build: build sepkv with --release"
+            )));
+        }
+        let mut o = Options::default();
+        o.create_if_missing(true);
+        o.set_compression_type(DBCompressionType::None);
+        o.set_write_buffer_size(WRITE_BUFFER_SIZE);
+        o.increase_parallelism(2);
+        let mut t = BlockBasedOptions::default();
+        t.set_block_cache(&Cache::new_lru_cache(SEPKV_BLOCK_CACHE as usize));
+        t.set_block_size(4096);
+        t.set_bloom_filter(10.0, false);
+        o.set_block_based_table_factory(&t);
+        if blob {
+            o.set_enable_blob_files(true);
+            o.set_min_blob_size(u64::from(SEPKV_VALUE_THRESHOLD));
+            o.set_enable_blob_gc(true);
+            o.set_blob_compression_type(DBCompressionType::None);
+        }
+        let db = DB::open(&o, dir).map_err(|e| BenchError::engine(&label, e))?;
+        Ok(RocksEngine {
+            db,
+            label,
+            blob,
+            write: opts.sync,
+            direct_io_requested: opts.direct_io,
+            path: dir.to_path_buf(),
+        })
+    }
+
+    fn err(&self, e: rocksdb::Error) -> BenchError {
+        BenchError::engine(&self.label, e)
+    }
+
+    fn wopts(&self) -> WriteOptions {
+        let mut w = WriteOptions::default();
+        w.set_sync(self.write);
+        w
+    }
+
+    fn prop(&self, name: &str) -> u64 {
+        self.db.property_int_value(name).ok().flatten().unwrap_or(0)
+    }
+}
+
+impl Engine for RocksEngine {
+    fn label(&self) -> &str {
+        &self.label
+    }
+
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.db
+            .put_opt(key, value, &self.wopts())
+            .map_err(|e| self.err(e))
+    }
+
+    fn get(&self, key: &[u8], buf: &mut Vec<u8>) -> Result<bool> {
+        buf.clear();
+        match self.db.get_pinned(key).map_err(|e| self.err(e))? {
+            Some(v) => {
+                buf.extend_from_slice(&v);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn delete(&self, key: &[u8]) -> Result<()> {
+        self.db
+            .delete_opt(key, &self.wopts())
+            .map_err(|e| self.err(e))
+    }
+
+    fn write_batch(&self, ops: &[BatchOp<'_>]) -> Result<()> {
+        let mut b = WriteBatch::default();
+        for op in ops {
+            match *op {
+                BatchOp::Put(k, v) => b.put(k, v),
+                BatchOp::Delete(k) => b.delete(k),
+            }
+        }
+        self.db.write_opt(b, &self.wopts()).map_err(|e| self.err(e))
+    }
+
+    fn scan(&self, start: &[u8], n: usize, out: &mut ScanResult) -> Result<()> {
+        out.clear();
+        let mut it = self.db.raw_iterator();
+        it.seek(start);
+        while it.valid() && (out.entries as usize) < n {
+            if let (Some(k), Some(v)) = (it.key(), it.value()) {
+                out.entries += 1;
+                out.key_bytes += k.len() as u64;
+                out.value_bytes += v.len() as u64;
+                out.last_key.clear();
+                out.last_key.extend_from_slice(k);
+            }
+            it.next();
+        }
+        it.status().map_err(|e| self.err(e))
+    }
+
+    /// Flushes the memtable (waiting for it), syncs the WAL, then waits
+    /// until RocksDB reports no pending or running flush and compaction.
+    fn flush(&self) -> Result<()> {
+        self.db.flush().map_err(|e| self.err(e))?;
+        self.db.flush_wal(true).map_err(|e| self.err(e))?;
+        let deadline = Instant::now() + IDLE_TIMEOUT;
+        while Instant::now() < deadline {
+            let busy = self.prop("rocksdb.num-running-compactions")
+                + self.prop("rocksdb.compaction-pending")
+                + self.prop("rocksdb.num-running-flushes")
+                + self.prop("rocksdb.mem-table-flush-pending");
+            if busy == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    fn stats(&self) -> Result<EngineStats> {
+        let mut counters = BTreeMap::new();
+        counters.insert(
+            "engine_disk_bytes".into(),
+            self.prop("rocksdb.total-sst-files-size") + self.prop("rocksdb.total-blob-file-size"),
+        );
+        counters.insert(
+            "live_sst_bytes".into(),
+            self.prop("rocksdb.live-sst-files-size"),
+        );
+        counters.insert("blob_files".into(), self.prop("rocksdb.num-blob-files"));
+        counters.insert(
+            "live_blob_bytes".into(),
+            self.prop("rocksdb.live-blob-file-size"),
+        );
+        for l in 0..7 {
+            counters.insert(
+                format!("level{l}_files"),
+                self.prop(&format!("rocksdb.num-files-at-level{l}")),
+            );
+        }
+        Ok(EngineStats {
+            io: EngineIo::default(),
+            counters,
+        })
+    }
+
+    fn io_accounting(&self) -> bool {
+        false
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn settings(&self) -> serde_json::Value {
+        json!({
+            "engine": "rocksdb",
+            "crate": "rocksdb 0.24 (bundled RocksDB 10.4)",
+            "blob_files": self.blob,
+            "min_blob_size": self.blob.then_some(SEPKV_VALUE_THRESHOLD),
+            "blob_gc": self.blob,
+            "compression": "none",
+            "block_cache_size": SEPKV_BLOCK_CACHE,
+            "block_size": 4096,
+            "bloom_bits_per_key": 10,
+            "write_buffer_size": WRITE_BUFFER_SIZE,
+            "background_threads": 2,
+            "compaction": "leveled (RocksDB default)",
+            "sync": self.write,
+            "direct_io": false,
+        })
+    }
+
+    fn notes(&self) -> Vec<String> {
+        let mut v = vec![format!("{}: {PROCESS_IO_NOTE}", self.label)];
+        if self.direct_io_requested {
+            v.push(format!(
+                "{}: direct I/O was requested but the harness does not enable it for RocksDB: this run used buffered I/O",
+                self.label
+            ));
+        }
+        v
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        let label = self.label.clone();
+        self.db
+            .flush_wal(true)
+            .map_err(|e| BenchError::engine(&label, e))?;
+        drop(self.db);
+        Ok(())
+    }
+}

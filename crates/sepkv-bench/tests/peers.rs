@@ -1,0 +1,171 @@
+//! The peer engines: spec parsing and the catalogue, and small end-to-end
+//! runs on fjall and fjall-kv (RocksDB is not built in tests).
+
+use sepkv_bench::config::{BenchConfig, Workload, WorkloadRun};
+use sepkv_bench::engine::{EngineFactory, EngineSpec};
+use sepkv_bench::report::PhaseReport;
+use sepkv_bench::runner::run_engine;
+use sepkv_bench::BenchError;
+
+#[test]
+fn peer_specs_parse_and_print() {
+    for (s, spec) in [
+        ("fjall", EngineSpec::Fjall { kv: false }),
+        ("fjall-kv", EngineSpec::Fjall { kv: true }),
+        ("rocksdb", EngineSpec::RocksDb { blob: false }),
+        ("rocksdb-blob", EngineSpec::RocksDb { blob: true }),
+    ] {
+        assert_eq!(s.parse::<EngineSpec>().unwrap(), spec);
+        assert_eq!(spec.to_string(), s);
+        assert_eq!(spec.label(), s);
+    }
+    assert!(" fjall ".parse::<EngineSpec>().is_ok());
+    assert!(matches!(
+        "fjall:x".parse::<EngineSpec>(),
+        Err(BenchError::InvalidArgument(_))
+    ));
+    for planned in ["leveldb", "badger"] {
+        assert!(matches!(
+            planned.parse::<EngineSpec>(),
+            Err(BenchError::Unavailable(_))
+        ));
+    }
+    assert!("blobdb".parse::<EngineSpec>().is_err());
+    // Tests never build RocksDB (feature off) and run in debug builds.
+    let e = EngineSpec::RocksDb { blob: true }
+        .check_available()
+        .unwrap_err();
+    assert!(matches!(e, BenchError::Unavailable(_)), "{e}");
+    assert!(e.to_string().contains("rocksdb-blob"), "{e}");
+    EngineSpec::Fjall { kv: true }.check_available().unwrap();
+}
+
+#[test]
+fn catalogue_lists_peers() {
+    let cat = EngineSpec::catalogue();
+    let find = |n: &str| cat.iter().find(|(s, _, _)| s == n).cloned().unwrap();
+    assert!(find("fjall").1);
+    assert!(find("fjall-kv").1);
+    assert!(!find("rocksdb").1);
+    assert!(
+        find("rocksdb").2.contains("--features rocksdb") || find("rocksdb").2.contains("debug")
+    );
+    assert!(!find("leveldb").1);
+    assert!(!find("badger").1);
+    let avail = EngineSpec::available();
+    assert!(avail.contains(&EngineSpec::Fjall { kv: false }));
+    assert!(avail.contains(&EngineSpec::Fjall { kv: true }));
+    assert!(!avail.contains(&EngineSpec::RocksDb { blob: false }));
+    assert!(avail
+        .iter()
+        .any(|s| matches!(s, EngineSpec::Sepkv(sepkv::Preset::LevelDb, _))));
+}
+
+fn run_small(spec: EngineSpec) -> Vec<PhaseReport> {
+    let cfg = BenchConfig {
+        workloads: [
+            Workload::FillRandom,
+            Workload::Overwrite,
+            Workload::ReadRandom,
+            Workload::SeekRandom,
+            Workload::Ycsb('a'),
+            Workload::Update,
+        ]
+        .into_iter()
+        .map(WorkloadRun::from)
+        .collect(),
+        num: 2000,
+        ops: Some(500),
+        value_size: 1000,
+        phases: 1,
+        progress: false,
+        ..BenchConfig::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut reports = Vec::new();
+    run_engine(&spec, dir.path(), &cfg, &mut reports, &mut |_| {}).unwrap();
+    reports
+}
+
+fn phase<'a>(reports: &'a [PhaseReport], workload: &str, phase: &str) -> &'a PhaseReport {
+    reports
+        .iter()
+        .find(|r| r.workload == workload && r.phase == phase)
+        .unwrap_or_else(|| panic!("no report {workload}/{phase}"))
+}
+
+fn check_peer_run(reports: &[PhaseReport], label: &str) {
+    let fill = phase(reports, "fillrandom", "run");
+    assert_eq!(fill.ops, 2000);
+    assert_eq!(fill.live_records, 2000);
+    assert_eq!(fill.live_bytes, 2000 * 1016);
+    assert!(fill.db_bytes > 0);
+    let read = phase(reports, "readrandom", "run");
+    assert_eq!((read.ops, read.not_found), (500, 0));
+    assert_eq!(read.user_bytes_read, 500 * 1000);
+    let seek = phase(reports, "seekrandom", "run");
+    assert!(seek.counts["scan_entries"] > 500);
+    phase(reports, "ycsb-a", "run");
+    phase(reports, "update", "update-1");
+    for r in reports {
+        assert_eq!(r.engine, label);
+        assert_eq!(r.engine_options["engine"], "fjall");
+        assert_eq!(r.engine_options["compression"], "none");
+        assert!(
+            r.notes.iter().any(|n| n.contains("/proc/self/io")),
+            "{:?}",
+            r.notes
+        );
+        if let Some(p) = r.process_io {
+            // The engine's bytes are the process's.
+            assert!(r.bytes_written_by_category.keys().all(|k| k == "process"));
+            assert_eq!(r.bytes_written, p.net_written());
+            assert_eq!(r.write_amp, r.process_write_amp);
+        }
+    }
+}
+
+#[test]
+fn fjall_end_to_end_small() {
+    let reports = run_small(EngineSpec::Fjall { kv: false });
+    check_peer_run(&reports, "fjall");
+    let r = phase(&reports, "fillrandom", "run");
+    assert_eq!(r.engine_options["kv_separation"], false);
+    assert_eq!(r.engine_counters["blob_files"], 0);
+
+    // Markdown and charts of the run, and the JSON round trip behind
+    // `--from-json`.
+    let md = sepkv_bench::report::markdown(&reports);
+    assert!(md.contains("## Throughput (kops/s)"), "{md}");
+    assert!(md.contains("| workload | phase | fjall |"), "{md}");
+    assert!(md.contains("| fillrandom | run |"), "{md}");
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    sepkv_bench::report::write_json(&reports, &json).unwrap();
+    let back = sepkv_bench::report::read_json(&[json.clone(), json]).unwrap();
+    assert_eq!(back.len(), 2 * reports.len());
+    let files = sepkv_bench::plot::write_plots(&reports, &dir.path().join("plots")).unwrap();
+    assert_eq!(files.len(), 4);
+    for f in files {
+        let svg = std::fs::read_to_string(&f).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("fjall"),
+            "{}",
+            f.display()
+        );
+    }
+}
+
+#[test]
+fn fjall_kv_end_to_end_small_separates_values() {
+    let reports = run_small(EngineSpec::Fjall { kv: true });
+    check_peer_run(&reports, "fjall-kv");
+    let r = phase(&reports, "fillrandom", "run");
+    assert_eq!(r.engine_options["kv_separation"], true);
+    assert_eq!(r.engine_options["separation_threshold"], 128);
+    assert!(
+        r.engine_counters["blob_files"] > 0,
+        "1000-byte values go to blob files: {:?}",
+        r.engine_counters
+    );
+}

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Runs the standard comparison of sepkv's presets and the peer engines.
+#
+# Every engine this build can run (`sepkv bench --list-engines`: the
+# available sepkv presets, fjall, fjall-kv, and rocksdb, rocksdb-blob when
+# built with `--features rocksdb`) runs, one after another and each in a
+# fresh database, the workloads
+#
+#   fillrandom, overwrite, readrandom, seekrandom,
+#   ycsb-load, ycsb-a .. ycsb-f, update
+#
+# with `--num` records of 16-byte keys and 1000-byte values (YCSB: 10 ×
+# 100-byte fields), i.e. about 1 GiB of user data by default. Each engine
+# writes OUT/<engine>.json; the script then combines them into
+# OUT/results.json, OUT/results.md (markdown tables, engines side by side)
+# and, with --plot, SVG charts of throughput and write amplification.
+#
+# Usage: scripts/compare.sh [options]
+#   --num N          records (default 1000000)
+#   --ops M          operations per run phase (default: num / 10)
+#   --value-size B   value bytes of the db_bench-style workloads (default 1000)
+#   --threads T      client threads (default 1)
+#   --engines LIST   comma-separated engine specs (default: all available)
+#   --out DIR        results directory (default: compare-results)
+#   --db DIR         where the databases live (default: a temporary directory)
+#   --plot           also write OUT/plots/*.svg
+#   --sync           sync every write
+#   --features F     cargo features of the build (e.g. rocksdb)
+#   --bin PATH       use this sepkv binary instead of building one
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")/.." && pwd)"
+num=1000000
+ops=""
+value_size=1000
+threads=1
+engines=""
+out="compare-results"
+db=""
+plot=0
+sync=""
+features=""
+bin=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --num) num="$2"; shift 2 ;;
+        --ops) ops="$2"; shift 2 ;;
+        --value-size) value_size="$2"; shift 2 ;;
+        --threads) threads="$2"; shift 2 ;;
+        --engines) engines="$2"; shift 2 ;;
+        --out) out="$2"; shift 2 ;;
+        --db) db="$2"; shift 2 ;;
+        --plot) plot=1; shift ;;
+        --sync) sync="--sync"; shift ;;
+        --features) features="$2"; shift 2 ;;
+        --bin) bin="$2"; shift 2 ;;
+        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+        *) echo "compare.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+[ -n "$ops" ] || ops=$(( num / 10 > 0 ? num / 10 : 1 ))
+
+if [ -z "$bin" ]; then
+    build=(cargo build --release -p sepkv-cli --manifest-path "$here/Cargo.toml")
+    [ -z "$features" ] || build+=(--features "$features")
+    "${build[@]}" >&2
+    target="$(cd "$here" && cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+    bin="$target/release/sepkv"
+fi
+
+if [ -z "$engines" ]; then
+    engines="$("$bin" bench --list-engines | awk 'NR > 1 && $2 == "available" { print $1 }' | paste -sd, -)"
+fi
+[ -n "$engines" ] || { echo "compare.sh: no engine available" >&2; exit 2; }
+
+workloads="fillrandom,overwrite,readrandom,seekrandom,ycsb-load,ycsb-a,ycsb-b,ycsb-c,ycsb-d,ycsb-e,ycsb-f,update"
+mkdir -p "$out"
+echo "compare.sh: engines $engines; num $num; ops $ops; value $value_size B; threads $threads" >&2
+
+jsons=()
+failed=()
+IFS=',' read -ra list <<< "$engines"
+for e in "${list[@]}"; do
+    name="${e//[:+]/-}"
+    args=(bench --engine "$e" --workload "$workloads" --num "$num" --ops "$ops"
+          --value-size "$value_size" --threads "$threads" --no-progress
+          --json "$out/$name.json")
+    [ -z "$sync" ] || args+=("$sync")
+    dbargs=()
+    if [ -n "$db" ]; then
+        mkdir -p "$db"
+        dbargs=(--db "$db/$name")
+    fi
+    echo "== $e" >&2
+    if "$bin" "${dbargs[@]}" "${args[@]}" > "$out/$name.txt"; then
+        :
+    else
+        failed+=("$e")
+        echo "compare.sh: $e failed (partial results, if any, are in $out/$name.json)" >&2
+    fi
+    [ -f "$out/$name.json" ] && jsons+=("$out/$name.json")
+done
+
+[ ${#jsons[@]} -gt 0 ] || { echo "compare.sh: no results" >&2; exit 1; }
+combine=(bench --from-json "$(IFS=,; echo "${jsons[*]}")" --markdown "$out/results.md" --json "$out/results.json")
+[ "$plot" = 0 ] || combine+=(--plot "$out/plots")
+"$bin" "${combine[@]}" > "$out/results.txt"
+cat "$out/results.txt"
+echo "compare.sh: results in $out (results.md, results.json, per-engine .json and .txt)" >&2
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "compare.sh: failed engines: ${failed[*]}" >&2
+    exit 1
+fi
