@@ -50,6 +50,7 @@ use super::record::{self, Kind};
 use super::segment::InFlight;
 use super::{GcJournal, HashKvStore};
 use crate::error::{Error, IoContext, Result};
+use crate::format::record::RecordWriter;
 use crate::fs::{Advice, IoCategory};
 use crate::vstore::{
     GcOutcome, IndexReader, IndexRelocator, Relocation, ValuePointer, ValueRecord,
@@ -61,6 +62,8 @@ use std::sync::atomic::Ordering;
 const COLD_GC_RATIO: f64 = 0.5;
 /// Group bytes one step collects at least.
 const STEP_BYTES: u64 = 4 << 20;
+/// GC journal size at which it is started afresh (bytes).
+const GC_JOURNAL_RECYCLE: u64 = 64 << 10;
 
 /// A group being collected.
 struct Victim {
@@ -186,6 +189,24 @@ pub fn step(
         bytes_freed: s.free_pending(index.oldest_visible_seq())?,
         ..Default::default()
     };
+    if gcj
+        .writer
+        .as_ref()
+        .is_some_and(|w| w.len() >= GC_JOURNAL_RECYCLE)
+    {
+        // Every finished or abandoned GC is in the in-memory table: persist
+        // it, then start the GC journal afresh.
+        s.checkpoint_table()?;
+        let path = s.files.dir.join(journal::GC_JOURNAL);
+        let mut f = s.files.fs.create(&path).ctx(&path)?;
+        f.sync().ctx(&path)?;
+        gcj.writer = Some(RecordWriter::new(
+            f,
+            path,
+            s.files.stats.clone(),
+            IoCategory::Gc,
+        ));
+    }
 
     // The cold data log is collected as a vLog.
     if s.cold.space().garbage_ratio() >= COLD_GC_RATIO {

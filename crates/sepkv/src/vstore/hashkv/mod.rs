@@ -752,6 +752,22 @@ impl HashKvStore {
         Ok(())
     }
 
+    /// Writes the table to the store's own checkpoint file (the journal
+    /// position is unchanged: replay from it stays correct).
+    fn checkpoint_table(&self) -> Result<()> {
+        let mut st = self.state.lock();
+        Self::check_poisoned(&st)?;
+        st.table.epoch += 1;
+        write_table_file(
+            self.files.fs.as_ref(),
+            &self.files.dir,
+            &self.files.stats,
+            &st.table.encode(),
+        )?;
+        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Persists the table in the manifest (and records the cold log's
     /// state first when given).
     fn persist_table(&self, relocator: &dyn IndexRelocator, cold: Option<&[u8]>) -> Result<()> {
