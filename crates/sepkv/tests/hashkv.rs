@@ -586,3 +586,33 @@ fn range_scans_read_ahead_every_value() {
     let advised = will_need.load(Ordering::Relaxed) - before;
     assert!(advised >= 50, "{advised} read-ahead requests for 60 values");
 }
+
+#[test]
+fn the_gc_journal_is_recycled_and_everything_survives_a_crash() {
+    let fs = FaultFs::new();
+    let o = opts(Arc::new(fs.clone()));
+    let dir = Path::new("/gcj");
+    let db = Db::open(dir, o.clone()).unwrap();
+    let mut max_journal = 0;
+    for round in 0..1500 {
+        for i in 0..8 {
+            let k = (round * 3 + i) % 40;
+            db.put(&key(k), &value(k, round)).unwrap();
+        }
+        db.gc(None).unwrap();
+        max_journal = max_journal.max(fig(&db, "gc_journal_bytes"));
+    }
+    assert!(fig(&db, "gc_runs") >= 1500);
+    assert!(max_journal < 80 << 10, "GC journal grew to {max_journal}");
+    assert!(fig(&db, "table_checkpoints") >= 1);
+    let want: Vec<_> = (0..40).map(|i| db.get(&key(i)).unwrap()).collect();
+    db.write(&WriteBatch::new(), WriteOptions { sync: true })
+        .unwrap();
+    fs.crash();
+    drop(db);
+    let db = Db::open(dir, o).unwrap();
+    for (i, w) in want.iter().enumerate() {
+        assert_eq!(&db.get(&key(i)).unwrap(), w, "key {i}");
+    }
+    assert!(db.verify().unwrap().faults.is_empty());
+}

@@ -21,7 +21,9 @@
 //! 5. install the new pointers with the index's compare-and-set. A failed
 //!    compare-and-set means the user wrote or deleted the key meanwhile —
 //!    or, after a crash, that the record the index uses is an *older* one in
-//!    the group (its newer record lost its WAL entry). Only then one index
+//!    the group (its newer record lost its WAL entry). A record of the key
+//!    appended to the group since the seal explains a racing write (the
+//!    group's new records are scanned, no index query). Otherwise one index
 //!    query tells which: if the index points into the group's old segments,
 //!    that record is copied and relocated too; otherwise the copy is dead
 //!    and remembered as such;
@@ -48,6 +50,7 @@ use super::record::{self, Kind};
 use super::segment::InFlight;
 use super::{GcJournal, HashKvStore};
 use crate::error::{Error, IoContext, Result};
+use crate::format::record::RecordWriter;
 use crate::fs::{Advice, IoCategory};
 use crate::vstore::{
     GcOutcome, IndexReader, IndexRelocator, Relocation, ValuePointer, ValueRecord,
@@ -59,6 +62,8 @@ use std::sync::atomic::Ordering;
 const COLD_GC_RATIO: f64 = 0.5;
 /// Group bytes one step collects at least.
 const STEP_BYTES: u64 = 4 << 20;
+/// GC journal size at which it is started afresh (bytes).
+const GC_JOURNAL_RECYCLE: u64 = 64 << 10;
 
 /// A group being collected.
 struct Victim {
@@ -184,6 +189,24 @@ pub fn step(
         bytes_freed: s.free_pending(index.oldest_visible_seq())?,
         ..Default::default()
     };
+    if gcj
+        .writer
+        .as_ref()
+        .is_some_and(|w| w.len() >= GC_JOURNAL_RECYCLE)
+    {
+        // Every finished or abandoned GC is in the in-memory table: persist
+        // it, then start the GC journal afresh.
+        s.checkpoint_table()?;
+        let path = s.files.dir.join(journal::GC_JOURNAL);
+        let mut f = s.files.fs.create(&path).ctx(&path)?;
+        f.sync().ctx(&path)?;
+        gcj.writer = Some(RecordWriter::new(
+            f,
+            path,
+            s.files.stats.clone(),
+            IoCategory::Gc,
+        ));
+    }
 
     // The cold data log is collected as a vLog.
     if s.cold.space().garbage_ratio() >= COLD_GC_RATIO {
@@ -454,6 +477,7 @@ fn relocate_and_commit(
     let mut cold_bytes = 0u64;
     let mut tags: Vec<(usize, Vec<u8>, u64, ValuePointer)> = Vec::new();
     let mut round2: Vec<Move> = Vec::new();
+    let mut post_keys: HashMap<usize, HashSet<Vec<u8>>> = HashMap::new();
     if !moves.is_empty() {
         let rel: Vec<Relocation> = moves
             .iter()
@@ -474,8 +498,20 @@ fn relocate_and_commit(
                 }
                 continue;
             }
-            // The compare-and-set failed: one index query tells whether the
-            // index uses an older record of this group.
+            // The compare-and-set failed. A record of the key written to
+            // the group since the seal explains it (a racing overwrite);
+            // otherwise one index query tells whether the key was deleted
+            // or the index uses an older record of this group.
+            let since_seal = match post_keys.entry(m.victim) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(keys_since_seal(s, &victims[m.victim])?)
+                }
+            };
+            if since_seal.contains(&m.key) {
+                mark_dead(s, &m);
+                continue;
+            }
             s.counters.gc_lookups.fetch_add(1, Ordering::Relaxed);
             let v = &mut victims[m.victim];
             let cur = index.current_pointer(&m.key)?;
@@ -601,6 +637,39 @@ fn relocate_and_commit(
         .fetch_add(cold_bytes, Ordering::Relaxed);
     s.counters.gc_tags.fetch_add(tag_count, Ordering::Relaxed);
     Ok(())
+}
+
+/// Keys of the records written to a victim's group since it was sealed
+/// (the segments after its old ones).
+fn keys_since_seal(s: &HashKvStore, v: &Victim) -> Result<HashSet<Vec<u8>>> {
+    let post: Vec<(u64, u64)> = {
+        let mut st = s.state.lock();
+        s.flush_cache(&mut st)?;
+        let g = &st.table.groups[v.group as usize];
+        g.segs
+            .iter()
+            .skip(v.old.len())
+            .map(|id| (*id, st.table.segs[id].len))
+            .collect()
+    };
+    let mut keys = HashSet::new();
+    for (id, len) in post {
+        let mut buf = vec![0u8; len as usize];
+        s.files.read_exact(id, 0, &mut buf, IoCategory::Gc)?;
+        let mut pos = 0;
+        while pos < buf.len() {
+            let r = record::decode(&buf[pos..]).map_err(|e| {
+                Error::corruption(
+                    s.path(id),
+                    pos as u64,
+                    format!("hashkv record damaged ({e:?})"),
+                )
+            })?;
+            keys.insert(r.key.to_vec());
+            pos += r.len;
+        }
+    }
+    Ok(keys)
 }
 
 /// Remembers a copy whose relocation failed as dead (a cold copy becomes

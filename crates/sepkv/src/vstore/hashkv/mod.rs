@@ -51,7 +51,7 @@
 //! GC runs from the engine's GC thread and `Db::gc`. The paper triggers it
 //! when free log segments run low; the engine's GC thread runs while the
 //! store's garbage ratio is at or above `gc_garbage_ratio`, so while fewer
-//! than 1/20 of the log segments are free, [`ValueStore::space`] reports
+//! than a quarter of the log segments are free, [`ValueStore::space`] reports
 //! (almost) everything as garbage to start it (the `gc_pressure` figure
 //! says when).
 //!
@@ -63,11 +63,12 @@
 //!   records the GC's intent). The price is one extra main segment of space
 //!   per group while its GC runs, and a group sealed by a running GC takes
 //!   new writes in a fresh log segment.
-//! - Validity is positional, but a failed compare-and-set (the user wrote
-//!   or deleted the key meanwhile, or — after a crash — the index still
-//!   uses an older record whose newer one lost its WAL entry) costs one
-//!   index query to tell which (`gc_index_lookups`); a copy found dead is
-//!   remembered in memory so the next GC drops it.
+//! - Validity is positional. A failed compare-and-set is explained by a
+//!   newer record of the key appended to the group during the GC (found by
+//!   scanning those records); otherwise — the key was deleted, or after a
+//!   crash the index still uses an older record whose newer one lost its
+//!   WAL entry — one index query tells which (`gc_index_lookups`). A copy
+//!   found dead is remembered in memory so the next GC drops it.
 //! - The write journal carries the values, not only metadata: sepkv
 //!   promises that an acknowledged write survives a process crash, and the
 //!   cache may not be its only copy. With the journal every value is thus
@@ -751,6 +752,22 @@ impl HashKvStore {
         Ok(())
     }
 
+    /// Writes the table to the store's own checkpoint file (the journal
+    /// position is unchanged: replay from it stays correct).
+    fn checkpoint_table(&self) -> Result<()> {
+        let mut st = self.state.lock();
+        Self::check_poisoned(&st)?;
+        st.table.epoch += 1;
+        write_table_file(
+            self.files.fs.as_ref(),
+            &self.files.dir,
+            &self.files.stats,
+            &st.table.encode(),
+        )?;
+        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Persists the table in the manifest (and records the cold log's
     /// state first when given).
     fn persist_table(&self, relocator: &dyn IndexRelocator, cold: Option<&[u8]>) -> Result<()> {
@@ -801,7 +818,7 @@ impl HashKvStore {
 
     /// Free log segments below which GC is pressing (§3.3 trigger).
     fn low_watermark(t: &Table) -> u64 {
-        (t.geo.reserved_units / 20).max(2).min(t.geo.reserved_units)
+        (t.geo.reserved_units / 4).max(2).min(t.geo.reserved_units)
     }
 
     /// The segment table's geometry.
@@ -1119,7 +1136,7 @@ impl ValueStore for HashKvStore {
     }
 
     fn space(&self) -> SpaceStats {
-        let (total, noted, pressure, ids, jlen) = {
+        let (total, noted, pressure, seg_bytes, jlen) = {
             let st = self.state.lock();
             let t = &st.table;
             let mut total = 0u64;
@@ -1130,18 +1147,20 @@ impl ValueStore for HashKvStore {
                     total += t.segs[id].len;
                 }
             }
-            let ids: Vec<u64> = t.segs.keys().copied().collect();
+            // Segment files are append-only and dense: their length is
+            // what they occupy (retired and in-flight ones included), and
+            // no per-file `stat` is needed on this frequently called path.
+            let seg_bytes = t.segs.values().map(|s| s.len).sum::<u64>();
             (
                 total,
                 noted.min(total),
                 t.free_units() < Self::low_watermark(t),
-                ids,
+                seg_bytes,
                 st.journal.as_ref().map_or(0, |j| j.len()),
             )
         };
         let cold = self.cold.space();
-        let file_bytes =
-            ids.iter().map(|&id| self.files.allocated(id)).sum::<u64>() + cold.file_bytes + jlen;
+        let file_bytes = seg_bytes + cold.file_bytes + jlen;
         let mut live = total - noted + cold.live_bytes;
         let mut garbage = noted + cold.garbage_bytes;
         if pressure {

@@ -687,11 +687,6 @@ impl SegFiles {
         self.fs.file_size(&path).ctx(&path)
     }
 
-    /// Bytes the segment's file occupies on the device.
-    pub fn allocated(&self, id: u64) -> u64 {
-        self.fs.allocated_size(&self.path(id)).unwrap_or(0)
-    }
-
     /// Forgets the handles of segment `id`.
     pub fn forget(&self, id: u64) {
         let mut w = self.writers.lock();
