@@ -15,7 +15,7 @@
 use super::edit::{FileMeta, VersionEdit};
 use super::Version;
 use crate::error::{Error, IoContext, Result};
-use crate::format::record::{LogEnd, RecordReader, RecordWriter};
+use crate::format::record::{RecordReader, RecordWriter};
 use crate::fs::{read_all, write_atomic, FileSystem, IoCategory, IoStats};
 use crate::index::filename::{manifest_name, CURRENT};
 use crate::index::key::compare_internal;
@@ -134,11 +134,9 @@ impl VersionSet {
                 "manifest holds no complete version edit",
             ));
         }
-        if let Some(LogEnd::Torn(off)) = reader.end() {
-            // A crash interrupted the last append; that edit never took
-            // effect. The next log_and_apply writes a fresh manifest.
-            let _ = off;
-        }
+        // A torn last edit (`LogEnd::Torn`, left in `reader.end()`) is a crash during its append:
+        // it never took effect, and the next log_and_apply starts a fresh
+        // manifest, so there is nothing to repair here.
         vs.manifest_number = name
             .strip_prefix("MANIFEST-")
             .and_then(|n| n.parse().ok())

@@ -749,7 +749,7 @@ impl ValueStore for VlogStore {
 
     fn replay(&self, f: &mut super::ReplaySink<'_>) -> Result<()> {
         use crate::index::key::ValueType;
-        let (ranges, ckpt) = {
+        let ranges = {
             let st = self.state.lock();
             let Some(ckpt) = st.ckpt else { return Ok(()) };
             let r: Vec<(u64, u64, u64)> = st
@@ -758,9 +758,8 @@ impl ValueStore for VlogStore {
                 .filter(|(&id, _)| id >= ckpt.0)
                 .map(|(&id, f)| (id, if id == ckpt.0 { ckpt.1 } else { 0 }, f.valid_len))
                 .collect();
-            (r, ckpt)
+            r
         };
-        let _ = ckpt;
         for (id, start, end) in ranges {
             if start >= end {
                 continue;
