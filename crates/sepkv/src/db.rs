@@ -1398,9 +1398,6 @@ impl DbInner {
         let files = flush_to_tables(&mut ctx, &mut imm.iter())?;
         let mut edit = VersionEdit {
             log_number: Some(log_number),
-            // Log mode: recovery replays the value log from where this
-            // memtable's writes end.
-            value_store_state: log_pos.map(|p| self.vstore.state_with_checkpoint(p)),
             ..Default::default()
         };
         let v = self.versions.lock().current();
@@ -1420,6 +1417,10 @@ impl DbInner {
         // drop the memtable in one step so readers never miss them.
         let nv = {
             let mut vs = self.versions.lock();
+            // Log mode: recovery replays the value log from where this
+            // memtable's writes end. The state is taken under the manifest
+            // lock so it is never older than one GC persisted before it.
+            edit.value_store_state = log_pos.map(|p| self.vstore.state_with_checkpoint(p));
             // Only what the flushed memtable holds is durable: recording a
             // larger sequence would claim writes a crash may still lose.
             vs.last_sequence = vs.last_sequence.max(imm.max_seq());

@@ -224,11 +224,18 @@ fn advance(
     out: &mut GcOutcome,
 ) -> Result<()> {
     let (file, start, end) = range;
-    let ckpt = vlog.state.lock().ckpt;
+    // Publish the new tail before persisting it: the relocations behind it
+    // are already durable, and a state persisted concurrently (a memtable
+    // flush in log mode) then carries this tail or a later one, never an
+    // older one than the space freed below.
+    let ckpt = {
+        let mut st = vlog.state.lock();
+        st.tail = new_tail;
+        st.ckpt
+    };
     relocator.persist_state(&encode_state(new_tail, ckpt))?;
     {
         let mut st = vlog.state.lock();
-        st.tail = new_tail;
         st.pending.push(PendingFree {
             seq: visible_from,
             file,
