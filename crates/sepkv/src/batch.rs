@@ -30,6 +30,10 @@ const HEADER: usize = 12;
 pub struct WriteBatch {
     rep: Vec<u8>,
     count: u32,
+    /// Sum of key and value bytes, kept as entries are added.
+    user_bytes: u64,
+    /// Longest value of a put, kept as entries are added.
+    max_value_len: usize,
 }
 
 impl Default for WriteBatch {
@@ -78,6 +82,8 @@ impl WriteBatch {
         WriteBatch {
             rep: vec![0; HEADER],
             count: 0,
+            user_bytes: 0,
+            max_value_len: 0,
         }
     }
 
@@ -111,6 +117,10 @@ impl WriteBatch {
             put_length_prefixed(&mut self.rep, value);
         }
         self.count += 1;
+        self.user_bytes += (key.len() + value.len()) as u64;
+        if vtype == ValueType::Value {
+            self.max_value_len = self.max_value_len.max(value.len());
+        }
     }
 
     /// Number of entries.
@@ -127,6 +137,8 @@ impl WriteBatch {
     pub fn clear(&mut self) {
         self.rep.truncate(HEADER);
         self.count = 0;
+        self.user_bytes = 0;
+        self.max_value_len = 0;
     }
 
     /// Encoded size in bytes.
@@ -136,10 +148,13 @@ impl WriteBatch {
 
     /// Sum of key and value bytes (the user bytes of the batch).
     pub fn user_bytes(&self) -> u64 {
-        self.entries()
-            .filter_map(|e| e.ok())
-            .map(|e| (e.key.len() + e.value.len()) as u64)
-            .sum()
+        self.user_bytes
+    }
+
+    /// Length of the longest value put by the batch (0 when none), so the
+    /// write path can tell without decoding whether anything is separated.
+    pub(crate) fn max_value_len(&self) -> usize {
+        self.max_value_len
     }
 
     /// Encodes the batch as a WAL record payload with first sequence

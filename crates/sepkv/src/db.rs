@@ -939,9 +939,7 @@ impl DbInner {
         let batch = if !self.opts.wal {
             separated = self.log_entries(batch)?;
             &separated
-        } else if batch.entries().any(|e| {
-            e.is_ok_and(|e| e.vtype == ValueType::Value && self.vstore.separates(e.value.len()))
-        }) {
+        } else if self.vstore.separates(batch.max_value_len()) {
             separated = self.separate_values(batch)?;
             &separated
         } else {

@@ -141,7 +141,8 @@ pub trait ValueStore: Send + Sync {
     fn name(&self) -> &'static str;
 
     /// True when a value of `len` bytes is separated into this store rather
-    /// than kept inline in the index.
+    /// than kept inline in the index. Must be monotone in `len` (a threshold):
+    /// the write path asks it once, with a batch's longest value.
     fn separates(&self, len: usize) -> bool;
 
     /// Appends `records` in order and returns one pointer per record. The
