@@ -579,6 +579,7 @@ impl Engine for SepkvEngine {
             s.compaction_entries_dropped,
         );
         counters.insert("write_stall_micros".into(), s.write_stall_micros);
+        counters.insert("write_gc_steps".into(), s.write_gc_steps);
         counters.insert("engine_user_bytes_written".into(), s.user_bytes_written);
         counters.insert("engine_user_bytes_read".into(), s.user_bytes_read);
         counters.insert("engine_disk_bytes".into(), s.disk_bytes);

@@ -309,8 +309,8 @@ fn print_stats(s: &sepkv::DbStats, out: &mut impl Write) -> std::io::Result<()> 
     }
     writeln!(
         out,
-        "flushes {}  compactions {}  trivial moves {}  stall µs {}",
-        s.flushes, s.compactions, s.trivial_moves, s.write_stall_micros
+        "flushes {}  compactions {}  trivial moves {}  stall µs {}  write GC steps {}",
+        s.flushes, s.compactions, s.trivial_moves, s.write_stall_micros, s.write_gc_steps
     )?;
     writeln!(out, "io category   bytes read   bytes written")?;
     for ((c, r), (_, w)) in s.io.read.iter().zip(&s.io.written) {

@@ -57,7 +57,7 @@ use crate::vstore::{
     GcOutcome, HashKvStore, IndexReader, IndexRelocator, InlineStore, LogEntry, Relocation,
     SpaceStats, ValuePointer, ValueRecord, ValueStore,
 };
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -109,6 +109,18 @@ struct Counters {
     compaction_bytes_out: AtomicU64,
     compaction_entries_dropped: AtomicU64,
     stall_micros: AtomicU64,
+    write_gc_steps: AtomicU64,
+}
+
+/// Progress of the GC a refused write runs (see `DbInner::gc_for_room`).
+#[derive(Default)]
+struct RoomGc {
+    /// Value-store bytes (live + garbage) when the write was first refused.
+    start_bytes: Option<u64>,
+    /// Bytes GC has read since.
+    read: u64,
+    /// A memtable flush was forced to let GC go on.
+    flushed: bool,
 }
 
 type SnapshotList = Arc<Mutex<BTreeMap<SeqNum, usize>>>;
@@ -246,8 +258,12 @@ pub struct DbStats {
     pub compaction_bytes_out: u64,
     /// Entries compaction dropped (shadowed versions, obsolete tombstones).
     pub compaction_entries_dropped: u64,
-    /// Time writers spent delayed or stopped (µs).
+    /// Time writers spent delayed or stopped (µs), including GC run by
+    /// writes the value store refused for want of space.
     pub write_stall_micros: u64,
+    /// GC steps run by writes the value store refused for want of space
+    /// (`Options::value_capacity`).
+    pub write_gc_steps: u64,
     /// Snapshots alive.
     pub live_snapshots: usize,
     /// Value-store space figures.
@@ -380,6 +396,7 @@ impl Db {
                     gc_chunk_size: opts.gc_chunk_size,
                     prefetch_threads: opts.prefetch_threads,
                     log_mode: !opts.wal,
+                    capacity: opts.value_capacity,
                 },
                 versions.value_store_state.as_deref(),
             )?),
@@ -925,32 +942,79 @@ impl DbInner {
 
     fn write(&self, batch: &WriteBatch, opts: WriteOptions) -> Result<SeqNum> {
         let mut guard = self.writer.lock();
-        self.poisoned()?;
-        let Some(w) = guard.as_mut() else {
-            return Err(Error::Closed);
-        };
-        self.make_room(w, false)?;
-
         let user_bytes = batch.user_bytes();
+        let mut room = RoomGc::default();
+        loop {
+            self.poisoned()?;
+            let Some(w) = guard.as_mut() else {
+                return Err(Error::Closed);
+            };
+            self.make_room(w, false)?;
 
-        // Separate large values into the value store (never for `inline`);
-        // in log mode the value log records every entry.
-        let separated;
-        let batch = if !self.opts.wal {
-            separated = self.log_entries(batch)?;
-            &separated
-        } else if self.vstore.separates(batch.max_value_len()) {
-            separated = self.separate_values(batch)?;
-            &separated
-        } else {
-            batch
+            // Separate large values into the value store (never for
+            // `inline`); in log mode the value log records every entry.
+            let prepared = if !self.opts.wal {
+                Some(self.log_entries(batch))
+            } else if self.vstore.separates(batch.max_value_len()) {
+                Some(self.separate_values(batch))
+            } else {
+                None
+            };
+            let prepared = match prepared {
+                Some(Err(Error::ValueStoreFull(msg))) => {
+                    // The append would pass `value_capacity`: GC first
+                    // (HashKV §4.1 setup), with the writer lock released so
+                    // that GC can install its relocations; then retry.
+                    let t = Instant::now();
+                    let more = MutexGuard::unlocked(&mut guard, || self.gc_for_room(&mut room));
+                    self.note_stall(t);
+                    if !more? {
+                        return Err(Error::ValueStoreFull(msg));
+                    }
+                    continue;
+                }
+                Some(r) => Some(r?),
+                None => None,
+            };
+            let seq = self.write_locked(w, prepared.as_ref().unwrap_or(batch), opts.sync)?;
+            self.counters
+                .user_bytes_written
+                .fetch_add(user_bytes, Ordering::Relaxed);
+            return Ok(seq);
+        }
+    }
+
+    /// One round of GC for a write the value store refused for want of
+    /// space; called without the writer lock. Returns false once retrying
+    /// is pointless: GC has read as many bytes as the store held when the
+    /// write was first refused (a whole pass) without making room, or it
+    /// has nothing to do even after a memtable flush (in log mode GC stops
+    /// at the replay checkpoint, which a flush moves).
+    fn gc_for_room(&self, room: &mut RoomGc) -> Result<bool> {
+        let space = self.vstore.space();
+        let start = *room
+            .start_bytes
+            .get_or_insert(space.live_bytes + space.garbage_bytes);
+        if room.read > start {
+            return Ok(false);
+        }
+        let out = match self.vstore.gc_step(self, self) {
+            Ok(o) => o,
+            Err(e) => {
+                self.set_poison(&e);
+                return Err(e);
+            }
         };
-
-        let seq = self.write_locked(w, batch, opts.sync)?;
-        self.counters
-            .user_bytes_written
-            .fetch_add(user_bytes, Ordering::Relaxed);
-        Ok(seq)
+        self.counters.write_gc_steps.fetch_add(1, Ordering::Relaxed);
+        room.read += out.bytes_read.max(1);
+        if !out.did_work {
+            if room.flushed {
+                return Ok(false);
+            }
+            room.flushed = true;
+            self.flush_memtable()?;
+        }
+        Ok(true)
     }
 
     /// Logs and applies a prepared batch; returns its last sequence number.
@@ -1056,6 +1120,8 @@ impl DbInner {
             .collect();
         let ptrs = match self.vstore.log_batch(&log) {
             Ok(p) => p,
+            // Refused before anything was written: the engine runs GC.
+            Err(e @ Error::ValueStoreFull(_)) => return Err(e),
             Err(e) => {
                 self.set_poison(&e);
                 return Err(e);
@@ -1745,6 +1811,7 @@ impl DbInner {
             compaction_bytes_out: c.compaction_bytes_out.load(Ordering::Relaxed),
             compaction_entries_dropped: c.compaction_entries_dropped.load(Ordering::Relaxed),
             write_stall_micros: c.stall_micros.load(Ordering::Relaxed),
+            write_gc_steps: c.write_gc_steps.load(Ordering::Relaxed),
             live_snapshots: self.snapshots.lock().values().sum(),
             value_store: self.vstore.space(),
             value_store_figures: self

@@ -62,6 +62,13 @@ pub enum Error {
     /// The handle was closed.
     #[error("database is closed")]
     Closed,
+    /// A write needs more value-store space than `Options::value_capacity`
+    /// allows and garbage collection, run first, could not free enough
+    /// (the separated values written so far are all live). Nothing of the
+    /// refused write was applied; the database stays writable (deletes and
+    /// inline writes still go through, and GC can run once data is deleted).
+    #[error("value store full: {0}")]
+    ValueStoreFull(String),
     /// An earlier write or sync failed; the database refuses further writes
     /// until it is closed and reopened (a failed `fsync` leaves the page
     /// cache in an unknown state, so retrying it is unsafe).

@@ -190,11 +190,22 @@ pub struct Options {
     pub prefetch_threads: usize,
     /// File system under all I/O (default: the operating system's).
     pub fs: Arc<dyn FileSystem>,
-    /// Total capacity of the `hashkv` value store in bytes: main segments
-    /// plus reserved space (HashKV §3.2). Segments are created lazily, so
-    /// unused capacity costs no disk space. Fixed when the database is
-    /// created. Default 64 GiB.
-    pub value_capacity: u64,
+    /// Capacity of the value store in bytes, or `None` for the default.
+    ///
+    /// - `hashkv`: main segments plus reserved space (HashKV §3.2), fixed
+    ///   when the database is created; `None` means 64 GiB. Segments are
+    ///   created lazily, so unused capacity costs no disk space.
+    /// - `wisckey` (value log): the most bytes the log may span from its
+    ///   tail to its head (live values plus garbage not yet collected);
+    ///   `None` means unbounded. May change between opens.
+    ///
+    /// When a user write would pass the capacity, garbage collection runs
+    /// first, in the writing thread (the setup of HashKV §4.1, where both
+    /// stores get the data size plus a reserve); if it cannot free enough
+    /// the write fails with [`crate::Error::ValueStoreFull`]. GC's own
+    /// copies are exempt, so the value log may pass its capacity by up to
+    /// one GC chunk while a step runs.
+    pub value_capacity: Option<u64>,
     /// Size of a `hashkv` main segment in bytes; the number of segment
     /// groups is `value_capacity * (1 - hashkv_reserved_ratio)` divided by
     /// it, at least 1. Fixed at creation. Default 64 MiB.
@@ -266,7 +277,7 @@ impl Default for Options {
             scan_prefetch_depth: 32,
             prefetch_threads: 8,
             fs: Arc::new(StdFs),
-            value_capacity: 64 << 30,
+            value_capacity: None,
             hashkv_main_segment_size: 64 << 20,
             hashkv_log_segment_size: 1 << 20,
             hashkv_reserved_ratio: 0.3,
@@ -287,6 +298,14 @@ impl Options {
             value_layout,
             ..Options::default()
         }
+    }
+
+    /// Default `hashkv` capacity when `value_capacity` is `None` (bytes).
+    pub const DEFAULT_HASHKV_CAPACITY: u64 = 64 << 30;
+
+    /// The `hashkv` store's capacity in bytes: `value_capacity` or 64 GiB.
+    pub fn hashkv_capacity(&self) -> u64 {
+        self.value_capacity.unwrap_or(Self::DEFAULT_HASHKV_CAPACITY)
     }
 
     /// Checks every option.
@@ -418,20 +437,30 @@ impl Options {
                 self.hashkv_reserved_ratio
             ));
         }
-        if self.value_capacity < self.hashkv_main_segment_size
-            || self.value_capacity > 1 << 50
-            || ((self.value_capacity as f64 * self.hashkv_reserved_ratio) as u64)
-                < self.hashkv_log_segment_size
+        if self.value_capacity == Some(0) {
+            return bad("value_capacity must be positive (None for the default)".into());
+        }
+        if self.value_capacity.is_some_and(|c| c > 1 << 50) {
+            return bad("value_capacity must be at most 1 PiB".into());
+        }
+        let cap = self.hashkv_capacity();
+        // The geometry checks matter only to the store that uses them (a
+        // value log's capacity may be smaller than a main segment).
+        if self.value_layout == ValueLayout::HashKv
+            && (cap < self.hashkv_main_segment_size
+                || cap > 1 << 50
+                || ((cap as f64 * self.hashkv_reserved_ratio) as u64)
+                    < self.hashkv_log_segment_size)
         {
             return bad(format!(
-                "value_capacity {} must be at most 1 PiB, at least one main segment ({}), and reserve at least one log segment ({})",
-                self.value_capacity, self.hashkv_main_segment_size, self.hashkv_log_segment_size
+                "value_capacity {cap} must be at most 1 PiB, at least one main segment ({}), and reserve at least one log segment ({})",
+                self.hashkv_main_segment_size, self.hashkv_log_segment_size
             ));
         }
-        if self.value_capacity / self.hashkv_main_segment_size.max(1) > 1 << 24 {
+        if cap / self.hashkv_main_segment_size.max(1) > 1 << 24 {
             return bad(format!(
-                "value_capacity {} / hashkv_main_segment_size {} gives more than 16M segment groups",
-                self.value_capacity, self.hashkv_main_segment_size
+                "value_capacity {cap} / hashkv_main_segment_size {} gives more than 16M segment groups",
+                self.hashkv_main_segment_size
             ));
         }
         if self.hashkv_write_cache_size > 1 << 30 {

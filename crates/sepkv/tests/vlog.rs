@@ -207,3 +207,65 @@ fn single(i: usize, round: usize) -> sepkv::WriteBatch {
     b.put(&key(i), &value(i, round)).unwrap();
     b
 }
+
+/// `value_capacity` bounds the log: a write that would pass it runs GC
+/// first; only data that is all live is refused, cleanly; deleting data
+/// makes room again. With the index WAL and in log mode (WiscKey §3.4.2).
+#[test]
+fn capacity_runs_gc_first_and_refuses_only_live_data() {
+    for wal in [true, false] {
+        let fs = MemFs::new();
+        let o = Options {
+            wal,
+            value_capacity: Some(2 << 20),
+            gc_chunk_size: 16 << 10,
+            ..opts(Arc::new(fs.clone()))
+        };
+        let db = Db::open("/db", o.clone()).unwrap();
+        for round in 0..5000 {
+            db.put(&key(1), &value(1, round)).unwrap();
+        }
+        let s = db.stats().unwrap();
+        assert!(s.write_gc_steps >= 1, "wal {wal}");
+        let span = s.value_store.live_bytes + s.value_store.garbage_bytes;
+        assert!(span <= (2 << 20) + (16 << 10), "wal {wal}: span {span}");
+        assert_eq!(db.get(&key(1)).unwrap(), Some(value(1, 4999)));
+
+        let mut n = 2;
+        let err = loop {
+            match db.put(&key(n), &value(n, 0)) {
+                Ok(()) => n += 1,
+                Err(e) => break e,
+            }
+            assert!(n < 10_000, "wal {wal}: the log never filled");
+        };
+        assert!(
+            matches!(&err, sepkv::Error::ValueStoreFull(m) if m.contains("value_capacity")),
+            "wal {wal}: {err:?}"
+        );
+        // About 2 MiB of 1 KiB records went in before the refusal.
+        assert!((1800..2100).contains(&n), "wal {wal}: {n} keys");
+        for i in 2..n {
+            assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 0)), "wal {wal}");
+        }
+        db.put(b"small", b"inline").unwrap();
+        for i in (2..n).step_by(2) {
+            db.delete(&key(i)).unwrap();
+        }
+        // The deleted half is garbage GC now frees for new values.
+        for i in 0..(n - 2) / 4 {
+            db.put(&key(20_000 + i), &value(i, 1)).unwrap();
+        }
+        assert!(db.verify().unwrap().faults.is_empty());
+        db.close().unwrap();
+        let db = Db::open("/db", o).unwrap();
+        for i in 2..n {
+            let want = (i % 2 == 1).then(|| value(i, 0));
+            assert_eq!(db.get(&key(i)).unwrap(), want, "wal {wal}: key {i}");
+        }
+        for i in 0..(n - 2) / 4 {
+            assert_eq!(db.get(&key(20_000 + i)).unwrap(), Some(value(i, 1)));
+        }
+        assert_eq!(db.get(b"small").unwrap(), Some(b"inline".to_vec()));
+    }
+}

@@ -123,6 +123,7 @@ impl ColdLog {
                 gc_chunk_size,
                 prefetch_threads: 0,
                 log_mode: false,
+                capacity: None,
             },
             state,
         )?;

@@ -145,7 +145,7 @@ impl HashKvOptions {
     pub fn from_options(o: &Options) -> HashKvOptions {
         HashKvOptions {
             value_threshold: o.value_threshold,
-            capacity: o.value_capacity,
+            capacity: o.hashkv_capacity(),
             main_segment_size: o.hashkv_main_segment_size,
             log_segment_size: o.hashkv_log_segment_size,
             reserved_ratio: o.hashkv_reserved_ratio,
@@ -916,7 +916,7 @@ impl ValueStore for HashKvStore {
                 Err(msg) => {
                     st.table.rollback(undo);
                     self.counters.full_errors.fetch_add(1, Ordering::Relaxed);
-                    return Err(Error::InvalidArgument(msg));
+                    return Err(Error::ValueStoreFull(msg));
                 }
             }
         }

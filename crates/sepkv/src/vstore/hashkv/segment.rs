@@ -668,7 +668,14 @@ impl SegFiles {
     }
 
     /// Reads `buf.len()` bytes of segment `id` at `off`.
+    /// An empty read succeeds without touching the file: a segment the
+    /// table lists may have no file yet (segments are created on their first
+    /// write, and a crash can drop an unsynced new file's directory entry,
+    /// which recovery then counts as an empty segment).
     pub fn read_exact(&self, id: u64, off: u64, buf: &mut [u8], cat: IoCategory) -> Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
         let h = self.reader(id)?;
         h.read_exact_at(off, buf).ctx(&self.path(id))?;
         self.stats.add_read(cat, buf.len() as u64);
@@ -763,6 +770,21 @@ mod tests {
         let mut bad = enc.clone();
         bad[10] ^= 1;
         assert!(Table::decode(&bad).is_none());
+    }
+
+    #[test]
+    fn a_listed_segment_without_a_file_reads_as_empty() {
+        let fs: Arc<dyn FileSystem> = Arc::new(crate::fs::MemFs::new());
+        fs.create_dir_all(Path::new("/db")).unwrap();
+        let files = SegFiles::new(Path::new("/db"), fs, Arc::new(IoStats::default()));
+        assert_eq!(files.file_len(7).unwrap(), 0);
+        files
+            .read_exact(7, 0, &mut [], IoCategory::ValueStore)
+            .unwrap();
+        let mut one = [0u8; 1];
+        assert!(files
+            .read_exact(7, 0, &mut one, IoCategory::ValueStore)
+            .is_err());
     }
 
     #[test]

@@ -64,6 +64,10 @@ pub struct VlogOptions {
     pub prefetch_threads: usize,
     /// The value log replaces the index's WAL (WiscKey §3.4.2).
     pub log_mode: bool,
+    /// Most bytes the log may span from tail to head before a user append
+    /// is refused with `ValueStoreFull` (the engine then runs GC and
+    /// retries); `None` = unbounded. GC copies are exempt.
+    pub capacity: Option<u64>,
 }
 
 /// Path of vLog file `id`.
@@ -389,6 +393,24 @@ impl VlogStore {
         cat: IoCategory,
     ) -> Result<Vec<ValuePointer>> {
         let mut st = self.state.lock();
+        if let Some(cap) = self.opts.capacity {
+            // Only new user values are refused: GC copies must go through to
+            // free space, and tombstones, inline values and relocations of
+            // log mode are small and what lets space be freed at all.
+            if records.iter().any(|r| r.0 == Kind::Value) {
+                let need: u64 = records
+                    .iter()
+                    .map(|r| record::record_len(r.1, r.3) as u64)
+                    .sum();
+                let span = Self::span_locked(&st);
+                if span + need > cap {
+                    return Err(Error::ValueStoreFull(format!(
+                        "the value log spans {span} bytes from tail to head and {need} more would pass value_capacity {cap}; \
+                         GC could not free enough (delete data or reopen with a larger value_capacity)"
+                    )));
+                }
+            }
+        }
         let mut ptrs = Vec::with_capacity(records.len());
         for (i, &(kind, key, seq, value)) in records.iter().enumerate() {
             let offset = st.active.flushed + st.active.buf.len() as u64;
@@ -413,6 +435,22 @@ impl VlogStore {
         // Files roll between batches only, so a batch never spans files.
         self.maybe_roll(&mut st)?;
         Ok(ptrs)
+    }
+
+    /// Bytes from the tail to the head, unflushed appends included.
+    fn span_locked(st: &State) -> u64 {
+        st.files
+            .range(st.tail.0..)
+            .map(|(&id, f)| {
+                let len = if id == st.active.id {
+                    st.active.flushed + st.active.buf.len() as u64
+                } else {
+                    f.valid_len
+                };
+                let from = if id == st.tail.0 { st.tail.1 } else { 0 };
+                len.saturating_sub(from)
+            })
+            .sum()
     }
 
     /// Appends values (user writes or GC copies) as one batch.
