@@ -172,6 +172,41 @@ pub struct BenchConfig {
     pub field_length: usize,
     /// Show progress bars (on a terminal only).
     pub progress: bool,
+    /// A share of records with small values instead of `value_size` ones
+    /// (HashKV §4.4 Exp. 7's mix of small and large pairs).
+    pub small_values: Option<SmallValues>,
+    /// Reserve of the `update` workload's value store, as a share of the
+    /// data size: sepkv's value store gets a capacity of data × (1 +
+    /// reserve) (HashKV §4.1: 40 GiB plus 30 %); `None` = unbounded.
+    pub reserve: Option<f64>,
+}
+
+/// Records whose values are `size` bytes instead of `value_size`: a fixed
+/// `share` of the record numbers, chosen by hashing them (so a record keeps
+/// its size across updates).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SmallValues {
+    /// Value bytes of the small records.
+    pub size: usize,
+    /// Share of records that are small, in [0, 1].
+    pub share: f64,
+}
+
+impl std::str::FromStr for SmallValues {
+    type Err = BenchError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || {
+            BenchError::InvalidArgument(format!(
+                "--small-values {s:?}: expected SIZE:SHARE, e.g. 24:0.5"
+            ))
+        };
+        let (size, share) = s.split_once(':').ok_or_else(bad)?;
+        Ok(SmallValues {
+            size: size.trim().parse().map_err(|_| bad())?,
+            share: share.trim().parse().map_err(|_| bad())?,
+        })
+    }
 }
 
 impl Default for BenchConfig {
@@ -192,6 +227,8 @@ impl Default for BenchConfig {
             field_count: 10,
             field_length: 100,
             progress: true,
+            small_values: None,
+            reserve: Some(0.3),
         }
     }
 }
@@ -200,6 +237,38 @@ impl BenchConfig {
     /// Operations of a workload entry.
     pub fn ops_for(&self, w: &WorkloadRun) -> u64 {
         w.ops.or(self.ops).unwrap_or(self.num)
+    }
+
+    /// Value bytes of record `n` in the db_bench-style workloads and
+    /// `update`.
+    pub fn value_len(&self, n: u64) -> usize {
+        let Some(sv) = self.small_values else {
+            return self.value_size;
+        };
+        let u = (crate::gen::splitmix64(n ^ self.seed.rotate_left(17)) >> 11) as f64;
+        if u / ((1u64 << 53) as f64) < sv.share {
+            sv.size
+        } else {
+            self.value_size
+        }
+    }
+
+    /// Mean value bytes per record (bytes).
+    pub fn mean_value_len(&self) -> f64 {
+        match self.small_values {
+            Some(sv) => sv.share * sv.size as f64 + (1.0 - sv.share) * self.value_size as f64,
+            None => self.value_size as f64,
+        }
+    }
+
+    /// The `update` workload's value-store sizing: `(capacity in bytes,
+    /// share of it reserved)` for data of `num` records, or `None` without
+    /// a reserve. HashKV's reserved space is then exactly the reserve and
+    /// its main segments hold the data.
+    pub fn update_capacity(&self) -> Option<(u64, f64)> {
+        let r = self.reserve?;
+        let data = self.num as f64 * (self.key_size as f64 + self.mean_value_len());
+        Some(((data * (1.0 + r)).ceil() as u64, r / (1.0 + r)))
     }
 
     /// Checks the settings.
@@ -226,6 +295,19 @@ impl BenchConfig {
         }
         if self.value_size > 32 << 20 {
             return bad(format!("--value-size {} exceeds 32 MiB", self.value_size));
+        }
+        if let Some(sv) = self.small_values {
+            if sv.size > 32 << 20 || !(0.0..=1.0).contains(&sv.share) {
+                return bad(format!(
+                    "--small-values {}:{}: the size must be at most 32 MiB and the share in [0, 1]",
+                    sv.size, sv.share
+                ));
+            }
+        }
+        if let Some(r) = self.reserve {
+            if !(r > 0.0 && r <= 10.0) {
+                return bad(format!("--reserve {r} must be in (0, 10] (or none)"));
+            }
         }
         if !(1..=1024).contains(&self.threads) {
             return bad(format!(
@@ -295,6 +377,30 @@ mod tests {
         c.traces = vec!["x".into()];
         c.validate().unwrap();
         c.threads = 0;
+        assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn small_value_mix_and_update_capacity() {
+        let mut c = BenchConfig {
+            num: 10_000,
+            value_size: 1000,
+            small_values: Some("24:0.25".parse().unwrap()),
+            ..BenchConfig::default()
+        };
+        let small = (0..c.num).filter(|&n| c.value_len(n) == 24).count();
+        assert!((2200..2800).contains(&small), "{small} small records");
+        let (cap, reserved) = c.update_capacity().unwrap();
+        let data = 10_000.0 * (16.0 + 0.25 * 24.0 + 0.75 * 1000.0);
+        assert_eq!(cap, (data * 1.3f64).ceil() as u64);
+        assert!((reserved - 0.3 / 1.3).abs() < 1e-12);
+        c.reserve = None;
+        assert_eq!(c.update_capacity(), None);
+        assert!("24".parse::<SmallValues>().is_err());
+        c.small_values = Some(SmallValues {
+            size: 24,
+            share: 1.5,
+        });
         assert!(c.validate().is_err());
     }
 }

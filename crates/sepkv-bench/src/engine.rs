@@ -27,6 +27,9 @@ pub struct EngineOptions {
     /// Bypass the page cache for reads and writes (O_DIRECT) if the engine
     /// can; engines that cannot say so through [`Engine::notes`].
     pub direct_io: bool,
+    /// Bound sepkv's value store: `(capacity in bytes, share of it that
+    /// HashKV reserves for log segments)`; other engines ignore it.
+    pub value_capacity: Option<(u64, f64)>,
 }
 
 /// One operation of a write batch.
@@ -213,7 +216,18 @@ pub struct Tuning {
     pub no_wal: bool,
     /// `+noprefetch`: scans read values one by one (no parallel prefetch).
     pub no_prefetch: bool,
+    /// `+nohot`: HashKV without hotness awareness (§3.4; Exp. 6).
+    pub no_hotness: bool,
+    /// `+nojournal`: HashKV without its write and GC journals (§3.7;
+    /// Exp. 8), which also turns its write cache off.
+    pub no_journal: bool,
+    /// `+nosep`: every value is separated, none kept inline
+    /// (`value_threshold` 1; selective separation off, HashKV §3.5, Exp. 7).
+    pub no_selective: bool,
 }
+
+/// The `+flag`s of [`Tuning`], for messages.
+const TUNING_FLAGS: &str = "+nowal, +noprefetch, +nohot, +nojournal, +nosep";
 
 impl fmt::Display for Tuning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -222,6 +236,15 @@ impl fmt::Display for Tuning {
         }
         if self.no_prefetch {
             f.write_str("+noprefetch")?;
+        }
+        if self.no_hotness {
+            f.write_str("+nohot")?;
+        }
+        if self.no_journal {
+            f.write_str("+nojournal")?;
+        }
+        if self.no_selective {
+            f.write_str("+nosep")?;
         }
         Ok(())
     }
@@ -379,8 +402,11 @@ impl FromStr for EngineSpec {
                         match flag {
                             "nowal" => tuning.no_wal = true,
                             "noprefetch" => tuning.no_prefetch = true,
+                            "nohot" => tuning.no_hotness = true,
+                            "nojournal" => tuning.no_journal = true,
+                            "nosep" => tuning.no_selective = true,
                             _ => return Err(BenchError::InvalidArgument(format!(
-                                "unknown sepkv flag +{flag} in engine {s:?}; flags: +nowal, +noprefetch"
+                                "unknown sepkv flag +{flag} in engine {s:?}; flags: {TUNING_FLAGS}"
                             ))),
                         }
                     }
@@ -478,6 +504,19 @@ impl SepkvEngine {
         options.wal = !tuning.no_wal;
         if tuning.no_prefetch {
             options.scan_prefetch_depth = 0;
+        }
+        if tuning.no_hotness {
+            options.hashkv_hotness = false;
+        }
+        if tuning.no_journal {
+            options.hashkv_journal = false;
+        }
+        if tuning.no_selective {
+            options.value_threshold = 1;
+        }
+        if let Some((capacity, reserved)) = opts.value_capacity {
+            options.value_capacity = Some(capacity);
+            options.hashkv_reserved_ratio = reserved;
         }
         let db = Db::open(dir, options.clone()).map_err(|e| BenchError::engine(&label, e))?;
         Ok(SepkvEngine {

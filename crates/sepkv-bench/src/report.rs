@@ -50,6 +50,16 @@ pub struct Settings {
     pub direct_io: bool,
     /// Trace files (names only) of the `trace` workload.
     pub traces: Vec<String>,
+    /// Small-value mix (`--small-values`), if any.
+    #[serde(default)]
+    pub small_values: Option<crate::config::SmallValues>,
+    /// Reserve of the `update` workload's value store (`--reserve`; `null`
+    /// = unbounded).
+    #[serde(default)]
+    pub reserve: Option<f64>,
+    /// The `update` workload's sepkv value-store capacity (bytes).
+    #[serde(default)]
+    pub update_value_capacity: Option<u64>,
 }
 
 impl Settings {
@@ -79,6 +89,9 @@ impl Settings {
                     )
                 })
                 .collect(),
+            small_values: cfg.small_values,
+            reserve: cfg.reserve,
+            update_value_capacity: cfg.update_capacity().map(|c| c.0),
         }
     }
 }

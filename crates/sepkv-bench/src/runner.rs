@@ -207,6 +207,7 @@ pub fn run_engine(
         stream: 0,
         reports,
         on_phase,
+        bounded: false,
     };
     let res = run.start().and_then(|_| {
         for w in &cfg.workloads {
@@ -233,6 +234,9 @@ struct EngineRun<'a> {
     stream: u64,
     reports: &'a mut Vec<PhaseReport>,
     on_phase: &'a mut dyn FnMut(&PhaseReport),
+    /// The database being opened is the `update` workload's (bounded value
+    /// store, see [`BenchConfig::update_capacity`]).
+    bounded: bool,
 }
 
 fn clear_dir(dir: &Path) -> Result<()> {
@@ -271,6 +275,11 @@ impl EngineRun<'_> {
         EngineOptions {
             sync: self.cfg.sync,
             direct_io: self.cfg.direct_io,
+            value_capacity: if self.bounded {
+                self.cfg.update_capacity()
+            } else {
+                None
+            },
         }
     }
 
@@ -435,14 +444,18 @@ impl EngineRun<'_> {
             }
             Workload::Trace => self.trace(),
             Workload::Update => {
-                if self.dataset != Dataset::Empty {
-                    self.fresh()?;
-                }
-                self.fill(&name, "load", true)?;
-                for p in 1..=self.cfg.phases {
-                    self.overwrite(&name, &format!("update-{p}"), ops, true)?;
-                }
-                Ok(())
+                // A database of its own, with the value store bounded by
+                // `--reserve` (HashKV §4.1).
+                self.bounded = true;
+                let res = self.fresh().and_then(|_| {
+                    self.fill(&name, "load", true)?;
+                    for p in 1..=self.cfg.phases {
+                        self.overwrite(&name, &format!("update-{p}"), ops, true)?;
+                    }
+                    Ok(())
+                });
+                self.bounded = false;
+                res
             }
         }
     }
@@ -497,7 +510,7 @@ impl EngineRun<'_> {
                 for i in range {
                     let n = if random { perm.get(i) } else { i };
                     bench_key(n, cfg.key_size, &mut key);
-                    let v = vs.next(cfg.value_size);
+                    let v = vs.next(cfg.value_len(n));
                     let t0 = Instant::now();
                     eng.put(&key, v)?;
                     o.lat.record_since(t0);
@@ -540,7 +553,7 @@ impl EngineRun<'_> {
                         rng.gen_range(0..num)
                     };
                     bench_key(n, cfg.key_size, &mut key);
-                    let v = vs.next(cfg.value_size);
+                    let v = vs.next(cfg.value_len(n));
                     let t0 = Instant::now();
                     eng.put(&key, v)?;
                     o.lat.record_since(t0);
@@ -690,7 +703,7 @@ impl EngineRun<'_> {
                     while !stop.load(Ordering::Relaxed) {
                         let n = rng.gen_range(0..num);
                         bench_key(n, cfg.key_size, &mut key);
-                        let v = vs.next(cfg.value_size);
+                        let v = vs.next(cfg.value_len(n));
                         let t0 = Instant::now();
                         eng.put(&key, v)?;
                         o.lat.record_since(t0);

@@ -147,7 +147,11 @@ impl Geometry {
     /// The geometry for a capacity (bytes) and reserved ratio.
     pub fn new(capacity: u64, main_size: u64, log_size: u64, reserved_ratio: f64) -> Geometry {
         let main_part = (capacity as f64 * (1.0 - reserved_ratio)) as u64;
-        let groups = (main_part / main_size.max(1)).clamp(1, u32::MAX as u64) as u32;
+        // Rounded up, so that the main segments hold at least the main
+        // part (data sized to it must not spill into the reserve).
+        let groups = main_part
+            .div_ceil(main_size.max(1))
+            .clamp(1, u32::MAX as u64) as u32;
         let reserved_units = (capacity as f64 * reserved_ratio) as u64 / log_size.max(1);
         Geometry {
             groups,
@@ -155,6 +159,12 @@ impl Geometry {
             log_size,
             reserved_units,
         }
+    }
+
+    /// Log segments user writes leave free for GC's copies: a sixteenth of
+    /// the reserve, at most one main segment's worth.
+    pub fn gc_headroom(&self) -> u64 {
+        (self.reserved_units / 16).min(self.main_size.div_ceil(self.log_size.max(1)))
     }
 
     /// The group `key` hashes to.
@@ -308,6 +318,15 @@ impl Table {
         }
         let first = g.segs.is_empty();
         let was_sealed = g.sealed;
+        // User writes leave GC its headroom of log segments: a GC whose
+        // victim's live data passes a main segment needs some for the copies
+        // before it frees anything.
+        if !(first && len <= self.geo.main_size)
+            && self.free_units() < self.units_for(len) as u64 + self.geo.gc_headroom()
+        {
+            let need = self.units_for(len) as u64;
+            return Err(full_message(&self.geo, self.used_units, need));
+        }
         let Some(mut a) = self.alloc(group, len, first) else {
             let need = self.units_for(len) as u64;
             return Err(full_message(&self.geo, self.used_units, need));
