@@ -45,8 +45,6 @@ fn opts(fs: &FaultFs, (preset, wal): (Preset, bool)) -> Options {
         max_bytes_for_level_base: 256 << 10,
         block_size: 1024,
         l0_compaction_trigger: 2,
-        // The value log is bounded, so writes also run GC themselves.
-        value_capacity: (preset == Preset::WiscKey).then_some(512 << 10),
         ..Options::preset(preset)
     }
 }
