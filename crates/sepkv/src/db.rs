@@ -991,10 +991,10 @@ impl DbInner {
     /// has nothing to do even after a memtable flush (in log mode GC stops
     /// at the replay checkpoint, which a flush moves).
     fn gc_for_room(&self, room: &mut RoomGc) -> Result<bool> {
-        let space = self.vstore.space();
-        let start = *room
-            .start_bytes
-            .get_or_insert(space.live_bytes + space.garbage_bytes);
+        let start = *room.start_bytes.get_or_insert_with(|| {
+            let space = self.vstore.space();
+            space.live_bytes + space.garbage_bytes
+        });
         if room.read > start {
             return Ok(false);
         }

@@ -104,7 +104,7 @@ impl Output {
             self.finish(s)?;
             let a = {
                 let mut st = s.state.lock();
-                st.table.alloc(self.group, n, self.segs.is_empty())
+                st.table.alloc(self.group, n, self.segs.is_empty(), 0)
             };
             let Some(a) = a else { return Ok(None) };
             self.segs.push(a.id);

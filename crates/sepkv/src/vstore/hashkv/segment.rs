@@ -265,16 +265,16 @@ impl Table {
 
     /// Allocates a segment for `group` able to hold `len` bytes: a main
     /// segment when the group has none yet (`first`) and it fits, else a log
-    /// segment from the reserved space. `None` when the reserved space is
-    /// exhausted.
-    pub fn alloc(&mut self, group: u32, len: u64, first: bool) -> Option<Alloc> {
+    /// segment from the reserved space. `None` when a log segment would
+    /// leave fewer than `headroom` units free.
+    pub fn alloc(&mut self, group: u32, len: u64, first: bool, headroom: u64) -> Option<Alloc> {
         let (kind, units, cap) = if first && len <= self.geo.main_size {
             (SegKind::Main, 0, self.geo.main_size)
         } else {
             let u = self.units_for(len);
             (SegKind::Log, u, u as u64 * self.geo.log_size)
         };
-        if units as u64 > self.free_units() {
+        if units as u64 + headroom > self.free_units() {
             return None;
         }
         let id = self.next_seg;
@@ -321,13 +321,7 @@ impl Table {
         // User writes leave GC its headroom of log segments: a GC whose
         // victim's live data passes a main segment needs some for the copies
         // before it frees anything.
-        if !(first && len <= self.geo.main_size)
-            && self.free_units() < self.units_for(len) as u64 + self.geo.gc_headroom()
-        {
-            let need = self.units_for(len) as u64;
-            return Err(full_message(&self.geo, self.used_units, need));
-        }
-        let Some(mut a) = self.alloc(group, len, first) else {
+        let Some(mut a) = self.alloc(group, len, first, self.geo.gc_headroom()) else {
             let need = self.units_for(len) as u64;
             return Err(full_message(&self.geo, self.used_units, need));
         };

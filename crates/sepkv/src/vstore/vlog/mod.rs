@@ -636,20 +636,8 @@ impl ValueStore for VlogStore {
 
     fn space(&self) -> SpaceStats {
         let st = self.state.lock();
-        let mut total = 0u64;
-        let mut garbage = 0u64;
-        for (&id, f) in &st.files {
-            let len = if id == st.active.id {
-                st.active.flushed
-            } else {
-                f.valid_len
-            };
-            let from = if id == st.tail.0 { st.tail.1 } else { 0 };
-            if id >= st.tail.0 {
-                total += len.saturating_sub(from);
-                garbage += f.garbage;
-            }
-        }
+        let total = Self::span_locked(&st);
+        let garbage: u64 = st.files.range(st.tail.0..).map(|(_, f)| f.garbage).sum();
         let ids: Vec<u64> = st.files.keys().copied().collect();
         drop(st);
         let file_bytes = ids
