@@ -76,6 +76,8 @@ struct Writer {
     wal: RecordWriter,
     wal_number: u64,
     scratch: Vec<u8>,
+    /// Every write up to this sequence number is durable.
+    synced_seq: SeqNum,
 }
 
 struct ManualCompaction {
@@ -601,7 +603,8 @@ impl Db {
     /// # Errors
     /// `InvalidArgument` for an invalid key; `Closed`; `Corruption` (file
     /// and offset) when a block or record on the read path fails its
-    /// checksum; `Io`.
+    /// checksum, or when the index points outside the value store's valid
+    /// range; `Io`.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.get_opt(&ReadOptions::default(), key)
     }
@@ -642,7 +645,9 @@ impl Db {
                         attempt += 1;
                         continue;
                     }
-                    break r?;
+                    // A pointer outside the store's valid range is damage:
+                    // recovery never admits one (the same rule as scans).
+                    break Some(r?.ok_or_else(|| crate::iterator::lost(&ptr))?);
                 }
                 Lookup::Found(_, v) => break Some(v),
             }
@@ -910,7 +915,9 @@ impl Db {
             let _ = h.join();
         }
         let res = match self.inner.writer.lock().as_mut() {
-            Some(w) if self.inner.poison.lock().is_none() => w.wal.sync(),
+            Some(w) if self.inner.poison.lock().is_none() => {
+                self.inner.vstore.sync().and_then(|_| w.wal.sync())
+            }
             _ => Ok(()),
         };
         *self.inner.writer.lock() = None;
@@ -1041,6 +1048,9 @@ impl DbInner {
         if let Err(e) = res {
             self.set_poison(&e);
             return Err(e);
+        }
+        if sync {
+            w.synced_seq = seq + n - 1;
         }
         let mem = self.sv.read().mem.clone();
         for (i, e) in batch.entries().enumerate() {
@@ -1213,6 +1223,7 @@ impl DbInner {
                 self.set_poison(&e);
                 return Err(e);
             }
+            w.synced_seq = self.last_seq.load(Ordering::Acquire);
             let number = self.versions.lock().new_file_number();
             let path = filename::wal_path(&self.dir, number);
             let created = self
@@ -1655,6 +1666,7 @@ impl DbInner {
             wal: RecordWriter::new(file, path, self.stats.clone(), IoCategory::Wal),
             wal_number: number,
             scratch: Vec::new(),
+            synced_seq: max_seq,
         });
         self.bg.lock().imm_log_number = number;
         Ok(())
@@ -1905,5 +1917,30 @@ impl IndexRelocator for DbInner {
             self.set_poison(e);
         }
         r
+    }
+
+    fn make_durable(&self, seq: SeqNum) -> Result<()> {
+        let mut guard = self.writer.lock();
+        self.poisoned()?;
+        let Some(w) = guard.as_mut() else {
+            return Err(Error::Closed);
+        };
+        if w.synced_seq >= seq {
+            return Ok(());
+        }
+        // Under the writer lock every write up to `last_seq` is in the WAL
+        // (or, in log mode, in the value log).
+        let last = self.last_seq.load(Ordering::Acquire);
+        let res = if self.opts.wal {
+            self.vstore.sync().and_then(|_| w.wal.sync())
+        } else {
+            self.vstore.sync()
+        };
+        if let Err(e) = res {
+            self.set_poison(&e);
+            return Err(e);
+        }
+        w.synced_seq = last;
+        Ok(())
     }
 }

@@ -346,7 +346,7 @@ fn resolve(vstore: &dyn ValueStore, key: &[u8], raw: &[u8]) -> Result<Vec<u8>> {
     vstore.read(key, &ptr)?.ok_or_else(|| lost(&ptr))
 }
 
-fn lost(ptr: &ValuePointer) -> Error {
+pub(crate) fn lost(ptr: &ValuePointer) -> Error {
     Error::corruption(
         format!("value store file {}", ptr.file_id),
         ptr.offset,

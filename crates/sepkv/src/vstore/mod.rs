@@ -133,6 +133,12 @@ pub trait IndexRelocator: Send + Sync {
     /// Durably records the layout's GC state (e.g. the vLog tail) in the
     /// index's manifest; it is handed back to the layout on open.
     fn persist_state(&self, state: &[u8]) -> Result<()>;
+    /// Makes every index write up to sequence number `seq` durable (the
+    /// value store's records, then the index's WAL; in log mode the value
+    /// log alone). GC calls it before it frees a version that a *newer*
+    /// write made dead: were that write lost in a crash, the recovered
+    /// index would fall back to the freed version.
+    fn make_durable(&self, seq: SeqNum) -> Result<()>;
 }
 
 /// A value layout.

@@ -98,6 +98,10 @@ impl IndexRelocator for ColdRelocator<'_> {
     fn persist_state(&self, state: &[u8]) -> Result<()> {
         (self.persist)(state)
     }
+
+    fn make_durable(&self, seq: SeqNum) -> Result<()> {
+        self.inner.make_durable(seq)
+    }
 }
 
 impl ColdLog {

@@ -596,6 +596,11 @@ fn relocate_and_commit(
         write_intent(s, relocator, gcj, gc_id, victims)?;
     }
 
+    // The writes that made the old segments' other records dead must be
+    // durable before those segments go: a crash that lost one would leave
+    // the index pointing into a removed segment.
+    relocator.make_durable(index.last_sequence())?;
+
     // Commit.
     let retired: Vec<u64>;
     let bytes = {

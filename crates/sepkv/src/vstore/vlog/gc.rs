@@ -7,7 +7,8 @@
 //! 3. append the live records at the head and sync the vLog;
 //! 4. install the new pointers by compare-and-set, durably (a user write
 //!    that raced the step keeps its newer value);
-//! 5. persist the new tail in the manifest;
+//! 5. make the index durable up to the writes that superseded the dead
+//!    records, then persist the new tail in the manifest;
 //! 6. free the chunk — punch a hole, or delete a file the tail has left —
 //!    once no snapshot or iterator older than the relocation is alive.
 //!
@@ -180,6 +181,10 @@ pub fn step(
             f.garbage = f.garbage.saturating_sub(dead);
         }
     }
+    // A record judged dead was superseded by a newer write; that write must
+    // be durable before the tail passes the record (a crash that lost it
+    // would leave the index pointing behind the tail).
+    relocator.make_durable(index.last_sequence())?;
     let new_tail = if chunk_end >= end && !is_active {
         (file + 1, 0)
     } else {
