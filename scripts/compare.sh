@@ -13,7 +13,14 @@
 # 100-byte fields), i.e. about 1 GiB of user data by default. Each engine
 # writes OUT/<engine>.json; the script then combines them into
 # OUT/results.json, OUT/results.md (markdown tables, engines side by side)
-# and, with --plot, SVG charts of throughput and write amplification.
+# and, with --plot, charts of throughput, write and space amplification and
+# p99 latency per workload and engine, as SVG and PNG files.
+#
+# Missing system packages are installed with apt-get when the script runs
+# as root on Debian/Ubuntu (scripts/setup-deps.sh; otherwise it says what
+# to install): libclang and clang for a build with the rocksdb feature
+# (bindgen, run by librocksdb-sys, needs them), and a TrueType font (DejaVu
+# Sans) for the PNG charts, which are skipped with a warning without one.
 #
 # Usage: scripts/compare.sh [options]
 #   --num N          records (default 1000000)
@@ -23,7 +30,7 @@
 #   --engines LIST   comma-separated engine specs (default: all available)
 #   --out DIR        results directory (default: compare-results)
 #   --db DIR         where the databases live (default: a temporary directory)
-#   --plot           also write OUT/plots/*.svg
+#   --plot           also write OUT/plots/*.svg and OUT/plots/*.png
 #   --sync           sync every write
 #   --features F     cargo features of the build (e.g. rocksdb)
 #   --bin PATH       use this sepkv binary instead of building one
@@ -54,11 +61,27 @@ while [ $# -gt 0 ]; do
         --sync) sync="--sync"; shift ;;
         --features) features="$2"; shift 2 ;;
         --bin) bin="$2"; shift 2 ;;
-        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
         *) echo "compare.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
 [ -n "$ops" ] || ops=$(( num / 10 > 0 ? num / 10 : 1 ))
+
+if [ -z "$bin" ] && [[ "$features" == *rocksdb* ]]; then
+    # The directory of libclang goes to LIBCLANG_PATH only where clang-sys
+    # would not look by itself: setting it anew makes cargo rebuild RocksDB.
+    if libclang="$("$here/scripts/setup-deps.sh" rocksdb)"; then
+        case "$libclang" in
+            ""|/usr/lib*|/usr/local/lib*|/usr/local/llvm*) ;;
+            *) [ -n "${LIBCLANG_PATH:-}" ] || export LIBCLANG_PATH="$libclang" ;;
+        esac
+    else
+        echo "compare.sh: the rocksdb build dependencies are missing (see above); trying the build anyway" >&2
+    fi
+fi
+if [ "$plot" = 1 ] && ! "$here/scripts/setup-deps.sh" fonts; then
+    echo "compare.sh: no font for the PNG charts: only SVG charts will be written" >&2
+fi
 
 if [ -z "$bin" ]; then
     build=(cargo build --release -p sepkv-cli --manifest-path "$here/Cargo.toml")
