@@ -71,8 +71,10 @@ pub struct BenchArgs {
     /// side per workload, then every phase).
     #[arg(long, value_name = "FILE")]
     pub markdown: Option<PathBuf>,
-    /// Also draw SVG charts (throughput, write and space amplification,
-    /// p99 latency; engines side by side per workload) into DIR.
+    /// Also draw charts (throughput, write and space amplification, p99
+    /// latency; engines side by side per workload) into DIR, as SVG and —
+    /// when a TrueType font is found (SEPKV_PLOT_FONT or the system's
+    /// DejaVu/Liberation fonts) — PNG.
     #[arg(long, value_name = "DIR")]
     pub plot: Option<PathBuf>,
     /// Run nothing: read these JSON result files (from --json), print the

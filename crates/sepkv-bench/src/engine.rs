@@ -517,6 +517,25 @@ impl SepkvEngine {
         if let Some((capacity, reserved)) = opts.value_capacity {
             options.value_capacity = Some(capacity);
             options.hashkv_reserved_ratio = reserved;
+            // A small run (a test, a smoke run) would not hold even one
+            // default 64 MiB main segment: shrink the segments so the store
+            // has at least 16 segment groups and the reserve at least 16 log
+            // segments. At 1 GiB and above the defaults stand.
+            let pow2_floor = |x: u64| {
+                if x == 0 {
+                    0
+                } else {
+                    1u64 << (63 - x.leading_zeros())
+                }
+            };
+            let main_room = (capacity as f64 * (1.0 - reserved)) as u64 / 16;
+            let log_room = (capacity as f64 * reserved) as u64 / 16;
+            options.hashkv_main_segment_size = options
+                .hashkv_main_segment_size
+                .min(pow2_floor(main_room).max(64 << 10));
+            options.hashkv_log_segment_size = options
+                .hashkv_log_segment_size
+                .min(pow2_floor(log_room).max(4 << 10));
         }
         let db = Db::open(dir, options.clone()).map_err(|e| BenchError::engine(&label, e))?;
         Ok(SepkvEngine {
