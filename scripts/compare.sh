@@ -34,6 +34,12 @@
 #   --sync           sync every write
 #   --features F     cargo features of the build (e.g. rocksdb)
 #   --bin PATH       use this sepkv binary instead of building one
+#   --no-direct      skip the direct-I/O read runs (see below)
+#
+# Reads are also measured with direct I/O where an engine supports it
+# (RocksDB's use_direct_reads; sepkv and fjall read through the page cache
+# only): those engines run readrandom, seekrandom and ycsb-c once more with
+# --direct-io, labelled ENGINE+direct.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -48,6 +54,7 @@ plot=0
 sync=""
 features=""
 bin=""
+direct=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --num) num="$2"; shift 2 ;;
@@ -61,7 +68,8 @@ while [ $# -gt 0 ]; do
         --sync) sync="--sync"; shift ;;
         --features) features="$2"; shift 2 ;;
         --bin) bin="$2"; shift 2 ;;
-        -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+        --no-direct) direct=0; shift ;;
+        -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
         *) echo "compare.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -123,6 +131,25 @@ for e in "${list[@]}"; do
     fi
     [ -f "$out/$name.json" ] && jsons+=("$out/$name.json")
 done
+
+if [ "$direct" = 1 ]; then
+    for e in "${list[@]}"; do
+        case "$e" in rocksdb|rocksdb-blob) ;; *) continue ;; esac
+        name="${e//[:+]/-}-direct"
+        args=(bench --engine "$e" --workload readrandom,seekrandom,ycsb-c --num "$num"
+              --ops "$ops" --value-size "$value_size" --threads "$threads" --no-progress
+              --direct-io --json "$out/$name.json")
+        [ -z "$sync" ] || args+=("$sync")
+        dbargs=()
+        [ -z "$db" ] || dbargs=(--db "$db/$name")
+        echo "== $e (direct reads)" >&2
+        if ! "$bin" "${dbargs[@]}" "${args[@]}" > "$out/$name.txt"; then
+            failed+=("$e+direct")
+            echo "compare.sh: $e with direct reads failed" >&2
+        fi
+        [ -f "$out/$name.json" ] && jsons+=("$out/$name.json")
+    done
+fi
 
 [ ${#jsons[@]} -gt 0 ] || { echo "compare.sh: no results" >&2; exit 1; }
 combine=(bench --from-json "$(IFS=,; echo "${jsons[*]}")" --markdown "$out/results.md" --json "$out/results.json")

@@ -165,7 +165,7 @@ pub trait Engine: Send + Sync {
     /// The configuration in effect, for the JSON report.
     fn settings(&self) -> serde_json::Value;
 
-    /// True when reads and writes bypass the page cache.
+    /// True when the engine's reads bypass the page cache (direct I/O).
     fn direct_io(&self) -> bool {
         false
     }

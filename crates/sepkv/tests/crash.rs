@@ -45,6 +45,9 @@ fn opts(fs: &FaultFs, (preset, wal): (Preset, bool)) -> Options {
         max_bytes_for_level_base: 256 << 10,
         block_size: 1024,
         l0_compaction_trigger: 2,
+        // A tight value-log capacity makes writes run GC themselves, racing
+        // the background GC thread and memtable flushes.
+        value_capacity: (preset == Preset::WiscKey).then_some(512 << 10),
         ..Options::preset(preset)
     }
 }
