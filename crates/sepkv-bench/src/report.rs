@@ -392,6 +392,7 @@ pub fn markdown(reports: &[PhaseReport]) -> String {
             st.num, st.value_size, st.key_size, st.field_count, st.field_length, st.threads, st.sync, st.seed
         );
     }
+    s.push_str(&best_vs_peers(reports, &phases));
     type Cell = fn(&PhaseReport) -> String;
     let sections: [(&str, Cell); 5] = [
         ("Throughput (kops/s)", |r| {
@@ -471,6 +472,68 @@ pub fn markdown(reports: &[PhaseReport]) -> String {
         }
     }
     s
+}
+
+/// The markdown section comparing, per workload and phase, the best sepkv
+/// preset with the best peer (`+direct` runs excluded: like with like):
+/// throughput ratio (higher is better for sepkv), and write and space
+/// amplification ratios (lower is better). Write amplification is the
+/// process's (`/proc/self/io`) for every engine, the one measure all of
+/// them share. Empty when the reports lack either side.
+fn best_vs_peers(reports: &[PhaseReport], phases: &[(String, String)]) -> String {
+    use std::fmt::Write as _;
+    let is_sepkv = |r: &PhaseReport| r.engine.starts_with("sepkv:");
+    let comparable = |r: &&PhaseReport| !r.engine.ends_with("+direct");
+    type Metric = fn(&PhaseReport) -> Option<f64>;
+    // The best engine of one side by a metric: (value, engine).
+    let best = |w: &str, p: &str, sepkv: bool, m: Metric, higher: bool| {
+        reports
+            .iter()
+            .filter(comparable)
+            .filter(|r| r.workload == w && r.phase == p && is_sepkv(r) == sepkv)
+            .filter_map(|r| m(r).map(|v| (v, r.engine.as_str())))
+            .max_by(|a, b| {
+                let o = a.0.total_cmp(&b.0);
+                if higher {
+                    o
+                } else {
+                    o.reverse()
+                }
+            })
+    };
+    let metrics: [(Metric, bool); 3] = [
+        (|r| Some(r.ops_per_sec / 1000.0), true),
+        (|r| r.process_write_amp, false),
+        (|r| r.space_amp, false),
+    ];
+    let mut rows = String::new();
+    for (w, p) in phases {
+        let mut cells = Vec::new();
+        for (m, higher) in metrics {
+            let cell = match (best(w, p, true, m, higher), best(w, p, false, m, higher)) {
+                (Some((a, ea)), Some((b, eb))) if b > 0.0 => {
+                    format!("**{:.2}×** ({ea} {a:.2} / {eb} {b:.2})", a / b)
+                }
+                _ => "".into(),
+            };
+            cells.push(cell);
+        }
+        if cells.iter().any(|c| !c.is_empty()) {
+            let _ = writeln!(rows, "| {w} | {p} | {} |", cells.join(" | "));
+        }
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    format!(
+        "## Best sepkv preset vs best peer\n\n\
+         Per row, the best sepkv preset against the best peer engine, each chosen by that \
+         column's figure. Throughput: sepkv ÷ peer in kops/s (above 1: sepkv faster). Write \
+         amplification (process I/O for every engine) and space amplification: sepkv ÷ peer \
+         (below 1: sepkv writes or keeps less).\n\n\
+         | workload | phase | throughput | write amplification | space amplification |\n\
+         | --- | --- | ---: | ---: | ---: |\n{rows}\n"
+    )
 }
 
 /// Writes [`markdown`] of `reports` to `path`.
