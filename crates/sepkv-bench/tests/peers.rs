@@ -139,6 +139,25 @@ fn fjall_end_to_end_small() {
     assert!(md.contains("## Throughput (kops/s)"), "{md}");
     assert!(md.contains("| workload | phase | fjall |"), "{md}");
     assert!(md.contains("| fillrandom | run |"), "{md}");
+    assert!(!md.contains("Best sepkv preset"), "no sepkv side: {md}");
+    // Beside a sepkv engine twice as fast that writes half as much, the
+    // comparison section shows the ratios.
+    let mut both = reports.clone();
+    both.extend(reports.iter().cloned().map(|mut r| {
+        r.engine = "sepkv:test".into();
+        r.ops_per_sec *= 2.0;
+        r.process_write_amp = r.process_write_amp.map(|w| w / 2.0);
+        r
+    }));
+    let md = sepkv_bench::report::markdown(&both);
+    assert!(md.contains("## Best sepkv preset vs best peer"), "{md}");
+    let row = md
+        .lines()
+        .find(|l| l.starts_with("| fillrandom | run | **"))
+        .unwrap_or_else(|| panic!("{md}"));
+    assert!(row.contains("**2.00×** (sepkv:test"), "{row}");
+    assert!(row.contains("**0.50×** (sepkv:test"), "{row}");
+    assert!(row.contains("**1.00×** (sepkv:test"), "{row}");
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("r.json");
     sepkv_bench::report::write_json(&reports, &json).unwrap();

@@ -56,6 +56,9 @@ pub trait RandomAccessFile: Send + Sync {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
     /// Length of the file in bytes.
     fn len(&self) -> io::Result<u64>;
+    /// An access-pattern hint for `len` bytes at `offset` on this open file
+    /// (`posix_fadvise`); it changes no data and may be ignored.
+    fn advise(&self, _offset: u64, _len: u64, _advice: Advice) {}
     /// True when the file is empty.
     fn is_empty(&self) -> io::Result<bool> {
         Ok(self.len()? == 0)

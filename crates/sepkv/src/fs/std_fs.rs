@@ -69,6 +69,30 @@ impl RandomAccessFile for StdRandom {
     fn len(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
     }
+
+    fn advise(&self, offset: u64, len: u64, advice: super::Advice) {
+        fadvise(&self.file, offset, len, advice);
+    }
+}
+
+/// `posix_fadvise` on an open file; a hint that fails changes nothing.
+fn fadvise(file: &File, offset: u64, len: u64, advice: super::Advice) {
+    use std::os::fd::AsRawFd;
+    let adv = match advice {
+        super::Advice::WillNeed => libc::POSIX_FADV_WILLNEED,
+        super::Advice::Sequential => libc::POSIX_FADV_SEQUENTIAL,
+        super::Advice::Random => libc::POSIX_FADV_RANDOM,
+    };
+    let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return;
+    };
+    // SAFETY: `posix_fadvise` only reads its integer arguments; the file
+    // descriptor is valid for the duration of the call. A hint that fails
+    // changes nothing, so its result is ignored.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::posix_fadvise(file.as_raw_fd(), off, len, adv);
+    }
 }
 
 struct StdLock {
@@ -178,22 +202,8 @@ impl FileSystem for StdFs {
     }
 
     fn advise(&self, path: &Path, offset: u64, len: u64, advice: super::Advice) {
-        use std::os::fd::AsRawFd;
-        let Ok(file) = File::open(path) else { return };
-        let adv = match advice {
-            super::Advice::WillNeed => libc::POSIX_FADV_WILLNEED,
-            super::Advice::Sequential => libc::POSIX_FADV_SEQUENTIAL,
-            super::Advice::Random => libc::POSIX_FADV_RANDOM,
-        };
-        let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
-            return;
-        };
-        // SAFETY: `posix_fadvise` only reads its integer arguments; the file
-        // descriptor is valid for the duration of the call. A hint that
-        // fails changes nothing, so its result is ignored.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::posix_fadvise(file.as_raw_fd(), off, len, adv);
+        if let Ok(file) = File::open(path) {
+            fadvise(&file, offset, len, advice);
         }
     }
 

@@ -54,6 +54,46 @@ impl SpaceStats {
     }
 }
 
+/// A running estimate of how long one value read takes, which tells reads
+/// the page cache serves (a few µs) from reads that reach the device (tens
+/// of µs and more). Parallel reads (WiscKey §3.3.1) and read-ahead hints
+/// (HashKV §3.6) pay off only on the device; on cached data their thread
+/// hand-offs and system calls cost more than the reads, so scans skip them
+/// while reads are fast. Every read updates the estimate, so a scan that
+/// starts missing the cache switches back within a few reads.
+#[derive(Debug, Default)]
+pub struct ReadLatency {
+    /// Exponentially weighted mean (weight 1/8) in nanoseconds.
+    mean_ns: std::sync::atomic::AtomicU64,
+}
+
+impl ReadLatency {
+    /// Mean read time below which reads count as served from memory (ns).
+    pub const MEMORY_NS: u64 = 20_000;
+
+    /// Adds one read that took `ns` nanoseconds. Concurrent updates may
+    /// lose one another; the estimate only steers a choice.
+    pub fn record(&self, ns: u64) {
+        use std::sync::atomic::Ordering;
+        let old = self.mean_ns.load(Ordering::Relaxed);
+        let new = old - old / 8 + ns / 8;
+        self.mean_ns.store(new, Ordering::Relaxed);
+    }
+
+    /// Times `f` and records it.
+    pub fn time<T>(&self, f: impl FnOnce() -> T) -> T {
+        let t = std::time::Instant::now();
+        let r = f();
+        self.record(t.elapsed().as_nanos().min(u64::MAX as u128) as u64);
+        r
+    }
+
+    /// True while reads look served from memory.
+    pub fn from_memory(&self) -> bool {
+        self.mean_ns.load(std::sync::atomic::Ordering::Relaxed) < Self::MEMORY_NS
+    }
+}
+
 /// Receiver of replayed log entries: `(sequence, type, key, value)`.
 pub type ReplaySink<'a> =
     dyn FnMut(SeqNum, crate::index::key::ValueType, &[u8], &[u8]) -> Result<()> + 'a;
@@ -241,4 +281,31 @@ pub trait ValueStore: Send + Sync {
     /// Runs one garbage-collection step.
     fn gc_step(&self, index: &dyn IndexReader, relocator: &dyn IndexRelocator)
         -> Result<GcOutcome>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ReadLatency;
+
+    #[test]
+    fn read_latency_tells_memory_from_device() {
+        let l = ReadLatency::default();
+        assert!(l.from_memory(), "no reads yet: assume memory");
+        for _ in 0..50 {
+            l.record(2_000);
+        }
+        assert!(l.from_memory());
+        // A few device reads switch it.
+        let mut n = 0;
+        while l.from_memory() {
+            l.record(100_000);
+            n += 1;
+        }
+        assert!(n <= 4, "took {n} slow reads");
+        // And a run of cached reads switches it back.
+        for _ in 0..30 {
+            l.record(2_000);
+        }
+        assert!(l.from_memory());
+    }
 }

@@ -36,7 +36,9 @@
 //!   whenever a segment is allocated, and open scans each group's last
 //!   segment for records written after the checkpoint.
 //! - **Range scans** (§3.6): [`ValueStore::read_many`] issues read-ahead
-//!   (`advise(WillNeed)`) for every value, then reads them.
+//!   (`advise(WillNeed)` on the open segment file) for every value, then
+//!   reads them; while reads are served from memory ([`ReadLatency`]) the
+//!   hints are skipped.
 //!
 //! # Durability
 //! `append` returns once its records are handed to the OS (journal, or the
@@ -96,7 +98,8 @@ pub mod record;
 pub mod segment;
 
 use super::{
-    GcOutcome, IndexReader, IndexRelocator, SpaceStats, ValuePointer, ValueRecord, ValueStore,
+    GcOutcome, IndexReader, IndexRelocator, ReadLatency, SpaceStats, ValuePointer, ValueRecord,
+    ValueStore,
 };
 use crate::error::{Error, IoContext, Result};
 use crate::format::record::{RecordReader, RecordWriter};
@@ -213,6 +216,8 @@ pub struct HashKvStore {
     gc_lock: Mutex<GcJournal>,
     cold: ColdLog,
     counters: Counters,
+    /// How long segment reads take (steers scans' read-ahead hints).
+    latency: ReadLatency,
 }
 
 /// Writes the table checkpoint atomically (temporary file, sync, rename,
@@ -230,33 +235,25 @@ fn write_table_file(fs: &dyn FileSystem, dir: &Path, stats: &IoStats, data: &[u8
     fs.sync_dir(dir).ctx(dir)
 }
 
-/// Checks a record read for `key` at `ptr`; returns the value.
-fn check_record(path: &Path, ptr: &ValuePointer, key: &[u8], buf: &[u8]) -> Result<Vec<u8>> {
-    match record::decode(buf) {
+/// Checks a record read for `key` at `ptr`; returns where its value lies
+/// in `buf`. `path` names the file, built only for an error.
+fn check_record(
+    path: impl FnOnce() -> PathBuf,
+    ptr: &ValuePointer,
+    key: &[u8],
+    buf: &[u8],
+) -> Result<std::ops::Range<usize>> {
+    let why = match record::decode(buf) {
         Ok(r) if r.len == buf.len() && r.key == key && r.kind == Kind::Value => {
-            Ok(r.value.to_vec())
+            let start = r.value.as_ptr() as usize - buf.as_ptr() as usize;
+            return Ok(start..start + r.value.len());
         }
-        Ok(r) if r.key != key => Err(Error::corruption(
-            path,
-            ptr.offset,
-            "hashkv record belongs to another key",
-        )),
-        Ok(r) if r.kind != Kind::Value => Err(Error::corruption(
-            path,
-            ptr.offset,
-            "hashkv pointer refers to a tag, not a value",
-        )),
-        Ok(_) => Err(Error::corruption(
-            path,
-            ptr.offset,
-            "hashkv record length differs from the pointer",
-        )),
-        Err(e) => Err(Error::corruption(
-            path,
-            ptr.offset,
-            format!("hashkv record damaged ({e:?})"),
-        )),
-    }
+        Ok(r) if r.key != key => "hashkv record belongs to another key".to_string(),
+        Ok(r) if r.kind != Kind::Value => "hashkv pointer refers to a tag, not a value".to_string(),
+        Ok(_) => "hashkv record length differs from the pointer".to_string(),
+        Err(e) => format!("hashkv record damaged ({e:?})"),
+    };
+    Err(Error::corruption(path(), ptr.offset, why))
 }
 
 /// End of the intact records of `buf` (which starts at a record boundary).
@@ -550,6 +547,7 @@ impl HashKvStore {
             }),
             cold,
             counters: Counters::default(),
+            latency: ReadLatency::default(),
             opts,
         })
     }
@@ -854,14 +852,16 @@ impl HashKvStore {
                 _ => return Ok(None),
             }
             if let Some(b) = st.cache.get(ptr.file_id, ptr.offset, ptr.length as usize) {
-                return check_record(&self.path(ptr.file_id), ptr, key, b).map(Some);
+                let range = check_record(|| self.path(ptr.file_id), ptr, key, b)?;
+                return Ok(Some(b[range].to_vec()));
             }
         }
         let mut buf = vec![0u8; ptr.length as usize];
-        match self
-            .files
-            .read_exact(ptr.file_id, ptr.offset, &mut buf, IoCategory::ValueStore)
-        {
+        let res = self.latency.time(|| {
+            self.files
+                .read_exact(ptr.file_id, ptr.offset, &mut buf, IoCategory::ValueStore)
+        });
+        match res {
             Ok(()) => {}
             // Freed by GC between the check and the read.
             Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
@@ -869,7 +869,10 @@ impl HashKvStore {
             }
             Err(e) => return Err(e),
         }
-        check_record(&self.path(ptr.file_id), ptr, key, &buf).map(Some)
+        let range = check_record(|| self.path(ptr.file_id), ptr, key, &buf)?;
+        buf.truncate(range.end);
+        buf.drain(..range.start);
+        Ok(Some(buf))
     }
 }
 
@@ -972,20 +975,24 @@ impl ValueStore for HashKvStore {
                     _ => continue,
                 }
                 match st.cache.get(p.file_id, p.offset, p.length as usize) {
-                    Some(b) => out[i] = Some(check_record(&self.path(p.file_id), p, k, b)?),
+                    Some(b) => {
+                        let range = check_record(|| self.path(p.file_id), p, k, b)?;
+                        out[i] = Some(b[range].to_vec());
+                    }
                     None => from_files.push(i),
                 }
             }
         }
-        // §3.6: read-ahead for every value of the scan, then the reads.
-        for &i in &from_files {
-            let p = &reqs[i].1;
-            self.files.fs.advise(
-                &self.path(p.file_id),
-                p.offset,
-                p.length as u64,
-                Advice::WillNeed,
-            );
+        // §3.6: read-ahead for every value of the scan, then the reads —
+        // unless reads are served from memory, where the hints only cost
+        // system calls.
+        if !self.latency.from_memory() {
+            for &i in &from_files {
+                let p = &reqs[i].1;
+                if let Ok(h) = self.files.reader(p.file_id) {
+                    h.advise(p.offset, p.length as u64, Advice::WillNeed);
+                }
+            }
         }
         for &i in &from_files {
             let (k, p) = &reqs[i];

@@ -690,7 +690,8 @@ impl SegFiles {
             return Ok(());
         }
         let h = self.reader(id)?;
-        h.read_exact_at(off, buf).ctx(&self.path(id))?;
+        h.read_exact_at(off, buf)
+            .map_err(|e| Error::io(self.path(id), e))?;
         self.stats.add_read(cat, buf.len() as u64);
         Ok(())
     }

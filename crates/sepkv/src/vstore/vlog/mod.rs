@@ -29,7 +29,9 @@
 //!   valid range reads as lost (absent); a checksum or key mismatch inside it
 //!   is `Corruption` with file and offset.
 //! - **Scans** (§3.3.1): [`ValueStore::read_many`] reads values in
-//!   parallel on a small pool ([`prefetch`]).
+//!   parallel on a small pool ([`prefetch`]) while value reads reach the
+//!   device; while they are served from memory ([`ReadLatency`]) it reads
+//!   them in the caller, where the hand-offs would cost more than the reads.
 //!
 //! Thread-safety: appends and GC are serialised by internal locks; reads
 //! run concurrently with both.
@@ -39,7 +41,8 @@ pub mod prefetch;
 pub mod record;
 
 use super::{
-    GcOutcome, IndexReader, IndexRelocator, SpaceStats, ValuePointer, ValueRecord, ValueStore,
+    GcOutcome, IndexReader, IndexRelocator, ReadLatency, SpaceStats, ValuePointer, ValueRecord,
+    ValueStore,
 };
 use crate::error::{Error, IoContext, Result};
 use crate::fs::{Advice, FileSystem, IoCategory, IoStats, RandomAccessFile, WritableFile};
@@ -128,6 +131,8 @@ struct Reader {
     fs: Arc<dyn FileSystem>,
     stats: Arc<IoStats>,
     handles: RwLock<HashMap<u64, Arc<dyn RandomAccessFile>>>,
+    /// How long value reads take (steers scans' parallel reads).
+    latency: ReadLatency,
 }
 
 impl Reader {
@@ -145,37 +150,42 @@ impl Reader {
     fn read_record(&self, key: &[u8], ptr: &ValuePointer, cat: IoCategory) -> Result<Vec<u8>> {
         let h = self.handle(ptr.file_id)?;
         let mut buf = vec![0u8; ptr.length as usize];
-        let path = vlog_path(&self.dir, ptr.file_id);
-        h.read_exact_at(ptr.offset, &mut buf).ctx(&path)?;
+        let path = || vlog_path(&self.dir, ptr.file_id);
+        self.latency
+            .time(|| h.read_exact_at(ptr.offset, &mut buf))
+            .map_err(|e| Error::io(path(), e))?;
         self.stats.add_read(cat, buf.len() as u64);
-        check_record(&path, ptr, key, &buf)
+        let range = check_record(path, ptr, key, &buf)?;
+        Ok(into_value(buf, range))
     }
 }
 
-fn check_record(path: &Path, ptr: &ValuePointer, key: &[u8], buf: &[u8]) -> Result<Vec<u8>> {
-    match record::decode(buf) {
-        Ok(r) if r.len == buf.len() && r.key == key && r.kind.holds_value() => Ok(r.value.to_vec()),
-        Ok(r) if !r.kind.holds_value() => Err(Error::corruption(
-            path,
-            ptr.offset,
-            "value pointer addresses a log-only record",
-        )),
-        Ok(r) if r.key != key => Err(Error::corruption(
-            path,
-            ptr.offset,
-            "value-log record belongs to another key",
-        )),
-        Ok(_) => Err(Error::corruption(
-            path,
-            ptr.offset,
-            "value-log record length differs from the pointer",
-        )),
-        Err(e) => Err(Error::corruption(
-            path,
-            ptr.offset,
-            format!("value-log record damaged ({e:?})"),
-        )),
-    }
+/// Checks a record read for `key` at `ptr`; returns where its value lies
+/// in `buf`. `path` names the file, built only for an error.
+fn check_record(
+    path: impl FnOnce() -> PathBuf,
+    ptr: &ValuePointer,
+    key: &[u8],
+    buf: &[u8],
+) -> Result<std::ops::Range<usize>> {
+    let why = match record::decode(buf) {
+        Ok(r) if r.len == buf.len() && r.key == key && r.kind.holds_value() => {
+            let start = r.value.as_ptr() as usize - buf.as_ptr() as usize;
+            return Ok(start..start + r.value.len());
+        }
+        Ok(r) if !r.kind.holds_value() => "value pointer addresses a log-only record".to_string(),
+        Ok(r) if r.key != key => "value-log record belongs to another key".to_string(),
+        Ok(_) => "value-log record length differs from the pointer".to_string(),
+        Err(e) => format!("value-log record damaged ({e:?})"),
+    };
+    Err(Error::corruption(path(), ptr.offset, why))
+}
+
+/// The value of a checked record, reusing the read buffer.
+fn into_value(mut buf: Vec<u8>, range: std::ops::Range<usize>) -> Vec<u8> {
+    buf.truncate(range.end);
+    buf.drain(..range.start);
+    buf
 }
 
 /// The value log. See the module docs.
@@ -302,6 +312,7 @@ impl VlogStore {
             fs,
             stats,
             handles: RwLock::new(HashMap::new()),
+            latency: ReadLatency::default(),
         });
         Ok(VlogStore {
             prefetch: Prefetcher::new(opts.prefetch_threads),
@@ -565,8 +576,9 @@ impl ValueStore for VlogStore {
                 if end > st.active.buf.len() {
                     return Ok(None);
                 }
-                return check_record(&self.path(ptr.file_id), ptr, key, &st.active.buf[rel..end])
-                    .map(Some);
+                let rec = &st.active.buf[rel..end];
+                let range = check_record(|| self.path(ptr.file_id), ptr, key, rec)?;
+                return Ok(Some(rec[range].to_vec()));
             }
             match st.files.get(&ptr.file_id) {
                 Some(f) if ptr.offset + ptr.length as u64 <= f.valid_len => {}
@@ -579,7 +591,8 @@ impl ValueStore for VlogStore {
     }
 
     fn read_many(&self, reqs: &[(Vec<u8>, ValuePointer)]) -> Result<Vec<Option<Vec<u8>>>> {
-        if reqs.len() < 2 || self.prefetch.threads() == 0 {
+        // Parallel reads only pay off when reads reach the device.
+        if reqs.len() < 2 || self.prefetch.threads() == 0 || self.reader.latency.from_memory() {
             return reqs.iter().map(|(k, p)| self.read(k, p)).collect();
         }
         // Validity is decided here, under the lock; the reads run on the pool.
