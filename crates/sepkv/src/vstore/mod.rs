@@ -10,9 +10,12 @@
 //! - **Durability ordering**: a value is durable before any pointer to it;
 //!   the engine calls [`ValueStore::sync`] before it syncs the index records
 //!   that point into the store.
-//! - **GC ↔ index**: a relocation is installed only through
-//!   [`IndexRelocator::compare_and_set`]; space is freed only after the
-//!   relocated values and the index update are durable.
+//! - **GC ↔ index**: a relocation is installed only through the index's
+//!   compare-and-set ([`IndexRelocator::relocate`]); space is freed only
+//!   after the relocated values and the index update are durable, and after
+//!   every write that made a freed version dead is durable too
+//!   ([`IndexRelocator::make_durable`]): otherwise a crash that lost that
+//!   write would leave the index pointing into freed space.
 //! - Reads verify the record's checksum and that the stored key equals the
 //!   looked-up key; a mismatch is `Corruption`, never a wrong value.
 //!
