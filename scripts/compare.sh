@@ -2,8 +2,9 @@
 # Runs the standard comparison of sepkv's presets and the peer engines.
 #
 # Every engine this build can run (`sepkv bench --list-engines`: the
-# available sepkv presets, fjall, fjall-kv, and rocksdb, rocksdb-blob when
-# built with `--features rocksdb`) runs, one after another and each in a
+# available sepkv presets, fjall, fjall-kv, rocksdb and rocksdb-blob when
+# built with `--features rocksdb`, leveldb with `--features leveldb`) runs,
+# one after another and each in a
 # fresh database, the workloads
 #
 #   fillrandom, overwrite, readrandom, seekrandom,
@@ -32,7 +33,8 @@
 #   --db DIR         where the databases live (default: a temporary directory)
 #   --plot           also write OUT/plots/*.svg and OUT/plots/*.png
 #   --sync           sync every write
-#   --features F     cargo features of the build (e.g. rocksdb)
+#   --features F     cargo features of the build (e.g. rocksdb or
+#                    rocksdb,leveldb)
 #   --bin PATH       use this sepkv binary instead of building one
 #   --no-direct      skip the direct-I/O read runs (see below)
 #
@@ -69,7 +71,7 @@ while [ $# -gt 0 ]; do
         --features) features="$2"; shift 2 ;;
         --bin) bin="$2"; shift 2 ;;
         --no-direct) direct=0; shift ;;
-        -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,44p' "$0"; exit 0 ;;
         *) echo "compare.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -85,6 +87,15 @@ if [ -z "$bin" ] && [[ "$features" == *rocksdb* ]]; then
         esac
     else
         echo "compare.sh: the rocksdb build dependencies are missing (see above); trying the build anyway" >&2
+    fi
+fi
+if [ -z "$bin" ] && [[ "$features" == *leveldb* ]]; then
+    # LevelDB 1.22's CMake build fails under GCC: build the C and C++ parts
+    # with clang (RocksDB too, when both features are on).
+    if "$here/scripts/setup-deps.sh" leveldb; then
+        export CC=clang CXX=clang++
+    else
+        echo "compare.sh: the leveldb build dependencies are missing (see above); trying the build anyway" >&2
     fi
 fi
 if [ "$plot" = 1 ] && ! "$here/scripts/setup-deps.sh" fonts; then

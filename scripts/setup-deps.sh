@@ -7,6 +7,10 @@
 #             compiler, libclang and clang's builtin headers (bindgen, run by
 #             librocksdb-sys, parses RocksDB's C header with them). Prints the
 #             directory holding libclang on stdout, for LIBCLANG_PATH.
+#   leveldb   what the `leveldb` cargo feature needs: cmake and clang
+#             (leveldb-sys builds the bundled LevelDB 1.22 with cmake; under
+#             GCC its build fails, so the build runs with CC=clang
+#             CXX=clang++).
 #   fonts     a TrueType font for the PNG charts of `sepkv bench --plot`
 #             (DejaVu Sans); without one only SVG charts are written.
 #
@@ -96,6 +100,17 @@ setup_rocksdb() {
     echo "$dir"
 }
 
+setup_leveldb() {
+    local pkgs=()
+    command -v cmake > /dev/null 2>&1 || pkgs+=(cmake)
+    command -v clang++ > /dev/null 2>&1 || pkgs+=(clang)
+    if [ ${#pkgs[@]} -gt 0 ]; then
+        say "the leveldb feature needs ${pkgs[*]}"
+        apt_install "${pkgs[@]}" || return 1
+    fi
+    say "leveldb build dependencies present (cmake, clang)"
+}
+
 # Where sepkv bench looks for a font first (see crates/sepkv-bench/src/plot.rs).
 font_paths=(
     /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
@@ -123,14 +138,15 @@ setup_fonts() {
     font_ok || { say "still no font found"; return 1; }
 }
 
-[ $# -gt 0 ] || { sed -n '2,16p' "$0" >&2; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,20p' "$0" >&2; exit 2; }
 status=0
 for what in "$@"; do
     case "$what" in
         rocksdb) setup_rocksdb || status=1 ;;
+        leveldb) setup_leveldb || status=1 ;;
         fonts) setup_fonts || status=1 ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
-        *) say "unknown dependency '$what' (rocksdb, fonts)"; exit 2 ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        *) say "unknown dependency '$what' (rocksdb, leveldb, fonts)"; exit 2 ;;
     esac
 done
 exit "$status"

@@ -22,7 +22,7 @@ pub const SUITE_TRACES: [&str; 2] = ["load-100k.tsv.gz", "run-a-100k.tsv.gz"];
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct BenchArgs {
     /// Engines, comma-separated: `sepkv:<preset>`, `fjall`, `fjall-kv`,
-    /// `rocksdb`, `rocksdb-blob` (see --list-engines)
+    /// `rocksdb`, `rocksdb-blob`, `leveldb` (see --list-engines)
     /// [default: sepkv:leveldb].
     #[arg(long, value_delimiter = ',', value_name = "SPEC")]
     pub engine: Vec<String>,

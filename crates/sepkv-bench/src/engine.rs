@@ -190,7 +190,7 @@ pub trait EngineFactory: Send + Sync {
 
 /// An engine named on the command line: `sepkv:<preset>` (or `sepkv`,
 /// meaning `sepkv:leveldb`), `fjall`, `fjall-kv`, `rocksdb`,
-/// `rocksdb-blob`.
+/// `rocksdb-blob`, `leveldb` (Google's LevelDB, not the sepkv preset).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EngineSpec {
     /// sepkv with one of its presets, plus tuning flags
@@ -207,6 +207,8 @@ pub enum EngineSpec {
         /// Blob files for values of at least 128 bytes, with blob GC.
         blob: bool,
     },
+    /// Google's LevelDB 1.22 (cargo feature `leveldb`, release builds).
+    LevelDb,
 }
 
 /// Flags that vary a sepkv preset, written `+flag` after the preset.
@@ -251,10 +253,10 @@ impl fmt::Display for Tuning {
 }
 
 /// Peers the harness knows by name but does not build yet.
-const PLANNED_PEERS: [&str; 2] = ["leveldb", "badger"];
+const PLANNED_PEERS: [&str; 1] = ["badger"];
 
 /// Peer engine specs and what they are.
-const PEERS: [(&str, EngineSpec, &str); 4] = [
+const PEERS: [(&str, EngineSpec, &str); 5] = [
     (
         "fjall",
         EngineSpec::Fjall { kv: false },
@@ -275,7 +277,23 @@ const PEERS: [(&str, EngineSpec, &str); 4] = [
         EngineSpec::RocksDb { blob: true },
         "RocksDB integrated BlobDB, min_blob_size 128 B, blob GC on",
     ),
+    (
+        "leveldb",
+        EngineSpec::LevelDb,
+        "LevelDB 1.22 (C++, bundled), no compression, 32 MiB block cache",
+    ),
 ];
+
+/// Why this build cannot run LevelDB, if it cannot.
+fn leveldb_unavailable() -> Option<&'static str> {
+    if !cfg!(feature = "leveldb") {
+        Some("not built: rebuild with `--release --features leveldb` (with CC=clang CXX=clang++: LevelDB 1.22's build fails under GCC)")
+    } else if cfg!(debug_assertions) {
+        Some("built, but refuses to run in a debug build: use --release")
+    } else {
+        None
+    }
+}
 
 /// Why this build cannot run RocksDB, if it cannot.
 fn rocksdb_unavailable() -> Option<&'static str> {
@@ -307,6 +325,7 @@ impl EngineSpec {
         for (name, spec, what) in PEERS {
             let why = match spec {
                 EngineSpec::RocksDb { .. } => rocksdb_unavailable(),
+                EngineSpec::LevelDb => leveldb_unavailable(),
                 _ => None,
             };
             v.push((
@@ -353,6 +372,10 @@ impl EngineSpec {
                 None => Ok(()),
                 Some(why) => Err(BenchError::Unavailable(format!("engine {self}: {why}"))),
             },
+            EngineSpec::LevelDb => match leveldb_unavailable() {
+                None => Ok(()),
+                Some(why) => Err(BenchError::Unavailable(format!("engine {self}: {why}"))),
+            },
             EngineSpec::Sepkv(p, _) if p.is_available() => Ok(()),
             EngineSpec::Sepkv(p, _) => {
                 let avail: Vec<_> = Preset::ALL
@@ -379,6 +402,7 @@ impl fmt::Display for EngineSpec {
             EngineSpec::Fjall { kv: true } => f.write_str("fjall-kv"),
             EngineSpec::RocksDb { blob: false } => f.write_str("rocksdb"),
             EngineSpec::RocksDb { blob: true } => f.write_str("rocksdb-blob"),
+            EngineSpec::LevelDb => f.write_str("leveldb"),
         }
     }
 }
@@ -437,7 +461,7 @@ impl FromStr for EngineSpec {
                 "engine {k} is not built into this harness yet (see --list-engines)"
             ))),
             _ => Err(BenchError::InvalidArgument(format!(
-                "unknown engine {s:?}; expected sepkv:<preset>, fjall, fjall-kv, rocksdb or rocksdb-blob (see --list-engines)"
+                "unknown engine {s:?}; expected sepkv:<preset>, fjall, fjall-kv, rocksdb, rocksdb-blob or leveldb (see --list-engines)"
             ))),
         }
     }
@@ -462,6 +486,14 @@ impl EngineFactory for EngineSpec {
             #[cfg(not(feature = "rocksdb"))]
             EngineSpec::RocksDb { .. } => Err(BenchError::Unavailable(format!(
                 "engine {self} is not built: rebuild with `--release --features rocksdb`"
+            ))),
+            #[cfg(feature = "leveldb")]
+            EngineSpec::LevelDb => Ok(Box::new(crate::peers::leveldb::LevelDbEngine::open(
+                dir, opts,
+            )?)),
+            #[cfg(not(feature = "leveldb"))]
+            EngineSpec::LevelDb => Err(BenchError::Unavailable(format!(
+                "engine {self} is not built: rebuild with `--release --features leveldb`"
             ))),
         }
     }

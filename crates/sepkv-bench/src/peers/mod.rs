@@ -1,10 +1,12 @@
-//! Peer engines: fjall (always built) and RocksDB (cargo feature
-//! `rocksdb`). They keep sepkv's defaults where the engines have a
+//! Peer engines: fjall (always built), RocksDB (cargo feature `rocksdb`)
+//! and LevelDB (cargo feature `leveldb`). They keep sepkv's defaults where the engines have a
 //! matching knob (128-byte separation threshold, 32 MiB block cache, no
 //! compression) and report their I/O through the process's counters, as
 //! neither has per-category accounting comparable to sepkv's.
 
 pub mod fjall;
+#[cfg(feature = "leveldb")]
+pub mod leveldb;
 #[cfg(feature = "rocksdb")]
 pub mod rocks;
 
