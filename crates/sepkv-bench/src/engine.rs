@@ -769,8 +769,15 @@ mod tests {
             "fjall-kv".parse::<EngineSpec>().unwrap(),
             EngineSpec::Fjall { kv: true }
         );
+        // The LevelDB peer parses; without its feature it cannot open.
+        let l = "leveldb".parse::<EngineSpec>().unwrap();
+        assert_eq!(l, EngineSpec::LevelDb);
+        assert_eq!(
+            l.check_available().is_ok(),
+            cfg!(feature = "leveldb") && !cfg!(debug_assertions)
+        );
         assert!(matches!(
-            "leveldb".parse::<EngineSpec>(),
+            "badger".parse::<EngineSpec>(),
             Err(BenchError::Unavailable(_))
         ));
         assert!("whatever".parse::<EngineSpec>().is_err());
