@@ -284,10 +284,12 @@ const PEERS: [(&str, EngineSpec, &str); 5] = [
     ),
 ];
 
-/// Why this build cannot run LevelDB, if it cannot.
-fn leveldb_unavailable() -> Option<&'static str> {
-    if !cfg!(feature = "leveldb") {
-        Some("not built: rebuild with `--release --features leveldb` (with CC=clang CXX=clang++: LevelDB 1.22's build fails under GCC)")
+/// Why this build cannot run a C++ peer built behind a cargo feature, if
+/// it cannot: the feature is off (`not_built` says how to build it), or
+/// this is a debug build (the peer would be measured unoptimised).
+fn native_peer_unavailable(built: bool, not_built: &'static str) -> Option<&'static str> {
+    if !built {
+        Some(not_built)
     } else if cfg!(debug_assertions) {
         Some("built, but refuses to run in a debug build: use --release")
     } else {
@@ -295,15 +297,20 @@ fn leveldb_unavailable() -> Option<&'static str> {
     }
 }
 
+/// Why this build cannot run LevelDB, if it cannot.
+fn leveldb_unavailable() -> Option<&'static str> {
+    native_peer_unavailable(
+        cfg!(feature = "leveldb"),
+        "not built: rebuild with `--release --features leveldb` (with CC=clang CXX=clang++: LevelDB 1.22's build fails under GCC)",
+    )
+}
+
 /// Why this build cannot run RocksDB, if it cannot.
 fn rocksdb_unavailable() -> Option<&'static str> {
-    if !cfg!(feature = "rocksdb") {
-        Some("not built: rebuild with `--release --features rocksdb`")
-    } else if cfg!(debug_assertions) {
-        Some("built, but refuses to run in a debug build: use --release")
-    } else {
-        None
-    }
+    native_peer_unavailable(
+        cfg!(feature = "rocksdb"),
+        "not built: rebuild with `--release --features rocksdb`",
+    )
 }
 
 impl EngineSpec {

@@ -183,21 +183,25 @@ fn run_seed(preset: (Preset, bool), seed: u64) -> Result<(), String> {
                     .map_err(|e| format!("cycle {cycle}: flush failed: {e}"))?;
             }
         }
-        // Power cut: from this instant no operation reaches the disk — not
-        // even those the old instance's background threads start while it is
-        // being dropped — and then everything unsynced is gone.
-        fs.add_rule(FaultRule {
-            op: FaultOp::Any,
-            path_contains: None,
-            skip: 0,
-            times: None,
-            kind: FaultKind::Eio,
-        });
-        drop(db);
-        fs.crash();
-        fs.clear_rules();
+        power_cut(&fs, db);
     }
     Ok(())
+}
+
+/// Power cut: from this instant no operation reaches the disk — not even
+/// those the old instance's background threads start while it is being
+/// dropped — and then everything unsynced is gone.
+fn power_cut(fs: &FaultFs, db: Db) {
+    fs.add_rule(FaultRule {
+        op: FaultOp::Any,
+        path_contains: None,
+        skip: 0,
+        times: None,
+        kind: FaultKind::Eio,
+    });
+    drop(db);
+    fs.crash();
+    fs.clear_rules();
 }
 
 #[test]
@@ -293,16 +297,7 @@ fn gc_never_frees_a_version_whose_newer_write_is_not_durable() {
                 db.write(&b, WriteOptions { sync: false }).unwrap();
             }
             db.gc(None).unwrap();
-            fs.add_rule(FaultRule {
-                op: FaultOp::Any,
-                path_contains: None,
-                skip: 0,
-                times: None,
-                kind: FaultKind::Eio,
-            });
-            drop(db);
-            fs.crash();
-            fs.clear_rules();
+            power_cut(&fs, db);
         }
         let db = Db::open(dir, opts(&fs, preset)).unwrap();
         for i in 0..N {
