@@ -471,7 +471,9 @@ impl Iterator for Scan {
             // One entry at a time until the access looks like a scan, then a
             // window that grows with the scan up to the depth, so a short
             // scan does not read far past its end.
-            let n = if self.yielded >= 2 {
+            // Reads from memory gain nothing from batches: resolve one
+            // value at a time and read none past where the caller stops.
+            let n = if self.yielded >= 2 && self.it.vstore.batch_reads_pay() {
                 self.yielded.clamp(1, self.depth.max(1))
             } else {
                 1

@@ -214,6 +214,14 @@ pub trait ValueStore: Send + Sync {
     /// `Corruption` with file and offset on a checksum or key mismatch.
     fn read(&self, key: &[u8], ptr: &ValuePointer) -> Result<Option<Vec<u8>>>;
 
+    /// True when reading a scan's values ahead in batches
+    /// ([`ValueStore::read_many`]) pays off now — reads reach the device.
+    /// While it is false scans resolve values one at a time, so they read
+    /// nothing past where the caller stops. The default: never.
+    fn batch_reads_pay(&self) -> bool {
+        false
+    }
+
     /// Reads many values for a scan, in the layout's own way (prefetch,
     /// read-ahead, span reads). The default reads them one by one.
     fn read_many(&self, reqs: &[(Vec<u8>, ValuePointer)]) -> Result<Vec<Option<Vec<u8>>>> {

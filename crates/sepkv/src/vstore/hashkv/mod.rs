@@ -961,6 +961,11 @@ impl ValueStore for HashKvStore {
         self.read_segment(key, ptr)
     }
 
+    /// Read-ahead hints pay off only when reads reach the device.
+    fn batch_reads_pay(&self) -> bool {
+        !self.latency.from_memory()
+    }
+
     fn read_many(&self, reqs: &[(Vec<u8>, ValuePointer)]) -> Result<Vec<Option<Vec<u8>>>> {
         let mut out: Vec<Option<Vec<u8>>> = vec![None; reqs.len()];
         let mut from_files = Vec::new();
@@ -986,7 +991,7 @@ impl ValueStore for HashKvStore {
         // §3.6: read-ahead for every value of the scan, then the reads —
         // unless reads are served from memory, where the hints only cost
         // system calls.
-        if !self.latency.from_memory() {
+        if self.batch_reads_pay() {
             for &i in &from_files {
                 let p = &reqs[i].1;
                 if let Ok(h) = self.files.reader(p.file_id) {

@@ -590,9 +590,13 @@ impl ValueStore for VlogStore {
             .map(Some)
     }
 
+    /// Parallel reads pay off only when reads reach the device.
+    fn batch_reads_pay(&self) -> bool {
+        self.prefetch.threads() > 0 && !self.reader.latency.from_memory()
+    }
+
     fn read_many(&self, reqs: &[(Vec<u8>, ValuePointer)]) -> Result<Vec<Option<Vec<u8>>>> {
-        // Parallel reads only pay off when reads reach the device.
-        if reqs.len() < 2 || self.prefetch.threads() == 0 || self.reader.latency.from_memory() {
+        if reqs.len() < 2 || !self.batch_reads_pay() {
             return reqs.iter().map(|(k, p)| self.read(k, p)).collect();
         }
         // Validity is decided here, under the lock; the reads run on the pool.
