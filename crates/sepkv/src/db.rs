@@ -980,7 +980,14 @@ impl DbInner {
                     }
                     continue;
                 }
-                Some(r) => Some(r?),
+                // Anything else may have left part of the batch in the
+                // value store, out of step with the index: refuse further
+                // writes.
+                Some(Err(e)) => {
+                    self.set_poison(&e);
+                    return Err(e);
+                }
+                Some(Ok(b)) => Some(b),
                 None => None,
             };
             let seq = self.write_locked(w, prepared.as_ref().unwrap_or(batch), opts.sync)?;
@@ -1874,6 +1881,19 @@ impl IndexReader for DbInner {
 
     fn last_sequence(&self) -> SeqNum {
         self.last_seq.load(Ordering::Acquire)
+    }
+
+    fn wait_in_flight_writes(&self) -> Result<()> {
+        // A write appends its values, logs and inserts them, and publishes
+        // its sequence number all under the writer lock; a write that fails
+        // in between poisons the database before it lets go. Once the lock
+        // is ours, every earlier append is published or poisoned.
+        let guard = self.writer.lock();
+        self.poisoned()?;
+        if guard.is_none() {
+            return Err(Error::Closed);
+        }
+        Ok(())
     }
 }
 

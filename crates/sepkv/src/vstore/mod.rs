@@ -152,6 +152,20 @@ pub trait IndexReader: Send + Sync {
     fn oldest_visible_seq(&self) -> SeqNum;
     /// The latest sequence number visible to new readers.
     fn last_sequence(&self) -> SeqNum;
+    /// Returns once no write is *in flight*: every value appended to the
+    /// store before the call belongs to a write that has either published
+    /// its index entries (so [`IndexReader::current_pointer`] sees them) or
+    /// failed (the database is then poisoned and this returns the error).
+    ///
+    /// A writer appends its values before it inserts their pointers into
+    /// the index, so GC must call this after it has fixed the range it
+    /// collects (the chunk end, the sealed segments) and before it judges
+    /// any record in that range: otherwise a value whose pointer is about
+    /// to be inserted looks dead, and its space is freed under it.
+    ///
+    /// # Errors
+    /// `Poisoned` or `Closed` when in-flight writes can never publish.
+    fn wait_in_flight_writes(&self) -> Result<()>;
 }
 
 /// One relocation for [`IndexRelocator::relocate`].

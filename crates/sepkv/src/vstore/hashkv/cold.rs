@@ -72,6 +72,10 @@ impl IndexReader for ColdIndex<'_> {
     fn last_sequence(&self) -> SeqNum {
         self.0.last_sequence()
     }
+
+    fn wait_in_flight_writes(&self) -> Result<()> {
+        self.0.wait_in_flight_writes()
+    }
 }
 
 /// Callback persisting the cold log's state inside the segment table.

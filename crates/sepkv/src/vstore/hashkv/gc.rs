@@ -8,7 +8,9 @@
 //!    segment table, cheap next to reading a group — up to
 //!    `max(main segment size, 4 MiB)` of group bytes, at least one group;
 //!    flush the write cache and **seal** each group (later appends open a
-//!    fresh log segment);
+//!    fresh log segment); then wait until every write that appended to the
+//!    sealed segments has published its pointers
+//!    ([`IndexReader::wait_in_flight_writes`]);
 //! 3. scan each group sequentially and build an in-memory table of its keys:
 //!    the record nearest the group's end is the live version; **no index
 //!    queries**. A key written more than once in the group is hot: its
@@ -259,6 +261,14 @@ pub fn step(
     if victims.is_empty() {
         out.did_work = out.bytes_freed > 0;
         return Ok(out);
+    }
+    // A write that appended to a sealed segment may not have inserted its
+    // pointer yet: the scan would take its record for the latest version,
+    // fail the compare-and-set, and relocate the older record the index
+    // still held, leaving the write's pointer in a retired segment.
+    if let Err(e) = index.wait_in_flight_writes() {
+        let _ = abort(s, &victims);
+        return Err(e);
     }
     let gc_id = gcj.next_id;
     gcj.next_id += 1;

@@ -1,7 +1,9 @@
 //! Online garbage collection of the value log (WiscKey §3.3.2).
 //!
 //! One step:
-//! 1. read a chunk (`gc_chunk_size` bytes, whole records) at the tail;
+//! 1. read a chunk (`gc_chunk_size` bytes, whole records) at the tail,
+//!    after every write that appended into it has published its pointers
+//!    ([`IndexReader::wait_in_flight_writes`]);
 //! 2. a record is live when the index's current pointer for its key is this
 //!    very record (an index lookup per record);
 //! 3. append the live records at the head and sync the vLog;
@@ -55,6 +57,9 @@ pub fn step(
         }
         (f, o, end, is_active)
     };
+    // Records before `end` may belong to writes that have not inserted
+    // their pointers yet; judged now they would look dead.
+    index.wait_in_flight_writes()?;
     if start >= end {
         if is_active {
             out.did_work = out.bytes_freed > 0;
