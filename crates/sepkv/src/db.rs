@@ -623,11 +623,7 @@ impl Db {
         };
         let mut attempt = 0;
         let v = loop {
-            let seq = match opts.snapshot {
-                Some(s) => s.seq,
-                None => inner.last_seq.load(Ordering::Acquire),
-            };
-            match inner.lookup(key, seq, ctx)? {
+            match inner.lookup(key, opts.snapshot.map(|s| s.seq), ctx)? {
                 Lookup::NotFound | Lookup::Deleted => break None,
                 Lookup::Found(ValueType::Pointer, p) => {
                     let ptr = ValuePointer::decode(&p).ok_or_else(|| {
@@ -703,7 +699,7 @@ impl Db {
             if target.is_none() && rep.bytes_read >= budget && rep.steps > 0 {
                 break;
             }
-            let out: GcOutcome = inner.vstore.gc_step(inner.as_ref(), inner.as_ref())?;
+            let out: GcOutcome = inner.gc_step()?;
             if !out.did_work {
                 break;
             }
@@ -1012,13 +1008,7 @@ impl DbInner {
         if room.read > start {
             return Ok(false);
         }
-        let out = match self.vstore.gc_step(self, self) {
-            Ok(o) => o,
-            Err(e) => {
-                self.set_poison(&e);
-                return Err(e);
-            }
-        };
+        let out = self.gc_step()?;
         self.counters.write_gc_steps.fetch_add(1, Ordering::Relaxed);
         room.read += out.bytes_read.max(1);
         if !out.did_work {
@@ -1068,9 +1058,19 @@ impl DbInner {
         Ok(seq + n - 1)
     }
 
-    /// Newest version of `key` visible at `seq`.
-    fn lookup(&self, key: &[u8], seq: SeqNum, ctx: ReadCtx) -> Result<Lookup> {
+    /// Newest version of `key` visible at `seq`, or — with `None` — in the
+    /// latest state.
+    ///
+    /// The super-version is taken before the latest sequence number is
+    /// loaded: the other order lets a compaction installed in between drop
+    /// the version visible at the loaded sequence (it keeps only what the
+    /// oldest snapshot, or the then latest sequence, can see), and the read
+    /// would miss the key. Pinned first, the version's files stay as they
+    /// were, and a newer sequence only adds writes the pinned memtables may
+    /// or may not hold — writes that raced the read.
+    fn lookup(&self, key: &[u8], seq: Option<SeqNum>, ctx: ReadCtx) -> Result<Lookup> {
         let sv = self.sv.read().clone();
+        let seq = seq.unwrap_or_else(|| self.last_seq.load(Ordering::Acquire));
         let mut r = sv.mem.get(key, seq);
         if r == Lookup::NotFound {
             if let Some(imm) = &sv.imm {
@@ -1081,6 +1081,24 @@ impl DbInner {
             r = sv.version.get(&self.table_cache, key, seq, ctx)?;
         }
         Ok(r)
+    }
+
+    /// Runs one value-store GC step. A failure poisons the database: the
+    /// step may have failed in an fsync, after which retrying is unsafe, or
+    /// left its copies half installed. A panic in the layout's GC is turned
+    /// into an error, so the thread that ran it (a writer, `Db::gc` or the
+    /// GC thread) reports it instead of dying silently.
+    fn gc_step(&self) -> Result<GcOutcome> {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.vstore.gc_step(self, self)
+        }))
+        .unwrap_or_else(|_| Err(Error::Poisoned("value-store GC panicked".into())));
+        if let Err(e) = &r {
+            if !matches!(e, Error::Closed) {
+                self.set_poison(e);
+            }
+        }
+        r
     }
 
     /// Background value-store GC: runs steps while the estimated garbage
@@ -1105,11 +1123,11 @@ impl DbInner {
                 if self.bg.lock().shutting_down {
                     return;
                 }
-                match self.vstore.gc_step(self.as_ref(), self.as_ref()) {
+                match self.gc_step() {
                     Ok(out) if out.did_work => {}
                     Ok(_) => break,
+                    Err(Error::Closed) => return,
                     Err(e) => {
-                        self.set_poison(&e);
                         self.bg.lock().error = Some(e);
                         return;
                     }
@@ -1211,6 +1229,12 @@ impl DbInner {
             if sv.imm.is_some() || l0 >= self.opts.l0_stop_writes_trigger {
                 let t = Instant::now();
                 let mut bg = self.bg.lock();
+                // Once `close` has begun the background thread stops
+                // flushing: waiting for it would wait forever (and `close`
+                // for this writer's lock).
+                if bg.shutting_down {
+                    return Err(Error::Closed);
+                }
                 self.bg_cv.notify_all();
                 let still = {
                     let cur = self.sv.read();
@@ -1680,14 +1704,23 @@ impl DbInner {
     }
 
     /// Removes files no live version, WAL range or manifest needs.
+    ///
+    /// Tables and WALs are judged from a copy of the version set's state:
+    /// only the background thread (and recovery, before it starts) creates
+    /// tables, and a WAL created meanwhile is numbered above the log number.
+    /// Manifests and temporary files are judged and removed under the
+    /// version-set lock, because a value-store GC may roll the manifest (a
+    /// new `MANIFEST-n` and a `CURRENT.tmp`) at any moment: judged from a
+    /// stale number, the live manifest would be deleted.
     fn delete_obsolete_files(&self) {
-        let (live, log_number, manifest) = {
+        let (live, log_number) = {
             let vs = self.versions.lock();
-            (vs.live_files(), vs.log_number, vs.manifest_number())
+            (vs.live_files(), vs.log_number)
         };
         let Ok(names) = self.fs.list(&self.dir) else {
             return;
         };
+        let mut locked = Vec::new();
         for name in names {
             let remove = match filename::parse(&name) {
                 Some(FileKind::Table(n)) => {
@@ -1698,12 +1731,23 @@ impl DbInner {
                     dead
                 }
                 Some(FileKind::Wal(n)) => n < log_number,
-                Some(FileKind::Manifest(n)) => n != manifest,
-                Some(FileKind::Temp) => true,
+                Some(kind @ (FileKind::Manifest(_) | FileKind::Temp)) => {
+                    locked.push((kind, name.clone()));
+                    false
+                }
                 _ => false,
             };
             if remove {
                 // Best effort: a file left behind is removed on the next pass.
+                let _ = self.fs.remove(&self.dir.join(&name));
+            }
+        }
+        if locked.is_empty() {
+            return;
+        }
+        let vs = self.versions.lock();
+        for (kind, name) in locked {
+            if kind != FileKind::Manifest(vs.manifest_number()) {
                 let _ = self.fs.remove(&self.dir.join(&name));
             }
         }
@@ -1869,7 +1913,7 @@ impl IndexReader for DbInner {
             category: IoCategory::Gc,
             fill_cache: false,
         };
-        match self.lookup(key, self.last_seq.load(Ordering::Acquire), ctx)? {
+        match self.lookup(key, None, ctx)? {
             Lookup::Found(ValueType::Pointer, p) => Ok(ValuePointer::decode(&p)),
             _ => Ok(None),
         }

@@ -39,7 +39,8 @@ impl ValuePointer {
         v
     }
 
-    /// Decodes a pointer that must span all of `src`; `None` when malformed.
+    /// Decodes a pointer that must span all of `src`; `None` when malformed
+    /// (trailing bytes, or a record that would end past `u64::MAX`).
     pub fn decode(mut src: &[u8]) -> Option<ValuePointer> {
         let p = ValuePointer {
             file_id: get_varint64(&mut src)?,
@@ -47,7 +48,14 @@ impl ValuePointer {
             length: get_varint32(&mut src)?,
             aux: get_varint64(&mut src)?,
         };
+        p.offset.checked_add(p.length as u64)?;
         src.is_empty().then_some(p)
+    }
+
+    /// The byte offset just past the record (`offset + length`, saturating:
+    /// a pointer read from damaged bytes never overflows a range check).
+    pub fn end(&self) -> u64 {
+        self.offset.saturating_add(self.length as u64)
     }
 }
 
@@ -62,6 +70,19 @@ mod tests {
             let p = ValuePointer { file_id: f, offset: o, length: l, aux: a };
             prop_assert_eq!(ValuePointer::decode(&p.encode()), Some(p));
         }
+    }
+
+    #[test]
+    fn overflowing_record_end_rejected() {
+        let p = ValuePointer {
+            offset: u64::MAX - 2,
+            length: 3,
+            ..Default::default()
+        };
+        assert_eq!(ValuePointer::decode(&p.encode()), None);
+        assert_eq!(p.end(), u64::MAX);
+        let ok = ValuePointer { length: 2, ..p };
+        assert_eq!(ValuePointer::decode(&ok.encode()), Some(ok));
     }
 
     #[test]

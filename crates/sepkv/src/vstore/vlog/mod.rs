@@ -581,7 +581,7 @@ impl ValueStore for VlogStore {
                 return Ok(Some(rec[range].to_vec()));
             }
             match st.files.get(&ptr.file_id) {
-                Some(f) if ptr.offset + ptr.length as u64 <= f.valid_len => {}
+                Some(f) if ptr.end() <= f.valid_len => {}
                 _ => return Ok(None),
             }
         }
@@ -608,7 +608,7 @@ impl ValueStore for VlogStore {
                     && st
                         .files
                         .get(&p.file_id)
-                        .is_some_and(|f| p.offset + p.length as u64 <= f.valid_len);
+                        .is_some_and(|f| p.end() <= f.valid_len);
                 valid.push(ok);
             }
         }
@@ -638,7 +638,7 @@ impl ValueStore for VlogStore {
         }
         st.files
             .get(&ptr.file_id)
-            .is_some_and(|f| ptr.offset + ptr.length as u64 <= f.valid_len)
+            .is_some_and(|f| ptr.end() <= f.valid_len)
     }
 
     fn note_garbage(&self, ptr: &ValuePointer) {
