@@ -157,6 +157,33 @@ impl WriteBatch {
         self.max_value_len
     }
 
+    /// Appends `other`'s entries after this batch's (group commit joins the
+    /// batches of concurrent writers into one).
+    pub(crate) fn append(&mut self, other: &WriteBatch) {
+        self.rep.extend_from_slice(&other.rep[HEADER..]);
+        self.count += other.count;
+        self.user_bytes += other.user_bytes;
+        self.max_value_len = self.max_value_len.max(other.max_value_len);
+    }
+
+    /// Splits the batch into consecutive batches of `counts` entries each
+    /// (the inverse of [`WriteBatch::append`]).
+    pub(crate) fn split(&self, counts: &[u32]) -> Result<Vec<WriteBatch>> {
+        let mut entries = self.entries();
+        let mut out = Vec::with_capacity(counts.len());
+        for &n in counts {
+            let mut b = WriteBatch::new();
+            for _ in 0..n {
+                let e = entries
+                    .next()
+                    .ok_or_else(|| Error::InvalidArgument("batch split past its end".into()))??;
+                b.push(e.vtype, e.key, e.value);
+            }
+            out.push(b);
+        }
+        Ok(out)
+    }
+
     /// Encodes the batch as a WAL record payload with first sequence
     /// number `seq` into `dst` (cleared first).
     pub(crate) fn encode_into(&self, seq: SeqNum, dst: &mut Vec<u8>) {
@@ -244,6 +271,22 @@ mod tests {
         assert_eq!(d.entries[2].key, b"c");
         assert!(decode_batch(&rec[..rec.len() - 1]).is_none());
         assert_eq!(b.user_bytes(), 4);
+    }
+
+    #[test]
+    fn append_then_split_round_trips() {
+        let mut a = WriteBatch::new();
+        a.put(b"a", b"1").unwrap();
+        let mut b = WriteBatch::new();
+        b.delete(b"b").unwrap();
+        b.put(b"c", b"333").unwrap();
+        let mut g = a.clone();
+        g.append(&b);
+        assert_eq!(g.len(), 3);
+        assert_eq!(g.user_bytes(), a.user_bytes() + b.user_bytes());
+        assert_eq!(g.max_value_len(), 3);
+        assert_eq!(g.split(&[1, 2]).unwrap(), vec![a, b]);
+        assert!(g.split(&[4]).is_err());
     }
 
     #[test]

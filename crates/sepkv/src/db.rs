@@ -1,11 +1,16 @@
 //! The database facade: [`Db`].
 //!
 //! # Write path
-//! A write takes the writer lock, makes room (freezing a full memtable,
-//! delaying or stopping when level 0 backs up), assigns consecutive sequence
-//! numbers, appends the batch as one WAL record (synced when
-//! `WriteOptions::sync`), inserts it into the memtable and publishes the
-//! last sequence number, which makes it visible to readers.
+//! Concurrent writes are grouped ([`crate::commit`]): the first writer of a
+//! group leads it and writes every member's batch as one. The leader takes
+//! the writer lock, makes room (freezing a full memtable, delaying or
+//! stopping when level 0 backs up), assigns consecutive sequence numbers,
+//! appends separated values to the value store, appends the group as one
+//! WAL record (synced once when any member asked for `WriteOptions::sync`),
+//! inserts it into the memtable and publishes the last sequence number,
+//! which makes it visible to readers. Value-store GC judges a record only
+//! after the write that appended it has published (see
+//! `IndexReader::wait_in_flight_writes`).
 //!
 //! # Durability promise
 //! - `sync = true`: the write and every write before it survive a crash of
@@ -31,6 +36,7 @@
 //! `Db` is `Send + Sync`; share it between threads by reference or `Arc`.
 
 use crate::batch::{check_key, decode_batch, WriteBatch};
+use crate::commit::{CommitQueue, Group};
 use crate::error::{Error, IoContext, Result};
 use crate::format::record::{LogEnd, RecordReader, RecordWriter};
 use crate::fs::{
@@ -137,6 +143,7 @@ struct DbInner {
     picker: PickerConfig,
     table_options: TableOptions,
     writer: Mutex<Option<Writer>>,
+    commit: CommitQueue,
     sv: RwLock<Arc<SuperVersion>>,
     last_seq: AtomicU64,
     versions: Mutex<VersionSet>,
@@ -428,6 +435,7 @@ impl Db {
             picker,
             table_options,
             writer: Mutex::new(None),
+            commit: CommitQueue::default(),
             bg: Mutex::new(BgState::default()),
             bg_cv: Condvar::new(),
             snapshots: Arc::new(Mutex::new(BTreeMap::new())),
@@ -943,7 +951,41 @@ impl DbInner {
         }
     }
 
+    /// Commits `batch` through the group-commit queue ([`crate::commit`]).
     fn write(&self, batch: &WriteBatch, opts: WriteOptions) -> Result<SeqNum> {
+        self.commit
+            .commit(batch, opts.sync, |g| self.write_group(g))
+    }
+
+    /// Writes a whole commit group as one batch; returns each member's last
+    /// sequence number. When the value store stays full after GC, the
+    /// members are written one by one, so that those without separated
+    /// values (deletes, small values) still go through.
+    fn write_group(&self, g: &Group) -> Vec<Result<SeqNum>> {
+        let n = g.members.len();
+        match self.write_batch(&g.batch, g.sync) {
+            Ok(last) => {
+                let mut end = last + 1 - g.batch.len() as u64;
+                g.members
+                    .iter()
+                    .map(|&m| {
+                        end += m as u64;
+                        Ok(end - 1)
+                    })
+                    .collect()
+            }
+            Err(Error::ValueStoreFull(_)) if n > 1 => match g.batch.split(&g.members) {
+                Ok(bs) => bs.iter().map(|b| self.write_batch(b, g.sync)).collect(),
+                Err(e) => vec![Err(e); n],
+            },
+            Err(e) => vec![Err(e); n],
+        }
+    }
+
+    /// Writes one batch: room, value separation (GC first when the value
+    /// store refuses it), WAL, memtable, publish — all under the writer
+    /// lock, which GC's `wait_in_flight_writes` relies on.
+    fn write_batch(&self, batch: &WriteBatch, sync: bool) -> Result<SeqNum> {
         let mut guard = self.writer.lock();
         let user_bytes = batch.user_bytes();
         let mut room = RoomGc::default();
@@ -986,7 +1028,7 @@ impl DbInner {
                 Some(Ok(b)) => Some(b),
                 None => None,
             };
-            let seq = self.write_locked(w, prepared.as_ref().unwrap_or(batch), opts.sync)?;
+            let seq = self.write_locked(w, prepared.as_ref().unwrap_or(batch), sync)?;
             self.counters
                 .user_bytes_written
                 .fetch_add(user_bytes, Ordering::Relaxed);

@@ -23,6 +23,7 @@
 #![deny(unsafe_code)]
 
 mod batch;
+mod commit;
 mod db;
 pub mod error;
 pub mod format;

@@ -1,0 +1,228 @@
+//! The commit pipeline: group commit.
+//!
+//! Concurrent writers queue up; the first of a group leads it. While a
+//! leader writes its group, newly arriving writers join the next *open*
+//! group (their batch is appended to the group's batch); the writer that
+//! opened it becomes its leader as soon as the previous leader is done. A
+//! leader writes the whole group as one batch — one value-store append, one
+//! WAL record, at most one sync (if any member asked for one) — then hands
+//! each member the last sequence number of its own entries. This is the
+//! writer queue of LevelDB (`DBImpl::Write`, `BuildBatchGroup`), without
+//! its mutex being released during the WAL write: here the queue lock is
+//! never held across I/O at all, and the engine's writer lock covers the
+//! leader's whole write (append to publish), which is what GC's
+//! `wait_in_flight_writes` relies on.
+//!
+//! Sequence numbers are published in group order, and within a group in
+//! member order, so every reader sees a prefix of the commit order.
+//!
+//! Thread-safety: [`CommitQueue`] is shared by every writer of a `Db`.
+
+use crate::batch::WriteBatch;
+use crate::error::{Error, Result};
+use crate::index::key::SeqNum;
+use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
+
+/// Largest encoded group a writer joins (bytes); a batch alone may be
+/// larger. Bounds the latency a small write pays for a large group.
+pub(crate) const GROUP_BYTES: usize = 1 << 20;
+
+/// A group handed to its leader.
+pub(crate) struct Group {
+    /// The members' batches, concatenated in member order.
+    pub batch: WriteBatch,
+    /// Entries of each member, in order.
+    pub members: Vec<u32>,
+    /// Some member asked for `sync`.
+    pub sync: bool,
+}
+
+struct OpenGroup {
+    id: u64,
+    group: Group,
+}
+
+/// Results of a written group, until every member has taken its own.
+struct Finished {
+    results: Vec<Result<SeqNum>>,
+    left: usize,
+}
+
+#[derive(Default)]
+struct State {
+    open: Option<OpenGroup>,
+    leader_busy: bool,
+    next_id: u64,
+    finished: HashMap<u64, Finished>,
+}
+
+/// The queue of writers. See the module docs.
+#[derive(Default)]
+pub(crate) struct CommitQueue {
+    state: Mutex<State>,
+    cv: Condvar,
+}
+
+impl CommitQueue {
+    /// Commits `batch` as part of a group and returns the sequence number of
+    /// its last entry. `lead` writes a whole group and returns one result
+    /// per member; it runs in the thread of the group's first writer, with
+    /// no queue lock held.
+    pub(crate) fn commit(
+        &self,
+        batch: &WriteBatch,
+        sync: bool,
+        lead: impl FnOnce(&Group) -> Vec<Result<SeqNum>>,
+    ) -> Result<SeqNum> {
+        let mut st = self.state.lock();
+        loop {
+            let Some(open) = st.open.as_mut() else { break };
+            let g = &mut open.group;
+            if g.batch.approximate_size() + batch.approximate_size() > GROUP_BYTES {
+                // Full: wait until its leader takes it, then open the next.
+                self.cv.wait(&mut st);
+                continue;
+            }
+            let (id, member) = (open.id, g.members.len());
+            g.batch.append(batch);
+            g.members.push(batch.len() as u32);
+            g.sync |= sync;
+            loop {
+                if let Some(f) = st.finished.get_mut(&id) {
+                    let r = std::mem::replace(&mut f.results[member], Err(Error::Closed));
+                    f.left -= 1;
+                    if f.left == 0 {
+                        st.finished.remove(&id);
+                    }
+                    return r;
+                }
+                self.cv.wait(&mut st);
+            }
+        }
+        let id = st.next_id;
+        st.next_id += 1;
+        st.open = Some(OpenGroup {
+            id,
+            group: Group {
+                batch: batch.clone(),
+                members: vec![batch.len() as u32],
+                sync,
+            },
+        });
+        while st.leader_busy {
+            self.cv.wait(&mut st);
+        }
+        let group = st
+            .open
+            .take()
+            .map(|o| o.group)
+            .expect("only its opener takes a group");
+        st.leader_busy = true;
+        drop(st);
+        // Writers waiting for room may open the next group now.
+        self.cv.notify_all();
+        let n = group.members.len();
+        let mut results = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lead(&group)))
+            .unwrap_or_else(|_| vec![Err(Error::Poisoned("the write path panicked".into())); n]);
+        if results.len() != n {
+            results = vec![Err(Error::Poisoned("group commit lost a result".into())); n];
+        }
+        let mine = std::mem::replace(&mut results[0], Err(Error::Closed));
+        let mut st = self.state.lock();
+        st.leader_busy = false;
+        if n > 1 {
+            st.finished.insert(
+                id,
+                Finished {
+                    results,
+                    left: n - 1,
+                },
+            );
+        }
+        drop(st);
+        self.cv.notify_all();
+        mine
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Barrier};
+
+    fn batch(i: u32) -> WriteBatch {
+        let mut b = WriteBatch::new();
+        for j in 0..=i % 3 {
+            b.put(format!("k{i}-{j}").as_bytes(), b"v").unwrap();
+        }
+        b
+    }
+
+    /// Every writer gets the sequence numbers of its own entries, groups
+    /// form while a leader is busy, and sequence numbers never repeat.
+    #[test]
+    fn members_get_their_own_sequence_numbers() {
+        let q = Arc::new(CommitQueue::default());
+        let last = Arc::new(AtomicU64::new(0));
+        let groups = Arc::new(AtomicU64::new(0));
+        let threads = 8;
+        let start = Arc::new(Barrier::new(threads));
+        let hs: Vec<_> = (0..threads as u32)
+            .map(|t| {
+                let (q, last, groups, start) =
+                    (q.clone(), last.clone(), groups.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    let mut seen = Vec::new();
+                    for i in 0..200 {
+                        let b = batch(t * 1000 + i);
+                        let n = b.len() as u64;
+                        let end = q
+                            .commit(&b, i % 7 == 0, |g| {
+                                groups.fetch_add(1, Ordering::Relaxed);
+                                let mut s = last.load(Ordering::Relaxed);
+                                assert_eq!(g.batch.len() as u32, g.members.iter().sum::<u32>());
+                                let r = g
+                                    .members
+                                    .iter()
+                                    .map(|&m| {
+                                        s += m as u64;
+                                        Ok(s)
+                                    })
+                                    .collect();
+                                last.store(s, Ordering::Relaxed);
+                                r
+                            })
+                            .unwrap();
+                        seen.push((end + 1 - n, end));
+                    }
+                    seen
+                })
+            })
+            .collect();
+        let mut all: Vec<(u64, u64)> = hs.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        all.sort_unstable();
+        let mut next = 1;
+        for (a, b) in &all {
+            assert_eq!(*a, next, "a gap or an overlap in sequence numbers");
+            next = b + 1;
+        }
+        assert_eq!(next - 1, last.load(Ordering::Relaxed));
+        assert!(groups.load(Ordering::Relaxed) <= all.len() as u64);
+    }
+
+    #[test]
+    fn a_failed_group_fails_every_member() {
+        let q = CommitQueue::default();
+        let r = q.commit(&batch(1), false, |g| {
+            vec![Err(Error::Poisoned("disk full".into())); g.members.len()]
+        });
+        assert!(matches!(r, Err(Error::Poisoned(_))));
+        let r = q.commit(&batch(2), false, |_| panic!("bug"));
+        assert!(matches!(r, Err(Error::Poisoned(_))));
+        // The queue still works.
+        assert_eq!(q.commit(&batch(3), true, |_| vec![Ok(7)]).unwrap(), 7);
+    }
+}
