@@ -76,8 +76,7 @@ impl CommitQueue {
         lead: impl FnOnce(&Group) -> Vec<Result<SeqNum>>,
     ) -> Result<SeqNum> {
         let mut st = self.state.lock();
-        loop {
-            let Some(open) = st.open.as_mut() else { break };
+        while let Some(open) = st.open.as_mut() {
             let g = &mut open.group;
             if g.batch.approximate_size() + batch.approximate_size() > GROUP_BYTES {
                 // Full: wait until its leader takes it, then open the next.
