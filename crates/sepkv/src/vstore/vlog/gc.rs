@@ -39,10 +39,9 @@ pub fn step(
 
     // Where the chunk is.
     let (file, start, end, is_active) = {
-        let mut st = vlog.state.lock();
-        vlog.flush_locked(&mut st, IoCategory::Gc)?;
+        let st = vlog.state.lock();
         let (f, o) = st.tail;
-        let mut is_active = f == st.active.id;
+        let mut is_active = f == st.head_file;
         let mut end = st.files.get(&f).map_or(0, |i| i.valid_len);
         // In log mode the records after the checkpoint are the recovery
         // log: GC stops there.
@@ -151,10 +150,7 @@ pub fn step(
             })
             .collect();
         let new = vlog.append_as(&records, IoCategory::Gc)?;
-        {
-            let mut st = vlog.state.lock();
-            vlog.sync_locked(&mut st)?;
-        }
+        vlog.sync()?;
         let moves: Vec<Relocation> = live
             .iter()
             .zip(&new)

@@ -33,8 +33,13 @@
 //!   device; while they are served from memory ([`ReadLatency`]) it reads
 //!   them in the caller, where the hand-offs would cost more than the reads.
 //!
-//! Thread-safety: appends and GC are serialised by internal locks; reads
-//! run concurrently with both.
+//! Thread-safety: appends (and syncs) are serialised by the lock of the
+//! active file, GC steps by a lock of their own; reads take only the state
+//! lock, which is never held across a `write`, an `fsync` or a file
+//! creation, so a read never waits on a writer's or GC's I/O. A failed
+//! write or sync marks the active file failed and refuses every later
+//! append and sync: the file's end is then unknown, and retrying an fsync
+//! after a failure is unsafe.
 
 pub mod gc;
 pub mod prefetch;
@@ -78,15 +83,18 @@ pub fn vlog_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("{id:06}.vlog"))
 }
 
+/// The file appends go to. Behind its own lock ([`VlogStore::io`]), so
+/// that `write(2)` and `fsync` never hold the state lock readers take.
 struct Active {
     id: u64,
     file: Box<dyn WritableFile>,
     /// Bytes handed to the OS.
     flushed: u64,
-    /// Records not yet handed to the OS (the §3.4.1 write buffer).
-    buf: Vec<u8>,
     /// True when the file holds data not yet synced.
     dirty: bool,
+    /// Set by a failed write or sync: the file's end is no longer known, so
+    /// every later append or sync is refused (as the engine's poisoning).
+    failed: Option<String>,
 }
 
 struct FileInfo {
@@ -106,7 +114,8 @@ struct PendingFree {
 }
 
 struct State {
-    active: Active,
+    /// The file appends go to (`Active::id`).
+    head_file: u64,
     files: BTreeMap<u64, FileInfo>,
     /// `(file, offset)`: everything before is no longer needed.
     tail: (u64, u64),
@@ -189,9 +198,13 @@ fn into_value(mut buf: Vec<u8>, range: std::ops::Range<usize>) -> Vec<u8> {
 }
 
 /// The value log. See the module docs.
+///
+/// Lock order: `gc_lock`, then `io`, then `state`. `state` is only ever
+/// held for in-memory work.
 pub struct VlogStore {
     opts: VlogOptions,
     reader: Arc<Reader>,
+    io: Mutex<Active>,
     state: Mutex<State>,
     gc_lock: Mutex<()>,
     counters: Counters,
@@ -318,14 +331,15 @@ impl VlogStore {
             prefetch: Prefetcher::new(opts.prefetch_threads),
             opts,
             reader,
+            io: Mutex::new(Active {
+                id: next_id,
+                file,
+                flushed,
+                dirty: false,
+                failed: None,
+            }),
             state: Mutex::new(State {
-                active: Active {
-                    id: next_id,
-                    file,
-                    flushed,
-                    buf: Vec::new(),
-                    dirty: false,
-                },
+                head_file: next_id,
                 files,
                 tail,
                 freed: tail,
@@ -341,69 +355,67 @@ impl VlogStore {
         vlog_path(&self.reader.dir, id)
     }
 
-    /// Hands the write buffer to the OS. Called with the state locked.
-    fn flush_locked(&self, st: &mut State, cat: IoCategory) -> Result<()> {
-        if st.active.buf.is_empty() {
-            return Ok(());
+    /// Refuses to touch a file whose earlier write or sync failed.
+    fn check_failed(&self, a: &Active) -> Result<()> {
+        match &a.failed {
+            Some(why) => Err(Error::Poisoned(format!(
+                "value log {}: {why}",
+                self.path(a.id).display()
+            ))),
+            None => Ok(()),
         }
-        let path = self.path(st.active.id);
-        let a = &mut st.active;
-        a.file
-            .append(&a.buf)
-            .and_then(|_| a.file.flush())
-            .ctx(&path)?;
-        self.reader.stats.add_written(cat, a.buf.len() as u64);
-        a.flushed += a.buf.len() as u64;
-        a.buf.clear();
-        a.dirty = true;
-        let id = a.id;
-        let flushed = a.flushed;
-        if let Some(f) = st.files.get_mut(&id) {
-            f.valid_len = flushed;
-        }
-        Ok(())
     }
 
     /// Closes the active file when full and starts the next one. Called with
-    /// the state locked and the buffer flushed.
-    fn maybe_roll(&self, st: &mut State) -> Result<()> {
-        if st.active.flushed < self.opts.file_size {
+    /// `io` locked.
+    fn maybe_roll(&self, a: &mut Active) -> Result<()> {
+        if a.flushed < self.opts.file_size {
             return Ok(());
         }
-        let old = self.path(st.active.id);
-        st.active.file.sync().ctx(&old)?;
-        let id = st.active.id + 1;
+        let old = self.path(a.id);
+        a.file.sync().ctx(&old)?;
+        a.dirty = false;
+        let id = a.id + 1;
         let path = self.path(id);
         let file = self.reader.fs.create(&path).ctx(&path)?;
         self.reader
             .fs
             .sync_dir(&self.reader.dir)
             .ctx(&self.reader.dir)?;
-        st.active = Active {
+        {
+            let mut st = self.state.lock();
+            st.files.insert(
+                id,
+                FileInfo {
+                    valid_len: 0,
+                    garbage: 0,
+                },
+            );
+            st.head_file = id;
+        }
+        *a = Active {
             id,
             file,
             flushed: 0,
-            buf: Vec::new(),
             dirty: false,
+            failed: None,
         };
-        st.files.insert(
-            id,
-            FileInfo {
-                valid_len: 0,
-                garbage: 0,
-            },
-        );
         Ok(())
     }
 
     /// Appends records of one batch under `cat`; the last carries the
-    /// end-of-batch bit.
+    /// end-of-batch bit. The records are encoded into one buffer and handed
+    /// to the OS in one `write` (the §3.4.1 write buffer, emptied before
+    /// returning since sepkv promises that an acknowledged write survives a
+    /// process crash); only then is the file's valid length published, so
+    /// no reader or GC sees a record before it is in the file.
     fn append_records(
         &self,
         records: &[(Kind, &[u8], u64, &[u8])],
         cat: IoCategory,
     ) -> Result<Vec<ValuePointer>> {
-        let mut st = self.state.lock();
+        let mut a = self.io.lock();
+        self.check_failed(&a)?;
         if let Some(cap) = self.opts.capacity {
             // Only new user values are refused: GC copies must go through to
             // free space, and tombstones, inline values and relocations of
@@ -413,7 +425,7 @@ impl VlogStore {
                     .iter()
                     .map(|r| record::record_len(r.1, r.3) as u64)
                     .sum();
-                let span = Self::span_locked(&st);
+                let span = Self::span_locked(&self.state.lock());
                 if span + need > cap {
                     return Err(Error::ValueStoreFull(format!(
                         "the value log spans {span} bytes from tail to head and {need} more would pass value_capacity {cap}; \
@@ -422,44 +434,44 @@ impl VlogStore {
                 }
             }
         }
+        let mut buf = Vec::new();
         let mut ptrs = Vec::with_capacity(records.len());
         for (i, &(kind, key, seq, value)) in records.iter().enumerate() {
-            let offset = st.active.flushed + st.active.buf.len() as u64;
-            let before = st.active.buf.len();
-            record::encode(
-                &mut st.active.buf,
-                kind,
-                i + 1 == records.len(),
-                key,
-                seq,
-                value,
-            );
-            let length = (st.active.buf.len() - before) as u32;
+            let before = buf.len();
+            record::encode(&mut buf, kind, i + 1 == records.len(), key, seq, value);
             ptrs.push(ValuePointer {
-                file_id: st.active.id,
-                offset,
-                length,
+                file_id: a.id,
+                offset: a.flushed + before as u64,
+                length: (buf.len() - before) as u32,
                 aux: 0,
             });
         }
-        self.flush_locked(&mut st, cat)?;
+        let path = self.path(a.id);
+        if let Err(e) = a.file.append(&buf).and_then(|_| a.file.flush()) {
+            a.failed = Some(format!("a write failed: {e}"));
+            return Err(Error::io(&path, e));
+        }
+        self.reader.stats.add_written(cat, buf.len() as u64);
+        a.flushed += buf.len() as u64;
+        a.dirty = true;
+        if let Some(f) = self.state.lock().files.get_mut(&a.id) {
+            f.valid_len = a.flushed;
+        }
         // Files roll between batches only, so a batch never spans files.
-        self.maybe_roll(&mut st)?;
+        if let Err(e) = self.maybe_roll(&mut a) {
+            a.failed = Some(format!("starting the next file failed: {e}"));
+            return Err(e);
+        }
         Ok(ptrs)
     }
 
-    /// Bytes from the tail to the head, unflushed appends included.
+    /// Bytes from the tail to the head.
     fn span_locked(st: &State) -> u64 {
         st.files
             .range(st.tail.0..)
             .map(|(&id, f)| {
-                let len = if id == st.active.id {
-                    st.active.flushed + st.active.buf.len() as u64
-                } else {
-                    f.valid_len
-                };
                 let from = if id == st.tail.0 { st.tail.1 } else { 0 };
-                len.saturating_sub(from)
+                f.valid_len.saturating_sub(from)
             })
             .sum()
     }
@@ -478,20 +490,11 @@ impl VlogStore {
         self.append_records(&recs, cat)
     }
 
-    fn sync_locked(&self, st: &mut State) -> Result<()> {
-        self.flush_locked(st, IoCategory::ValueStore)?;
-        if st.active.dirty {
-            let path = self.path(st.active.id);
-            st.active.file.sync().ctx(&path)?;
-            st.active.dirty = false;
-        }
-        Ok(())
-    }
-
-    /// `(head file, head offset)`.
+    /// `(head file, head offset)`: the end of the last published append.
     pub fn head(&self) -> (u64, u64) {
         let st = self.state.lock();
-        (st.active.id, st.active.flushed + st.active.buf.len() as u64)
+        let len = st.files.get(&st.head_file).map_or(0, |f| f.valid_len);
+        (st.head_file, len)
     }
 
     /// `(tail file, tail offset)`.
@@ -559,8 +562,18 @@ impl ValueStore for VlogStore {
     }
 
     fn sync(&self) -> Result<()> {
-        let mut st = self.state.lock();
-        self.sync_locked(&mut st)
+        let mut a = self.io.lock();
+        self.check_failed(&a)?;
+        if a.dirty {
+            let path = self.path(a.id);
+            if let Err(e) = a.file.sync() {
+                // Retrying an fsync after a failure is unsafe.
+                a.failed = Some(format!("an fsync failed: {e}"));
+                return Err(Error::io(&path, e));
+            }
+            a.dirty = false;
+        }
+        Ok(())
     }
 
     fn read(&self, key: &[u8], ptr: &ValuePointer) -> Result<Option<Vec<u8>>> {
@@ -568,17 +581,6 @@ impl ValueStore for VlogStore {
             let st = self.state.lock();
             if (ptr.file_id, ptr.offset) < st.freed {
                 return Ok(None);
-            }
-            if ptr.file_id == st.active.id && ptr.offset >= st.active.flushed {
-                // Still in the write buffer (§3.4.1).
-                let rel = (ptr.offset - st.active.flushed) as usize;
-                let end = rel + ptr.length as usize;
-                if end > st.active.buf.len() {
-                    return Ok(None);
-                }
-                let rec = &st.active.buf[rel..end];
-                let range = check_record(|| self.path(ptr.file_id), ptr, key, rec)?;
-                return Ok(Some(rec[range].to_vec()));
             }
             match st.files.get(&ptr.file_id) {
                 Some(f) if ptr.end() <= f.valid_len => {}
@@ -681,10 +683,7 @@ impl ValueStore for VlogStore {
         // No GC step may punch the range while it is being read.
         let _no_gc = self.gc_lock.lock();
         let ranges: Vec<(u64, u64, u64)> = {
-            let mut st = self.state.lock();
-            if let Err(e) = self.flush_locked(&mut st, IoCategory::ValueStore) {
-                return (0, vec![e]);
-            }
+            let st = self.state.lock();
             st.files
                 .iter()
                 .filter(|(&id, _)| id >= st.tail.0)
@@ -774,9 +773,8 @@ impl ValueStore for VlogStore {
     }
 
     fn log_position(&self) -> Option<(u64, u64)> {
-        let st = self.state.lock();
-        st.ckpt?;
-        Some((st.active.id, st.active.flushed + st.active.buf.len() as u64))
+        self.state.lock().ckpt?;
+        Some(self.head())
     }
 
     fn state_with_checkpoint(&self, pos: (u64, u64)) -> Vec<u8> {
