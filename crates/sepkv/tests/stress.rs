@@ -20,12 +20,15 @@
 //!   key space or split in two ranges at a random account) — and require
 //!   the same account-by-account state from all three, exactly
 //!   [`ACCOUNTS`] accounts and the initial total. They also run
-//!   [`Db::scan`] (its own snapshot) both ways and check the count and total;
+//!   [`Db::scan`] (its own snapshot) both ways and check the count and
+//!   total, and `get` random accounts in the latest state: each must be at
+//!   least as new as the state acknowledged before the `get` began;
 //! - value-store GC runs in the write path (a `value_capacity` of a few MiB
 //!   against about 1 MB of live values), in the background
 //!   (`gc_garbage_ratio` 0.2) and from a thread calling `gc(Some(0.2))`;
 //!   another thread calls `flush` and `compact_range(None, None)`, and a
 //!   256 KiB write buffer makes the engine flush and compact on its own.
+//!   That thread also checks that the manifest `CURRENT` names exists.
 //!
 //! At the end the database is verified, closed and reopened, and every
 //! account must equal its in-memory copy. Any error — including
@@ -264,6 +267,8 @@ struct Counters {
     forward_checks: AtomicU64,
     backward_checks: AtomicU64,
     scan_checks: AtomicU64,
+    latest_gets: AtomicU64,
+    manifest_checks: AtomicU64,
     gc_calls: AtomicU64,
     gc_call_steps: AtomicU64,
     flush_calls: AtomicU64,
@@ -444,7 +449,8 @@ fn read_by_cursor(
         ..Default::default()
     };
     let mid = split.map(key);
-    let ranges: Vec<(Option<&[u8]>, Option<&[u8]>)> = match &mid {
+    type Bound<'a> = Option<&'a [u8]>;
+    let ranges: Vec<(Bound<'_>, Bound<'_>)> = match &mid {
         None => vec![(None, None)],
         Some(m) => vec![(None, Some(m.as_slice())), (Some(m.as_slice()), None)],
     };
@@ -486,6 +492,48 @@ fn read_by_scan(db: &Db, reverse: bool) -> Result<Vec<Account>, String> {
         entries.reverse();
     }
     check_entries(entries)
+}
+
+/// Reads `n` random accounts in the latest state (no snapshot): each must
+/// be at least as new as the state acknowledged before the read began
+/// (nonces of one account only grow).
+fn read_latest(sh: &Shared, rng: &mut StdRng, n: usize) -> Result<(), String> {
+    for _ in 0..n {
+        let i = rng.gen_range(0..ACCOUNTS);
+        let before = *sh.accounts[i].lock();
+        match sh.db.get(&key(i)) {
+            Ok(Some(v)) => {
+                let got = decode(i, &v)?;
+                if got.nonce < before.nonce {
+                    return Err(format!(
+                        "account {i}: stale read {got:?}, but {before:?} was acknowledged before the get began"
+                    ));
+                }
+            }
+            Ok(None) => return Err(format!("account {i} missing")),
+            Err(e) => return Err(format!("account {i}: {e}")),
+        }
+        sh.c.latest_gets.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// `Some(reason)` when `CURRENT` names a manifest that does not exist. A
+/// manifest is written before `CURRENT` switches to it and numbers only
+/// grow, so if `CURRENT` reads the same before and after the manifest was
+/// found missing, it named a missing file in between.
+fn live_manifest_missing(dir: &Path) -> Option<String> {
+    let current = || {
+        std::fs::read_to_string(dir.join("CURRENT"))
+            .ok()
+            .map(|s| s.trim_end().to_string())
+    };
+    let before = current()?;
+    if dir.join(&before).exists() {
+        return None;
+    }
+    let after = current()?;
+    (before == after).then(|| format!("CURRENT names {before:?}, which does not exist"))
 }
 
 /// The first account two views disagree on.
@@ -536,6 +584,9 @@ fn reader(sh: &Shared, id: usize, mut rng: StdRng) {
             }
         }
         drop(snap);
+        if let Err(e) = read_latest(sh, &mut rng, 200) {
+            return sh.fail(&name, "get (latest state)", e);
+        }
         let reverse = round % 2 == 1;
         if let Err(e) = read_by_scan(&sh.db, reverse).and_then(|v| check_total(&v)) {
             return sh.fail(&name, &format!("scan (reverse {reverse})"), e);
@@ -563,7 +614,7 @@ fn gc_caller(sh: &Shared) {
 }
 
 /// Calls `flush`, and every fourth time `compact_range(None, None)`, while
-/// the writers run.
+/// the writers run; checks each time that the live manifest exists.
 fn maintainer(sh: &Shared) {
     let mut i = 0u64;
     while sh.writing() {
@@ -572,6 +623,10 @@ fn maintainer(sh: &Shared) {
             return sh.fail("maintenance thread", "flush", e);
         }
         sh.c.flush_calls.fetch_add(1, Ordering::Relaxed);
+        if let Some(e) = live_manifest_missing(sh.db.path()) {
+            return sh.fail("maintenance thread", "manifest check", e);
+        }
+        sh.c.manifest_checks.fetch_add(1, Ordering::Relaxed);
         if i % 4 == 3 {
             if let Err(e) = sh.db.compact_range(None, None) {
                 return sh.fail("maintenance thread", "compact_range(None, None)", e);
@@ -757,7 +812,8 @@ fn report(sh: &Shared, s: &Settings, elapsed: Duration) {
         .unwrap_or(0);
     eprintln!(
         "stress {}: seed {}, {} writers, {:.1} s: {} transfers ({} synced); snapshot checks: \
-         {} by get_opt, {} forward, {} backward, {} scans; gc: {gc_steps} steps in all, {} in the \
+         {} by get_opt, {} forward, {} backward, {} scans; {} latest-state gets; \
+         {} manifest checks; gc: {gc_steps} steps in all, {} in the \
          write path, {} by {} gc() calls; {} flushes ({} flush() calls), {} compactions \
          ({} compact_range calls, {} trivial moves)",
         sh.label,
@@ -770,6 +826,8 @@ fn report(sh: &Shared, s: &Settings, elapsed: Duration) {
         l(&c.forward_checks),
         l(&c.backward_checks),
         l(&c.scan_checks),
+        l(&c.latest_gets),
+        l(&c.manifest_checks),
         stats.write_gc_steps,
         l(&c.gc_call_steps),
         l(&c.gc_calls),
