@@ -31,7 +31,11 @@
 //!   That thread also checks that the manifest `CURRENT` names exists.
 //!
 //! At the end the database is verified, closed and reopened, and every
-//! account must equal its in-memory copy. Any error — including
+//! account must equal its in-memory copy. Then writers, `gc` and
+//! `flush`/`compact_range` calls run again and `close` is called under that
+//! load after a random number of transfers: `close` and every thread must
+//! return (with `Closed` for calls after it, nothing else), and after
+//! another reopen every account must equal its copy again. Any error — including
 //! `ValueStoreFull`, since live data stays well under the capacity — fails
 //! the run, as does a wrong value, a missing account, a changed total, or no
 //! transfer finishing for [`HANG_SECS`] seconds (a hang). Failures name the
@@ -285,6 +289,8 @@ struct Shared {
     next_nonce: AtomicU64,
     /// Set on the first failure: every thread stops.
     stop: AtomicBool,
+    /// Set when `close` is called under load: `Closed` errors end threads.
+    closing: AtomicBool,
     writers_left: AtomicUsize,
     failures: Mutex<Vec<String>>,
     c: Counters,
@@ -296,6 +302,14 @@ impl Shared {
         eprintln!("FAILURE {msg}");
         self.failures.lock().push(msg);
         self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// [`Shared::fail`], except that `Closed` after `close` was called
+    /// under load only ends the thread.
+    fn fail_err(&self, thread: &str, op: &str, err: Error) {
+        if !(matches!(err, Error::Closed) && self.closing.load(Ordering::SeqCst)) {
+            self.fail(thread, op, err);
+        }
     }
 
     fn stopped(&self) -> bool {
@@ -334,7 +348,7 @@ fn writer(sh: &Shared, id: usize, mut rng: StdRng, work: Work) {
                     Err(e) => return sh.fail(&name, &format!("get account {i}"), e),
                 },
                 Ok(None) => return sh.fail(&name, &format!("get account {i}"), "missing"),
-                Err(e) => return sh.fail(&name, &format!("get account {i}"), e),
+                Err(e) => return sh.fail_err(&name, &format!("get account {i}"), e),
             }
         }
         let amount = rng.gen_range(1..=100);
@@ -351,7 +365,7 @@ fn writer(sh: &Shared, id: usize, mut rng: StdRng, work: Work) {
         }
         let sync = rng.gen_ratio(1, 100);
         if let Err(e) = sh.db.write(&batch, WriteOptions { sync }) {
-            return sh.fail(
+            return sh.fail_err(
                 &name,
                 &format!("write transfer {amount} from {from} to {to} (sync {sync})"),
                 e,
@@ -607,7 +621,7 @@ fn gc_caller(sh: &Shared) {
                 sh.c.gc_calls.fetch_add(1, Ordering::Relaxed);
                 sh.c.gc_call_steps.fetch_add(r.steps, Ordering::Relaxed);
             }
-            Err(e) => return sh.fail("gc thread", "gc(Some(0.2))", e),
+            Err(e) => return sh.fail_err("gc thread", "gc(Some(0.2))", e),
         }
         thread::sleep(Duration::from_millis(20));
     }
@@ -620,7 +634,7 @@ fn maintainer(sh: &Shared) {
     while sh.writing() {
         thread::sleep(Duration::from_millis(25));
         if let Err(e) = sh.db.flush() {
-            return sh.fail("maintenance thread", "flush", e);
+            return sh.fail_err("maintenance thread", "flush", e);
         }
         sh.c.flush_calls.fetch_add(1, Ordering::Relaxed);
         if let Some(e) = live_manifest_missing(sh.db.path()) {
@@ -629,7 +643,7 @@ fn maintainer(sh: &Shared) {
         sh.c.manifest_checks.fetch_add(1, Ordering::Relaxed);
         if i % 4 == 3 {
             if let Err(e) = sh.db.compact_range(None, None) {
-                return sh.fail("maintenance thread", "compact_range(None, None)", e);
+                return sh.fail_err("maintenance thread", "compact_range(None, None)", e);
             }
             sh.c.compact_calls.fetch_add(1, Ordering::Relaxed);
         }
@@ -695,6 +709,90 @@ enum Outcome {
     Ran(Vec<String>),
 }
 
+fn new_shared(
+    db: Db,
+    label: &str,
+    s: &Settings,
+    accounts: Vec<Account>,
+    nonce: u64,
+) -> Arc<Shared> {
+    Arc::new(Shared {
+        db,
+        label: label.to_string(),
+        seed: s.seed,
+        accounts: accounts.into_iter().map(Mutex::new).collect(),
+        next_nonce: AtomicU64::new(nonce),
+        stop: AtomicBool::new(false),
+        closing: AtomicBool::new(false),
+        writers_left: AtomicUsize::new(s.writers),
+        failures: Mutex::new(Vec::new()),
+        c: Counters::default(),
+    })
+}
+
+/// Waits until `done()` or every thread has ended. Returns false after
+/// recording a failure when for [`HANG_SECS`] no transfer finished and no
+/// thread ended: threads are stuck and cannot be joined. In long mode
+/// prints progress every 30 seconds.
+fn watch(
+    sh: &Shared,
+    handles: &[thread::JoinHandle<()>],
+    mut done: impl FnMut() -> bool,
+    long: bool,
+) -> bool {
+    let start = Instant::now();
+    let progress = || {
+        (
+            sh.c.transfers.load(Ordering::Relaxed),
+            handles.iter().filter(|h| h.is_finished()).count(),
+        )
+    };
+    let mut last = (progress(), Instant::now());
+    let mut report_at = start + Duration::from_secs(30);
+    while !done() && !handles.iter().all(|h| h.is_finished()) {
+        thread::sleep(Duration::from_millis(20));
+        let now = progress();
+        if now != last.0 {
+            last = (now, Instant::now());
+        } else if last.1.elapsed() > Duration::from_secs(HANG_SECS) {
+            sh.fail(
+                "main",
+                "watch",
+                format!(
+                    "in {HANG_SECS} s no transfer finished and no thread ended \
+                     ({} transfers, {} writer(s) and {} thread(s) in all still running{}): hang?",
+                    now.0,
+                    sh.writers_left.load(Ordering::SeqCst),
+                    handles.len() - now.1,
+                    if sh.closing.load(Ordering::SeqCst) {
+                        ", close called"
+                    } else {
+                        ""
+                    }
+                ),
+            );
+            return false;
+        }
+        if long && Instant::now() >= report_at {
+            report_at += Duration::from_secs(30);
+            eprintln!(
+                "stress {}: {:.0} s, {} transfers, {} snapshot checks",
+                sh.label,
+                start.elapsed().as_secs_f64(),
+                now.0,
+                sh.c.get_checks.load(Ordering::Relaxed)
+            );
+        }
+    }
+    true
+}
+
+fn join(handles: Vec<thread::JoinHandle<()>>) {
+    for h in handles {
+        h.join().expect("panics are caught in the thread");
+    }
+}
+
 fn run_variant(v: Variant, index: usize, s: &Settings, dir: &Path) -> Outcome {
     let label = v.name();
     let seed = s.seed ^ (index as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -705,26 +803,15 @@ fn run_variant(v: Variant, index: usize, s: &Settings, dir: &Path) -> Outcome {
         Err(Error::InvalidArgument(m)) if !v.required() && m.contains("not implemented") => {
             return Outcome::Skipped(m)
         }
-        Err(e) => return Outcome::Ran(vec![format!("{label} seed {seed}: open: {e}")]),
+        Err(e) => return Outcome::Ran(vec![format!("{label} seed {}: open: {e}", s.seed)]),
     };
-    let sh = Arc::new(Shared {
-        db,
-        label: label.clone(),
-        seed: s.seed,
-        accounts: (0..ACCOUNTS)
-            .map(|i| {
-                Mutex::new(Account {
-                    balance: INITIAL_BALANCE,
-                    nonce: i as u64,
-                })
-            })
-            .collect(),
-        next_nonce: AtomicU64::new(ACCOUNTS as u64),
-        stop: AtomicBool::new(false),
-        writers_left: AtomicUsize::new(s.writers),
-        failures: Mutex::new(Vec::new()),
-        c: Counters::default(),
-    });
+    let initial = (0..ACCOUNTS)
+        .map(|i| Account {
+            balance: INITIAL_BALANCE,
+            nonce: i as u64,
+        })
+        .collect();
+    let sh = new_shared(db, &label, s, initial, ACCOUNTS as u64);
     let mut rng = StdRng::seed_from_u64(seed);
     if let Err(e) = load(&sh.db, &sh.accounts, &mut rng) {
         sh.fail("main", "initial load", e);
@@ -750,39 +837,13 @@ fn run_variant(v: Variant, index: usize, s: &Settings, dir: &Path) -> Outcome {
     }
     handles.push(spawn(&sh, "gc thread".into(), gc_caller));
     handles.push(spawn(&sh, "maintenance thread".into(), maintainer));
-
-    // Watch for progress; a panicking thread is a failure too.
-    let mut last = (0, Instant::now());
-    let mut report_at = Instant::now() + Duration::from_secs(30);
-    while !handles.iter().all(|h| h.is_finished()) {
-        thread::sleep(Duration::from_millis(100));
-        let n = sh.c.transfers.load(Ordering::Relaxed);
-        if n != last.0 || !sh.writing() {
-            last = (n, Instant::now());
-        } else if last.1.elapsed() > Duration::from_secs(HANG_SECS) {
-            sh.fail(
-                "main",
-                "watch",
-                format!("no transfer finished in {HANG_SECS} s (hang?) after {n} transfers"),
-            );
-            // Threads stuck in the engine cannot be joined: leave them.
-            std::mem::forget(handles);
-            return Outcome::Ran(sh.failures.lock().clone());
-        }
-        if s.secs.is_some() && Instant::now() >= report_at {
-            report_at += Duration::from_secs(30);
-            eprintln!(
-                "stress {label}: {:.0} s, {n} transfers, {} snapshot checks",
-                start.elapsed().as_secs_f64(),
-                sh.c.get_checks.load(Ordering::Relaxed)
-            );
-        }
+    if !watch(&sh, &handles, || false, s.secs.is_some()) {
+        // Threads stuck in the engine cannot be joined: leave them.
+        std::mem::forget(handles);
+        return Outcome::Ran(sh.failures.lock().clone());
     }
-    for h in handles {
-        h.join().expect("panics are caught in the thread");
-    }
-    let elapsed = start.elapsed();
-    report(&sh, s, elapsed);
+    join(handles);
+    report(&sh, s, start.elapsed());
     if sh.stopped() {
         // Close anyway, to see whether it returns.
         let c = sh.clone();
@@ -791,11 +852,82 @@ fn run_variant(v: Variant, index: usize, s: &Settings, dir: &Path) -> Outcome {
         }
         return Outcome::Ran(sh.failures.lock().clone());
     }
-    if let Err(e) = final_checks(&sh, &path, opts) {
-        sh.fail("main", "final checks", e);
+    let mut failures = Vec::new();
+    match final_checks(&sh, &path, opts.clone()) {
+        Err(e) => sh.fail("main", "final checks", e),
+        Ok(db) => {
+            let model = sh.accounts.iter().map(|a| *a.lock()).collect();
+            let nonce = sh.next_nonce.load(Ordering::SeqCst);
+            let sh2 = new_shared(db, &label, s, model, nonce);
+            close_under_load(&sh2, s, &mut rng, &path, opts);
+            failures.extend(sh2.failures.lock().iter().cloned());
+        }
     }
-    let failures = sh.failures.lock().clone();
-    Outcome::Ran(failures)
+    let mut all = sh.failures.lock().clone();
+    all.extend(failures);
+    Outcome::Ran(all)
+}
+
+/// The last phase: writers, `gc` and `flush`/`compact_range` calls run
+/// while `close` is called. `close` and every thread must return (calls
+/// after the close may fail with `Closed`, nothing else), and after a
+/// reopen every account must equal its copy: an acknowledged transfer is
+/// kept, a refused one is not applied.
+fn close_under_load(sh: &Arc<Shared>, s: &Settings, rng: &mut StdRng, path: &Path, opts: Options) {
+    let mut handles = Vec::new();
+    for id in 0..s.writers {
+        let r = StdRng::seed_from_u64(rng.gen());
+        handles.push(spawn(sh, format!("writer {id}"), move |sh| {
+            writer(sh, id, r, Work::Transfers(u64::MAX))
+        }));
+    }
+    handles.push(spawn(sh, "gc thread".into(), gc_caller));
+    handles.push(spawn(sh, "maintenance thread".into(), maintainer));
+    let target = rng.gen_range(50..=1000);
+    let stuck = |handles| {
+        std::mem::forget(handles);
+    };
+    if !watch(
+        sh,
+        &handles,
+        || sh.c.transfers.load(Ordering::Relaxed) >= target || sh.stopped(),
+        false,
+    ) {
+        return stuck(handles);
+    }
+    let at = sh.c.transfers.load(Ordering::Relaxed);
+    sh.closing.store(true, Ordering::SeqCst);
+    let c = sh.clone();
+    match with_deadline("close under load", move || c.db.close()) {
+        Err(e) => {
+            sh.fail("main", &format!("close after {at} transfers"), e);
+            return stuck(handles);
+        }
+        Ok(Err(e)) => sh.fail("main", &format!("close after {at} transfers"), e),
+        Ok(Ok(())) => {}
+    }
+    if !watch(sh, &handles, || false, false) {
+        return stuck(handles);
+    }
+    join(handles);
+    eprintln!(
+        "stress {}: closed under load after {at} transfers ({} in all)",
+        sh.label,
+        sh.c.transfers.load(Ordering::Relaxed)
+    );
+    if sh.stopped() {
+        return;
+    }
+    let want: Vec<Account> = sh.accounts.iter().map(|a| *a.lock()).collect();
+    let res = Db::open(path, opts)
+        .map_err(|e| format!("reopen: {e}"))
+        .and_then(|db| {
+            check_db(&db, &want, "after a close under load")?;
+            db.close().map_err(|e| format!("close: {e}"))
+        });
+    if let Err(e) = res {
+        sh.fail("main", "checks after a close under load", e);
+    }
 }
 
 fn report(sh: &Shared, s: &Settings, elapsed: Duration) {
@@ -842,28 +974,29 @@ fn report(sh: &Shared, s: &Settings, elapsed: Duration) {
     }
 }
 
-/// Verify, close, reopen; every account must equal its in-memory copy.
-fn final_checks(sh: &Arc<Shared>, path: &Path, opts: Options) -> Result<(), String> {
+/// Verifies `db` and checks that every account equals `want`.
+fn check_db(db: &Db, want: &[Account], when: &str) -> Result<(), String> {
+    let rep = db.verify().map_err(|e| format!("verify {when}: {e}"))?;
+    if !rep.faults.is_empty() {
+        return Err(format!("verify {when}: {:?}", rep.faults));
+    }
+    let snap = db.snapshot().map_err(|e| e.to_string())?;
+    let got = read_by_gets(db, &snap).map_err(|e| format!("get_opt {when}: {e}"))?;
+    same_view(want, &got).map_err(|e| format!("{when}, last written against read: {e}"))?;
+    let got = read_by_cursor(db, &snap, true, None).map_err(|e| format!("cursor {when}: {e}"))?;
+    same_view(want, &got).map_err(|e| format!("{when}, last written against cursor: {e}"))
+}
+
+/// Verify, close, reopen, check again; returns the reopened database.
+fn final_checks(sh: &Arc<Shared>, path: &Path, opts: Options) -> Result<Db, String> {
     let want: Vec<Account> = sh.accounts.iter().map(|a| *a.lock()).collect();
     check_total(&want).map_err(|e| format!("in-memory accounts: {e}"))?;
-    let check = |db: &Db, when: &str| -> Result<(), String> {
-        let rep = db.verify().map_err(|e| format!("verify {when}: {e}"))?;
-        if !rep.faults.is_empty() {
-            return Err(format!("verify {when}: {:?}", rep.faults));
-        }
-        let snap = db.snapshot().map_err(|e| e.to_string())?;
-        let got = read_by_gets(db, &snap).map_err(|e| format!("get_opt {when}: {e}"))?;
-        same_view(&want, &got).map_err(|e| format!("{when}, last written against read: {e}"))?;
-        let got =
-            read_by_cursor(db, &snap, true, None).map_err(|e| format!("cursor {when}: {e}"))?;
-        same_view(&want, &got).map_err(|e| format!("{when}, last written against cursor: {e}"))
-    };
-    check(&sh.db, "before close")?;
+    check_db(&sh.db, &want, "before close")?;
     let c = sh.clone();
     with_deadline("close", move || c.db.close())?.map_err(|e| format!("close: {e}"))?;
     let db = Db::open(path, opts).map_err(|e| format!("reopen: {e}"))?;
-    check(&db, "after reopen")?;
-    db.close().map_err(|e| format!("close after reopen: {e}"))
+    check_db(&db, &want, "after reopen")?;
+    Ok(db)
 }
 
 #[test]
