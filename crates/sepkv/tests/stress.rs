@@ -35,13 +35,15 @@
 //! `flush`/`compact_range` calls run again and `close` is called under that
 //! load after a random number of transfers: `close` and every thread must
 //! return (with `Closed` for calls after it, nothing else), and after
-//! another reopen every account must equal its copy again. Any error — including
-//! `ValueStoreFull`, since live data stays well under the capacity — fails
-//! the run, as does a wrong value, a missing account, a changed total, or no
-//! transfer finishing for [`HANG_SECS`] seconds (a hang). Failures name the
-//! preset, the seed, the thread and the operation, and print a command that
-//! reruns the preset with the same seed (the operations then repeat; the
-//! thread interleaving does not).
+//! another reopen every account must equal its copy again.
+//!
+//! Any error — including `ValueStoreFull`, since live data stays well under
+//! the capacity — fails the run, as does a wrong value, a missing account, a
+//! changed total, or [`HANG_SECS`] seconds in which no transfer finishes and
+//! no thread ends (a hang). Failures name the preset, the seed, the thread
+//! and the operation, and print a command that reruns the preset with the
+//! same seed (the operations then repeat; the thread interleaving does not).
+//! The database lives in a temporary directory on the local file system.
 //!
 //! Every preset in [`Preset::ALL`] is tried, and `wisckey` also in log mode
 //! (`wal: false`, named `wisckey-nowal`). A preset whose `open` is refused as
@@ -85,8 +87,8 @@ const TRANSFERS: u64 = 2000;
 const DEFAULT_WRITERS: usize = 3;
 /// Snapshot reader threads.
 const READERS: usize = 2;
-/// Seconds without a finished transfer (or a finished `close`) taken as a
-/// hang.
+/// Seconds in which no transfer finishes and no thread ends (or `close`
+/// does not return) taken as a hang.
 const HANG_SECS: u64 = 120;
 /// Bytes before the filler: balance, account, nonce, filler length.
 const HEADER: usize = 8 + 4 + 8 + 4;
