@@ -485,6 +485,12 @@ impl Table {
             }
             _ => return None,
         };
+        // Every group takes at least two bytes: a count claiming more groups
+        // than the bytes left can describe is damage, not a reason to
+        // allocate them.
+        if groups as usize > src.len() / 2 {
+            return None;
+        }
         let mut t = Table::new(geo);
         t.epoch = epoch;
         t.next_seg = next_seg;
