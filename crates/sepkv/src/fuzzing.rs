@@ -728,6 +728,30 @@ impl Target {
         }
     }
 
+    /// The body of the fuzz target: runs the decoder on `data` as given and
+    /// once more sealed ([`Target::seal`]), and checks the contract.
+    ///
+    /// # Panics
+    /// When the decoder fails with an error the contract does not allow (a
+    /// panic inside the decoder propagates too): this is the fuzzer's
+    /// oracle.
+    pub fn fuzz(self, data: &[u8]) {
+        self.expect_allowed(data);
+        let mut sealed = data.to_vec();
+        self.seal(&mut sealed);
+        if sealed != data {
+            self.expect_allowed(&sealed);
+        }
+    }
+
+    fn expect_allowed(self, data: &[u8]) {
+        match self.run(data) {
+            Ok(_) | Err(Error::Corruption { .. }) => {}
+            Err(Error::NotADatabase { .. }) if self == Target::Identity => {}
+            Err(e) => panic!("{}: {e:?} is not a corruption error", self.name()),
+        }
+    }
+
     /// A valid encoding for the decoder, varied by `seed`.
     pub fn sample(self, seed: u64) -> Vec<u8> {
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);

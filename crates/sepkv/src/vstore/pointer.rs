@@ -39,6 +39,15 @@ impl ValuePointer {
         v
     }
 
+    /// Whether the record `[offset, offset + length)` ends at or before
+    /// `len` bytes. False when the end overflows: the pointer was read from
+    /// disk and may be damaged.
+    pub fn ends_within(&self, len: u64) -> bool {
+        self.offset
+            .checked_add(self.length as u64)
+            .is_some_and(|end| end <= len)
+    }
+
     /// Decodes a pointer that must span all of `src`; `None` when malformed.
     pub fn decode(mut src: &[u8]) -> Option<ValuePointer> {
         let p = ValuePointer {
@@ -62,6 +71,19 @@ mod tests {
             let p = ValuePointer { file_id: f, offset: o, length: l, aux: a };
             prop_assert_eq!(ValuePointer::decode(&p.encode()), Some(p));
         }
+    }
+
+    #[test]
+    fn ends_within_never_overflows() {
+        let p = ValuePointer {
+            file_id: 1,
+            offset: u64::MAX - 3,
+            length: 10,
+            aux: 0,
+        };
+        assert!(!p.ends_within(u64::MAX));
+        let p = ValuePointer { offset: 5, ..p };
+        assert!(p.ends_within(15) && !p.ends_within(14));
     }
 
     #[test]

@@ -848,7 +848,7 @@ impl HashKvStore {
         {
             let st = self.state.lock();
             match st.table.segs.get(&ptr.file_id) {
-                Some(s) if ptr.offset + ptr.length as u64 <= s.len => {}
+                Some(s) if ptr.ends_within(s.len) => {}
                 _ => return Ok(None),
             }
             if let Some(b) = st.cache.get(ptr.file_id, ptr.offset, ptr.length as usize) {
@@ -976,7 +976,7 @@ impl ValueStore for HashKvStore {
                     continue;
                 }
                 match st.table.segs.get(&p.file_id) {
-                    Some(s) if p.offset + p.length as u64 <= s.len => {}
+                    Some(s) if p.ends_within(s.len) => {}
                     _ => continue,
                 }
                 match st.cache.get(p.file_id, p.offset, p.length as usize) {
@@ -1017,7 +1017,7 @@ impl ValueStore for HashKvStore {
         }
         let st = self.state.lock();
         match st.table.segs.get(&ptr.file_id) {
-            Some(s) => ptr.offset + ptr.length as u64 <= s.len,
+            Some(s) => ptr.ends_within(s.len),
             // Collected by GC: a later, durable relocation supersedes it.
             None => ptr.file_id < st.table.next_seg,
         }

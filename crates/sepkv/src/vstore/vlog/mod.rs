@@ -571,17 +571,17 @@ impl ValueStore for VlogStore {
             }
             if ptr.file_id == st.active.id && ptr.offset >= st.active.flushed {
                 // Still in the write buffer (§3.4.1).
-                let rel = (ptr.offset - st.active.flushed) as usize;
-                let end = rel + ptr.length as usize;
-                if end > st.active.buf.len() {
+                let rec = usize::try_from(ptr.offset - st.active.flushed)
+                    .ok()
+                    .and_then(|rel| st.active.buf.get(rel..)?.get(..ptr.length as usize));
+                let Some(rec) = rec else {
                     return Ok(None);
-                }
-                let rec = &st.active.buf[rel..end];
+                };
                 let range = check_record(|| self.path(ptr.file_id), ptr, key, rec)?;
                 return Ok(Some(rec[range].to_vec()));
             }
             match st.files.get(&ptr.file_id) {
-                Some(f) if ptr.offset + ptr.length as u64 <= f.valid_len => {}
+                Some(f) if ptr.ends_within(f.valid_len) => {}
                 _ => return Ok(None),
             }
         }
@@ -608,7 +608,7 @@ impl ValueStore for VlogStore {
                     && st
                         .files
                         .get(&p.file_id)
-                        .is_some_and(|f| p.offset + p.length as u64 <= f.valid_len);
+                        .is_some_and(|f| p.ends_within(f.valid_len));
                 valid.push(ok);
             }
         }
@@ -638,7 +638,7 @@ impl ValueStore for VlogStore {
         }
         st.files
             .get(&ptr.file_id)
-            .is_some_and(|f| ptr.offset + ptr.length as u64 <= f.valid_len)
+            .is_some_and(|f| ptr.ends_within(f.valid_len))
     }
 
     fn note_garbage(&self, ptr: &ValuePointer) {
