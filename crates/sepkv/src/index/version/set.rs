@@ -320,6 +320,13 @@ pub fn apply(base: &Version, edit: &VersionEdit, levels: usize) -> Result<Versio
         if *l >= levels {
             return Err(format!("level {l} out of range"));
         }
+        // Pickers and lookups take a file's range as `[smallest, largest]`.
+        if compare_internal(&f.smallest, &f.largest) == Ordering::Greater {
+            return Err(format!(
+                "file {} has its smallest key above its largest",
+                f.number
+            ));
+        }
         v.files[*l].push(Arc::new(f.clone()));
     }
     for (l, files) in v.files.iter_mut().enumerate() {
