@@ -177,6 +177,14 @@ const REGRESSIONS: &[(Target, &str)] = &[
          0006010280808080808080808001096301050000000000000964010500000000\
          0000",
     ),
+    // A segment table whose next segment id is 2^64 - 2: the second
+    // allocation overflowed it (hashkv_table fuzz target).
+    (
+        Target::HashkvTable,
+        "484b5654010100000e00000000feffffffffffffff0000000000000000000000\
+         0000000000040000000020000000000000000800000000000008000000000000\
+         00000186ff010100008040921600ac8b02008de20300ccc601d010aa9f",
+    ),
 ];
 
 fn unhex(s: &str) -> Vec<u8> {
