@@ -28,6 +28,8 @@ mod db;
 pub mod error;
 pub mod format;
 pub mod fs;
+#[doc(hidden)]
+pub mod fuzzing;
 mod identity;
 pub mod index;
 mod iterator;

@@ -68,11 +68,11 @@ mod filter;
 mod footer;
 mod table;
 
-pub(crate) use block::Block;
-#[cfg(test)]
-pub(crate) use block::BlockBuilder;
+pub(crate) use block::{Block, BlockBuilder, BlockIter, Cmp, BLOCK_TRAILER_LEN};
 pub use builder::{TableBuilder, TableOptions, TableSummary};
+pub(crate) use filter::{BloomFilter, FilterBuilder};
+pub(crate) use footer::{BlockHandle, Footer, FOOTER_LEN};
 pub use table::{ReadCtx, Table, TableIterator};
 
 /// Name of the bloom filter's entry in the metaindex block.
-const FILTER_META_NAME: &str = "filter.bloom";
+pub(crate) const FILTER_META_NAME: &str = "filter.bloom";

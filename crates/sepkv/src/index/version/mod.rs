@@ -38,7 +38,7 @@ impl Version {
 
     /// Total bytes of the files of `level`.
     pub fn level_bytes(&self, level: usize) -> u64 {
-        self.files[level].iter().map(|f| f.size).sum()
+        set::total_size(&self.files[level])
     }
 
     /// Files of `level` whose user-key range intersects `[begin, end]`

@@ -24,8 +24,8 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
-/// Largest file number accepted from a manifest (2^48: far beyond any real
-/// database, far from overflow).
+/// Largest file number, and largest file size in bytes, accepted from a
+/// manifest (2^48: far beyond any real database, far from overflow).
 const MAX_FILE_NUMBER: u64 = 1 << 48;
 
 /// Manifest size past which the next edit starts a new manifest (bytes).
@@ -107,14 +107,7 @@ impl VersionSet {
         while let Some((off, rec)) = reader.next_record()? {
             let edit = VersionEdit::decode(rec)
                 .map_err(|r| Error::corruption(&mpath, off, format!("bad version edit: {r}")))?;
-            // Counters from disk are trusted only within their ranges.
-            let bad = edit
-                .last_sequence
-                .is_some_and(|s| s > crate::index::key::MAX_SEQ)
-                || edit.next_file_number.is_some_and(|n| n > MAX_FILE_NUMBER)
-                || edit.log_number.is_some_and(|n| n > MAX_FILE_NUMBER)
-                || edit.added.iter().any(|(_, f)| f.number > MAX_FILE_NUMBER);
-            if bad {
+            if !counters_in_range(&edit) {
                 return Err(Error::corruption(
                     &mpath,
                     off,
@@ -302,6 +295,21 @@ impl VersionSet {
     }
 }
 
+/// Whether the counters of an edit read from disk lie within their ranges
+/// (sequence numbers within 56 bits, file numbers and sizes within
+/// [`MAX_FILE_NUMBER`]); only such counters are trusted, so that nothing
+/// computed from them (next numbers, level sizes) can overflow.
+pub fn counters_in_range(edit: &VersionEdit) -> bool {
+    edit.last_sequence
+        .is_none_or(|s| s <= crate::index::key::MAX_SEQ)
+        && edit.next_file_number.is_none_or(|n| n <= MAX_FILE_NUMBER)
+        && edit.log_number.is_none_or(|n| n <= MAX_FILE_NUMBER)
+        && edit
+            .added
+            .iter()
+            .all(|(_, f)| f.number <= MAX_FILE_NUMBER && f.size <= MAX_FILE_NUMBER)
+}
+
 /// Applies `edit` to `base`; `Err(reason)` when inconsistent.
 pub fn apply(base: &Version, edit: &VersionEdit, levels: usize) -> Result<Version, String> {
     let mut v = base.clone();
@@ -319,6 +327,13 @@ pub fn apply(base: &Version, edit: &VersionEdit, levels: usize) -> Result<Versio
     for (l, f) in &edit.added {
         if *l >= levels {
             return Err(format!("level {l} out of range"));
+        }
+        // Pickers and lookups take a file's range as `[smallest, largest]`.
+        if compare_internal(&f.smallest, &f.largest) == Ordering::Greater {
+            return Err(format!(
+                "file {} has its smallest key above its largest",
+                f.number
+            ));
         }
         v.files[*l].push(Arc::new(f.clone()));
     }
@@ -340,7 +355,7 @@ pub fn apply(base: &Version, edit: &VersionEdit, levels: usize) -> Result<Versio
     Ok(v)
 }
 
-/// Total size of `files` (bytes).
+/// Total size of `files` (bytes; saturates rather than overflow).
 pub fn total_size(files: &[Arc<FileMeta>]) -> u64 {
-    files.iter().map(|f| f.size).sum()
+    files.iter().fold(0, |n, f| n.saturating_add(f.size))
 }

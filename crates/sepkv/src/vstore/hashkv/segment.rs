@@ -63,6 +63,10 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// Largest segment id (and next id) a persisted table or journal may hold:
+/// far beyond any real store, far from overflow.
+pub const MAX_SEG_ID: u64 = 1 << 48;
+
 /// Path of segment `id`.
 pub fn seg_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("{id:06}.hseg"))
@@ -470,7 +474,9 @@ impl Table {
             log_size: u64f(&mut src)?,
             reserved_units: u64f(&mut src)?,
         };
-        if groups == 0 || geo.main_size == 0 || geo.log_size == 0 {
+        // Ids count up from 1, one per allocation: an id near 2^64 is
+        // damage, and the next allocation would overflow.
+        if groups == 0 || geo.main_size == 0 || geo.log_size == 0 || next_seg > MAX_SEG_ID {
             return None;
         }
         let (&flag, t) = src.split_first()?;
@@ -485,6 +491,12 @@ impl Table {
             }
             _ => return None,
         };
+        // Every group takes at least two bytes: a count claiming more groups
+        // than the bytes left can describe is damage, not a reason to
+        // allocate them.
+        if groups as usize > src.len() / 2 {
+            return None;
+        }
         let mut t = Table::new(geo);
         t.epoch = epoch;
         t.next_seg = next_seg;

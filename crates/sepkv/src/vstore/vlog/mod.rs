@@ -231,7 +231,7 @@ fn encode_state(tail: (u64, u64), ckpt: Option<(u64, u64)>) -> Vec<u8> {
 
 type Pos = (u64, u64);
 
-fn decode_state(b: &[u8]) -> Option<(Pos, Option<Pos>)> {
+pub(crate) fn decode_state(b: &[u8]) -> Option<(Pos, Option<Pos>)> {
     let word =
         |i: usize| -> Option<u64> { Some(u64::from_le_bytes(b.get(i..i + 8)?.try_into().ok()?)) };
     match (b.first(), b.len()) {

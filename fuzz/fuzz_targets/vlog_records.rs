@@ -1,0 +1,7 @@
+#![no_main]
+//! Fuzz target for `sepkv::fuzzing::vlog_records` (see `fuzz/README.md`).
+
+use libfuzzer_sys::fuzz_target;
+use sepkv::fuzzing::Target;
+
+fuzz_target!(|data: &[u8]| Target::VlogRecords.fuzz(data));
