@@ -1049,7 +1049,8 @@ fn bank_invariant_holds_under_concurrent_load() {
                         repro += &format!(" SEPKV_STRESS_SECS={t}");
                     }
                     eprintln!(
-                        "stress {label} failed; reproduce with:\n  {repro} cargo test -p sepkv --test stress -- --nocapture"
+                        "stress {label} failed; database kept in {}; reproduce with:\n  {repro} cargo test -p sepkv --test stress -- --nocapture",
+                        dir.path().display()
                     );
                     failures.push((label, f, repro));
                     // Threads may still hold the directory.
