@@ -28,7 +28,9 @@
 //!   (`gc_garbage_ratio` 0.2) and from a thread calling `gc(Some(0.2))`;
 //!   another thread calls `flush` and `compact_range(None, None)`, and a
 //!   256 KiB write buffer makes the engine flush and compact on its own.
-//!   That thread also checks that the manifest `CURRENT` names exists.
+//!   That thread also checks that the manifest `CURRENT` names exists. A
+//!   run of a separating layout in which no GC step ran fails: it did not
+//!   test what it is for.
 //!
 //! At the end the database is verified, closed and reopened, and every
 //! account must equal its in-memory copy. Then writers, `gc` and
@@ -974,6 +976,14 @@ fn report(sh: &Shared, s: &Settings, elapsed: Duration) {
     if let Some(e) = stats.background_error {
         sh.fail("background", "background work", e);
     }
+    // The load must exercise value-store GC wherever values are separated.
+    if stats.value_layout != "inline" && gc_steps == 0 && !sh.stopped() {
+        sh.fail(
+            "main",
+            "report",
+            "no value-store GC step ran: the load did not exercise GC",
+        );
+    }
 }
 
 /// Verifies `db` and checks that every account equals `want`.
@@ -1039,7 +1049,8 @@ fn bank_invariant_holds_under_concurrent_load() {
                         repro += &format!(" SEPKV_STRESS_SECS={t}");
                     }
                     eprintln!(
-                        "stress {label} failed; reproduce with:\n  {repro} cargo test -p sepkv --test stress -- --nocapture"
+                        "stress {label} failed; database kept in {}; reproduce with:\n  {repro} cargo test -p sepkv --test stress -- --nocapture",
+                        dir.path().display()
                     );
                     failures.push((label, f, repro));
                     // Threads may still hold the directory.
