@@ -1000,18 +1000,6 @@ impl HashKvStore {
         Ok(freed)
     }
 
-    /// Bytes of segments GC retired that readers older than the GC may
-    /// still reach: freed by a later step once those readers are gone.
-    pub fn pinned_bytes(&self) -> u64 {
-        let st = self.state.lock();
-        st.pending
-            .iter()
-            .flat_map(|p| p.segs.iter())
-            .filter_map(|id| st.table.segs.get(id))
-            .map(|s| s.len)
-            .sum()
-    }
-
     /// Free log segments below which GC is pressing (§3.3 trigger).
     fn low_watermark(t: &Table) -> u64 {
         (t.geo.reserved_units / 4).max(2).min(t.geo.reserved_units)
@@ -1390,6 +1378,20 @@ impl ValueStore for HashKvStore {
             garbage_bytes: garbage,
             file_bytes,
         }
+    }
+
+    /// The reserved space held by retired log segments (main segments are
+    /// not counted against the capacity's reserve).
+    fn pinned_bytes(&self) -> u64 {
+        let st = self.state.lock();
+        let units: u64 = st
+            .pending
+            .iter()
+            .flat_map(|p| p.segs.iter())
+            .filter_map(|id| st.table.segs.get(id))
+            .map(|s| s.units as u64)
+            .sum();
+        units * st.table.geo.log_size
     }
 
     fn gc_step(
