@@ -143,7 +143,7 @@ pub struct HashKvOptions {
     pub write_cache_size: usize,
     /// Hot/cold separation in GC.
     pub hotness: bool,
-    /// Write and GC journals.
+    /// The write journal (writes and GC copies).
     pub journal: bool,
     /// Write-journal size at which it is checkpointed and recycled (bytes).
     pub journal_size: u64,
