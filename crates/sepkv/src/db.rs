@@ -118,7 +118,12 @@ struct Counters {
     compaction_entries_dropped: AtomicU64,
     stall_micros: AtomicU64,
     write_gc_steps: AtomicU64,
+    write_reader_waits: AtomicU64,
 }
+
+/// Longest a write the value store refused waits for the oldest reader to
+/// release space GC retired (see `DbInner::wait_for_readers`).
+const ROOM_WAIT: Duration = Duration::from_secs(10);
 
 /// Progress of the GC a refused write runs (see `DbInner::gc_for_room`).
 #[derive(Default)]
@@ -273,6 +278,9 @@ pub struct DbStats {
     /// GC steps run by writes the value store refused for want of space
     /// (`Options::value_capacity`).
     pub write_gc_steps: u64,
+    /// Times such a write waited for readers (snapshots, iterators) older
+    /// than a GC step to release the space the step retired.
+    pub write_waits_for_readers: u64,
     /// Snapshots alive.
     pub live_snapshots: usize,
     /// Value-store space figures.
@@ -1041,25 +1049,52 @@ impl DbInner {
     /// is pointless: GC has read as many bytes as the store held when the
     /// write was first refused (a whole pass) without making room, or it
     /// has nothing to do even after a memtable flush (in log mode GC stops
-    /// at the replay checkpoint, which a flush moves).
+    /// at the replay checkpoint, which a flush moves) — unless space GC
+    /// retired is held for readers, which it waits for first.
     fn gc_for_room(&self, room: &mut RoomGc) -> Result<bool> {
         let start = *room.start_bytes.get_or_insert_with(|| {
             let space = self.vstore.space();
             space.live_bytes + space.garbage_bytes
         });
         if room.read > start {
-            return Ok(false);
+            return self.wait_for_readers(room);
         }
         let out = self.gc_step()?;
         self.counters.write_gc_steps.fetch_add(1, Ordering::Relaxed);
         room.read += out.bytes_read.max(1);
         if !out.did_work {
             if room.flushed {
-                return Ok(false);
+                return self.wait_for_readers(room);
             }
             room.flushed = true;
             self.flush_memtable()?;
         }
+        Ok(true)
+    }
+
+    /// For a write whose GC made no room: while the value store holds
+    /// space GC retired for readers older than the GC
+    /// (`ValueStore::pinned_bytes`), waits until the oldest reader is gone
+    /// — at most [`ROOM_WAIT`], as a reader may belong to the writing
+    /// thread — and lets the write's GC start over, which frees that space.
+    /// False when nothing is held, the reader stays, or the database closes.
+    fn wait_for_readers(&self, room: &mut RoomGc) -> Result<bool> {
+        if self.vstore.pinned_bytes() == 0 {
+            return Ok(false);
+        }
+        self.counters
+            .write_reader_waits
+            .fetch_add(1, Ordering::Relaxed);
+        let oldest = self.smallest_snapshot();
+        let since = Instant::now();
+        while self.smallest_snapshot() == oldest && oldest < self.last_seq.load(Ordering::Acquire) {
+            self.poisoned()?;
+            if since.elapsed() >= ROOM_WAIT || self.bg.lock().shutting_down {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        *room = RoomGc::default();
         Ok(true)
     }
 
@@ -1917,6 +1952,7 @@ impl DbInner {
             compaction_entries_dropped: c.compaction_entries_dropped.load(Ordering::Relaxed),
             write_stall_micros: c.stall_micros.load(Ordering::Relaxed),
             write_gc_steps: c.write_gc_steps.load(Ordering::Relaxed),
+            write_waits_for_readers: c.write_reader_waits.load(Ordering::Relaxed),
             live_snapshots: self.snapshots.lock().values().sum(),
             value_store: self.vstore.space(),
             value_store_figures: self

@@ -225,7 +225,8 @@ pub struct Options {
     /// `hashkv` hot/cold separation in GC: values written once since the
     /// last GC move to a cold data log (HashKV §3.4). Default true.
     pub hashkv_hotness: bool,
-    /// `hashkv` write journal and GC journal (HashKV §3.7). Default true.
+    /// `hashkv` write journal, which records writes and GC copies (HashKV
+    /// §3.7). Default true.
     pub hashkv_journal: bool,
     /// Size in bytes at which the `hashkv` write journal is checkpointed
     /// and started afresh. Default 64 MiB.

@@ -303,6 +303,14 @@ pub trait ValueStore: Send + Sync {
     /// Space figures.
     fn space(&self) -> SpaceStats;
 
+    /// Bytes of the store's capacity that GC has retired but may not free
+    /// yet because readers (snapshots, iterators) older than the GC step may
+    /// still read them; a later step frees them once those readers are
+    /// gone. A write the store refused may wait for them. The default: 0.
+    fn pinned_bytes(&self) -> u64 {
+        0
+    }
+
     /// Runs one garbage-collection step.
     fn gc_step(&self, index: &dyn IndexReader, relocator: &dyn IndexRelocator)
         -> Result<GcOutcome>;

@@ -6,53 +6,56 @@
 //! 2. pick the groups with the largest write volume since their last GC
 //!    (plus the garbage the engine reported in them) — a sort of the
 //!    segment table, cheap next to reading a group — up to
-//!    `max(main segment size, 4 MiB)` of group bytes, at least one group;
-//!    flush the write cache and **seal** each group (later appends open a
-//!    fresh log segment); then wait until every write that appended to the
-//!    sealed segments has published its pointers
-//!    ([`IndexReader::wait_in_flight_writes`]);
-//! 3. scan each group sequentially and build an in-memory table of its keys:
-//!    the record nearest the group's end is the live version; **no index
-//!    queries**. A key written more than once in the group is hot: its
-//!    latest record is copied to fresh segments of the group (a new main
-//!    segment, then log segments). A key written once is cold (with
+//!    `max(main segment size, 4 MiB)` of group bytes and a quarter of the
+//!    groups, at least one group; flush the write cache and **seal** each
+//!    group: its segments take no more records, and the next record placed
+//!    in it — a user's or a GC copy — opens a fresh main segment; then wait
+//!    until every write that appended to the sealed segments has published
+//!    its pointers ([`IndexReader::wait_in_flight_writes`]);
+//! 3. scan each group's sealed segments sequentially and build an in-memory
+//!    table of its keys: the record with the highest sequence number (the
+//!    later one on a tie) is the live version; **no index queries**. A key
+//!    written more than once in the group is hot: its latest record is
+//!    copied to the group's end (the fresh main segment, then log segments),
+//!    among the writes that arrive meanwhile; a copy is journaled (where it
+//!    comes from) and cached like a write. A key written once is cold (with
 //!    `hashkv_hotness`): its value goes to the cold data log. A latest
-//!    record that is a tag is carried over;
-//! 4. sync the copies, then write the GC's intent to the GC journal (or,
-//!    without journal, persist the segment table with the copies adopted);
-//! 5. install the new pointers with the index's compare-and-set. A failed
-//!    compare-and-set means the user wrote or deleted the key meanwhile —
-//!    or, after a crash, that the record the index uses is an *older* one in
-//!    the group (its newer record lost its WAL entry). A record of the key
-//!    appended to the group since the seal explains a racing write (the
-//!    group's new records are scanned, no index query). Otherwise one index
-//!    query tells which: if the index points into the group's old segments,
-//!    that record is copied and relocated too; otherwise the copy is dead
-//!    and remembered as such;
-//! 6. write tags for the installed cold moves (after the relocation, so a
-//!    tag never hides a record the index still uses);
-//! 7. commit: the group becomes `new segments ++ segments appended since the
-//!    seal`; persist the segment table in the manifest; mark the GC free in
-//!    the GC journal; retire the old segments, deleted once no snapshot or
-//!    iterator older than the relocation remains.
+//!    record that is a tag is carried over. A group whose copies would not
+//!    fit in the fresh main segment and the free reserved space is left
+//!    alone;
+//! 4. install the new pointers with the index's compare-and-set (which
+//!    syncs the journal first: from then on the copies survive a crash). A
+//!    failed compare-and-set means the user wrote or deleted the key
+//!    meanwhile — or, after a crash, that the index uses another record of
+//!    the group. A record of the key with a higher sequence number placed in
+//!    the group since the seal explains a racing write (those records are
+//!    scanned, no index query). Otherwise one index query tells which: if
+//!    the index points into the sealed segments, that record is copied and
+//!    relocated too; otherwise the copy is dead and remembered as such;
+//! 5. place tags for the installed cold moves at the group's end (after the
+//!    relocation, so a tag never hides a record the index still uses);
+//! 6. make the writes that made the sealed segments' other records dead
+//!    durable, and sync the segments placed since the seal;
+//! 7. commit: the group drops its sealed segments and is what was placed
+//!    since the seal — the fresh main segment, whose free room new writes
+//!    go on filling; persist the segment table in the manifest; retire the
+//!    old segments, deleted once no snapshot or iterator older than the
+//!    relocation remains.
 //!
-//! A crash before 4 leaves unreferenced copies, removed on open. After 4 the
-//! open adopts the copies behind the old segments (`old ++ new ++ later`),
-//! so the index's pointers, old or new, stay valid, and the next GC keeps
-//! whichever the index uses. After 7 the old segments are unlisted and
-//! removed on open.
+//! A crash at any point leaves each group `sealed segments ++ segments
+//! placed since` (the journal, or a table checkpoint without it, records
+//! every allocation), so the index's pointers, old or new, stay valid, and
+//! the next GC keeps whichever the index uses. A step that fails or finds
+//! no room leaves the same in memory, with its copies remembered as dead.
 //!
-//! GC never overwrites a segment in place, so the GC journal needs no
-//! before-images (§3.7 logs the overwritten pairs); the cost is one extra
-//! main segment of space per group while its GC runs.
+//! GC never overwrites a segment in place, so no before-images are
+//! journaled (§3.7 logs the overwritten pairs); the cost is one extra main
+//! segment of space per group while its GC runs.
 
 use super::cold::is_cold;
-use super::journal::{self, GroupIntent};
 use super::record::{self, Kind};
-use super::segment::InFlight;
-use super::{GcJournal, HashKvStore};
-use crate::error::{Error, IoContext, Result};
-use crate::format::record::RecordWriter;
+use super::HashKvStore;
+use crate::error::{Error, Result};
 use crate::fs::{Advice, IoCategory};
 use crate::vstore::{
     GcOutcome, IndexReader, IndexRelocator, Relocation, ValuePointer, ValueRecord,
@@ -64,8 +67,8 @@ use std::sync::atomic::Ordering;
 const COLD_GC_RATIO: f64 = 0.5;
 /// Group bytes one step collects at least.
 const STEP_BYTES: u64 = 4 << 20;
-/// GC journal size at which it is started afresh (bytes).
-const GC_JOURNAL_RECYCLE: u64 = 64 << 10;
+/// Bytes of copies placed under one hold of the store's lock.
+const COPY_BATCH: usize = 256 << 10;
 
 /// A group being collected.
 struct Victim {
@@ -74,79 +77,17 @@ struct Victim {
     old: Vec<(u64, u64)>,
     /// Write volume when sealed.
     volume: u64,
-    /// Where its copies go.
-    out: Output,
+    /// Copies placed in the group: `(segment, offset)`.
+    placed: Vec<(u64, u64)>,
+    /// Those of them the index now uses.
+    installed: HashSet<(u64, u64)>,
+    /// Left alone (its copies would not fit).
+    skipped: bool,
 }
 
-/// Appends GC output to fresh segments of one group.
-struct Output {
-    group: u32,
-    segs: Vec<u64>,
-    /// Current segment: `(id, len, cap)`.
-    cur: Option<(u64, u64, u64)>,
-    /// Bytes not yet handed to the current segment's file.
-    buf: Vec<u8>,
-}
-
-impl Output {
-    fn new(group: u32) -> Output {
-        Output {
-            group,
-            segs: Vec::new(),
-            cur: None,
-            buf: Vec::new(),
-        }
-    }
-
-    /// Places `rec`; `None` when the reserved space has no room for it.
-    fn push(&mut self, s: &HashKvStore, rec: &[u8]) -> Result<Option<ValuePointer>> {
-        let n = rec.len() as u64;
-        let fits = self.cur.is_some_and(|(_, len, cap)| len + n <= cap);
-        if !fits {
-            self.finish(s)?;
-            let a = {
-                let mut st = s.state.lock();
-                st.table.alloc(self.group, n, self.segs.is_empty(), 0)
-            };
-            let Some(a) = a else { return Ok(None) };
-            self.segs.push(a.id);
-            self.cur = Some((a.id, 0, a.seg.cap));
-        }
-        let (id, len, cap) = self.cur.expect("set above");
-        self.buf.extend_from_slice(rec);
-        self.cur = Some((id, len + n, cap));
-        Ok(Some(ValuePointer {
-            file_id: id,
-            offset: len,
-            length: n as u32,
-            aux: 0,
-        }))
-    }
-
-    /// Hands buffered output to the current segment's file and publishes
-    /// its length in the table (readers may follow relocated pointers).
-    fn finish(&mut self, s: &HashKvStore) -> Result<()> {
-        let Some((id, len, _)) = self.cur else {
-            return Ok(());
-        };
-        if !self.buf.is_empty() {
-            s.files
-                .append(id, len - self.buf.len() as u64, &self.buf, IoCategory::Gc)?;
-            self.buf.clear();
-        }
-        let mut st = s.state.lock();
-        if let Some(seg) = st.table.segs.get_mut(&id) {
-            seg.len = len;
-        }
-        Ok(())
-    }
-
-    fn sync(&mut self, s: &HashKvStore) -> Result<()> {
-        self.finish(s)?;
-        for &id in &self.segs {
-            s.files.sync(id)?;
-        }
-        Ok(())
+impl Victim {
+    fn is_old(&self, seg: u64) -> bool {
+        self.old.iter().any(|&(id, _)| id == seg)
     }
 }
 
@@ -174,10 +115,12 @@ struct ColdValue {
 /// A relocation and what it was for.
 struct Move {
     key: Vec<u8>,
+    /// Sequence number of the record.
+    seq: u64,
     old: ValuePointer,
     new: ValuePointer,
     victim: usize,
-    cold: Option<u64>,
+    cold: bool,
 }
 
 /// Runs one GC step.
@@ -186,29 +129,11 @@ pub fn step(
     index: &dyn IndexReader,
     relocator: &dyn IndexRelocator,
 ) -> Result<GcOutcome> {
-    let mut gcj = s.gc_lock.lock();
+    let _serial = s.gc_lock.lock();
     let mut out = GcOutcome {
         bytes_freed: s.free_pending(index.oldest_visible_seq())?,
         ..Default::default()
     };
-    if gcj
-        .writer
-        .as_ref()
-        .is_some_and(|w| w.len() >= GC_JOURNAL_RECYCLE)
-    {
-        // Every finished or abandoned GC is in the in-memory table: persist
-        // it, then start the GC journal afresh.
-        s.checkpoint_table()?;
-        let path = s.files.dir.join(journal::GC_JOURNAL);
-        let mut f = s.files.fs.create(&path).ctx(&path)?;
-        f.sync().ctx(&path)?;
-        gcj.writer = Some(RecordWriter::new(
-            f,
-            path,
-            s.files.stats.clone(),
-            IoCategory::Gc,
-        ));
-    }
 
     // The cold data log is collected as a vLog.
     if s.cold.space().garbage_ratio() >= COLD_GC_RATIO {
@@ -223,119 +148,175 @@ pub fn step(
         }
     }
 
-    // Pick and seal.
-    let mut victims = {
-        let mut st = s.state.lock();
-        HashKvStore::check_poisoned(&st)?;
-        s.flush_cache(&mut st)?;
-        let t = &mut st.table;
-        let budget = t.geo.main_size.max(STEP_BYTES);
-        let mut order: Vec<(u64, u32)> = t
-            .groups
-            .iter()
-            .enumerate()
-            .filter(|(_, g)| !g.segs.is_empty())
-            .map(|(i, g)| (g.write_volume + g.noted_garbage, i as u32))
-            .filter(|&(score, _)| score > 0)
-            .collect();
-        order.sort_unstable_by(|a, b| b.cmp(a));
-        let mut victims = Vec::new();
-        let mut bytes = 0u64;
-        for (_, gi) in order {
-            if bytes >= budget {
-                break;
-            }
-            let g = &mut t.groups[gi as usize];
-            g.sealed = true;
-            let old: Vec<(u64, u64)> = g.segs.iter().map(|id| (*id, t.segs[id].len)).collect();
-            bytes += old.iter().map(|x| x.1).sum::<u64>();
-            victims.push(Victim {
-                group: gi,
-                old,
-                volume: g.write_volume,
-                out: Output::new(gi),
-            });
-        }
-        victims
-    };
+    let mut victims = seal(s)?;
     if victims.is_empty() {
         out.did_work = out.bytes_freed > 0;
         return Ok(out);
     }
+    let mut committed = false;
     // A write that appended to a sealed segment may not have inserted its
     // pointer yet: the scan would take its record for the latest version,
     // fail the compare-and-set, and relocate the older record the index
     // still held, leaving the write's pointer in a retired segment.
-    if let Err(e) = index.wait_in_flight_writes() {
-        let _ = abort(s, &victims);
-        return Err(e);
+    let res = index
+        .wait_in_flight_writes()
+        .and_then(|_| collect(s, index, relocator, &mut victims, &mut out, &mut committed));
+    match res {
+        Ok(true) => {
+            let done = victims.iter().filter(|v| !v.skipped).count();
+            s.counters.gc_runs.fetch_add(1, Ordering::Relaxed);
+            s.counters
+                .gc_groups
+                .fetch_add(done as u64, Ordering::Relaxed);
+            s.counters
+                .gc_bytes_read
+                .fetch_add(out.bytes_read, Ordering::Relaxed);
+            out.did_work = true;
+            Ok(out)
+        }
+        Ok(false) => {
+            // No room in the reserved space for the copies.
+            give_up(s, &victims);
+            s.counters.gc_stalls.fetch_add(1, Ordering::Relaxed);
+            out.did_work = out.bytes_freed > 0;
+            Ok(out)
+        }
+        Err(e) => {
+            if !committed {
+                give_up(s, &victims);
+            }
+            Err(e)
+        }
     }
-    let gc_id = gcj.next_id;
-    gcj.next_id += 1;
+}
 
+/// Step 2: picks the victims, flushes the cache and seals them.
+fn seal(s: &HashKvStore) -> Result<Vec<Victim>> {
+    let mut st = s.state.lock();
+    HashKvStore::check_poisoned(&st)?;
+    s.flush_cache(&mut st)?;
+    let st = &mut *st;
+    let t = &mut st.table;
+    let budget = t.geo.main_size.max(STEP_BYTES);
+    // Sealing most groups at once would retire most of the store in one
+    // step, to be freed only when every reader older than the step is gone.
+    let max_groups = (t.geo.groups as usize / 4).max(1);
+    let free = t.free_units();
+    st.stalled.retain(|gi, &mut (score, was_free)| {
+        let g = &t.groups[*gi as usize];
+        g.write_volume + g.noted_garbage == score && free <= was_free
+    });
+    let stalled = &st.stalled;
+    let mut order: Vec<(u64, u32)> = t
+        .groups
+        .iter()
+        .enumerate()
+        .filter(|&(i, g)| !g.segs.is_empty() && !stalled.contains_key(&(i as u32)))
+        .map(|(i, g)| (g.write_volume + g.noted_garbage, i as u32))
+        .filter(|&(score, _)| score > 0)
+        .collect();
+    order.sort_unstable_by(|a, b| b.cmp(a));
+    let mut victims: Vec<Victim> = Vec::new();
+    let mut bytes = 0u64;
+    for (_, gi) in order {
+        if bytes >= budget || victims.len() >= max_groups {
+            break;
+        }
+        let old = match t.group_lens(gi) {
+            Ok(o) => o,
+            Err(id) => {
+                for v in &victims {
+                    t.groups[v.group as usize].sealed = false;
+                }
+                return Err(s.unknown_segment(id));
+            }
+        };
+        let g = &mut t.groups[gi as usize];
+        g.sealed = true;
+        bytes += old.iter().map(|x| x.1).sum::<u64>();
+        victims.push(Victim {
+            group: gi,
+            old,
+            volume: g.write_volume,
+            placed: Vec::new(),
+            installed: HashSet::new(),
+            skipped: false,
+        });
+    }
+    Ok(victims)
+}
+
+/// Steps 3–7; false when the reserved space has no room for the copies.
+fn collect(
+    s: &HashKvStore,
+    index: &dyn IndexReader,
+    relocator: &dyn IndexRelocator,
+    victims: &mut [Victim],
+    out: &mut GcOutcome,
+    committed: &mut bool,
+) -> Result<bool> {
     let mut moves: Vec<Move> = Vec::new();
     let mut cold_vals: Vec<ColdValue> = Vec::new();
     let mut carried_tags = 0u64;
-    let scanned = scan_and_copy(
-        s,
-        &mut victims,
-        &mut moves,
-        &mut cold_vals,
-        &mut carried_tags,
-    );
-    let bytes_read = match scanned {
-        Ok(Some(n)) => n,
-        Ok(None) => {
-            // No room in the reserved space for the copies.
-            abort(s, &victims)?;
-            s.counters.gc_stalls.fetch_add(1, Ordering::Relaxed);
-            out.did_work = out.bytes_freed > 0;
-            return Ok(out);
-        }
-        Err(e) => {
-            let _ = abort(s, &victims);
-            return Err(e);
-        }
+    let Some(bytes_read) =
+        scan_and_copy(s, victims, &mut moves, &mut cold_vals, &mut carried_tags)?
+    else {
+        return Ok(false);
     };
     out.bytes_read = bytes_read;
-
-    // From the intent on, the copies are part of the groups: any failure
-    // keeps both old and new segments listed.
-    let mut committed = false;
-    let res = relocate_and_commit(
-        s,
-        index,
-        relocator,
-        &mut gcj,
-        gc_id,
-        &mut victims,
-        moves,
-        cold_vals,
-        &mut out,
-        &mut committed,
-    );
-    if let Err(e) = res {
-        if !committed {
-            keep_both(s, &victims);
-        }
-        return Err(e);
+    if victims.iter().all(|v| v.skipped) {
+        return Ok(false);
     }
-    s.counters.gc_runs.fetch_add(1, Ordering::Relaxed);
-    s.counters
-        .gc_groups
-        .fetch_add(victims.len() as u64, Ordering::Relaxed);
-    s.counters
-        .gc_bytes_read
-        .fetch_add(bytes_read, Ordering::Relaxed);
     s.counters
         .gc_tags
         .fetch_add(carried_tags, Ordering::Relaxed);
-    out.did_work = true;
-    Ok(out)
+    relocate_and_commit(
+        s, index, relocator, victims, moves, cold_vals, out, committed,
+    )
 }
 
-/// Steps 3: scans the victims, copies hot records and carried tags to their
-/// output, collects cold values. `None` when the reserved space ran out.
+/// The segments of `v`'s group placed since the seal.
+///
+/// # Errors
+/// `Corruption` when the group no longer starts with its sealed segments.
+fn placed_since_seal(s: &HashKvStore, t: &super::Table, v: &Victim) -> Result<Vec<u64>> {
+    let segs = &t.groups[v.group as usize].segs;
+    let n = v.old.len();
+    if segs.len() < n || segs.iter().zip(&v.old).any(|(a, b)| *a != b.0) {
+        return Err(Error::corruption(
+            s.path(v.old[0].0),
+            0,
+            format!(
+                "hashkv group {} lost its sealed segments during GC",
+                v.group
+            ),
+        ));
+    }
+    Ok(segs[n..].to_vec())
+}
+
+/// Room for `need` bytes of copies in `group`: its last segment's free
+/// room (a fresh main segment while sealed) and the free reserved space,
+/// less what records not splitting across segments may waste.
+fn copies_fit(s: &HashKvStore, group: u32, need: u64, max_rec: u64) -> Result<bool> {
+    let st = s.state.lock();
+    let t = &st.table;
+    let g = &t.groups[group as usize];
+    let last_room = match g.segs.last() {
+        Some(&id) if !g.sealed => {
+            let seg = t.seg(id).map_err(|id| s.unknown_segment(id))?;
+            seg.cap - seg.len
+        }
+        _ => t.geo.main_size,
+    };
+    let room = last_room + t.free_units() * t.geo.log_size;
+    let waste = (1 + need.div_ceil(t.geo.log_size)) * max_rec;
+    Ok(need + waste <= room)
+}
+
+/// Step 3: scans the victims, copies hot records and carried tags to their
+/// groups' ends, collects cold values. `None` when the reserved space ran
+/// out midway.
 fn scan_and_copy(
     s: &HashKvStore,
     victims: &mut [Victim],
@@ -347,10 +328,9 @@ fn scan_and_copy(
     for (vi, v) in victims.iter_mut().enumerate() {
         let dead: HashSet<(u64, u64)> = {
             let st = s.state.lock();
-            let ids: HashSet<u64> = v.old.iter().map(|x| x.0).collect();
             st.dead
                 .iter()
-                .filter(|(seg, _)| ids.contains(seg))
+                .filter(|(seg, _)| v.is_old(*seg))
                 .copied()
                 .collect()
         };
@@ -372,6 +352,10 @@ fn scan_and_copy(
                         format!("hashkv record damaged ({e:?}) inside a segment's valid range"),
                     )
                 })?;
+                if dead.contains(&(id, pos as u64)) {
+                    pos += r.len;
+                    continue;
+                }
                 let e = keys.entry(r.key.to_vec()).or_insert(Latest {
                     seg_idx: si,
                     off: 0,
@@ -381,11 +365,14 @@ fn scan_and_copy(
                     count: 0,
                 });
                 e.count += 1;
-                e.seg_idx = si;
-                e.off = pos as u64;
-                e.len = r.len as u32;
-                e.kind = r.kind;
-                e.seq = r.seq;
+                // Records come in position order: on a tie the later wins.
+                if e.count == 1 || r.seq >= e.seq {
+                    e.seg_idx = si;
+                    e.off = pos as u64;
+                    e.len = r.len as u32;
+                    e.kind = r.kind;
+                    e.seq = r.seq;
+                }
                 pos += r.len;
             }
             bufs.push(buf);
@@ -393,27 +380,22 @@ fn scan_and_copy(
         // Copy in the old order.
         let mut ordered: Vec<(Vec<u8>, Latest)> = keys.into_iter().collect();
         ordered.sort_unstable_by_key(|(_, l)| (l.seg_idx, l.off));
+        let mut hot: Vec<(Vec<u8>, u64, ValuePointer)> = Vec::new();
+        let mut tags: Vec<ValuePointer> = Vec::new();
         for (key, l) in ordered {
-            let seg = v.old[l.seg_idx].0;
-            if dead.contains(&(seg, l.off)) {
-                continue;
-            }
-            let bytes = &bufs[l.seg_idx][l.off as usize..(l.off + l.len as u64) as usize];
             let old = ValuePointer {
-                file_id: seg,
+                file_id: v.old[l.seg_idx].0,
                 offset: l.off,
                 length: l.len,
                 aux: 0,
             };
             match l.kind {
-                Kind::Tag => {
-                    // Tags are hints: without room they are dropped.
-                    if v.out.push(s, bytes)?.is_some() {
-                        *carried_tags += 1;
-                    }
-                }
+                Kind::Tag => tags.push(old),
                 Kind::Value if s.opts.hotness && l.count == 1 => {
-                    let r = record::decode(bytes).expect("decoded above");
+                    let bytes = slice(&bufs, v, &old);
+                    let r = record::decode(bytes).map_err(|e| {
+                        Error::corruption(s.path(old.file_id), old.offset, format!("{e:?}"))
+                    })?;
                     cold_vals.push(ColdValue {
                         victim: vi,
                         key,
@@ -422,37 +404,100 @@ fn scan_and_copy(
                         old,
                     });
                 }
-                Kind::Value => match v.out.push(s, bytes)? {
-                    Some(new) => moves.push(Move {
-                        key,
-                        old,
-                        new,
-                        victim: vi,
-                        cold: None,
-                    }),
-                    None => return Ok(None),
-                },
+                Kind::Value => hot.push((key, l.seq, old)),
             }
         }
-        v.out.finish(s)?;
+        let need: u64 = hot.iter().map(|h| h.2.length as u64).sum();
+        let max_rec = hot.iter().map(|h| h.2.length as u64).max().unwrap_or(0);
+        if !copies_fit(s, v.group, need, max_rec)? {
+            // Left alone, its records where they are, until space is freed.
+            v.skipped = true;
+            cold_vals.retain(|c| c.victim != vi);
+            stall(s, v.group);
+            continue;
+        }
+        for batch in batches(&hot, |h| h.2.length as usize) {
+            let recs: Vec<&[u8]> = batch.iter().map(|h| slice(&bufs, v, &h.2)).collect();
+            let srcs: Vec<(u64, u64)> = batch.iter().map(|h| (h.2.file_id, h.2.offset)).collect();
+            let Some(ptrs) = s.place_for_gc(v.group, &recs, Some(&srcs))? else {
+                stall(s, v.group);
+                return Ok(None);
+            };
+            for ((key, seq, old), new) in batch.iter().zip(ptrs) {
+                v.placed.push((new.file_id, new.offset));
+                moves.push(Move {
+                    key: key.clone(),
+                    seq: *seq,
+                    old: *old,
+                    new,
+                    victim: vi,
+                    cold: false,
+                });
+            }
+        }
+        // Tags are hints: without room they are dropped.
+        if !tags.is_empty() {
+            let recs: Vec<&[u8]> = tags.iter().map(|p| slice(&bufs, v, p)).collect();
+            let srcs: Vec<(u64, u64)> = tags.iter().map(|p| (p.file_id, p.offset)).collect();
+            if let Some(ptrs) = s.place_for_gc(v.group, &recs, Some(&srcs))? {
+                *carried_tags += ptrs.len() as u64;
+                v.placed.extend(ptrs.iter().map(|p| (p.file_id, p.offset)));
+            }
+        }
     }
     Ok(Some(bytes_read))
 }
 
-/// Steps 4–7.
+/// Unseals a group whose copies found no room and leaves it out of the
+/// next steps until its score changes or log segments are freed.
+fn stall(s: &HashKvStore, group: u32) {
+    let mut st = s.state.lock();
+    let free = st.table.free_units();
+    let g = &mut st.table.groups[group as usize];
+    g.sealed = false;
+    let score = g.write_volume + g.noted_garbage;
+    st.stalled.insert(group, (score, free));
+}
+
+/// `items` cut into runs of about [`COPY_BATCH`] bytes.
+fn batches<T>(items: &[T], size: impl Fn(&T) -> usize) -> Vec<&[T]> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0usize);
+    for (i, it) in items.iter().enumerate() {
+        bytes += size(it);
+        if bytes >= COPY_BATCH {
+            out.push(&items[start..=i]);
+            (start, bytes) = (i + 1, 0);
+        }
+    }
+    if start < items.len() {
+        out.push(&items[start..]);
+    }
+    out
+}
+
+/// The bytes of the old record at `p` among the victim's segment buffers.
+fn slice<'a>(bufs: &'a [Vec<u8>], v: &Victim, p: &ValuePointer) -> &'a [u8] {
+    let si = v
+        .old
+        .iter()
+        .position(|&(id, _)| id == p.file_id)
+        .unwrap_or(0);
+    &bufs[si][p.offset as usize..(p.offset + p.length as u64) as usize]
+}
+
+/// Steps 4–7; false when the reserved space has no room for a copy.
 #[allow(clippy::too_many_arguments)]
 fn relocate_and_commit(
     s: &HashKvStore,
     index: &dyn IndexReader,
     relocator: &dyn IndexRelocator,
-    gcj: &mut GcJournal,
-    gc_id: u64,
     victims: &mut [Victim],
     mut moves: Vec<Move>,
     cold_vals: Vec<ColdValue>,
     out: &mut GcOutcome,
     committed: &mut bool,
-) -> Result<()> {
+) -> Result<bool> {
     // Cold values to the cold data log.
     if !cold_vals.is_empty() {
         let recs: Vec<ValueRecord<'_>> = cold_vals
@@ -468,18 +513,14 @@ fn relocate_and_commit(
         for (c, new) in cold_vals.into_iter().zip(ptrs) {
             moves.push(Move {
                 key: c.key,
+                seq: c.seq,
                 old: c.old,
                 new,
                 victim: c.victim,
-                cold: Some(c.seq),
+                cold: true,
             });
         }
     }
-    for v in victims.iter_mut() {
-        v.out.sync(s)?;
-    }
-    s.files.sync_dir()?;
-    write_intent(s, relocator, gcj, gc_id, victims)?;
 
     // Round 1.
     let mut visible = index.last_sequence();
@@ -487,54 +528,48 @@ fn relocate_and_commit(
     let mut cold_bytes = 0u64;
     let mut tags: Vec<(usize, Vec<u8>, u64, ValuePointer)> = Vec::new();
     let mut round2: Vec<Move> = Vec::new();
-    let mut post_keys: HashMap<usize, HashSet<Vec<u8>>> = HashMap::new();
+    let mut post_keys: HashMap<usize, HashMap<Vec<u8>, u64>> = HashMap::new();
     if !moves.is_empty() {
-        let rel: Vec<Relocation> = moves
-            .iter()
-            .map(|m| Relocation {
-                key: m.key.clone(),
-                old: m.old,
-                new: m.new,
-            })
-            .collect();
-        let (ok, seq) = relocator.relocate(&rel)?;
+        let (ok, seq) = relocator.relocate(&relocations(&moves))?;
         visible = visible.max(seq);
         for (m, ok) in moves.into_iter().zip(ok) {
             if ok {
                 installed_bytes += m.old.length as u64;
-                if let Some(seq) = m.cold {
+                if m.cold {
                     cold_bytes += m.old.length as u64;
-                    tags.push((m.victim, m.key, seq, m.new));
+                    tags.push((m.victim, m.key, m.seq, m.new));
+                } else {
+                    victims[m.victim]
+                        .installed
+                        .insert((m.new.file_id, m.new.offset));
                 }
                 continue;
             }
-            // The compare-and-set failed. A record of the key written to
-            // the group since the seal explains it (a racing overwrite);
+            // The compare-and-set failed. A newer record of the key placed
+            // in the group since the seal explains it (a racing overwrite);
             // otherwise one index query tells whether the key was deleted
-            // or the index uses an older record of this group.
+            // or the index uses another record of this group.
             let since_seal = match post_keys.entry(m.victim) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::hash_map::Entry::Vacant(e) => {
                     e.insert(keys_since_seal(s, &victims[m.victim])?)
                 }
             };
-            if since_seal.contains(&m.key) {
+            if since_seal.get(&m.key).is_some_and(|&q| q > m.seq) {
                 mark_dead(s, &m);
                 continue;
             }
             s.counters.gc_lookups.fetch_add(1, Ordering::Relaxed);
             let v = &mut victims[m.victim];
             let cur = index.current_pointer(&m.key)?;
-            let older = cur.filter(|p| {
-                !is_cold(p) && v.old.iter().any(|&(id, _)| id == p.file_id) && *p != m.old
-            });
+            let other = cur.filter(|p| !is_cold(p) && v.is_old(p.file_id) && *p != m.old);
             mark_dead(s, &m);
-            if let Some(p) = older {
+            if let Some(p) = other {
                 let mut buf = vec![0u8; p.length as usize];
                 s.files
                     .read_exact(p.file_id, p.offset, &mut buf, IoCategory::Gc)?;
-                match record::decode(&buf) {
-                    Ok(r) if r.key == m.key && r.kind == Kind::Value && r.len == buf.len() => {}
+                let seq = match record::decode(&buf) {
+                    Ok(r) if r.key == m.key && r.kind == Kind::Value && r.len == buf.len() => r.seq,
                     _ => {
                         return Err(Error::corruption(
                             s.path(p.file_id),
@@ -542,18 +577,20 @@ fn relocate_and_commit(
                             "hashkv record the index points at is damaged",
                         ))
                     }
-                }
-                let Some(new) = v.out.push(s, &buf)? else {
-                    return Err(Error::InvalidArgument(
-                        "hashkv GC ran out of reserved space while relocating".into(),
-                    ));
                 };
+                let Some(new) = s.place_for_gc(v.group, &[&buf], Some(&[(p.file_id, p.offset)]))?
+                else {
+                    stall(s, v.group);
+                    return Ok(false);
+                };
+                v.placed.push((new[0].file_id, new[0].offset));
                 round2.push(Move {
                     key: m.key,
+                    seq,
                     old: p,
-                    new,
+                    new: new[0],
                     victim: m.victim,
-                    cold: None,
+                    cold: false,
                 });
             }
         }
@@ -561,82 +598,69 @@ fn relocate_and_commit(
 
     // Round 2: records the index still used in the old segments.
     if !round2.is_empty() {
-        for v in victims.iter_mut() {
-            v.out.sync(s)?;
-        }
-        s.files.sync_dir()?;
-        write_intent(s, relocator, gcj, gc_id, victims)?;
-        let rel: Vec<Relocation> = round2
-            .iter()
-            .map(|m| Relocation {
-                key: m.key.clone(),
-                old: m.old,
-                new: m.new,
-            })
-            .collect();
-        let (ok, seq) = relocator.relocate(&rel)?;
+        let (ok, seq) = relocator.relocate(&relocations(&round2))?;
         visible = visible.max(seq);
         for (m, ok) in round2.into_iter().zip(ok) {
             if ok {
                 installed_bytes += m.old.length as u64;
+                victims[m.victim]
+                    .installed
+                    .insert((m.new.file_id, m.new.offset));
             } else {
                 mark_dead(s, &m);
             }
         }
     }
 
-    // Tags for the cold moves that were installed.
-    let segs_before: usize = victims.iter().map(|v| v.out.segs.len()).sum();
+    // Tags for the cold moves that were installed; hints, dropped without
+    // room.
     let mut tag_count = 0u64;
+    let mut by_victim: HashMap<usize, Vec<Vec<u8>>> = HashMap::new();
     for (vi, key, seq, cold_ptr) in tags {
         let mut rec = Vec::new();
         record::encode(&mut rec, Kind::Tag, &key, seq, &cold_ptr.encode());
-        if victims[vi].out.push(s, &rec)?.is_some() {
-            tag_count += 1;
+        by_victim.entry(vi).or_default().push(rec);
+    }
+    for (vi, recs) in by_victim {
+        let refs: Vec<&[u8]> = recs.iter().map(|r| r.as_slice()).collect();
+        if s.place_for_gc(victims[vi].group, &refs, None)?.is_some() {
+            tag_count += refs.len() as u64;
         }
-    }
-    for v in victims.iter_mut() {
-        v.out.sync(s)?;
-    }
-    s.files.sync_dir()?;
-    if victims.iter().map(|v| v.out.segs.len()).sum::<usize>() != segs_before {
-        // Tags opened new segments. Once the commit below is in memory, user
-        // appends may land in them before the table is persisted: a crash
-        // then must still find them.
-        write_intent(s, relocator, gcj, gc_id, victims)?;
     }
 
     // The writes that made the old segments' other records dead must be
     // durable before those segments go: a crash that lost one would leave
-    // the index pointing into a removed segment.
+    // the index pointing into a removed segment. So must the copies, which
+    // a replay could no longer read from their sources.
     relocator.make_durable(index.last_sequence())?;
+    let new_segs: Vec<u64> = {
+        let st = s.state.lock();
+        let mut ids = Vec::new();
+        for v in victims.iter().filter(|v| !v.skipped) {
+            ids.extend(placed_since_seal(s, &st.table, v)?);
+        }
+        ids
+    };
+    s.sync_segments(&new_segs)?;
 
     // Commit.
-    let retired: Vec<u64>;
+    let mut retired: Vec<u64> = Vec::new();
     let bytes = {
         let mut st = s.state.lock();
-        let mut r = Vec::new();
-        for v in victims.iter() {
+        for v in victims.iter().filter(|v| !v.skipped) {
+            placed_since_seal(s, &st.table, v)?;
             let g = &mut st.table.groups[v.group as usize];
-            let post: Vec<u64> = g.segs[v.old.len()..].to_vec();
-            g.segs = v.out.segs.iter().copied().chain(post).collect();
+            g.segs.drain(..v.old.len());
             g.sealed = false;
             g.write_volume = g.write_volume.saturating_sub(v.volume);
             g.noted_garbage = 0;
-            r.extend(v.old.iter().map(|x| x.0));
+            retired.extend(v.old.iter().map(|x| x.0));
         }
-        let groups: HashSet<u32> = victims.iter().map(|v| v.group).collect();
-        st.table.inflight.retain(|f| !groups.contains(&f.group));
         st.table.epoch += 1;
-        retired = r;
         *committed = true;
-        st.table.encode()
+        s.encode(&st.table)?
     };
     relocator.persist_state(&bytes)?;
-    if let Some(w) = gcj.writer.as_mut() {
-        w.add_record(&journal::encode_done(gc_id))?;
-        w.flush()?;
-    }
     let visible = visible.max(index.last_sequence());
     s.state.lock().pending.push(super::PendingFree {
         seq: visible,
@@ -651,23 +675,35 @@ fn relocate_and_commit(
         .gc_cold_bytes
         .fetch_add(cold_bytes, Ordering::Relaxed);
     s.counters.gc_tags.fetch_add(tag_count, Ordering::Relaxed);
-    Ok(())
+    Ok(true)
 }
 
-/// Keys of the records written to a victim's group since it was sealed
-/// (the segments after its old ones).
-fn keys_since_seal(s: &HashKvStore, v: &Victim) -> Result<HashSet<Vec<u8>>> {
+fn relocations(moves: &[Move]) -> Vec<Relocation> {
+    moves
+        .iter()
+        .map(|m| Relocation {
+            key: m.key.clone(),
+            old: m.old,
+            new: m.new,
+        })
+        .collect()
+}
+
+/// Sequence numbers of the records placed in a victim's group since it was
+/// sealed, by key (the highest per key).
+fn keys_since_seal(s: &HashKvStore, v: &Victim) -> Result<HashMap<Vec<u8>, u64>> {
     let post: Vec<(u64, u64)> = {
         let mut st = s.state.lock();
         s.flush_cache(&mut st)?;
-        let g = &st.table.groups[v.group as usize];
-        g.segs
-            .iter()
-            .skip(v.old.len())
-            .map(|id| (*id, st.table.segs[id].len))
-            .collect()
+        let ids = placed_since_seal(s, &st.table, v)?;
+        let mut post = Vec::with_capacity(ids.len());
+        for id in ids {
+            let seg = st.table.seg(id).map_err(|id| s.unknown_segment(id))?;
+            post.push((id, seg.len));
+        }
+        post
     };
-    let mut keys = HashSet::new();
+    let mut keys: HashMap<Vec<u8>, u64> = HashMap::new();
     for (id, len) in post {
         let mut buf = vec![0u8; len as usize];
         s.files.read_exact(id, 0, &mut buf, IoCategory::Gc)?;
@@ -680,7 +716,8 @@ fn keys_since_seal(s: &HashKvStore, v: &Victim) -> Result<HashSet<Vec<u8>>> {
                     format!("hashkv record damaged ({e:?})"),
                 )
             })?;
-            keys.insert(r.key.to_vec());
+            let q = keys.entry(r.key.to_vec()).or_insert(r.seq);
+            *q = (*q).max(r.seq);
             pos += r.len;
         }
     }
@@ -697,108 +734,17 @@ fn mark_dead(s: &HashKvStore, m: &Move) {
     }
 }
 
-/// Records that the victims' copies may be referenced from now on: in the
-/// in-memory table (so every persisted copy of it adopts them), then in the
-/// GC journal, or — without journal — in a persisted table.
-fn write_intent(
-    s: &HashKvStore,
-    relocator: &dyn IndexRelocator,
-    gcj: &mut GcJournal,
-    gc_id: u64,
-    victims: &[Victim],
-) -> Result<()> {
-    let intents: Vec<GroupIntent> = {
-        let mut st = s.state.lock();
-        let groups: HashSet<u32> = victims.iter().map(|v| v.group).collect();
-        st.table.inflight.retain(|f| !groups.contains(&f.group));
-        for v in victims {
-            st.table.inflight.push(InFlight {
-                group: v.group,
-                old_len: v.old.len(),
-                new: v.out.segs.clone(),
-            });
-        }
-        victims
-            .iter()
-            .map(|v| GroupIntent {
-                group: v.group,
-                old: v.old.iter().map(|x| x.0).collect(),
-                new: v
-                    .out
-                    .segs
-                    .iter()
-                    .map(|id| (*id, st.table.segs[id].clone()))
-                    .collect(),
-            })
-            .collect()
-    };
-    match gcj.writer.as_mut() {
-        Some(w) => {
-            w.add_record(&journal::encode_begin(gc_id, &intents))?;
-            w.sync()
-        }
-        None => s.persist_table(relocator, None),
-    }
-}
-
-/// Undoes a GC that installed nothing: removes its copies, unseals.
-fn abort(s: &HashKvStore, victims: &[Victim]) -> Result<()> {
-    let ids: Vec<u64> = {
-        let mut st = s.state.lock();
-        let mut ids = Vec::new();
-        for v in victims {
-            st.table.groups[v.group as usize].sealed = false;
-            for &id in &v.out.segs {
-                if let Some(seg) = st.table.segs.remove(&id) {
-                    st.table.used_units -= seg.units as u64;
-                }
-                ids.push(id);
-            }
-        }
-        ids
-    };
-    for id in ids {
-        s.files.remove(id)?;
-    }
-    s.files.fs.sync_dir(&s.files.dir).ctx(&s.files.dir)
-}
-
-/// After a failure past the intent: list both the old segments and the
-/// copies the intent recorded (`old ++ new ++ later`, as a reopen would);
-/// segments opened after the last intent hold only tags and are dropped.
-fn keep_both(s: &HashKvStore, victims: &[Victim]) {
+/// Leaves the victims as they are after a step that did not commit:
+/// unsealed, with the copies the index does not use remembered as dead
+/// (the group keeps its old segments, which hold the same records).
+fn give_up(s: &HashKvStore, victims: &[Victim]) {
     let mut st = s.state.lock();
-    let groups: HashSet<u32> = victims.iter().map(|v| v.group).collect();
-    if !st.table.inflight.iter().any(|f| groups.contains(&f.group)) {
-        // The intent was never recorded: nothing can point at the copies.
-        drop(st);
-        let _ = abort(s, victims);
-        return;
-    }
-    let recorded: HashMap<u32, Vec<u64>> = st
-        .table
-        .inflight
-        .iter()
-        .filter(|f| groups.contains(&f.group))
-        .map(|f| (f.group, f.new.clone()))
-        .collect();
-    st.table.inflight.retain(|f| !groups.contains(&f.group));
-    let mut unrecorded = Vec::new();
     for v in victims {
-        let new = recorded.get(&v.group).cloned().unwrap_or_default();
-        for &id in v.out.segs.iter().filter(|id| !new.contains(id)) {
-            if let Some(seg) = st.table.segs.remove(&id) {
-                st.table.used_units -= seg.units as u64;
+        st.table.groups[v.group as usize].sealed = false;
+        for p in &v.placed {
+            if !v.installed.contains(p) {
+                st.dead.insert(*p);
             }
-            unrecorded.push(id);
         }
-        let g = &mut st.table.groups[v.group as usize];
-        let at = v.old.len().min(g.segs.len());
-        g.segs.splice(at..at, new);
-        g.sealed = false;
-    }
-    drop(st);
-    for id in unrecorded {
-        let _ = s.files.remove(id);
     }
 }

@@ -1,8 +1,9 @@
-//! Crash consistency (HashKV §3.7): the write journal and the GC journal.
+//! Crash consistency (HashKV §3.7): the write journal, which records user
+//! writes and GC copies alike.
 //!
-//! Both are logs framed with the engine's checksummed record format
-//! ([`crate::format::record`]); a torn tail ends a log cleanly, damage
-//! before valid data is `Corruption`.
+//! The journal is a log framed with the engine's checksummed record format
+//! ([`crate::format::record`]); a torn tail ends it cleanly, damage before
+//! valid data is `Corruption`.
 //!
 //! # Write journal (`NNNNNN.hjnl`)
 //! Every `append` writes one entry and hands it to the OS before returning;
@@ -15,29 +16,34 @@
 //! alloc := group:varint seg:varint kind:u8 units:varint cap:varint
 //! place := seg:varint off:varint len:varint        (bytes: the records, concatenated)
 //! ```
+//! GC copies a group's live records to the group's end, where user writes go
+//! too (see [`super::gc`]); the copies wait in the write cache like user
+//! records, and their entry carries metadata only — the bytes are in the
+//! segments the GC is collecting, which stay until the copies are synced:
+//!
+//! ```text
+//! copy  := 0x04 nalloc:varint alloc* nrec:varint (place src_seg:varint src_off:varint)*
+//! ```
 //! Replay on open (from the position the segment table records) re-attaches
 //! allocated segments and makes sure every record is in its segment file
-//! (idempotently: bytes already there are skipped). A checkpoint — flush the
-//! cache, sync the written segments, persist the table with a new journal
-//! position — lets old journal files be deleted ("marking the flush free").
-//! `sync` syncs only the journal: one `fsync` whatever the number of groups
-//! written.
+//! (idempotently: bytes already there are skipped; a missing copy is read
+//! again from its source). A checkpoint — flush the cache, sync the written
+//! segments, persist the table with a new journal position — lets old
+//! journal files be deleted ("marking the flush free"). `sync` syncs only
+//! the journal: one `fsync` whatever the number of groups written.
 //!
-//! # GC journal (`hashkv-gc.jnl`)
-//! GC never overwrites a live segment: it writes a group's live records to
-//! fresh segments, so no before-images are needed. What must survive a crash
-//! is the GC's *intent*, written and synced before the relocations are
-//! installed in the index:
+//! # GC journal (`hashkv-gc.jnl`, read only)
+//! Earlier versions wrote GC copies to segments outside their group and
+//! recorded the GC's intent in a GC journal:
 //!
 //! ```text
 //! begin := 0x02 gc_id:varint ngroups:varint (group:varint nold:varint old_id*
 //!                                            nnew:varint (id:varint kind:u8 units:varint cap:varint len:varint)*)*
 //! done  := 0x03 gc_id:varint
 //! ```
-//! Replay adopts the new segments of a `begin` without `done` into the
+//! Open still adopts the new segments of a `begin` without `done` into the
 //! group, after its old segments (`old ++ new ++ later`), when the old ones
-//! are still listed: the index may point into either, and a later GC keeps
-//! whichever the index uses. `done` marks the GC free.
+//! are still listed, and then removes the file.
 
 use super::segment::{Alloc, Seg, SegKind};
 use crate::format::coding::{get_varint32, get_varint64, put_varint32, put_varint64};
@@ -59,6 +65,7 @@ pub const GC_JOURNAL: &str = "hashkv-gc.jnl";
 const WRITE: u8 = 1;
 const BEGIN: u8 = 2;
 const DONE: u8 = 3;
+const COPY: u8 = 4;
 
 /// Where one record of a write entry goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,22 +101,65 @@ fn get_seg(src: &mut &[u8], group: u32) -> Option<(u64, Seg)> {
     ))
 }
 
+fn put_allocs(v: &mut Vec<u8>, allocs: &[Alloc]) {
+    put_varint64(v, allocs.len() as u64);
+    for a in allocs {
+        put_varint32(v, a.seg.group);
+        put_seg(v, a.id, &a.seg);
+    }
+}
+
+fn put_place(v: &mut Vec<u8>, p: &Place) {
+    put_varint64(v, p.seg);
+    put_varint64(v, p.off);
+    put_varint32(v, p.len);
+}
+
+fn get_allocs(src: &mut &[u8]) -> Option<Vec<Alloc>> {
+    let n = get_varint64(src)?;
+    let mut allocs = Vec::new();
+    for _ in 0..n {
+        let group = get_varint32(src)?;
+        let (id, seg) = get_seg(src, group)?;
+        allocs.push(Alloc { id, seg });
+    }
+    Some(allocs)
+}
+
+fn get_place(src: &mut &[u8]) -> Option<Place> {
+    Some(Place {
+        seg: get_varint64(src)?,
+        off: get_varint64(src)?,
+        len: get_varint32(src)?,
+    })
+}
+
 /// Encodes a write entry; `data` is the records' bytes in `places` order.
 pub fn encode_write(allocs: &[Alloc], places: &[Place], data: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(16 + allocs.len() * 12 + places.len() * 12 + data.len());
     v.push(WRITE);
-    put_varint64(&mut v, allocs.len() as u64);
-    for a in allocs {
-        put_varint32(&mut v, a.seg.group);
-        put_seg(&mut v, a.id, &a.seg);
-    }
+    put_allocs(&mut v, allocs);
     put_varint64(&mut v, places.len() as u64);
     for p in places {
-        put_varint64(&mut v, p.seg);
-        put_varint64(&mut v, p.off);
-        put_varint32(&mut v, p.len);
+        put_place(&mut v, p);
     }
     v.extend_from_slice(data);
+    v
+}
+
+/// Encodes a copy entry: record `i` placed at `places[i]` is a copy of the
+/// `places[i].len` bytes at `sources[i]` = `(segment, offset)`.
+pub fn encode_copy(allocs: &[Alloc], places: &[Place], sources: &[(u64, u64)]) -> Vec<u8> {
+    debug_assert_eq!(places.len(), sources.len());
+    let mut v = Vec::with_capacity(16 + allocs.len() * 12 + places.len() * 20);
+    v.push(COPY);
+    put_allocs(&mut v, allocs);
+    put_varint64(&mut v, places.len() as u64);
+    for (p, &(seg, off)) in places.iter().zip(sources) {
+        put_place(&mut v, p);
+        put_varint64(&mut v, seg);
+        put_varint64(&mut v, off);
+    }
     v
 }
 
@@ -120,6 +170,15 @@ pub struct WriteEntry<'a> {
     pub allocs: Vec<Alloc>,
     /// Records placed, with their bytes.
     pub records: Vec<(Place, &'a [u8])>,
+}
+
+/// A decoded copy entry.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CopyEntry {
+    /// Segments allocated.
+    pub allocs: Vec<Alloc>,
+    /// Records placed, with the `(segment, offset)` each is a copy of.
+    pub copies: Vec<(Place, (u64, u64))>,
 }
 
 /// One group of a GC intent.
@@ -138,6 +197,8 @@ pub struct GroupIntent {
 pub enum Entry<'a> {
     /// A write entry.
     Write(WriteEntry<'a>),
+    /// A GC copy entry.
+    Copy(CopyEntry),
     /// A GC intent.
     Begin(u64, Vec<GroupIntent>),
     /// A GC marked free.
@@ -176,21 +237,11 @@ pub fn decode(payload: &[u8]) -> Option<Entry<'_>> {
     let (&kind, mut src) = payload.split_first()?;
     match kind {
         WRITE => {
-            let n = get_varint64(&mut src)?;
-            let mut allocs = Vec::new();
-            for _ in 0..n {
-                let group = get_varint32(&mut src)?;
-                let (id, seg) = get_seg(&mut src, group)?;
-                allocs.push(Alloc { id, seg });
-            }
+            let allocs = get_allocs(&mut src)?;
             let n = get_varint64(&mut src)?;
             let mut places = Vec::new();
             for _ in 0..n {
-                places.push(Place {
-                    seg: get_varint64(&mut src)?,
-                    off: get_varint64(&mut src)?,
-                    len: get_varint32(&mut src)?,
-                });
+                places.push(get_place(&mut src)?);
             }
             let mut records = Vec::with_capacity(places.len());
             for p in places {
@@ -226,6 +277,18 @@ pub fn decode(payload: &[u8]) -> Option<Entry<'_>> {
         DONE => {
             let id = get_varint64(&mut src)?;
             src.is_empty().then_some(Entry::Done(id))
+        }
+        COPY => {
+            let allocs = get_allocs(&mut src)?;
+            let n = get_varint64(&mut src)?;
+            let mut copies = Vec::new();
+            for _ in 0..n {
+                let p = get_place(&mut src)?;
+                let from = (get_varint64(&mut src)?, get_varint64(&mut src)?);
+                copies.push((p, from));
+            }
+            src.is_empty()
+                .then_some(Entry::Copy(CopyEntry { allocs, copies }))
         }
         _ => None,
     }
@@ -285,5 +348,17 @@ mod tests {
         }
         assert!(matches!(decode(&encode_done(5)), Some(Entry::Done(5))));
         assert!(decode(&e[..e.len() - 1]).is_none());
+        let c = encode_copy(&allocs, &places, &[(3, 100), (3, 103)]);
+        match decode(&c).unwrap() {
+            Entry::Copy(ce) => assert_eq!(
+                ce,
+                CopyEntry {
+                    allocs: allocs.clone(),
+                    copies: vec![(places[0], (3, 100)), (places[1], (3, 103))],
+                }
+            ),
+            _ => panic!(),
+        }
+        assert!(decode(&c[..c.len() - 1]).is_none());
     }
 }

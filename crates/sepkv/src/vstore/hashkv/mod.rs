@@ -22,19 +22,21 @@
 //!   hands it to the OS; the cache holds nothing that is not also there.
 //!   `hashkv_write_cache_size = 0` flushes within every append.
 //! - **GC** (§3.3, [`gc`]): picks the groups with the largest write volume,
-//!   scans them sequentially, keeps the version nearest each group's end —
-//!   no index queries decide validity — and writes the live records to
-//!   fresh segments of the same group; relocations go through the index's
-//!   compare-and-set; old segments are freed after the relocations and the
-//!   new segment table are durable and no reader can reach them.
+//!   scans them sequentially, keeps each key's latest version — no index
+//!   queries decide validity — and writes the live records back to the
+//!   group's end, in a fresh main segment that new writes fill too;
+//!   relocations go through the index's compare-and-set; old segments are
+//!   freed after the relocations and the new segment table are durable and
+//!   no reader can reach them.
 //! - **Hotness awareness** (§3.4, [`cold`]): pairs written once since the
 //!   last GC are cold; their values move to a cold data log and the group
 //!   keeps a tag.
-//! - **Crash consistency** (§3.7, [`journal`]): write journal and GC journal,
-//!   replayed on open; switchable with `hashkv_journal`. Without the journal
-//!   appends go straight to the segment files, the table is checkpointed
-//!   whenever a segment is allocated, and open scans each group's last
-//!   segment for records written after the checkpoint.
+//! - **Crash consistency** (§3.7, [`journal`]): the write journal records
+//!   user writes and GC copies, and is replayed on open; switchable with
+//!   `hashkv_journal`. Without the journal appends and copies go straight to
+//!   the segment files, the table is checkpointed whenever a segment is
+//!   allocated, and open scans each group's last segment for records written
+//!   after the checkpoint.
 //! - **Range scans** (§3.6): [`ValueStore::read_many`] issues read-ahead
 //!   (`advise(WillNeed)` on the open segment file) for every value, then
 //!   reads them; while reads are served from memory ([`ReadLatency`]) the
@@ -58,19 +60,26 @@
 //! says when).
 //!
 //! # Deviations from the paper
-//! - GC writes a group's live records to *fresh* segments (a new main
-//!   segment, then log segments) instead of rewriting the group's main
-//!   segment in place: readers and snapshots keep reading the old copies
-//!   until they are freed, and the GC journal needs no before-images (it
-//!   records the GC's intent). The price is one extra main segment of space
-//!   per group while its GC runs, and a group sealed by a running GC takes
-//!   new writes in a fresh log segment.
-//! - Validity is positional. A failed compare-and-set is explained by a
-//!   newer record of the key appended to the group during the GC (found by
-//!   scanning those records); otherwise — the key was deleted, or after a
-//!   crash the index still uses an older record whose newer one lost its
-//!   WAL entry — one index query tells which (`gc_index_lookups`). A copy
-//!   found dead is remembered in memory so the next GC drops it.
+//! - GC writes a group's live records to a *fresh* main segment (then log
+//!   segments) instead of rewriting the main segment in place: readers and
+//!   snapshots keep reading the old copies until they are freed, and no
+//!   before-images need journaling. Writes that arrive while the GC runs go
+//!   to the same fresh segment, interleaved with the copies, so once the GC
+//!   commits the group is that segment and new writes fill its free room;
+//!   the reserved space only takes what overflows a main segment. The price
+//!   is one extra main segment of space per group while its GC runs.
+//! - The latest version of a key in a group is the record with the highest
+//!   sequence number (the later one on a tie), not the one nearest the
+//!   group's end: copies and new writes share the group's end. A failed
+//!   compare-and-set is explained by a newer record of the key appended to
+//!   the group during the GC (found by scanning those records); otherwise —
+//!   the key was deleted, or after a crash the index uses another record of
+//!   the group (a lost WAL tail lets sequence numbers be reused) — one index
+//!   query tells which (`gc_index_lookups`). A copy found dead is remembered
+//!   in memory so the next GC drops it.
+//! - GC copies are journaled in the write journal (metadata only: where
+//!   each copy comes from), which orders them with the user writes that
+//!   share their segment; there is no separate GC journal.
 //! - The write journal carries the values, not only metadata: sepkv
 //!   promises that an acknowledged write survives a process crash, and the
 //!   cache may not be its only copy. With the journal every value is thus
@@ -78,10 +87,11 @@
 //!   paper's evaluation setting, crash consistency off — writes once.
 //! - The write cache does not update pairs in place (see [`cache`]).
 //! - A GC step collects several groups (greedy order, up to
-//!   `max(main segment size, 4 MiB)` of group bytes) so that small groups
-//!   share one relocation batch and one table update; the order is by write
-//!   volume plus the garbage the engine reported (so groups with deletions
-//!   get collected too), found by sorting instead of a heap.
+//!   `max(main segment size, 4 MiB)` of group bytes and at most a quarter
+//!   of the groups) so that small groups share one relocation batch and one
+//!   table update; the order is by write volume plus the garbage the engine
+//!   reported (so groups with deletions get collected too), found by sorting
+//!   instead of a heap.
 //! - Tags of deleted keys stay in their group (they are small); values
 //!   moved to the cold data log are written through the value log's append
 //!   and so counted as value-store writes, not GC writes.
@@ -110,8 +120,8 @@ use cold::{is_cold, ColdLog};
 use journal::{journal_path, parse_journal_name, Entry, GroupIntent, Place, GC_JOURNAL};
 use parking_lot::Mutex;
 use record::Kind;
-use segment::{parse_seg_name, Alloc, Geometry, SegFiles, Table};
-use std::collections::{BTreeMap, HashSet};
+use segment::{parse_seg_name, Alloc, Geometry, PlaceError, SegFiles, Table};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -133,7 +143,7 @@ pub struct HashKvOptions {
     pub write_cache_size: usize,
     /// Hot/cold separation in GC.
     pub hotness: bool,
-    /// Write and GC journals.
+    /// The write journal (writes and GC copies).
     pub journal: bool,
     /// Write-journal size at which it is checkpointed and recycled (bytes).
     pub journal_size: u64,
@@ -183,13 +193,11 @@ pub(crate) struct State {
     /// `(segment, offset)`.
     dead: HashSet<(u64, u64)>,
     pending: Vec<PendingFree>,
+    /// Groups GC left alone because their copies would not fit, with their
+    /// GC score and the free log segments then: picked again once the score
+    /// changes or log segments are freed.
+    stalled: HashMap<u32, (u64, u64)>,
     poisoned: Option<String>,
-}
-
-/// The GC journal, owned by the GC lock.
-pub(crate) struct GcJournal {
-    writer: Option<RecordWriter>,
-    next_id: u64,
 }
 
 #[derive(Default)]
@@ -213,7 +221,8 @@ pub struct HashKvStore {
     opts: HashKvOptions,
     files: SegFiles,
     state: Mutex<State>,
-    gc_lock: Mutex<GcJournal>,
+    /// Serialises GC steps.
+    gc_lock: Mutex<()>,
     cold: ColdLog,
     counters: Counters,
     /// How long segment reads take (steers scans' read-ahead hints).
@@ -317,10 +326,9 @@ impl HashKvStore {
 
         let snapshot_next = table.next_seg;
 
-        // GC journal: intents of GCs that may have installed relocations
-        // but did not commit.
+        // GC journal of an earlier version: intents of GCs that may have
+        // installed relocations but did not commit.
         let gc_path = dir.join(GC_JOURNAL);
-        let mut next_gc_id = 1;
         let mut begun: BTreeMap<u64, Vec<GroupIntent>> = BTreeMap::new();
         if fs.exists(&gc_path) {
             let data = read_all(fs.as_ref(), &gc_path).ctx(&gc_path)?;
@@ -330,7 +338,6 @@ impl HashKvStore {
                 match journal::decode(rec) {
                     Some(Entry::Begin(id, g)) => {
                         begun.insert(id, g);
-                        next_gc_id = next_gc_id.max(id + 1);
                     }
                     Some(Entry::Done(id)) => {
                         begun.remove(&id);
@@ -363,7 +370,7 @@ impl HashKvStore {
             };
             jdata.push((path, data, start));
         }
-        let mut entries: Vec<(&Path, u64, journal::WriteEntry<'_>)> = Vec::new();
+        let mut entries: Vec<(&Path, u64, Entry<'_>)> = Vec::new();
         'read: for (path, data, start) in &jdata {
             let mut r = RecordReader::new(&data[*start..], path);
             loop {
@@ -382,7 +389,7 @@ impl HashKvStore {
                 let Some((off, rec)) = next else { break };
                 let off = off + *start as u64;
                 match journal::decode(rec) {
-                    Some(Entry::Write(w)) => entries.push((path, off, w)),
+                    Some(e @ (Entry::Write(_) | Entry::Copy(_))) => entries.push((path, off, e)),
                     _ => {
                         return Err(Error::corruption(
                             path,
@@ -396,28 +403,46 @@ impl HashKvStore {
                 break 'read;
             }
         }
-        // Segments appended to groups, then GC output behind the old
-        // segments it copied (`old ++ new ++ later`), then the records.
-        for (_, _, w) in &entries {
-            for a in &w.allocs {
+        // Segments appended to groups, then (earlier versions) GC output
+        // behind the old segments it copied (`old ++ new ++ later`), then
+        // the records, in journal order: a copy's source is in place before
+        // the copy is replayed.
+        for (_, _, e) in &entries {
+            let allocs = match e {
+                Entry::Write(w) => &w.allocs,
+                Entry::Copy(c) => &c.allocs,
+                _ => continue,
+            };
+            for a in allocs {
                 table.attach(a, snapshot_next);
             }
         }
         for intents in begun.values() {
             adopt(&mut table, intents);
         }
-        for (path, off, w) in &entries {
-            replay_records(&mut table, &files, path, *off, w)?;
+        for (path, off, e) in &entries {
+            match e {
+                Entry::Write(w) => replay_records(&mut table, &files, path, *off, w)?,
+                Entry::Copy(c) => replay_copies(&mut table, &files, path, *off, c)?,
+                _ => {}
+            }
         }
         drop(entries);
         drop(jdata);
 
         // Reconcile segment files with the table.
+        let unknown = |id: u64| {
+            Error::corruption(
+                dir.join(TABLE_FILE),
+                0,
+                format!("hashkv segment table lists segment {id} but has no entry for it"),
+            )
+        };
         for gi in 0..table.geo.groups {
             let segs = table.groups[gi as usize].segs.clone();
             for (i, &id) in segs.iter().enumerate() {
                 let last = i + 1 == segs.len();
-                let len = table.segs[&id].len;
+                let len = table.seg(id).map_err(unknown)?.len;
                 let fl = files.file_len(id)?;
                 if fl == len {
                     continue;
@@ -448,7 +473,7 @@ impl HashKvStore {
                     }
                     e
                 };
-                let s = table.segs.get_mut(&id).expect("listed segment");
+                let s = table.segs.get_mut(&id).ok_or_else(|| unknown(id))?;
                 if new_len > s.len {
                     table.groups[gi as usize].write_volume += new_len - s.len;
                 }
@@ -497,7 +522,8 @@ impl HashKvStore {
         let new_num = jnums.last().copied().unwrap_or(0).max(table.journal_pos.0) + 1;
         table.journal_pos = (new_num, 0);
         table.epoch += 1;
-        write_table_file(fs.as_ref(), dir, &stats, &table.encode())?;
+        let encoded = table.encode().map_err(unknown)?;
+        write_table_file(fs.as_ref(), dir, &stats, &encoded)?;
         for &n in &jnums {
             let p = journal_path(dir, n);
             match fs.remove(&p) {
@@ -518,16 +544,10 @@ impl HashKvStore {
         } else {
             None
         };
-        let gc_writer = if opts.journal {
-            let mut f = fs.create(&gc_path).ctx(&gc_path)?;
-            f.sync().ctx(&gc_path)?;
-            Some(RecordWriter::new(f, gc_path, stats.clone(), IoCategory::Gc))
-        } else {
-            if fs.exists(&gc_path) {
-                fs.remove(&gc_path).ctx(&gc_path)?;
-            }
-            None
-        };
+        // The checkpoint holds what the GC journal's intents adopted.
+        if fs.exists(&gc_path) {
+            fs.remove(&gc_path).ctx(&gc_path)?;
+        }
         fs.sync_dir(dir).ctx(dir)?;
 
         Ok(HashKvStore {
@@ -539,12 +559,10 @@ impl HashKvStore {
                 journal_num: new_num,
                 dead: HashSet::new(),
                 pending: Vec::new(),
+                stalled: HashMap::new(),
                 poisoned: None,
             }),
-            gc_lock: Mutex::new(GcJournal {
-                writer: gc_writer,
-                next_id: next_gc_id,
-            }),
+            gc_lock: Mutex::new(()),
             cold,
             counters: Counters::default(),
             latency: ReadLatency::default(),
@@ -627,6 +645,67 @@ fn replay_records(
     Ok(())
 }
 
+/// Applies the copies of one copy entry: puts each copy in its segment
+/// file unless it is already there, reading it again from its source.
+fn replay_copies(
+    table: &mut Table,
+    files: &SegFiles,
+    jpath: &Path,
+    joff: u64,
+    c: &journal::CopyEntry,
+) -> Result<()> {
+    for (p, (src, src_off)) in &c.copies {
+        if !table.segs.contains_key(&p.seg) {
+            // Collected by GC since.
+            continue;
+        }
+        let end = p.off + p.len as u64;
+        let fl = files.file_len(p.seg)?;
+        if fl < p.off {
+            return Err(Error::corruption(
+                jpath,
+                joff,
+                format!(
+                    "write journal places a copy at offset {} of segment {} but the segment ends at {fl}",
+                    p.off, p.seg
+                ),
+            ));
+        }
+        if fl < end {
+            // The copy's source stays until the copy is synced.
+            let mut buf = vec![0u8; p.len as usize];
+            let read = if table.segs.contains_key(src) {
+                files.read_exact(*src, *src_off, &mut buf, IoCategory::Gc)
+            } else {
+                Err(Error::corruption(jpath, joff, "source segment is gone"))
+            };
+            match (read, record::decode(&buf)) {
+                (Ok(()), Ok(r)) if r.len == buf.len() => {}
+                _ => {
+                    return Err(Error::corruption(
+                        jpath,
+                        joff,
+                        format!(
+                            "write journal copies {} bytes at {src_off} of segment {src} that are not a record",
+                            p.len
+                        ),
+                    ))
+                }
+            }
+            if fl > p.off {
+                files.truncate(p.seg, p.off)?;
+            }
+            files.append(p.seg, p.off, &buf, IoCategory::Gc)?;
+        } else {
+            files.mark_dirty(p.seg);
+        }
+        if let Some(s) = table.segs.get_mut(&p.seg) {
+            s.len = s.len.max(end);
+        }
+    }
+    Ok(())
+}
+
 impl HashKvStore {
     fn path(&self, id: u64) -> PathBuf {
         self.files.path(id)
@@ -672,7 +751,8 @@ impl HashKvStore {
         fs.sync_dir(dir).ctx(dir)?;
         st.table.journal_pos = (num, 0);
         st.table.epoch += 1;
-        write_table_file(fs, dir, &self.files.stats, &st.table.encode())?;
+        let encoded = self.encode(&st.table)?;
+        write_table_file(fs, dir, &self.files.stats, &encoded)?;
         let old = journal_path(dir, st.journal_num);
         st.journal = Some(RecordWriter::new(
             f,
@@ -690,17 +770,23 @@ impl HashKvStore {
         Ok(())
     }
 
-    /// Makes placed records survive a process crash. Called with the state
-    /// locked.
+    /// Makes placed records survive a process crash; `sources` says where
+    /// each record is a GC copy from (journaled as metadata only). Called
+    /// with the state locked.
     fn write_placed(
         &self,
         st: &mut State,
         allocs: &[Alloc],
         places: &[Place],
         data: &[u8],
+        sources: Option<&[(u64, u64)]>,
     ) -> Result<()> {
         if let Some(j) = st.journal.as_mut() {
-            j.add_record(&journal::encode_write(allocs, places, data))?;
+            let entry = match sources {
+                Some(src) => journal::encode_copy(allocs, places, src),
+                None => journal::encode_write(allocs, places, data),
+            };
+            j.add_record(&entry)?;
             j.flush()?;
             let mut at = 0usize;
             for p in places {
@@ -723,11 +809,12 @@ impl HashKvStore {
                 // Without a journal the table must know a segment before a
                 // pointer into it is acknowledged.
                 st.table.epoch += 1;
+                let encoded = self.encode(&st.table)?;
                 write_table_file(
                     self.files.fs.as_ref(),
                     &self.files.dir,
                     &self.files.stats,
-                    &st.table.encode(),
+                    &encoded,
                 )?;
                 self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
             }
@@ -742,28 +829,106 @@ impl HashKvStore {
                     .extend_from_slice(&data[at..at + n]);
                 at += n;
             }
+            let cat = match sources {
+                Some(_) => IoCategory::Gc,
+                None => IoCategory::ValueStore,
+            };
             for (seg, (off, bytes)) in per_seg {
-                self.files
-                    .append(seg, off, &bytes, IoCategory::ValueStore)?;
+                self.files.append(seg, off, &bytes, cat)?;
             }
         }
         Ok(())
     }
 
-    /// Writes the table to the store's own checkpoint file (the journal
-    /// position is unchanged: replay from it stays correct).
-    fn checkpoint_table(&self) -> Result<()> {
+    /// Encodes the table; `Corruption` when it is inconsistent.
+    fn encode(&self, t: &Table) -> Result<Vec<u8>> {
+        t.encode().map_err(|id| self.unknown_segment(id))
+    }
+
+    /// The error for a segment a group lists but the table does not know.
+    fn unknown_segment(&self, id: u64) -> Error {
+        Error::corruption(
+            self.path(id),
+            0,
+            format!("hashkv segment table lists segment {id} but has no entry for it"),
+        )
+    }
+
+    /// Places records in `group` for GC — copies of the records at
+    /// `sources` (`(segment, offset)`), or new records (tags) when
+    /// `sources` is `None` — after everything placed there so far, using
+    /// the reserved space's GC headroom when a log segment is needed.
+    /// Returns their pointers; `None` when the reserved space has no room
+    /// (nothing is placed then).
+    ///
+    /// # Errors
+    /// `Io` (the store is then poisoned); `Corruption` for an inconsistent
+    /// table; `Poisoned`.
+    pub(crate) fn place_for_gc(
+        &self,
+        group: u32,
+        recs: &[&[u8]],
+        sources: Option<&[(u64, u64)]>,
+    ) -> Result<Option<Vec<ValuePointer>>> {
         let mut st = self.state.lock();
         Self::check_poisoned(&st)?;
-        st.table.epoch += 1;
-        write_table_file(
-            self.files.fs.as_ref(),
-            &self.files.dir,
-            &self.files.stats,
-            &st.table.encode(),
-        )?;
-        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        let mut allocs = Vec::new();
+        let mut undo = Vec::new();
+        let mut places = Vec::with_capacity(recs.len());
+        let mut data = Vec::new();
+        for r in recs {
+            let len = r.len() as u64;
+            match st.table.place(group, len, 0, &mut allocs, &mut undo) {
+                Ok((seg, off)) => {
+                    places.push(Place {
+                        seg,
+                        off,
+                        len: r.len() as u32,
+                    });
+                    data.extend_from_slice(r);
+                }
+                Err(e) => {
+                    st.table.rollback(undo);
+                    return match e {
+                        PlaceError::Full(_) => Ok(None),
+                        PlaceError::Unknown(id) => Err(self.unknown_segment(id)),
+                    };
+                }
+            }
+        }
+        if let Err(e) = self.write_placed(&mut st, &allocs, &places, &data, sources) {
+            st.poisoned = Some(e.to_string());
+            return Err(e);
+        }
+        Ok(Some(
+            places
+                .iter()
+                .map(|p| ValuePointer {
+                    file_id: p.seg,
+                    offset: p.off,
+                    length: p.len,
+                    aux: 0,
+                })
+                .collect(),
+        ))
+    }
+
+    /// Hands the cached records to their files and makes the segments GC
+    /// placed records in durable (`ids`), with their directory entries.
+    pub(crate) fn sync_segments(&self, ids: &[u64]) -> Result<()> {
+        {
+            let mut st = self.state.lock();
+            Self::check_poisoned(&st)?;
+            self.flush_cache(&mut st)?;
+        }
+        let r = ids
+            .iter()
+            .try_for_each(|&id| self.files.sync(id))
+            .and_then(|_| self.files.sync_dir());
+        if let Err(e) = &r {
+            self.state.lock().poisoned = Some(e.to_string());
+        }
+        r
     }
 
     /// Persists the table in the manifest (and records the cold log's
@@ -775,7 +940,7 @@ impl HashKvStore {
                 st.table.cold_state = Some(c.to_vec());
             }
             st.table.epoch += 1;
-            st.table.encode()
+            self.encode(&st.table)?
         };
         relocator.persist_state(&bytes)
     }
@@ -793,9 +958,21 @@ impl HashKvStore {
             return Ok(0);
         }
         let mut freed = 0;
+        let mut failed = None;
         for p in ready {
+            let mut left = Vec::new();
             for id in p.segs {
-                self.files.remove(id)?;
+                if failed.is_some() {
+                    left.push(id);
+                    continue;
+                }
+                if let Err(e) = self.files.remove(id) {
+                    // Kept for the next step (removing is idempotent):
+                    // the space is not lost until a reopen.
+                    failed = Some(e);
+                    left.push(id);
+                    continue;
+                }
                 let mut st = self.state.lock();
                 if let Some(s) = st.table.segs.remove(&id) {
                     st.table.used_units -= s.units as u64;
@@ -803,14 +980,23 @@ impl HashKvStore {
                 }
                 st.dead.retain(|&(seg, _)| seg != id);
             }
+            if !left.is_empty() {
+                self.state.lock().pending.push(PendingFree {
+                    seq: p.seq,
+                    segs: left,
+                });
+            }
+        }
+        self.counters
+            .gc_bytes_freed
+            .fetch_add(freed, Ordering::Relaxed);
+        if let Some(e) = failed {
+            return Err(e);
         }
         self.files
             .fs
             .sync_dir(&self.files.dir)
             .ctx(&self.files.dir)?;
-        self.counters
-            .gc_bytes_freed
-            .fetch_add(freed, Ordering::Relaxed);
         Ok(freed)
     }
 
@@ -906,7 +1092,14 @@ impl ValueStore for HashKvStore {
                 )));
             };
             let g = st.table.geo.group_of(r.key);
-            match st.table.place(g, len as u64, &mut allocs, &mut undo) {
+            // User writes leave GC its headroom of log segments: a GC whose
+            // victim's live data passes a main segment needs some for the
+            // copies before it frees anything.
+            let headroom = st.table.geo.gc_headroom();
+            match st
+                .table
+                .place(g, len as u64, headroom, &mut allocs, &mut undo)
+            {
                 Ok((seg, off)) => {
                     places.push(Place {
                         seg,
@@ -916,14 +1109,18 @@ impl ValueStore for HashKvStore {
                     groups.push(g);
                     record::encode(&mut data, Kind::Value, r.key, r.seq, r.value);
                 }
-                Err(msg) => {
+                Err(PlaceError::Full(msg)) => {
                     st.table.rollback(undo);
                     self.counters.full_errors.fetch_add(1, Ordering::Relaxed);
                     return Err(Error::ValueStoreFull(msg));
                 }
+                Err(PlaceError::Unknown(id)) => {
+                    st.table.rollback(undo);
+                    return Err(self.unknown_segment(id));
+                }
             }
         }
-        if let Err(e) = self.write_placed(&mut st, &allocs, &places, &data) {
+        if let Err(e) = self.write_placed(&mut st, &allocs, &places, &data, None) {
             st.poisoned = Some(e.to_string());
             return Err(e);
         }
@@ -1044,12 +1241,13 @@ impl ValueStore for HashKvStore {
             if let Err(e) = self.flush_cache(&mut st) {
                 return (0, vec![e]);
             }
-            let mut v: Vec<(u64, u64)> = st
-                .table
-                .groups
-                .iter()
-                .flat_map(|g| g.segs.iter().map(|id| (*id, st.table.segs[id].len)))
-                .collect();
+            let mut v = Vec::new();
+            for gi in 0..st.table.geo.groups {
+                match st.table.group_lens(gi) {
+                    Ok(l) => v.extend(l),
+                    Err(id) => return (0, vec![self.unknown_segment(id)]),
+                }
+            }
             v.sort_unstable();
             v
         };
@@ -1111,11 +1309,6 @@ impl ValueStore for HashKvStore {
                 (t.free_units() < Self::low_watermark(t)) as u64,
             )
         };
-        let gcj = self
-            .gc_lock
-            .try_lock()
-            .and_then(|g| g.writer.as_ref().map(|w| w.len()))
-            .unwrap_or(0);
         let cold = self.cold.space();
         let c = &self.counters;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -1141,7 +1334,6 @@ impl ValueStore for HashKvStore {
             ("write_cache_bytes", cache),
             ("write_cache_flushes", l(&c.cache_flushes)),
             ("write_journal_bytes", jlen),
-            ("gc_journal_bytes", gcj),
             ("table_checkpoints", l(&c.checkpoints)),
             ("store_full_errors", l(&c.full_errors)),
         ]
@@ -1156,7 +1348,7 @@ impl ValueStore for HashKvStore {
             for g in &t.groups {
                 noted += g.noted_garbage;
                 for id in &g.segs {
-                    total += t.segs[id].len;
+                    total += t.segs.get(id).map_or(0, |s| s.len);
                 }
             }
             // Segment files are append-only and dense: their length is
@@ -1186,6 +1378,20 @@ impl ValueStore for HashKvStore {
             garbage_bytes: garbage,
             file_bytes,
         }
+    }
+
+    /// The reserved space held by retired log segments (main segments are
+    /// not counted against the capacity's reserve).
+    fn pinned_bytes(&self) -> u64 {
+        let st = self.state.lock();
+        let units: u64 = st
+            .pending
+            .iter()
+            .flat_map(|p| p.segs.iter())
+            .filter_map(|id| st.table.segs.get(id))
+            .map(|s| s.units as u64)
+            .sum();
+        units * st.table.geo.log_size
     }
 
     fn gc_step(

@@ -33,12 +33,12 @@
 //! `(file_id = segment id, offset, length = record length, aux = 0)`.
 //!
 //! # The segment table
-//! [`Table`] holds, per group, its segment list, whether its last segment is
-//! sealed (GC in progress: the next append opens a fresh log segment), the
-//! bytes written to it since its last GC (the greedy GC score) and the
-//! garbage the engine reported for it. Every append finds its position here
-//! without an index lookup. The table is persisted with
-//! [`Table::encode`]:
+//! [`Table`] holds, per group, its segment list, whether it is sealed (a GC
+//! is collecting its segments: the next record placed in the group, a user's
+//! or a GC copy, opens the group's next main segment), the bytes written to
+//! it since its last GC (the greedy GC score) and the garbage the engine
+//! reported for it. Every append finds its position here without an index
+//! lookup. The table is persisted with [`Table::encode`]:
 //!
 //! ```text
 //! table := "HKVT" version:u8=1 epoch:u64 next_seg:u64
@@ -126,7 +126,8 @@ pub struct Seg {
 pub struct Group {
     /// Segment ids, oldest first; appends go to the last one.
     pub segs: Vec<u64>,
-    /// The last segment takes no more appends (a GC is collecting it).
+    /// The segments take no more appends (a GC is collecting them): the
+    /// next placement opens a fresh main segment.
     pub sealed: bool,
     /// Bytes appended since the group's last GC.
     pub write_volume: u64,
@@ -195,17 +196,14 @@ pub enum Undo {
     NewSeg(u64, bool),
 }
 
-/// A GC whose relocations may already be installed: until it commits, the
-/// persisted view of its group is `old ++ new ++ (segments appended after
-/// the seal)`, so no pointer into `new` is ever unknown after a crash.
-#[derive(Debug, Clone)]
-pub struct InFlight {
-    /// The group.
-    pub group: u32,
-    /// Length of the group's segment list when it was sealed.
-    pub old_len: usize,
-    /// Segments GC wrote for the group (ids, in order).
-    pub new: Vec<u64>,
+/// Why a placement failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlaceError {
+    /// The reserved space has no room (the store-full message).
+    Full(String),
+    /// A group lists segment `id`, which the table does not know: the
+    /// table is inconsistent.
+    Unknown(u64),
 }
 
 /// The segment table. See the module docs.
@@ -228,8 +226,6 @@ pub struct Table {
     pub journal_pos: (u64, u64),
     /// The cold data log's persisted state.
     pub cold_state: Option<Vec<u8>>,
-    /// GCs whose relocations may be installed but that have not committed.
-    pub inflight: Vec<InFlight>,
 }
 
 /// Message of the store-full error.
@@ -253,7 +249,6 @@ impl Table {
             epoch: 0,
             journal_pos: (1, 0),
             cold_state: None,
-            inflight: Vec::new(),
         }
     }
 
@@ -268,17 +263,18 @@ impl Table {
     }
 
     /// Allocates a segment for `group` able to hold `len` bytes: a main
-    /// segment when the group has none yet (`first`) and it fits, else a log
-    /// segment from the reserved space. `None` when a log segment would
-    /// leave fewer than `headroom` units free.
-    pub fn alloc(&mut self, group: u32, len: u64, first: bool, headroom: u64) -> Option<Alloc> {
-        let (kind, units, cap) = if first && len <= self.geo.main_size {
+    /// segment when one is due (`main`: the group has none yet, or a GC is
+    /// replacing its segments) and the record fits, else a log segment from
+    /// the reserved space. `None` when a log segment would leave fewer than
+    /// `headroom` units free; a main segment takes nothing from the reserve.
+    pub fn alloc(&mut self, group: u32, len: u64, main: bool, headroom: u64) -> Option<Alloc> {
+        let (kind, units, cap) = if main && len <= self.geo.main_size {
             (SegKind::Main, 0, self.geo.main_size)
         } else {
             let u = self.units_for(len);
             (SegKind::Log, u, u as u64 * self.geo.log_size)
         };
-        if units as u64 + headroom > self.free_units() {
+        if units > 0 && units as u64 + headroom > self.free_units() {
             return None;
         }
         let id = self.next_seg;
@@ -296,22 +292,30 @@ impl Table {
     }
 
     /// Places a record of `len` bytes at the end of `group`, allocating a
-    /// segment when the last one is full or sealed. Returns `(segment,
-    /// offset)`; new segments are pushed to `allocs`, undo steps to `undo`.
+    /// segment when the last one is full, or a fresh main segment when the
+    /// group is sealed (a GC is collecting its segments; the records placed
+    /// from then on, the GC's copies and new writes alike, form the group
+    /// that the GC leaves behind). A log segment is allocated only while it
+    /// leaves `headroom` units of the reserved space free. Returns
+    /// `(segment, offset)`; new segments are pushed to `allocs`, undo steps
+    /// to `undo`.
     ///
     /// # Errors
-    /// The store-full message when the reserved space is exhausted.
+    /// [`PlaceError::Full`] when the reserved space has no room;
+    /// [`PlaceError::Unknown`] when the group lists a segment the table
+    /// does not know.
     pub fn place(
         &mut self,
         group: u32,
         len: u64,
+        headroom: u64,
         allocs: &mut Vec<Alloc>,
         undo: &mut Vec<Undo>,
-    ) -> std::result::Result<(u64, u64), String> {
+    ) -> std::result::Result<(u64, u64), PlaceError> {
         let g = &self.groups[group as usize];
         if !g.sealed {
             if let Some(&last) = g.segs.last() {
-                let s = self.segs.get_mut(&last).expect("group segment in table");
+                let s = self.segs.get_mut(&last).ok_or(PlaceError::Unknown(last))?;
                 if s.len + len <= s.cap {
                     undo.push(Undo::Len(last, s.len));
                     let off = s.len;
@@ -320,16 +324,19 @@ impl Table {
                 }
             }
         }
-        let first = g.segs.is_empty();
+        let main = g.segs.is_empty() || g.sealed;
         let was_sealed = g.sealed;
-        // User writes leave GC its headroom of log segments: a GC whose
-        // victim's live data passes a main segment needs some for the copies
-        // before it frees anything.
-        let Some(mut a) = self.alloc(group, len, first, self.geo.gc_headroom()) else {
+        let Some(mut a) = self.alloc(group, len, main, headroom) else {
             let need = self.units_for(len) as u64;
-            return Err(full_message(&self.geo, self.used_units, need));
+            return Err(PlaceError::Full(full_message(
+                &self.geo,
+                self.used_units,
+                need,
+            )));
         };
-        self.segs.get_mut(&a.id).expect("just allocated").len = len;
+        if let Some(s) = self.segs.get_mut(&a.id) {
+            s.len = len;
+        }
         a.seg.len = 0;
         let g = &mut self.groups[group as usize];
         g.segs.push(a.id);
@@ -376,32 +383,38 @@ impl Table {
         true
     }
 
-    /// Ids of every segment in a group list or in flight.
+    /// Ids of every segment in a group list.
     pub fn listed(&self) -> HashSet<u64> {
-        let mut s: HashSet<u64> = self
-            .groups
+        self.groups
             .iter()
             .flat_map(|g| g.segs.iter().copied())
-            .collect();
-        for f in &self.inflight {
-            s.extend(f.new.iter().copied());
-        }
-        s
+            .collect()
     }
 
-    /// The persisted view of group `g`'s segment list (with in-flight GC
-    /// output adopted).
-    pub fn view(&self, g: u32) -> Vec<u64> {
-        let mut v = self.groups[g as usize].segs.clone();
-        for f in self.inflight.iter().filter(|f| f.group == g) {
-            let at = f.old_len.min(v.len());
-            v.splice(at..at, f.new.iter().copied());
-        }
-        v
+    /// The segment `id`; `Err(id)` when the table does not know it (a group
+    /// lists a segment that is not in the table: the table is inconsistent).
+    pub fn seg(&self, id: u64) -> std::result::Result<&Seg, u64> {
+        self.segs.get(&id).ok_or(id)
+    }
+
+    /// Group `g`'s segments with their lengths, oldest first.
+    ///
+    /// # Errors
+    /// `Err(id)` for a listed segment the table does not know.
+    pub fn group_lens(&self, g: u32) -> std::result::Result<Vec<(u64, u64)>, u64> {
+        self.groups[g as usize]
+            .segs
+            .iter()
+            .map(|&id| self.seg(id).map(|s| (id, s.len)))
+            .collect()
     }
 
     /// Encodes the table (see the module docs).
-    pub fn encode(&self) -> Vec<u8> {
+    ///
+    /// # Errors
+    /// `Err(id)` when a group lists segment `id`, which the table does not
+    /// know.
+    pub fn encode(&self) -> std::result::Result<Vec<u8>, u64> {
         let mut v = Vec::with_capacity(64 + self.groups.len() * 16);
         v.extend_from_slice(b"HKVT");
         v.push(1);
@@ -429,12 +442,11 @@ impl Table {
             }
             None => v.push(0),
         }
-        for gi in 0..self.groups.len() {
-            let segs = self.view(gi as u32);
-            put_varint64(&mut v, segs.len() as u64);
-            put_varint64(&mut v, self.groups[gi].write_volume);
-            for id in segs {
-                let s = &self.segs[&id];
+        for g in &self.groups {
+            put_varint64(&mut v, g.segs.len() as u64);
+            put_varint64(&mut v, g.write_volume);
+            for &id in &g.segs {
+                let s = self.seg(id)?;
                 put_varint64(&mut v, id);
                 v.push(s.kind.byte());
                 put_varint32(&mut v, s.units);
@@ -444,7 +456,7 @@ impl Table {
         }
         let c = mask(crc(&v));
         v.extend_from_slice(&c.to_le_bytes());
-        v
+        Ok(v)
     }
 
     /// Decodes a table; `None` when malformed.
@@ -774,17 +786,18 @@ mod tests {
         assert_eq!(geo.reserved_units, 16);
         let mut t = Table::new(geo);
         let (mut allocs, mut undo) = (Vec::new(), Vec::new());
-        let (s, o) = t.place(3, 1000, &mut allocs, &mut undo).unwrap();
+        let h = geo.gc_headroom();
+        let (s, o) = t.place(3, 1000, h, &mut allocs, &mut undo).unwrap();
         assert_eq!((o, allocs.len()), (0, 1));
         assert_eq!(allocs[0].seg.kind, SegKind::Main);
-        let (s2, o2) = t.place(3, 1000, &mut allocs, &mut undo).unwrap();
+        let (s2, o2) = t.place(3, 1000, h, &mut allocs, &mut undo).unwrap();
         assert_eq!((s2, o2), (s, 1000));
         // Overflow into a log segment.
-        let (s3, o3) = t.place(3, 64 << 10, &mut allocs, &mut undo).unwrap();
+        let (s3, o3) = t.place(3, 64 << 10, h, &mut allocs, &mut undo).unwrap();
         assert_ne!(s3, s);
         assert_eq!(o3, 0);
         assert_eq!(t.used_units, 4);
-        let enc = t.encode();
+        let enc = t.encode().unwrap();
         let d = Table::decode(&enc).unwrap();
         assert_eq!(d.groups[3].segs, t.groups[3].segs);
         assert_eq!(d.segs, t.segs);
@@ -796,6 +809,54 @@ mod tests {
         let mut bad = enc.clone();
         bad[10] ^= 1;
         assert!(Table::decode(&bad).is_none());
+    }
+
+    #[test]
+    fn a_sealed_group_continues_in_a_fresh_main_segment() {
+        // 4 groups of 64 KiB, 2 log segments of 16 KiB.
+        let geo = Geometry::new(288 << 10, 64 << 10, 16 << 10, 32.0 / 288.0);
+        assert_eq!((geo.groups, geo.reserved_units), (4, 2));
+        let mut t = Table::new(geo);
+        let (mut a, mut u) = (Vec::new(), Vec::new());
+        let (m1, _) = t.place(1, 60 << 10, 0, &mut a, &mut u).unwrap();
+        let (l1, _) = t.place(1, 10 << 10, 0, &mut a, &mut u).unwrap();
+        assert_eq!(
+            (t.segs[&m1].kind, t.segs[&l1].kind),
+            (SegKind::Main, SegKind::Log)
+        );
+        // Sealed, with the log segment's room unused: the next record, and
+        // those after it, go to a new main segment; the reserve is not
+        // touched, even when its headroom is all that is left.
+        t.groups[1].sealed = true;
+        u.clear();
+        let before = t.used_units;
+        let (m2, o) = t.place(1, 1000, 1, &mut a, &mut u).unwrap();
+        assert_eq!((t.segs[&m2].kind, o), (SegKind::Main, 0));
+        assert_eq!(t.place(1, 1000, 1, &mut a, &mut u).unwrap(), (m2, 1000));
+        assert_eq!(t.used_units, before);
+        assert!(!t.groups[1].sealed);
+        assert_eq!(t.groups[1].segs, vec![m1, l1, m2]);
+        // Undone in reverse: the group is sealed again.
+        t.rollback(std::mem::take(&mut u));
+        assert!(t.groups[1].sealed);
+        assert_eq!(t.groups[1].segs, vec![m1, l1]);
+        assert_eq!(t.used_units, before);
+    }
+
+    #[test]
+    fn an_inconsistent_table_is_an_error_not_a_panic() {
+        let geo = Geometry::new(256 << 10, 64 << 10, 16 << 10, 0.25);
+        let mut t = Table::new(geo);
+        t.groups[2].segs.push(41);
+        t.next_seg = 42;
+        let (mut a, mut u) = (Vec::new(), Vec::new());
+        assert_eq!(
+            t.place(2, 100, 0, &mut a, &mut u),
+            Err(PlaceError::Unknown(41))
+        );
+        assert_eq!(t.encode(), Err(41));
+        assert_eq!(t.group_lens(2), Err(41));
+        assert_eq!(t.group_lens(1), Ok(vec![]));
     }
 
     #[test]
@@ -820,12 +881,12 @@ mod tests {
         let (mut a, mut u) = (Vec::new(), Vec::new());
         let mut err = None;
         for _ in 0..100 {
-            if let Err(e) = t.place(0, 10 << 10, &mut a, &mut u) {
+            if let Err(e) = t.place(0, 10 << 10, 0, &mut a, &mut u) {
                 err = Some(e);
                 break;
             }
         }
-        assert!(err.unwrap().contains("full"));
+        assert!(matches!(err, Some(PlaceError::Full(m)) if m.contains("full")));
         assert_eq!(t.used_units, geo.reserved_units);
     }
 }
