@@ -1160,22 +1160,26 @@ impl DbInner {
         Ok(r)
     }
 
-    /// Runs one value-store GC step. A failure poisons the database: the
-    /// step may have failed in an fsync, after which retrying is unsafe, or
-    /// left its copies half installed. A panic in the layout's GC is turned
-    /// into an error, so the thread that ran it (a writer, `Db::gc` or the
-    /// GC thread) reports it instead of dying silently.
+    /// Runs one value-store GC step. The parts GC writes through decide
+    /// what a failure means: a failed WAL write, index sync or manifest
+    /// edit poisons the database (`relocate`, `make_durable`,
+    /// `persist_state`), and a layout whose own write or fsync failed
+    /// refuses every later append and sync, since retrying an fsync after a
+    /// failure is unsafe. Other failures (a segment that could not be
+    /// removed, damage found in the scanned range) leave the store as it was
+    /// and may be retried. A panic in the layout's GC leaves its state
+    /// unknown: it poisons the database and is reported as an error, so the
+    /// thread that ran it (a writer, `Db::gc` or the GC thread) does not die
+    /// silently.
     fn gc_step(&self) -> Result<GcOutcome> {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.vstore.gc_step(self, self)
         }))
-        .unwrap_or_else(|_| Err(Error::Poisoned("value-store GC panicked".into())));
-        if let Err(e) = &r {
-            if !matches!(e, Error::Closed) {
-                self.set_poison(e);
-            }
-        }
-        r
+        .unwrap_or_else(|_| {
+            let e = Error::Poisoned("value-store GC panicked".into());
+            self.set_poison(&e);
+            Err(e)
+        })
     }
 
     /// Background value-store GC: runs steps while the estimated garbage
@@ -1204,10 +1208,14 @@ impl DbInner {
                     Ok(out) if out.did_work => {}
                     Ok(_) => break,
                     Err(Error::Closed) => return,
-                    Err(e) => {
+                    // A failure that poisoned the database ends background
+                    // GC; any other (a segment that could not be removed)
+                    // is retried at the next round.
+                    Err(e) if self.poison.lock().is_some() => {
                         self.bg.lock().error = Some(e);
                         return;
                     }
+                    Err(_) => break,
                 }
             }
         }
