@@ -185,6 +185,14 @@ const REGRESSIONS: &[(Target, &str)] = &[
          0000000000040000000020000000000000000800000000000008000000000000\
          00000186ff010100008040921600ac8b02008de20300ccc601d010aa9f",
     ),
+    // A group whose write volume is near 2^64: the next append to it
+    // overflowed the counter (hashkv_table fuzz target).
+    (
+        Target::HashkvTable,
+        "484b5654014f0000000000001001000000000000000100000000000000000000\
+         0000000000020000000020000000484b5654015c000000000008000000000000\
+         000000ffffffffffffffffff0100ac8b0265c1c82f",
+    ),
 ];
 
 fn unhex(s: &str) -> Vec<u8> {
