@@ -63,8 +63,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Largest segment id (and next id) a persisted table or journal may hold:
-/// far beyond any real store, far from overflow.
+/// Largest segment id, next id, epoch and journal number a persisted table
+/// or journal may hold: far beyond any real store, far from overflow.
 pub const MAX_SEG_ID: u64 = 1 << 48;
 
 /// Largest byte count (segment size, capacity or length, write volume) a
@@ -479,14 +479,17 @@ impl Table {
             log_size: u64f(&mut src)?,
             reserved_units: u64f(&mut src)?,
         };
-        // Ids count up from 1, one per allocation, and sizes are far below
-        // 2^48: larger values are damage, and adding to them would overflow.
+        // Ids, epochs and journal numbers count up from 1, and sizes are far
+        // below 2^48: larger values are damage, and adding to them would
+        // overflow.
         if groups == 0
             || geo.main_size == 0
             || geo.log_size == 0
             || geo.main_size > MAX_SEG_BYTES
             || geo.log_size > MAX_SEG_BYTES
             || next_seg > MAX_SEG_ID
+            || epoch > MAX_SEG_ID
+            || journal_pos.0 > MAX_SEG_ID
         {
             return None;
         }
