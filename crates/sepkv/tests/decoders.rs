@@ -202,6 +202,27 @@ const REGRESSIONS: &[(Target, &str)] = &[
          000001e1000001000000000000000007000000d000000000000000000000f0d5\
          03694a0d79",
     ),
+    // Write-journal allocations and GC output with segment ids near 2^64,
+    // and a record placed at an offset near 2^64: replay overflowed the next
+    // segment id (the first found by the hashkv_journal fuzz target, which
+    // made the next allocation overflow), the record's end, and the id
+    // after adopted GC output.
+    (
+        Target::HashkvJournal,
+        "012e00010101feffffffffffffffff01012e0000",
+    ),
+    (
+        Target::HashkvJournal,
+        "011200010100ffffffffffffffffff010000804000",
+    ),
+    (
+        Target::HashkvJournal,
+        "011f0001010001000080400101faffffffffffffffff010a07070707070707070707",
+    ),
+    (
+        Target::HashkvJournal,
+        "00160002070100010101ffffffffffffffffff010101801000010900010100010000804000",
+    ),
 ];
 
 fn unhex(s: &str) -> Vec<u8> {

@@ -38,8 +38,13 @@
 //! group, after its old segments (`old ++ new ++ later`), when the old ones
 //! are still listed: the index may point into either, and a later GC keeps
 //! whichever the index uses. `done` marks the GC free.
+//!
+//! Decoding refuses segment ids (of allocations and GC output) above
+//! [`MAX_SEG_ID`] and capacities, lengths and offsets above
+//! [`MAX_SEG_BYTES`]: such an entry is damage, and replaying it would
+//! overflow the counters derived from it.
 
-use super::segment::{Alloc, Seg, SegKind};
+use super::segment::{Alloc, Seg, SegKind, MAX_SEG_BYTES, MAX_SEG_ID};
 use crate::format::coding::{get_varint32, get_varint64, put_varint32, put_varint64};
 use std::path::{Path, PathBuf};
 
@@ -78,8 +83,16 @@ fn put_seg(v: &mut Vec<u8>, id: u64, s: &Seg) {
     put_varint64(v, s.cap);
 }
 
+/// Reads a byte count (segment capacity, length or offset) within
+/// [`MAX_SEG_BYTES`]: larger ones are damage, and would overflow as the
+/// store adds to them.
+fn get_bytes_count(src: &mut &[u8]) -> Option<u64> {
+    get_varint64(src).filter(|&n| n <= MAX_SEG_BYTES)
+}
+
 fn get_seg(src: &mut &[u8], group: u32) -> Option<(u64, Seg)> {
-    let id = get_varint64(src)?;
+    // Ids above the bound would overflow the next id derived from them.
+    let id = get_varint64(src).filter(|&id| id <= MAX_SEG_ID)?;
     let (&k, r) = src.split_first()?;
     *src = r;
     Some((
@@ -88,7 +101,7 @@ fn get_seg(src: &mut &[u8], group: u32) -> Option<(u64, Seg)> {
             group,
             kind: SegKind::from_byte(k)?,
             units: get_varint32(src)?,
-            cap: get_varint64(src)?,
+            cap: get_bytes_count(src)?,
             len: 0,
         },
     ))
@@ -188,7 +201,7 @@ pub fn decode(payload: &[u8]) -> Option<Entry<'_>> {
             for _ in 0..n {
                 places.push(Place {
                     seg: get_varint64(&mut src)?,
-                    off: get_varint64(&mut src)?,
+                    off: get_bytes_count(&mut src)?,
                     len: get_varint32(&mut src)?,
                 });
             }
@@ -216,7 +229,7 @@ pub fn decode(payload: &[u8]) -> Option<Entry<'_>> {
                 let mut new = Vec::new();
                 for _ in 0..nnew {
                     let (sid, mut s) = get_seg(&mut src, group)?;
-                    s.len = get_varint64(&mut src)?;
+                    s.len = get_bytes_count(&mut src)?;
                     new.push((sid, s));
                 }
                 groups.push(GroupIntent { group, old, new });
@@ -285,5 +298,17 @@ mod tests {
         }
         assert!(matches!(decode(&encode_done(5)), Some(Entry::Done(5))));
         assert!(decode(&e[..e.len() - 1]).is_none());
+        // Ids and offsets near 2^64 are damage.
+        let far = Alloc {
+            id: u64::MAX - 1,
+            seg: seg.clone(),
+        };
+        assert!(decode(&encode_write(&[far], &[], b"")).is_none());
+        let far = Place {
+            seg: 9,
+            off: u64::MAX - 5,
+            len: 3,
+        };
+        assert!(decode(&encode_write(&[], &[far], b"abc")).is_none());
     }
 }
