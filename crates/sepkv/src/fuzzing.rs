@@ -453,44 +453,57 @@ pub fn hashkv_table(data: &[u8]) -> Result<usize> {
     Ok(groups)
 }
 
-/// Replays HashKV journals: `data` is `gc_len:u16le`, then that many bytes
-/// of GC journal, then the write journal (both files of records framed as
-/// the WAL is). The entries are decoded one by one, then a store is opened
-/// over the two files (journal replay). Returns the number of entries.
+/// Replays HashKV journals. `data` is a list of journal entries, each
+/// `journal:u8 len:u16le payload[len]` (the last one may be cut short): an
+/// even `journal` appends the payload to the GC journal, an odd one to the
+/// write journal, each framed as the engine frames it (damage to the framing
+/// itself is [`log_records`]' business). Every entry is decoded, then a
+/// store is opened over the two journals, which replays them. Returns the
+/// number of entries.
 ///
 /// # Errors
-/// `Corruption` for damaged framing or a malformed entry.
+/// `Corruption` for a malformed entry or one inconsistent with the store.
 pub fn hashkv_journal(data: &[u8]) -> Result<usize> {
-    let (gc, write) = split_journals(data);
-    let mut n = 0;
-    for (name, log) in [(journal::GC_JOURNAL, gc), ("000001.hjnl", write)] {
+    let (gc, write, n) = frame_journals(data);
+    for (name, log) in [(journal::GC_JOURNAL, &gc), ("000001.hjnl", &write)] {
         let path = Path::new(name);
         let mut r = RecordReader::new(log, path);
         while let Some((off, rec)) = r.next_record()? {
             if journal::decode(rec).is_none() {
                 return Err(Error::corruption(path, off, "malformed journal entry"));
             }
-            n += 1;
         }
     }
-    let fs = Arc::new(MemFs::new());
     let dir = Path::new("db");
+    let fs = mem_fs(dir)?;
     if !gc.is_empty() {
-        write_file(fs.as_ref(), &dir.join(journal::GC_JOURNAL), gc)?;
+        write_file(fs.as_ref(), &dir.join(journal::GC_JOURNAL), &gc)?;
     }
-    write_file(fs.as_ref(), &journal::journal_path(dir, 1), write)?;
+    write_file(fs.as_ref(), &journal::journal_path(dir, 1), &write)?;
     let s = HashKvStore::open(dir, fs, Arc::new(IoStats::default()), hashkv_opts(), None)?;
+    match s.append(&sample_values(4, 200)) {
+        Ok(_) | Err(Error::ValueStoreFull(_)) => {}
+        Err(e) => return Err(e),
+    }
     let _ = (s.space(), s.figures());
     Ok(n)
 }
 
-fn split_journals(data: &[u8]) -> (&[u8], &[u8]) {
-    let (head, rest) = data.split_at(data.len().min(2));
-    let gc_len = match head {
-        [a, b] => u16::from_le_bytes([*a, *b]) as usize,
-        _ => 0,
-    };
-    rest.split_at(gc_len.min(rest.len()))
+/// Splits [`hashkv_journal`]'s input into the framed GC and write journals;
+/// also returns the number of entries.
+fn frame_journals(mut data: &[u8]) -> (Vec<u8>, Vec<u8>, usize) {
+    let (mut gc, mut write, mut n) = (Vec::new(), Vec::new(), 0);
+    while let Some((&which, rest)) = data.split_first() {
+        let (len, rest) = match rest {
+            [a, b, rest @ ..] => (u16::from_le_bytes([*a, *b]) as usize, rest),
+            _ => (0, &[][..]),
+        };
+        let (payload, rest) = rest.split_at(len.min(rest.len()));
+        encode_record(if which % 2 == 0 { &mut gc } else { &mut write }, payload);
+        n += 1;
+        data = rest;
+    }
+    (gc, write, n)
 }
 
 /// Decodes an `IDENTITY` file.
@@ -929,17 +942,6 @@ impl Target {
             Target::VlogRecords => seal_vlog_records(data),
             Target::HashkvRecords => seal_hashkv_records(data),
             Target::HashkvTable => seal_tail_crc(data),
-            Target::HashkvJournal => {
-                let at = data.len().min(2);
-                let gc_len = split_journals(data).0.len();
-                let mut gc = data[at..at + gc_len].to_vec();
-                let mut write = data[at + gc_len..].to_vec();
-                seal_log(&mut gc);
-                seal_log(&mut write);
-                data.truncate(at);
-                data.extend_from_slice(&gc);
-                data.extend_from_slice(&write);
-            }
             Target::Identity => seal_identity(data),
             Target::DataBlock
             | Target::IndexBlock
@@ -947,6 +949,7 @@ impl Target {
             | Target::VersionEdit
             | Target::WriteBatch
             | Target::VlogState
+            | Target::HashkvJournal
             | Target::ValuePointer => {}
         }
     }
@@ -1246,7 +1249,7 @@ fn sample_seg_table(rng: &mut Rng) -> SegTable {
     t
 }
 
-/// A GC journal and a write journal as [`hashkv_journal`] reads them.
+/// Journal entries as [`hashkv_journal`] reads them.
 fn sample_journals(rng: &mut Rng) -> Vec<u8> {
     let seg = |group: u32, kind: SegKind, units: u32| Seg {
         group,
@@ -1259,7 +1262,12 @@ fn sample_journals(rng: &mut Rng) -> Vec<u8> {
         },
         len: 0,
     };
-    let mut write = Vec::new();
+    let mut out = Vec::new();
+    let mut entry = |journal: u8, payload: Vec<u8>| {
+        out.push(journal);
+        out.extend_from_slice(&(payload.len() as u16).to_le_bytes());
+        out.extend_from_slice(&payload);
+    };
     let mut rec = Vec::new();
     hrecord::encode(&mut rec, hrecord::Kind::Value, b"key-0000", 1, b"value");
     let allocs = vec![Alloc {
@@ -1271,16 +1279,15 @@ fn sample_journals(rng: &mut Rng) -> Vec<u8> {
         off: 0,
         len: rec.len() as u32,
     }];
-    encode_record(&mut write, &journal::encode_write(&allocs, &places, &rec));
+    entry(1, journal::encode_write(&allocs, &places, &rec));
     if rng.below(2) == 0 {
         let places = vec![Place {
             seg: 1,
             off: rec.len() as u64,
             len: rec.len() as u32,
         }];
-        encode_record(&mut write, &journal::encode_write(&[], &places, &rec));
+        entry(1, journal::encode_write(&[], &places, &rec));
     }
-    let mut gc = Vec::new();
     if rng.below(2) == 0 {
         let intent = GroupIntent {
             group: 0,
@@ -1293,13 +1300,10 @@ fn sample_journals(rng: &mut Rng) -> Vec<u8> {
                 },
             )],
         };
-        encode_record(&mut gc, &journal::encode_begin(7, &[intent]));
+        entry(0, journal::encode_begin(7, &[intent]));
         if rng.below(2) == 0 {
-            encode_record(&mut gc, &journal::encode_done(7));
+            entry(0, journal::encode_done(7));
         }
     }
-    let mut out = (gc.len() as u16).to_le_bytes().to_vec();
-    out.extend_from_slice(&gc);
-    out.extend_from_slice(&write);
     out
 }

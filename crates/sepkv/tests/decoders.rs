@@ -185,6 +185,44 @@ const REGRESSIONS: &[(Target, &str)] = &[
          0000000000040000000020000000000000000800000000000008000000000000\
          00000186ff010100008040921600ac8b02008de20300ccc601d010aa9f",
     ),
+    // A group whose write volume is near 2^64: the next append to it
+    // overflowed the counter (hashkv_table fuzz target).
+    (
+        Target::HashkvTable,
+        "484b5654014f0000000000001001000000000000000100000000000000000000\
+         0000000000020000000020000000484b5654015c000000000008000000000000\
+         000000ffffffffffffffffff0100ac8b0265c1c82f",
+    ),
+    // A segment table whose write journal number is 2^64 - 1: opening the
+    // store overflowed it when starting the next journal (hashkv_table).
+    (
+        Target::HashkvTable,
+        "484b5654014f000000000000000500000000000000ffffffffffffffff000000\
+         00000000000b0000000020000000000000000800000000000000000000000000\
+         000001e1000001000000000000000007000000d000000000000000000000f0d5\
+         03694a0d79",
+    ),
+    // Write-journal allocations and GC output with segment ids near 2^64,
+    // and a record placed at an offset near 2^64: replay overflowed the next
+    // segment id (the first found by the hashkv_journal fuzz target, which
+    // made the next allocation overflow), the record's end, and the id
+    // after adopted GC output.
+    (
+        Target::HashkvJournal,
+        "012e00010101feffffffffffffffff01012e0000",
+    ),
+    (
+        Target::HashkvJournal,
+        "011200010100ffffffffffffffffff010000804000",
+    ),
+    (
+        Target::HashkvJournal,
+        "011f0001010001000080400101faffffffffffffffff010a07070707070707070707",
+    ),
+    (
+        Target::HashkvJournal,
+        "00160002070100010101ffffffffffffffffff010101801000010900010100010000804000",
+    ),
 ];
 
 fn unhex(s: &str) -> Vec<u8> {

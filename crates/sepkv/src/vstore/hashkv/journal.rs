@@ -44,8 +44,13 @@
 //! Open still adopts the new segments of a `begin` without `done` into the
 //! group, after its old segments (`old ++ new ++ later`), when the old ones
 //! are still listed, and then removes the file.
+//!
+//! Decoding refuses segment ids (of allocations and GC output) above
+//! [`MAX_SEG_ID`] and capacities, lengths and offsets above
+//! [`MAX_SEG_BYTES`]: such an entry is damage, and replaying it would
+//! overflow the counters derived from it.
 
-use super::segment::{Alloc, Seg, SegKind};
+use super::segment::{Alloc, Seg, SegKind, MAX_SEG_BYTES, MAX_SEG_ID};
 use crate::format::coding::{get_varint32, get_varint64, put_varint32, put_varint64};
 use std::path::{Path, PathBuf};
 
@@ -85,8 +90,16 @@ fn put_seg(v: &mut Vec<u8>, id: u64, s: &Seg) {
     put_varint64(v, s.cap);
 }
 
+/// Reads a byte count (segment capacity, length or offset) within
+/// [`MAX_SEG_BYTES`]: larger ones are damage, and would overflow as the
+/// store adds to them.
+fn get_bytes_count(src: &mut &[u8]) -> Option<u64> {
+    get_varint64(src).filter(|&n| n <= MAX_SEG_BYTES)
+}
+
 fn get_seg(src: &mut &[u8], group: u32) -> Option<(u64, Seg)> {
-    let id = get_varint64(src)?;
+    // Ids above the bound would overflow the next id derived from them.
+    let id = get_varint64(src).filter(|&id| id <= MAX_SEG_ID)?;
     let (&k, r) = src.split_first()?;
     *src = r;
     Some((
@@ -95,7 +108,7 @@ fn get_seg(src: &mut &[u8], group: u32) -> Option<(u64, Seg)> {
             group,
             kind: SegKind::from_byte(k)?,
             units: get_varint32(src)?,
-            cap: get_varint64(src)?,
+            cap: get_bytes_count(src)?,
             len: 0,
         },
     ))
@@ -129,7 +142,7 @@ fn get_allocs(src: &mut &[u8]) -> Option<Vec<Alloc>> {
 fn get_place(src: &mut &[u8]) -> Option<Place> {
     Some(Place {
         seg: get_varint64(src)?,
-        off: get_varint64(src)?,
+        off: get_bytes_count(src)?,
         len: get_varint32(src)?,
     })
 }
@@ -267,7 +280,7 @@ pub fn decode(payload: &[u8]) -> Option<Entry<'_>> {
                 let mut new = Vec::new();
                 for _ in 0..nnew {
                     let (sid, mut s) = get_seg(&mut src, group)?;
-                    s.len = get_varint64(&mut src)?;
+                    s.len = get_bytes_count(&mut src)?;
                     new.push((sid, s));
                 }
                 groups.push(GroupIntent { group, old, new });
@@ -360,5 +373,17 @@ mod tests {
             _ => panic!(),
         }
         assert!(decode(&c[..c.len() - 1]).is_none());
+        // Ids and offsets near 2^64 are damage.
+        let far = Alloc {
+            id: u64::MAX - 1,
+            seg: seg.clone(),
+        };
+        assert!(decode(&encode_write(&[far], &[], b"")).is_none());
+        let far = Place {
+            seg: 9,
+            off: u64::MAX - 5,
+            len: 3,
+        };
+        assert!(decode(&encode_write(&[], &[far], b"abc")).is_none());
     }
 }

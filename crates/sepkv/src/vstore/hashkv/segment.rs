@@ -63,9 +63,14 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Largest segment id (and next id) a persisted table or journal may hold:
-/// far beyond any real store, far from overflow.
+/// Largest segment id, next id, epoch and journal number a persisted table
+/// or journal may hold: far beyond any real store, far from overflow.
 pub const MAX_SEG_ID: u64 = 1 << 48;
+
+/// Largest byte count (segment size, capacity or length, write volume) a
+/// persisted table may hold: counters below it cannot overflow as appends
+/// add to them.
+pub const MAX_SEG_BYTES: u64 = 1 << 48;
 
 /// Path of segment `id`.
 pub fn seg_path(dir: &Path, id: u64) -> PathBuf {
@@ -486,9 +491,18 @@ impl Table {
             log_size: u64f(&mut src)?,
             reserved_units: u64f(&mut src)?,
         };
-        // Ids count up from 1, one per allocation: an id near 2^64 is
-        // damage, and the next allocation would overflow.
-        if groups == 0 || geo.main_size == 0 || geo.log_size == 0 || next_seg > MAX_SEG_ID {
+        // Ids, epochs and journal numbers count up from 1, and sizes are far
+        // below 2^48: larger values are damage, and adding to them would
+        // overflow.
+        if groups == 0
+            || geo.main_size == 0
+            || geo.log_size == 0
+            || geo.main_size > MAX_SEG_BYTES
+            || geo.log_size > MAX_SEG_BYTES
+            || next_seg > MAX_SEG_ID
+            || epoch > MAX_SEG_ID
+            || journal_pos.0 > MAX_SEG_ID
+        {
             return None;
         }
         let (&flag, t) = src.split_first()?;
@@ -517,6 +531,9 @@ impl Table {
         for gi in 0..groups {
             let n = get_varint64(&mut src)?;
             let wv = get_varint64(&mut src)?;
+            if wv > MAX_SEG_BYTES {
+                return None;
+            }
             t.groups[gi as usize].write_volume = wv;
             for _ in 0..n {
                 let id = get_varint64(&mut src)?;
@@ -526,7 +543,11 @@ impl Table {
                 let units = get_varint32(&mut src)?;
                 let cap = get_varint64(&mut src)?;
                 let len = get_varint64(&mut src)?;
-                if id >= next_seg || t.segs.contains_key(&id) {
+                if id >= next_seg
+                    || t.segs.contains_key(&id)
+                    || cap > MAX_SEG_BYTES
+                    || len > MAX_SEG_BYTES
+                {
                     return None;
                 }
                 t.used_units += units as u64;
