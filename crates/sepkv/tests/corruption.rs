@@ -362,7 +362,7 @@ fn sst_data_block_damage_is_reported_without_reopen() {
         .rposition(|(k, _)| damaged.contains(k))
         .unwrap();
     check_damaged_scan(
-        db.scan(None, None, false),
+        db.scan(.., false),
         &expected,
         first_bad,
         &victim,
@@ -372,7 +372,7 @@ fn sst_data_block_damage_is_reported_without_reopen() {
     let mut reversed = expected.clone();
     reversed.reverse();
     check_damaged_scan(
-        db.scan(None, None, true),
+        db.scan(.., true),
         &reversed,
         n - 1 - last_bad,
         &victim,
@@ -406,7 +406,7 @@ fn sst_data_block_damage_is_reported_without_reopen() {
     let from = layout.block_keys[b + 1][0].clone();
     let start = expected.iter().position(|(k, _)| *k == from).unwrap();
     let got: Vec<_> = db
-        .scan(Some(&from), None, false)
+        .scan(&from[..].., false)
         .unwrap()
         .collect::<Result<_>>()
         .unwrap();
@@ -518,7 +518,7 @@ fn sst_bit_flips_anywhere_in_a_table_are_caught_after_reopen() {
         let first_bad = expected.iter().position(|(k, _)| hit.contains(k)).unwrap();
         let last_bad = expected.iter().rposition(|(k, _)| hit.contains(k)).unwrap();
         check_damaged_scan(
-            db.scan(None, None, false),
+            db.scan(.., false),
             &expected,
             first_bad,
             &victim,
@@ -528,7 +528,7 @@ fn sst_bit_flips_anywhere_in_a_table_are_caught_after_reopen() {
         let mut reversed = expected.clone();
         reversed.reverse();
         check_damaged_scan(
-            db.scan(None, None, true),
+            db.scan(.., true),
             &reversed,
             expected.len() - 1 - last_bad,
             &victim,
@@ -547,11 +547,7 @@ fn sst_bit_flips_anywhere_in_a_table_are_caught_after_reopen() {
     let rep = db.verify().unwrap();
     assert!(rep.faults.is_empty(), "{:?}", rep.faults);
     assert_eq!(rep.tables, 3);
-    let got: Vec<_> = db
-        .scan(None, None, false)
-        .unwrap()
-        .collect::<Result<_>>()
-        .unwrap();
+    let got: Vec<_> = db.scan(.., false).unwrap().collect::<Result<_>>().unwrap();
     assert_eq!(got, expected);
 }
 
@@ -582,7 +578,7 @@ fn compaction_over_a_damaged_table_fails_and_loses_nothing() {
     let r = layout.data_region(layout.block_keys.len() / 2);
     fs.corrupt(&victim, r.start + 7, 0x02).unwrap();
 
-    let e = db.compact_range(None, None).unwrap_err();
+    let e = db.compact_range(..).unwrap_err();
     match &e {
         Error::Corruption { file, .. } => assert_eq!(file, &victim),
         Error::Poisoned(m) => assert!(m.contains(victim.to_str().unwrap()), "{m}"),
@@ -611,19 +607,11 @@ fn compaction_over_a_damaged_table_fails_and_loses_nothing() {
     db.close().unwrap();
     fs.corrupt(&victim, r.start + 7, 0x02).unwrap();
     let db = Db::open(dir(), o()).unwrap();
-    let got: Vec<_> = db
-        .scan(None, None, false)
-        .unwrap()
-        .collect::<Result<_>>()
-        .unwrap();
+    let got: Vec<_> = db.scan(.., false).unwrap().collect::<Result<_>>().unwrap();
     assert_eq!(got, all_entries(0..n));
-    db.compact_range(None, None).unwrap();
+    db.compact_range(..).unwrap();
     assert!(db.verify().unwrap().faults.is_empty());
-    let got: Vec<_> = db
-        .scan(None, None, false)
-        .unwrap()
-        .collect::<Result<_>>()
-        .unwrap();
+    let got: Vec<_> = db.scan(.., false).unwrap().collect::<Result<_>>().unwrap();
     assert_eq!(got, all_entries(0..n));
 }
 
@@ -740,7 +728,7 @@ fn sst_truncated_or_missing_is_an_error_not_a_miss() {
             );
         }
     }
-    let mut scan = db.scan(None, None, false).unwrap();
+    let mut scan = db.scan(.., false).unwrap();
     let e = scan
         .find_map(|r| r.err())
         .expect("the scan must report the missing table");
@@ -799,7 +787,7 @@ fn open_expecting_prefix(fs: &FaultFs, present: usize, what: &str) -> Db {
         let want = (i < present).then(|| value(i));
         assert_eq!(db.get(&key(i)).unwrap(), want, "{what}: key {i}");
     }
-    let n = db.scan(Some(b"key"), Some(b"kez"), false).unwrap().count();
+    let n = db.scan(b"key"..b"kez", false).unwrap().count();
     assert_eq!(n, present, "{what}: scan");
     db
 }
@@ -1086,7 +1074,7 @@ fn check_all_keys(db: &Db, n: usize) {
     for i in 0..n {
         assert_eq!(db.get(&key(i)).unwrap(), Some(value(i)), "key {i}");
     }
-    assert_eq!(db.scan(None, None, false).unwrap().count(), n);
+    assert_eq!(db.scan(.., false).unwrap().count(), n);
 }
 
 /// A flipped bit anywhere in a manifest record but the last makes `open`

@@ -93,10 +93,7 @@ fn run_seed(preset: (Preset, bool), seed: u64) -> Result<(), String> {
             apply(&mut base, w);
         }
         pending.clear();
-        let got: Result<Vec<_>, _> = db
-            .scan(None, None, false)
-            .map_err(|e| e.to_string())?
-            .collect();
+        let got: Result<Vec<_>, _> = db.scan(.., false).map_err(|e| e.to_string())?.collect();
         let got = got.map_err(|e| format!("cycle {cycle}: scan failed: {e}"))?;
         if got.len() != base.len()
             || got

@@ -202,11 +202,7 @@ fn hot_cold_separation_moves_cold_values_and_tags_them() {
         let want = value(i, if i < 60 { 0 } else { 2 });
         assert_eq!(db.get(&key(i)).unwrap(), Some(want), "key {i}");
     }
-    let scanned: Vec<_> = db
-        .scan(None, None, false)
-        .unwrap()
-        .map(|r| r.unwrap())
-        .collect();
+    let scanned: Vec<_> = db.scan(.., false).unwrap().map(|r| r.unwrap()).collect();
     assert_eq!(scanned.len(), 120);
     assert!(db.verify().unwrap().faults.is_empty());
     db.close().unwrap();
@@ -304,7 +300,7 @@ fn reopen_keeps_data_and_the_geometry_it_was_created_with() {
         assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 0)));
     }
     let got: Vec<_> = db
-        .scan(Some(&key(10)), Some(&key(20)), false)
+        .scan(key(10)..key(20), false)
         .unwrap()
         .map(|r| r.unwrap())
         .collect();
@@ -632,7 +628,7 @@ fn read_ahead_hints_of_a_scan(device: bool) -> u64 {
     }
     let before = will_need.load(Ordering::Relaxed);
     let got: Vec<_> = db
-        .scan(Some(&key(20)), Some(&key(80)), false)
+        .scan(key(20)..key(80), false)
         .unwrap()
         .map(|r| r.unwrap())
         .collect();

@@ -111,11 +111,11 @@ fn gc_frees_space_on_disk() {
             db.put(&key(i), &value(i, round)).unwrap();
         }
     }
-    db.compact_range(None, None).unwrap();
+    db.compact_range(..).unwrap();
     let before = db.stats().unwrap().disk_bytes;
     let rep = db.gc(None).unwrap();
     assert!(rep.bytes_freed > 0, "{rep:?}");
-    db.compact_range(None, None).unwrap();
+    db.compact_range(..).unwrap();
     let after = db.stats().unwrap().disk_bytes;
     let live = (N * (1000 + 9)) as u64;
     assert!(after < before, "before {before} after {after}");
