@@ -254,8 +254,8 @@ mod tests {
     fn rejects_bad_keys() {
         let mut b = WriteBatch::new();
         assert!(b.put(b"", b"v").is_err());
-        assert!(b.put(&vec![0; MAX_KEY_SIZE + 1], b"v").is_err());
-        assert!(b.put(b"k", &vec![0; MAX_VALUE_SIZE + 1]).is_err());
+        assert!(b.put(vec![0; MAX_KEY_SIZE + 1], b"v").is_err());
+        assert!(b.put(b"k", vec![0; MAX_VALUE_SIZE + 1]).is_err());
         assert!(b.is_empty());
     }
 }

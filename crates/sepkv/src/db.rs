@@ -161,11 +161,14 @@ struct DbInner {
 ///
 /// # Examples
 /// ```
-/// let dir = tempfile::tempdir().unwrap();
-/// let db = sepkv::Db::open(dir.path(), sepkv::Options::default()).unwrap();
-/// db.put(b"hello", b"world").unwrap();
-/// assert_eq!(db.get(b"hello").unwrap(), Some(b"world".to_vec()));
-/// db.close().unwrap();
+/// let dir = std::env::temp_dir().join(format!("sepkv-doc-db-{}", std::process::id()));
+/// # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
+/// let db = sepkv::Db::open(&dir, sepkv::Options::default())?;
+/// db.put("hello", "world")?;
+/// assert_eq!(db.get("hello")?, Some(b"world".to_vec()));
+/// db.close()?;
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// # Ok::<(), sepkv::Error>(())
 /// ```
 pub struct Db {
     inner: Arc<DbInner>,
@@ -315,6 +318,7 @@ impl Db {
     /// ```
     /// use sepkv::{Db, Options, Preset};
     /// let dir = std::env::temp_dir().join(format!("sepkv-doc-open-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
     /// let db = Db::open(&dir, Options::preset(Preset::WiscKey))?;
     /// db.put("k", "v")?;
     /// db.close()?;
@@ -546,6 +550,7 @@ impl Db {
     ///
     /// ```
     /// let dir = std::env::temp_dir().join(format!("sepkv-doc-options-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
     /// let db = sepkv::Db::open(&dir, sepkv::Options::default())?;
     /// assert_eq!(db.options().index, Some(sepkv::IndexKind::Lsm));
     /// assert_eq!(db.options().value_layout, Some(sepkv::ValueLayout::Inline));
@@ -703,6 +708,7 @@ impl Db {
     /// # Examples
     /// ```
     /// # let dir = std::env::temp_dir().join(format!("sepkv-doc-mget-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
     /// let db = sepkv::Db::open(&dir, sepkv::Options::default())?;
     /// db.put("a", "1")?;
     /// db.put("c", "3")?;
@@ -869,6 +875,7 @@ impl Db {
     /// # Examples
     /// ```
     /// # let dir = std::env::temp_dir().join(format!("sepkv-doc-iterrange-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
     /// let db = sepkv::Db::open(&dir, sepkv::Options::default())?;
     /// for k in ["a", "b", "c"] {
     ///     db.put(k, k)?;
@@ -948,6 +955,7 @@ impl Db {
     /// # Examples
     /// ```
     /// # let dir = std::env::temp_dir().join(format!("sepkv-doc-scan-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
     /// let db = sepkv::Db::open(&dir, sepkv::Options::default())?;
     /// for (k, v) in [("a", "1"), ("b", "2"), ("c", "3")] {
     ///     db.put(k, v)?;
@@ -1041,6 +1049,7 @@ impl Db {
     /// # Examples
     /// ```
     /// # let dir = std::env::temp_dir().join(format!("sepkv-doc-compact-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
     /// let db = sepkv::Db::open(&dir, sepkv::Options::default())?;
     /// db.put("a", "1")?;
     /// db.flush()?;
@@ -1165,6 +1174,15 @@ impl Db {
         *self.inner.writer.lock() = None;
         *self.inner.lock.lock() = None;
         res
+    }
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db")
+            .field("path", &self.inner.dir)
+            .field("options", &self.inner.opts)
+            .finish_non_exhaustive()
     }
 }
 

@@ -10,6 +10,7 @@
 //! use sepkv::{Db, Options, Preset, WriteBatch, WriteOptions};
 //!
 //! let dir = std::env::temp_dir().join(format!("sepkv-example-{}", std::process::id()));
+//! # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
 //! let db = Db::open(&dir, Options::preset(Preset::WiscKey))?;
 //! db.put("user:1", "alice")?;
 //! let mut batch = WriteBatch::new();

@@ -17,6 +17,7 @@ use std::ops::{Bound, Range, RangeFrom, RangeFull, RangeInclusive, RangeTo, Rang
 /// # Examples
 /// ```
 /// # let dir = std::env::temp_dir().join(format!("sepkv-doc-range-{}", std::process::id()));
+/// # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
 /// let db = sepkv::Db::open(&dir, sepkv::Options::default())?;
 /// for k in ["a", "b", "c", "d"] {
 ///     db.put(k, "v")?;

@@ -69,6 +69,7 @@ impl Drop for SnapshotPin {
 /// # Examples
 /// ```
 /// # let dir = std::env::temp_dir().join(format!("sepkv-doc-snapshot-{}", std::process::id()));
+/// # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
 /// let db = sepkv::Db::open(&dir, sepkv::Options::default())?;
 /// db.put("a", "1")?;
 /// let snap = db.snapshot()?;
@@ -138,6 +139,7 @@ impl<'a> Snapshot<'a> {
     ///
     /// ```
     /// # let dir = std::env::temp_dir().join(format!("sepkv-doc-snapmget-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
     /// let db = sepkv::Db::open(&dir, sepkv::Options::default())?;
     /// db.put("a", "1")?;
     /// let snap = db.snapshot()?;
@@ -179,6 +181,7 @@ impl<'a> Snapshot<'a> {
     ///
     /// ```
     /// # let dir = std::env::temp_dir().join(format!("sepkv-doc-snapiter-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
     /// let db = sepkv::Db::open(&dir, sepkv::Options::default())?;
     /// db.put("a", "1")?;
     /// db.put("b", "1")?;

@@ -125,7 +125,7 @@ fn invalid_keys_and_values_are_rejected_and_the_database_keeps_working() {
     drop(long_value);
     // The limits themselves are accepted.
     let mut b = WriteBatch::new();
-    b.put(&vec![b'k'; MAX_KEY_SIZE], &vec![0u8; MAX_VALUE_SIZE])
+    b.put(vec![b'k'; MAX_KEY_SIZE], vec![0u8; MAX_VALUE_SIZE])
         .unwrap();
     assert_eq!(b.len(), 1);
     drop(b);
@@ -715,7 +715,7 @@ fn write_keys(
 ) {
     for i in from..from + n {
         let mut b = WriteBatch::new();
-        b.put(&key(i), &value(i)).unwrap();
+        b.put(key(i), value(i)).unwrap();
         db.write(
             &b,
             WriteOptions {
@@ -788,13 +788,13 @@ fn enospc_on_a_wal_append_poisons_and_loses_no_acknowledged_write() {
     assert!(contents(&db) == model);
     // Writes now fail with Poisoned, even ones that would fit.
     assert_poisoned(db.put(b"s", b"t"), "small put");
-    assert_poisoned(db.delete(&key(3)), "delete");
+    assert_poisoned(db.delete(key(3)), "delete");
     assert_poisoned(db.write(&b, WriteOptions { sync: true }), "synced write");
     assert_poisoned(db.flush(), "flush");
     assert_poisoned(db.compact_range(..), "compact_range");
     fs.set_space_limit(None);
     assert_poisoned(db.put(b"s", b"t"), "put once space is back");
-    assert_eq!(db.get(&key(3)).unwrap(), Some(value(3)));
+    assert_eq!(db.get(key(3)).unwrap(), Some(value(3)));
 
     db.close().unwrap();
     let db = Db::open(dir(), fault_opts(&fs)).unwrap();
@@ -813,7 +813,7 @@ fn enospc_then_crash_keeps_every_synced_write() {
     write_keys(&db, &mut model, 0, 195, 10); // key 190 is the last synced one
     write_keys(&db, &mut model, 195, 5, usize::MAX);
     fs.set_space_limit(Some(usage(&fs)));
-    let e = db.put(b"failed", &[b'x'; 500]).unwrap_err();
+    let e = db.put(b"failed", [b'x'; 500]).unwrap_err();
     assert!(e.is_no_space(), "{e:?}");
     assert_poisoned(db.put(b"s", b"t"), "put after ENOSPC");
     fs.crash();
@@ -859,7 +859,7 @@ fn failing_background_flush_poisons_and_reopen_recovers() {
         let mut i = 100;
         let e = loop {
             assert!(i < 100_000, "{what}: writes never failed");
-            match db.put(&key(i), &value(i)) {
+            match db.put(key(i), value(i)) {
                 Ok(()) => {
                     model.insert(key(i), value(i));
                     i += 1;
@@ -969,7 +969,7 @@ fn check_keys(db: &Db, n: usize, what: &str) {
     let want: BTreeMap<_, _> = (0..n).map(|i| (key(i), value(i))).collect();
     assert!(contents(db) == want, "{what}: contents differ");
     for i in (0..n).step_by(13) {
-        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i)), "{what}: key {i}");
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i)), "{what}: key {i}");
     }
 }
 

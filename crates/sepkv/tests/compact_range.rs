@@ -70,7 +70,11 @@ fn delete_then_compact_leaves_no_tombstone_and_no_level0_file() {
         // Nothing left to drop: a second call rewrites the bottommost
         // file (it cannot know the file is clean) and drops nothing.
         let again = db.compact_range(..).unwrap();
-        assert_eq!((again.files_in, again.files_out), (1, 1), "{preset}: {again:?}");
+        assert_eq!(
+            (again.files_in, again.files_out),
+            (1, 1),
+            "{preset}: {again:?}"
+        );
         assert_eq!(again.dropped, 0, "{preset}: {again:?}");
         db.close().unwrap();
         let db = Db::open(dir, o()).unwrap();

@@ -96,11 +96,11 @@ fn run(preset: (Preset, bool), ops: Vec<Op>) -> Result<(), TestCaseError> {
         for op in ops.by_ref() {
             match op {
                 Op::Put(k, v) => {
-                    db.put(&key(k), &value(k, v)).unwrap();
+                    db.put(key(k), value(k, v)).unwrap();
                     model.insert(key(k), value(k, v));
                 }
                 Op::Delete(k) => {
-                    db.delete(&key(k)).unwrap();
+                    db.delete(key(k)).unwrap();
                     model.remove(&key(k));
                 }
                 Op::Batch(entries) => {
@@ -108,11 +108,11 @@ fn run(preset: (Preset, bool), ops: Vec<Op>) -> Result<(), TestCaseError> {
                     for (k, v) in &entries {
                         match v {
                             Some(v) => {
-                                b.put(&key(*k), &value(*k, *v)).unwrap();
+                                b.put(key(*k), value(*k, *v)).unwrap();
                                 model.insert(key(*k), value(*k, *v));
                             }
                             None => {
-                                b.delete(&key(*k)).unwrap();
+                                b.delete(key(*k)).unwrap();
                                 model.remove(&key(*k));
                             }
                         }
@@ -126,7 +126,7 @@ fn run(preset: (Preset, bool), ops: Vec<Op>) -> Result<(), TestCaseError> {
                     .unwrap();
                 }
                 Op::Get(k) => {
-                    prop_assert_eq!(db.get(&key(k)).unwrap(), model.get(&key(k)).cloned())
+                    prop_assert_eq!(db.get(key(k)).unwrap(), model.get(&key(k)).cloned())
                 }
                 Op::Snapshot => {
                     if snaps.len() >= 8 {
@@ -140,7 +140,7 @@ fn run(preset: (Preset, bool), ops: Vec<Op>) -> Result<(), TestCaseError> {
                             snapshot: Some(s),
                             ..Default::default()
                         };
-                        prop_assert_eq!(db.get_opt(&ro, &key(k)).unwrap(), m.get(&key(k)).cloned());
+                        prop_assert_eq!(db.get_opt(&ro, key(k)).unwrap(), m.get(&key(k)).cloned());
                         let got: Vec<_> = db
                             .iter(&ro)
                             .map(|it| {

@@ -122,7 +122,8 @@ fn keys_and_values_are_anything_byte_like() {
     db.delete(b"array").unwrap();
     assert_eq!(db.get("str").unwrap(), None);
     assert_eq!(db.get(String::from("string")).unwrap(), Some(b"b".to_vec()));
-    assert_eq!(db.get(b"vec".to_vec()).unwrap(), Some(b"d".to_vec()));
+    let owned: Vec<u8> = b"vec".to_vec();
+    assert_eq!(db.get(owned).unwrap(), Some(b"d".to_vec()));
     assert_eq!(db.get("batch").unwrap(), Some(vec![1, 2, 3]));
     let mut it = db.iter(&ReadOptions::default()).unwrap();
     it.seek("s");
