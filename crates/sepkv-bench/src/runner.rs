@@ -722,7 +722,11 @@ impl EngineRun<'_> {
         let stream = self.next_stream();
         self.measure(workload, "run", |r| {
             let eng = r.engine.as_deref().ok_or_else(no_engine)?;
-            let pb = Progress::new(cfg.progress, ops, &format!("{} {}", eng.label(), workload));
+            let pb = Progress::new(
+                cfg.progress,
+                ops,
+                &format!("{} {workload}/run", eng.label()),
+            );
             let out = parallel(cfg.threads, ops, |t, range| {
                 let mut rng = rng(cfg.seed, stream + t as u64);
                 let mut key = Vec::with_capacity(cfg.key_size);
@@ -753,7 +757,7 @@ impl EngineRun<'_> {
         let cfg = self.cfg;
         self.measure(workload, "run", |r| {
             let eng = r.engine.as_deref().ok_or_else(no_engine)?;
-            let pb = Progress::new(cfg.progress, ops, &format!("{} {}", eng.label(), workload));
+            let pb = Progress::new(cfg.progress, ops, &format!("{} {workload}/run", eng.label()));
             let mut out = parallel(cfg.threads, ops, |_, range| {
                 let mut start: Vec<u8> = Vec::new();
                 let mut res = ScanResult::default();
@@ -803,7 +807,11 @@ impl EngineRun<'_> {
         let stream = self.next_stream();
         self.measure(workload, "run", |r| {
             let eng = r.engine.as_deref().ok_or_else(no_engine)?;
-            let pb = Progress::new(cfg.progress, ops, &format!("{} {}", eng.label(), workload));
+            let pb = Progress::new(
+                cfg.progress,
+                ops,
+                &format!("{} {workload}/run", eng.label()),
+            );
             let out = parallel(cfg.threads, ops, |t, range| {
                 let mut rng = rng(cfg.seed, stream + t as u64);
                 let mut key = Vec::with_capacity(cfg.key_size);
@@ -839,7 +847,7 @@ impl EngineRun<'_> {
         self.measure(workload, "run", |r| {
             let eng = r.engine.as_deref().ok_or_else(no_engine)?;
             let (dense, values) = (&r.dense, &r.values);
-            let pb = Progress::new(cfg.progress, ops, &format!("{} {}", eng.label(), workload));
+            let pb = Progress::new(cfg.progress, ops, &format!("{} {workload}/run", eng.label()));
             let stop = AtomicBool::new(false);
             let (readers, writer) = std::thread::scope(|s| {
                 let writer = s.spawn(|| -> Result<Outcome> {
@@ -909,7 +917,11 @@ impl EngineRun<'_> {
             let eng = r.engine.as_deref().ok_or_else(no_engine)?;
             let dense = &r.dense;
             let perm = Permutation::new(num, cfg.seed ^ stream);
-            let pb = Progress::new(cfg.progress, ops, &format!("{} {}", eng.label(), workload));
+            let pb = Progress::new(
+                cfg.progress,
+                ops,
+                &format!("{} {workload}/run", eng.label()),
+            );
             let out = parallel(cfg.threads, ops, |_, range| {
                 let mut key = Vec::with_capacity(cfg.key_size);
                 let mut o = Outcome::default();
@@ -988,7 +1000,11 @@ impl EngineRun<'_> {
         self.measure(workload, "run", |r| {
             let eng = r.engine.as_deref().ok_or_else(no_engine)?;
             let (dense, values) = (&r.dense, &r.values);
-            let pb = Progress::new(cfg.progress, ops, &format!("{} {}", eng.label(), workload));
+            let pb = Progress::new(
+                cfg.progress,
+                ops,
+                &format!("{} {workload}/run", eng.label()),
+            );
             let out = parallel(cfg.threads, ops, |t, range| {
                 let mut gen = YcsbGenerator::new(spec, records, ops, &seq);
                 let mut rng = rng(cfg.seed, stream + t as u64);

@@ -392,9 +392,6 @@ fn print_stats(s: &sepkv::DbStats, out: &mut impl Write) -> std::io::Result<()> 
             v.garbage_ratio(),
             v.file_bytes
         )?;
-        for (k, val) in &s.value_store_figures {
-            writeln!(out, "    {k:<18} {val}")?;
-        }
     }
     writeln!(
         out,
@@ -408,6 +405,15 @@ fn print_stats(s: &sepkv::DbStats, out: &mut impl Write) -> std::io::Result<()> 
     writeln!(out, "  io category   bytes read   bytes written")?;
     for ((c, r), (_, w)) in s.io.read.iter().zip(&s.io.written) {
         writeln!(out, "  {:<12} {:>12} {:>15}", c.name(), r, w)?;
+    }
+    if !s.value_store_figures.is_empty() {
+        writeln!(
+            out,
+            "value-store figures (positions and sizes are state; the GC tallies count since open)"
+        )?;
+        for (k, val) in &s.value_store_figures {
+            writeln!(out, "  {k:<22} {val}")?;
+        }
     }
     if let Some(e) = &s.background_error {
         writeln!(out, "background error   {e}")?;

@@ -276,7 +276,9 @@ pub struct DbStats {
     /// Value-store space estimates (state; `file_bytes` is allocated
     /// space).
     pub value_store: SpaceStats,
-    /// Layout-specific value-store figures (vLog head and tail, GC bytes…).
+    /// Layout-specific value-store figures: positions and sizes (vLog head
+    /// and tail, segment groups in use) are state; the GC tallies
+    /// (`gc_runs`, `gc_bytes_read`, ...) count since open.
     pub value_store_figures: BTreeMap<String, u64>,
     /// Bytes the database directory occupies on the device (state; the sum
     /// of `files[..].allocated_bytes`).
@@ -2151,6 +2153,9 @@ impl DbInner {
 
 /// The index and value layout recorded in the database at `path` on the
 /// operating system's file system, or `None` when it holds no database.
+/// [`Db::open`] reads the record itself; this is for tools that want to
+/// know what a directory holds without opening it (the `sepkv` CLI refuses
+/// read-only commands on a directory where it returns `None`).
 ///
 /// # Errors
 /// `Corruption` for a damaged `IDENTITY`; `NotADatabase` for a foreign one;

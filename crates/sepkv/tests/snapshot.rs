@@ -131,3 +131,41 @@ fn keys_and_values_are_anything_byte_like() {
     it.seek_before(String::from("s"));
     assert_eq!(it.key(), b"batch");
 }
+
+#[test]
+fn handles_snapshots_and_iterators_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Db>();
+    send_sync::<sepkv::Snapshot<'static>>();
+    send::<sepkv::DbIterator>();
+    send::<sepkv::Scan>();
+    // A snapshot shared by reader threads.
+    let fs = MemFs::new();
+    let db = Db::open("/db", opts(&fs, Preset::WiscKey)).unwrap();
+    for i in 0..100 {
+        db.put(key(i), value(i, 0)).unwrap();
+    }
+    let snap = db.snapshot().unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..100 {
+                db.put(key(i), value(i, 1)).unwrap();
+            }
+        });
+        for _ in 0..2 {
+            s.spawn(|| {
+                let n = snap
+                    .scan(.., false)
+                    .unwrap()
+                    .map(|r| r.unwrap())
+                    .filter(|(k, v)| {
+                        let i: u32 = std::str::from_utf8(&k[3..]).unwrap().parse().unwrap();
+                        *v == value(i, 0)
+                    })
+                    .count();
+                assert_eq!(n, 100);
+            });
+        }
+    });
+}
