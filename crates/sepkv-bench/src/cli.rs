@@ -108,7 +108,8 @@ pub struct BenchArgs {
     /// List the engine specs and whether this build can run them, then exit.
     #[arg(long)]
     pub list_engines: bool,
-    /// Hide progress bars (they are only drawn on a terminal anyway).
+    /// Hide progress: the bars drawn on a terminal, and the lines printed
+    /// every 5 seconds when stderr is not one.
     #[arg(long)]
     pub no_progress: bool,
 }

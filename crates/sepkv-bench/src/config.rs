@@ -170,7 +170,7 @@ pub struct BenchConfig {
     pub field_count: usize,
     /// YCSB bytes per field.
     pub field_length: usize,
-    /// Show progress bars (on a terminal only).
+    /// Show progress on stderr: bars on a terminal, else a line every 5 s.
     pub progress: bool,
     /// A share of records with small values instead of `value_size` ones
     /// (HashKV §4.4 Exp. 7's mix of small and large pairs).

@@ -447,10 +447,9 @@ impl FromStr for EngineSpec {
                 let preset = match config {
                     None | Some("") => Preset::LevelDb,
                     Some(c) => c.parse::<Preset>().map_err(|_| {
-                        let names: Vec<_> = Preset::ALL.iter().map(|p| p.name()).collect();
                         BenchError::InvalidArgument(format!(
-                            "unknown sepkv preset {c:?} in engine {s:?}; presets: {}",
-                            names.join(", ")
+                            "unknown sepkv preset {c:?} in engine {s:?}; available: {}",
+                            Preset::available_names()
                         ))
                     })?,
                 };
@@ -639,10 +638,7 @@ impl Engine for SepkvEngine {
         out.clear();
         // The Rust iterator reads separated values ahead in parallel once the
         // scan runs (WiscKey §3.3.1); the cursor API reads them one by one.
-        let scan = self
-            .db
-            .scan(Some(start), None, false)
-            .map_err(|e| self.err(e))?;
+        let scan = self.db.scan(start.., false).map_err(|e| self.err(e))?;
         for item in scan.take(n) {
             let (k, v) = item.map_err(|e| self.err(e))?;
             out.entries += 1;
@@ -708,8 +704,8 @@ impl Engine for SepkvEngine {
         json!({
             "engine": "sepkv",
             "preset": self.preset.name(),
-            "index": o.index.name(),
-            "value_layout": o.value_layout.name(),
+            "index": o.index_kind().name(),
+            "value_layout": o.layout().name(),
             "value_threshold": o.value_threshold,
             "write_buffer_size": o.write_buffer_size,
             "block_size": o.block_size,

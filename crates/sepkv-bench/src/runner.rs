@@ -23,7 +23,8 @@ use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 /// Trace operations parsed ahead of their replay (bounded memory).
@@ -64,13 +65,65 @@ impl Outcome {
     }
 }
 
-/// A progress bar on stderr, drawn only on a terminal.
-struct Progress(Option<ProgressBar>);
+/// Seconds between progress lines when stderr is not a terminal.
+const PROGRESS_LINE_SECS: u64 = 5;
+
+/// Progress of one phase on stderr: a bar on a terminal; elsewhere (a pipe,
+/// a log file, CI) a line every [`PROGRESS_LINE_SECS`] seconds, so that a
+/// long phase is never silent. Off with `--no-progress`.
+enum Progress {
+    Off,
+    Bar(ProgressBar),
+    Lines(ProgressLines),
+}
+
+/// The line printer of a [`Progress`] off a terminal: a thread that wakes
+/// every few seconds and prints how far the phase has come.
+struct ProgressLines {
+    shared: Arc<LineState>,
+    printer: Option<std::thread::JoinHandle<()>>,
+}
+
+struct LineState {
+    label: String,
+    /// Waiting for background work, not counting operations.
+    waiting: bool,
+    /// Operations in the phase; 0 when unknown.
+    len: u64,
+    done: AtomicU64,
+    stop: Mutex<bool>,
+    cv: Condvar,
+}
+
+/// One progress line: `  [12 s] label: 1234 of 5000 ops (24 %), 102.8 kops/s`.
+fn progress_line(label: &str, done: u64, len: u64, secs: f64) -> String {
+    let rate = if secs > 0.0 {
+        done as f64 / secs / 1000.0
+    } else {
+        0.0
+    };
+    let of = if len > 0 {
+        format!(" of {len} ops ({:.0} %)", done as f64 * 100.0 / len as f64)
+    } else {
+        " ops".to_string()
+    };
+    format!("  [{secs:.0} s] {label}: {done}{of}, {rate:.1} kops/s")
+}
 
 impl Progress {
     fn new(enabled: bool, len: u64, label: &str) -> Self {
-        if !enabled || !std::io::stderr().is_terminal() || len == 0 {
-            return Progress(None);
+        if !enabled {
+            return Progress::Off;
+        }
+        if !std::io::stderr().is_terminal() {
+            return Self::lines(
+                len,
+                label,
+                std::time::Duration::from_secs(PROGRESS_LINE_SECS),
+            );
+        }
+        if len == 0 {
+            return Progress::Off;
         }
         let pb = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr_with_hz(4));
         if let Ok(style) =
@@ -79,7 +132,77 @@ impl Progress {
             pb.set_style(style.progress_chars("=> "));
         }
         pb.set_message(label.to_string());
-        Progress(Some(pb))
+        Progress::Bar(pb)
+    }
+
+    /// Lines (off a terminal only) while the phase's flush and
+    /// compactions are waited for.
+    fn waiting(enabled: bool, label: &str) -> Self {
+        if !enabled || std::io::stderr().is_terminal() {
+            return Progress::Off;
+        }
+        Self::lines_with(
+            0,
+            label,
+            true,
+            std::time::Duration::from_secs(PROGRESS_LINE_SECS),
+        )
+    }
+
+    fn lines(len: u64, label: &str, every: std::time::Duration) -> Self {
+        Self::lines_with(len, label, false, every)
+    }
+
+    fn lines_with(len: u64, label: &str, waiting: bool, every: std::time::Duration) -> Self {
+        let shared = Arc::new(LineState {
+            waiting,
+            label: label.to_string(),
+            len,
+            done: AtomicU64::new(0),
+            stop: Mutex::new(false),
+            cv: Condvar::new(),
+        });
+        let st = shared.clone();
+        let started = Instant::now();
+        let printer = std::thread::Builder::new()
+            .name("bench-progress".into())
+            .spawn(move || {
+                let mut stopped = st.stop.lock().unwrap_or_else(|e| e.into_inner());
+                loop {
+                    let (g, _) = st
+                        .cv
+                        .wait_timeout_while(stopped, every, |s| !*s)
+                        .unwrap_or_else(|e| e.into_inner());
+                    stopped = g;
+                    if *stopped {
+                        return;
+                    }
+                    let secs = started.elapsed().as_secs_f64();
+                    if st.waiting {
+                        eprintln!(
+                            "  [{secs:.0} s] {}: waiting for flushes and compactions",
+                            st.label
+                        );
+                    } else {
+                        eprintln!(
+                            "{}",
+                            progress_line(&st.label, st.done.load(Ordering::Relaxed), st.len, secs)
+                        );
+                    }
+                }
+            })
+            .ok();
+        Progress::Lines(ProgressLines { shared, printer })
+    }
+
+    fn inc(&self, n: u64) {
+        match self {
+            Progress::Off => {}
+            Progress::Bar(pb) => pb.inc(n),
+            Progress::Lines(l) => {
+                l.shared.done.fetch_add(n, Ordering::Relaxed);
+            }
+        }
     }
 
     fn ticker(&self) -> Ticker<'_> {
@@ -90,8 +213,26 @@ impl Progress {
     }
 
     fn finish(&self) {
-        if let Some(pb) = &self.0 {
-            pb.finish_and_clear();
+        match self {
+            Progress::Off => {}
+            Progress::Bar(pb) => pb.finish_and_clear(),
+            Progress::Lines(l) => l.stop(),
+        }
+    }
+}
+
+impl ProgressLines {
+    fn stop(&self) {
+        *self.shared.stop.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.shared.cv.notify_all();
+    }
+}
+
+impl Drop for ProgressLines {
+    fn drop(&mut self) {
+        self.stop();
+        if let Some(h) = self.printer.take() {
+            let _ = h.join();
         }
     }
 }
@@ -112,9 +253,7 @@ impl Ticker<'_> {
     }
 
     fn flush(&mut self) {
-        if let Some(pb) = &self.pb.0 {
-            pb.inc(self.pending);
-        }
+        self.pb.inc(self.pending);
         self.pending = 0;
     }
 }
@@ -325,7 +464,15 @@ impl EngineRun<'_> {
         let proc_before = ProcIo::read();
         let out = body(self)?;
         let eng = self.engine.as_deref().ok_or_else(no_engine)?;
-        eng.flush()?;
+        {
+            // Flushing and waiting for compaction can take long: say so
+            // off a terminal too.
+            let _wait = Progress::waiting(
+                self.cfg.progress,
+                &format!("{} {workload}/{phase}", eng.label()),
+            );
+            eng.flush()?;
+        }
         let after = eng.stats()?;
         let proc_after = ProcIo::read();
         let db_bytes = eng.disk_usage()?;
@@ -501,7 +648,7 @@ impl EngineRun<'_> {
             let eng = r.engine.as_deref().ok_or_else(no_engine)?;
             let (dense, values) = (&r.dense, &r.values);
             let perm = Permutation::new(num, cfg.seed ^ stream);
-            let pb = Progress::new(cfg.progress, num, &label);
+            let pb = Progress::new(cfg.progress, num, &format!("{} {}", eng.label(), label));
             let out = parallel(cfg.threads, num, |t, range| {
                 let mut vs = values.fork(stream + t as u64);
                 let mut key = Vec::with_capacity(cfg.key_size);
@@ -538,7 +685,7 @@ impl EngineRun<'_> {
         self.measure(workload, phase, |r| {
             let eng = r.engine.as_deref().ok_or_else(no_engine)?;
             let (dense, values) = (&r.dense, &r.values);
-            let pb = Progress::new(cfg.progress, ops, &label);
+            let pb = Progress::new(cfg.progress, ops, &format!("{} {}", eng.label(), label));
             let out = parallel(cfg.threads, ops, |t, range| {
                 let mut rng = rng(cfg.seed, stream + t as u64);
                 let mut zipfian = ScrambledZipfian::new(0, num - 1);
@@ -575,7 +722,11 @@ impl EngineRun<'_> {
         let stream = self.next_stream();
         self.measure(workload, "run", |r| {
             let eng = r.engine.as_deref().ok_or_else(no_engine)?;
-            let pb = Progress::new(cfg.progress, ops, workload);
+            let pb = Progress::new(
+                cfg.progress,
+                ops,
+                &format!("{} {workload}/run", eng.label()),
+            );
             let out = parallel(cfg.threads, ops, |t, range| {
                 let mut rng = rng(cfg.seed, stream + t as u64);
                 let mut key = Vec::with_capacity(cfg.key_size);
@@ -606,7 +757,7 @@ impl EngineRun<'_> {
         let cfg = self.cfg;
         self.measure(workload, "run", |r| {
             let eng = r.engine.as_deref().ok_or_else(no_engine)?;
-            let pb = Progress::new(cfg.progress, ops, workload);
+            let pb = Progress::new(cfg.progress, ops, &format!("{} {workload}/run", eng.label()));
             let mut out = parallel(cfg.threads, ops, |_, range| {
                 let mut start: Vec<u8> = Vec::new();
                 let mut res = ScanResult::default();
@@ -656,7 +807,11 @@ impl EngineRun<'_> {
         let stream = self.next_stream();
         self.measure(workload, "run", |r| {
             let eng = r.engine.as_deref().ok_or_else(no_engine)?;
-            let pb = Progress::new(cfg.progress, ops, workload);
+            let pb = Progress::new(
+                cfg.progress,
+                ops,
+                &format!("{} {workload}/run", eng.label()),
+            );
             let out = parallel(cfg.threads, ops, |t, range| {
                 let mut rng = rng(cfg.seed, stream + t as u64);
                 let mut key = Vec::with_capacity(cfg.key_size);
@@ -692,7 +847,7 @@ impl EngineRun<'_> {
         self.measure(workload, "run", |r| {
             let eng = r.engine.as_deref().ok_or_else(no_engine)?;
             let (dense, values) = (&r.dense, &r.values);
-            let pb = Progress::new(cfg.progress, ops, workload);
+            let pb = Progress::new(cfg.progress, ops, &format!("{} {workload}/run", eng.label()));
             let stop = AtomicBool::new(false);
             let (readers, writer) = std::thread::scope(|s| {
                 let writer = s.spawn(|| -> Result<Outcome> {
@@ -762,7 +917,11 @@ impl EngineRun<'_> {
             let eng = r.engine.as_deref().ok_or_else(no_engine)?;
             let dense = &r.dense;
             let perm = Permutation::new(num, cfg.seed ^ stream);
-            let pb = Progress::new(cfg.progress, ops, workload);
+            let pb = Progress::new(
+                cfg.progress,
+                ops,
+                &format!("{} {workload}/run", eng.label()),
+            );
             let out = parallel(cfg.threads, ops, |_, range| {
                 let mut key = Vec::with_capacity(cfg.key_size);
                 let mut o = Outcome::default();
@@ -800,7 +959,7 @@ impl EngineRun<'_> {
         self.measure(workload, phase, |r| {
             let eng = r.engine.as_deref().ok_or_else(no_engine)?;
             let (dense, values) = (&r.dense, &r.values);
-            let pb = Progress::new(cfg.progress, num, &label);
+            let pb = Progress::new(cfg.progress, num, &format!("{} {}", eng.label(), label));
             let out = parallel(cfg.threads, num, |t, range| {
                 let mut vs = values.fork(stream + t as u64);
                 let mut key = Vec::with_capacity(32);
@@ -841,7 +1000,11 @@ impl EngineRun<'_> {
         self.measure(workload, "run", |r| {
             let eng = r.engine.as_deref().ok_or_else(no_engine)?;
             let (dense, values) = (&r.dense, &r.values);
-            let pb = Progress::new(cfg.progress, ops, workload);
+            let pb = Progress::new(
+                cfg.progress,
+                ops,
+                &format!("{} {workload}/run", eng.label()),
+            );
             let out = parallel(cfg.threads, ops, |t, range| {
                 let mut gen = YcsbGenerator::new(spec, records, ops, &seq);
                 let mut rng = rng(cfg.seed, stream + t as u64);
@@ -946,8 +1109,9 @@ impl EngineRun<'_> {
                 |n| n.to_string_lossy().into_owned(),
             );
             let mut reader = TraceReader::open(path)?;
-            let show = cfg.progress && std::io::stderr().is_terminal();
-            let total = if show {
+            let show = cfg.progress;
+            // Counting the lines costs a pass over the file: only for a bar.
+            let total = if show && std::io::stderr().is_terminal() {
                 crate::trace::count_lines(path)?
             } else {
                 0
@@ -958,7 +1122,7 @@ impl EngineRun<'_> {
                 let eng = r.engine.as_deref().ok_or_else(no_engine)?;
                 let keyed = &mut r.keyed;
                 let mut vs = r.values.fork(stream);
-                let pb = Progress::new(show, total, &label);
+                let pb = Progress::new(show, total, &format!("{} {}", eng.label(), label));
                 let mut tick = pb.ticker();
                 let mut chunk = TraceChunk::default();
                 let mut buf = Vec::new();
@@ -1058,5 +1222,35 @@ mod tests {
             }
             assert_eq!(next, total);
         }
+    }
+}
+
+#[cfg(test)]
+mod progress_tests {
+    use super::*;
+
+    #[test]
+    fn progress_lines_say_how_far_and_how_fast() {
+        assert_eq!(
+            progress_line("sepkv:leveldb fillrandom/run", 250_000, 1_000_000, 5.0),
+            "  [5 s] sepkv:leveldb fillrandom/run: 250000 of 1000000 ops (25 %), 50.0 kops/s"
+        );
+        assert_eq!(
+            progress_line("fjall trace/run.tsv", 1000, 0, 10.0),
+            "  [10 s] fjall trace/run.tsv: 1000 ops, 0.1 kops/s"
+        );
+    }
+
+    #[test]
+    fn line_printer_stops_when_the_phase_ends() {
+        // A printer that would wait an hour must end at `finish`.
+        let p = Progress::lines(10, "x", std::time::Duration::from_secs(3600));
+        p.ticker().tick(3);
+        match &p {
+            Progress::Lines(l) => assert_eq!(l.shared.done.load(Ordering::Relaxed), 3),
+            _ => panic!("expected lines"),
+        }
+        p.finish();
+        drop(p); // joins the printer thread
     }
 }

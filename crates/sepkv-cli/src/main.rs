@@ -4,6 +4,10 @@
 //! Exit codes: 0 success; 1 a missing key (`get`) or faults found
 //! (`verify`); 2 any other error, with the message on stderr.
 //!
+//! Only `put`, `import` and `bench` create a database; every other command
+//! on a directory that holds none fails with `no database at DIR` (exit 2)
+//! and creates nothing.
+//!
 //! `sepkv bench` runs the benchmark harness (the `sepkv-bench` crate); its
 //! database directory is the global `--db` when given on the command line,
 //! else a fresh temporary directory.
@@ -31,8 +35,9 @@ struct Cli {
         hide_default_value = true
     )]
     db: PathBuf,
-    /// Configuration used when the database is created (later opens use the
-    /// recorded one; naming a different one is refused).
+    /// Configuration used when the database is created: leveldb (the
+    /// default), wisckey or hashkv. Later opens use the recorded one;
+    /// naming a different one is refused.
     #[arg(long, global = true)]
     preset: Option<String>,
     #[command(subcommand)]
@@ -78,7 +83,9 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Compact the whole key space.
+    /// Compact the whole key space down to the bottommost level holding
+    /// data, dropping tombstones and overwritten versions; prints what it
+    /// did.
     Compact,
     /// Check every table, block, record and checksum, and the manifest.
     Verify,
@@ -95,25 +102,49 @@ enum Cmd {
     Bench(Box<sepkv_bench::cli::BenchArgs>),
 }
 
-fn options(cli: &Cli) -> Result<Options, sepkv::Error> {
-    let preset = match &cli.preset {
-        Some(p) => p.parse::<Preset>()?,
-        None => match sepkv::stored_config(&cli.db)? {
-            Some((index, value_layout)) => {
-                return Ok(Options {
-                    index,
-                    value_layout,
-                    ..Options::default()
-                })
-            }
-            None => Preset::LevelDb,
-        },
-    };
-    Ok(Options::preset(preset))
+/// A failure of the command: a database error, or a message of the CLI's
+/// own.
+enum Failure {
+    Db(sepkv::Error),
+    Message(String),
 }
 
-fn run(cli: Cli) -> Result<ExitCode, sepkv::Error> {
-    let opts = options(&cli)?;
+impl From<sepkv::Error> for Failure {
+    fn from(e: sepkv::Error) -> Self {
+        Failure::Db(e)
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Db(e) => e.fmt(f),
+            Failure::Message(m) => f.write_str(m),
+        }
+    }
+}
+
+/// Options for the command: the named preset, or (none named) whatever the
+/// database records, `leveldb` for a new one. Commands that may not create
+/// a database get `create_if_missing: false`.
+fn options(cli: &Cli, creates: bool) -> Result<Options, sepkv::Error> {
+    let mut o = match &cli.preset {
+        Some(p) => Options::preset(p.parse::<Preset>()?),
+        None => Options::default(),
+    };
+    o.create_if_missing = creates;
+    Ok(o)
+}
+
+fn run(cli: Cli) -> Result<ExitCode, Failure> {
+    let creates = matches!(cli.cmd, Cmd::Put { .. } | Cmd::Import { .. });
+    let opts = options(&cli, creates)?;
+    if !creates && sepkv::stored_config(&cli.db)?.is_none() {
+        return Err(Failure::Message(format!(
+            "no database at {}",
+            cli.db.display()
+        )));
+    }
     if let Cmd::Verify = cli.cmd {
         return Ok(verify(&cli, opts));
     }
@@ -124,11 +155,11 @@ fn run(cli: Cli) -> Result<ExitCode, sepkv::Error> {
     let code = match &cli.cmd {
         Cmd::Put { key, value } => {
             let mut b = WriteBatch::new();
-            b.put(key.as_bytes(), value.as_bytes())?;
+            b.put(key, value)?;
             db.write(&b, sync)?;
             ExitCode::SUCCESS
         }
-        Cmd::Get { key } => match db.get(key.as_bytes())? {
+        Cmd::Get { key } => match db.get(key)? {
             Some(v) => {
                 out.write_all(&v)
                     .and_then(|_| out.write_all(b"\n"))
@@ -142,7 +173,7 @@ fn run(cli: Cli) -> Result<ExitCode, sepkv::Error> {
         },
         Cmd::Delete { key } => {
             let mut b = WriteBatch::new();
-            b.delete(key.as_bytes())?;
+            b.delete(key)?;
             db.write(&b, sync)?;
             ExitCode::SUCCESS
         }
@@ -152,11 +183,10 @@ fn run(cli: Cli) -> Result<ExitCode, sepkv::Error> {
             limit,
             reverse,
         } => {
-            let scan = db.scan(
-                start.as_deref().map(str::as_bytes),
-                end.as_deref().map(str::as_bytes),
-                *reverse,
-            )?;
+            use std::ops::Bound;
+            let lower = start.as_deref().map_or(Bound::Unbounded, Bound::Included);
+            let upper = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            let scan = db.scan((lower, upper), *reverse)?;
             for (i, r) in scan.enumerate() {
                 if limit.is_some_and(|l| i >= l) {
                     break;
@@ -185,8 +215,27 @@ fn run(cli: Cli) -> Result<ExitCode, sepkv::Error> {
             ExitCode::SUCCESS
         }
         Cmd::Compact => {
-            db.compact_range(None, None)?;
-            eprintln!("compacted");
+            let before = db.stats()?;
+            let c = db.compact_range(..)?;
+            let after = db.stats()?;
+            let tables = |s: &sepkv::DbStats| s.levels.iter().map(|l| l.files).sum::<usize>();
+            writeln!(
+                out,
+                "compacted: {} compaction(s); {} file(s), {} B in; {} file(s), {} B out; \
+                 {} entries dropped, {} of them tombstones; tables {} -> {}, level 0 {} -> {}",
+                c.compactions,
+                c.files_in,
+                c.bytes_in,
+                c.files_out,
+                c.bytes_out,
+                c.dropped,
+                c.tombstones_dropped,
+                tables(&before),
+                tables(&after),
+                before.levels.first().map_or(0, |l| l.files),
+                after.levels.first().map_or(0, |l| l.files),
+            )
+            .map_err(stdout_err)?;
             ExitCode::SUCCESS
         }
         Cmd::Gc { target } => {
@@ -244,8 +293,12 @@ fn import(
         let (k, v) = line.split_once('\t').ok_or_else(|| {
             sepkv::Error::InvalidArgument(format!("stdin line {}: expected key<TAB>value", n + 1))
         })?;
-        b.put(k.as_bytes(), v.as_bytes())
-            .map_err(|e| sepkv::Error::InvalidArgument(format!("stdin line {}: {e}", n + 1)))?;
+        b.put(k, v).map_err(|e| match e {
+            sepkv::Error::InvalidArgument(m) => {
+                sepkv::Error::InvalidArgument(format!("stdin line {}: {m}", n + 1))
+            }
+            other => other,
+        })?;
         if b.len() >= batch_size {
             flush(&mut b, &mut total, out)?;
         }
@@ -286,16 +339,22 @@ fn verify(cli: &Cli, opts: Options) -> ExitCode {
 }
 
 fn print_stats(s: &sepkv::DbStats, out: &mut impl Write) -> std::io::Result<()> {
+    let preset = match (s.index.parse(), s.value_layout.parse()) {
+        (Ok(i), Ok(l)) => Preset::from_axes(i, l).map(|p| format!("preset {p}, ")),
+        _ => None,
+    };
     writeln!(
         out,
-        "configuration      index={} layout={}",
-        s.index, s.value_layout
+        "configuration      {}index {}, value layout {}",
+        preset.unwrap_or_default(),
+        s.index,
+        s.value_layout
     )?;
-    writeln!(out, "last sequence      {}", s.last_sequence)?;
-    writeln!(out, "disk bytes         {}", s.disk_bytes)?;
+    writeln!(out, "state (what is on disk and in memory now)")?;
+    writeln!(out, "  last sequence    {}", s.last_sequence)?;
     writeln!(
         out,
-        "memtable bytes     {}{}",
+        "  memtable bytes   {}{}",
         s.memtable_bytes,
         if s.immutable_memtable {
             " (+ immutable memtable)"
@@ -303,31 +362,57 @@ fn print_stats(s: &sepkv::DbStats, out: &mut impl Write) -> std::io::Result<()> 
             ""
         }
     )?;
-    writeln!(out, "level  files  bytes")?;
+    writeln!(out, "  level  files  bytes")?;
     for l in &s.levels {
-        writeln!(out, "{:>5}  {:>5}  {}", l.level, l.files, l.bytes)?;
+        writeln!(out, "  {:>5}  {:>5}  {}", l.level, l.files, l.bytes)?;
     }
     writeln!(
         out,
-        "flushes {}  compactions {}  trivial moves {}  stall µs {}  write GC steps {}",
-        s.flushes, s.compactions, s.trivial_moves, s.write_stall_micros, s.write_gc_steps
+        "  files          count    size B (ls)  allocated B (du)"
     )?;
-    writeln!(out, "io category   bytes read   bytes written")?;
-    for ((c, r), (_, w)) in s.io.read.iter().zip(&s.io.written) {
-        writeln!(out, "{:<12} {:>12} {:>15}", c.name(), r, w)?;
+    let (mut n, mut size, mut alloc) = (0, 0, 0);
+    for g in &s.files {
+        writeln!(
+            out,
+            "  {:<12} {:>6} {:>14} {:>17}",
+            g.kind, g.files, g.size_bytes, g.allocated_bytes
+        )?;
+        n += g.files;
+        size += g.size_bytes;
+        alloc += g.allocated_bytes;
     }
+    writeln!(out, "  {:<12} {n:>6} {size:>14} {alloc:>17}", "total")?;
     if s.value_layout != "inline" {
         let v = &s.value_store;
         writeln!(
             out,
-            "value store        live {} B  garbage {} B (ratio {:.3})  files {} B",
+            "  value store      live {} B, garbage {} B (ratio {:.3}; estimates), allocated {} B",
             v.live_bytes,
             v.garbage_bytes,
             v.garbage_ratio(),
             v.file_bytes
         )?;
+    }
+    writeln!(
+        out,
+        "counters since this process opened the database (not persisted: each sepkv command starts at 0)"
+    )?;
+    writeln!(
+        out,
+        "  flushes {}  compactions {}  trivial moves {}  stall µs {}  write GC steps {}",
+        s.flushes, s.compactions, s.trivial_moves, s.write_stall_micros, s.write_gc_steps
+    )?;
+    writeln!(out, "  io category   bytes read   bytes written")?;
+    for ((c, r), (_, w)) in s.io.read.iter().zip(&s.io.written) {
+        writeln!(out, "  {:<12} {:>12} {:>15}", c.name(), r, w)?;
+    }
+    if !s.value_store_figures.is_empty() {
+        writeln!(
+            out,
+            "value-store figures (positions and sizes are state; the GC tallies count since open)"
+        )?;
         for (k, val) in &s.value_store_figures {
-            writeln!(out, "  {k:<18} {val}")?;
+            writeln!(out, "  {k:<22} {val}")?;
         }
     }
     if let Some(e) = &s.background_error {

@@ -22,9 +22,11 @@ const HEADER: usize = 12;
 /// # Examples
 /// ```
 /// let mut b = sepkv::WriteBatch::new();
-/// b.put(b"k1", b"v1").unwrap();
-/// b.delete(b"k0").unwrap();
-/// assert_eq!(b.len(), 2);
+/// b.put("k1", "v1")?;
+/// b.put(b"k2", vec![0u8; 3])?;
+/// b.delete(String::from("k0"))?;
+/// assert_eq!(b.len(), 3);
+/// # Ok::<(), sepkv::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriteBatch {
@@ -93,7 +95,8 @@ impl WriteBatch {
     /// `InvalidArgument` for an empty key, a key over
     /// [`crate::options::MAX_KEY_SIZE`] or a value over
     /// [`crate::options::MAX_VALUE_SIZE`] bytes; the batch is unchanged.
-    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+    pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        let (key, value) = (key.as_ref(), value.as_ref());
         check_key(key)?;
         check_value(value)?;
         self.push(ValueType::Value, key, value);
@@ -104,7 +107,8 @@ impl WriteBatch {
     ///
     /// # Errors
     /// `InvalidArgument` for an empty or oversized key.
-    pub fn delete(&mut self, key: &[u8]) -> Result<()> {
+    pub fn delete(&mut self, key: impl AsRef<[u8]>) -> Result<()> {
+        let key = key.as_ref();
         check_key(key)?;
         self.push(ValueType::Deletion, key, &[]);
         Ok(())
@@ -293,8 +297,8 @@ mod tests {
     fn rejects_bad_keys() {
         let mut b = WriteBatch::new();
         assert!(b.put(b"", b"v").is_err());
-        assert!(b.put(&vec![0; MAX_KEY_SIZE + 1], b"v").is_err());
-        assert!(b.put(b"k", &vec![0; MAX_VALUE_SIZE + 1]).is_err());
+        assert!(b.put(vec![0; MAX_KEY_SIZE + 1], b"v").is_err());
+        assert!(b.put(b"k", vec![0; MAX_VALUE_SIZE + 1]).is_err());
         assert!(b.is_empty());
     }
 }

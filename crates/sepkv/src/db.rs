@@ -57,6 +57,8 @@ use crate::index::version::{Version, VersionEdit, VersionSet};
 use crate::iterator::{DbIterator, Scan};
 use crate::options::ValueLayout;
 use crate::options::{Options, ReadOptions, WriteOptions, MAX_BATCH_SIZE};
+use crate::range::{check_order, KeyRange};
+use crate::snapshot::{Snapshot, SnapshotList, SnapshotPin};
 use crate::vstore::hashkv::HashKvOptions;
 use crate::vstore::vlog::{VlogOptions, VlogStore};
 use crate::vstore::{
@@ -88,9 +90,14 @@ struct Writer {
 
 struct ManualCompaction {
     level: usize,
+    /// Rewrite `level` into itself (the bottommost step) instead of
+    /// merging it into `level + 1`.
+    in_place: bool,
     begin: Option<Vec<u8>>,
     end: Option<Vec<u8>>,
     done: bool,
+    /// What the compaction did, set with `done`.
+    stats: CompactionStats,
 }
 
 #[derive(Default)]
@@ -136,8 +143,6 @@ struct RoomGc {
     flushed: bool,
 }
 
-type SnapshotList = Arc<Mutex<BTreeMap<SeqNum, usize>>>;
-
 struct DbInner {
     dir: PathBuf,
     opts: Options,
@@ -168,11 +173,14 @@ struct DbInner {
 ///
 /// # Examples
 /// ```
-/// let dir = tempfile::tempdir().unwrap();
-/// let db = sepkv::Db::open(dir.path(), sepkv::Options::default()).unwrap();
-/// db.put(b"hello", b"world").unwrap();
-/// assert_eq!(db.get(b"hello").unwrap(), Some(b"world".to_vec()));
-/// db.close().unwrap();
+/// let dir = std::env::temp_dir().join(format!("sepkv-doc-db-{}", std::process::id()));
+/// # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
+/// let db = sepkv::Db::open(&dir, sepkv::Options::default())?;
+/// db.put("hello", "world")?;
+/// assert_eq!(db.get("hello")?, Some(b"world".to_vec()));
+/// db.close()?;
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// # Ok::<(), sepkv::Error>(())
 /// ```
 pub struct Db {
     inner: Arc<DbInner>,
@@ -195,39 +203,6 @@ pub struct GcReport {
     pub garbage_ratio: f64,
 }
 
-/// A consistent read view: reads through it see the database as of the
-/// moment it was taken. Compaction keeps every version a live snapshot can
-/// see; drop snapshots you no longer need.
-pub struct Snapshot {
-    pub(crate) seq: SeqNum,
-    list: SnapshotList,
-}
-
-impl std::fmt::Debug for Snapshot {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Snapshot").field("seq", &self.seq).finish()
-    }
-}
-
-impl Snapshot {
-    /// The sequence number the snapshot reads at.
-    pub fn sequence(&self) -> SeqNum {
-        self.seq
-    }
-}
-
-impl Drop for Snapshot {
-    fn drop(&mut self) {
-        let mut l = self.list.lock();
-        if let Some(c) = l.get_mut(&self.seq) {
-            *c -= 1;
-            if *c == 0 {
-                l.remove(&self.seq);
-            }
-        }
-    }
-}
-
 /// Files and bytes of one level.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct LevelStats {
@@ -239,55 +214,90 @@ pub struct LevelStats {
     pub bytes: u64,
 }
 
+/// The files of one kind in the database directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FileGroupStats {
+    /// `sstables`, `wal`, `manifest` (with `CURRENT`), `value store`
+    /// (value-log files, `hashkv` segments, journals and table) or `other`
+    /// (`IDENTITY`, `LOCK`, temporary files).
+    pub kind: String,
+    /// Number of files.
+    pub files: u64,
+    /// Sum of the file lengths: what `ls -l` shows (bytes).
+    pub size_bytes: u64,
+    /// Device space the files occupy: what `du` shows (bytes). Smaller than
+    /// the size where value-store GC punched holes into a file.
+    pub allocated_bytes: u64,
+}
+
 /// A point-in-time report of the database's state. Byte counts are bytes.
+///
+/// Two kinds of figures: the *state* (configuration, sequence number,
+/// levels, files, memtable, value-store space) is read from what is on
+/// disk and in memory now, and is the same after a reopen; the *counters*
+/// (`io`, `user_bytes_*`, `flushes`, `compactions`, `trivial_moves`,
+/// `compaction_*`, `write_stall_micros`, `write_gc_steps`) count what this
+/// handle did since it was opened and are not persisted: a freshly opened
+/// database (every `sepkv` command) starts them at 0.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct DbStats {
-    /// Index structure.
+    /// Index structure (state).
     pub index: String,
-    /// Value layout.
+    /// Value layout (state).
     pub value_layout: String,
-    /// Last sequence number assigned.
+    /// Last sequence number assigned (state).
     pub last_sequence: u64,
-    /// SSTables per level.
+    /// SSTables per level (state).
     pub levels: Vec<LevelStats>,
-    /// Bytes in the active memtable.
+    /// Files in the directory by kind, with their sizes and the device
+    /// space they occupy (state).
+    pub files: Vec<FileGroupStats>,
+    /// Bytes in the active memtable (state).
     pub memtable_bytes: u64,
-    /// True while an immutable memtable waits for its flush.
+    /// True while an immutable memtable waits for its flush (state).
     pub immutable_memtable: bool,
-    /// Bytes read and written, by category.
+    /// Bytes read and written, by category (counter since open).
     pub io: IoStatsSnapshot,
-    /// Key and value bytes written by users.
+    /// Key and value bytes written by users (counter since open).
     pub user_bytes_written: u64,
-    /// Value bytes returned to users by `get`.
+    /// Value bytes returned to users by `get` (counter since open).
     pub user_bytes_read: u64,
-    /// Memtable flushes.
+    /// Memtable flushes (counter since open).
     pub flushes: u64,
-    /// Compactions that rewrote files.
+    /// Compactions that rewrote files (counter since open).
     pub compactions: u64,
-    /// Compactions that only moved a file down a level.
+    /// Compactions that only moved a file down a level (counter since
+    /// open).
     pub trivial_moves: u64,
-    /// Bytes read by compactions.
+    /// Bytes read by compactions (counter since open).
     pub compaction_bytes_in: u64,
-    /// Bytes written by compactions.
+    /// Bytes written by compactions (counter since open).
     pub compaction_bytes_out: u64,
-    /// Entries compaction dropped (shadowed versions, obsolete tombstones).
+    /// Entries compaction dropped: shadowed versions, obsolete tombstones
+    /// (counter since open).
     pub compaction_entries_dropped: u64,
     /// Time writers spent delayed or stopped (µs), including GC run by
-    /// writes the value store refused for want of space.
+    /// writes the value store refused for want of space (counter since
+    /// open).
     pub write_stall_micros: u64,
     /// GC steps run by writes the value store refused for want of space
-    /// (`Options::value_capacity`).
+    /// (`Options::value_capacity`; counter since open).
     pub write_gc_steps: u64,
     /// Times such a write waited for readers (snapshots, iterators) older
-    /// than a GC step to release the space the step retired.
+    /// than a GC step to release the space the step retired (counter since
+    /// open).
     pub write_waits_for_readers: u64,
-    /// Snapshots alive.
+    /// Snapshots alive (state).
     pub live_snapshots: usize,
-    /// Value-store space figures.
+    /// Value-store space estimates (state; `file_bytes` is allocated
+    /// space).
     pub value_store: SpaceStats,
-    /// Layout-specific value-store figures (vLog head and tail, GC bytes…).
+    /// Layout-specific value-store figures: positions and sizes (vLog head
+    /// and tail, segment groups in use) are state; the GC tallies
+    /// (`gc_runs`, `gc_bytes_read`, ...) count since open.
     pub value_store_figures: BTreeMap<String, u64>,
-    /// Bytes the database directory occupies on the device.
+    /// Bytes the database directory occupies on the device (state; the sum
+    /// of `files[..].allocated_bytes`).
     pub disk_bytes: u64,
     /// Background error that poisoned the database, if any.
     pub background_error: Option<String>,
@@ -313,22 +323,50 @@ pub struct VerifyReport {
 impl Db {
     /// Opens (or creates) the database in directory `path`.
     ///
+    /// An existing database opens with the configuration recorded when it
+    /// was created (index, value layout, WAL mode) unless `opts` names one
+    /// ([`Options::index`], [`Options::value_layout`]), which must then
+    /// match; every other option may change at each open (the table in
+    /// [`crate::options`] lists what is recorded). A new database gets the
+    /// configuration `opts` names, `leveldb` (lsm + inline) when none.
     /// Recovery replays the write-ahead logs newer than the manifest's log
     /// number into SSTables, then starts a new log and manifest.
     ///
+    /// # Examples
+    /// ```
+    /// use sepkv::{Db, Options, Preset};
+    /// let dir = std::env::temp_dir().join(format!("sepkv-doc-open-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
+    /// let db = Db::open(&dir, Options::preset(Preset::WiscKey))?;
+    /// db.put("k", "v")?;
+    /// db.close()?;
+    /// // Reopening needs no options: the database knows it is `wisckey`.
+    /// let db = Db::open(&dir, Options::default())?;
+    /// assert_eq!(db.options().value_layout, Some(sepkv::ValueLayout::Vlog));
+    /// assert_eq!(db.get("k")?.as_deref(), Some(&b"v"[..]));
+    /// db.close()?;
+    /// // Naming another configuration is refused.
+    /// let e = Db::open(&dir, Options::preset(Preset::HashKv)).unwrap_err();
+    /// assert!(matches!(e, sepkv::Error::ConfigMismatch { .. }));
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), sepkv::Error>(())
+    /// ```
+    ///
     /// # Errors
-    /// - `InvalidArgument`: invalid options, or `error_if_exists` and the
-    ///   database exists;
+    /// - `InvalidArgument`: invalid options (a preset this build does not
+    ///   implement, named or recorded, included), or `error_if_exists` and
+    ///   the database exists;
     /// - `NotADatabase`: `path` is a file, a directory with other contents,
     ///   an unsupported format, or missing while `create_if_missing` is off;
-    /// - `ConfigMismatch`: the database was created with another index or
-    ///   value layout;
+    /// - `ConfigMismatch`: `opts` names another configuration than the
+    ///   recorded one;
     /// - `Busy`: another process or handle has it open;
     /// - `Corruption`: damaged manifest, `CURRENT` or WAL (file and offset);
     /// - `Io`: the file system failed.
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
-        opts.validate()?;
         let dir = path.as_ref().to_path_buf();
+        let opts = Self::resolve_options(&dir, opts)?;
+        opts.validate()?;
         let fs = opts.fs.clone();
         if fs.exists(&dir) && !fs.is_dir(&dir) {
             return Err(Error::NotADatabase {
@@ -402,7 +440,7 @@ impl Db {
         } else {
             VersionSet::recover(&dir, fs.clone(), stats.clone(), opts.num_levels)?
         };
-        let vstore: Arc<dyn ValueStore> = match opts.value_layout {
+        let vstore: Arc<dyn ValueStore> = match opts.layout() {
             ValueLayout::Vlog => Arc::new(VlogStore::open(
                 &dir,
                 fs.clone(),
@@ -460,19 +498,18 @@ impl Db {
             .name("sepkv-bg".into())
             .spawn(move || bg_inner.background_loop())
             .map_err(|e| Error::io(&inner.dir, e))?;
-        let gc_handle = if inner.opts.value_layout != ValueLayout::Inline
-            && inner.opts.gc_garbage_ratio > 0.0
-        {
-            let gc_inner = inner.clone();
-            Some(
-                std::thread::Builder::new()
-                    .name("sepkv-gc".into())
-                    .spawn(move || gc_inner.gc_loop())
-                    .map_err(|e| Error::io(&inner.dir, e))?,
-            )
-        } else {
-            None
-        };
+        let gc_handle =
+            if inner.opts.layout() != ValueLayout::Inline && inner.opts.gc_garbage_ratio > 0.0 {
+                let gc_inner = inner.clone();
+                Some(
+                    std::thread::Builder::new()
+                        .name("sepkv-gc".into())
+                        .spawn(move || gc_inner.gc_loop())
+                        .map_err(|e| Error::io(&inner.dir, e))?,
+                )
+            } else {
+                None
+            };
         let db = Db {
             inner,
             bg_thread: Mutex::new(Some(handle)),
@@ -480,6 +517,68 @@ impl Db {
         };
         db.inner.bg_cv.notify_all();
         Ok(db)
+    }
+
+    /// Fills the configuration `opts` leaves open (`None` index and value
+    /// layout) from the database's `IDENTITY`, or with the defaults when
+    /// there is none, and refuses a named one that differs. Reads only.
+    fn resolve_options(dir: &Path, mut opts: Options) -> Result<Options> {
+        let fs = opts.fs.clone();
+        let id_path = dir.join(IDENTITY);
+        if !fs.is_dir(dir) || !fs.exists(&id_path) {
+            // A new database: the named configuration or the default.
+            opts.index = Some(opts.index_kind());
+            opts.value_layout = Some(opts.layout());
+            return Ok(opts);
+        }
+        let data = read_all(fs.as_ref(), &id_path).ctx(&id_path)?;
+        let stored = Identity::decode(&id_path, &data)?;
+        if !opts.names_configuration() {
+            opts.index = Some(stored.index);
+            opts.value_layout = Some(stored.layout);
+            if let Some(wal) = stored.wal {
+                opts.wal = wal;
+            }
+        }
+        Self::check_config(&stored, &opts)?;
+        Ok(opts)
+    }
+
+    /// `ConfigMismatch` unless `opts` selects the recorded configuration.
+    fn check_config(stored: &Identity, opts: &Options) -> Result<()> {
+        let wanted = Identity {
+            format: FORMAT_VERSION,
+            index: opts.index_kind(),
+            layout: opts.layout(),
+            wal: Some(opts.wal),
+        };
+        let same = (stored.index, stored.layout) == (wanted.index, wanted.layout)
+            && stored.wal.is_none_or(|w| w == opts.wal);
+        if !same {
+            return Err(Error::ConfigMismatch {
+                stored: stored.describe(),
+                requested: wanted.describe(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The options this handle runs with: those given to [`Db::open`], with
+    /// the recorded configuration filled in ([`Options::index`] and
+    /// [`Options::value_layout`] are always `Some` here).
+    ///
+    /// ```
+    /// let dir = std::env::temp_dir().join(format!("sepkv-doc-options-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
+    /// let db = sepkv::Db::open(&dir, sepkv::Options::default())?;
+    /// assert_eq!(db.options().index, Some(sepkv::IndexKind::Lsm));
+    /// assert_eq!(db.options().value_layout, Some(sepkv::ValueLayout::Inline));
+    /// # drop(db);
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), sepkv::Error>(())
+    /// ```
+    pub fn options(&self) -> &Options {
+        &self.inner.opts
     }
 
     /// Reads or writes `IDENTITY`; returns true for a new database.
@@ -492,19 +591,15 @@ impl Db {
         let id_path = dir.join(IDENTITY);
         let wanted = Identity {
             format: FORMAT_VERSION,
-            index: opts.index,
-            layout: opts.value_layout,
+            index: opts.index_kind(),
+            layout: opts.layout(),
+            wal: Some(opts.wal),
         };
         if fs.exists(&id_path) {
             let data = read_all(fs, &id_path).ctx(&id_path)?;
             stats.add_read(IoCategory::Manifest, data.len() as u64);
             let stored = Identity::decode(&id_path, &data)?;
-            if (stored.index, stored.layout) != (wanted.index, wanted.layout) {
-                return Err(Error::ConfigMismatch {
-                    stored: stored.describe(),
-                    requested: wanted.describe(),
-                });
-            }
+            Self::check_config(&stored, opts)?;
             if opts.error_if_exists {
                 return Err(Error::InvalidArgument(format!(
                     "database {} already exists (error_if_exists is set)",
@@ -561,13 +656,14 @@ impl Db {
         Ok(())
     }
 
-    /// Sets `key` to `value` (not synced; see [`Db::write`]).
+    /// Sets `key` to `value` (not synced; see [`Db::write`]). Keys and
+    /// values are bytes: `&str`, `String`, `&[u8]`, `Vec<u8>`, arrays.
     ///
     /// # Errors
     /// `InvalidArgument` for an empty key, a key over
     /// [`crate::options::MAX_KEY_SIZE`] or a value over
     /// [`crate::options::MAX_VALUE_SIZE`] bytes; `Closed`; `Poisoned`; `Io`.
-    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
         let mut b = WriteBatch::new();
         b.put(key, value)?;
         self.write(&b, WriteOptions::default())
@@ -577,7 +673,7 @@ impl Db {
     ///
     /// # Errors
     /// As [`Db::put`].
-    pub fn delete(&self, key: &[u8]) -> Result<()> {
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<()> {
         let mut b = WriteBatch::new();
         b.delete(key)?;
         self.write(&b, WriteOptions::default())
@@ -621,15 +717,70 @@ impl Db {
     /// and offset) when a block or record on the read path fails its
     /// checksum, or when the index points outside the value store's valid
     /// range; `Io`.
-    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
         self.get_opt(&ReadOptions::default(), key)
+    }
+
+    /// The values of `keys`, in order, all read at one sequence number
+    /// (a snapshot taken for the call). Stops at the first error.
+    ///
+    /// # Examples
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("sepkv-doc-mget-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
+    /// let db = sepkv::Db::open(&dir, sepkv::Options::default())?;
+    /// db.put("a", "1")?;
+    /// db.put("c", "3")?;
+    /// let got = db.multi_get(["a", "b", "c"])?;
+    /// assert_eq!(got, [Some(b"1".to_vec()), None, Some(b"3".to_vec())]);
+    /// # drop(db);
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), sepkv::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Db::get`], for the first key that fails.
+    pub fn multi_get<K: AsRef<[u8]>>(
+        &self,
+        keys: impl IntoIterator<Item = K>,
+    ) -> Result<Vec<Option<Vec<u8>>>> {
+        self.multi_get_opt(&ReadOptions::default(), keys)
+    }
+
+    /// [`Db::multi_get`] as of `opts.snapshot` (or one snapshot taken for
+    /// the call).
+    ///
+    /// # Errors
+    /// As [`Db::get`], for the first key that fails.
+    pub fn multi_get_opt<K: AsRef<[u8]>>(
+        &self,
+        opts: &ReadOptions<'_>,
+        keys: impl IntoIterator<Item = K>,
+    ) -> Result<Vec<Option<Vec<u8>>>> {
+        let own;
+        let opts = match opts.snapshot {
+            Some(_) => opts.clone(),
+            None => {
+                own = self.snapshot()?;
+                ReadOptions {
+                    snapshot: Some(&own),
+                    ..opts.clone()
+                }
+            }
+        };
+        keys.into_iter().map(|k| self.get_opt(&opts, k)).collect()
     }
 
     /// The value of `key` as of `opts.snapshot` (or the latest state).
     ///
     /// # Errors
     /// As [`Db::get`].
-    pub fn get_opt(&self, opts: &ReadOptions<'_>, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    pub fn get_opt(
+        &self,
+        opts: &ReadOptions<'_>,
+        key: impl AsRef<[u8]>,
+    ) -> Result<Option<Vec<u8>>> {
+        let key = key.as_ref();
         self.check_open()?;
         check_key(key)?;
         let inner = &self.inner;
@@ -673,23 +824,20 @@ impl Db {
         Ok(v)
     }
 
-    /// Takes a snapshot of the current state.
+    /// Takes a snapshot of the current state: a read view with `get`,
+    /// `multi_get`, `scan` and `iter` of its own (see [`Snapshot`]).
     ///
     /// # Errors
     /// `Closed`.
-    pub fn snapshot(&self) -> Result<Snapshot> {
+    pub fn snapshot(&self) -> Result<Snapshot<'_>> {
         self.check_open()?;
-        Ok(self.register_snapshot(None))
+        Ok(Snapshot::new(self, self.register_snapshot(None)))
     }
 
-    fn register_snapshot(&self, seq: Option<SeqNum>) -> Snapshot {
-        let mut l = self.inner.snapshots.lock();
-        let seq = seq.unwrap_or_else(|| self.inner.last_seq.load(Ordering::Acquire));
-        *l.entry(seq).or_insert(0) += 1;
-        Snapshot {
-            seq,
-            list: self.inner.snapshots.clone(),
-        }
+    fn register_snapshot(&self, seq: Option<SeqNum>) -> SnapshotPin {
+        SnapshotPin::register(&self.inner.snapshots, seq, || {
+            self.inner.last_seq.load(Ordering::Acquire)
+        })
     }
 
     /// Runs value-store garbage collection in the calling thread until the
@@ -733,27 +881,50 @@ impl Db {
     /// # Errors
     /// `Closed`.
     pub fn iter(&self, opts: &ReadOptions<'_>) -> Result<DbIterator> {
-        self.iter_range(opts, None, None)
+        self.iter_bounds(opts, None, None)
     }
 
-    /// A cursor over the keys in `[lower, upper)` (`None` = unbounded).
+    /// A cursor over the keys of `range` (any Rust range of keys; see
+    /// [`KeyRange`]): `..`, `"a".."m"`, `"a"..=key`, ...
+    ///
+    /// # Examples
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("sepkv-doc-iterrange-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
+    /// let db = sepkv::Db::open(&dir, sepkv::Options::default())?;
+    /// for k in ["a", "b", "c"] {
+    ///     db.put(k, k)?;
+    /// }
+    /// let mut it = db.iter_range(&sepkv::ReadOptions::default(), "b"..)?;
+    /// it.seek_to_last();
+    /// assert_eq!(it.key(), b"c");
+    /// it.prev();
+    /// assert_eq!(it.key(), b"b");
+    /// it.prev();
+    /// assert!(!it.valid());
+    /// it.status()?;
+    /// # drop(it);
+    /// # drop(db);
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), sepkv::Error>(())
+    /// ```
     ///
     /// # Errors
-    /// `Closed`; `InvalidArgument` when `lower > upper`.
-    pub fn iter_range(
+    /// `Closed`; `InvalidArgument` when the range starts after it ends.
+    pub fn iter_range(&self, opts: &ReadOptions<'_>, range: impl KeyRange) -> Result<DbIterator> {
+        let (lower, upper) = range.half_open();
+        self.iter_bounds(opts, lower, upper)
+    }
+
+    /// A cursor over `[lower, upper)` (`None` = unbounded).
+    fn iter_bounds(
         &self,
         opts: &ReadOptions<'_>,
-        lower: Option<&[u8]>,
-        upper: Option<&[u8]>,
+        lower: Option<Vec<u8>>,
+        upper: Option<Vec<u8>>,
     ) -> Result<DbIterator> {
         self.check_open()?;
-        if let (Some(l), Some(u)) = (lower, upper) {
-            if l > u {
-                return Err(Error::InvalidArgument(
-                    "range start is after range end".into(),
-                ));
-            }
-        }
+        check_order(lower.as_deref(), upper.as_deref())?;
         let inner = &self.inner;
         // The iterator holds a snapshot of its own, so value-store GC keeps
         // every value it can reach.
@@ -788,18 +959,48 @@ impl Db {
             seq,
             inner.vstore.clone(),
             Box::new((sv, snap)),
-            lower.map(|x| x.to_vec()),
-            upper.map(|x| x.to_vec()),
+            lower,
+            upper,
         ))
     }
 
-    /// `(key, value)` pairs of `[lower, upper)` in key order, or in reverse.
+    /// `(key, value)` pairs of `range` (any Rust range of keys; see
+    /// [`KeyRange`]) in key order, or in reverse, as a Rust iterator.
+    ///
+    /// # Examples
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("sepkv-doc-scan-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
+    /// let db = sepkv::Db::open(&dir, sepkv::Options::default())?;
+    /// for (k, v) in [("a", "1"), ("b", "2"), ("c", "3")] {
+    ///     db.put(k, v)?;
+    /// }
+    /// let pairs: Vec<(Vec<u8>, Vec<u8>)> = db.scan("b".., true)?.collect::<Result<_, _>>()?;
+    /// assert_eq!(pairs, [(b"c".to_vec(), b"3".to_vec()), (b"b".to_vec(), b"2".to_vec())]);
+    /// # drop(db);
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), sepkv::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`Db::iter_range`]; errors met during the scan are yielded.
-    pub fn scan(&self, lower: Option<&[u8]>, upper: Option<&[u8]>, reverse: bool) -> Result<Scan> {
+    pub fn scan(&self, range: impl KeyRange, reverse: bool) -> Result<Scan> {
+        self.scan_opt(&ReadOptions::default(), range, reverse)
+    }
+
+    /// [`Db::scan`] with read options: as of `opts.snapshot`, and without
+    /// filling the block cache with `opts.dont_fill_cache`.
+    ///
+    /// # Errors
+    /// As [`Db::scan`].
+    pub fn scan_opt(
+        &self,
+        opts: &ReadOptions<'_>,
+        range: impl KeyRange,
+        reverse: bool,
+    ) -> Result<Scan> {
         Ok(Scan::new(
-            self.iter_range(&ReadOptions::default(), lower, upper)?,
+            self.iter_range(opts, range)?,
             reverse,
             self.inner.opts.scan_prefetch_depth,
         ))
@@ -844,28 +1045,81 @@ impl Db {
         }
     }
 
-    /// Compacts the key range `[begin, end]` (`None` = unbounded) down the
-    /// levels, dropping overwritten versions and tombstones no snapshot
-    /// needs. Flushes the memtable first. Blocks until done.
+    /// Compacts the keys of `range` (any Rust range of keys, `..` for all;
+    /// see [`KeyRange`]) down to the bottommost level that holds data
+    /// there, as RocksDB's `CompactRange` does: flushes the memtable, merges
+    /// each level's files in the range into the next level down to that
+    /// level (level 0 goes at least to level 1), then rewrites the files of
+    /// that level the merges did not produce. Afterwards no level-0 file
+    /// overlaps the range and, unless a snapshot still needs them or a
+    /// deeper level holds the key outside the compacted files, no
+    /// tombstone and no overwritten version in the range remains (their
+    /// value-store space becomes garbage for GC). An exclusive end is
+    /// compacted as if inclusive. Blocks until done; writes go on
+    /// meanwhile, and what they add after the flush stays where it lands.
+    ///
+    /// Returns what the compactions did: files and bytes in and out,
+    /// entries and tombstones dropped.
+    ///
+    /// # Examples
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("sepkv-doc-compact-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
+    /// let db = sepkv::Db::open(&dir, sepkv::Options::default())?;
+    /// db.put("a", "1")?;
+    /// db.flush()?;
+    /// db.delete("a")?;
+    /// let done = db.compact_range(..)?;
+    /// assert_eq!(done.tombstones_dropped, 1);
+    /// let stats = db.stats()?;
+    /// assert_eq!(stats.levels.iter().map(|l| l.files).sum::<usize>(), 0);
+    /// # drop(db);
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), sepkv::Error>(())
+    /// ```
     ///
     /// # Errors
-    /// `Closed`; `Poisoned`; `Io`; `Corruption` met while merging.
-    pub fn compact_range(&self, begin: Option<&[u8]>, end: Option<&[u8]>) -> Result<()> {
+    /// `Closed`; `InvalidArgument` when the range starts after it ends;
+    /// `Poisoned`; `Io`; `Corruption` met while merging.
+    pub fn compact_range(&self, range: impl KeyRange) -> Result<CompactionStats> {
         self.check_open()?;
-        self.inner.flush_memtable()?;
-        let max_level = {
-            let v = self.inner.sv.read().version.clone();
-            (0..self.inner.opts.num_levels)
+        let (begin, end) = range.closed();
+        let (begin, end) = (begin.as_deref(), end.as_deref());
+        check_order(begin, end)?;
+        let inner = &self.inner;
+        inner.flush_memtable()?;
+        // Files numbered from here on are outputs of this call.
+        let first_new = inner.versions.lock().next_file_number;
+        let mut total = CompactionStats::default();
+        for level in 0..inner.opts.num_levels {
+            let v = inner.sv.read().version.clone();
+            let deepest = (0..inner.opts.num_levels)
                 .filter(|&l| !v.overlapping(l, begin, end).is_empty())
-                .max()
-        };
-        let Some(max_level) = max_level else {
-            return Ok(());
-        };
-        for level in 0..max_level {
-            self.inner.run_manual(level, begin, end)?;
+                .max();
+            let Some(deepest) = deepest else {
+                break;
+            };
+            // Level 0 files overlap one another: they always go down.
+            let bottom = deepest.max(1);
+            if level < bottom {
+                if !v.overlapping(level, begin, end).is_empty() {
+                    total.add(&inner.run_manual(level, false, begin, end)?);
+                }
+                continue;
+            }
+            // The bottommost level: rewrite it in place when it holds files
+            // no merge of this call produced (they may keep tombstones and
+            // old versions an earlier compaction had to keep).
+            let stale = v
+                .overlapping(bottom, begin, end)
+                .iter()
+                .any(|f| f.number < first_new);
+            if stale {
+                total.add(&inner.run_manual(bottom, true, begin, end)?);
+            }
+            break;
         }
-        Ok(())
+        Ok(total)
     }
 
     /// Checks every live SSTable (every block and checksum), the manifest
@@ -935,6 +1189,15 @@ impl Db {
         *self.inner.writer.lock() = None;
         *self.inner.lock.lock() = None;
         res
+    }
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db")
+            .field("path", &self.inner.dir)
+            .field("options", &self.inner.opts)
+            .finish_non_exhaustive()
     }
 }
 
@@ -1403,7 +1666,13 @@ impl DbInner {
         }
     }
 
-    fn run_manual(&self, level: usize, begin: Option<&[u8]>, end: Option<&[u8]>) -> Result<()> {
+    fn run_manual(
+        &self,
+        level: usize,
+        in_place: bool,
+        begin: Option<&[u8]>,
+        end: Option<&[u8]>,
+    ) -> Result<CompactionStats> {
         let mut bg = self.bg.lock();
         // Wait for another manual compaction to finish.
         while bg.manual.as_ref().is_some_and(|m| !m.done) {
@@ -1414,9 +1683,11 @@ impl DbInner {
         }
         bg.manual = Some(ManualCompaction {
             level,
+            in_place,
             begin: begin.map(|b| b.to_vec()),
             end: end.map(|e| e.to_vec()),
             done: false,
+            stats: CompactionStats::default(),
         });
         self.bg_cv.notify_all();
         loop {
@@ -1425,9 +1696,9 @@ impl DbInner {
                 return Err(Error::Poisoned(e.to_string()));
             }
             if bg.manual.as_ref().is_none_or(|m| m.done) {
-                bg.manual = None;
+                let stats = bg.manual.take().map(|m| m.stats).unwrap_or_default();
                 self.bg_cv.notify_all();
-                return Ok(());
+                return Ok(stats);
             }
             if bg.shutting_down {
                 return Err(Error::Closed);
@@ -1494,17 +1765,23 @@ impl DbInner {
             bg.manual
                 .as_ref()
                 .filter(|m| !m.done)
-                .map(|m| (m.level, m.begin.clone(), m.end.clone()))
+                .map(|m| (m.level, m.in_place, m.begin.clone(), m.end.clone()))
         };
-        if let Some((level, begin, end)) = manual {
+        if let Some((level, in_place, begin, end)) = manual {
             let v = self.versions.lock().current();
-            if let Some(inputs) =
-                picker::pick_range(&v, &self.picker, level, begin.as_deref(), end.as_deref())
-            {
-                self.compact(v, &inputs)?;
-            }
+            let (b, e) = (begin.as_deref(), end.as_deref());
+            let inputs = if in_place {
+                picker::pick_in_place(&v, &self.picker, level, b, e)
+            } else {
+                picker::pick_range(&v, &self.picker, level, b, e)
+            };
+            let stats = match inputs {
+                Some(inputs) => self.compact(v, &inputs)?,
+                None => CompactionStats::default(),
+            };
             if let Some(m) = self.bg.lock().manual.as_mut() {
                 m.done = true;
+                m.stats = stats;
             }
             return Ok(());
         }
@@ -1528,7 +1805,7 @@ impl DbInner {
                 self.counters.trivial_moves.fetch_add(1, Ordering::Relaxed);
                 Ok(())
             }
-            Choice::Merge(inputs) => self.compact(v, &inputs),
+            Choice::Merge(inputs) => self.compact(v, &inputs).map(|_| ()),
         }
     }
 
@@ -1543,7 +1820,11 @@ impl DbInner {
     /// Runs a compaction of `inputs` picked from `v`. Takes `v` by value so
     /// that it is released before obsolete files are deleted (a version still
     /// held keeps its files alive).
-    fn compact(&self, v: Arc<Version>, inputs: &picker::CompactionInputs) -> Result<()> {
+    fn compact(
+        &self,
+        v: Arc<Version>,
+        inputs: &picker::CompactionInputs,
+    ) -> Result<CompactionStats> {
         let smallest = self.smallest_snapshot();
         let mut next = || self.versions.lock().new_file_number();
         let mut ctx = self.job_context(&mut next);
@@ -1560,7 +1841,7 @@ impl DbInner {
         c.compaction_entries_dropped
             .fetch_add(st.dropped, Ordering::Relaxed);
         self.delete_obsolete_files();
-        Ok(())
+        Ok(st)
     }
 
     /// Logs `edit`, then publishes the new version to readers.
@@ -1919,22 +2200,47 @@ impl DbInner {
         rep
     }
 
+    /// The directory's files by kind (see [`FileGroupStats`]); files that
+    /// vanish while they are counted are skipped.
+    fn file_groups(&self) -> Vec<FileGroupStats> {
+        const KINDS: [&str; 5] = ["sstables", "wal", "manifest", "value store", "other"];
+        let mut groups: Vec<FileGroupStats> = KINDS
+            .iter()
+            .map(|k| FileGroupStats {
+                kind: k.to_string(),
+                ..Default::default()
+            })
+            .collect();
+        for name in self.fs.list(&self.dir).unwrap_or_default() {
+            let kind = match filename::parse(&name) {
+                Some(FileKind::Table(_)) => 0,
+                Some(FileKind::Wal(_)) => 1,
+                Some(FileKind::Manifest(_) | FileKind::Current) => 2,
+                None => 3,
+                Some(FileKind::Identity | FileKind::Lock | FileKind::Temp) => 4,
+            };
+            let path = self.dir.join(&name);
+            let (Ok(size), Ok(allocated)) =
+                (self.fs.file_size(&path), self.fs.allocated_size(&path))
+            else {
+                continue;
+            };
+            let g = &mut groups[kind];
+            g.files += 1;
+            g.size_bytes += size;
+            g.allocated_bytes += allocated;
+        }
+        groups
+    }
+
     fn stats(&self) -> DbStats {
         let sv = self.sv.read().clone();
         let c = &self.counters;
-        let disk_bytes = self
-            .fs
-            .list(&self.dir)
-            .map(|names| {
-                names
-                    .iter()
-                    .filter_map(|n| self.fs.allocated_size(&self.dir.join(n)).ok())
-                    .sum()
-            })
-            .unwrap_or(0);
+        let files = self.file_groups();
+        let disk_bytes = files.iter().map(|g| g.allocated_bytes).sum();
         DbStats {
-            index: self.opts.index.to_string(),
-            value_layout: self.opts.value_layout.to_string(),
+            index: self.opts.index_kind().to_string(),
+            value_layout: self.opts.layout().to_string(),
             last_sequence: self.last_seq.load(Ordering::Acquire),
             levels: sv
                 .version
@@ -1947,6 +2253,7 @@ impl DbInner {
                     bytes: f.iter().map(|x| x.size).sum(),
                 })
                 .collect(),
+            files,
             memtable_bytes: sv.mem.approximate_bytes() as u64,
             immutable_memtable: sv.imm.is_some(),
             io: self.stats.snapshot(),
@@ -1977,6 +2284,9 @@ impl DbInner {
 
 /// The index and value layout recorded in the database at `path` on the
 /// operating system's file system, or `None` when it holds no database.
+/// [`Db::open`] reads the record itself; this is for tools that want to
+/// know what a directory holds without opening it (the `sepkv` CLI refuses
+/// read-only commands on a directory where it returns `None`).
 ///
 /// # Errors
 /// `Corruption` for a damaged `IDENTITY`; `NotADatabase` for a foreign one;

@@ -909,6 +909,7 @@ impl Target {
                     ValueLayout::Trie,
                     ValueLayout::Bands,
                 ][rng.below(5) as usize],
+                wal: [None, Some(true), Some(false)][rng.below(3) as usize],
             }
             .encode()
             .into_bytes(),

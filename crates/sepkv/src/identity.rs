@@ -5,15 +5,19 @@
 //! format=1
 //! index=lsm
 //! layout=inline
+//! wal=on               `off` in WiscKey's log mode (`Options::wal = false`)
 //! crc=XXXXXXXX          masked CRC-32C (hex) of every line above
 //! ```
 //! Written once, atomically, when the database is created. On open it tells
-//! a sepkv database from any other directory and refuses a configuration
-//! other than the recorded one. Frozen: format version 1.
+//! a sepkv database from any other directory, supplies the configuration
+//! when the options name none, and refuses a configuration other than the
+//! recorded one. The `wal` line came later: a file without it was written
+//! before the mode was recorded, and the options decide (as they did then);
+//! builds of that time ignore the line. Frozen: format version 1.
 
 use crate::error::{Error, Result};
 use crate::format::checksum::{crc, mask};
-use crate::options::{IndexKind, ValueLayout};
+use crate::options::{describe_config, IndexKind, ValueLayout};
 use std::path::Path;
 
 /// The on-disk format version this build writes and reads.
@@ -30,14 +34,24 @@ pub struct Identity {
     pub index: IndexKind,
     /// Value layout.
     pub layout: ValueLayout,
+    /// `Some(false)` in WiscKey's log mode (the value log is the only log);
+    /// `None` when the file predates the record.
+    pub wal: Option<bool>,
 }
 
 impl Identity {
     /// Renders the file body.
     pub fn encode(&self) -> String {
         let body = format!(
-            "{MAGIC}\nformat={}\nindex={}\nlayout={}\n",
-            self.format, self.index, self.layout
+            "{MAGIC}\nformat={}\nindex={}\nlayout={}\n{}",
+            self.format,
+            self.index,
+            self.layout,
+            match self.wal {
+                None => "",
+                Some(true) => "wal=on\n",
+                Some(false) => "wal=off\n",
+            }
         );
         format!("{body}crc={:08x}\n", mask(crc(body.as_bytes())))
     }
@@ -71,10 +85,17 @@ impl Identity {
         if stored != mask(crc(body.as_bytes())) {
             return Err(Error::corruption(path, 0, "IDENTITY checksum mismatch"));
         }
-        let field = |name: &str| -> Result<&str> {
+        let find = |name: &str| -> Option<&str> {
             body.lines()
                 .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix('=')))
-                .ok_or_else(|| Error::corruption(path, 0, format!("IDENTITY lacks {name}")))
+        };
+        let field = |name: &str| -> Result<&str> {
+            find(name).ok_or_else(|| Error::corruption(path, 0, format!("IDENTITY lacks {name}")))
+        };
+        // The parsers' messages, without the `invalid argument: ` prefix.
+        let bad = |e: Error| match e {
+            Error::InvalidArgument(m) => Error::corruption(path, 0, format!("IDENTITY: {m}")),
+            other => other,
         };
         let format: u32 = field("format")?
             .parse()
@@ -87,25 +108,36 @@ impl Identity {
                 ),
             });
         }
-        let index = field("index")?
-            .parse()
-            .map_err(|e: Error| Error::corruption(path, 0, e.to_string()))?;
-        let layout = field("layout")?
-            .parse()
-            .map_err(|e: Error| Error::corruption(path, 0, e.to_string()))?;
+        let index = field("index")?.parse().map_err(bad)?;
+        let layout = field("layout")?.parse().map_err(bad)?;
+        let wal = match find("wal") {
+            None => None,
+            Some("on") => Some(true),
+            Some("off") => Some(false),
+            Some(other) => {
+                return Err(Error::corruption(
+                    path,
+                    0,
+                    format!("IDENTITY: unknown wal mode {other:?}"),
+                ))
+            }
+        };
         Ok(Identity {
             format,
             index,
             layout,
+            wal,
         })
     }
 
-    /// `index+layout`, for messages.
+    /// The configuration in the user's words (the preset name when one
+    /// has it), for messages.
     pub fn describe(&self) -> String {
-        format!(
-            "index={} layout={} format={}",
-            self.index, self.layout, self.format
-        )
+        let mut s = describe_config(self.index, self.layout);
+        if self.wal == Some(false) {
+            s.push_str(" without a write-ahead log (wal = false)");
+        }
+        s
     }
 }
 
@@ -119,10 +151,40 @@ mod tests {
             format: 1,
             index: IndexKind::Lsm,
             layout: ValueLayout::Inline,
+            wal: Some(true),
         };
         let p = Path::new("db/IDENTITY");
         let enc = id.encode();
+        assert!(enc.contains("\nwal=on\n"), "{enc}");
         assert_eq!(Identity::decode(p, enc.as_bytes()).unwrap(), id);
+        let old = Identity { wal: None, ..id };
+        assert!(!old.encode().contains("wal"));
+        assert_eq!(Identity::decode(p, old.encode().as_bytes()).unwrap(), old);
+        let log_mode = Identity {
+            layout: ValueLayout::Vlog,
+            wal: Some(false),
+            ..id
+        };
+        let enc2 = log_mode.encode();
+        assert!(enc2.contains("\nwal=off\n"), "{enc2}");
+        assert_eq!(Identity::decode(p, enc2.as_bytes()).unwrap(), log_mode);
+        assert_eq!(
+            log_mode.describe(),
+            "preset wisckey (index lsm, value layout vlog) without a write-ahead log (wal = false)"
+        );
+        // A bad name under a valid checksum is named once, without the
+        // parser's `invalid argument:` prefix.
+        let body = format!("{MAGIC}\nformat=1\nindex=lsn\nlayout=inline\n");
+        let text = format!("{body}crc={:08x}\n", mask(crc(body.as_bytes())));
+        match Identity::decode(p, text.as_bytes()) {
+            Err(Error::Corruption { reason, .. }) => {
+                assert_eq!(
+                    reason,
+                    "IDENTITY: unknown index \"lsn\"; known: lsm lwc hash"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
         let bad = enc.replace("inline", "inlinf");
         assert!(Identity::decode(p, bad.as_bytes())
             .unwrap_err()

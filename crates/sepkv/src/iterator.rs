@@ -99,7 +99,8 @@ impl DbIterator {
     }
 
     /// Positions at the first key `>= key` (clamped to the bounds).
-    pub fn seek(&mut self, key: &[u8]) {
+    pub fn seek(&mut self, key: impl AsRef<[u8]>) {
+        let key = key.as_ref();
         let key = match &self.lower {
             Some(l) if key < l.as_slice() => l.clone(),
             _ => key.to_vec(),
@@ -111,7 +112,8 @@ impl DbIterator {
     }
 
     /// Positions at the last key `< key` (clamped to the bounds).
-    pub fn seek_before(&mut self, key: &[u8]) {
+    pub fn seek_before(&mut self, key: impl AsRef<[u8]>) {
+        let key = key.as_ref();
         let key = match &self.upper {
             Some(u) if key > u.as_slice() => u.clone(),
             _ => key.to_vec(),

@@ -1,9 +1,22 @@
 //! Options for opening a database, writing and reading.
 //!
-//! The two configuration axes of `DESIGN.md` — the [`IndexKind`] and the
-//! [`ValueLayout`] — are recorded in the database when it is created; a later
-//! `open` that asks for a different pair is refused with
-//! [`crate::Error::ConfigMismatch`].
+//! # What a database records, and what may change at every open
+//!
+//! Like RocksDB's options file and fjall's stored configuration, a database
+//! records the choices its files depend on when it is created, and a later
+//! [`crate::Db::open`] reads them back:
+//!
+//! | option | recorded | at a later open |
+//! |--------|----------|-----------------|
+//! | [`Options::index`], [`Options::value_layout`] | in `IDENTITY` | `None` opens what is recorded; a different `Some` is refused with [`crate::Error::ConfigMismatch`] |
+//! | [`Options::wal`] (`false`: WiscKey's log mode) | in `IDENTITY` | follows the record when no index or layout is named; otherwise it must match (`ConfigMismatch`) |
+//! | `hashkv_main_segment_size`, `hashkv_log_segment_size`, `hashkv_reserved_ratio`, and `value_capacity` of a `hashkv` store | in the segment table | ignored: the store keeps its geometry |
+//! | `num_levels` | no | may grow; below the deepest level holding files the open fails |
+//! | everything else: cache sizes (`block_cache_size`, `max_open_files`), `write_buffer_size`, table format knobs (`block_size`, `block_restart_interval`, `bloom_bits_per_key`, `target_file_size`), level sizes and level-0 triggers, `value_threshold`, GC knobs (`gc_garbage_ratio`, `gc_chunk_size`), `value_capacity` of a value log, `vlog_file_size`, prefetch, the `hashkv` cache, hotness and journal switches, `create_if_missing`, `error_if_exists`, `fs` | no | may change at every open; tables and value files written under older values stay readable |
+//!
+//! So `Db::open(path, Options::default())` opens any existing database as
+//! it was created, and `Options::preset(p)` both creates a `p` database and
+//! checks that an existing one is `p`.
 
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, StdFs};
@@ -45,7 +58,7 @@ pub enum ValueLayout {
 }
 
 macro_rules! names {
-    ($t:ty { $($v:ident => $s:literal),* $(,)? }) => {
+    ($t:ty, $what:literal { $($v:ident => $s:literal),* $(,)? }) => {
         impl $t {
             /// The name used in the CLI and in the database's identity file.
             pub fn name(self) -> &'static str {
@@ -63,15 +76,15 @@ macro_rules! names {
                 match s {
                     $($s => Ok(Self::$v),)*
                     _ => Err(Error::InvalidArgument(format!(
-                        concat!("unknown ", stringify!($t), " {:?}; expected one of: ", $($s, " "),*), s))),
+                        concat!("unknown ", $what, " {:?}; known: ", $($s, " "),*), s).trim_end().to_string())),
                 }
             }
         }
     };
 }
 
-names!(IndexKind { Lsm => "lsm", Lwc => "lwc", Hash => "hash" });
-names!(ValueLayout { Inline => "inline", Vlog => "vlog", HashKv => "hashkv", Trie => "trie", Bands => "bands" });
+names!(IndexKind, "index" { Lsm => "lsm", Lwc => "lwc", Hash => "hash" });
+names!(ValueLayout, "value layout" { Inline => "inline", Vlog => "vlog", HashKv => "hashkv", Trie => "trie", Bands => "bands" });
 
 /// Named configurations reproducing each paper and its baseline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -90,7 +103,82 @@ pub enum Preset {
     Lwc,
 }
 
-names!(Preset { LevelDb => "leveldb", WiscKey => "wisckey", HashKv => "hashkv", KtStore => "ktstore", FlashKey => "flashkey", Lwc => "lwc" });
+impl Preset {
+    /// The preset's name, as the CLI and the benchmark harness spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::LevelDb => "leveldb",
+            Preset::WiscKey => "wisckey",
+            Preset::HashKv => "hashkv",
+            Preset::KtStore => "ktstore",
+            Preset::FlashKey => "flashkey",
+            Preset::Lwc => "lwc",
+        }
+    }
+
+    /// The presets this build implements, comma-separated (for messages).
+    pub fn available_names() -> String {
+        Preset::ALL
+            .iter()
+            .filter(|p| p.is_available())
+            .map(|p| p.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The preset with this index and value layout, if any.
+    pub fn from_axes(index: IndexKind, layout: ValueLayout) -> Option<Preset> {
+        Preset::ALL
+            .into_iter()
+            .find(|p| p.axes() == (index, layout))
+    }
+}
+
+impl fmt::Display for Preset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Parses a preset name. Every preset parses, implemented or not; opening
+/// one this build lacks fails in [`Options::validate`].
+///
+/// # Errors
+/// `InvalidArgument` for an unknown name, listing the implemented presets.
+///
+/// ```
+/// use sepkv::Preset;
+/// assert_eq!("wisckey".parse::<Preset>().unwrap(), Preset::WiscKey);
+/// let e = "nosuch".parse::<Preset>().unwrap_err().to_string();
+/// assert_eq!(
+///     e,
+///     format!("invalid argument: unknown preset \"nosuch\"; available: {}", Preset::available_names())
+/// );
+/// assert!(Preset::available_names().starts_with("leveldb, wisckey, hashkv"));
+/// ```
+impl FromStr for Preset {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Preset::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "unknown preset {s:?}; available: {}",
+                    Preset::available_names()
+                ))
+            })
+    }
+}
+
+/// Describes an index and value layout in the user's words: the preset
+/// name when one has them, with the axes after it.
+pub(crate) fn describe_config(index: IndexKind, layout: ValueLayout) -> String {
+    match Preset::from_axes(index, layout) {
+        Some(p) => format!("preset {p} (index {index}, value layout {layout})"),
+        None => format!("index {index} with value layout {layout}"),
+    }
+}
 
 impl Preset {
     /// Every preset.
@@ -134,10 +222,16 @@ pub struct Options {
     pub create_if_missing: bool,
     /// Fail when a database already exists (default false).
     pub error_if_exists: bool,
-    /// Index structure (recorded at creation).
-    pub index: IndexKind,
-    /// Value layout (recorded at creation).
-    pub value_layout: ValueLayout,
+    /// Index structure, recorded at creation. `None` (the default): the
+    /// recorded one for an existing database, [`IndexKind::Lsm`] for a new
+    /// one. A `Some` that differs from the record is refused with
+    /// [`crate::Error::ConfigMismatch`].
+    pub index: Option<IndexKind>,
+    /// Value layout, recorded at creation. `None` (the default): the
+    /// recorded one for an existing database, [`ValueLayout::Inline`] for a
+    /// new one. A `Some` that differs from the record is refused with
+    /// [`crate::Error::ConfigMismatch`].
+    pub value_layout: Option<ValueLayout>,
     /// Values shorter than this stay inline in the index whatever the layout
     /// (selective KV separation, HashKV §3.5). Ignored by the inline layout,
     /// where every value is inline. Default 128.
@@ -173,6 +267,11 @@ pub struct Options {
     /// for the `vlog` layout, WiscKey §3.4.2) every write is logged in the
     /// value log alone, the vLog head is checkpointed at each memtable flush
     /// and recovery replays the vLog from the checkpoint.
+    ///
+    /// Recorded at creation. When the options name no index and no value
+    /// layout (both `None`), an existing database opens in its recorded
+    /// mode whatever this field says; when they name one, it must match
+    /// the record ([`crate::Error::ConfigMismatch`]).
     pub wal: bool,
     /// Size at which a value-log file is closed and the next begun
     /// (default 256 MiB).
@@ -255,8 +354,8 @@ impl Default for Options {
         Options {
             create_if_missing: true,
             error_if_exists: false,
-            index: IndexKind::Lsm,
-            value_layout: ValueLayout::Inline,
+            index: None,
+            value_layout: None,
             value_threshold: 128,
             write_buffer_size: 8 << 20,
             block_size: 4096,
@@ -291,14 +390,42 @@ impl Default for Options {
 }
 
 impl Options {
-    /// Default options with the preset's index and value layout.
+    /// Default options naming the preset's index and value layout: they
+    /// create a database of that preset, and refuse to open an existing
+    /// database of another one.
+    ///
+    /// ```
+    /// use sepkv::{IndexKind, Options, Preset, ValueLayout};
+    /// let o = Options::preset(Preset::WiscKey);
+    /// assert_eq!((o.index, o.value_layout), (Some(IndexKind::Lsm), Some(ValueLayout::Vlog)));
+    /// assert_eq!(Options::default().value_layout, None); // whatever the database has
+    /// ```
     pub fn preset(p: Preset) -> Self {
         let (index, value_layout) = p.axes();
         Options {
-            index,
-            value_layout,
+            index: Some(index),
+            value_layout: Some(value_layout),
             ..Options::default()
         }
+    }
+
+    /// The index these options select: [`Options::index`], or
+    /// [`IndexKind::Lsm`] when it is `None`. After [`crate::Db::open`] the
+    /// handle's options hold the recorded value.
+    pub fn index_kind(&self) -> IndexKind {
+        self.index.unwrap_or(IndexKind::Lsm)
+    }
+
+    /// The value layout these options select: [`Options::value_layout`], or
+    /// [`ValueLayout::Inline`] when it is `None`.
+    pub fn layout(&self) -> ValueLayout {
+        self.value_layout.unwrap_or(ValueLayout::Inline)
+    }
+
+    /// True when the options name a configuration (an index or a value
+    /// layout), which an existing database must then match.
+    pub fn names_configuration(&self) -> bool {
+        self.index.is_some() || self.value_layout.is_some()
     }
 
     /// Default `hashkv` capacity when `value_capacity` is `None` (bytes).
@@ -316,22 +443,17 @@ impl Options {
     /// configuration this build does not implement yet.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::InvalidArgument(m));
-        if !matches!(
-            (self.index, self.value_layout),
-            (
-                IndexKind::Lsm,
-                ValueLayout::Inline | ValueLayout::Vlog | ValueLayout::HashKv
-            )
-        ) {
+        let (index, layout) = (self.index_kind(), self.layout());
+        if !Preset::from_axes(index, layout).is_some_and(Preset::is_available) {
             return bad(format!(
-                "index {} with value layout {} is not implemented in this build; available: lsm + inline, lsm + vlog, lsm + hashkv",
-                self.index, self.value_layout
+                "{} is not implemented in this build; available presets: {}",
+                describe_config(index, layout),
+                Preset::available_names()
             ));
         }
-        if !self.wal && self.value_layout != ValueLayout::Vlog {
+        if !self.wal && layout != ValueLayout::Vlog {
             return bad(format!(
-                "wal = false needs the vlog layout (WiscKey §3.4.2), not {}",
-                self.value_layout
+                "wal = false needs the vlog layout (WiscKey §3.4.2), not {layout}"
             ));
         }
         if self.value_threshold == 0 {
@@ -447,7 +569,7 @@ impl Options {
         let cap = self.hashkv_capacity();
         // The geometry checks matter only to the store that uses them (a
         // value log's capacity may be smaller than a main segment).
-        if self.value_layout == ValueLayout::HashKv
+        if layout == ValueLayout::HashKv
             && (cap < self.hashkv_main_segment_size
                 || cap > 1 << 50
                 || ((cap as f64 * self.hashkv_reserved_ratio) as u64)
@@ -492,7 +614,7 @@ pub struct WriteOptions {
 #[derive(Debug, Clone, Default)]
 pub struct ReadOptions<'a> {
     /// Read as of this snapshot (default: the latest state).
-    pub snapshot: Option<&'a crate::Snapshot>,
+    pub snapshot: Option<&'a crate::Snapshot<'a>>,
     /// Do not insert blocks read by this operation into the block cache
     /// (useful for one-off scans). Default false.
     pub dont_fill_cache: bool,

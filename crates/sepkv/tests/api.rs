@@ -37,13 +37,13 @@ fn put_get_flush_compact_reopen() {
             let got = db.get(format!("k{i:08}").as_bytes()).unwrap();
             assert_eq!(got.is_some(), i % 3 != 0, "key {i}");
         }
-        let n = db.scan(None, None, false).unwrap().count();
+        let n = db.scan(.., false).unwrap().count();
         assert_eq!(n, 20_000 - 6667);
-        let n = db.scan(None, None, true).unwrap().count();
+        let n = db.scan(.., true).unwrap().count();
         assert_eq!(n, 20_000 - 6667);
     };
     check(&db);
-    db.compact_range(None, None).unwrap();
+    db.compact_range(..).unwrap();
     check(&db);
     let s = db.stats().unwrap();
     assert!(s.flushes > 0);

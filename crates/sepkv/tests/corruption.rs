@@ -295,7 +295,7 @@ fn sst_data_block_damage_is_reported_without_reopen() {
     let mut order: Vec<usize> = (0..n).collect();
     order.shuffle(&mut StdRng::seed_from_u64(7));
     for &i in &order {
-        db.put(&key(i), &value(i)).unwrap();
+        db.put(key(i), value(i)).unwrap();
     }
     db.flush().unwrap();
     let st = db.stats().unwrap();
@@ -330,7 +330,7 @@ fn sst_data_block_damage_is_reported_without_reopen() {
     let mut good = 0;
     for i in 0..n {
         let what = format!("get key {i}");
-        match db.get(&key(i)) {
+        match db.get(key(i)) {
             Ok(v) => {
                 assert!(
                     !damaged.contains(&key(i)),
@@ -362,7 +362,7 @@ fn sst_data_block_damage_is_reported_without_reopen() {
         .rposition(|(k, _)| damaged.contains(k))
         .unwrap();
     check_damaged_scan(
-        db.scan(None, None, false),
+        db.scan(.., false),
         &expected,
         first_bad,
         &victim,
@@ -372,7 +372,7 @@ fn sst_data_block_damage_is_reported_without_reopen() {
     let mut reversed = expected.clone();
     reversed.reverse();
     check_damaged_scan(
-        db.scan(None, None, true),
+        db.scan(.., true),
         &reversed,
         n - 1 - last_bad,
         &victim,
@@ -406,7 +406,7 @@ fn sst_data_block_damage_is_reported_without_reopen() {
     let from = layout.block_keys[b + 1][0].clone();
     let start = expected.iter().position(|(k, _)| *k == from).unwrap();
     let got: Vec<_> = db
-        .scan(Some(&from), None, false)
+        .scan(&from[..].., false)
         .unwrap()
         .collect::<Result<_>>()
         .unwrap();
@@ -448,7 +448,7 @@ fn sst_bit_flips_anywhere_in_a_table_are_caught_after_reopen() {
     // Three tables with disjoint key ranges.
     for t in 0..3 {
         for i in t * PER_TABLE..(t + 1) * PER_TABLE {
-            db.put(&key(i), &value(i)).unwrap();
+            db.put(key(i), value(i)).unwrap();
         }
         db.flush().unwrap();
     }
@@ -506,7 +506,7 @@ fn sst_bit_flips_anywhere_in_a_table_are_caught_after_reopen() {
         fs.corrupt(&victim, at, mask).unwrap();
         let db = Db::open(dir(), opts(&fs)).unwrap_or_else(|e| panic!("{what}: open failed: {e}"));
         for i in (PER_TABLE..2 * PER_TABLE).chain(others.iter().copied()) {
-            match db.get(&key(i)) {
+            match db.get(key(i)) {
                 Ok(v) if !hit.contains(&key(i)) => assert_eq!(v, Some(value(i)), "{what}: get {i}"),
                 Ok(v) => panic!("{what}: get {i} returned {v:?} from damaged data"),
                 Err(e) if hit.contains(&key(i)) => {
@@ -518,7 +518,7 @@ fn sst_bit_flips_anywhere_in_a_table_are_caught_after_reopen() {
         let first_bad = expected.iter().position(|(k, _)| hit.contains(k)).unwrap();
         let last_bad = expected.iter().rposition(|(k, _)| hit.contains(k)).unwrap();
         check_damaged_scan(
-            db.scan(None, None, false),
+            db.scan(.., false),
             &expected,
             first_bad,
             &victim,
@@ -528,7 +528,7 @@ fn sst_bit_flips_anywhere_in_a_table_are_caught_after_reopen() {
         let mut reversed = expected.clone();
         reversed.reverse();
         check_damaged_scan(
-            db.scan(None, None, true),
+            db.scan(.., true),
             &reversed,
             expected.len() - 1 - last_bad,
             &victim,
@@ -547,11 +547,7 @@ fn sst_bit_flips_anywhere_in_a_table_are_caught_after_reopen() {
     let rep = db.verify().unwrap();
     assert!(rep.faults.is_empty(), "{:?}", rep.faults);
     assert_eq!(rep.tables, 3);
-    let got: Vec<_> = db
-        .scan(None, None, false)
-        .unwrap()
-        .collect::<Result<_>>()
-        .unwrap();
+    let got: Vec<_> = db.scan(.., false).unwrap().collect::<Result<_>>().unwrap();
     assert_eq!(got, expected);
 }
 
@@ -572,7 +568,7 @@ fn compaction_over_a_damaged_table_fails_and_loses_nothing() {
     let mut order: Vec<usize> = (0..n).collect();
     order.shuffle(&mut StdRng::seed_from_u64(11));
     for &i in &order {
-        db.put(&key(i), &value(i)).unwrap();
+        db.put(key(i), value(i)).unwrap();
     }
     db.flush().unwrap();
     let tables = files(&fs, |n| n.ends_with(".sst"));
@@ -582,7 +578,7 @@ fn compaction_over_a_damaged_table_fails_and_loses_nothing() {
     let r = layout.data_region(layout.block_keys.len() / 2);
     fs.corrupt(&victim, r.start + 7, 0x02).unwrap();
 
-    let e = db.compact_range(None, None).unwrap_err();
+    let e = db.compact_range(..).unwrap_err();
     match &e {
         Error::Corruption { file, .. } => assert_eq!(file, &victim),
         Error::Poisoned(m) => assert!(m.contains(victim.to_str().unwrap()), "{m}"),
@@ -595,7 +591,7 @@ fn compaction_over_a_damaged_table_fails_and_loses_nothing() {
         .collect();
     let mut good = 0;
     for i in 0..n {
-        match db.get(&key(i)) {
+        match db.get(key(i)) {
             Ok(v) => {
                 assert!(
                     !damaged.contains(&key(i)),
@@ -611,19 +607,11 @@ fn compaction_over_a_damaged_table_fails_and_loses_nothing() {
     db.close().unwrap();
     fs.corrupt(&victim, r.start + 7, 0x02).unwrap();
     let db = Db::open(dir(), o()).unwrap();
-    let got: Vec<_> = db
-        .scan(None, None, false)
-        .unwrap()
-        .collect::<Result<_>>()
-        .unwrap();
+    let got: Vec<_> = db.scan(.., false).unwrap().collect::<Result<_>>().unwrap();
     assert_eq!(got, all_entries(0..n));
-    db.compact_range(None, None).unwrap();
+    db.compact_range(..).unwrap();
     assert!(db.verify().unwrap().faults.is_empty());
-    let got: Vec<_> = db
-        .scan(None, None, false)
-        .unwrap()
-        .collect::<Result<_>>()
-        .unwrap();
+    let got: Vec<_> = db.scan(.., false).unwrap().collect::<Result<_>>().unwrap();
     assert_eq!(got, all_entries(0..n));
 }
 
@@ -634,12 +622,12 @@ fn verify_reports_damage_to_the_manifest_and_wal_of_an_open_database() {
     let db = Db::open(dir(), opts(&fs)).unwrap();
     for round in 0..3 {
         for i in round * 100..(round + 1) * 100 {
-            db.put(&key(i), &value(i)).unwrap();
+            db.put(key(i), value(i)).unwrap();
         }
         db.flush().unwrap();
     }
     for i in 300..320 {
-        db.put(&key(i), &value(i)).unwrap();
+        db.put(key(i), value(i)).unwrap();
     }
     let rep = db.verify().unwrap();
     assert!(rep.faults.is_empty(), "{:?}", rep.faults);
@@ -675,7 +663,7 @@ fn sst_truncated_or_missing_is_an_error_not_a_miss() {
     let db = Db::open(dir(), opts(&fs)).unwrap();
     for t in 0..2 {
         for i in t * PER_TABLE..(t + 1) * PER_TABLE {
-            db.put(&key(i), &value(i)).unwrap();
+            db.put(key(i), value(i)).unwrap();
         }
         db.flush().unwrap();
     }
@@ -698,7 +686,7 @@ fn sst_truncated_or_missing_is_an_error_not_a_miss() {
         fs.truncate(&victim, cut).unwrap();
         let db = Db::open(dir(), opts(&fs)).unwrap();
         for i in (0..2 * PER_TABLE).step_by(11) {
-            let got = db.get(&key(i));
+            let got = db.get(key(i));
             if i < PER_TABLE {
                 assert_eq!(got.unwrap(), Some(value(i)));
             } else {
@@ -729,7 +717,7 @@ fn sst_truncated_or_missing_is_an_error_not_a_miss() {
         _ => false,
     };
     for i in (0..2 * PER_TABLE).step_by(11) {
-        let got = db.get(&key(i));
+        let got = db.get(key(i));
         if i < PER_TABLE {
             assert_eq!(got.unwrap(), Some(value(i)));
         } else {
@@ -740,7 +728,7 @@ fn sst_truncated_or_missing_is_an_error_not_a_miss() {
             );
         }
     }
-    let mut scan = db.scan(None, None, false).unwrap();
+    let mut scan = db.scan(.., false).unwrap();
     let e = scan
         .find_map(|r| r.err())
         .expect("the scan must report the missing table");
@@ -774,7 +762,7 @@ fn db_with_unflushed_wal() -> (FaultFs, PathBuf, Vec<(u64, u64)>) {
     let fs = FaultFs::new();
     let db = Db::open(dir(), opts(&fs)).unwrap();
     for i in 0..WAL_RECORDS {
-        db.put(&key(i), &value(i)).unwrap();
+        db.put(key(i), value(i)).unwrap();
     }
     db.close().unwrap();
     assert!(
@@ -797,9 +785,9 @@ fn open_expecting_prefix(fs: &FaultFs, present: usize, what: &str) -> Db {
     let db = Db::open(dir(), opts(fs)).unwrap_or_else(|e| panic!("{what}: open failed: {e:?}"));
     for i in 0..WAL_RECORDS {
         let want = (i < present).then(|| value(i));
-        assert_eq!(db.get(&key(i)).unwrap(), want, "{what}: key {i}");
+        assert_eq!(db.get(key(i)).unwrap(), want, "{what}: key {i}");
     }
-    let n = db.scan(Some(b"key"), Some(b"kez"), false).unwrap().count();
+    let n = db.scan(b"key"..b"kez", false).unwrap().count();
     assert_eq!(n, present, "{what}: scan");
     db
 }
@@ -858,7 +846,7 @@ fn wal_flip_in_last_record_header_is_corruption() {
         let (fs, log, recs) = db_with_unflushed_wal();
         let (start, _) = recs[WAL_RECORDS - 1];
         fs.corrupt(&log, start + at_in_header, 0x01).unwrap();
-        let e = Db::open(dir(), opts(&fs)).err().expect("open must fail");
+        let e = Db::open(dir(), opts(&fs)).expect_err("open must fail");
         assert_corruption_at(&e, &log, start, "last header");
     }
 }
@@ -967,7 +955,7 @@ fn open_with_appended_record(payload: &[u8]) -> (PathBuf, u64, Option<Result<()>
         Db::open(dir(), opts(&fs)).map(|db| {
             // Whatever was accepted must leave the earlier writes intact.
             for i in 0..WAL_RECORDS {
-                assert_eq!(db.get(&key(i)).unwrap(), Some(value(i)), "key {i}");
+                assert_eq!(db.get(key(i)).unwrap(), Some(value(i)), "key {i}");
             }
             db.put(b"later", b"write").unwrap();
             assert_eq!(db.get(b"later").unwrap(), Some(b"write".to_vec()));
@@ -1049,14 +1037,14 @@ fn db_with_manifest_edits() -> (FaultFs, PathBuf, Vec<(u64, u64)>, usize) {
     let fs = FaultFs::new();
     let db = Db::open(dir(), opts(&fs)).unwrap();
     for i in 0..100 {
-        db.put(&key(i), &value(i)).unwrap();
+        db.put(key(i), value(i)).unwrap();
     }
     db.close().unwrap();
     let db = Db::open(dir(), opts(&fs)).unwrap();
     let mut n = 100;
     for _ in 0..4 {
         for i in n..n + 100 {
-            db.put(&key(i), &value(i)).unwrap();
+            db.put(key(i), value(i)).unwrap();
         }
         n += 100;
         db.flush().unwrap();
@@ -1084,9 +1072,9 @@ fn db_with_manifest_edits() -> (FaultFs, PathBuf, Vec<(u64, u64)>, usize) {
 #[track_caller]
 fn check_all_keys(db: &Db, n: usize) {
     for i in 0..n {
-        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i)), "key {i}");
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i)), "key {i}");
     }
-    assert_eq!(db.scan(None, None, false).unwrap().count(), n);
+    assert_eq!(db.scan(.., false).unwrap().count(), n);
 }
 
 /// A flipped bit anywhere in a manifest record but the last makes `open`
@@ -1231,7 +1219,7 @@ const MAGIC_LEN: u64 = "sepkv-identity".len() as u64;
 fn small_db(fs: &FaultFs) -> Vec<u8> {
     let db = Db::open(dir(), opts(fs)).unwrap();
     for i in 0..50 {
-        db.put(&key(i), &value(i)).unwrap();
+        db.put(key(i), value(i)).unwrap();
     }
     db.close().unwrap();
     read(fs, &dir().join("IDENTITY"))
@@ -1272,7 +1260,7 @@ fn identity_bit_flips_are_refused() {
                         hex_case || last_ws,
                         "{what}: accepted a flip that changes the content"
                     );
-                    assert_eq!(db.get(&key(7)).unwrap(), Some(value(7)), "{what}");
+                    assert_eq!(db.get(key(7)).unwrap(), Some(value(7)), "{what}");
                     db.close().unwrap();
                 }
                 Err(Error::NotADatabase { path, .. }) => {
@@ -1312,7 +1300,7 @@ fn identity_non_text_damage_after_magic_is_corruption() {
     let id = dir().join("IDENTITY");
     for at in MAGIC_LEN..original.len() as u64 {
         fs.corrupt(&id, at, 0x80).unwrap();
-        let e = Db::open(dir(), opts(&fs)).err().expect("open must fail");
+        let e = Db::open(dir(), opts(&fs)).expect_err("open must fail");
         assert_corruption_of(&e, &id, &format!("high bit set at {at}"));
         fs.corrupt(&id, at, 0x80).unwrap();
     }
@@ -1330,23 +1318,23 @@ fn identity_truncated_or_missing_is_refused_without_damage() {
 
     // Empty: no magic line, so per identity.rs not recognisable.
     fs.truncate(&id, 0).unwrap();
-    let e = Db::open(dir(), opts(&fs)).err().expect("open must fail");
+    let e = Db::open(dir(), opts(&fs)).expect_err("open must fail");
     assert!(matches!(e, Error::NotADatabase { .. }), "{e:?}");
     assert!(read(&fs, &id).is_empty(), "IDENTITY must not be rewritten");
 
     // No checksum line: a corruption.
     write_atomic(&fs, &id, &original[..crc_at as usize]).unwrap();
-    let e = Db::open(dir(), opts(&fs)).err().expect("open must fail");
+    let e = Db::open(dir(), opts(&fs)).expect_err("open must fail");
     assert_corruption_of(&e, &id, "no checksum line");
     // Cut in the middle of the checksum.
     write_atomic(&fs, &id, &original[..crc_at as usize + 6]).unwrap();
-    let e = Db::open(dir(), opts(&fs)).err().expect("open must fail");
+    let e = Db::open(dir(), opts(&fs)).expect_err("open must fail");
     assert_corruption_of(&e, &id, "cut checksum");
 
     // Missing from a directory full of database files: not a fresh database.
     fs.remove(&id).unwrap();
     let before = fs.list(dir()).unwrap();
-    let e = Db::open(dir(), opts(&fs)).err().expect("open must fail");
+    let e = Db::open(dir(), opts(&fs)).expect_err("open must fail");
     assert!(matches!(e, Error::NotADatabase { .. }), "{e:?}");
     assert!(!fs.exists(&id), "no new IDENTITY over an existing database");
     let mut after = fs.list(dir()).unwrap();

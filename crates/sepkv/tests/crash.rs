@@ -93,10 +93,7 @@ fn run_seed(preset: (Preset, bool), seed: u64) -> Result<(), String> {
             apply(&mut base, w);
         }
         pending.clear();
-        let got: Result<Vec<_>, _> = db
-            .scan(None, None, false)
-            .map_err(|e| e.to_string())?
-            .collect();
+        let got: Result<Vec<_>, _> = db.scan(.., false).map_err(|e| e.to_string())?.collect();
         let got = got.map_err(|e| format!("cycle {cycle}: scan failed: {e}"))?;
         if got.len() != base.len()
             || got
@@ -282,7 +279,7 @@ fn gc_never_frees_a_version_whose_newer_write_is_not_durable() {
         {
             let db = Db::open(dir, opts(&fs, preset)).unwrap();
             for i in 0..N {
-                db.put(&key(i), &old(i)).unwrap();
+                db.put(key(i), old(i)).unwrap();
             }
             db.write(&WriteBatch::new(), WriteOptions { sync: true })
                 .unwrap();
@@ -290,9 +287,9 @@ fn gc_never_frees_a_version_whose_newer_write_is_not_durable() {
             for i in 0..N {
                 let mut b = WriteBatch::new();
                 if i % 2 == 0 {
-                    b.delete(&key(i)).unwrap();
+                    b.delete(key(i)).unwrap();
                 } else {
-                    b.put(&key(i), &new(i)).unwrap();
+                    b.put(key(i), new(i)).unwrap();
                 }
                 db.write(&b, WriteOptions { sync: false }).unwrap();
             }
@@ -302,7 +299,7 @@ fn gc_never_frees_a_version_whose_newer_write_is_not_durable() {
         let db = Db::open(dir, opts(&fs, preset)).unwrap();
         for i in 0..N {
             let got = db
-                .get(&key(i))
+                .get(key(i))
                 .unwrap_or_else(|e| panic!("{preset:?}: key {i} after the crash: {e}"));
             let newer = if i % 2 == 0 { None } else { Some(new(i)) };
             assert!(

@@ -38,7 +38,7 @@ fn value(i: usize, round: usize) -> Vec<u8> {
 
 fn single(i: usize, round: usize) -> WriteBatch {
     let mut b = WriteBatch::new();
-    b.put(&key(i), &value(i, round)).unwrap();
+    b.put(key(i), value(i, round)).unwrap();
     b
 }
 
@@ -53,7 +53,7 @@ fn group_gc_keeps_the_latest_version_without_index_queries() {
     for round in 0..3 {
         for i in 0..N {
             if round == 0 || i % 3 != 0 {
-                db.put(&key(i), &value(i, round)).unwrap();
+                db.put(key(i), value(i, round)).unwrap();
             }
         }
     }
@@ -62,7 +62,7 @@ fn group_gc_keeps_the_latest_version_without_index_queries() {
     assert!(rep.steps > 0 && rep.bytes_freed > 0, "{rep:?}");
     for i in 0..N {
         let want = value(i, if i % 3 == 0 { 0 } else { 2 });
-        assert_eq!(db.get(&key(i)).unwrap(), Some(want), "key {i}");
+        assert_eq!(db.get(key(i)).unwrap(), Some(want), "key {i}");
     }
     // Validity came from position in the group alone.
     assert_eq!(fig(&db, "gc_index_lookups"), 0);
@@ -73,9 +73,9 @@ fn group_gc_keeps_the_latest_version_without_index_queries() {
     // Deleted keys: their copies fail the compare-and-set, one index query
     // each tells they are gone, and the next GC drops them.
     for i in (0..N).step_by(5) {
-        db.delete(&key(i)).unwrap();
+        db.delete(key(i)).unwrap();
     }
-    db.put(&key(1), &value(1, 9)).unwrap();
+    db.put(key(1), value(1, 9)).unwrap();
     db.gc(None).unwrap();
     let lookups = fig(&db, "gc_index_lookups");
     assert!(lookups > 0 && lookups <= N as u64 / 5 + 1, "{lookups}");
@@ -86,7 +86,7 @@ fn group_gc_keeps_the_latest_version_without_index_queries() {
             _ if i % 3 == 0 => Some(value(i, 0)),
             _ => Some(value(i, 2)),
         };
-        assert_eq!(db.get(&key(i)).unwrap(), want, "key {i}");
+        assert_eq!(db.get(key(i)).unwrap(), want, "key {i}");
     }
     assert!(db.verify().unwrap().faults.is_empty());
 }
@@ -96,7 +96,7 @@ fn gc_never_loses_a_racing_overwrite() {
     let db = Arc::new(Db::open("/db", opts(Arc::new(MemFs::new()))).unwrap());
     const N: usize = 200;
     for i in 0..N {
-        db.put(&key(i), &value(i, 0)).unwrap();
+        db.put(key(i), value(i, 0)).unwrap();
     }
     let stop = Arc::new(AtomicBool::new(false));
     let gc = {
@@ -114,7 +114,7 @@ fn gc_never_loses_a_racing_overwrite() {
         for i in (0..N).filter(|i| (i + round) % 3 == 0) {
             // GC keeps the store from filling up.
             loop {
-                match db.put(&key(i), &value(i, round)) {
+                match db.put(key(i), value(i, round)) {
                     Ok(()) => break,
                     Err(Error::InvalidArgument(m)) if m.contains("full") => {
                         std::thread::yield_now()
@@ -130,7 +130,7 @@ fn gc_never_loses_a_racing_overwrite() {
     assert!(steps > 0, "GC never ran");
     db.gc(None).unwrap();
     for (i, &round) in latest.iter().enumerate() {
-        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, round)), "key {i}");
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, round)), "key {i}");
     }
     assert!(fig(&db, "gc_bytes_rewritten") > 0);
     assert!(db.verify().unwrap().faults.is_empty());
@@ -140,11 +140,11 @@ fn gc_never_loses_a_racing_overwrite() {
 fn snapshot_keeps_values_gc_would_free() {
     let db = Db::open("/db", opts(Arc::new(MemFs::new()))).unwrap();
     for i in 0..100 {
-        db.put(&key(i), &value(i, 0)).unwrap();
+        db.put(key(i), value(i, 0)).unwrap();
     }
     let snap = db.snapshot().unwrap();
     for i in 0..100 {
-        db.put(&key(i), &value(i, 1)).unwrap();
+        db.put(key(i), value(i, 1)).unwrap();
     }
     db.gc(None).unwrap();
     db.gc(None).unwrap();
@@ -153,12 +153,12 @@ fn snapshot_keeps_values_gc_would_free() {
         ..Default::default()
     };
     for i in 0..100 {
-        assert_eq!(db.get_opt(&ro, &key(i)).unwrap(), Some(value(i, 0)));
+        assert_eq!(db.get_opt(&ro, key(i)).unwrap(), Some(value(i, 0)));
     }
     drop(snap);
     db.gc(None).unwrap();
     for i in 0..100 {
-        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 1)));
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 1)));
     }
 }
 
@@ -167,11 +167,11 @@ fn hot_cold_separation_moves_cold_values_and_tags_them() {
     let db = Db::open("/db", opts(Arc::new(MemFs::new()))).unwrap();
     // Keys 0..60 written once (cold), 60..120 written three times (hot).
     for i in 0..60 {
-        db.put(&key(i), &value(i, 0)).unwrap();
+        db.put(key(i), value(i, 0)).unwrap();
     }
     for round in 0..3 {
         for i in 60..120 {
-            db.put(&key(i), &value(i, round)).unwrap();
+            db.put(key(i), value(i, round)).unwrap();
         }
     }
     db.gc(None).unwrap();
@@ -185,12 +185,12 @@ fn hot_cold_separation_moves_cold_values_and_tags_them() {
     assert_eq!(fig(&db, "gc_bytes_rewritten"), 120 * rec);
     for i in 0..120 {
         let want = value(i, if i < 60 { 0 } else { 2 });
-        assert_eq!(db.get(&key(i)).unwrap(), Some(want), "key {i}");
+        assert_eq!(db.get(key(i)).unwrap(), Some(want), "key {i}");
     }
     // A cold key updated later is found after its tag: hot again, stays in
     // its group. Only that group is collected; its formerly hot keys, not
     // written since, are cold now.
-    db.put(&key(7), &value(7, 5)).unwrap();
+    db.put(key(7), value(7, 5)).unwrap();
     let rewritten = fig(&db, "gc_bytes_rewritten");
     db.gc(None).unwrap();
     assert_eq!(fig(&db, "gc_groups_collected"), 8 + 1);
@@ -198,16 +198,12 @@ fn hot_cold_separation_moves_cold_values_and_tags_them() {
     assert!(moved2 > 0 && moved2 < 60 * rec, "{moved2}");
     // Key 7 went back to its group, its tag was dropped (superseded).
     assert_eq!(fig(&db, "gc_bytes_rewritten") - rewritten, rec + moved2);
-    assert_eq!(db.get(&key(7)).unwrap(), Some(value(7, 5)));
+    assert_eq!(db.get(key(7)).unwrap(), Some(value(7, 5)));
     for i in (0..120).filter(|&i| i != 7) {
         let want = value(i, if i < 60 { 0 } else { 2 });
-        assert_eq!(db.get(&key(i)).unwrap(), Some(want), "key {i}");
+        assert_eq!(db.get(key(i)).unwrap(), Some(want), "key {i}");
     }
-    let scanned: Vec<_> = db
-        .scan(None, None, false)
-        .unwrap()
-        .map(|r| r.unwrap())
-        .collect();
+    let scanned: Vec<_> = db.scan(.., false).unwrap().map(|r| r.unwrap()).collect();
     assert_eq!(scanned.len(), 120);
     assert!(db.verify().unwrap().faults.is_empty());
     db.close().unwrap();
@@ -222,7 +218,7 @@ fn hot_cold_separation_moves_cold_values_and_tags_them() {
     )
     .unwrap();
     for i in 0..60 {
-        db.put(&key(i), &value(i, 0)).unwrap();
+        db.put(key(i), value(i, 0)).unwrap();
     }
     db.gc(None).unwrap();
     assert_eq!(fig(&db, "gc_cold_bytes_moved"), 0);
@@ -245,14 +241,14 @@ fn a_full_store_runs_gc_first_and_refuses_only_live_data() {
     // Overwrites of one key pass the capacity many times over: each time a
     // write finds the store full, GC runs first and frees the garbage.
     for round in 0..1000 {
-        db.put(&key(1), &value(1, round)).unwrap();
+        db.put(key(1), value(1, round)).unwrap();
     }
     assert!(db.stats().unwrap().write_gc_steps >= 1);
-    assert_eq!(db.get(&key(1)).unwrap(), Some(value(1, 999)));
+    assert_eq!(db.get(key(1)).unwrap(), Some(value(1, 999)));
     // Distinct keys are all live: the store fills and says so.
     let mut n = 2;
     let err = loop {
-        match db.put(&key(n), &value(n, 0)) {
+        match db.put(key(n), value(n, 0)) {
             Ok(()) => n += 1,
             Err(e) => break e,
         }
@@ -266,20 +262,20 @@ fn a_full_store_runs_gc_first_and_refuses_only_live_data() {
     // Nothing was damaged: every acknowledged value reads back, the
     // database still takes deletes and small (inline) values.
     for i in 2..n {
-        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 0)), "key {i}");
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 0)), "key {i}");
     }
     assert!(db.verify().unwrap().faults.is_empty());
     db.put(b"small", b"inline").unwrap();
     for i in (2..n).step_by(2) {
-        db.delete(&key(i)).unwrap();
+        db.delete(key(i)).unwrap();
     }
     db.close().unwrap();
     let db = Db::open("/db", o).unwrap();
     for i in 2..n {
         let want = (i % 2 == 1).then(|| value(i, 0));
-        assert_eq!(db.get(&key(i)).unwrap(), want, "key {i}");
+        assert_eq!(db.get(key(i)).unwrap(), want, "key {i}");
     }
-    assert_eq!(db.get(&key(1)).unwrap(), Some(value(1, 999)));
+    assert_eq!(db.get(key(1)).unwrap(), Some(value(1, 999)));
 }
 
 #[test]
@@ -288,7 +284,7 @@ fn reopen_keeps_data_and_the_geometry_it_was_created_with() {
     {
         let db = Db::open("/db", opts(Arc::new(fs.clone()))).unwrap();
         for i in 0..100 {
-            db.put(&key(i), &value(i, 0)).unwrap();
+            db.put(key(i), value(i, 0)).unwrap();
         }
         db.close().unwrap();
     }
@@ -302,10 +298,10 @@ fn reopen_keeps_data_and_the_geometry_it_was_created_with() {
     .unwrap();
     assert_eq!(fig(&db, "groups"), 8);
     for i in 0..100 {
-        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 0)));
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 0)));
     }
     let got: Vec<_> = db
-        .scan(Some(&key(10)), Some(&key(20)), false)
+        .scan(key(10)..key(20), false)
         .unwrap()
         .map(|r| r.unwrap())
         .collect();
@@ -318,7 +314,7 @@ fn verify_names_a_damaged_segment() {
     let fs = FaultFs::new();
     let db = Db::open("/db", opts(Arc::new(fs.clone()))).unwrap();
     for i in 0..50 {
-        db.put(&key(i), &value(i, 0)).unwrap();
+        db.put(key(i), value(i, 0)).unwrap();
     }
     assert!(db.verify().unwrap().faults.is_empty());
     let seg = fs
@@ -372,7 +368,7 @@ fn crash_at_every_step_of_a_cache_flush() {
         });
         let mut b = WriteBatch::new();
         for i in N..N + M {
-            b.put(&key(i), &value(i, 1)).unwrap();
+            b.put(key(i), value(i, 1)).unwrap();
         }
         let done = db.write(&b, WriteOptions { sync: true }).is_ok();
         if done {
@@ -386,13 +382,13 @@ fn crash_at_every_step_of_a_cache_flush() {
             .unwrap_or_else(|e| panic!("reopen after crash at flush op {k}: {e}"));
         for i in 0..N {
             assert_eq!(
-                db.get(&key(i)).unwrap(),
+                db.get(key(i)).unwrap(),
                 Some(value(i, 0)),
                 "key {i} after crash at flush op {k}"
             );
         }
         let present = (N..N + M)
-            .filter(|&i| db.get(&key(i)).unwrap() == Some(value(i, 1)))
+            .filter(|&i| db.get(key(i)).unwrap() == Some(value(i, 1)))
             .count();
         assert!(
             present == 0 || present == M,
@@ -452,7 +448,7 @@ fn crash_at_every_step_of_a_gc_cycle(journal: bool) {
         // Everything was synced before GC began: nothing may be lost.
         for i in 0..N {
             assert_eq!(
-                db.get(&key(i)).unwrap(),
+                db.get(key(i)).unwrap(),
                 Some(want(i)),
                 "key {i} after crash at GC op {k}"
             );
@@ -460,7 +456,7 @@ fn crash_at_every_step_of_a_gc_cycle(journal: bool) {
         // A later GC completes and still loses nothing.
         db.gc(None).unwrap();
         for i in 0..N {
-            assert_eq!(db.get(&key(i)).unwrap(), Some(want(i)), "key {i}");
+            assert_eq!(db.get(key(i)).unwrap(), Some(want(i)), "key {i}");
         }
         assert!(db.verify().unwrap().faults.is_empty(), "op {k}");
         drop(db);
@@ -468,7 +464,7 @@ fn crash_at_every_step_of_a_gc_cycle(journal: bool) {
         fs.crash();
         let db = Db::open(dir, o).unwrap();
         for i in (0..N).step_by(7) {
-            assert_eq!(db.get(&key(i)).unwrap(), Some(want(i)));
+            assert_eq!(db.get(key(i)).unwrap(), Some(want(i)));
         }
         if done {
             break;
@@ -516,7 +512,7 @@ fn without_journal_synced_writes_survive_a_crash() {
     }
     let db = Db::open(dir, o).unwrap();
     for i in 0..=synced {
-        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 0)), "key {i}");
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 0)), "key {i}");
     }
     assert!(db.verify().unwrap().faults.is_empty());
 }
@@ -622,18 +618,18 @@ fn read_ahead_hints_of_a_scan(device: bool) -> u64 {
     {
         let db = Db::open("/db", opts(fs.clone())).unwrap();
         for i in 0..100 {
-            db.put(&key(i), &value(i, 0)).unwrap();
+            db.put(key(i), value(i, 0)).unwrap();
         }
         db.close().unwrap();
     }
     let db = Db::open("/db", opts(fs)).unwrap();
     // Point reads first: they teach the store how long a read takes.
     for i in 0..10 {
-        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 0)));
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 0)));
     }
     let before = will_need.load(Ordering::Relaxed);
     let got: Vec<_> = db
-        .scan(Some(&key(20)), Some(&key(80)), false)
+        .scan(key(20)..key(80), false)
         .unwrap()
         .map(|r| r.unwrap())
         .collect();
@@ -670,7 +666,7 @@ fn gc_cycles_recycle_the_journal_and_everything_survives_a_crash() {
     for round in 0..1500 {
         for i in 0..8 {
             let k = (round * 3 + i) % 40;
-            db.put(&key(k), &value(k, round)).unwrap();
+            db.put(key(k), value(k, round)).unwrap();
         }
         db.gc(None).unwrap();
         max_journal = max_journal.max(fig(&db, "write_journal_bytes"));
@@ -681,14 +677,14 @@ fn gc_cycles_recycle_the_journal_and_everything_survives_a_crash() {
         "write journal grew to {max_journal}"
     );
     assert!(fig(&db, "table_checkpoints") >= 1);
-    let want: Vec<_> = (0..40).map(|i| db.get(&key(i)).unwrap()).collect();
+    let want: Vec<_> = (0..40).map(|i| db.get(key(i)).unwrap()).collect();
     db.write(&WriteBatch::new(), WriteOptions { sync: true })
         .unwrap();
     fs.crash();
     drop(db);
     let db = Db::open(dir, o).unwrap();
     for (i, w) in want.iter().enumerate() {
-        assert_eq!(&db.get(&key(i)).unwrap(), w, "key {i}");
+        assert_eq!(&db.get(key(i)).unwrap(), w, "key {i}");
     }
     assert!(db.verify().unwrap().faults.is_empty());
 }
@@ -807,7 +803,7 @@ fn writes_during_gc_take_no_reserved_space() {
     // 64 KiB live: 6 % of the capacity.
     const N: usize = 64;
     for i in 0..N {
-        db.put(&key(i), &value(i, 0)).unwrap();
+        db.put(key(i), value(i, 0)).unwrap();
     }
     let mut latest = vec![0usize; N];
     for round in 1..=12 {
@@ -827,8 +823,8 @@ fn writes_during_gc_take_no_reserved_space() {
             std::thread::spawn(move || {
                 for i in (0..N).step_by(2) {
                     let mut b = WriteBatch::new();
-                    b.put(&key(i), &value(i, round)).unwrap();
-                    b.put(&key(i + 1), &value(i + 1, round)).unwrap();
+                    b.put(key(i), value(i, round)).unwrap();
+                    b.put(key(i + 1), value(i + 1, round)).unwrap();
                     db.write(&b, WriteOptions::default()).unwrap();
                 }
             })
@@ -853,12 +849,12 @@ fn writes_during_gc_take_no_reserved_space() {
     // Every group appends into its main segment's free room.
     db.gc(None).unwrap();
     for (i, r) in latest.iter_mut().enumerate() {
-        db.put(&key(i), &value(i, 99)).unwrap();
+        db.put(key(i), value(i, 99)).unwrap();
         *r = 99;
     }
     assert_eq!(fig(&db, "log_segments_free"), 6);
     for (i, &round) in latest.iter().enumerate() {
-        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, round)), "key {i}");
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, round)), "key {i}");
     }
     assert!(db.verify().unwrap().faults.is_empty());
 }
@@ -883,7 +879,7 @@ fn a_copy_placed_after_a_newer_write_is_not_taken_for_the_latest() {
         let db = Arc::new(Db::open("/db", o.clone()).unwrap());
         for round in 0..2 {
             for i in 0..N {
-                db.put(&key(i), &value(i, round)).unwrap();
+                db.put(key(i), value(i, round)).unwrap();
             }
         }
         fs.set(GateState::Armed);
@@ -896,12 +892,12 @@ fn a_copy_placed_after_a_newer_write_is_not_taken_for_the_latest() {
         };
         fs.wait_until_holding();
         for i in 0..N {
-            db.put(&key(i), &value(i, 2)).unwrap();
+            db.put(key(i), value(i, 2)).unwrap();
         }
         fs.set(GateState::Open);
         gc.join().unwrap();
         for i in 0..N {
-            assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 2)), "key {i}");
+            assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 2)), "key {i}");
         }
         db.close().unwrap();
     }
@@ -910,7 +906,7 @@ fn a_copy_placed_after_a_newer_write_is_not_taken_for_the_latest() {
     assert_eq!(fig(&db, "gc_index_lookups"), 0);
     assert!(fig(&db, "gc_groups_collected") > 0);
     for i in 0..N {
-        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 2)), "key {i}");
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 2)), "key {i}");
     }
     assert!(db.verify().unwrap().faults.is_empty());
 }
@@ -928,7 +924,7 @@ fn a_failed_segment_removal_loses_no_space() {
     // Overwrites push the groups into log segments.
     for round in 0..6 {
         for i in 0..120 {
-            db.put(&key(i), &value(i, round)).unwrap();
+            db.put(key(i), value(i, round)).unwrap();
         }
     }
     let reserved = fig(&db, "log_segments_reserved");
@@ -945,7 +941,7 @@ fn a_failed_segment_removal_loses_no_space() {
     db.gc(None).unwrap();
     assert_eq!(fig(&db, "log_segments_free"), reserved);
     for i in 0..120 {
-        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 5)), "key {i}");
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 5)), "key {i}");
     }
     assert!(db.verify().unwrap().faults.is_empty());
 }
@@ -984,8 +980,7 @@ fn concurrent_writers_snapshot_readers_and_gc_keep_room() {
     let db = Arc::new(Db::open("/load", o.clone()).unwrap());
     let mut rng = rand::rngs::StdRng::seed_from_u64(10);
     for i in 0..N {
-        db.put(&key(i), &val(i, 0, rng.gen_range(100..=900)))
-            .unwrap();
+        db.put(key(i), val(i, 0, rng.gen_range(100..=900))).unwrap();
     }
     let done = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = (0..3u64)
@@ -996,14 +991,14 @@ fn concurrent_writers_snapshot_readers_and_gc_keep_room() {
                 for n in 0..ops as u64 {
                     let (a, b) = (rng.gen_range(0..N), rng.gen_range(0..N));
                     for k in [a, b] {
-                        let v = db.get(&key(k)).unwrap().expect("every key exists");
+                        let v = db.get(key(k)).unwrap().expect("every key exists");
                         assert!(owned(k, &v), "key {k} read another key's value");
                     }
                     let tag = (t + 1) << 32 | n;
                     let mut wb = WriteBatch::new();
-                    wb.put(&key(a), &val(a, tag, rng.gen_range(100..=900)))
+                    wb.put(key(a), val(a, tag, rng.gen_range(100..=900)))
                         .unwrap();
-                    wb.put(&key(b), &val(b, tag, rng.gen_range(100..=900)))
+                    wb.put(key(b), val(b, tag, rng.gen_range(100..=900)))
                         .unwrap();
                     let sync = rng.gen_range(0..100) == 0;
                     db.write(&wb, WriteOptions { sync })
@@ -1033,7 +1028,7 @@ fn concurrent_writers_snapshot_readers_and_gc_keep_room() {
                     }
                     it.status().unwrap();
                     for i in N / 2..N {
-                        let v = db.get_opt(&ro, &key(i)).unwrap();
+                        let v = db.get_opt(&ro, key(i)).unwrap();
                         assert!(v.is_some_and(|v| owned(i, &v)), "key {i}");
                     }
                     scans += 1;
@@ -1062,11 +1057,11 @@ fn concurrent_writers_snapshot_readers_and_gc_keep_room() {
     let st = db.stats().unwrap();
     assert!(st.value_store_figures["gc_runs"] > 0, "{st:?}");
     assert!(db.verify().unwrap().faults.is_empty());
-    let want: Vec<_> = (0..N).map(|i| db.get(&key(i)).unwrap()).collect();
+    let want: Vec<_> = (0..N).map(|i| db.get(key(i)).unwrap()).collect();
     drop(db);
     let db = Db::open("/load", o).unwrap();
     for (i, w) in want.iter().enumerate() {
-        assert_eq!(&db.get(&key(i)).unwrap(), w, "key {i} after reopen");
+        assert_eq!(&db.get(key(i)).unwrap(), w, "key {i} after reopen");
     }
 }
 
@@ -1093,7 +1088,7 @@ fn a_write_waits_for_readers_to_release_retired_space() {
     );
     const N: usize = 70;
     for i in 0..N {
-        db.put(&key(i), &value(i, 0)).unwrap();
+        db.put(key(i), value(i, 0)).unwrap();
     }
     let writer_done = Arc::new(AtomicBool::new(false));
     let (taken_tx, taken_rx) = std::sync::mpsc::channel();
@@ -1114,7 +1109,7 @@ fn a_write_waits_for_readers_to_release_retired_space() {
                 ..Default::default()
             };
             for i in 0..N {
-                assert_eq!(db.get_opt(&ro, &key(i)).unwrap(), Some(value(i, 0)));
+                assert_eq!(db.get_opt(&ro, key(i)).unwrap(), Some(value(i, 0)));
             }
         })
     };
@@ -1122,7 +1117,7 @@ fn a_write_waits_for_readers_to_release_retired_space() {
     let mut res = Ok(());
     'rounds: for round in 1..8 {
         for i in 0..N {
-            res = db.put(&key(i), &value(i, round));
+            res = db.put(key(i), value(i, round));
             if res.is_err() {
                 break 'rounds;
             }
@@ -1133,7 +1128,7 @@ fn a_write_waits_for_readers_to_release_retired_space() {
     res.unwrap();
     assert!(db.stats().unwrap().write_waits_for_readers > 0);
     for i in 0..N {
-        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 7)), "key {i}");
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 7)), "key {i}");
     }
     assert!(db.verify().unwrap().faults.is_empty());
 }

@@ -6,6 +6,7 @@ use proptest::prelude::*;
 use sepkv::fs::MemFs;
 use sepkv::{Db, Options, Preset, ReadOptions, WriteBatch, WriteOptions};
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -85,166 +86,178 @@ fn opts(fs: &MemFs, (preset, wal): (Preset, bool)) -> Options {
 fn run(preset: (Preset, bool), ops: Vec<Op>) -> Result<(), TestCaseError> {
     let fs = MemFs::new();
     let dir = Path::new("/db");
-    let mut db = Db::open(dir, opts(&fs, preset)).unwrap();
     let mut model: Model = BTreeMap::new();
-    let mut snaps: Vec<(sepkv::Snapshot, Model)> = Vec::new();
-    for op in ops {
-        match op {
-            Op::Put(k, v) => {
-                db.put(&key(k), &value(k, v)).unwrap();
-                model.insert(key(k), value(k, v));
-            }
-            Op::Delete(k) => {
-                db.delete(&key(k)).unwrap();
-                model.remove(&key(k));
-            }
-            Op::Batch(entries) => {
-                let mut b = WriteBatch::new();
-                for (k, v) in &entries {
-                    match v {
-                        Some(v) => {
-                            b.put(&key(*k), &value(*k, *v)).unwrap();
-                            model.insert(key(*k), value(*k, *v));
-                        }
-                        None => {
-                            b.delete(&key(*k)).unwrap();
-                            model.remove(&key(*k));
+    let mut ops = ops.into_iter();
+    // One session per open: snapshots borrow the handle they came from.
+    loop {
+        let db = Db::open(dir, opts(&fs, preset)).unwrap();
+        let mut snaps: Vec<(sepkv::Snapshot<'_>, Model)> = Vec::new();
+        let mut reopen = false;
+        for op in ops.by_ref() {
+            match op {
+                Op::Put(k, v) => {
+                    db.put(key(k), value(k, v)).unwrap();
+                    model.insert(key(k), value(k, v));
+                }
+                Op::Delete(k) => {
+                    db.delete(key(k)).unwrap();
+                    model.remove(&key(k));
+                }
+                Op::Batch(entries) => {
+                    let mut b = WriteBatch::new();
+                    for (k, v) in &entries {
+                        match v {
+                            Some(v) => {
+                                b.put(key(*k), value(*k, *v)).unwrap();
+                                model.insert(key(*k), value(*k, *v));
+                            }
+                            None => {
+                                b.delete(key(*k)).unwrap();
+                                model.remove(&key(*k));
+                            }
                         }
                     }
+                    db.write(
+                        &b,
+                        WriteOptions {
+                            sync: entries.len() % 2 == 0,
+                        },
+                    )
+                    .unwrap();
                 }
-                db.write(
-                    &b,
-                    WriteOptions {
-                        sync: entries.len() % 2 == 0,
-                    },
-                )
-                .unwrap();
-            }
-            Op::Get(k) => prop_assert_eq!(db.get(&key(k)).unwrap(), model.get(&key(k)).cloned()),
-            Op::Snapshot => {
-                if snaps.len() >= 8 {
-                    snaps.remove(0);
+                Op::Get(k) => {
+                    prop_assert_eq!(db.get(key(k)).unwrap(), model.get(&key(k)).cloned())
                 }
-                snaps.push((db.snapshot().unwrap(), model.clone()));
-            }
-            Op::ReadSnapshot(i, k) => {
-                if let Some((s, m)) = snaps.get(i) {
-                    let ro = ReadOptions {
-                        snapshot: Some(s),
-                        ..Default::default()
-                    };
-                    prop_assert_eq!(db.get_opt(&ro, &key(k)).unwrap(), m.get(&key(k)).cloned());
+                Op::Snapshot => {
+                    if snaps.len() >= 8 {
+                        snaps.remove(0);
+                    }
+                    snaps.push((db.snapshot().unwrap(), model.clone()));
+                }
+                Op::ReadSnapshot(i, k) => {
+                    if let Some((s, m)) = snaps.get(i) {
+                        let ro = ReadOptions {
+                            snapshot: Some(s),
+                            ..Default::default()
+                        };
+                        prop_assert_eq!(db.get_opt(&ro, key(k)).unwrap(), m.get(&key(k)).cloned());
+                        let got: Vec<_> = db
+                            .iter(&ro)
+                            .map(|it| {
+                                let mut it = it;
+                                let mut v = Vec::new();
+                                it.seek_to_first();
+                                while it.valid() {
+                                    v.push((it.key().to_vec(), it.value().to_vec()));
+                                    it.next();
+                                }
+                                it.status().unwrap();
+                                v
+                            })
+                            .unwrap();
+                        let want: Vec<_> = m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                        prop_assert_eq!(got, want);
+                    }
+                }
+                Op::Scan {
+                    lo,
+                    hi,
+                    reverse,
+                    limit,
+                } => {
+                    let (lo, hi) = (lo.map(key), hi.map(key));
+                    let range = (
+                        lo.as_deref().map_or(Bound::Unbounded, Bound::Included),
+                        hi.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
+                    );
+                    if lo.is_some() && hi.is_some() && lo > hi {
+                        prop_assert!(db.scan(range, reverse).is_err());
+                        continue;
+                    }
                     let got: Vec<_> = db
-                        .iter(&ro)
-                        .map(|it| {
-                            let mut it = it;
-                            let mut v = Vec::new();
-                            it.seek_to_first();
-                            while it.valid() {
-                                v.push((it.key().to_vec(), it.value().to_vec()));
-                                it.next();
-                            }
-                            it.status().unwrap();
-                            v
-                        })
-                        .unwrap();
-                    let want: Vec<_> = m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                        .scan(range, reverse)
+                        .unwrap()
+                        .take(limit)
+                        .map(|r| r.unwrap())
+                        .collect();
+                    let range = model.iter().filter(|(k, _)| {
+                        lo.as_ref().is_none_or(|l| *k >= l) && hi.as_ref().is_none_or(|h| *k < h)
+                    });
+                    let want: Vec<_> = if reverse {
+                        range
+                            .rev()
+                            .take(limit)
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect()
+                    } else {
+                        range
+                            .take(limit)
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect()
+                    };
                     prop_assert_eq!(got, want);
                 }
-            }
-            Op::Scan {
-                lo,
-                hi,
-                reverse,
-                limit,
-            } => {
-                let (lo, hi) = (lo.map(key), hi.map(key));
-                if lo.is_some() && hi.is_some() && lo > hi {
-                    prop_assert!(db.scan(lo.as_deref(), hi.as_deref(), reverse).is_err());
-                    continue;
-                }
-                let got: Vec<_> = db
-                    .scan(lo.as_deref(), hi.as_deref(), reverse)
-                    .unwrap()
-                    .take(limit)
-                    .map(|r| r.unwrap())
-                    .collect();
-                let range = model.iter().filter(|(k, _)| {
-                    lo.as_ref().is_none_or(|l| *k >= l) && hi.as_ref().is_none_or(|h| *k < h)
-                });
-                let want: Vec<_> = if reverse {
-                    range
-                        .rev()
-                        .take(limit)
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect()
-                } else {
-                    range
-                        .take(limit)
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect()
-                };
-                prop_assert_eq!(got, want);
-            }
-            Op::Walk(moves) => {
-                // Mixed next/prev from a seek in the middle.
-                let keys: Vec<_> = model.keys().cloned().collect();
-                if keys.is_empty() {
-                    continue;
-                }
-                let mut it = db.iter(&ReadOptions::default()).unwrap();
-                let mut pos = keys.len() / 2;
-                it.seek(&keys[pos]);
-                for fwd in moves {
-                    prop_assert!(it.valid());
-                    prop_assert_eq!(it.key(), &keys[pos][..]);
-                    prop_assert_eq!(it.value(), &model[&keys[pos]][..]);
-                    if fwd {
-                        it.next();
-                        pos += 1;
-                    } else if pos == 0 {
-                        it.prev();
-                        prop_assert!(!it.valid());
-                        break;
-                    } else {
-                        it.prev();
-                        pos -= 1;
+                Op::Walk(moves) => {
+                    // Mixed next/prev from a seek in the middle.
+                    let keys: Vec<_> = model.keys().cloned().collect();
+                    if keys.is_empty() {
+                        continue;
                     }
-                    if pos == keys.len() {
-                        prop_assert!(!it.valid());
-                        break;
+                    let mut it = db.iter(&ReadOptions::default()).unwrap();
+                    let mut pos = keys.len() / 2;
+                    it.seek(&keys[pos]);
+                    for fwd in moves {
+                        prop_assert!(it.valid());
+                        prop_assert_eq!(it.key(), &keys[pos][..]);
+                        prop_assert_eq!(it.value(), &model[&keys[pos]][..]);
+                        if fwd {
+                            it.next();
+                            pos += 1;
+                        } else if pos == 0 {
+                            it.prev();
+                            prop_assert!(!it.valid());
+                            break;
+                        } else {
+                            it.prev();
+                            pos -= 1;
+                        }
+                        if pos == keys.len() {
+                            prop_assert!(!it.valid());
+                            break;
+                        }
                     }
+                    it.status().unwrap();
                 }
-                it.status().unwrap();
-            }
-            Op::Flush => db.flush().unwrap(),
-            Op::Compact(r) => {
-                let r = r.map(|(a, b)| (key(a.min(b)), key(a.max(b))));
-                db.compact_range(r.as_ref().map(|x| &x.0[..]), r.as_ref().map(|x| &x.1[..]))
-                    .unwrap();
-            }
-            Op::Gc => {
-                db.gc(None).unwrap();
-            }
-            Op::Reopen => {
-                snaps.clear();
-                db.close().unwrap();
-                drop(db);
-                db = Db::open(dir, opts(&fs, preset)).unwrap();
+                Op::Flush => db.flush().unwrap(),
+                Op::Compact(r) => {
+                    let r = r.map(|(a, b)| (key(a.min(b)), key(a.max(b))));
+                    match r {
+                        Some((a, b)) => db.compact_range(a..=b).unwrap(),
+                        None => db.compact_range(..).unwrap(),
+                    };
+                }
+                Op::Gc => {
+                    db.gc(None).unwrap();
+                }
+                Op::Reopen => {
+                    reopen = true;
+                    break;
+                }
             }
         }
+        if reopen {
+            drop(snaps);
+            db.close().unwrap();
+            continue;
+        }
+        // Final full comparison, and a clean verify.
+        let got: Vec<_> = db.scan(.., false).unwrap().map(|r| r.unwrap()).collect();
+        let want: Vec<_> = model.into_iter().collect();
+        prop_assert_eq!(got, want);
+        let rep = db.verify().unwrap();
+        prop_assert!(rep.faults.is_empty(), "verify faults: {:?}", rep.faults);
+        return Ok(());
     }
-    // Final full comparison, and a clean verify.
-    let got: Vec<_> = db
-        .scan(None, None, false)
-        .unwrap()
-        .map(|r| r.unwrap())
-        .collect();
-    let want: Vec<_> = model.into_iter().collect();
-    prop_assert_eq!(got, want);
-    let rep = db.verify().unwrap();
-    prop_assert!(rep.faults.is_empty(), "verify faults: {:?}", rep.faults);
-    Ok(())
 }
 
 proptest! {

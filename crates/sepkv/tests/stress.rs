@@ -26,7 +26,7 @@
 //! - value-store GC runs in the write path (a `value_capacity` of a few MiB
 //!   against about 1 MB of live values), in the background
 //!   (`gc_garbage_ratio` 0.2) and from a thread calling `gc(Some(0.2))`;
-//!   another thread calls `flush` and `compact_range(None, None)`, and a
+//!   another thread calls `flush` and `compact_range(..)`, and a
 //!   256 KiB write buffer makes the engine flush and compact on its own.
 //!   That thread also checks that the manifest `CURRENT` names exists. A
 //!   run of a separating layout in which no GC step ran fails: it did not
@@ -339,7 +339,7 @@ fn writer(sh: &Shared, id: usize, mut rng: StdRng, work: Work) {
         // The locks make this thread the only writer of both accounts: the
         // latest state must read back exactly.
         for (i, want) in [(lo, *g_lo), (hi, *g_hi)] {
-            match sh.db.get(&key(i)) {
+            match sh.db.get(key(i)) {
                 Ok(Some(v)) => match decode(i, &v) {
                     Ok(got) if got == want => {}
                     Ok(got) => {
@@ -365,7 +365,7 @@ fn writer(sh: &Shared, id: usize, mut rng: StdRng, work: Work) {
         let mut batch = WriteBatch::new();
         for (i, st) in new {
             let v = encode(i, st, rng.gen_range(FILLER));
-            batch.put(&key(i), &v).unwrap();
+            batch.put(key(i), &v).unwrap();
         }
         let sync = rng.gen_ratio(1, 100);
         if let Err(e) = sh.db.write(&batch, WriteOptions { sync }) {
@@ -445,7 +445,7 @@ fn read_by_gets(db: &Db, snap: &Snapshot) -> Result<Vec<Account>, String> {
     };
     let mut entries = Vec::with_capacity(ACCOUNTS);
     for i in 0..ACCOUNTS {
-        match db.get_opt(&ro, &key(i)) {
+        match db.get_opt(&ro, key(i)) {
             Ok(Some(v)) => entries.push((key(i), v)),
             Ok(None) => return Err(format!("account {i} missing")),
             Err(e) => return Err(format!("account {i}: {e}")),
@@ -475,7 +475,13 @@ fn read_by_cursor(
     let mut entries = Vec::with_capacity(ACCOUNTS);
     for (lower, upper) in ranges {
         let mut it = db
-            .iter_range(&ro, lower, upper)
+            .iter_range(
+                &ro,
+                (
+                    lower.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Included),
+                    upper.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded),
+                ),
+            )
             .map_err(|e| format!("iter_range: {e}"))?;
         let mut part = Vec::new();
         if forward {
@@ -503,7 +509,7 @@ fn read_by_cursor(
 
 fn read_by_scan(db: &Db, reverse: bool) -> Result<Vec<Account>, String> {
     let mut entries = Vec::with_capacity(ACCOUNTS);
-    for item in db.scan(None, None, reverse).map_err(|e| e.to_string())? {
+    for item in db.scan(.., reverse).map_err(|e| e.to_string())? {
         entries.push(item.map_err(|e| format!("after {} keys: {e}", entries.len()))?);
     }
     if reverse {
@@ -519,7 +525,7 @@ fn read_latest(sh: &Shared, rng: &mut StdRng, n: usize) -> Result<(), String> {
     for _ in 0..n {
         let i = rng.gen_range(0..ACCOUNTS);
         let before = *sh.accounts[i].lock();
-        match sh.db.get(&key(i)) {
+        match sh.db.get(key(i)) {
             Ok(Some(v)) => {
                 let got = decode(i, &v)?;
                 if got.nonce < before.nonce {
@@ -631,7 +637,7 @@ fn gc_caller(sh: &Shared) {
     }
 }
 
-/// Calls `flush`, and every fourth time `compact_range(None, None)`, while
+/// Calls `flush`, and every fourth time `compact_range(..)`, while
 /// the writers run; checks each time that the live manifest exists.
 fn maintainer(sh: &Shared) {
     let mut i = 0u64;
@@ -646,8 +652,8 @@ fn maintainer(sh: &Shared) {
         }
         sh.c.manifest_checks.fetch_add(1, Ordering::Relaxed);
         if i % 4 == 3 {
-            if let Err(e) = sh.db.compact_range(None, None) {
-                return sh.fail_err("maintenance thread", "compact_range(None, None)", e);
+            if let Err(e) = sh.db.compact_range(..) {
+                return sh.fail_err("maintenance thread", "compact_range(..)", e);
             }
             sh.c.compact_calls.fetch_add(1, Ordering::Relaxed);
         }
@@ -661,8 +667,8 @@ fn load(db: &Db, accounts: &[Mutex<Account>], rng: &mut StdRng) -> Result<(), Er
         let mut b = WriteBatch::new();
         for &i in chunk {
             b.put(
-                &key(i),
-                &encode(i, *accounts[i].lock(), rng.gen_range(FILLER)),
+                key(i),
+                encode(i, *accounts[i].lock(), rng.gen_range(FILLER)),
             )?;
         }
         db.write(&b, WriteOptions::default())?;

@@ -35,7 +35,7 @@ fn gc_never_loses_a_racing_overwrite() {
     let db = Arc::new(Db::open("/db", opts(Arc::new(fs))).unwrap());
     const N: usize = 400;
     for i in 0..N {
-        db.put(&key(i), &value(i, 0)).unwrap();
+        db.put(key(i), value(i, 0)).unwrap();
     }
     let stop = Arc::new(AtomicBool::new(false));
     let gc = {
@@ -52,7 +52,7 @@ fn gc_never_loses_a_racing_overwrite() {
     let mut latest = vec![0usize; N];
     for round in 1..40 {
         for i in (0..N).filter(|i| (i + round) % 3 == 0) {
-            db.put(&key(i), &value(i, round)).unwrap();
+            db.put(key(i), value(i, round)).unwrap();
             latest[i] = round;
         }
     }
@@ -61,7 +61,7 @@ fn gc_never_loses_a_racing_overwrite() {
     assert!(steps > 0, "GC never ran");
     db.gc(None).unwrap();
     for (i, &round) in latest.iter().enumerate() {
-        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, round)), "key {i}");
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, round)), "key {i}");
     }
     let s = db.stats().unwrap();
     assert!(s.value_store_figures["gc_bytes_rewritten"] > 0);
@@ -71,12 +71,12 @@ fn gc_never_loses_a_racing_overwrite() {
 fn snapshot_keeps_values_gc_would_free() {
     let db = Db::open("/db", opts(Arc::new(MemFs::new()))).unwrap();
     for i in 0..200 {
-        db.put(&key(i), &value(i, 0)).unwrap();
+        db.put(key(i), value(i, 0)).unwrap();
     }
     let snap = db.snapshot().unwrap();
     let mut it = db.iter(&Default::default()).unwrap();
     for i in 0..200 {
-        db.put(&key(i), &value(i, 1)).unwrap();
+        db.put(key(i), value(i, 1)).unwrap();
     }
     db.gc(None).unwrap();
     db.gc(None).unwrap();
@@ -85,7 +85,7 @@ fn snapshot_keeps_values_gc_would_free() {
         ..Default::default()
     };
     for i in 0..200 {
-        assert_eq!(db.get_opt(&ro, &key(i)).unwrap(), Some(value(i, 0)));
+        assert_eq!(db.get_opt(&ro, key(i)).unwrap(), Some(value(i, 0)));
     }
     it.seek_to_first();
     let mut n = 0;
@@ -97,7 +97,7 @@ fn snapshot_keeps_values_gc_would_free() {
     it.status().unwrap();
     assert_eq!(n, 200);
     for i in 0..200 {
-        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 1)));
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 1)));
     }
 }
 
@@ -108,14 +108,14 @@ fn gc_frees_space_on_disk() {
     const N: usize = 8000; // 8 MB of 1000-byte values
     for round in 0..2 {
         for i in 0..N {
-            db.put(&key(i), &value(i, round)).unwrap();
+            db.put(key(i), value(i, round)).unwrap();
         }
     }
-    db.compact_range(None, None).unwrap();
+    db.compact_range(..).unwrap();
     let before = db.stats().unwrap().disk_bytes;
     let rep = db.gc(None).unwrap();
     assert!(rep.bytes_freed > 0, "{rep:?}");
-    db.compact_range(None, None).unwrap();
+    db.compact_range(..).unwrap();
     let after = db.stats().unwrap().disk_bytes;
     let live = (N * (1000 + 9)) as u64;
     assert!(after < before, "before {before} after {after}");
@@ -124,7 +124,7 @@ fn gc_frees_space_on_disk() {
         "disk {after} vs live {live} after GC"
     );
     for i in (0..N).step_by(97) {
-        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 1)));
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 1)));
     }
 }
 
@@ -176,7 +176,7 @@ fn crash_at_every_step_of_a_gc_cycle() {
             for i in 0..N {
                 let want = value(i, if i % 2 == 0 { 1 } else { 0 });
                 assert_eq!(
-                    db.get(&key(i)).unwrap(),
+                    db.get(key(i)).unwrap(),
                     Some(want),
                     "key {i} after crash at GC op {k}"
                 );
@@ -185,7 +185,7 @@ fn crash_at_every_step_of_a_gc_cycle() {
             db.gc(None).unwrap();
             for i in (0..N).step_by(7) {
                 assert_eq!(
-                    db.get(&key(i)).unwrap(),
+                    db.get(key(i)).unwrap(),
                     Some(value(i, if i % 2 == 0 { 1 } else { 0 }))
                 );
             }
@@ -204,7 +204,7 @@ fn crash_at_every_step_of_a_gc_cycle() {
 
 fn single(i: usize, round: usize) -> sepkv::WriteBatch {
     let mut b = sepkv::WriteBatch::new();
-    b.put(&key(i), &value(i, round)).unwrap();
+    b.put(key(i), value(i, round)).unwrap();
     b
 }
 
@@ -223,17 +223,17 @@ fn capacity_runs_gc_first_and_refuses_only_live_data() {
         };
         let db = Db::open("/db", o.clone()).unwrap();
         for round in 0..5000 {
-            db.put(&key(1), &value(1, round)).unwrap();
+            db.put(key(1), value(1, round)).unwrap();
         }
         let s = db.stats().unwrap();
         assert!(s.write_gc_steps >= 1, "wal {wal}");
         let span = s.value_store.live_bytes + s.value_store.garbage_bytes;
         assert!(span <= (2 << 20) + (16 << 10), "wal {wal}: span {span}");
-        assert_eq!(db.get(&key(1)).unwrap(), Some(value(1, 4999)));
+        assert_eq!(db.get(key(1)).unwrap(), Some(value(1, 4999)));
 
         let mut n = 2;
         let err = loop {
-            match db.put(&key(n), &value(n, 0)) {
+            match db.put(key(n), value(n, 0)) {
                 Ok(()) => n += 1,
                 Err(e) => break e,
             }
@@ -246,25 +246,25 @@ fn capacity_runs_gc_first_and_refuses_only_live_data() {
         // About 2 MiB of 1 KiB records went in before the refusal.
         assert!((1800..2100).contains(&n), "wal {wal}: {n} keys");
         for i in 2..n {
-            assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 0)), "wal {wal}");
+            assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 0)), "wal {wal}");
         }
         db.put(b"small", b"inline").unwrap();
         for i in (2..n).step_by(2) {
-            db.delete(&key(i)).unwrap();
+            db.delete(key(i)).unwrap();
         }
         // The deleted half is garbage GC now frees for new values.
         for i in 0..(n - 2) / 4 {
-            db.put(&key(20_000 + i), &value(i, 1)).unwrap();
+            db.put(key(20_000 + i), value(i, 1)).unwrap();
         }
         assert!(db.verify().unwrap().faults.is_empty());
         db.close().unwrap();
         let db = Db::open("/db", o).unwrap();
         for i in 2..n {
             let want = (i % 2 == 1).then(|| value(i, 0));
-            assert_eq!(db.get(&key(i)).unwrap(), want, "wal {wal}: key {i}");
+            assert_eq!(db.get(key(i)).unwrap(), want, "wal {wal}: key {i}");
         }
         for i in 0..(n - 2) / 4 {
-            assert_eq!(db.get(&key(20_000 + i)).unwrap(), Some(value(i, 1)));
+            assert_eq!(db.get(key(20_000 + i)).unwrap(), Some(value(i, 1)));
         }
         assert_eq!(db.get(b"small").unwrap(), Some(b"inline".to_vec()));
     }

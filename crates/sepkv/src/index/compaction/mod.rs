@@ -9,6 +9,10 @@
 //! level below the output, and only between user keys, so one user key never
 //! spans two files of a level.
 //!
+//! A bottommost-level rewrite (`output_level == level`, picked by
+//! [`picker::pick_in_place`] for a manual range compaction) merges files of
+//! one level into that level again, under the same rules.
+//!
 //! The job only writes new files; the caller installs the returned
 //! [`VersionEdit`] through the version set, then deletes the inputs.
 
@@ -29,19 +33,43 @@ use std::cmp::Ordering;
 use std::path::Path;
 use std::sync::Arc;
 
-/// What a compaction did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What a compaction did (or, summed, what [`crate::Db::compact_range`]
+/// did). Bytes are file bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct CompactionStats {
+    /// Compactions run.
+    pub compactions: u64,
+    /// Input SSTables.
+    pub files_in: u64,
+    /// Output SSTables.
+    pub files_out: u64,
     /// Entries read.
     pub entries_in: u64,
     /// Entries written.
     pub entries_out: u64,
     /// Entries dropped (shadowed versions and obsolete tombstones).
     pub dropped: u64,
+    /// Tombstones dropped (part of `dropped`).
+    pub tombstones_dropped: u64,
     /// Bytes of input files.
     pub bytes_in: u64,
     /// Bytes of output files.
     pub bytes_out: u64,
+}
+
+impl CompactionStats {
+    /// Adds `o` to these figures.
+    pub fn add(&mut self, o: &CompactionStats) {
+        self.compactions += o.compactions;
+        self.files_in += o.files_in;
+        self.files_out += o.files_out;
+        self.entries_in += o.entries_in;
+        self.entries_out += o.entries_out;
+        self.dropped += o.dropped;
+        self.tombstones_dropped += o.tombstones_dropped;
+        self.bytes_in += o.bytes_in;
+        self.bytes_out += o.bytes_out;
+    }
 }
 
 /// Everything a compaction or flush needs from the database.
@@ -225,6 +253,8 @@ pub fn run_compaction(
     }
     let mut merged = MergingIterator::new(children);
     let mut st = CompactionStats {
+        compactions: 1,
+        files_in: (inputs.upper.len() + inputs.lower.len()) as u64,
         bytes_in: inputs
             .upper
             .iter()
@@ -233,7 +263,8 @@ pub fn run_compaction(
             .sum(),
         ..Default::default()
     };
-    let output_level = inputs.level + 1;
+    let output_level = inputs.output_level;
+    let mut tombstones = 0u64;
     let mut current: Vec<u8> = Vec::new();
     let mut has_current = false;
     let mut last_seq_for_key = MAX_SEQ;
@@ -254,6 +285,9 @@ pub fn run_compaction(
                 && !version.key_may_exist_below(output_level, uk)
         };
         last_seq_for_key = seq;
+        if drop && vt == ValueType::Deletion {
+            tombstones += 1;
+        }
         if drop && vt == ValueType::Pointer {
             if let Some(p) = ValuePointer::decode(value) {
                 vstore.note_garbage(&p);
@@ -269,6 +303,8 @@ pub fn run_compaction(
         keep,
         &mut st,
     )?;
+    st.tombstones_dropped = tombstones;
+    st.files_out = outputs.len() as u64;
     let mut edit = VersionEdit::default();
     for f in &inputs.upper {
         edit.deleted.push((inputs.level, f.number));
@@ -282,6 +318,7 @@ pub fn run_compaction(
     if let Some(last) = inputs
         .upper
         .iter()
+        .filter(|_| output_level > inputs.level)
         .map(|f| &f.largest)
         .max_by(|a, b| super::key::compare_internal(a, b))
     {

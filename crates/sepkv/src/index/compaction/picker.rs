@@ -48,16 +48,19 @@ impl PickerConfig {
     }
 }
 
-/// Files chosen for one compaction of `level` into `level + 1`.
+/// Files chosen for one compaction of `level` into `output_level`
+/// (`level + 1`, or `level` itself for a bottommost-level rewrite).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompactionInputs {
     /// The level compacted.
     pub level: usize,
+    /// The level the outputs go to.
+    pub output_level: usize,
     /// Files of `level`.
     pub upper: Vec<Arc<FileMeta>>,
-    /// Overlapping files of `level + 1`.
+    /// Overlapping files of `output_level` when it is `level + 1`.
     pub lower: Vec<Arc<FileMeta>>,
-    /// Overlapping files of `level + 2` (to bound output overlap).
+    /// Overlapping files of `output_level + 1` (to bound output overlap).
     pub grandparents: Vec<Arc<FileMeta>>,
 }
 
@@ -131,6 +134,7 @@ pub fn setup_inputs(
     };
     CompactionInputs {
         level,
+        output_level: level + 1,
         upper,
         lower,
         grandparents,
@@ -188,6 +192,43 @@ pub fn pick_range(
         return None;
     }
     Some(setup_inputs(v, cfg, level, files))
+}
+
+/// Picks a rewrite of the files of `level` (at least 1) overlapping the user
+/// key range `[begin, end]` into `level` itself: the bottommost-level step
+/// of a manual range compaction (RocksDB's `CompactRange` with
+/// `bottommost_level_compaction`), which drops the tombstones and
+/// overwritten versions no reader needs when no level below holds the
+/// range. The files of a level `>= 1` are disjoint and sorted, so the
+/// outputs replace a contiguous run. `None` for level 0 or when the level
+/// has no files there.
+pub fn pick_in_place(
+    v: &Version,
+    cfg: &PickerConfig,
+    level: usize,
+    begin: Option<&[u8]>,
+    end: Option<&[u8]>,
+) -> Option<CompactionInputs> {
+    if level == 0 || level >= cfg.levels {
+        return None;
+    }
+    let upper = v.overlapping(level, begin, end);
+    if upper.is_empty() {
+        return None;
+    }
+    let (lo, hi) = key_range(&upper);
+    let grandparents = if level + 1 < cfg.levels {
+        v.overlapping(level + 1, Some(&lo), Some(&hi))
+    } else {
+        Vec::new()
+    };
+    Some(CompactionInputs {
+        level,
+        output_level: level,
+        upper,
+        lower: Vec::new(),
+        grandparents,
+    })
 }
 
 /// The level a flushed memtable covering `[lo, hi]` (user keys) goes to:
@@ -277,6 +318,27 @@ mod tests {
             Choice::Merge(c) => assert_eq!(c.lower[0].number, 3),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn in_place_takes_the_overlapping_run_of_one_level() {
+        let mut v = Version::empty(4);
+        v.files[0].push(f(9, "a", "z", 5));
+        v.files[2] = vec![f(1, "a", "b", 5), f(2, "c", "d", 5), f(3, "e", "f", 5)];
+        v.files[3] = vec![f(4, "c", "c", 5), f(5, "x", "y", 5)];
+        assert_eq!(pick_in_place(&v, &cfg(), 0, None, None), None);
+        assert_eq!(pick_in_place(&v, &cfg(), 1, None, None), None);
+        let c = pick_in_place(&v, &cfg(), 2, Some(b"b"), Some(b"c")).unwrap();
+        assert_eq!((c.level, c.output_level), (2, 2));
+        let up: Vec<_> = c.upper.iter().map(|f| f.number).collect();
+        assert_eq!(up, vec![1, 2]);
+        assert!(c.lower.is_empty());
+        let gp: Vec<_> = c.grandparents.iter().map(|f| f.number).collect();
+        assert_eq!(gp, vec![4]);
+        let last = pick_in_place(&v, &cfg(), 3, None, None).unwrap();
+        assert!(last.grandparents.is_empty());
+        let r = pick_range(&v, &cfg(), 2, Some(b"b"), Some(b"c")).unwrap();
+        assert_eq!((r.level, r.output_level), (2, 3));
     }
 
     #[test]
