@@ -24,6 +24,7 @@
 pub mod hashkv;
 mod inline;
 mod pointer;
+pub mod trie;
 pub mod vlog;
 
 pub use hashkv::HashKvStore;
