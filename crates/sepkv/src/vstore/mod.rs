@@ -30,6 +30,7 @@ pub mod vlog;
 pub use hashkv::HashKvStore;
 pub use inline::InlineStore;
 pub use pointer::ValuePointer;
+pub use trie::TrieStore;
 pub use vlog::VlogStore;
 
 use crate::error::Result;

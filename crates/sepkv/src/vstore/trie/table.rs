@@ -356,11 +356,22 @@ mod tests {
         assert_eq!(keys, 50);
         // Cut anywhere: the scan ends at the last whole record.
         for cut in [1u64, 30, ends[10] + 3, ends[49] - 1] {
-            let end = scan(&fs, &path, 0, cut, &stats, IoCategory::ValueStore, |_, _| {
-                Ok(())
-            })
+            let end = scan(
+                &fs,
+                &path,
+                0,
+                cut,
+                &stats,
+                IoCategory::ValueStore,
+                |_, _| Ok(()),
+            )
             .unwrap();
-            let want = ends.iter().copied().filter(|&e| e <= cut).max().unwrap_or(0);
+            let want = ends
+                .iter()
+                .copied()
+                .filter(|&e| e <= cut)
+                .max()
+                .unwrap_or(0);
             assert_eq!(end.valid_len, want, "cut {cut}");
             assert!(end.torn);
         }

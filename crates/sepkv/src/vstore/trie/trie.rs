@@ -693,7 +693,12 @@ mod tests {
     fn check_disjoint_and_routed(t: &Trie, keys: &[Vec<u8>]) {
         let leaves: Vec<&[u8]> = t.leaves().map(|(p, _)| p).collect();
         for w in leaves.windows(2) {
-            assert!(!w[1].starts_with(w[0]), "leaf {:?} under leaf {:?}", w[1], w[0]);
+            assert!(
+                !w[1].starts_with(w[0]),
+                "leaf {:?} under leaf {:?}",
+                w[1],
+                w[0]
+            );
         }
         // A key routes to a leaf of its own prefix (a key whose leaf split
         // after it was written may need a child created first).
@@ -756,7 +761,10 @@ mod tests {
             .collect();
         let (t, received) = fill(keys.iter().cloned(), 1000);
         check_disjoint_and_routed(&t, &keys);
-        assert!(t.nodes.contains_key(&b"user"[..]), "no compressed `user` node");
+        assert!(
+            t.nodes.contains_key(&b"user"[..]),
+            "no compressed `user` node"
+        );
         assert!(!t.nodes.contains_key(&b"u"[..]) && !t.nodes.contains_key(&b"use"[..]));
         let leaves: Vec<_> = t.leaves().map(|(p, _)| p.to_vec()).collect();
         assert!(leaves.len() >= 60, "only {} leaves", leaves.len());
@@ -778,7 +786,9 @@ mod tests {
         let mut x = 12345u64;
         let keys: Vec<Vec<u8>> = (0..n)
             .map(|_| {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 format!("{:016}", (x >> 33) % n).into_bytes()
             })
             .collect();
@@ -793,7 +803,9 @@ mod tests {
         }
         assert!(*received.values().max().unwrap() <= 800);
         // Sequential keys split too (each leaf fills, then its range fans out).
-        let seq: Vec<Vec<u8>> = (0..20_000u64).map(|i| format!("{i:016}").into_bytes()).collect();
+        let seq: Vec<Vec<u8>> = (0..20_000u64)
+            .map(|i| format!("{i:016}").into_bytes())
+            .collect();
         let (t2, _) = fill(seq.iter().cloned(), 500);
         check_disjoint_and_routed(&t2, &seq);
         assert!(t2.leaves().count() >= 10);
@@ -844,7 +856,8 @@ mod tests {
         fs.create_dir_all(dir).unwrap();
         let fsa: Arc<dyn FileSystem> = Arc::new(fs.clone());
         let stats = Arc::new(IoStats::default());
-        let (mut cat, mut log, fresh) = TrieLog::open(dir, fsa.clone(), stats.clone(), true).unwrap();
+        let (mut cat, mut log, fresh) =
+            TrieLog::open(dir, fsa.clone(), stats.clone(), true).unwrap();
         assert!(fresh);
         for i in 1..=3000u64 {
             let mut e = Vec::new();
@@ -866,7 +879,11 @@ mod tests {
             }
         }
         log.sync().unwrap();
-        assert!(log.len() < 600 << 10, "never compacted: {} bytes", log.len());
+        assert!(
+            log.len() < 600 << 10,
+            "never compacted: {} bytes",
+            log.len()
+        );
         drop(log);
         let (cat2, log2, fresh) = TrieLog::open(dir, fsa.clone(), stats.clone(), true).unwrap();
         assert!(!fresh);
