@@ -193,7 +193,7 @@ fn scans_match_gets_and_use_span_reads() {
     for i in (0..N).step_by(3) {
         db.put(&key(i), &value(i, 1)).unwrap();
     }
-    let want = |i: usize| value(i, if i % 3 == 0 { 1 } else { 0 });
+    let want = |i: usize| value(i, usize::from(i.is_multiple_of(3)));
     let got: Vec<_> = db
         .scan(Some(&key(100)), Some(&key(2100)), false)
         .unwrap()
@@ -324,7 +324,7 @@ fn gc_rewrites_tables_in_key_order_and_respects_snapshots() {
         ..Default::default()
     };
     for i in (0..N).step_by(7) {
-        let want = value(i, if i % 2 == 0 { 1 } else { 0 });
+        let want = value(i, usize::from(i.is_multiple_of(2)));
         assert_eq!(db.get_opt(&ro, &key(i)).unwrap(), Some(want.clone()));
         assert_eq!(db.get(&key(i)).unwrap(), Some(want));
     }
@@ -349,7 +349,10 @@ fn gc_rewrites_tables_in_key_order_and_respects_snapshots() {
         .collect();
     assert_eq!(got.len(), N);
     for (i, (k, v)) in got.iter().enumerate() {
-        assert_eq!((k, v), (&key(i), &value(i, if i % 2 == 0 { 1 } else { 0 })));
+        assert_eq!(
+            (k, v),
+            (&key(i), &value(i, usize::from(i.is_multiple_of(2))))
+        );
     }
     let spans = figure(&db, "span_values") - spans0;
     let singles = figure(&db, "single_reads") - singles0;
@@ -445,7 +448,7 @@ fn crash_at_every_step_of_a_gc_cycle() {
         power_cut(&fs, db);
         let db = Db::open(dir, o.clone())
             .unwrap_or_else(|e| panic!("reopen after crash at GC op {k}: {e}"));
-        let want = |i: usize| value(i, if i % 2 == 0 { 1 } else { 0 });
+        let want = |i: usize| value(i, usize::from(i.is_multiple_of(2)));
         for i in 0..N {
             assert_eq!(
                 db.get(&key(i)).unwrap(),

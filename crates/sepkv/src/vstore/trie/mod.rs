@@ -59,6 +59,9 @@
 pub mod gc;
 pub mod scan;
 pub mod table;
+// The layout is named after its trie; the module holding the trie itself
+// keeps the plain name too.
+#[allow(clippy::module_inception)]
 pub mod trie;
 
 use super::{
@@ -844,8 +847,8 @@ impl ValueStore for TrieStore {
             }
             let g = info.garbage.min(info.valid_len);
             max_garbage = max_garbage.max(g);
-            if info.valid_len > 0 {
-                quartiles[((4 * g / info.valid_len) as usize).min(3)] += 1;
+            if let Some(q) = (4 * g).checked_div(info.valid_len) {
+                quartiles[(q as usize).min(3)] += 1;
             }
         }
         let c = &self.counters;
