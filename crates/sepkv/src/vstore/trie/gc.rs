@@ -107,7 +107,7 @@ pub fn step(
         if let Some(place) = st.owners.get(&id).cloned() {
             let mut edits = Vec::new();
             st.cat.trie.set_table(&place, None, &mut edits);
-            store.seal_locked(&mut st, id, &mut edits)?;
+            store.seal_locked(&mut st, id, &mut edits);
             st.commit(&edits)?;
         }
         (id, st.tables.get(&id).map_or(0, |t| t.valid_len))
@@ -244,10 +244,15 @@ fn write_sorted(
     fs.sync_dir(dir).ctx(dir)?;
     store.reader.stats.add_written(IoCategory::Gc, written);
     let mut st = store.state.lock();
-    st.tables.insert(id, TableInfo::sealed(written));
+    st.tables.insert(id, TableInfo::sealed(written, true));
+    st.recount();
+    store.publish_order(&st);
     st.commit(&[Edit::Table {
         id,
-        state: Persisted::Sealed { len: written },
+        state: Persisted::Sealed {
+            len: written,
+            sorted: true,
+        },
     }])?;
     Ok(ptrs)
 }
@@ -272,7 +277,10 @@ fn free_pending(store: &TrieStore, oldest: u64) -> Result<u64> {
     for id in ready {
         let len = {
             let mut st = store.state.lock();
-            st.tables.remove(&id).map_or(0, |t| t.valid_len)
+            let len = st.tables.remove(&id).map_or(0, |t| t.valid_len);
+            st.recount();
+            store.publish_order(&st);
+            len
         };
         store.reader.handles.forget(id);
         let path = store.path(id);

@@ -126,15 +126,39 @@ struct State {
     /// Which place appends to each active table.
     owners: HashMap<u64, Place>,
     writers: HashMap<u64, TableWriter>,
+    /// Tables sealed since the last sync, with data still to sync.
+    sealing: Vec<(u64, TableWriter)>,
     log: TrieLog,
     /// Tables were created since the directory was last synced.
     dir_dirty: bool,
     pending: Vec<PendingFree>,
     /// Bytes synced since durable lengths were last recorded.
     synced_unrecorded: u64,
+    /// Bytes the tables hold (the sum of their valid lengths).
+    held: u64,
+    /// Of those, bytes in tables whose records are in key order.
+    sorted_bytes: u64,
 }
 
 impl State {
+    /// Recounts `held` and `sorted_bytes` from the tables.
+    fn recount(&mut self) {
+        self.held = self.tables.values().map(|t| t.valid_len).sum();
+        self.sorted_bytes = self
+            .tables
+            .values()
+            .filter(|t| t.sorted)
+            .map(|t| t.valid_len)
+            .sum();
+    }
+
+    /// Share of the held bytes in key-ordered tables, in thousandths.
+    fn sorted_permille(&self) -> u64 {
+        (self.sorted_bytes * 1000)
+            .checked_div(self.held)
+            .unwrap_or(0)
+    }
+
     /// Applies catalog edits (trie edits are applied by the trie itself)
     /// and appends the group to the trie file.
     fn commit(&mut self, edits: &[Edit]) -> Result<()> {
@@ -203,6 +227,8 @@ pub struct TrieStore {
     gc_lock: Mutex<()>,
     counters: Counters,
     prefetch: Prefetcher,
+    /// [`State::sorted_permille`], readable without the lock.
+    sorted_permille: AtomicU64,
 }
 
 /// Where the reconciliation of open left a table.
@@ -219,7 +245,8 @@ impl TrieStore {
     ///
     /// # Errors
     /// `Corruption` for a damaged trie file, a missing one while tables
-    /// exist, or a sealed table shorter than recorded; `Io`.
+    /// exist, or an active table shorter than its recorded durable length;
+    /// `Io`.
     pub fn open(
         dir: &Path,
         fs: Arc<dyn FileSystem>,
@@ -257,26 +284,50 @@ impl TrieStore {
                 None
             };
             match (persisted, size) {
-                (Persisted::Sealed { len }, Some(size)) if size >= len => {
-                    tables.insert(id, TableInfo::sealed(len));
+                (Persisted::Sealed { len, sorted }, Some(size)) if size >= len => {
+                    tables.insert(id, TableInfo::sealed(len, sorted));
                 }
-                (Persisted::Sealed { len: 0 }, None) => {
-                    tables.insert(id, TableInfo::sealed(0));
-                }
-                (Persisted::Sealed { len }, size) => {
-                    return Err(Error::corruption(
-                        &path,
-                        size.unwrap_or(0),
-                        format!("sealed TrieTable of {len} bytes is shorter or missing"),
-                    ));
+                // Sealed, but a power loss took data the next sync would
+                // have made durable (the trie file reached the disk first,
+                // which only the OS's own write-back does): no durable
+                // pointer reaches past what is left.
+                (Persisted::Sealed { .. }, Some(size)) => {
+                    let found = Self::recover_active(fs.as_ref(), &stats, &path, 0, size)?;
+                    let (Found::Active(info) | Found::Seal(info)) = found;
+                    fs.open_append(&path)
+                        .and_then(|mut f| f.sync())
+                        .ctx(&path)?;
+                    edits.push(Edit::Table {
+                        id,
+                        state: Persisted::Sealed {
+                            len: info.valid_len,
+                            sorted: info.sorted,
+                        },
+                    });
+                    tables.insert(id, TableInfo::sealed(info.valid_len, info.sorted));
                 }
                 // Created, but its directory entry never became durable: a
                 // power loss took it before any pointer into it was synced.
+                (Persisted::Sealed { len, .. }, None) => {
+                    tables.insert(id, TableInfo::sealed(0, true));
+                    if len > 0 {
+                        edits.push(Edit::Table {
+                            id,
+                            state: Persisted::Sealed {
+                                len: 0,
+                                sorted: true,
+                            },
+                        });
+                    }
+                }
                 (Persisted::Active { .. }, None) => {
-                    tables.insert(id, TableInfo::sealed(0));
+                    tables.insert(id, TableInfo::sealed(0, true));
                     edits.push(Edit::Table {
                         id,
-                        state: Persisted::Sealed { len: 0 },
+                        state: Persisted::Sealed {
+                            len: 0,
+                            sorted: true,
+                        },
                     });
                 }
                 (Persisted::Active { durable }, Some(size)) => {
@@ -302,6 +353,7 @@ impl TrieStore {
                                 id,
                                 state: Persisted::Sealed {
                                     len: info.valid_len,
+                                    sorted: info.sorted,
                                 },
                             });
                             tables.insert(id, info);
@@ -340,6 +392,7 @@ impl TrieStore {
                     id,
                     state: Persisted::Sealed {
                         len: info.valid_len,
+                        sorted: info.sorted,
                     },
                 });
                 continue;
@@ -358,11 +411,15 @@ impl TrieStore {
             tables,
             owners,
             writers,
+            sealing: Vec::new(),
             log,
             dir_dirty: false,
             pending: Vec::new(),
             synced_unrecorded: 0,
+            held: 0,
+            sorted_bytes: 0,
         };
+        st.recount();
         st.commit(&edits)?;
         st.log.sync()?;
         if removed {
@@ -378,6 +435,7 @@ impl TrieStore {
                 stats,
                 latency: ReadLatency::default(),
             }),
+            sorted_permille: AtomicU64::new(st.sorted_permille()),
             state: Mutex::new(st),
             gc_lock: Mutex::new(()),
             counters: Counters::default(),
@@ -409,6 +467,8 @@ impl TrieStore {
             },
         )?;
         info.valid_len = end.valid_len;
+        // Order is known only for a table scanned from its start.
+        info.sorted &= durable == 0;
         if end.torn {
             info.state = TableState::Sealed;
             info.synced_len = end.valid_len;
@@ -439,30 +499,27 @@ impl TrieStore {
         Ok(id)
     }
 
-    /// Closes table `id` for appends: syncs it (and the directory entry of
-    /// any new table), marks it sealed, and records the final length.
-    /// The caller detaches it from its place. State locked.
-    fn seal_locked(&self, st: &mut State, id: u64, edits: &mut Vec<Edit>) -> Result<()> {
-        if let Some(mut w) = st.writers.remove(&id) {
-            w.file.sync().ctx(&self.path(id))?;
-        }
-        if st.dir_dirty {
-            let dir = &self.reader.dir;
-            self.reader.fs.sync_dir(dir).ctx(dir)?;
-            st.dir_dirty = false;
+    /// Closes table `id` for appends: marks it sealed and records its final
+    /// length. Its data is synced with the next [`ValueStore::sync`],
+    /// before the trie file (which then claims the length). The caller
+    /// detaches it from its place. State locked.
+    fn seal_locked(&self, st: &mut State, id: u64, edits: &mut Vec<Edit>) {
+        if let Some(w) = st.writers.remove(&id) {
+            if w.dirty {
+                st.sealing.push((id, w));
+            }
         }
         st.owners.remove(&id);
         if let Some(info) = st.tables.get_mut(&id) {
             info.state = TableState::Sealed;
-            info.synced_len = info.valid_len;
             edits.push(Edit::Table {
                 id,
                 state: Persisted::Sealed {
                     len: info.valid_len,
+                    sorted: info.sorted,
                 },
             });
         }
-        Ok(())
     }
 
     /// The smallest and largest key in table `id`, read from the table when
@@ -507,7 +564,7 @@ impl TrieStore {
             st.cat.trie.set_table(&place, None, &mut edits);
             self.counters.rolls.fetch_add(1, Ordering::Relaxed);
         }
-        self.seal_locked(st, id, &mut edits)?;
+        self.seal_locked(st, id, &mut edits);
         st.commit(&edits)
     }
 
@@ -520,7 +577,7 @@ impl TrieStore {
                 .iter()
                 .map(|r| value_record::record_len(r.key, r.value) as u64)
                 .sum();
-            let held = Self::held_locked(&st);
+            let held = st.held;
             if held + need > cap {
                 return Err(Error::ValueStoreFull(format!(
                     "the TrieTables hold {held} bytes and {need} more would pass value_capacity {cap}; \
@@ -556,6 +613,11 @@ impl TrieStore {
                 aux: 0,
             });
         }
+        // Whether each touched table was in key order before this batch.
+        let was_sorted: BTreeMap<u64, bool> = bufs
+            .keys()
+            .map(|id| (*id, st.tables.get(id).is_some_and(|t| t.sorted)))
+            .collect();
         for (r, &id) in records.iter().zip(&targets) {
             if let Some(info) = st.tables.get_mut(&id) {
                 info.note_key(r.key);
@@ -573,36 +635,83 @@ impl TrieStore {
             self.reader
                 .stats
                 .add_written(IoCategory::ValueStore, buf.len() as u64);
+            let n = buf.len() as u64;
+            let mut delta: i64 = 0;
             if let Some(info) = st.tables.get_mut(id) {
-                info.valid_len += buf.len() as u64;
+                let old = info.valid_len;
+                info.valid_len += n;
+                if info.sorted {
+                    delta = n as i64;
+                } else if was_sorted.get(id) == Some(&true) {
+                    delta = -(old as i64);
+                }
                 if info.valid_len >= self.opts.table_size {
                     full.push(*id);
                 }
             }
+            st.held += n;
+            st.sorted_bytes = st.sorted_bytes.saturating_add_signed(delta);
         }
+        self.publish_order(&st);
         for id in full {
             self.split_or_roll(&mut st, id)?;
         }
         Ok(ptrs)
     }
 
-    /// Bytes the tables hold (valid lengths, retired tables included).
-    fn held_locked(st: &State) -> u64 {
-        st.tables.values().map(|t| t.valid_len).sum()
+    /// Publishes the key-ordered share after the tables changed. State
+    /// locked.
+    fn publish_order(&self, st: &State) {
+        self.sorted_permille
+            .store(st.sorted_permille(), Ordering::Relaxed);
     }
 
     fn sync_locked(&self, st: &mut State) -> Result<()> {
+        // Every dirty table at once: the file system commits concurrent
+        // syncs together, where one after another each waits for its own
+        // commit (a hundred tables would take a hundred commits).
+        let mut sealing = std::mem::take(&mut st.sealing);
+        let mut dirty: Vec<(u64, &mut TableWriter)> = sealing
+            .iter_mut()
+            .map(|(id, w)| (*id, w))
+            .chain(
+                st.writers
+                    .iter_mut()
+                    .filter(|(_, w)| w.dirty)
+                    .map(|(&id, w)| (id, w)),
+            )
+            .collect();
+        let dir = &self.reader.dir;
+        let results = sync_all(&mut dirty, dir);
         let mut synced = 0;
-        for (&id, w) in st.writers.iter_mut() {
-            if !w.dirty {
-                continue;
+        let mut first_err = None;
+        let mut failed_sealing = Vec::new();
+        let ids: Vec<u64> = dirty.iter().map(|(id, _)| *id).collect();
+        drop(dirty);
+        for (id, r) in ids.into_iter().zip(results) {
+            match r {
+                Ok(()) => {
+                    if let Some(w) = st.writers.get_mut(&id) {
+                        w.dirty = false;
+                    }
+                    if let Some(info) = st.tables.get_mut(&id) {
+                        synced += info.valid_len - info.synced_len;
+                        info.synced_len = info.valid_len;
+                    }
+                }
+                Err(e) => {
+                    failed_sealing.push(id);
+                    first_err.get_or_insert(e);
+                }
             }
-            w.file.sync().ctx(&table_path(&self.reader.dir, id))?;
-            w.dirty = false;
-            if let Some(info) = st.tables.get_mut(&id) {
-                synced += info.valid_len - info.synced_len;
-                info.synced_len = info.valid_len;
-            }
+        }
+        if let Some(e) = first_err {
+            // Keep what is still unsynced for the next attempt.
+            st.sealing = sealing
+                .into_iter()
+                .filter(|(id, _)| failed_sealing.contains(id))
+                .collect();
+            return Err(e);
         }
         if st.dir_dirty {
             let dir = &self.reader.dir;
@@ -675,6 +784,40 @@ impl TrieStore {
     }
 }
 
+/// Syncs the files of `tables` in parallel (at most 16 threads); returns
+/// one result per table, in order.
+fn sync_all(tables: &mut [(u64, &mut TableWriter)], dir: &Path) -> Vec<Result<()>> {
+    let sync = |(id, w): &mut (u64, &mut TableWriter)| -> Result<()> {
+        w.file.sync().ctx(&table_path(dir, *id))
+    };
+    if tables.len() <= 1 {
+        return tables.iter_mut().map(sync).collect();
+    }
+    let per = tables.len().div_ceil(16);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = tables
+            .chunks_mut(per)
+            .map(|chunk| {
+                let n = chunk.len();
+                (
+                    n,
+                    s.spawn(move || chunk.iter_mut().map(sync).collect::<Vec<_>>()),
+                )
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|(n, h)| {
+                h.join().unwrap_or_else(|_| {
+                    (0..n)
+                        .map(|_| Err(Error::Poisoned("a table sync thread panicked".into())))
+                        .collect()
+                })
+            })
+            .collect()
+    })
+}
+
 impl ValueStore for TrieStore {
     fn name(&self) -> &'static str {
         "trie"
@@ -706,12 +849,14 @@ impl ValueStore for TrieStore {
         }
     }
 
-    /// Span reads make a batch cheaper than its values one by one whether
-    /// reads reach the device or not (one read call for many values); when
-    /// the spans are sparse the batch falls back to single reads, which
-    /// cost what one-at-a-time reads do.
+    /// Batches pay while reads reach the device (span reads, and single
+    /// reads in parallel), and from memory while at least half the bytes
+    /// lie in tables whose records are in key order, where a scan's values
+    /// sit back to back and one read call serves many of them. Otherwise
+    /// a scan reads its values one at a time and nothing past where it
+    /// stops.
     fn batch_reads_pay(&self) -> bool {
-        true
+        !self.reader.latency.from_memory() || self.sorted_permille.load(Ordering::Relaxed) >= 500
     }
 
     fn read_many(&self, reqs: &[(Vec<u8>, ValuePointer)]) -> Result<Vec<Option<Vec<u8>>>> {
@@ -862,6 +1007,7 @@ impl ValueStore for TrieStore {
             ("trie_tables_sealed", sealed),
             ("trie_tables_retired", retired as u64),
             ("trie_file_bytes", st.log.len()),
+            ("trie_sorted_permille", st.sorted_permille()),
             ("trie_garbage_max_table", max_garbage),
             ("trie_tables_garbage_lt25pct", quartiles[0]),
             ("trie_tables_garbage_25_50pct", quartiles[1]),

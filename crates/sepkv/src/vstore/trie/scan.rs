@@ -14,23 +14,28 @@
 //! in a table written in random key order a short scan's records are
 //! scattered over the whole table, and the span would be mostly other
 //! keys' values and garbage. So, with *density* = requested bytes ÷ span
-//! bytes:
+//! bytes and a floor `d`:
 //!
 //! 1. a table's whole span is read at once when it holds at least two
-//!    requested records, its density is at least [`MIN_DENSITY`] (1/8) and
-//!    it is at most [`MAX_SPAN`] (4 MiB) long;
+//!    requested records, its density is at least `d` and it is at most
+//!    [`MAX_SPAN`] (4 MiB) long;
 //! 2. otherwise its pointers are taken in offset order and grouped
 //!    greedily: a pointer joins the current group while the group's span
-//!    stays within [`MAX_SPAN`] and its density stays at least
-//!    [`MIN_DENSITY`]; a group of two or more records is read as one span;
+//!    stays within [`MAX_SPAN`] and its density stays at least `d`; a
+//!    group of two or more records is read as one span;
 //! 3. a pointer left alone is read by itself, as a point read.
 //!
-//! So a span read never reads more than eight times the bytes asked for,
-//! and costs one I/O where single reads would cost at least two. The
-//! threshold weighs one random read against sequential transfer: at a
-//! random read of ~100 µs and 0.5–1 GB/s of sequential bandwidth (an SSD)
-//! or ~2 µs and 5 GB/s (the page cache), one random read costs about as
-//! much as 50–200 KB of sequential transfer, several 1 KiB values' worth.
+//! The floor weighs a read call against the bytes it moves. While value
+//! reads reach the device (the running read-time estimate,
+//! [`crate::vstore::ReadLatency`]), `d` = [`MIN_DENSITY`] = 1/8: one
+//! random read (~100 µs on an SSD, milliseconds on a disk) costs as much as
+//! 50–200 KB or more of sequential transfer, so a span read up to eight
+//! times the requested bytes still saves time. While reads are served from
+//! the page cache a read call costs about a microsecond and every byte is a
+//! copy (measured: at the device floor, spans read three times the
+//! requested bytes and the copying took a third of a scan's time), so `d`
+//! = [`MIN_DENSITY_MEMORY`] = 3/4: spans are read where the records lie
+//! nearly back to back, as in tables GC rewrote in key order.
 //!
 //! The result is exactly what per-pointer reads return: a span is only a
 //! cheaper way to fetch the same bytes; a pointer outside its table's valid
@@ -45,8 +50,11 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// Least share of a span's bytes that requested records must fill.
+/// Least share of a span's bytes that requested records must fill while
+/// reads reach the device.
 pub const MIN_DENSITY: f64 = 1.0 / 8.0;
+/// The same while reads are served from memory.
+pub const MIN_DENSITY_MEMORY: f64 = 3.0 / 4.0;
 /// Longest span read at once (bytes).
 pub const MAX_SPAN: u64 = 4 << 20;
 
@@ -143,20 +151,27 @@ fn run(reader: &Reader, reqs: &[(Vec<u8>, ValuePointer)], read: &Read) -> Served
             start,
             end,
             members,
-        } => {
+        } => SPAN_BUF.with(|cell| {
+            // A span buffer per thread, kept between reads: a fresh
+            // allocation of this size would be mapped and faulted in anew
+            // each time. Only its first `n` bytes are used, all of them
+            // overwritten by the read.
+            let mut scratch = cell.borrow_mut();
+            let n = (end - start) as usize;
+            if scratch.len() < n {
+                scratch.resize(n, 0);
+            }
+            let buf = &mut scratch[..n];
             let path = || reader.path(*table);
-            let mut buf = vec![0u8; (end - start) as usize];
             let got = reader.handles.get(*table).and_then(|h| {
                 h.advise(*start, end - start, Advice::WillNeed);
-                h.read_exact_at(*start, &mut buf)
+                h.read_exact_at(*start, buf)
                     .map_err(|e| Error::io(path(), e))
             });
             if let Err(e) = got {
                 return members.iter().map(|&i| (i, Err(e.clone()))).collect();
             }
-            reader
-                .stats
-                .add_read(IoCategory::ValueStore, buf.len() as u64);
+            reader.stats.add_read(IoCategory::ValueStore, n as u64);
             members
                 .iter()
                 .map(|&i| {
@@ -167,8 +182,13 @@ fn run(reader: &Reader, reqs: &[(Vec<u8>, ValuePointer)], read: &Read) -> Served
                     (i, r)
                 })
                 .collect()
-        }
+        }),
     }
+}
+
+thread_local! {
+    /// The span buffer of the calling thread (at most [`MAX_SPAN`] bytes).
+    static SPAN_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// [`crate::vstore::ValueStore::read_many`] for the trie layout.
@@ -186,7 +206,13 @@ pub fn read_many(
             .map(|(i, (_, p))| (i, *p))
             .collect()
     };
-    let reads = plan(&valid, MIN_DENSITY, MAX_SPAN);
+    let from_memory = store.reader.latency.from_memory();
+    let floor = if from_memory {
+        MIN_DENSITY_MEMORY
+    } else {
+        MIN_DENSITY
+    };
+    let reads = plan(&valid, floor, MAX_SPAN);
     let c = &store.counters;
     for r in &reads {
         match r {
@@ -206,8 +232,7 @@ pub fn read_many(
             }
         }
     }
-    let parallel =
-        reads.len() >= 2 && store.prefetch.threads() > 0 && !store.reader.latency.from_memory();
+    let parallel = reads.len() >= 2 && store.prefetch.threads() > 0 && !from_memory;
     let served: Vec<Served> = if parallel {
         let reader = store.reader.clone();
         let jobs = Arc::new((reqs.to_vec(), reads));
@@ -289,6 +314,25 @@ mod tests {
                 Read::Single(6),
             ]
         );
+    }
+
+    #[test]
+    fn the_memory_floor_reads_only_nearly_contiguous_records() {
+        // Records of 1000 bytes every 2000 bytes: density 1/2.
+        let reqs: Vec<_> = (0..10u64)
+            .map(|i| (i as usize, p(5, i * 2000, 1000)))
+            .collect();
+        assert!(matches!(
+            plan(&reqs, MIN_DENSITY, MAX_SPAN)[..],
+            [Read::Span { .. }]
+        ));
+        let mem = plan(&reqs, MIN_DENSITY_MEMORY, MAX_SPAN);
+        assert_eq!(mem, (0..10).map(Read::Single).collect::<Vec<_>>());
+        // Back to back: one span either way.
+        let tight: Vec<_> = (0..10u64)
+            .map(|i| (i as usize, p(5, i * 1000, 1000)))
+            .collect();
+        assert_eq!(plan(&tight, MIN_DENSITY_MEMORY, MAX_SPAN).len(), 1);
     }
 
     #[test]

@@ -78,6 +78,9 @@ pub struct TableInfo {
     /// `bounds` covers the records from this offset on (0: the whole
     /// table).
     pub bounds_from: u64,
+    /// Every record's key is larger than the one before (known for the
+    /// whole table only; false when unknown).
+    pub sorted: bool,
 }
 
 impl TableInfo {
@@ -90,11 +93,12 @@ impl TableInfo {
             garbage: 0,
             bounds: None,
             bounds_from: 0,
+            sorted: true,
         }
     }
 
-    /// A sealed table of `len` bytes.
-    pub fn sealed(len: u64) -> Self {
+    /// A sealed table of `len` bytes, its records in key order or not.
+    pub fn sealed(len: u64, sorted: bool) -> Self {
         TableInfo {
             state: TableState::Sealed,
             valid_len: len,
@@ -102,14 +106,19 @@ impl TableInfo {
             garbage: 0,
             bounds: None,
             bounds_from: len,
+            sorted,
         }
     }
 
-    /// Widens the key bounds with `key`.
+    /// Widens the key bounds with `key`, appended after every key noted so
+    /// far.
     pub fn note_key(&mut self, key: &[u8]) {
         match &mut self.bounds {
             None => self.bounds = Some((key.to_vec(), key.to_vec())),
             Some((lo, hi)) => {
+                if key <= hi.as_slice() {
+                    self.sorted = false;
+                }
                 if key < lo.as_slice() {
                     *lo = key.to_vec();
                 } else if key > hi.as_slice() {

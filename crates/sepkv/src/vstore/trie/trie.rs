@@ -43,7 +43,7 @@
 //! payload := version:u8=1  count:varint32  edit*
 //! edit    := 1 prefix:varint32-prefixed  kind:u8 (0 leaf, 1 internal)  table:varint64 (0 = none)
 //!          | 2 table:varint64                (TT_IN's active table, 0 = none)
-//!          | 3 id:varint64  state:u8 (0 active, 1 sealed)  len:varint64
+//!          | 3 id:varint64  state:u8 (0 active, 1 sealed, 2 sealed in key order)  len:varint64
 //!          | 4 id:varint64                   (table deleted)
 //!          | 5 next_id:varint64              (ids below are taken)
 //! ```
@@ -302,6 +302,9 @@ pub enum Persisted {
     Sealed {
         /// Final length.
         len: u64,
+        /// Its records are in ascending key order (GC's output, or keys
+        /// that arrived in order).
+        sorted: bool,
     },
 }
 
@@ -370,7 +373,7 @@ pub fn encode_edits(edits: &[Edit]) -> Vec<u8> {
                 put_varint64(&mut v, *id);
                 let (s, len) = match state {
                     Persisted::Active { durable } => (0, *durable),
-                    Persisted::Sealed { len } => (1, *len),
+                    Persisted::Sealed { len, sorted } => (1 + u8::from(*sorted), *len),
                 };
                 v.push(s);
                 put_varint64(&mut v, len);
@@ -421,7 +424,10 @@ pub fn decode_edits(mut src: &[u8]) -> Option<Vec<Edit>> {
                 let len = get_varint64(&mut src)?;
                 let state = match s {
                     0 => Persisted::Active { durable: len },
-                    1 => Persisted::Sealed { len },
+                    1 | 2 => Persisted::Sealed {
+                        len,
+                        sorted: s == 2,
+                    },
                     _ => return None,
                 };
                 if id == 0 {
@@ -835,7 +841,10 @@ mod tests {
             },
             Edit::Table {
                 id: 5,
-                state: Persisted::Sealed { len: 1 << 40 },
+                state: Persisted::Sealed {
+                    len: 1 << 40,
+                    sorted: true,
+                },
             },
             Edit::DropTable(5),
         ];
@@ -865,7 +874,10 @@ mod tests {
             cat.trie.set_table(&place, Some(i), &mut e);
             e.push(Edit::Table {
                 id: i,
-                state: Persisted::Sealed { len: i * 10 },
+                state: Persisted::Sealed {
+                    len: i * 10,
+                    sorted: i % 2 == 0,
+                },
             });
             for x in &e {
                 cat.apply(x);
