@@ -116,48 +116,49 @@ impl Trie {
         }
     }
 
-    /// The child of internal node `prefix` on byte `b`: the shortest node
-    /// whose prefix starts with `prefix + b`.
-    fn child(&self, prefix: &[u8], b: u8) -> Option<&Vec<u8>> {
-        let mut probe = prefix.to_vec();
-        probe.push(b);
-        let (k, _) = self.nodes.range(probe.clone()..).next()?;
-        k.starts_with(&probe).then_some(k)
+    /// The child of an internal node on the byte ending `probe` (the
+    /// node's prefix plus that byte): the shortest node whose prefix starts
+    /// with `probe`. Nodes under `probe` form one contiguous key range
+    /// starting at it, the shortest first.
+    fn child(&self, probe: &[u8]) -> Option<&[u8]> {
+        use std::ops::Bound;
+        let (k, _) = self
+            .nodes
+            .range::<[u8], _>((Bound::Included(probe), Bound::Unbounded))
+            .next()?;
+        k.starts_with(probe).then_some(k.as_slice())
     }
 
     /// Where `key` goes, creating the nodes it needs on first use (§3.3);
     /// each change is pushed to `edits`.
     pub fn place(&mut self, key: &[u8], edits: &mut Vec<Edit>) -> Place {
-        let mut p: Vec<u8> = Vec::new();
+        // The walk only visits prefixes of the key: `key[..p]`.
+        let mut p = 0;
         loop {
-            match self.nodes.get(&p).copied() {
-                Some(Node::Leaf { .. }) => return Place::Leaf(p),
+            match self.nodes.get(&key[..p]).copied() {
+                Some(Node::Leaf { .. }) => return Place::Leaf(key[..p].to_vec()),
                 // The root always exists and every walk step lands on a
                 // node; treat a missing one as a leaf to create.
                 None => {
-                    self.set_node(&p, Node::Leaf { table: None }, edits);
-                    return Place::Leaf(p);
+                    self.set_node(&key[..p], Node::Leaf { table: None }, edits);
+                    return Place::Leaf(key[..p].to_vec());
                 }
                 Some(Node::Internal) => {}
             }
-            if key.len() == p.len() {
+            if key.len() == p {
                 return Place::Internal;
             }
-            let b = key[p.len()];
-            match self.child(&p, b).cloned() {
+            match self.child(&key[..p + 1]) {
                 None => {
-                    let mut leaf = p.clone();
-                    leaf.push(b);
-                    self.set_node(&leaf, Node::Leaf { table: None }, edits);
-                    return Place::Leaf(leaf);
+                    self.set_node(&key[..p + 1], Node::Leaf { table: None }, edits);
+                    return Place::Leaf(key[..p + 1].to_vec());
                 }
-                Some(c) if key.starts_with(&c) => p = c,
+                Some(c) if key.starts_with(c) => p = c.len(),
                 Some(c) => {
                     // The key leaves the compressed edge to `c`: insert an
                     // internal node where they part.
-                    let mid = c[..lcp_len(key, &c)].to_vec();
-                    self.set_node(&mid, Node::Internal, edits);
-                    p = mid;
+                    p = lcp_len(key, c);
+                    self.set_node(&key[..p], Node::Internal, edits);
                 }
             }
         }
@@ -175,11 +176,11 @@ impl Trie {
             if key.len() == p.len() {
                 return Some(Place::Internal);
             }
-            let c = self.child(p, key[p.len()])?;
+            let c = self.child(&key[..p.len() + 1])?;
             if !key.starts_with(c) {
                 return None;
             }
-            p = c;
+            p = &key[..c.len()];
         }
     }
 
