@@ -462,6 +462,12 @@ impl Db {
                 HashKvOptions::from_options(&opts),
                 versions.value_store_state.as_deref(),
             )?),
+            ValueLayout::Trie => Arc::new(crate::vstore::trie::TrieStore::open(
+                &dir,
+                fs.clone(),
+                stats.clone(),
+                crate::vstore::trie::TrieOptions::from_options(&opts),
+            )?),
             _ => Arc::new(InlineStore),
         };
         let inner = Arc::new(DbInner {

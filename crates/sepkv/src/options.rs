@@ -209,7 +209,7 @@ impl Preset {
             self.axes(),
             (
                 IndexKind::Lsm,
-                ValueLayout::Inline | ValueLayout::Vlog | ValueLayout::HashKv
+                ValueLayout::Inline | ValueLayout::Vlog | ValueLayout::HashKv | ValueLayout::Trie
             )
         )
     }
@@ -297,6 +297,10 @@ pub struct Options {
     /// - `wisckey` (value log): the most bytes the log may span from its
     ///   tail to its head (live values plus garbage not yet collected);
     ///   `None` means unbounded. May change between opens.
+    /// - `ktstore` (TrieTables): the most bytes the tables may hold (live
+    ///   values plus garbage not yet collected, tables GC retired but old
+    ///   snapshots still reach included); `None` means unbounded. May
+    ///   change between opens.
     ///
     /// When a user write would pass the capacity, garbage collection runs
     /// first, in the writing thread (the setup of HashKV §4.1, where both
@@ -330,6 +334,12 @@ pub struct Options {
     /// Size in bytes at which the `hashkv` write journal is checkpointed
     /// and started afresh. Default 64 MiB.
     pub hashkv_journal_size: u64,
+    /// Size in bytes at which a `trie` leaf's TrieTable splits the leaf
+    /// into children by the next key byte (or, where keys cannot split,
+    /// the table is closed and a new one begun); also the most a GC step
+    /// holds in memory. Smaller tables make scans' span reads denser and
+    /// cost more files. May change between opens. Default 4 MiB.
+    pub trie_table_size: u64,
 }
 
 impl fmt::Debug for Options {
@@ -385,6 +395,7 @@ impl Default for Options {
             hashkv_hotness: true,
             hashkv_journal: true,
             hashkv_journal_size: 64 << 20,
+            trie_table_size: 4 << 20,
         }
     }
 }
@@ -590,6 +601,12 @@ impl Options {
             return bad(format!(
                 "hashkv_write_cache_size {} must be at most 1 GiB",
                 self.hashkv_write_cache_size
+            ));
+        }
+        if !(64 << 10..=1 << 30).contains(&self.trie_table_size) {
+            return bad(format!(
+                "trie_table_size {} must be between 64 KiB and 1 GiB",
+                self.trie_table_size
             ));
         }
         if !(64 << 10..=1 << 40).contains(&self.hashkv_journal_size) {

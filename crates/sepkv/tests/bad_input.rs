@@ -254,6 +254,8 @@ fn invalid_options_are_rejected_naming_the_option() {
         ("l0_stop_writes_trigger", |o| {
             o.l0_stop_writes_trigger = o.l0_slowdown_writes_trigger - 1
         }),
+        ("trie_table_size", |o| o.trie_table_size = (64 << 10) - 1),
+        ("trie_table_size", |o| o.trie_table_size = (1 << 30) + 1),
     ];
     for (i, (name, tweak)) in cases.into_iter().enumerate() {
         let fs = MemFs::new();
@@ -289,6 +291,8 @@ fn invalid_options_are_rejected_naming_the_option() {
         |o| o.level_size_multiplier = 100,
         |o| o.num_levels = 2,
         |o| o.num_levels = 12,
+        |o| o.trie_table_size = 64 << 10,
+        |o| o.trie_table_size = 1 << 30,
         |o| {
             o.l0_compaction_trigger = 1;
             o.l0_slowdown_writes_trigger = 1;
@@ -333,10 +337,10 @@ fn unimplemented_presets_and_layouts_are_rejected() {
     assert!(Preset::LevelDb.is_available());
     let fs = MemFs::new();
     let o = Options {
-        value_layout: Some(ValueLayout::Trie),
+        value_layout: Some(ValueLayout::Bands),
         ..mem_opts(&fs)
     };
-    assert_invalid(Db::open(dir(), o).map(|_| ()), "trie", "lsm + trie");
+    assert_invalid(Db::open(dir(), o).map(|_| ()), "bands", "lsm + bands");
     // Value-log options out of range, and the WAL-less mode this build lacks.
     for (tweak, name) in [
         (

@@ -45,9 +45,13 @@ fn opts(fs: &FaultFs, (preset, wal): (Preset, bool)) -> Options {
         max_bytes_for_level_base: 256 << 10,
         block_size: 1024,
         l0_compaction_trigger: 2,
-        // A tight value-log capacity makes writes run GC themselves, racing
-        // the background GC thread and memtable flushes.
-        value_capacity: (preset == Preset::WiscKey).then_some(512 << 10),
+        // A tight value-log (or TrieTable) capacity makes writes run GC
+        // themselves, racing the background GC thread and memtable flushes.
+        value_capacity: (preset == Preset::WiscKey || preset == Preset::KtStore)
+            .then_some(512 << 10),
+        // Small TrieTables: the trie splits and tables are sealed and
+        // collected within a seed.
+        trie_table_size: 64 << 10,
         ..Options::preset(preset)
     }
 }
@@ -219,6 +223,7 @@ fn crash_recovery_keeps_a_prefix_of_history() {
         (Preset::WiscKey, true),
         (Preset::WiscKey, false),
         (Preset::HashKv, true),
+        (Preset::KtStore, true),
     ];
     let presets: Vec<(Preset, bool)> = match std::env::var("SEPKV_CRASH_PRESET") {
         Ok(p) => {
@@ -270,6 +275,7 @@ fn gc_never_frees_a_version_whose_newer_write_is_not_durable() {
         (Preset::WiscKey, true),
         (Preset::WiscKey, false),
         (Preset::HashKv, true),
+        (Preset::KtStore, true),
     ] {
         let fs = FaultFs::new();
         let dir = Path::new("/gcdurable");

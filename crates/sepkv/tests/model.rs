@@ -65,7 +65,8 @@ fn op() -> impl Strategy<Value = Op> {
 
 /// Every implemented layout runs the same operations (the contract suite):
 /// `leveldb` keeps values inline; `wisckey` separates values of 40 bytes
-/// or more into a value log with small files and eager GC.
+/// or more into a value log with small files and eager GC; `ktstore` into
+/// TrieTables small enough (64 KiB) that the trie splits.
 fn opts(fs: &MemFs, (preset, wal): (Preset, bool)) -> Options {
     Options {
         wal,
@@ -79,6 +80,7 @@ fn opts(fs: &MemFs, (preset, wal): (Preset, bool)) -> Options {
         max_bytes_for_level_base: 128 << 10,
         block_size: 512,
         l0_compaction_trigger: 2,
+        trie_table_size: 64 << 10,
         ..Options::preset(preset)
     }
 }
@@ -265,7 +267,7 @@ proptest! {
     #[test]
     fn matches_btreemap(ops in proptest::collection::vec(op(), 1..1500)) {
         // (preset, wal): wisckey also without the index WAL (WiscKey §3.4.2).
-        for preset in [(Preset::LevelDb, true), (Preset::WiscKey, true), (Preset::WiscKey, false), (Preset::HashKv, true)] {
+        for preset in [(Preset::LevelDb, true), (Preset::WiscKey, true), (Preset::WiscKey, false), (Preset::HashKv, true), (Preset::KtStore, true)] {
             run(preset, ops.clone())?;
         }
     }

@@ -24,11 +24,13 @@
 pub mod hashkv;
 mod inline;
 mod pointer;
+pub mod trie;
 pub mod vlog;
 
 pub use hashkv::HashKvStore;
 pub use inline::InlineStore;
 pub use pointer::ValuePointer;
+pub use trie::TrieStore;
 pub use vlog::VlogStore;
 
 use crate::error::Result;

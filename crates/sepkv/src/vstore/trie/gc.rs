@@ -1,0 +1,325 @@
+//! Garbage collection per TrieTable (beyond the paper: KT-Store leaves GC to
+//! future work, §5).
+//!
+//! One step:
+//! 1. free the tables earlier steps retired, if no reader can reach them;
+//! 2. [`pick`] a victim: the table with the most garbage known
+//!    ([`crate::vstore::ValueStore::note_garbage`]); when no table has any
+//!    known garbage (estimates start at zero on open, and compaction feeds
+//!    them late), the table GC has gone longest without visiting — the
+//!    smallest id, since GC's output always takes a new id — so that
+//!    repeated steps sweep every table;
+//! 3. fix its range: an active victim is sealed first (its place gets a new
+//!    table on its next write), so its length is final; then wait until
+//!    every write that appended into it has published its pointers
+//!    ([`IndexReader::wait_in_flight_writes`]);
+//! 4. read it front to back; a record is live when the index's current
+//!    pointer for its key is this very record;
+//! 5. write the live records **sorted by key** to a new sealed table, sync
+//!    it and its directory entry, record it in the trie file, and install
+//!    the new pointers by compare-and-set ([`IndexRelocator::relocate`]; a
+//!    user write that raced the step keeps its newer value, and the copy
+//!    becomes garbage);
+//! 6. make the index durable up to the writes that made the other records
+//!    dead ([`IndexRelocator::make_durable`]), retire the victim, and delete
+//!    it once no snapshot or iterator older than the relocation is alive
+//!    (the deletion is recorded in the trie file, synced, before the file
+//!    is removed).
+//!
+//! So GC leaves tables sorted by key, and scans over them read dense
+//! spans. A crash between any two steps loses nothing: before 5 the new
+//! table is unlisted and deleted on open; before 6 the victim's records are
+//! no longer current and a later step finds them dead.
+//!
+//! A step holds the victim's live values in memory (at most one table,
+//! about `trie_table_size` bytes).
+
+use super::table::{self, TableInfo, TableState};
+use super::trie::{Edit, Persisted};
+use super::{PendingFree, TrieStore};
+use crate::error::{Error, IoContext, Result};
+use crate::format::value_record::{self, Kind};
+use crate::fs::IoCategory;
+use crate::vstore::{GcOutcome, IndexReader, IndexRelocator, Relocation, ValuePointer, ValueStore};
+use std::sync::atomic::Ordering;
+
+/// A table as the picker sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    /// Table id.
+    pub id: u64,
+    /// Valid bytes.
+    pub len: u64,
+    /// Known garbage bytes.
+    pub garbage: u64,
+}
+
+/// What to collect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    /// Nothing to collect.
+    Nothing,
+    /// Collect this table.
+    Collect(u64),
+}
+
+/// Picks the victim among `tables` (see step 2 of the module docs). Pure.
+pub fn pick(tables: &[Candidate]) -> Choice {
+    let nonempty = || tables.iter().filter(|c| c.len > 0);
+    if let Some(c) = nonempty()
+        .filter(|c| c.garbage > 0)
+        .max_by_key(|c| (c.garbage, std::cmp::Reverse(c.id)))
+    {
+        return Choice::Collect(c.id);
+    }
+    nonempty()
+        .min_by_key(|c| c.id)
+        .map_or(Choice::Nothing, |c| Choice::Collect(c.id))
+}
+
+/// Runs one GC step on `store`.
+pub fn step(
+    store: &TrieStore,
+    index: &dyn IndexReader,
+    relocator: &dyn IndexRelocator,
+) -> Result<GcOutcome> {
+    let _one_at_a_time = store.gc_lock.lock();
+    let mut out = GcOutcome::default();
+    out.bytes_freed += free_pending(store, index.oldest_visible_seq())?;
+
+    // Pick and fix the victim's range.
+    let (victim, len) = {
+        let mut st = store.state.lock();
+        let cands: Vec<Candidate> = st
+            .tables
+            .iter()
+            .filter(|(_, t)| t.state != TableState::Retired)
+            .map(|(&id, t)| Candidate {
+                id,
+                len: t.valid_len,
+                garbage: t.garbage.min(t.valid_len),
+            })
+            .collect();
+        let Choice::Collect(id) = pick(&cands) else {
+            out.did_work = out.bytes_freed > 0;
+            return Ok(out);
+        };
+        if let Some(place) = st.owners.get(&id).cloned() {
+            let mut edits = Vec::new();
+            st.cat.trie.set_table(&place, None, &mut edits);
+            store.seal_locked(&mut st, id, &mut edits);
+            st.commit(&edits)?;
+        }
+        (id, st.tables.get(&id).map_or(0, |t| t.valid_len))
+    };
+    // Records in the range may belong to writes that have not inserted
+    // their pointers yet; judged now they would look dead.
+    index.wait_in_flight_writes()?;
+
+    // Judge every record.
+    let path = store.path(victim);
+    let mut live: Vec<(Vec<u8>, u64, Vec<u8>, ValuePointer)> = Vec::new();
+    let end = table::scan(
+        store.reader.fs.as_ref(),
+        &path,
+        0,
+        len,
+        &store.reader.stats,
+        IoCategory::Gc,
+        |off, r| {
+            let ptr = ValuePointer {
+                file_id: victim,
+                offset: off,
+                length: r.len as u32,
+                aux: 0,
+            };
+            if r.kind.holds_value() && index.current_pointer(r.key)? == Some(ptr) {
+                live.push((r.key.to_vec(), r.seq, r.value.to_vec(), ptr));
+            }
+            Ok(())
+        },
+    )?;
+    if end.torn {
+        return Err(Error::corruption(
+            &path,
+            end.valid_len,
+            "TrieTable record damaged inside the valid range",
+        ));
+    }
+    out.bytes_read = len;
+    store
+        .counters
+        .gc_bytes_read
+        .fetch_add(len, Ordering::Relaxed);
+    // Readers at or after this sequence see every dead record's successor.
+    let mut visible_from = index.last_sequence();
+
+    if !live.is_empty() {
+        live.sort_by(|a, b| a.0.cmp(&b.0));
+        let new_ptrs = write_sorted(store, &live)?;
+        let moves: Vec<Relocation> = live
+            .iter()
+            .zip(&new_ptrs)
+            .map(|((k, _, _, old), new)| Relocation {
+                key: k.clone(),
+                old: *old,
+                new: *new,
+            })
+            .collect();
+        let (installed, seq) = relocator.relocate(&moves)?;
+        visible_from = visible_from.max(seq);
+        let mut rewritten = 0;
+        for (m, ok) in moves.iter().zip(&installed) {
+            if *ok {
+                rewritten += m.new.length as u64;
+            } else {
+                // The user overwrote the key meanwhile: the copy is garbage.
+                store.note_garbage(&m.new);
+            }
+        }
+        out.bytes_rewritten = rewritten;
+        store
+            .counters
+            .gc_bytes_rewritten
+            .fetch_add(rewritten, Ordering::Relaxed);
+    }
+    // A record judged dead was superseded by a newer write; that write must
+    // be durable before the record's table goes.
+    relocator.make_durable(index.last_sequence())?;
+    {
+        let mut st = store.state.lock();
+        if let Some(t) = st.tables.get_mut(&victim) {
+            t.state = TableState::Retired;
+        }
+        st.pending.push(PendingFree {
+            seq: visible_from,
+            table: victim,
+        });
+    }
+    out.bytes_freed += free_pending(store, index.oldest_visible_seq())?;
+    store.counters.gc_runs.fetch_add(1, Ordering::Relaxed);
+    out.did_work = true;
+    Ok(out)
+}
+
+/// Writes `live` (sorted by key) as a new sealed table, durably, and
+/// records it in the trie file. Returns the new pointers.
+fn write_sorted(
+    store: &TrieStore,
+    live: &[(Vec<u8>, u64, Vec<u8>, ValuePointer)],
+) -> Result<Vec<ValuePointer>> {
+    // The id is taken now; if the step dies before the table is recorded,
+    // open deletes the unlisted file.
+    let id = {
+        let mut st = store.state.lock();
+        let id = st.cat.next_id;
+        st.cat.next_id = id + 1;
+        id
+    };
+    let path = store.path(id);
+    let fs = &store.reader.fs;
+    let mut file = fs.create(&path).ctx(&path)?;
+    let mut ptrs = Vec::with_capacity(live.len());
+    let mut buf = Vec::new();
+    let mut written = 0u64;
+    for (k, seq, v, _) in live {
+        let offset = written + buf.len() as u64;
+        value_record::encode(&mut buf, Kind::GcCopy, 0, k, *seq, v);
+        ptrs.push(ValuePointer {
+            file_id: id,
+            offset,
+            length: (written + buf.len() as u64 - offset) as u32,
+            aux: 0,
+        });
+        if buf.len() >= 1 << 20 {
+            file.append(&buf).ctx(&path)?;
+            written += buf.len() as u64;
+            buf.clear();
+        }
+    }
+    file.append(&buf).ctx(&path)?;
+    written += buf.len() as u64;
+    file.sync().ctx(&path)?;
+    let dir = &store.reader.dir;
+    fs.sync_dir(dir).ctx(dir)?;
+    store.reader.stats.add_written(IoCategory::Gc, written);
+    let mut st = store.state.lock();
+    st.tables.insert(id, TableInfo::sealed(written, true));
+    st.recount();
+    store.publish_order(&st);
+    st.commit(&[Edit::Table {
+        id,
+        state: Persisted::Sealed {
+            len: written,
+            sorted: true,
+        },
+    }])?;
+    Ok(ptrs)
+}
+
+/// Deletes retired tables no live reader can reach; returns bytes freed.
+fn free_pending(store: &TrieStore, oldest: u64) -> Result<u64> {
+    let ready: Vec<u64> = {
+        let mut st = store.state.lock();
+        let (ready, keep): (Vec<_>, Vec<_>) = st.pending.drain(..).partition(|p| p.seq <= oldest);
+        st.pending = keep;
+        if ready.is_empty() {
+            return Ok(0);
+        }
+        // Recorded, durably, before the files go: a table the trie file
+        // lists must exist.
+        let edits: Vec<Edit> = ready.iter().map(|p| Edit::DropTable(p.table)).collect();
+        st.commit(&edits)?;
+        st.log.sync()?;
+        ready.iter().map(|p| p.table).collect()
+    };
+    let mut freed = 0;
+    for id in ready {
+        let len = {
+            let mut st = store.state.lock();
+            let len = st.tables.remove(&id).map_or(0, |t| t.valid_len);
+            st.recount();
+            store.publish_order(&st);
+            len
+        };
+        store.reader.handles.forget(id);
+        let path = store.path(id);
+        match store.reader.fs.remove(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(&path, e)),
+        }
+        freed += len;
+    }
+    store
+        .counters
+        .gc_bytes_freed
+        .fetch_add(freed, Ordering::Relaxed);
+    Ok(freed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(id: u64, len: u64, garbage: u64) -> Candidate {
+        Candidate { id, len, garbage }
+    }
+
+    #[test]
+    fn picks_the_most_garbage_then_sweeps_by_age() {
+        assert_eq!(pick(&[]), Choice::Nothing);
+        assert_eq!(pick(&[c(1, 0, 0)]), Choice::Nothing);
+        assert_eq!(
+            pick(&[c(1, 100, 10), c(2, 100, 60), c(3, 500, 59)]),
+            Choice::Collect(2)
+        );
+        // Ties go to the older table.
+        assert_eq!(pick(&[c(4, 100, 60), c(2, 100, 60)]), Choice::Collect(2));
+        // No known garbage: the oldest non-empty table.
+        assert_eq!(
+            pick(&[c(1, 0, 0), c(5, 10, 0), c(3, 10, 0)]),
+            Choice::Collect(3)
+        );
+    }
+}

@@ -1,0 +1,1028 @@
+//! KT-Store's TrieTables, the `trie` layout (KT-Store, NPC '18, §3).
+//!
+//! Values at least `value_threshold` bytes long go into many **TrieTables**
+//! instead of one value log: a [`trie`] over key prefixes routes each key to
+//! the table of its leaf, so tables are in key order across the trie and in
+//! write order within each table (§3.1–3.2). The index keeps a
+//! [`ValuePointer`] `(table id, offset, record length)`.
+//!
+//! - **Writes** (§3.3): match the longest prefix, create the node and its
+//!   table on first use, append the record (checksum, key, sequence number,
+//!   value: [`crate::format::value_record`]) to the table; the engine then
+//!   inserts the pointer into the LSM-tree. One append hands each touched
+//!   table its records in one write before it returns, so an acknowledged
+//!   write survives a process crash; [`ValueStore::sync`] makes them
+//!   durable. A batch's records go to several tables; the batch stays
+//!   atomic because the index applies it (or not) as one WAL record.
+//! - **Range queries** (§3.3, [`scan`]): [`ValueStore::read_many`] groups a
+//!   scan's pointers by table and reads each table's span `[min offset, max
+//!   offset + size]` with one sequential read, tables in parallel; spans
+//!   that would be mostly bytes nobody asked for are cut where the pointers
+//!   thin out, and pointers left alone are read one by one (the density
+//!   rule is in [`scan`]). Point reads read one record.
+//! - **Reliability** (§3.5, [`trie`]): the trie and the list of tables
+//!   live in the store's own file `TRIE`, an append-only log of checksummed
+//!   edits; a change is in it before any value is appended under it, and
+//!   it is synced with the tables, so it is durable before any durable
+//!   pointer depends on it. On open, each active table is scanned from the
+//!   length last known durable to the end of its last intact record (like
+//!   the value log's torn tails); a table with a torn tail is sealed there
+//!   and never appended to again. A pointer outside a table's valid range
+//!   reads as lost (absent) and is not [`ValueStore::contains`]-ed, so the
+//!   WAL replay stops before it; a checksum or key mismatch inside it is
+//!   `Corruption` with file and offset. Recovery replays the WAL and keeps
+//!   values already appended as they are (§3.5).
+//! - **Adaptive splitting** (beyond the paper, its §3.5 future work): a
+//!   leaf whose table passes `table_size` bytes splits into children by
+//!   the next key byte where its keys differ ([`trie::Trie::split`]); the
+//!   old table is sealed. TT_IN, and a leaf whose keys are all one key,
+//!   roll to a fresh table instead.
+//! - **GC per TrieTable** (beyond the paper, [`gc`]): garbage is tracked
+//!   per table (fed by compaction through [`ValueStore::note_garbage`]); a
+//!   step takes the table with the most, rewrites its live values **in key
+//!   order** into a new sealed table through the index's compare-and-set,
+//!   and deletes the old table once the relocations and the writes that made
+//!   the rest dead are durable and no snapshot older than the relocation is
+//!   alive. `value_capacity` bounds the bytes the tables hold; a user append
+//!   past it fails with `ValueStoreFull` and the engine runs GC and retries.
+//!
+//! # Files
+//! `NNNNNN.tt` TrieTables (format in [`table`]), `TRIE` the trie file
+//! (format in [`trie`]). Each active table keeps one file open for
+//! appending: a database holds about as many open files as the trie has
+//! leaves, plus up to 512 cached read handles.
+//!
+//! Thread-safety: appends, syncs and the catalog are serialised by one
+//! internal lock, GC steps by another; reads take the first only to check a
+//! pointer and run concurrently with everything else.
+
+pub mod gc;
+pub mod scan;
+pub mod table;
+// The layout is named after its trie; the module holding the trie itself
+// keeps the plain name too.
+#[allow(clippy::module_inception)]
+pub mod trie;
+
+use super::{
+    GcOutcome, IndexReader, IndexRelocator, ReadLatency, SpaceStats, ValuePointer, ValueRecord,
+    ValueStore,
+};
+use crate::error::{Error, IoContext, Result};
+use crate::format::value_record::{self, Kind};
+use crate::fs::{FileSystem, IoCategory, IoStats};
+use crate::vstore::vlog::prefetch::Prefetcher;
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use table::{table_path, Handles, TableInfo, TableState, TableWriter};
+use trie::{Catalog, Edit, Persisted, Place, TrieLog};
+
+/// Knobs of the trie layout (from `Options`).
+#[derive(Debug, Clone)]
+pub struct TrieOptions {
+    /// Values shorter than this stay inline in the index (bytes).
+    pub value_threshold: usize,
+    /// Size at which a leaf's table splits the leaf, or TT_IN's table rolls
+    /// (bytes).
+    pub table_size: u64,
+    /// Threads reading spans and values in parallel for scans (0 = none).
+    pub prefetch_threads: usize,
+    /// Most bytes the tables may hold before a user append is refused with
+    /// `ValueStoreFull`; `None` = unbounded. GC copies are exempt.
+    pub capacity: Option<u64>,
+}
+
+impl TrieOptions {
+    /// The trie knobs of `o`.
+    pub fn from_options(o: &crate::Options) -> Self {
+        TrieOptions {
+            value_threshold: o.value_threshold,
+            table_size: o.trie_table_size,
+            prefetch_threads: o.prefetch_threads,
+            capacity: o.value_capacity,
+        }
+    }
+}
+
+/// Durable bytes appended since the active tables' durable lengths were
+/// last recorded in the trie file, past which [`ValueStore::sync`] records
+/// them (so recovery scans at most about this much).
+const RECORD_DURABLE_EVERY: u64 = 64 << 20;
+
+/// A table retired by GC, deleted once no reader can reach it.
+struct PendingFree {
+    /// Readers at this sequence number or later no longer reach it.
+    seq: u64,
+    table: u64,
+}
+
+/// Everything the internal lock guards.
+struct State {
+    cat: Catalog,
+    tables: BTreeMap<u64, TableInfo>,
+    /// Which place appends to each active table.
+    owners: HashMap<u64, Place>,
+    writers: HashMap<u64, TableWriter>,
+    /// Tables sealed since the last sync, with data still to sync.
+    sealing: Vec<(u64, TableWriter)>,
+    log: TrieLog,
+    /// Tables were created since the directory was last synced.
+    dir_dirty: bool,
+    pending: Vec<PendingFree>,
+    /// Bytes synced since durable lengths were last recorded.
+    synced_unrecorded: u64,
+    /// Bytes the tables hold (the sum of their valid lengths).
+    held: u64,
+    /// Of those, bytes in tables whose records are in key order.
+    sorted_bytes: u64,
+}
+
+impl State {
+    /// Recounts `held` and `sorted_bytes` from the tables.
+    fn recount(&mut self) {
+        self.held = self.tables.values().map(|t| t.valid_len).sum();
+        self.sorted_bytes = self
+            .tables
+            .values()
+            .filter(|t| t.sorted)
+            .map(|t| t.valid_len)
+            .sum();
+    }
+
+    /// Share of the held bytes in key-ordered tables, in thousandths.
+    fn sorted_permille(&self) -> u64 {
+        (self.sorted_bytes * 1000)
+            .checked_div(self.held)
+            .unwrap_or(0)
+    }
+
+    /// Applies catalog edits (trie edits are applied by the trie itself)
+    /// and appends the group to the trie file.
+    fn commit(&mut self, edits: &[Edit]) -> Result<()> {
+        if edits.is_empty() {
+            return Ok(());
+        }
+        for e in edits {
+            if !matches!(e, Edit::Node { .. } | Edit::InternalTable(_)) {
+                self.cat.apply(e);
+            }
+        }
+        self.log.append(edits)?;
+        self.log.maybe_compact(&self.cat)?;
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    splits: AtomicU64,
+    rolls: AtomicU64,
+    span_reads: AtomicU64,
+    span_bytes: AtomicU64,
+    span_values: AtomicU64,
+    single_reads: AtomicU64,
+    gc_runs: AtomicU64,
+    gc_bytes_read: AtomicU64,
+    gc_bytes_rewritten: AtomicU64,
+    gc_bytes_freed: AtomicU64,
+}
+
+/// The read side, shared with the scan workers.
+pub(crate) struct Reader {
+    dir: PathBuf,
+    fs: Arc<dyn FileSystem>,
+    stats: Arc<IoStats>,
+    handles: Handles,
+    /// How long single value reads take (steers parallel reads).
+    latency: ReadLatency,
+}
+
+impl Reader {
+    fn path(&self, id: u64) -> PathBuf {
+        table_path(&self.dir, id)
+    }
+
+    /// Reads and checks the record at `ptr` (known inside its table).
+    fn read_record(&self, key: &[u8], ptr: &ValuePointer) -> Result<Vec<u8>> {
+        let h = self.handles.get(ptr.file_id)?;
+        let mut buf = vec![0u8; ptr.length as usize];
+        self.latency
+            .time(|| h.read_exact_at(ptr.offset, &mut buf))
+            .map_err(|e| Error::io(self.path(ptr.file_id), e))?;
+        self.stats
+            .add_read(IoCategory::ValueStore, buf.len() as u64);
+        let range = table::check_record(|| self.path(ptr.file_id), ptr, key, &buf)?;
+        Ok(table::into_value(buf, range))
+    }
+}
+
+/// The TrieTable value store. See the module docs.
+pub struct TrieStore {
+    opts: TrieOptions,
+    reader: Arc<Reader>,
+    state: Mutex<State>,
+    gc_lock: Mutex<()>,
+    counters: Counters,
+    prefetch: Prefetcher,
+    /// [`State::sorted_permille`], readable without the lock.
+    sorted_permille: AtomicU64,
+}
+
+/// Where the reconciliation of open left a table.
+enum Found {
+    /// Keep it active, appending after `valid_len`.
+    Active(TableInfo),
+    /// Seal it at its valid length (torn tail, or no owner).
+    Seal(TableInfo),
+}
+
+impl TrieStore {
+    /// Opens the store in `dir`, creating it when the directory holds no
+    /// TrieTables.
+    ///
+    /// # Errors
+    /// `Corruption` for a damaged trie file, a missing one while tables
+    /// exist, or an active table shorter than its recorded durable length;
+    /// `Io`.
+    pub fn open(
+        dir: &Path,
+        fs: Arc<dyn FileSystem>,
+        stats: Arc<IoStats>,
+        opts: TrieOptions,
+    ) -> Result<TrieStore> {
+        let on_disk: BTreeMap<u64, String> = fs
+            .list(dir)
+            .ctx(dir)?
+            .into_iter()
+            .filter_map(|n| Some((table::parse_name(&n)?, n)))
+            .collect();
+        let (mut cat, log, _fresh) =
+            TrieLog::open(dir, fs.clone(), stats.clone(), on_disk.is_empty())?;
+        let mut edits = Vec::new();
+        let mut removed = false;
+        // Files the catalog does not list were created by a change that
+        // never reached the trie file: no pointer can depend on them.
+        for (&id, name) in &on_disk {
+            if !cat.tables.contains_key(&id) {
+                let p = dir.join(name);
+                fs.remove(&p).ctx(&p)?;
+                removed = true;
+            }
+        }
+        let mut tables = BTreeMap::new();
+        let mut writers = HashMap::new();
+        let mut owners = HashMap::new();
+        let listed: Vec<(u64, Persisted)> = cat.tables.iter().map(|(&i, &s)| (i, s)).collect();
+        for (id, persisted) in listed {
+            let path = table_path(dir, id);
+            let size = if on_disk.contains_key(&id) {
+                Some(fs.file_size(&path).ctx(&path)?)
+            } else {
+                None
+            };
+            match (persisted, size) {
+                (Persisted::Sealed { len, sorted }, Some(size)) if size >= len => {
+                    tables.insert(id, TableInfo::sealed(len, sorted));
+                }
+                // Sealed, but a power loss took data the next sync would
+                // have made durable (the trie file reached the disk first,
+                // which only the OS's own write-back does): no durable
+                // pointer reaches past what is left.
+                (Persisted::Sealed { .. }, Some(size)) => {
+                    let found = Self::recover_active(fs.as_ref(), &stats, &path, 0, size)?;
+                    let (Found::Active(info) | Found::Seal(info)) = found;
+                    fs.open_append(&path)
+                        .and_then(|mut f| f.sync())
+                        .ctx(&path)?;
+                    edits.push(Edit::Table {
+                        id,
+                        state: Persisted::Sealed {
+                            len: info.valid_len,
+                            sorted: info.sorted,
+                        },
+                    });
+                    tables.insert(id, TableInfo::sealed(info.valid_len, info.sorted));
+                }
+                // Created, but its directory entry never became durable: a
+                // power loss took it before any pointer into it was synced.
+                (Persisted::Sealed { len, .. }, None) => {
+                    tables.insert(id, TableInfo::sealed(0, true));
+                    if len > 0 {
+                        edits.push(Edit::Table {
+                            id,
+                            state: Persisted::Sealed {
+                                len: 0,
+                                sorted: true,
+                            },
+                        });
+                    }
+                }
+                (Persisted::Active { .. }, None) => {
+                    tables.insert(id, TableInfo::sealed(0, true));
+                    edits.push(Edit::Table {
+                        id,
+                        state: Persisted::Sealed {
+                            len: 0,
+                            sorted: true,
+                        },
+                    });
+                }
+                (Persisted::Active { durable }, Some(size)) => {
+                    if size < durable {
+                        return Err(Error::corruption(
+                            &path,
+                            size,
+                            format!("TrieTable is shorter than its durable length {durable}"),
+                        ));
+                    }
+                    let found = Self::recover_active(fs.as_ref(), &stats, &path, durable, size)?;
+                    match found {
+                        Found::Active(info) => {
+                            tables.insert(id, info);
+                        }
+                        Found::Seal(info) => {
+                            // Make the intact part durable before it is
+                            // recorded as final.
+                            fs.open_append(&path)
+                                .and_then(|mut f| f.sync())
+                                .ctx(&path)?;
+                            edits.push(Edit::Table {
+                                id,
+                                state: Persisted::Sealed {
+                                    len: info.valid_len,
+                                    sorted: info.sorted,
+                                },
+                            });
+                            tables.insert(id, info);
+                        }
+                    }
+                }
+            }
+        }
+        // Attach the active tables to their places; detach places whose
+        // table is not active.
+        let mut places: Vec<Place> = cat
+            .trie
+            .leaves()
+            .map(|(p, _)| Place::Leaf(p.to_vec()))
+            .collect();
+        places.push(Place::Internal);
+        for place in places {
+            let Some(t) = cat.trie.table(&place) else {
+                continue;
+            };
+            match tables.get(&t) {
+                Some(info) if info.state == TableState::Active && !owners.contains_key(&t) => {
+                    owners.insert(t, place);
+                }
+                _ => cat.trie.set_table(&place, None, &mut edits),
+            }
+        }
+        for (&id, info) in tables.iter_mut() {
+            if info.state != TableState::Active {
+                continue;
+            }
+            if !owners.contains_key(&id) {
+                // Active in the catalog but owned by no node: seal it.
+                info.state = TableState::Sealed;
+                edits.push(Edit::Table {
+                    id,
+                    state: Persisted::Sealed {
+                        len: info.valid_len,
+                        sorted: info.sorted,
+                    },
+                });
+                continue;
+            }
+            let path = table_path(dir, id);
+            writers.insert(
+                id,
+                TableWriter {
+                    file: fs.open_append(&path).ctx(&path)?,
+                    dirty: false,
+                },
+            );
+        }
+        let mut st = State {
+            cat,
+            tables,
+            owners,
+            writers,
+            sealing: Vec::new(),
+            log,
+            dir_dirty: false,
+            pending: Vec::new(),
+            synced_unrecorded: 0,
+            held: 0,
+            sorted_bytes: 0,
+        };
+        st.recount();
+        st.commit(&edits)?;
+        st.log.sync()?;
+        if removed {
+            fs.sync_dir(dir).ctx(dir)?;
+        }
+        Ok(TrieStore {
+            prefetch: Prefetcher::new(opts.prefetch_threads),
+            opts,
+            reader: Arc::new(Reader {
+                dir: dir.to_path_buf(),
+                handles: Handles::new(dir, fs.clone()),
+                fs,
+                stats,
+                latency: ReadLatency::default(),
+            }),
+            sorted_permille: AtomicU64::new(st.sorted_permille()),
+            state: Mutex::new(st),
+            gc_lock: Mutex::new(()),
+            counters: Counters::default(),
+        })
+    }
+
+    /// Scans an active table from its durable length: where its intact
+    /// records end, and the key bounds of what was scanned.
+    fn recover_active(
+        fs: &dyn FileSystem,
+        stats: &IoStats,
+        path: &Path,
+        durable: u64,
+        size: u64,
+    ) -> Result<Found> {
+        let mut info = TableInfo::new_active();
+        info.bounds_from = durable;
+        info.synced_len = durable;
+        let end = table::scan(
+            fs,
+            path,
+            durable,
+            size,
+            stats,
+            IoCategory::ValueStore,
+            |_, r| {
+                info.note_key(r.key);
+                Ok(())
+            },
+        )?;
+        info.valid_len = end.valid_len;
+        // Order is known only for a table scanned from its start.
+        info.sorted &= durable == 0;
+        if end.torn {
+            info.state = TableState::Sealed;
+            info.synced_len = end.valid_len;
+            return Ok(Found::Seal(info));
+        }
+        Ok(Found::Active(info))
+    }
+
+    fn path(&self, id: u64) -> PathBuf {
+        self.reader.path(id)
+    }
+
+    /// Creates the active table of `place`. State locked.
+    fn new_table(&self, st: &mut State, place: &Place, edits: &mut Vec<Edit>) -> Result<u64> {
+        let id = st.cat.next_id;
+        let path = self.path(id);
+        let file = self.reader.fs.create(&path).ctx(&path)?;
+        st.dir_dirty = true;
+        st.cat.next_id = id + 1;
+        st.writers.insert(id, TableWriter { file, dirty: false });
+        st.tables.insert(id, TableInfo::new_active());
+        st.owners.insert(id, place.clone());
+        st.cat.trie.set_table(place, Some(id), edits);
+        edits.push(Edit::Table {
+            id,
+            state: Persisted::Active { durable: 0 },
+        });
+        Ok(id)
+    }
+
+    /// Closes table `id` for appends: marks it sealed and records its final
+    /// length. Its data is synced with the next [`ValueStore::sync`],
+    /// before the trie file (which then claims the length). The caller
+    /// detaches it from its place. State locked.
+    fn seal_locked(&self, st: &mut State, id: u64, edits: &mut Vec<Edit>) {
+        if let Some(w) = st.writers.remove(&id) {
+            if w.dirty {
+                st.sealing.push((id, w));
+            }
+        }
+        st.owners.remove(&id);
+        if let Some(info) = st.tables.get_mut(&id) {
+            info.state = TableState::Sealed;
+            edits.push(Edit::Table {
+                id,
+                state: Persisted::Sealed {
+                    len: info.valid_len,
+                    sorted: info.sorted,
+                },
+            });
+        }
+    }
+
+    /// The smallest and largest key in table `id`, read from the table when
+    /// the bounds kept in memory do not cover all of it. State locked.
+    fn key_bounds(&self, st: &State, id: u64) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let Some(info) = st.tables.get(&id) else {
+            return Ok(None);
+        };
+        if info.bounds_from == 0 {
+            return Ok(info.bounds.clone());
+        }
+        let mut b = TableInfo::new_active();
+        table::scan(
+            self.reader.fs.as_ref(),
+            &self.path(id),
+            0,
+            info.valid_len,
+            &self.reader.stats,
+            IoCategory::ValueStore,
+            |_, r| {
+                b.note_key(r.key);
+                Ok(())
+            },
+        )?;
+        Ok(b.bounds)
+    }
+
+    /// Splits the leaf of a full table, or rolls the table when the place
+    /// cannot split (adaptive splitting). State locked.
+    fn split_or_roll(&self, st: &mut State, id: u64) -> Result<()> {
+        let Some(place) = st.owners.get(&id).cloned() else {
+            return Ok(());
+        };
+        let mut edits = Vec::new();
+        let split = match (&place, self.key_bounds(st, id)?) {
+            (Place::Leaf(p), Some((lo, hi))) => st.cat.trie.split(p, &lo, &hi, &mut edits),
+            _ => false,
+        };
+        if split {
+            self.counters.splits.fetch_add(1, Ordering::Relaxed);
+        } else {
+            st.cat.trie.set_table(&place, None, &mut edits);
+            self.counters.rolls.fetch_add(1, Ordering::Relaxed);
+        }
+        self.seal_locked(st, id, &mut edits);
+        st.commit(&edits)
+    }
+
+    /// Appends users' values, each to the table its key routes to, and
+    /// returns their pointers.
+    fn append_values(&self, records: &[ValueRecord<'_>]) -> Result<Vec<ValuePointer>> {
+        let mut st = self.state.lock();
+        if let Some(cap) = self.opts.capacity {
+            let need: u64 = records
+                .iter()
+                .map(|r| value_record::record_len(r.key, r.value) as u64)
+                .sum();
+            let held = st.held;
+            if held + need > cap {
+                return Err(Error::ValueStoreFull(format!(
+                    "the TrieTables hold {held} bytes and {need} more would pass value_capacity {cap}; \
+                     GC could not free enough (delete data or reopen with a larger value_capacity)"
+                )));
+            }
+        }
+        // Route every record (creating nodes and tables on first use), and
+        // log the trie's changes before any value depends on them.
+        let mut edits = Vec::new();
+        let mut targets = Vec::with_capacity(records.len());
+        for r in records {
+            let place = st.cat.trie.place(r.key, &mut edits);
+            let id = match st.cat.trie.table(&place) {
+                Some(id) => id,
+                None => self.new_table(&mut st, &place, &mut edits)?,
+            };
+            targets.push(id);
+        }
+        st.commit(&edits)?;
+        // One buffer, hence one write, per table.
+        let mut bufs: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+        let mut ptrs = Vec::with_capacity(records.len());
+        for (r, &id) in records.iter().zip(&targets) {
+            let base = st.tables.get(&id).map_or(0, |t| t.valid_len);
+            let buf = bufs.entry(id).or_default();
+            let offset = base + buf.len() as u64;
+            value_record::encode(buf, Kind::Value, 0, r.key, r.seq, r.value);
+            ptrs.push(ValuePointer {
+                file_id: id,
+                offset,
+                length: (base + buf.len() as u64 - offset) as u32,
+                aux: 0,
+            });
+        }
+        // Whether each touched table was in key order before this batch.
+        let was_sorted: BTreeMap<u64, bool> = bufs
+            .keys()
+            .map(|id| (*id, st.tables.get(id).is_some_and(|t| t.sorted)))
+            .collect();
+        for (r, &id) in records.iter().zip(&targets) {
+            if let Some(info) = st.tables.get_mut(&id) {
+                info.note_key(r.key);
+            }
+        }
+        let mut full = Vec::new();
+        for (id, buf) in &bufs {
+            let path = self.path(*id);
+            let w = st
+                .writers
+                .get_mut(id)
+                .ok_or_else(|| Error::corruption(&path, 0, "active TrieTable has no writer"))?;
+            w.file.append(buf).and_then(|_| w.file.flush()).ctx(&path)?;
+            w.dirty = true;
+            self.reader
+                .stats
+                .add_written(IoCategory::ValueStore, buf.len() as u64);
+            let n = buf.len() as u64;
+            let mut delta: i64 = 0;
+            if let Some(info) = st.tables.get_mut(id) {
+                let old = info.valid_len;
+                info.valid_len += n;
+                if info.sorted {
+                    delta = n as i64;
+                } else if was_sorted.get(id) == Some(&true) {
+                    delta = -(old as i64);
+                }
+                if info.valid_len >= self.opts.table_size {
+                    full.push(*id);
+                }
+            }
+            st.held += n;
+            st.sorted_bytes = st.sorted_bytes.saturating_add_signed(delta);
+        }
+        self.publish_order(&st);
+        for id in full {
+            self.split_or_roll(&mut st, id)?;
+        }
+        Ok(ptrs)
+    }
+
+    /// Publishes the key-ordered share after the tables changed. State
+    /// locked.
+    fn publish_order(&self, st: &State) {
+        self.sorted_permille
+            .store(st.sorted_permille(), Ordering::Relaxed);
+    }
+
+    fn sync_locked(&self, st: &mut State) -> Result<()> {
+        // Every dirty table at once: the file system commits concurrent
+        // syncs together, where one after another each waits for its own
+        // commit (a hundred tables would take a hundred commits).
+        let mut sealing = std::mem::take(&mut st.sealing);
+        let mut dirty: Vec<(u64, &mut TableWriter)> = sealing
+            .iter_mut()
+            .map(|(id, w)| (*id, w))
+            .chain(
+                st.writers
+                    .iter_mut()
+                    .filter(|(_, w)| w.dirty)
+                    .map(|(&id, w)| (id, w)),
+            )
+            .collect();
+        let dir = &self.reader.dir;
+        let results = sync_all(&mut dirty, dir);
+        let mut synced = 0;
+        let mut first_err = None;
+        let mut failed_sealing = Vec::new();
+        let ids: Vec<u64> = dirty.iter().map(|(id, _)| *id).collect();
+        drop(dirty);
+        for (id, r) in ids.into_iter().zip(results) {
+            match r {
+                Ok(()) => {
+                    if let Some(w) = st.writers.get_mut(&id) {
+                        w.dirty = false;
+                    }
+                    if let Some(info) = st.tables.get_mut(&id) {
+                        synced += info.valid_len - info.synced_len;
+                        info.synced_len = info.valid_len;
+                    }
+                }
+                Err(e) => {
+                    failed_sealing.push(id);
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            // Keep what is still unsynced for the next attempt.
+            st.sealing = sealing
+                .into_iter()
+                .filter(|(id, _)| failed_sealing.contains(id))
+                .collect();
+            return Err(e);
+        }
+        if st.dir_dirty {
+            let dir = &self.reader.dir;
+            self.reader.fs.sync_dir(dir).ctx(dir)?;
+            st.dir_dirty = false;
+        }
+        st.synced_unrecorded += synced;
+        if st.synced_unrecorded >= RECORD_DURABLE_EVERY {
+            let edits: Vec<Edit> = st
+                .writers
+                .keys()
+                .filter_map(|&id| {
+                    let info = st.tables.get(&id)?;
+                    Some(Edit::Table {
+                        id,
+                        state: Persisted::Active {
+                            durable: info.synced_len,
+                        },
+                    })
+                })
+                .collect();
+            st.commit(&edits)?;
+            st.synced_unrecorded = 0;
+        }
+        // After the tables: the trie file claims nothing they do not hold.
+        st.log.sync()
+    }
+
+    /// Node count, leaf count and depth of the trie.
+    pub fn trie_shape(&self) -> (usize, usize, usize) {
+        let st = self.state.lock();
+        let t = &st.cat.trie;
+        (t.nodes(), t.leaves().count(), t.depth())
+    }
+
+    /// `(table id, valid bytes, garbage bytes, active)` of every table not
+    /// retired by GC, by id.
+    pub fn tables(&self) -> Vec<(u64, u64, u64, bool)> {
+        let st = self.state.lock();
+        st.tables
+            .iter()
+            .filter(|(_, t)| t.state != TableState::Retired)
+            .map(|(&id, t)| {
+                (
+                    id,
+                    t.valid_len,
+                    t.garbage.min(t.valid_len),
+                    t.state == TableState::Active,
+                )
+            })
+            .collect()
+    }
+
+    /// The leaves' prefixes, in key order.
+    pub fn leaf_prefixes(&self) -> Vec<Vec<u8>> {
+        let st = self.state.lock();
+        st.cat.trie.leaves().map(|(p, _)| p.to_vec()).collect()
+    }
+
+    /// Checks a pointer against the valid ranges: `Some(true)` inside a
+    /// table, `Some(false)` outside the valid range, `None` for a table
+    /// that no longer exists. State locked.
+    fn valid_locked(st: &State, ptr: &ValuePointer) -> Option<bool> {
+        let t = st.tables.get(&ptr.file_id)?;
+        Some(
+            ptr.offset
+                .checked_add(ptr.length as u64)
+                .is_some_and(|end| end <= t.valid_len),
+        )
+    }
+}
+
+/// Syncs the files of `tables` in parallel (at most 16 threads); returns
+/// one result per table, in order.
+fn sync_all(tables: &mut [(u64, &mut TableWriter)], dir: &Path) -> Vec<Result<()>> {
+    let sync = |(id, w): &mut (u64, &mut TableWriter)| -> Result<()> {
+        w.file.sync().ctx(&table_path(dir, *id))
+    };
+    if tables.len() <= 1 {
+        return tables.iter_mut().map(sync).collect();
+    }
+    let per = tables.len().div_ceil(16);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = tables
+            .chunks_mut(per)
+            .map(|chunk| {
+                let n = chunk.len();
+                (
+                    n,
+                    s.spawn(move || chunk.iter_mut().map(sync).collect::<Vec<_>>()),
+                )
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|(n, h)| {
+                h.join().unwrap_or_else(|_| {
+                    (0..n)
+                        .map(|_| Err(Error::Poisoned("a table sync thread panicked".into())))
+                        .collect()
+                })
+            })
+            .collect()
+    })
+}
+
+impl ValueStore for TrieStore {
+    fn name(&self) -> &'static str {
+        "trie"
+    }
+
+    fn separates(&self, len: usize) -> bool {
+        len >= self.opts.value_threshold
+    }
+
+    fn append(&self, records: &[ValueRecord<'_>]) -> Result<Vec<ValuePointer>> {
+        self.append_values(records)
+    }
+
+    fn sync(&self) -> Result<()> {
+        let mut st = self.state.lock();
+        self.sync_locked(&mut st)
+    }
+
+    fn read(&self, key: &[u8], ptr: &ValuePointer) -> Result<Option<Vec<u8>>> {
+        if Self::valid_locked(&self.state.lock(), ptr) != Some(true) {
+            return Ok(None);
+        }
+        self.counters.single_reads.fetch_add(1, Ordering::Relaxed);
+        match self.reader.read_record(key, ptr) {
+            Ok(v) => Ok(Some(v)),
+            // GC deleted the table between the check and the read.
+            Err(_) if Self::valid_locked(&self.state.lock(), ptr).is_none() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Batches pay while reads reach the device (span reads, and single
+    /// reads in parallel), and from memory while at least half the bytes
+    /// lie in tables whose records are in key order, where a scan's values
+    /// sit back to back and one read call serves many of them. Otherwise
+    /// a scan reads its values one at a time and nothing past where it
+    /// stops.
+    fn batch_reads_pay(&self) -> bool {
+        !self.reader.latency.from_memory() || self.sorted_permille.load(Ordering::Relaxed) >= 500
+    }
+
+    fn read_many(&self, reqs: &[(Vec<u8>, ValuePointer)]) -> Result<Vec<Option<Vec<u8>>>> {
+        scan::read_many(self, reqs)
+    }
+
+    fn contains(&self, ptr: &ValuePointer) -> bool {
+        let st = self.state.lock();
+        match Self::valid_locked(&st, ptr) {
+            Some(ok) => ok,
+            // A table id handed out and since deleted by GC: a later,
+            // durable relocation supersedes the pointer.
+            None => ptr.file_id < st.cat.next_id && !st.cat.tables.contains_key(&ptr.file_id),
+        }
+    }
+
+    fn note_garbage(&self, ptr: &ValuePointer) {
+        let mut st = self.state.lock();
+        if let Some(t) = st.tables.get_mut(&ptr.file_id) {
+            if t.state != TableState::Retired {
+                t.garbage = (t.garbage + ptr.length as u64).min(t.valid_len);
+            }
+        }
+    }
+
+    /// Live and garbage bytes of the tables GC may still collect; tables
+    /// GC has already retired (waiting for old snapshots) count only in
+    /// `file_bytes`, so that they never look like garbage left to collect.
+    fn space(&self) -> SpaceStats {
+        let st = self.state.lock();
+        let mut s = SpaceStats::default();
+        for t in st.tables.values() {
+            s.file_bytes += t.valid_len;
+            if t.state != TableState::Retired {
+                s.live_bytes += t.live();
+                s.garbage_bytes += t.garbage.min(t.valid_len);
+            }
+        }
+        s.file_bytes += st.log.len();
+        s
+    }
+
+    fn gc_step(
+        &self,
+        index: &dyn IndexReader,
+        relocator: &dyn IndexRelocator,
+    ) -> Result<GcOutcome> {
+        gc::step(self, index, relocator)
+    }
+
+    fn verify(&self) -> (u64, Vec<Error>) {
+        // No GC step may delete a table while it is read.
+        let _no_gc = self.gc_lock.lock();
+        let ranges: Vec<(u64, u64)> = {
+            let st = self.state.lock();
+            st.tables
+                .iter()
+                .filter(|(_, t)| t.valid_len > 0)
+                .map(|(&id, t)| (id, t.valid_len))
+                .collect()
+        };
+        let mut records = 0;
+        let mut faults = Vec::new();
+        // The trie file: every record intact and well formed.
+        let tp = self.reader.dir.join(trie::TRIE_FILE);
+        match crate::fs::read_all(self.reader.fs.as_ref(), &tp) {
+            Err(e) => faults.push(Error::io(&tp, e)),
+            Ok(data) => {
+                let mut r = crate::format::record::RecordReader::new(&data, &tp);
+                loop {
+                    match r.next_record() {
+                        Ok(Some((off, payload))) => {
+                            if trie::decode_edits(payload).is_none() {
+                                faults.push(Error::corruption(
+                                    &tp,
+                                    off,
+                                    "malformed trie-file record",
+                                ));
+                                break;
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            faults.push(e);
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        for (id, len) in ranges {
+            let path = self.path(id);
+            let end = table::scan(
+                self.reader.fs.as_ref(),
+                &path,
+                0,
+                len,
+                &self.reader.stats,
+                IoCategory::ValueStore,
+                |_, _| {
+                    records += 1;
+                    Ok(())
+                },
+            );
+            match end {
+                Ok(end) if end.torn => faults.push(Error::corruption(
+                    &path,
+                    end.valid_len,
+                    "TrieTable record damaged inside the valid range",
+                )),
+                Ok(_) => {}
+                Err(e) => faults.push(e),
+            }
+        }
+        (records, faults)
+    }
+
+    fn figures(&self) -> Vec<(&'static str, u64)> {
+        let st = self.state.lock();
+        let t = &st.cat.trie;
+        let mut quartiles = [0u64; 4];
+        let mut max_garbage = 0;
+        let mut sealed = 0;
+        let mut retired = 0;
+        for info in st.tables.values() {
+            match info.state {
+                TableState::Retired => {
+                    retired += 1;
+                    continue;
+                }
+                TableState::Sealed => sealed += 1,
+                TableState::Active => {}
+            }
+            let g = info.garbage.min(info.valid_len);
+            max_garbage = max_garbage.max(g);
+            if let Some(q) = (4 * g).checked_div(info.valid_len) {
+                quartiles[(q as usize).min(3)] += 1;
+            }
+        }
+        let c = &self.counters;
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        vec![
+            ("trie_nodes", t.nodes() as u64),
+            ("trie_leaves", t.leaves().count() as u64),
+            ("trie_depth", t.depth() as u64),
+            ("trie_tables", (st.tables.len() - retired) as u64),
+            ("trie_tables_active", st.writers.len() as u64),
+            ("trie_tables_sealed", sealed),
+            ("trie_tables_retired", retired as u64),
+            ("trie_file_bytes", st.log.len()),
+            ("trie_sorted_permille", st.sorted_permille()),
+            ("trie_garbage_max_table", max_garbage),
+            ("trie_tables_garbage_lt25pct", quartiles[0]),
+            ("trie_tables_garbage_25_50pct", quartiles[1]),
+            ("trie_tables_garbage_50_75pct", quartiles[2]),
+            ("trie_tables_garbage_ge75pct", quartiles[3]),
+            ("trie_splits", ld(&c.splits)),
+            ("trie_rolls", ld(&c.rolls)),
+            ("span_reads", ld(&c.span_reads)),
+            ("span_bytes", ld(&c.span_bytes)),
+            ("span_values", ld(&c.span_values)),
+            ("single_reads", ld(&c.single_reads)),
+            ("gc_runs", ld(&c.gc_runs)),
+            ("gc_bytes_read", ld(&c.gc_bytes_read)),
+            ("gc_bytes_rewritten", ld(&c.gc_bytes_rewritten)),
+            ("gc_bytes_freed", ld(&c.gc_bytes_freed)),
+        ]
+    }
+}

@@ -1,0 +1,664 @@
+//! TrieTable (`ktstore` preset) scenarios: span reads against point reads,
+//! splitting on real key shapes, GC per table, reopen and recovery, damage.
+
+use sepkv::fs::{FaultFs, FaultKind, FaultOp, FaultRule, FileSystem, IoStats, MemFs};
+use sepkv::vstore::trie::{TrieOptions, TrieStore};
+use sepkv::vstore::{ValuePointer, ValueRecord, ValueStore};
+use sepkv::{Db, Error, Options, Preset, ReadOptions, WriteOptions};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+fn opts(fs: Arc<dyn FileSystem>) -> Options {
+    Options {
+        fs,
+        value_threshold: 64,
+        trie_table_size: 256 << 10,
+        gc_garbage_ratio: 0.0,
+        write_buffer_size: 256 << 10,
+        ..Options::preset(Preset::KtStore)
+    }
+}
+
+fn key(i: usize) -> Vec<u8> {
+    format!("{i:016}").into_bytes()
+}
+
+fn value(i: usize, round: usize) -> Vec<u8> {
+    let mut v = format!("value-{i}-{round}-").into_bytes();
+    v.resize(1000, b'a' + (round % 26) as u8);
+    v
+}
+
+/// YCSB's key for record `n`: `user` and the FNV-64 hash in decimal.
+fn ycsb_key(n: u64) -> Vec<u8> {
+    let mut h: i64 = 0xCBF2_9CE4_8422_2325u64 as i64;
+    let mut v = n as i64;
+    for _ in 0..8 {
+        h ^= v & 0xff;
+        v >>= 8;
+        h = h.wrapping_mul(1_099_511_628_211);
+    }
+    format!("user{}", h.wrapping_abs()).into_bytes()
+}
+
+fn figure(db: &Db, name: &str) -> u64 {
+    db.stats().unwrap().value_store_figures[name]
+}
+
+fn store(fs: &MemFs, table_size: u64) -> TrieStore {
+    let dir = Path::new("/ts");
+    fs.create_dir_all(dir).unwrap();
+    TrieStore::open(
+        dir,
+        Arc::new(fs.clone()),
+        Arc::new(IoStats::default()),
+        TrieOptions {
+            value_threshold: 1,
+            table_size,
+            prefetch_threads: 4,
+            capacity: None,
+        },
+    )
+    .unwrap()
+}
+
+/// Appends `(key, seq, value)` one record per call, as single writes do.
+fn put(s: &TrieStore, k: &[u8], seq: u64, v: &[u8]) -> ValuePointer {
+    s.append(&[ValueRecord {
+        key: k,
+        seq,
+        value: v,
+    }])
+    .unwrap()[0]
+}
+
+fn figures(s: &TrieStore) -> BTreeMap<&'static str, u64> {
+    s.figures().into_iter().collect()
+}
+
+/// The span reads of `read_many` return exactly what one point read per
+/// pointer returns: over dense runs, over spans that are mostly garbage
+/// (overwritten versions between the requested records), over sparse
+/// pointers, for pointers outside the valid range, and for a damaged record
+/// inside a span.
+#[test]
+fn a_span_read_returns_exactly_what_per_pointer_reads_return() {
+    let fs = MemFs::new();
+    let s = store(&fs, 1 << 30);
+    let mut seq = 0;
+    let mut cur: BTreeMap<Vec<u8>, ValuePointer> = BTreeMap::new();
+    let mut stale: Vec<(Vec<u8>, ValuePointer)> = Vec::new();
+    // 2000 keys in shuffled order, then overwrite 90 % of them twice: the
+    // table is mostly garbage, and the live records of a key range are
+    // spread between garbage.
+    let mut order: Vec<usize> = (0..2000).collect();
+    let mut x = 7u64;
+    for i in (1..order.len()).rev() {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        order.swap(i, (x >> 33) as usize % (i + 1));
+    }
+    for round in 0..3 {
+        for &i in &order {
+            if round > 0 && i % 10 == 0 {
+                continue;
+            }
+            seq += 1;
+            let k = key(i);
+            let mut v = value(i, round);
+            v.truncate(100 + (i * 13) % 400);
+            let p = put(&s, &k, seq, &v);
+            if let Some(old) = cur.insert(k.clone(), p) {
+                stale.push((k, old));
+            }
+        }
+    }
+    let check = |reqs: &[(Vec<u8>, ValuePointer)]| {
+        let many = s.read_many(reqs);
+        let one: Result<Vec<_>, _> = reqs.iter().map(|(k, p)| s.read(k, p)).collect();
+        match (many, one) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b),
+            (Err(a), Err(b)) => {
+                assert!(a.is_corruption() && b.is_corruption(), "{a} / {b}")
+            }
+            (a, b) => panic!("read_many {a:?} but point reads {b:?}"),
+        }
+    };
+    let all: Vec<(Vec<u8>, ValuePointer)> = cur.iter().map(|(k, p)| (k.clone(), *p)).collect();
+    // Every key range a scan window could ask for.
+    for (lo, n) in [
+        (0, 2000),
+        (0, 32),
+        (500, 100),
+        (1990, 10),
+        (1234, 7),
+        (10, 2),
+    ] {
+        check(&all[lo..lo + n]);
+    }
+    // Only keys written once (every tenth): their records sit among the
+    // garbage of 9 overwritten neighbours each.
+    let sparse: Vec<_> = all
+        .iter()
+        .filter(|(k, _)| cur[k].offset < 600_000)
+        .cloned()
+        .collect();
+    assert!(sparse.len() > 100);
+    check(&sparse);
+    // Old versions are garbage to the index but still valid records here.
+    check(&stale[..300]);
+    let f = figures(&s);
+    assert!(f["span_reads"] > 0 && f["span_values"] > 500, "{f:?}");
+    assert!(f["single_reads"] > 0, "{f:?}");
+    // Pointers outside the valid range read as lost either way.
+    let mut outside = all[..20].to_vec();
+    outside[3].1.offset += 1 << 40;
+    outside[7].1.file_id = 999;
+    check(&outside);
+    assert_eq!(s.read_many(&outside).unwrap()[3], None);
+    // A record of another key is corruption either way.
+    let mut swapped = all[100..140].to_vec();
+    swapped[5].0 = b"someone-else".to_vec();
+    check(&swapped);
+    // Damage inside a span: corruption either way, at the record's offset.
+    let victim = all[50].1;
+    let path = PathBuf::from(format!("/ts/{:06}.tt", victim.file_id));
+    let mut data = sepkv::fs::read_all(&fs, &path).unwrap();
+    data[(victim.offset + 30) as usize] ^= 0x40;
+    let mut f = fs.create(&path).unwrap();
+    f.append(&data).unwrap();
+    drop(f);
+    let reqs = all[40..70].to_vec();
+    check(&reqs);
+    match s.read_many(&reqs) {
+        Err(Error::Corruption { offset, file, .. }) => {
+            assert_eq!((offset, file), (victim.offset, path))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Scans through the engine return what gets return. Over tables whose
+/// records are in key order (here a sequential load) the scan windows are
+/// served by span reads.
+#[test]
+fn scans_match_gets_and_use_span_reads() {
+    let db = Db::open("/db", opts(Arc::new(MemFs::new()))).unwrap();
+    const N: usize = 3000;
+    for i in 0..N {
+        db.put(key(i), value(i, 0)).unwrap();
+    }
+    assert!(figure(&db, "trie_sorted_permille") > 900);
+    let got: Vec<_> = db
+        .scan(&key(100)..&key(2100), false)
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(got.len(), 2000);
+    for (j, (k, v)) in got.iter().enumerate() {
+        assert_eq!((k, v), (&key(100 + j), &value(100 + j, 0)));
+    }
+    assert!(figure(&db, "span_values") > 1000);
+    // Overwrites in descending order leave tables out of key order; scans
+    // stay exact, whichever way they read.
+    for i in (0..N).rev().step_by(3) {
+        db.put(key(i), value(i, 1)).unwrap();
+    }
+    let want = |i: usize| value(i, usize::from((N - 1 - i).is_multiple_of(3)));
+    for (lo, hi, reverse) in [(0, N, false), (17, 1500, true), (2990, N, false)] {
+        let got: Vec<_> = db
+            .scan(&key(lo)..&key(hi), reverse)
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        let keys: Vec<usize> = if reverse {
+            (lo..hi).rev().collect()
+        } else {
+            (lo..hi).collect()
+        };
+        assert_eq!(got.len(), keys.len());
+        for ((k, v), i) in got.iter().zip(keys) {
+            assert_eq!((k, v), (&key(i), &want(i)));
+            assert_eq!(db.get(k).unwrap().as_ref(), Some(v));
+        }
+    }
+    assert!(db.verify().unwrap().faults.is_empty());
+}
+
+/// The trie adapts to YCSB's keys (`user` + decimal hash): the first split
+/// skips the shared `user` prefix, leaves fan out on digits below it, and
+/// the shape survives a reopen.
+#[test]
+fn trie_splits_on_ycsb_keys_and_survives_reopen() {
+    let fs = MemFs::new();
+    let o = Options {
+        trie_table_size: 64 << 10,
+        ..opts(Arc::new(fs.clone()))
+    };
+    let db = Db::open("/db", o.clone()).unwrap();
+    for n in 0..4000u64 {
+        db.put(ycsb_key(n), value(n as usize, 0)).unwrap();
+    }
+    let (splits, leaves, depth, nodes) = (
+        figure(&db, "trie_splits"),
+        figure(&db, "trie_leaves"),
+        figure(&db, "trie_depth"),
+        figure(&db, "trie_nodes"),
+    );
+    assert!(splits >= 5, "{splits} splits");
+    assert!(leaves >= 20, "{leaves} leaves");
+    assert!(depth >= 3, "depth {depth}");
+    db.close().unwrap();
+    drop(db);
+    let db = Db::open("/db", o).unwrap();
+    assert_eq!(figure(&db, "trie_nodes"), nodes);
+    assert_eq!(figure(&db, "trie_leaves"), leaves);
+    for n in (0..4000u64).step_by(37) {
+        assert_eq!(db.get(ycsb_key(n)).unwrap(), Some(value(n as usize, 0)));
+    }
+    // New writes after the reopen go on routing through the same trie.
+    for n in 4000..5000u64 {
+        db.put(ycsb_key(n), value(n as usize, 1)).unwrap();
+    }
+    assert!(figure(&db, "trie_leaves") >= leaves);
+    assert!(db.verify().unwrap().faults.is_empty());
+}
+
+/// Zero-padded decimal keys (db_bench's): the shared zeros become one
+/// compressed edge and leaves fan out by ten on the digits that vary.
+#[test]
+fn trie_splits_on_zero_padded_decimal_keys() {
+    let fs = MemFs::new();
+    let s = store(&fs, 32 << 10);
+    let mut x = 3u64;
+    for seq in 1..=20_000u64 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let k = key((x >> 33) as usize % 100_000);
+        put(&s, &k, seq, &[7u8; 200]);
+    }
+    let leaves = s.leaf_prefixes();
+    assert!(leaves.len() >= 50, "{} leaves", leaves.len());
+    for p in &leaves {
+        // 16 digits, the first 11 zero for every key below 100000.
+        assert!(p.len() >= 12 && p.starts_with(b"00000000000"), "{p:?}");
+        assert!(p.iter().all(u8::is_ascii_digit));
+    }
+    let (_, _, depth) = s.trie_shape();
+    assert!(depth >= 3);
+    // Leaves hold disjoint key ranges, in key order.
+    for w in leaves.windows(2) {
+        assert!(w[0] < w[1] && !w[1].starts_with(&w[0]));
+    }
+}
+
+/// GC collects the table with the most garbage, rewrites its live values
+/// in key order (so scans over it read dense spans), frees space, and
+/// keeps what a snapshot older than the collection still reads.
+#[test]
+fn gc_rewrites_tables_in_key_order_and_respects_snapshots() {
+    let fs = MemFs::new();
+    let db = Db::open("/db", opts(Arc::new(fs.clone()))).unwrap();
+    const N: usize = 2000;
+    let mut x = 11u64;
+    let mut order: Vec<usize> = (0..N).collect();
+    for i in (1..N).rev() {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        order.swap(i, (x >> 33) as usize % (i + 1));
+    }
+    for &i in &order {
+        db.put(key(i), value(i, 0)).unwrap();
+    }
+    // In an SSTable below level 0, so that the range compaction below
+    // merges the overwrites with it.
+    db.flush().unwrap();
+    for &i in order.iter().filter(|&&i| i % 2 == 0) {
+        db.put(key(i), value(i, 1)).unwrap();
+    }
+    assert_eq!(db.stats().unwrap().value_store.garbage_bytes, 0);
+    // Compaction drops the old versions and reports them as garbage.
+    db.compact_range(..).unwrap();
+    let noted = db.stats().unwrap().value_store;
+    assert!(noted.garbage_bytes > 500_000, "{noted:?}");
+
+    let snap = db.snapshot().unwrap();
+    let rep = db.gc(Some(0.0)).unwrap();
+    assert!(rep.steps > 0 && rep.bytes_rewritten > 0, "{rep:?}");
+    // Retired, not freed: the snapshot predates the relocations.
+    assert_eq!(figure(&db, "gc_bytes_freed"), 0);
+    assert!(figure(&db, "trie_tables_retired") > 0);
+    let ro = ReadOptions {
+        snapshot: Some(&snap),
+        ..Default::default()
+    };
+    for i in (0..N).step_by(7) {
+        let want = value(i, usize::from(i.is_multiple_of(2)));
+        assert_eq!(db.get_opt(&ro, key(i)).unwrap(), Some(want.clone()));
+        assert_eq!(db.get(key(i)).unwrap(), Some(want));
+    }
+    drop(snap);
+    // Known garbage is gone: a full pass frees the retired tables and
+    // sweeps (and sorts) the rest.
+    let rep2 = db.gc(None).unwrap();
+    assert!(figure(&db, "gc_bytes_freed") > 0, "{rep2:?}");
+    let after = db.stats().unwrap().value_store;
+    assert!(after.garbage_bytes < noted.garbage_bytes / 4, "{after:?}");
+    assert!(
+        after.file_bytes < noted.file_bytes,
+        "{noted:?} -> {after:?}"
+    );
+    // A scan over sorted tables reads most values through spans.
+    let spans0 = figure(&db, "span_values");
+    let singles0 = figure(&db, "single_reads");
+    let got: Vec<_> = db.scan(.., false).unwrap().map(|r| r.unwrap()).collect();
+    assert_eq!(got.len(), N);
+    for (i, (k, v)) in got.iter().enumerate() {
+        assert_eq!(
+            (k, v),
+            (&key(i), &value(i, usize::from(i.is_multiple_of(2))))
+        );
+    }
+    let spans = figure(&db, "span_values") - spans0;
+    let singles = figure(&db, "single_reads") - singles0;
+    assert!(
+        spans > 4 * singles,
+        "span values {spans}, single reads {singles}"
+    );
+    assert!(db.verify().unwrap().faults.is_empty());
+}
+
+#[test]
+fn gc_never_loses_a_racing_overwrite() {
+    let db = Arc::new(Db::open("/db", opts(Arc::new(MemFs::new()))).unwrap());
+    const N: usize = 400;
+    for i in 0..N {
+        db.put(key(i), value(i, 0)).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let gc = {
+        let (db, stop) = (db.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut steps = 0;
+            while !stop.load(Ordering::Relaxed) {
+                steps += db.gc(None).unwrap().steps;
+            }
+            steps
+        })
+    };
+    let mut latest = vec![0usize; N];
+    for round in 1..40 {
+        for i in (0..N).filter(|i| (i + round) % 3 == 0) {
+            db.put(key(i), value(i, round)).unwrap();
+            latest[i] = round;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let steps = gc.join().unwrap();
+    assert!(steps > 0, "GC never ran");
+    db.gc(None).unwrap();
+    for (i, &round) in latest.iter().enumerate() {
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, round)), "key {i}");
+    }
+    assert!(figure(&db, "gc_bytes_rewritten") > 0);
+    assert!(db.verify().unwrap().faults.is_empty());
+}
+
+fn power_cut(fs: &FaultFs, db: Db) {
+    fs.add_rule(FaultRule {
+        op: FaultOp::Any,
+        path_contains: None,
+        skip: 0,
+        times: None,
+        kind: FaultKind::Eio,
+    });
+    drop(db);
+    fs.crash();
+    fs.clear_rules();
+}
+
+/// Crashes a GC cycle at its k-th file-system operation, for every k until
+/// a cycle completes: nothing synced before GC is lost, and a later GC
+/// completes.
+#[test]
+fn crash_at_every_step_of_a_gc_cycle() {
+    const N: usize = 150;
+    let mut k = 0u64;
+    loop {
+        let fs = FaultFs::new();
+        let dir = Path::new("/gcdb");
+        let o = Options {
+            trie_table_size: 64 << 10,
+            ..opts(Arc::new(fs.clone()))
+        };
+        let db = Db::open(dir, o.clone()).unwrap();
+        for round in 0..2 {
+            for i in 0..N {
+                if round == 0 || i % 2 == 0 {
+                    db.put(key(i), value(i, round)).unwrap();
+                }
+            }
+        }
+        db.write(&sepkv::WriteBatch::new(), WriteOptions { sync: true })
+            .unwrap();
+        db.flush().unwrap();
+        fs.add_rule(FaultRule {
+            op: FaultOp::Any,
+            path_contains: None,
+            skip: k,
+            times: None,
+            kind: FaultKind::Eio,
+        });
+        let done = db.gc(None).is_ok();
+        power_cut(&fs, db);
+        let db = Db::open(dir, o.clone())
+            .unwrap_or_else(|e| panic!("reopen after crash at GC op {k}: {e}"));
+        let want = |i: usize| value(i, usize::from(i.is_multiple_of(2)));
+        for i in 0..N {
+            assert_eq!(
+                db.get(key(i)).unwrap(),
+                Some(want(i)),
+                "key {i} after a crash at GC op {k}"
+            );
+        }
+        db.gc(None).unwrap();
+        for i in (0..N).step_by(7) {
+            assert_eq!(db.get(key(i)).unwrap(), Some(want(i)));
+        }
+        let rep = db.verify().unwrap();
+        assert!(rep.faults.is_empty(), "op {k}: {:?}", rep.faults);
+        if done {
+            break;
+        }
+        k += 1;
+        assert!(k < 10_000, "GC cycle never completed");
+    }
+    assert!(k > 5, "a GC cycle takes several file-system operations");
+}
+
+/// After a crash, writes synced before it survive, unsynced ones may not,
+/// and the trie and the tables go on working; a torn table tail is cut
+/// off and the table closed for appends.
+#[test]
+fn recovery_keeps_synced_writes_and_cuts_torn_tails() {
+    let fs = FaultFs::new();
+    let dir = Path::new("/rdb");
+    let o = Options {
+        trie_table_size: 64 << 10,
+        ..opts(Arc::new(fs.clone()))
+    };
+    let db = Db::open(dir, o.clone()).unwrap();
+    for i in 0..500 {
+        // The last write is synced, and with it every earlier one.
+        let mut b = sepkv::WriteBatch::new();
+        b.put(key(i), value(i, 0)).unwrap();
+        db.write(&b, WriteOptions { sync: i == 499 }).unwrap();
+    }
+    for i in 500..700 {
+        db.put(key(i), value(i, 0)).unwrap();
+    }
+    power_cut(&fs, db);
+    let db = Db::open(dir, o.clone()).unwrap();
+    for i in 0..500 {
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 0)), "key {i}");
+    }
+    // Whatever survived of the rest is a prefix.
+    let survived = (500..700)
+        .take_while(|&i| db.get(key(i)).unwrap().is_some())
+        .count();
+    for i in 500 + survived..700 {
+        assert_eq!(db.get(key(i)).unwrap(), None);
+    }
+    for i in 700..900 {
+        db.put(key(i), value(i, 1)).unwrap();
+    }
+    db.close().unwrap();
+    drop(db);
+    // A torn append: garbage after the last record of every table.
+    let tables: Vec<PathBuf> = fs
+        .list(dir)
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.ends_with(".tt"))
+        .map(|n| dir.join(n))
+        .collect();
+    assert!(tables.len() > 3);
+    for t in &tables {
+        let mut f = fs.open_append(t).unwrap();
+        f.append(&[0x5a; 37]).unwrap();
+        f.sync().unwrap();
+    }
+    let db = Db::open(dir, o).unwrap();
+    assert_eq!(figure(&db, "trie_tables_active"), 0);
+    for i in (0..500).chain(700..900) {
+        let round = if i < 700 { 0 } else { 1 };
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, round)));
+    }
+    for i in 900..1000 {
+        db.put(key(i), value(i, 2)).unwrap();
+    }
+    assert!(figure(&db, "trie_tables_active") > 0);
+    assert_eq!(db.get(key(950)).unwrap(), Some(value(950, 2)));
+    let rep = db.verify().unwrap();
+    assert!(rep.faults.is_empty(), "{:?}", rep.faults);
+}
+
+/// Damage is corruption with file and offset: in a TrieTable record (for
+/// get, scan and verify) and in the trie file (open fails).
+#[test]
+fn damage_is_reported_with_file_and_offset() {
+    let fs = MemFs::new();
+    let dir = Path::new("/ddb");
+    let o = opts(Arc::new(fs.clone()));
+    let db = Db::open(dir, o.clone()).unwrap();
+    for i in 0..300 {
+        db.put(key(i), value(i, 0)).unwrap();
+    }
+    db.close().unwrap();
+    drop(db);
+    let tables: Vec<PathBuf> = fs
+        .list(dir)
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.ends_with(".tt"))
+        .map(|n| dir.join(n))
+        .collect();
+    let victim = &tables[0];
+    let mut data = sepkv::fs::read_all(&fs, victim).unwrap();
+    // The first record: header 22 bytes, key 16, value 1000.
+    data[22 + 16 + 500] ^= 1;
+    let mut f = fs.create(victim).unwrap();
+    f.append(&data).unwrap();
+    drop(f);
+    let db = Db::open(dir, o.clone()).unwrap();
+    let damaged_key = (0..300)
+        .find(|&i| db.get(key(i)).is_err())
+        .expect("no key reads the damaged record");
+    match db.get(key(damaged_key)) {
+        Err(Error::Corruption { file, offset, .. }) => {
+            assert_eq!((&file, offset), (victim, 0));
+        }
+        other => panic!("{other:?}"),
+    }
+    let scan: Result<Vec<_>, _> = db.scan(.., false).unwrap().collect();
+    assert!(scan.unwrap_err().is_corruption());
+    let rep = db.verify().unwrap();
+    assert!(
+        rep.faults
+            .iter()
+            .any(|e| matches!(e, Error::Corruption { file, offset: 0, .. } if file == victim)),
+        "{:?}",
+        rep.faults
+    );
+    db.close().unwrap();
+    drop(db);
+    // The trie file.
+    let trie = dir.join("TRIE");
+    let mut data = sepkv::fs::read_all(&fs, &trie).unwrap();
+    assert!(data.len() > 20);
+    data[14] ^= 0x10;
+    data.extend_from_slice(&data.clone()); // valid-looking records follow
+    let mut f = fs.create(&trie).unwrap();
+    f.append(&data).unwrap();
+    drop(f);
+    match Db::open(dir, o) {
+        Err(Error::Corruption { file, .. }) => assert_eq!(file, trie),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a damaged trie file was accepted"),
+    }
+}
+
+/// `value_capacity` bounds the tables: a write that would pass it runs GC
+/// first; only live data is refused; deleting data makes room again.
+#[test]
+fn capacity_runs_gc_first_and_refuses_only_live_data() {
+    let fs = MemFs::new();
+    let o = Options {
+        value_capacity: Some(2 << 20),
+        ..opts(Arc::new(fs.clone()))
+    };
+    let db = Db::open("/db", o.clone()).unwrap();
+    for round in 0..5000 {
+        db.put(key(1), value(1, round)).unwrap();
+    }
+    let s = db.stats().unwrap();
+    assert!(s.write_gc_steps >= 1);
+    // The tables, one GC copy past the capacity, and the trie file.
+    assert!(s.value_store.file_bytes <= (2 << 20) + (300 << 10), "{s:?}");
+    assert_eq!(db.get(key(1)).unwrap(), Some(value(1, 4999)));
+    let mut n = 2;
+    let err = loop {
+        match db.put(key(n), value(n, 0)) {
+            Ok(()) => n += 1,
+            Err(e) => break e,
+        }
+        assert!(n < 10_000, "the tables never filled");
+    };
+    assert!(
+        matches!(&err, Error::ValueStoreFull(m) if m.contains("value_capacity")),
+        "{err:?}"
+    );
+    assert!((1700..2100).contains(&n), "{n} keys");
+    for i in (2..n).step_by(2) {
+        db.delete(key(i)).unwrap();
+    }
+    for i in 0..(n - 2) / 4 {
+        db.put(key(20_000 + i), value(i, 1)).unwrap();
+    }
+    assert!(db.verify().unwrap().faults.is_empty());
+    db.close().unwrap();
+    drop(db);
+    let db = Db::open("/db", o).unwrap();
+    for i in 2..n {
+        let want = (i % 2 == 1).then(|| value(i, 0));
+        assert_eq!(db.get(key(i)).unwrap(), want, "key {i}");
+    }
+    for i in 0..(n - 2) / 4 {
+        assert_eq!(db.get(key(20_000 + i)).unwrap(), Some(value(i, 1)));
+    }
+}
