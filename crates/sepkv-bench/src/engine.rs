@@ -220,7 +220,7 @@ pub struct Tuning {
     pub no_prefetch: bool,
     /// `+nohot`: HashKV without hotness awareness (§3.4; Exp. 6).
     pub no_hotness: bool,
-    /// `+nojournal`: HashKV without its write and GC journals (§3.7;
+    /// `+nojournal`: HashKV without its write journal, which records writes and GC copies (§3.7;
     /// Exp. 8), which also turns its write cache off.
     pub no_journal: bool,
     /// `+nosep`: every value is separated, none kept inline
