@@ -705,7 +705,13 @@ impl Db {
     pub fn write_with_sequence(&self, batch: &WriteBatch, opts: WriteOptions) -> Result<SeqNum> {
         self.check_open()?;
         if batch.is_empty() {
-            return Ok(self.last_sequence());
+            // Nothing to log, but `sync` still promises that every earlier
+            // write is durable when this returns.
+            let last = self.last_sequence();
+            if opts.sync {
+                self.inner.make_durable(last)?;
+            }
+            return Ok(last);
         }
         if batch.approximate_size() > MAX_BATCH_SIZE {
             return Err(Error::InvalidArgument(format!(

@@ -317,3 +317,32 @@ fn gc_never_frees_a_version_whose_newer_write_is_not_durable() {
         assert!(rep.faults.is_empty(), "{preset:?}: {:?}", rep.faults);
     }
 }
+
+/// An empty batch written with `sync` makes every earlier write durable, as
+/// a non-empty synced batch would.
+#[test]
+fn an_empty_synced_batch_makes_earlier_writes_durable() {
+    for preset in [
+        Preset::LevelDb,
+        Preset::WiscKey,
+        Preset::HashKv,
+        Preset::KtStore,
+    ] {
+        let fs = FaultFs::new();
+        let db = Db::open("/db", opts(&fs, (preset, true))).unwrap();
+        for i in 0..50u32 {
+            db.put(format!("k{i:03}"), vec![i as u8; 300]).unwrap();
+        }
+        db.write(&WriteBatch::new(), WriteOptions { sync: true })
+            .unwrap();
+        power_cut(&fs, db);
+        let db = Db::open("/db", opts(&fs, (preset, true))).unwrap();
+        for i in 0..50u32 {
+            assert_eq!(
+                db.get(format!("k{i:03}")).unwrap(),
+                Some(vec![i as u8; 300]),
+                "{preset:?} lost k{i:03}"
+            );
+        }
+    }
+}
