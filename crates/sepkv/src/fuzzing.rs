@@ -22,7 +22,9 @@
 //! trailers reached from the footer and the index, the footer, value-store
 //! records, the segment table, IDENTITY — so fuzzers and tests reach the
 //! decoders behind them. [`Target::sample`] builds valid encodings to start
-//! from (seed corpora, mutation tests).
+//! from (seed corpora, mutation tests), and [`Target::fuzz`] is the body of
+//! every fuzz target under `fuzz/` (the raw and the sealed input, and the
+//! contract as oracle).
 
 use crate::batch::decode_batch;
 use crate::error::{Error, Result};
