@@ -126,11 +126,11 @@ fn compact_drops_the_tombstone_and_empties_level_0() {
 fn errors_speak_of_presets_once() {
     let tmp = tempfile::tempdir().unwrap();
     let db = tmp.path().join("db");
-    let out = sepkv(&db, &["--preset", "ktstore", "put", "a", "1"]);
+    let out = sepkv(&db, &["--preset", "flashkey", "put", "a", "1"]);
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);
     assert!(
-        err.starts_with("error: invalid argument: preset ktstore (index lsm, value layout trie) is not implemented in this build; available presets: leveldb, wisckey, hashkv"),
+        err.starts_with("error: invalid argument: preset flashkey (index hash, value layout bands) is not implemented in this build; available presets: leveldb, wisckey, hashkv, ktstore"),
         "{err}"
     );
     assert!(!db.exists());

@@ -54,8 +54,14 @@
 //!   a bounded store (`value_capacity`): 2.8× the capped value log's update
 //!   throughput at 1 GiB.
 //!
-//! `ktstore`, `flashkey` and `lwc` are not implemented in this build;
-//! opening them fails with [`Error::InvalidArgument`] listing what is.
+//! - [`Preset::KtStore`] (lsm + trie): values in TrieTables partitioned by
+//!   key prefix, so a range scan reads each table's span once (KT-Store
+//!   §3.3). Scans gain where tables hold keys in order (sequential loads, or
+//!   after GC rewrote them in key order); on randomly loaded data measured
+//!   from the page cache it scans like `wisckey`.
+//!
+//! `flashkey` and `lwc` are not implemented in this build; opening them
+//! fails with [`Error::InvalidArgument`] listing what is.
 //!
 //! # Durability
 //!
