@@ -71,7 +71,7 @@ fn target() -> impl Strategy<Value = Target> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 20_000, ..ProptestConfig::default() })]
 
     #[test]
     fn arbitrary_bytes(t in target(), data in proptest::collection::vec(any::<u8>(), 0..300), seal in any::<bool>()) {
