@@ -375,7 +375,8 @@ pub fn vlog_state(data: &[u8]) -> Result<usize> {
         }
         let _ = s.contains(p);
     }
-    s.append(&sample_values(2, 100))?;
+    // Enough to fill the active file and start the next one.
+    s.append(&sample_values(8, 300))?;
     let _ = s.space();
     Ok(n)
 }

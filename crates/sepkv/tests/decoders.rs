@@ -71,7 +71,7 @@ fn target() -> impl Strategy<Value = Target> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 20_000, ..ProptestConfig::default() })]
 
     #[test]
     fn arbitrary_bytes(t in target(), data in proptest::collection::vec(any::<u8>(), 0..300), seal in any::<bool>()) {
@@ -223,6 +223,10 @@ const REGRESSIONS: &[(Target, &str)] = &[
         Target::HashkvJournal,
         "00160002070100010101ffffffffffffffffff010101801000010900010100010000804000",
     ),
+    // A value-log state whose tail is file 2^64 - 1: the log started there
+    // and overflowed the file number when it filled that file (found by
+    // hand after the vlog_state entry point learned to fill a file).
+    (Target::VlogState, "01ffffffffffffffff0000000000000000"),
 ];
 
 fn unhex(s: &str) -> Vec<u8> {

@@ -218,6 +218,8 @@ pub struct VlogStore {
 /// state := 1 tail_file:u64le tail_off:u64le
 ///        | 2 tail_file:u64le tail_off:u64le ckpt_file:u64le ckpt_off:u64le
 /// ```
+/// File numbers and offsets above [`MAX_POS`] are damage: decoding refuses
+/// them (the file after one would overflow).
 fn encode_state(tail: (u64, u64), ckpt: Option<(u64, u64)>) -> Vec<u8> {
     let mut v = vec![if ckpt.is_some() { 2u8 } else { 1 }];
     v.extend_from_slice(&tail.0.to_le_bytes());
@@ -231,9 +233,15 @@ fn encode_state(tail: (u64, u64), ckpt: Option<(u64, u64)>) -> Vec<u8> {
 
 type Pos = (u64, u64);
 
+/// Largest file number or offset a persisted state may hold (2^48: far
+/// beyond any real log, far from overflow).
+const MAX_POS: u64 = 1 << 48;
+
 pub(crate) fn decode_state(b: &[u8]) -> Option<(Pos, Option<Pos>)> {
-    let word =
-        |i: usize| -> Option<u64> { Some(u64::from_le_bytes(b.get(i..i + 8)?.try_into().ok()?)) };
+    let word = |i: usize| -> Option<u64> {
+        let w = u64::from_le_bytes(b.get(i..i + 8)?.try_into().ok()?);
+        (w <= MAX_POS).then_some(w)
+    };
     match (b.first(), b.len()) {
         (Some(1), 17) => Some(((word(1)?, word(9)?), None)),
         (Some(2), 33) => Some(((word(1)?, word(9)?), Some((word(17)?, word(25)?)))),
