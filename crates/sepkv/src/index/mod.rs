@@ -3,12 +3,14 @@
 //! Parts, one concept a module: internal keys ([`key`]), cursor iterators
 //! ([`iter`], [`merger`]), the [`memtable`] over a concurrent [`skiplist`],
 //! SSTables ([`sstable`]) with the block [`cache`] and [`table_cache`], the
-//! version set and manifest ([`version`]), file naming ([`filename`]) and
-//! leveled [`compaction`]. The write-ahead log is the record framing of
+//! version set and manifest ([`version`]), file naming ([`filename`]),
+//! leveled and lightweight [`compaction`], and the append-only tables of the
+//! LWC-tree ([`dtable`]). The write-ahead log is the record framing of
 //! [`crate::format::record`] carrying encoded write batches.
 
 pub mod cache;
 pub mod compaction;
+pub mod dtable;
 pub mod filename;
 pub mod iter;
 pub mod key;
