@@ -44,6 +44,7 @@ use crate::fs::{
 };
 use crate::identity::{Identity, FORMAT_VERSION};
 use crate::index::cache::BlockCache;
+use crate::index::compaction::lightweight;
 use crate::index::compaction::picker::{self, Choice, PickerConfig};
 use crate::index::compaction::{flush_to_tables, run_compaction, CompactionStats, JobContext};
 use crate::index::filename::{self, FileKind, CURRENT, IDENTITY, LOCK};
@@ -55,7 +56,7 @@ use crate::index::sstable::{ReadCtx, TableOptions};
 use crate::index::table_cache::TableCache;
 use crate::index::version::{Version, VersionEdit, VersionSet};
 use crate::iterator::{DbIterator, Scan};
-use crate::options::ValueLayout;
+use crate::options::{IndexKind, ValueLayout};
 use crate::options::{Options, ReadOptions, WriteOptions, MAX_BATCH_SIZE};
 use crate::range::{check_order, KeyRange};
 use crate::snapshot::{Snapshot, SnapshotList, SnapshotPin};
@@ -123,6 +124,8 @@ struct Counters {
     compaction_bytes_in: AtomicU64,
     compaction_bytes_out: AtomicU64,
     compaction_entries_dropped: AtomicU64,
+    segments_appended: AtomicU64,
+    divisions: AtomicU64,
     stall_micros: AtomicU64,
     write_gc_steps: AtomicU64,
     write_reader_waits: AtomicU64,
@@ -212,6 +215,10 @@ pub struct LevelStats {
     pub files: usize,
     /// Total bytes of the SSTables.
     pub bytes: u64,
+    /// Segments of the level's tables: one per SSTable, the segment count
+    /// of each DTable (LWC-tree §3.3); `segments / files` is the mean
+    /// number of segments per table.
+    pub segments: u64,
 }
 
 /// The files of one kind in the database directory.
@@ -276,6 +283,12 @@ pub struct DbStats {
     /// Entries compaction dropped: shadowed versions, obsolete tombstones
     /// (counter since open).
     pub compaction_entries_dropped: u64,
+    /// Segments lightweight compactions appended to DTables (index `lwc`,
+    /// LWC-tree §3.1; counter since open).
+    pub segments_appended: u64,
+    /// DTables divided for passing their size or segment bound (LWC-tree
+    /// §4.4; counter since open).
+    pub divisions: u64,
     /// Time writers spent delayed or stopped (µs), including GC run by
     /// writes the value store refused for want of space (counter since
     /// open).
@@ -1803,7 +1816,11 @@ impl DbInner {
             let ptrs: Vec<Option<&[u8]>> = (0..self.opts.num_levels)
                 .map(|l| vs.compact_pointer(l))
                 .collect();
-            let c = picker::pick(&v, &self.picker, &ptrs);
+            let c = if self.opts.index_kind() == IndexKind::Lwc {
+                lightweight::pick(&v, &self.picker, &ptrs)
+            } else {
+                picker::pick(&v, &self.picker, &ptrs)
+            };
             (v, c)
         };
         match choice {
@@ -1840,8 +1857,14 @@ impl DbInner {
         let smallest = self.smallest_snapshot();
         let mut next = || self.versions.lock().new_file_number();
         let mut ctx = self.job_context(&mut next);
-        let (mut edit, st): (VersionEdit, CompactionStats) =
-            run_compaction(&mut ctx, &v, inputs, smallest)?;
+        let lwc = self.opts.index_kind() == IndexKind::Lwc
+            && inputs.output_level == inputs.level + 1;
+        let (mut edit, st): (VersionEdit, CompactionStats) = if lwc {
+            let bounds = lightweight::LwcConfig::from_picker(&self.picker);
+            lightweight::run_lightweight(&mut ctx, &v, inputs, smallest, &bounds)?
+        } else {
+            run_compaction(&mut ctx, &v, inputs, smallest)?
+        };
         drop(v);
         self.install(&mut edit)?;
         let c = &self.counters;
@@ -1852,6 +1875,9 @@ impl DbInner {
             .fetch_add(st.bytes_out, Ordering::Relaxed);
         c.compaction_entries_dropped
             .fetch_add(st.dropped, Ordering::Relaxed);
+        c.segments_appended
+            .fetch_add(st.segments_appended, Ordering::Relaxed);
+        c.divisions.fetch_add(st.divisions, Ordering::Relaxed);
         self.delete_obsolete_files();
         Ok(st)
     }
@@ -2263,6 +2289,16 @@ impl DbInner {
                     level,
                     files: f.len(),
                     bytes: f.iter().map(|x| x.size).sum(),
+                    segments: f
+                        .iter()
+                        .map(|x| {
+                            self.table_cache
+                                .get(x.number, x.size, IoCategory::UserRead)
+                                .ok()
+                                .and_then(|t| t.as_dtable().map(|d| d.num_segments() as u64))
+                                .unwrap_or(1)
+                        })
+                        .sum(),
                 })
                 .collect(),
             files,
@@ -2277,6 +2313,8 @@ impl DbInner {
             compaction_bytes_in: c.compaction_bytes_in.load(Ordering::Relaxed),
             compaction_bytes_out: c.compaction_bytes_out.load(Ordering::Relaxed),
             compaction_entries_dropped: c.compaction_entries_dropped.load(Ordering::Relaxed),
+            segments_appended: c.segments_appended.load(Ordering::Relaxed),
+            divisions: c.divisions.load(Ordering::Relaxed),
             write_stall_micros: c.stall_micros.load(Ordering::Relaxed),
             write_gc_steps: c.write_gc_steps.load(Ordering::Relaxed),
             write_waits_for_readers: c.write_reader_waits.load(Ordering::Relaxed),

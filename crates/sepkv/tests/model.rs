@@ -267,7 +267,7 @@ proptest! {
     #[test]
     fn matches_btreemap(ops in proptest::collection::vec(op(), 1..1500)) {
         // (preset, wal): wisckey also without the index WAL (WiscKey §3.4.2).
-        for preset in [(Preset::LevelDb, true), (Preset::WiscKey, true), (Preset::WiscKey, false), (Preset::HashKv, true), (Preset::KtStore, true)] {
+        for preset in [(Preset::LevelDb, true), (Preset::WiscKey, true), (Preset::WiscKey, false), (Preset::HashKv, true), (Preset::KtStore, true), (Preset::Lwc, true)] {
             run(preset, ops.clone())?;
         }
     }
