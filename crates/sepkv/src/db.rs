@@ -1857,14 +1857,16 @@ impl DbInner {
         let smallest = self.smallest_snapshot();
         let mut next = || self.versions.lock().new_file_number();
         let mut ctx = self.job_context(&mut next);
-        let lwc = self.opts.index_kind() == IndexKind::Lwc
-            && inputs.output_level == inputs.level + 1;
-        let (mut edit, st): (VersionEdit, CompactionStats) = if lwc {
-            let bounds = lightweight::LwcConfig::from_picker(&self.picker);
-            lightweight::run_lightweight(&mut ctx, &v, inputs, smallest, &bounds)?
-        } else {
-            run_compaction(&mut ctx, &v, inputs, smallest)?
-        };
+        let lwc = self.opts.index_kind() == IndexKind::Lwc;
+        let (mut edit, st): (VersionEdit, CompactionStats) =
+            if lwc && inputs.output_level == inputs.level + 1 {
+                let bounds = lightweight::LwcConfig::from_picker(&self.picker);
+                lightweight::run_lightweight(&mut ctx, &v, inputs, smallest, &bounds)?
+            } else if lwc {
+                lightweight::run_in_place(&mut ctx, &v, inputs, smallest)?
+            } else {
+                run_compaction(&mut ctx, &v, inputs, smallest)?
+            };
         drop(v);
         self.install(&mut edit)?;
         let c = &self.counters;
@@ -1912,12 +1914,18 @@ impl DbInner {
         };
         let v = self.versions.lock().current();
         for f in files {
-            let level = picker::level_for_flush(
-                &v,
-                &self.picker,
-                crate::index::key::user_key(&f.smallest),
-                crate::index::key::user_key(&f.largest),
-            );
+            // The LWC-tree takes flushes in level 0 only: deeper levels hold
+            // DTables, which grow by lightweight compaction.
+            let level = if self.opts.index_kind() == IndexKind::Lwc {
+                0
+            } else {
+                picker::level_for_flush(
+                    &v,
+                    &self.picker,
+                    crate::index::key::user_key(&f.smallest),
+                    crate::index::key::user_key(&f.largest),
+                )
+            };
             edit.added.push((level, f));
         }
         // Values must be durable before the SSTables pointing at them replace

@@ -224,6 +224,7 @@ fn crash_recovery_keeps_a_prefix_of_history() {
         (Preset::WiscKey, false),
         (Preset::HashKv, true),
         (Preset::KtStore, true),
+        (Preset::Lwc, true),
     ];
     let presets: Vec<(Preset, bool)> = match std::env::var("SEPKV_CRASH_PRESET") {
         Ok(p) => {
@@ -327,6 +328,7 @@ fn an_empty_synced_batch_makes_earlier_writes_durable() {
         Preset::WiscKey,
         Preset::HashKv,
         Preset::KtStore,
+        Preset::Lwc,
     ] {
         let fs = FaultFs::new();
         let db = Db::open("/db", opts(&fs, (preset, true))).unwrap();

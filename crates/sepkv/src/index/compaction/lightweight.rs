@@ -58,7 +58,9 @@ use crate::fs::IoCategory;
 use crate::index::dtable::{append_segment, Aggregated, Directory};
 use crate::index::filename::table_path;
 use crate::index::iter::InternalIterator;
-use crate::index::key::{compare_internal, parse_internal_key, user_key, SeqNum, ValueType, MAX_SEQ};
+use crate::index::key::{
+    compare_internal, parse_internal_key, user_key, SeqNum, ValueType, MAX_SEQ,
+};
 use crate::index::merger::MergingIterator;
 use crate::index::sstable::ReadCtx;
 use crate::index::version::{FileMeta, Version, VersionEdit};
@@ -124,7 +126,12 @@ struct DropRule<'a> {
 }
 
 impl<'a> DropRule<'a> {
-    fn new(version: &'a Version, snapshot: SeqNum, below: usize, vstore: &'a dyn ValueStore) -> Self {
+    fn new(
+        version: &'a Version,
+        snapshot: SeqNum,
+        below: usize,
+        vstore: &'a dyn ValueStore,
+    ) -> Self {
         DropRule {
             version,
             snapshot,
@@ -186,7 +193,10 @@ fn collect(
     iter.seek_to_first();
     while iter.valid() {
         st.entries_in += 1;
-        if rule.keep(iter.key(), iter.value()).ok_or_else(|| bad_key(ctx))? {
+        if rule
+            .keep(iter.key(), iter.value())
+            .ok_or_else(|| bad_key(ctx))?
+        {
             out.push((iter.key().to_vec(), iter.value().to_vec()));
         }
         iter.next();
@@ -301,11 +311,21 @@ fn route(entries: &[(Vec<u8>, Vec<u8>)], targets: &[Arc<FileMeta>]) -> Vec<usize
 }
 
 fn min_key(a: &[u8], b: &[u8]) -> Vec<u8> {
-    if compare_internal(a, b) == Ordering::Greater { b } else { a }.to_vec()
+    if compare_internal(a, b) == Ordering::Greater {
+        b
+    } else {
+        a
+    }
+    .to_vec()
 }
 
 fn max_key(a: &[u8], b: &[u8]) -> Vec<u8> {
-    if compare_internal(a, b) == Ordering::Less { b } else { a }.to_vec()
+    if compare_internal(a, b) == Ordering::Less {
+        b
+    } else {
+        a
+    }
+    .to_vec()
 }
 
 /// Runs the lightweight compaction of `inputs` (picked by [`pick`]) as of
@@ -378,15 +398,25 @@ pub fn run_lightweight(
             start = end;
             let t = &targets[j];
             lightweight_append(
-                ctx, version, t, slice, out_level, smallest_snapshot, lwc, &aggregated,
-                &mut edit, &mut st,
+                ctx,
+                version,
+                t,
+                slice,
+                out_level,
+                smallest_snapshot,
+                lwc,
+                &aggregated,
+                &mut edit,
+                &mut st,
             )?;
         }
     }
     st.dropped += rule.dropped;
     st.tombstones_dropped += rule.tombstones;
     if st.files_out > 0 {
-        ctx.fs.sync_dir(ctx.dir).map_err(|e| Error::io(ctx.dir, e))?;
+        ctx.fs
+            .sync_dir(ctx.dir)
+            .map_err(|e| Error::io(ctx.dir, e))?;
     }
     if let Some(last) = inputs
         .upper
@@ -395,6 +425,57 @@ pub fn run_lightweight(
         .max_by(|a, b| compare_internal(a, b))
     {
         edit.compact_pointers.push((level, last.clone()));
+    }
+    Ok((edit, st))
+}
+
+/// Rewrites the files of `inputs.level` (the bottommost-level step of a
+/// manual range compaction, `output_level == level`) into new one-segment
+/// DTables of that level, as a full merge: the equal division of §4.4
+/// applied to the inputs together.
+///
+/// # Errors
+/// `Io` or `Corruption` from reading the inputs or writing the outputs.
+pub fn run_in_place(
+    ctx: &mut JobContext<'_>,
+    version: &Version,
+    inputs: &CompactionInputs,
+    smallest_snapshot: SeqNum,
+) -> Result<(VersionEdit, CompactionStats)> {
+    let rctx = ReadCtx {
+        category: IoCategory::Compaction,
+        fill_cache: false,
+    };
+    let level = inputs.level;
+    let mut st = CompactionStats {
+        compactions: 1,
+        files_in: inputs.upper.len() as u64,
+        bytes_in: inputs.upper.iter().map(|f| f.size).sum(),
+        ..Default::default()
+    };
+    let mut children: Vec<Box<dyn InternalIterator>> = Vec::new();
+    for f in inputs.upper.iter().rev() {
+        let t = ctx
+            .table_cache
+            .get(f.number, f.size, IoCategory::Compaction)?;
+        children.push(Box::new(t.iter(rctx)));
+    }
+    let mut merged = MergingIterator::new(children);
+    let mut rule = DropRule::new(version, smallest_snapshot, level, ctx.vstore);
+    let entries = collect(ctx, &mut merged, &mut rule, &mut st)?;
+    st.dropped += rule.dropped;
+    st.tombstones_dropped += rule.tombstones;
+    let mut edit = VersionEdit::default();
+    for f in &inputs.upper {
+        edit.deleted.push((level, f.number));
+    }
+    if !entries.is_empty() {
+        for f in write_new_tables(ctx, &entries, &mut st)? {
+            edit.added.push((level, f));
+        }
+        ctx.fs
+            .sync_dir(ctx.dir)
+            .map_err(|e| Error::io(ctx.dir, e))?;
     }
     Ok((edit, st))
 }
@@ -549,7 +630,10 @@ mod tests {
         let light = meta(2, "m", "p", 10);
         let e = ents(&["a", "c", "d", "f", "h", "m", "q"]);
         // Gap keys f, h go to the lighter neighbour.
-        assert_eq!(route(&e, &[heavy.clone(), light.clone()]), vec![0, 0, 0, 1, 1, 1, 1]);
+        assert_eq!(
+            route(&e, &[heavy.clone(), light.clone()]),
+            vec![0, 0, 0, 1, 1, 1, 1]
+        );
         let heavy2 = meta(2, "m", "p", 5000);
         assert_eq!(route(&e, &[heavy, heavy2]), vec![0, 0, 0, 0, 0, 1, 1]);
     }
