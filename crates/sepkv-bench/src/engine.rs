@@ -226,10 +226,13 @@ pub struct Tuning {
     /// `+nosep`: every value is separated, none kept inline
     /// (`value_threshold` 1; selective separation off, HashKV §3.5, Exp. 7).
     pub no_selective: bool,
+    /// `+lwc`: the LWC-tree index (lightweight compaction) under the
+    /// preset's value layout, e.g. `sepkv:wisckey+lwc` = lwc + vlog.
+    pub lwc_index: bool,
 }
 
 /// The `+flag`s of [`Tuning`], for messages.
-const TUNING_FLAGS: &str = "+nowal, +noprefetch, +nohot, +nojournal, +nosep";
+const TUNING_FLAGS: &str = "+nowal, +noprefetch, +nohot, +nojournal, +nosep, +lwc";
 
 impl fmt::Display for Tuning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -247,6 +250,9 @@ impl fmt::Display for Tuning {
         }
         if self.no_selective {
             f.write_str("+nosep")?;
+        }
+        if self.lwc_index {
+            f.write_str("+lwc")?;
         }
         Ok(())
     }
@@ -436,6 +442,7 @@ impl FromStr for EngineSpec {
                             "nohot" => tuning.no_hotness = true,
                             "nojournal" => tuning.no_journal = true,
                             "nosep" => tuning.no_selective = true,
+                            "lwc" => tuning.lwc_index = true,
                             _ => return Err(BenchError::InvalidArgument(format!(
                                 "unknown sepkv flag +{flag} in engine {s:?}; flags: {TUNING_FLAGS}"
                             ))),
@@ -551,6 +558,9 @@ impl SepkvEngine {
         }
         if tuning.no_selective {
             options.value_threshold = 1;
+        }
+        if tuning.lwc_index {
+            options.index = Some(sepkv::IndexKind::Lwc);
         }
         if let Some((capacity, reserved)) = opts.value_capacity {
             options.value_capacity = Some(capacity);
@@ -677,8 +687,11 @@ impl Engine for SepkvEngine {
         counters.insert("engine_user_bytes_read".into(), s.user_bytes_read);
         counters.insert("engine_disk_bytes".into(), s.disk_bytes);
         counters.insert("memtable_bytes".into(), s.memtable_bytes);
+        counters.insert("segments_appended".into(), s.segments_appended);
+        counters.insert("divisions".into(), s.divisions);
         for l in &s.levels {
             counters.insert(format!("level{}_files", l.level), l.files as u64);
+            counters.insert(format!("level{}_segments", l.level), l.segments);
         }
         if let Some(e) = s.background_error {
             return Err(BenchError::engine(

@@ -1437,7 +1437,9 @@ fn dtable_bit_flips_anywhere_are_caught_after_reopen() {
         }
         let rep = db.verify().unwrap();
         assert!(
-            rep.faults.iter().any(|e| matches!(e, Error::Corruption { file, .. } if file == &table)),
+            rep.faults
+                .iter()
+                .any(|e| matches!(e, Error::Corruption { file, .. } if file == &table)),
             "flip at byte {off} of {} undetected: {:?}",
             table.display(),
             rep.faults
