@@ -60,8 +60,14 @@
 //!   after GC rewrote them in key order); on randomly loaded data measured
 //!   from the page cache it scans like `wisckey`.
 //!
-//! `flashkey` and `lwc` are not implemented in this build; opening them
-//! fails with [`Error::InvalidArgument`] listing what is.
+//! - [`Preset::Lwc`] (lwc + inline): the LWC-tree (LWC-tree §3): deeper
+//!   levels hold append-only DTables, and a compaction reads one victim and
+//!   appends a segment to each overlapping DTable below instead of
+//!   rewriting them. Index `lwc` also combines with `vlog`, `hashkv` and
+//!   `trie` through [`Options::index`].
+//!
+//! `flashkey` is not implemented in this build; opening it fails with
+//! [`Error::InvalidArgument`] listing what is.
 //!
 //! # Durability
 //!

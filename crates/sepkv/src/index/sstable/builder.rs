@@ -66,6 +66,9 @@ fn short_successor(last: &[u8]) -> Vec<u8> {
     last.to_vec()
 }
 
+/// The bloom filter of one data block: `(block offset, encoded filter)`.
+type BlockFilter = (u64, Vec<u8>);
+
 /// Options of the tables a [`TableBuilder`] writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableOptions {
@@ -116,7 +119,7 @@ pub struct TableBuilder {
     filter: Option<FilterBuilder>,
     /// Per-data-block filters (DTable segments): the filter of the block
     /// being built, and `(block offset, filter)` of the finished blocks.
-    block_filters: Option<(FilterBuilder, Vec<(u64, Vec<u8>)>)>,
+    block_filters: Option<(FilterBuilder, Vec<BlockFilter>)>,
     /// Handle of the last data block, whose index entry waits for the next
     /// key.
     pending: Option<BlockHandle>,
