@@ -689,6 +689,7 @@ impl Engine for SepkvEngine {
         counters.insert("memtable_bytes".into(), s.memtable_bytes);
         counters.insert("segments_appended".into(), s.segments_appended);
         counters.insert("divisions".into(), s.divisions);
+        counters.insert("metadata_from_victim".into(), s.metadata_from_victim);
         for l in &s.levels {
             counters.insert(format!("level{}_files", l.level), l.files as u64);
             counters.insert(format!("level{}_segments", l.level), l.segments);

@@ -126,6 +126,7 @@ struct Counters {
     compaction_entries_dropped: AtomicU64,
     segments_appended: AtomicU64,
     divisions: AtomicU64,
+    metadata_from_victim: AtomicU64,
     stall_micros: AtomicU64,
     write_gc_steps: AtomicU64,
     write_reader_waits: AtomicU64,
@@ -289,6 +290,10 @@ pub struct DbStats {
     /// DTables divided for passing their size or segment bound (LWC-tree
     /// §4.4; counter since open).
     pub divisions: u64,
+    /// Appends whose target's segment directory came from the victim's
+    /// overlapped metaindex, with no read of the target (LWC-tree §3.2;
+    /// counter since open); the other appends read the target's tail.
+    pub metadata_from_victim: u64,
     /// Time writers spent delayed or stopped (µs), including GC run by
     /// writes the value store refused for want of space (counter since
     /// open).
@@ -1880,6 +1885,8 @@ impl DbInner {
         c.segments_appended
             .fetch_add(st.segments_appended, Ordering::Relaxed);
         c.divisions.fetch_add(st.divisions, Ordering::Relaxed);
+        c.metadata_from_victim
+            .fetch_add(st.metadata_from_victim, Ordering::Relaxed);
         self.delete_obsolete_files();
         Ok(st)
     }
@@ -2323,6 +2330,7 @@ impl DbInner {
             compaction_entries_dropped: c.compaction_entries_dropped.load(Ordering::Relaxed),
             segments_appended: c.segments_appended.load(Ordering::Relaxed),
             divisions: c.divisions.load(Ordering::Relaxed),
+            metadata_from_victim: c.metadata_from_victim.load(Ordering::Relaxed),
             write_stall_micros: c.stall_micros.load(Ordering::Relaxed),
             write_gc_steps: c.write_gc_steps.load(Ordering::Relaxed),
             write_waits_for_readers: c.write_reader_waits.load(Ordering::Relaxed),

@@ -75,6 +75,10 @@ fn appends_divides_and_reads_back_under_every_layout() {
         assert!(st.segments_appended > 0, "{layout}: no segment appended");
         assert!(st.divisions > 0, "{layout}: no DTable divided");
         assert!(
+            st.metadata_from_victim > 0,
+            "{layout}: no append took its target's metadata from the victim"
+        );
+        assert!(
             st.levels.iter().any(|l| l.segments > l.files as u64),
             "{layout}: no DTable holds two segments: {:?}",
             st.levels

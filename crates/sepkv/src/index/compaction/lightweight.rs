@@ -238,6 +238,8 @@ fn divide(entries: &[(Vec<u8>, Vec<u8>)], n: usize) -> Vec<&[(Vec<u8>, Vec<u8>)]
 /// bytes each (equal division), returning their metadata.
 fn write_new_tables(
     ctx: &mut JobContext<'_>,
+    version: &Version,
+    level: usize,
     entries: &[(Vec<u8>, Vec<u8>)],
     st: &mut CompactionStats,
 ) -> Result<Vec<FileMeta>> {
@@ -247,12 +249,14 @@ fn write_new_tables(
     for part in divide(entries, n) {
         let number = (ctx.new_file_number)();
         let path = table_path(ctx.dir, number);
+        let (lo, hi) = (&part[0].0, &part[part.len() - 1].0);
+        let overlapped = aggregate(ctx, version, level + 1, lo, hi)?;
         let o = append_segment(
             ctx.fs,
             &path,
             None,
             part.iter().map(|(k, v)| (k.as_slice(), v.as_slice())),
-            &[],
+            &overlapped,
             &ctx.table_options,
             ctx.stats,
             IoCategory::Compaction,
@@ -266,6 +270,36 @@ fn write_new_tables(
             smallest: o.smallest,
             largest: o.largest,
         });
+    }
+    Ok(out)
+}
+
+/// The overlapped metaindex (§3.2) of a table of range `[lo, hi]`
+/// (internal keys) whose next level is `below`: the directory of each
+/// DTable there that overlaps it, as of its current size (from the table
+/// cache, where those tables are usually open already).
+fn aggregate(
+    ctx: &JobContext<'_>,
+    version: &Version,
+    below: usize,
+    lo: &[u8],
+    hi: &[u8],
+) -> Result<Vec<Aggregated>> {
+    let mut out = Vec::new();
+    if below >= version.files.len() {
+        return Ok(out);
+    }
+    for f in version.overlapping(below, Some(user_key(lo)), Some(user_key(hi))) {
+        let r = ctx
+            .table_cache
+            .get(f.number, f.size, IoCategory::Compaction)?;
+        if let Some(d) = r.as_dtable() {
+            out.push(Aggregated {
+                number: f.number,
+                size: f.size,
+                directory: d.directory().clone(),
+            });
+        }
     }
     Ok(out)
 }
@@ -384,7 +418,7 @@ pub fn run_lightweight(
     let targets = &inputs.lower;
     if targets.is_empty() {
         if !entries.is_empty() {
-            for f in write_new_tables(ctx, &entries, &mut st)? {
+            for f in write_new_tables(ctx, version, out_level, &entries, &mut st)? {
                 edit.added.push((out_level, f));
             }
         }
@@ -470,7 +504,7 @@ pub fn run_in_place(
         edit.deleted.push((level, f.number));
     }
     if !entries.is_empty() {
-        for f in write_new_tables(ctx, &entries, &mut st)? {
+        for f in write_new_tables(ctx, version, level, &entries, &mut st)? {
             edit.added.push((level, f));
         }
         ctx.fs
@@ -521,21 +555,7 @@ fn lightweight_append(
     if let (true, Some(dir)) = (fits, directory.as_ref()) {
         let lo = min_key(&t.smallest, &slice[0].0);
         let hi = max_key(&t.largest, &slice[slice.len() - 1].0);
-        let mut overlapped = Vec::new();
-        if out_level + 1 < version.files.len() {
-            for f in version.overlapping(out_level + 1, Some(user_key(&lo)), Some(user_key(&hi))) {
-                let r = ctx
-                    .table_cache
-                    .get(f.number, f.size, IoCategory::Compaction)?;
-                if let Some(d) = r.as_dtable() {
-                    overlapped.push(Aggregated {
-                        number: f.number,
-                        size: f.size,
-                        directory: d.directory().clone(),
-                    });
-                }
-            }
-        }
+        let overlapped = aggregate(ctx, version, out_level + 1, &lo, &hi)?;
         let path = table_path(ctx.dir, t.number);
         let o = append_segment(
             ctx.fs,
@@ -597,7 +617,7 @@ fn lightweight_append(
     st.divisions += 1;
     edit.deleted.push((out_level, t.number));
     if !kept.is_empty() {
-        for f in write_new_tables(ctx, &kept, st)? {
+        for f in write_new_tables(ctx, version, out_level, &kept, st)? {
             edit.added.push((out_level, f));
         }
     }
