@@ -1790,6 +1790,9 @@ impl DbInner {
         if let Some(imm) = sv.imm.clone() {
             return self.flush_imm(&imm);
         }
+        // Holding the old version through the step would keep the files
+        // the step makes obsolete alive past its delete pass.
+        drop(sv);
         let manual = {
             let bg = self.bg.lock();
             bg.manual
@@ -1837,6 +1840,7 @@ impl DbInner {
                 edit.compact_pointers.push((level, file.largest.clone()));
                 self.install(&mut edit)?;
                 self.counters.trivial_moves.fetch_add(1, Ordering::Relaxed);
+                self.delete_obsolete_files();
                 Ok(())
             }
             Choice::Merge(inputs) => self.compact(v, &inputs).map(|_| ()),
