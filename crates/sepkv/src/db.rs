@@ -1863,10 +1863,40 @@ impl DbInner {
         v: Arc<Version>,
         inputs: &picker::CompactionInputs,
     ) -> Result<CompactionStats> {
+        let lwc = self.opts.index_kind() == IndexKind::Lwc;
+        if lwc && inputs.level >= 1 && inputs.upper.len() > 1 {
+            // A lightweight compaction holds its victim's entries in
+            // memory: a manual range compaction of many DTables runs one
+            // victim at a time, each against the version the last left.
+            drop(v);
+            let mut total = CompactionStats::default();
+            for f in &inputs.upper {
+                let v = self.versions.lock().current();
+                let Some(cur) = v.files[inputs.level]
+                    .iter()
+                    .find(|x| x.number == f.number)
+                    .cloned()
+                else {
+                    continue;
+                };
+                let one = if inputs.output_level == inputs.level {
+                    picker::CompactionInputs {
+                        level: inputs.level,
+                        output_level: inputs.level,
+                        upper: vec![cur],
+                        lower: Vec::new(),
+                        grandparents: Vec::new(),
+                    }
+                } else {
+                    picker::setup_inputs(&v, &self.picker, inputs.level, vec![cur])
+                };
+                total.add(&self.compact(v, &one)?);
+            }
+            return Ok(total);
+        }
         let smallest = self.smallest_snapshot();
         let mut next = || self.versions.lock().new_file_number();
         let mut ctx = self.job_context(&mut next);
-        let lwc = self.opts.index_kind() == IndexKind::Lwc;
         let (mut edit, st): (VersionEdit, CompactionStats) =
             if lwc && inputs.output_level == inputs.level + 1 {
                 let bounds = lightweight::LwcConfig::from_picker(&self.picker);
