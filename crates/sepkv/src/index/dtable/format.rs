@@ -235,6 +235,21 @@ impl BlockFilters {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// No decoder of the tail panics, whatever the bytes.
+        #[test]
+        fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300), limit in any::<u64>()) {
+            let _ = Directory::decode(&bytes, limit);
+            let _ = decode_aggregated(&bytes);
+            let _ = DFooter::decode(&bytes);
+            let _ = BlockFilters::decode(&bytes);
+            if bytes.len() >= DFOOTER_LEN {
+                let _ = DFooter::decode(&bytes[..DFOOTER_LEN]);
+            }
+        }
+    }
 
     #[test]
     fn footer_and_directory_roundtrip() {
