@@ -9,7 +9,7 @@
 //! on-disk tables, its manifest or checkpoint, its background work, and
 //! recovery of all of it.
 //!
-//! One index is implemented: the LSM-tree ([`lsm`]), the design of LevelDB
+//! One index is implemented: the LSM-tree (module `lsm`), the design of LevelDB
 //! with leveled compaction. Its parts live here one concept a module:
 //! internal keys ([`key`]), cursor iterators ([`iter`], [`merger`]), the
 //! [`memtable`] over a concurrent [`skiplist`], SSTables ([`sstable`]) with

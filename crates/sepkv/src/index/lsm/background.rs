@@ -90,9 +90,13 @@ impl LsmIndex {
                 self.shared.note_stall(t);
                 continue;
             }
-            if let Err(e) = self.switch_memtable() {
-                self.shared.set_poison(&e);
-                return Err(e);
+            match self.switch_memtable() {
+                Ok(()) => {}
+                Err(Error::Closed) => return Err(Error::Closed),
+                Err(e) => {
+                    self.shared.set_poison(&e);
+                    return Err(e);
+                }
             }
             self.bg_cv.notify_all();
             force = false;
