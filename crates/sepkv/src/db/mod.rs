@@ -62,7 +62,7 @@ use crate::commit::CommitQueue;
 use crate::error::{Error, IoContext, Result};
 use crate::fs::{read_all, write_atomic, FileLock, FileSystem, IoCategory, IoStats};
 use crate::identity::{Identity, FORMAT_VERSION};
-use crate::index::filename::{self, FileKind, CURRENT, IDENTITY, LOCK};
+use crate::index::filename::{IDENTITY, LOCK};
 use crate::index::key::SeqNum;
 use crate::index::lsm::LsmIndex;
 use crate::index::{Index, Shared};
@@ -255,7 +255,7 @@ impl Db {
             }
         })?;
         let stats = Arc::new(IoStats::default());
-        let fresh = Self::check_identity(&dir, fs.as_ref(), &opts, &stats)?;
+        Self::check_identity(&dir, fs.as_ref(), &opts, &stats)?;
 
         let shared = Arc::new(Shared {
             dir: dir.clone(),
@@ -276,7 +276,7 @@ impl Db {
         let (index, vstore): (Arc<dyn Index>, Arc<dyn ValueStore>) = match shared.opts.index_kind()
         {
             IndexKind::Lsm => {
-                let (index, vstore) = LsmIndex::open(shared.clone(), fresh, &mut open_vstore)?;
+                let (index, vstore) = LsmIndex::open(shared.clone(), &mut open_vstore)?;
                 (index, vstore)
             }
             kind @ (IndexKind::Lwc | IndexKind::Hash) => {
@@ -388,13 +388,15 @@ impl Db {
         &self.inner.shared.opts
     }
 
-    /// Reads or writes `IDENTITY`; returns true for a new database.
+    /// Reads `IDENTITY` and checks the configuration it records, or writes
+    /// it for a new database. Whether the index holds data yet is the
+    /// index's to judge at its open.
     fn check_identity(
         dir: &Path,
         fs: &dyn FileSystem,
         opts: &Options,
         stats: &IoStats,
-    ) -> Result<bool> {
+    ) -> Result<()> {
         let id_path = dir.join(IDENTITY);
         let wanted = Identity {
             format: FORMAT_VERSION,
@@ -413,25 +415,7 @@ impl Db {
                     dir.display()
                 )));
             }
-            if fs.exists(&dir.join(CURRENT)) {
-                return Ok(false);
-            }
-            // Created but crashed before its first manifest: start afresh if
-            // nothing else was written.
-            let names = fs.list(dir).ctx(dir)?;
-            if names.iter().any(|n| {
-                matches!(
-                    filename::parse(n),
-                    Some(FileKind::Table(_)) | Some(FileKind::Wal(_))
-                )
-            }) {
-                return Err(Error::corruption(
-                    dir.join(CURRENT),
-                    0,
-                    "CURRENT is missing",
-                ));
-            }
-            return Ok(true);
+            return Ok(());
         }
         let names = fs.list(dir).ctx(dir)?;
         let foreign: Vec<_> = names.iter().filter(|n| n.as_str() != LOCK).collect();
@@ -453,7 +437,7 @@ impl Db {
         let body = wanted.encode();
         write_atomic(fs, &id_path, body.as_bytes()).ctx(&id_path)?;
         stats.add_written(IoCategory::Manifest, body.len() as u64);
-        Ok(true)
+        Ok(())
     }
 
     fn check_open(&self) -> Result<()> {

@@ -16,13 +16,13 @@ mod verify;
 
 use crate::batch::WriteBatch;
 use crate::db::LevelStats;
-use crate::error::{Error, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::format::record::RecordWriter;
 use crate::fs::IoCategory;
 use crate::index::cache::BlockCache;
 use crate::index::compaction::picker::PickerConfig;
 use crate::index::compaction::{CompactionStats, JobContext};
-use crate::index::filename::{self, FileKind};
+use crate::index::filename::{self, FileKind, CURRENT};
 use crate::index::iter::InternalIterator;
 use crate::index::key::SeqNum;
 use crate::index::memtable::{Lookup, MemTable};
@@ -82,20 +82,37 @@ pub(crate) struct LsmIndex {
 }
 
 impl LsmIndex {
-    /// Opens the version set (`fresh`: creates it), then the value store
-    /// through `open_vstore` with the state the manifest holds for it.
-    /// Recovery is [`Index::recover`].
+    /// Opens the version set — or creates it when there is no `CURRENT`
+    /// yet (a new database, or one that crashed before its first manifest
+    /// and wrote nothing else) — then the value store through
+    /// `open_vstore` with the state the manifest holds for it. Recovery is
+    /// [`Index::recover`].
     ///
     /// # Errors
-    /// `Corruption` for a damaged manifest or `CURRENT`; what
-    /// `open_vstore` returns; `Io`.
+    /// `Corruption` for a damaged manifest, or a missing `CURRENT` beside
+    /// SSTables or WALs; what `open_vstore` returns; `Io`.
     pub(crate) fn open(
         shared: Arc<Shared>,
-        fresh: bool,
         open_vstore: &mut ValueStoreOpener<'_>,
     ) -> Result<(Arc<LsmIndex>, Arc<dyn ValueStore>)> {
         let opts = &shared.opts;
         let (dir, fs, stats) = (&shared.dir, &shared.fs, &shared.stats);
+        let fresh = !fs.exists(&dir.join(CURRENT));
+        if fresh {
+            let names = fs.list(dir).ctx(dir)?;
+            if names.iter().any(|n| {
+                matches!(
+                    filename::parse(n),
+                    Some(FileKind::Table(_)) | Some(FileKind::Wal(_))
+                )
+            }) {
+                return Err(Error::corruption(
+                    dir.join(CURRENT),
+                    0,
+                    "CURRENT is missing",
+                ));
+            }
+        }
         let block_cache = Arc::new(BlockCache::new(opts.block_cache_size));
         let table_cache = Arc::new(TableCache::new(
             dir.clone(),
