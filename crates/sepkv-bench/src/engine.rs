@@ -687,12 +687,15 @@ impl Engine for SepkvEngine {
         counters.insert("engine_user_bytes_read".into(), s.user_bytes_read);
         counters.insert("engine_disk_bytes".into(), s.disk_bytes);
         counters.insert("memtable_bytes".into(), s.memtable_bytes);
-        counters.insert("segments_appended".into(), s.segments_appended);
-        counters.insert("divisions".into(), s.divisions);
-        counters.insert("metadata_from_victim".into(), s.metadata_from_victim);
         for l in &s.levels {
             counters.insert(format!("level{}_files", l.level), l.files as u64);
             counters.insert(format!("level{}_segments", l.level), l.segments);
+        }
+        // The LWC-tree's tallies (segments appended, divisions, ...).
+        for name in ["segments_appended", "divisions", "metadata_from_victim"] {
+            if let Some(&v) = s.index_figures.get(name) {
+                counters.insert(name.into(), v);
+            }
         }
         if let Some(e) = s.background_error {
             return Err(BenchError::engine(
