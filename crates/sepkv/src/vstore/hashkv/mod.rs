@@ -1339,6 +1339,48 @@ impl ValueStore for HashKvStore {
         ]
     }
 
+    /// Two sections: noted garbage per segment group (by group index),
+    /// then per cold-log file.
+    fn garbage_table(&self) -> Option<Vec<u8>> {
+        let groups: Vec<(u64, u64)> = {
+            let st = self.state.lock();
+            st.table
+                .groups
+                .iter()
+                .enumerate()
+                .map(|(i, g)| (i as u64, g.noted_garbage))
+                .collect()
+        };
+        Some(super::garbage::encode(&[
+            groups,
+            self.cold.garbage_entries(),
+        ]))
+    }
+
+    fn restore_garbage_table(&self, table: &[u8]) -> Result<()> {
+        let t = super::garbage::decode(table)
+            .ok_or_else(|| super::garbage::corrupt(&self.files.dir))?;
+        if let Some(groups) = t.first() {
+            let mut st = self.state.lock();
+            let t = &mut st.table;
+            for &(i, g) in groups {
+                let Some(grp) = t.groups.get(i as usize) else {
+                    continue;
+                };
+                let held: u64 = grp
+                    .segs
+                    .iter()
+                    .map(|id| t.segs.get(id).map_or(0, |s| s.len))
+                    .sum();
+                t.groups[i as usize].noted_garbage = g.min(held);
+            }
+        }
+        if let Some(cold) = t.get(1) {
+            self.cold.restore_garbage_entries(cold);
+        }
+        Ok(())
+    }
+
     fn space(&self) -> SpaceStats {
         let (total, noted, pressure, seg_bytes, jlen) = {
             let st = self.state.lock();

@@ -882,6 +882,31 @@ impl ValueStore for TrieStore {
         }
     }
 
+    fn garbage_table(&self) -> Option<Vec<u8>> {
+        let st = self.state.lock();
+        let s: Vec<(u64, u64)> = st
+            .tables
+            .iter()
+            .filter(|(_, t)| t.state != TableState::Retired)
+            .map(|(&id, t)| (id, t.garbage))
+            .collect();
+        Some(super::garbage::encode(&[s]))
+    }
+
+    fn restore_garbage_table(&self, table: &[u8]) -> Result<()> {
+        let t = super::garbage::decode(table)
+            .ok_or_else(|| super::garbage::corrupt(&self.reader.dir))?;
+        let mut st = self.state.lock();
+        for &(id, g) in t.first().map_or(&[][..], |s| &s[..]) {
+            if let Some(t) = st.tables.get_mut(&id) {
+                if t.state != TableState::Retired {
+                    t.garbage = g.min(t.valid_len);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Live and garbage bytes of the tables GC may still collect; tables
     /// GC has already retired (waiting for old snapshots) count only in
     /// `file_bytes`, so that they never look like garbage left to collect.

@@ -509,6 +509,27 @@ impl VlogStore {
     pub fn tail(&self) -> (u64, u64) {
         self.state.lock().tail
     }
+
+    /// `(file, garbage bytes)` of every file at or after the tail.
+    pub fn garbage_entries(&self) -> Vec<(u64, u64)> {
+        let st = self.state.lock();
+        st.files
+            .range(st.tail.0..)
+            .map(|(&id, f)| (id, f.garbage))
+            .collect()
+    }
+
+    /// Sets the garbage of the files listed (at or after the tail; capped
+    /// at each file's valid length); other entries are ignored.
+    pub fn restore_garbage_entries(&self, entries: &[(u64, u64)]) {
+        let mut st = self.state.lock();
+        let tail = st.tail.0;
+        for &(id, g) in entries.iter().filter(|e| e.0 >= tail) {
+            if let Some(f) = st.files.get_mut(&id) {
+                f.garbage = g.min(f.valid_len);
+            }
+        }
+    }
 }
 
 /// Scans the records of `path` from `start`; returns the end of the last
@@ -659,6 +680,19 @@ impl ValueStore for VlogStore {
         if let Some(f) = st.files.get_mut(&ptr.file_id) {
             f.garbage = (f.garbage + ptr.length as u64).min(f.valid_len);
         }
+    }
+
+    fn garbage_table(&self) -> Option<Vec<u8>> {
+        Some(super::garbage::encode(&[self.garbage_entries()]))
+    }
+
+    fn restore_garbage_table(&self, table: &[u8]) -> Result<()> {
+        let t = super::garbage::decode(table)
+            .ok_or_else(|| super::garbage::corrupt(&self.reader.dir))?;
+        if let Some(s) = t.first() {
+            self.restore_garbage_entries(s);
+        }
+        Ok(())
     }
 
     fn space(&self) -> SpaceStats {
