@@ -63,8 +63,6 @@ use crate::vstore::{
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
-/// Cold-log garbage ratio above which a GC step collects the cold log.
-const COLD_GC_RATIO: f64 = 0.5;
 /// Group bytes one step collects at least.
 const STEP_BYTES: u64 = 4 << 20;
 /// Bytes of copies placed under one hold of the store's lock.
@@ -135,8 +133,20 @@ pub fn step(
         ..Default::default()
     };
 
-    // The cold data log is collected as a vLog.
-    if s.cold.space().garbage_ratio() >= COLD_GC_RATIO {
+    // The cold data log is collected as a vLog, by the policy of the
+    // groups: when its known garbage reaches the engine's ratio, or when
+    // the reserved space it shares with the log segments runs low and it
+    // holds at least a log segment of known garbage.
+    let cold = s.cold.space();
+    let (low, log_size) = {
+        let st = s.state.lock();
+        let t = &st.table;
+        (
+            t.free_units() < HashKvStore::low_watermark(t),
+            t.geo.log_size,
+        )
+    };
+    if cold.garbage_ratio() >= s.opts.cold_gc_ratio || (low && cold.garbage_bytes >= log_size) {
         let persist = |c: &[u8]| s.persist_table(relocator, Some(c));
         let o = s.cold.gc_step(index, relocator, &persist)?;
         if o.did_work {

@@ -30,7 +30,12 @@
 //!   no reader can reach them.
 //! - **Hotness awareness** (§3.4, [`cold`]): pairs written once since the
 //!   last GC are cold; their values move to a cold data log and the group
-//!   keeps a tag.
+//!   keeps a tag. The cold log lives inside `value_capacity`: its span
+//!   (tail to head) takes log-segment units of the reserved space, so a
+//!   growing cold log leaves fewer log segments and brings on GC like any
+//!   group would; a GC step collects it when its known garbage reaches
+//!   `gc_garbage_ratio` (0.5 when background GC is off), or when the
+//!   reserved space runs low and it holds a log segment of known garbage.
 //! - **Crash consistency** (§3.7, [`journal`]): the write journal records
 //!   user writes and GC copies, and is replayed on open; switchable with
 //!   `hashkv_journal`. Without the journal appends and copies go straight to
@@ -151,6 +156,9 @@ pub struct HashKvOptions {
     pub cold_file_size: u64,
     /// Bytes the cold data log's GC reads per step.
     pub cold_gc_chunk_size: u64,
+    /// Known-garbage ratio of the cold data log at which a GC step collects
+    /// it (the engine's `gc_garbage_ratio`; 0.5 when that is 0).
+    pub cold_gc_ratio: f64,
 }
 
 impl HashKvOptions {
@@ -168,6 +176,11 @@ impl HashKvOptions {
             journal_size: o.hashkv_journal_size,
             cold_file_size: o.vlog_file_size,
             cold_gc_chunk_size: o.gc_chunk_size,
+            cold_gc_ratio: if o.gc_garbage_ratio > 0.0 {
+                o.gc_garbage_ratio
+            } else {
+                0.5
+            },
         }
     }
 }
@@ -550,7 +563,7 @@ impl HashKvStore {
         }
         fs.sync_dir(dir).ctx(dir)?;
 
-        Ok(HashKvStore {
+        let store = HashKvStore {
             files,
             state: Mutex::new(State {
                 table,
@@ -567,7 +580,18 @@ impl HashKvStore {
             counters: Counters::default(),
             latency: ReadLatency::default(),
             opts,
-        })
+        };
+        store.refresh_cold_units();
+        Ok(store)
+    }
+
+    /// Charges the cold data log's span (live and garbage bytes from its
+    /// tail to its head) to the reserved space, in log-segment units.
+    fn refresh_cold_units(&self) {
+        let cold = self.cold.space();
+        let span = cold.live_bytes + cold.garbage_bytes;
+        let mut st = self.state.lock();
+        st.table.cold_units = span.div_ceil(st.table.geo.log_size.max(1));
     }
 }
 
@@ -1001,7 +1025,7 @@ impl HashKvStore {
     }
 
     /// Free log segments below which GC is pressing (§3.3 trigger).
-    fn low_watermark(t: &Table) -> u64 {
+    pub(crate) fn low_watermark(t: &Table) -> u64 {
         (t.geo.reserved_units / 4).max(2).min(t.geo.reserved_units)
     }
 
@@ -1441,7 +1465,10 @@ impl ValueStore for HashKvStore {
         index: &dyn IndexReader,
         relocator: &dyn IndexRelocator,
     ) -> Result<GcOutcome> {
-        gc::step(self, index, relocator)
+        let r = gc::step(self, index, relocator);
+        // Cold moves grew the cold log, or its own GC shrank it.
+        self.refresh_cold_units();
+        r
     }
 }
 
