@@ -497,8 +497,7 @@ impl Options {
                 self.gc_garbage_ratio
             ));
         }
-        // Written so that NaN fails too.
-        if !(self.space_amp_target > 1.0) {
+        if self.space_amp_target.is_nan() || self.space_amp_target <= 1.0 {
             return bad(format!(
                 "space_amp_target {} must be greater than 1.0 (bytes on disk per live byte; \
                  f64::INFINITY for no target)",
