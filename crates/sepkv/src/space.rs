@@ -49,7 +49,9 @@
 //!   to refuse writes.
 
 use crate::vstore::SpaceStats;
-use std::time::Duration;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// Longest pause a slowed-down writer takes per write.
 pub const MAX_WRITE_DELAY: Duration = Duration::from_millis(1);
@@ -101,6 +103,8 @@ pub struct Decision {
     pub over_start: u64,
     /// Bytes between the GC band's start line and the target.
     pub room: u64,
+    /// The value store holds known or possibly hidden garbage.
+    pub collectable: bool,
 }
 
 /// The bands of one target. See the module docs.
@@ -178,6 +182,7 @@ impl SpacePolicy {
             discover,
             over_start,
             room,
+            collectable,
         }
     }
 
@@ -212,6 +217,166 @@ impl SpacePolicy {
         }
         let secs = (halfway - d.over_start) as f64 / write_rate;
         Some(Duration::from_secs_f64(secs).min(MAX_GC_PAUSE))
+    }
+}
+
+/// What a writer does about the target before it writes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum WriteAction {
+    /// Write.
+    Go,
+    /// Pause this long, then write.
+    Delay(Duration),
+    /// Run GC (or, with `discover`, compact the index) first, then ask
+    /// again.
+    Stop {
+        /// Compact the index first (see [`Decision::discover`]).
+        discover: bool,
+    },
+    /// The figures are older than the bytes written since allow: take a
+    /// fresh [`SpaceView`] ([`SpaceGovernor::refresh`]) and ask again.
+    Refresh,
+}
+
+/// Counters of the governor (since open).
+#[derive(Debug, Default)]
+pub struct SpaceCounters {
+    /// Writes paused in the slowdown band.
+    pub slowdowns: AtomicU64,
+    /// Writes that found the store at the target and ran GC first.
+    pub stops: AtomicU64,
+    /// Index compactions run to find hidden garbage.
+    pub discoveries: AtomicU64,
+    /// Writes let through at the target because GC could free nothing.
+    pub target_misses: AtomicU64,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Cached {
+    decision: Option<Decision>,
+    /// Bytes on disk when the view was taken.
+    disk: u64,
+    /// Conservative live bytes when the view was taken.
+    live: u64,
+    /// Bytes written since.
+    written: u64,
+    /// Total bytes written when the GC loop last looked, and when.
+    rate_mark: Option<(u64, Instant)>,
+    total_written: u64,
+}
+
+/// The engine's side of the target: a cached [`Decision`] that writers
+/// project forward by the bytes they add, so the check before a write
+/// costs no I/O; a fresh view is taken after every GC step and whenever
+/// the writes since the last one could have moved the store by a sixteenth
+/// of the GC band.
+#[derive(Debug)]
+pub struct SpaceGovernor {
+    policy: SpacePolicy,
+    cached: Mutex<Cached>,
+    /// What the governor did.
+    pub counters: SpaceCounters,
+}
+
+/// Least bytes between two fresh views taken for writers.
+const MIN_REFRESH_BYTES: u64 = 1 << 20;
+
+impl SpaceGovernor {
+    /// A governor for `target` with no view yet (writers are asked to take
+    /// one first).
+    pub fn new(target: f64) -> SpaceGovernor {
+        SpaceGovernor {
+            policy: SpacePolicy::new(target),
+            cached: Mutex::new(Cached::default()),
+            counters: SpaceCounters::default(),
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &SpacePolicy {
+        &self.policy
+    }
+
+    /// Takes a fresh view; returns its decision.
+    pub fn refresh(&self, v: &SpaceView) -> Decision {
+        let d = self.policy.decide(v);
+        let mut c = self.cached.lock();
+        c.decision = Some(d);
+        c.disk = v.index_bytes + v.value.file_bytes;
+        c.live = (v.value.live_bytes - d.hidden).max(1);
+        c.written = 0;
+        d
+    }
+
+    /// The last decision (`None` before the first view).
+    pub fn last(&self) -> Option<Decision> {
+        self.cached.lock().decision
+    }
+
+    /// What a writer about to add `bytes` does. Projects the last view by
+    /// the bytes written since, so that a run of writes meets the slowdown
+    /// band and then the stop before the store passes the target, not
+    /// after. Counts slowdowns and stops.
+    pub fn before_write(&self, bytes: u64) -> WriteAction {
+        if !self.policy.enabled() {
+            return WriteAction::Go;
+        }
+        let c = *self.cached.lock();
+        let Some(d) = c.decision else {
+            return WriteAction::Refresh;
+        };
+        let refresh_every = (d.room / 16).max(MIN_REFRESH_BYTES);
+        if c.written >= refresh_every {
+            return WriteAction::Refresh;
+        }
+        if !d.collectable {
+            // Nothing to collect at the last view: writes since may have
+            // made garbage, which the next view (within `refresh_every`
+            // bytes) finds.
+            return WriteAction::Go;
+        }
+        let amp = (c.disk + c.written + bytes) as f64 / c.live as f64;
+        if amp >= self.policy.target() {
+            self.counters.stops.fetch_add(1, Ordering::Relaxed);
+            return WriteAction::Stop {
+                discover: d.discover,
+            };
+        }
+        if amp >= self.policy.slowdown_start() {
+            let depth = (amp - self.policy.slowdown_start())
+                / (self.policy.target() - self.policy.slowdown_start());
+            self.counters.slowdowns.fetch_add(1, Ordering::Relaxed);
+            return WriteAction::Delay(MAX_WRITE_DELAY.mul_f64(depth.clamp(0.0, 1.0)));
+        }
+        WriteAction::Go
+    }
+
+    /// Records `bytes` written (after the write).
+    pub fn wrote(&self, bytes: u64) {
+        let mut c = self.cached.lock();
+        c.written += bytes;
+        c.total_written += bytes;
+    }
+
+    /// The write rate since the GC loop last asked (bytes per second); the
+    /// first call returns 0.
+    pub fn write_rate(&self) -> f64 {
+        let mut c = self.cached.lock();
+        let now = Instant::now();
+        let total = c.total_written;
+        let rate = match c.rate_mark {
+            Some((bytes, at)) => {
+                let secs = now.duration_since(at).as_secs_f64();
+                if secs > 0.0 {
+                    (total - bytes) as f64 / secs
+                } else {
+                    0.0
+                }
+            }
+            None => 0.0,
+        };
+        c.rate_mark = Some((total, now));
+        rate
     }
 }
 
@@ -311,6 +476,69 @@ mod tests {
             Duration::ZERO,
             "stopped, not delayed"
         );
+    }
+
+    /// A run of writes (every one an overwrite, so garbage grows as fast
+    /// as the store) meets the slowdown band and then the stop before the
+    /// store passes the target, whatever the refresh granularity: the
+    /// writer projects the view by what it wrote.
+    #[test]
+    fn governor_presses_before_the_target_is_passed() {
+        let g = SpaceGovernor::new(1.5);
+        let live = 100u64 << 20;
+        let mut garbage = 0u64;
+        let view = |garbage: u64| view(0, 0, live, garbage, live + garbage);
+        assert_eq!(g.before_write(1000), WriteAction::Refresh, "no view yet");
+        let mut first_delay = None;
+        let mut stopped_at = None;
+        for i in 0..200_000u64 {
+            let action = match g.before_write(1000) {
+                WriteAction::Refresh => {
+                    g.refresh(&view(garbage));
+                    g.before_write(1000)
+                }
+                a => a,
+            };
+            match action {
+                WriteAction::Go => {}
+                WriteAction::Delay(d) => {
+                    assert!(d <= MAX_WRITE_DELAY);
+                    first_delay.get_or_insert(i);
+                }
+                WriteAction::Stop { discover } => {
+                    assert!(!discover);
+                    stopped_at = Some(garbage);
+                    break;
+                }
+                WriteAction::Refresh => panic!("asked to refresh twice"),
+            }
+            garbage += 1000;
+            g.wrote(1000);
+        }
+        let stopped_at = stopped_at.expect("writers stopped");
+        assert!(first_delay.is_some(), "slowed down before stopping");
+        // Stopped with the store at or below the target (one write's slack).
+        let amp = (live + stopped_at + 1000) as f64 / live as f64;
+        assert!(amp >= 1.5 && amp < 1.5 + 2000.0 / live as f64, "{amp}");
+        assert_eq!(g.counters.stops.load(Ordering::Relaxed), 1);
+        assert!(g.counters.slowdowns.load(Ordering::Relaxed) > 0);
+        // GC brings it back below: writers go again.
+        g.refresh(&view(10 << 20));
+        assert_eq!(g.before_write(1000), WriteAction::Go);
+    }
+
+    #[test]
+    fn governor_without_target_or_garbage_lets_writes_go() {
+        let off = SpaceGovernor::new(f64::INFINITY);
+        assert_eq!(off.before_write(1 << 30), WriteAction::Go);
+        let g = SpaceGovernor::new(1.5);
+        // All live: nothing to collect, writes go however the projection
+        // looks.
+        g.refresh(&view(0, 0, 1 << 20, 0, 1 << 20));
+        for _ in 0..100 {
+            assert_eq!(g.before_write(4096), WriteAction::Go);
+            g.wrote(4096);
+        }
     }
 
     #[test]
