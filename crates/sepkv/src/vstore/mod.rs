@@ -263,6 +263,16 @@ pub trait ValueStore: Send + Sync {
         None
     }
 
+    /// Bytes this store has learned are garbage since it was opened:
+    /// reports through [`ValueStore::note_garbage`] that fell in its range,
+    /// plus dead bytes its GC found that no report had named. The engine
+    /// compares it with the garbage its writes may have made to estimate
+    /// what the index still hides ([`crate::space`]). The default, 0, makes
+    /// that estimate only shrink when the index is compacted whole.
+    fn garbage_found(&self) -> u64 {
+        0
+    }
+
     /// Restores the estimate of [`ValueStore::garbage_table`] at open,
     /// before any write or GC step. Entries for files that no longer exist
     /// are ignored; counts are capped at the file's valid bytes.

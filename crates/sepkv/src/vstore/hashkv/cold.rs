@@ -182,6 +182,11 @@ impl ColdLog {
         self.log.restore_garbage_entries(entries)
     }
 
+    /// See [`ValueStore::garbage_found`].
+    pub fn garbage_found(&self) -> u64 {
+        self.log.garbage_found()
+    }
+
     /// Space figures of the cold log.
     pub fn space(&self) -> SpaceStats {
         self.log.space()

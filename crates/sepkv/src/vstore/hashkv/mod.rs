@@ -211,6 +211,12 @@ pub(crate) struct State {
     /// changes or log segments are freed.
     stalled: HashMap<u32, (u64, u64)>,
     poisoned: Option<String>,
+    /// Journal length at which it is recycled: `journal_size`, or an
+    /// eighth of the groups' bytes when that is smaller (at least 1 MiB),
+    /// so that a journal holding second copies of the values never adds
+    /// more than an eighth to a small store's size (set at open and at
+    /// every recycle).
+    journal_limit: u64,
 }
 
 #[derive(Default)]
@@ -221,6 +227,8 @@ struct Counters {
     gc_bytes_rewritten: AtomicU64,
     gc_bytes_freed: AtomicU64,
     gc_cold_bytes: AtomicU64,
+    /// See [`ValueStore::garbage_found`] (segment groups only).
+    garbage_found: AtomicU64,
     gc_tags: AtomicU64,
     gc_lookups: AtomicU64,
     gc_stalls: AtomicU64,
@@ -563,6 +571,7 @@ impl HashKvStore {
         }
         fs.sync_dir(dir).ctx(dir)?;
 
+        let journal_limit = Self::journal_limit(&opts, &table);
         let store = HashKvStore {
             files,
             state: Mutex::new(State {
@@ -574,6 +583,7 @@ impl HashKvStore {
                 pending: Vec::new(),
                 stalled: HashMap::new(),
                 poisoned: None,
+                journal_limit,
             }),
             gc_lock: Mutex::new(()),
             cold,
@@ -764,6 +774,17 @@ impl HashKvStore {
     /// Checkpoint that lets the write journal be recycled: flush the cache,
     /// sync the written segments, start a new journal, persist the table
     /// naming it, delete the old journal. Called with the state locked.
+    /// See `State::journal_limit`.
+    fn journal_limit(opts: &HashKvOptions, t: &Table) -> u64 {
+        let held: u64 = t
+            .groups
+            .iter()
+            .flat_map(|g| g.segs.iter())
+            .map(|id| t.segs.get(id).map_or(0, |s| s.len))
+            .sum();
+        opts.journal_size.min((held / 8).max(1 << 20))
+    }
+
     fn recycle(&self, st: &mut State) -> Result<()> {
         self.flush_cache(st)?;
         self.files.sync_dirty()?;
@@ -785,6 +806,7 @@ impl HashKvStore {
             IoCategory::ValueStore,
         ));
         st.journal_num = num;
+        st.journal_limit = Self::journal_limit(&self.opts, &st.table);
         match fs.remove(&old) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -824,7 +846,7 @@ impl HashKvStore {
             if st
                 .journal
                 .as_ref()
-                .is_some_and(|j| j.len() >= self.opts.journal_size)
+                .is_some_and(|j| j.len() >= st.journal_limit)
             {
                 self.recycle(st)?;
             }
@@ -1255,6 +1277,9 @@ impl ValueStore for HashKvStore {
             let grp = &mut st.table.groups[g];
             if grp.segs.contains(&ptr.file_id) {
                 grp.noted_garbage += ptr.length as u64;
+                self.counters
+                    .garbage_found
+                    .fetch_add(ptr.length as u64, Ordering::Relaxed);
             }
         }
     }
@@ -1361,6 +1386,10 @@ impl ValueStore for HashKvStore {
             ("table_checkpoints", l(&c.checkpoints)),
             ("store_full_errors", l(&c.full_errors)),
         ]
+    }
+
+    fn garbage_found(&self) -> u64 {
+        self.counters.garbage_found.load(Ordering::Relaxed) + self.cold.garbage_found()
     }
 
     /// Two sections: noted garbage per segment group (by group index),

@@ -188,6 +188,8 @@ struct Counters {
     gc_bytes_read: AtomicU64,
     gc_bytes_rewritten: AtomicU64,
     gc_bytes_freed: AtomicU64,
+    /// See [`ValueStore::garbage_found`].
+    garbage_found: AtomicU64,
 }
 
 /// The read side, shared with the scan workers.
@@ -877,9 +879,17 @@ impl ValueStore for TrieStore {
         let mut st = self.state.lock();
         if let Some(t) = st.tables.get_mut(&ptr.file_id) {
             if t.state != TableState::Retired {
+                let before = t.garbage;
                 t.garbage = (t.garbage + ptr.length as u64).min(t.valid_len);
+                self.counters
+                    .garbage_found
+                    .fetch_add(t.garbage - before, Ordering::Relaxed);
             }
         }
+    }
+
+    fn garbage_found(&self) -> u64 {
+        self.counters.garbage_found.load(Ordering::Relaxed)
     }
 
     fn garbage_table(&self) -> Option<Vec<u8>> {
