@@ -423,7 +423,12 @@ impl SpaceGovernor {
     /// True when the write about to be made should be sampled: look its
     /// key up and report with [`SpaceGovernor::sampled`].
     pub fn sample_due(&self) -> bool {
-        self.policy.enabled() && self.cached.lock().writes % OVERWRITE_SAMPLE_EVERY == 0
+        self.policy.enabled()
+            && self
+                .cached
+                .lock()
+                .writes
+                .is_multiple_of(OVERWRITE_SAMPLE_EVERY)
     }
 
     /// Reports a sampled write: whether it overwrote a separated value.
