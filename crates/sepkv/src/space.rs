@@ -57,7 +57,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Longest pause a slowed-down writer takes per write.
-pub const MAX_WRITE_DELAY: Duration = Duration::from_millis(1);
+pub const MAX_WRITE_DELAY: Duration = Duration::from_micros(100);
 
 /// Longest pause of background GC between steps while it has work.
 pub const MAX_GC_PAUSE: Duration = Duration::from_millis(100);
