@@ -153,7 +153,7 @@ impl RandomAccessFile for DirectRandom {
                 Ok(0) => break,
                 Ok(n) => {
                     got += n;
-                    if got % DIRECT_IO_ALIGN != 0 {
+                    if !got.is_multiple_of(DIRECT_IO_ALIGN) {
                         break;
                     }
                 }
