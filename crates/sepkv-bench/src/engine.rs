@@ -536,7 +536,10 @@ impl SepkvEngine {
         tuning: Tuning,
         opts: &EngineOptions,
     ) -> Result<Self> {
-        let label = format!("sepkv:{preset}{tuning}");
+        let label = format!(
+            "sepkv:{preset}{tuning}{}",
+            if opts.direct_io { "+direct" } else { "" }
+        );
         EngineSpec::Sepkv(preset, tuning).check_available()?;
         let mut options = Options::preset(preset);
         options.wal = !tuning.no_wal;
