@@ -245,7 +245,7 @@ impl DTable {
             .rev()
             .map(|s| Box::new(s.table.iter(ctx)) as Box<dyn InternalIterator>)
             .collect();
-        DTableIterator(MergingIterator::new(children))
+        MergingIterator::new(children)
     }
 
     /// Re-reads every segment and checks it as [`Table::verify`] does, and
@@ -278,34 +278,4 @@ impl DTable {
 }
 
 /// A merged cursor over the segments of one DTable.
-pub struct DTableIterator(MergingIterator);
-
-impl InternalIterator for DTableIterator {
-    fn valid(&self) -> bool {
-        self.0.valid()
-    }
-    fn seek_to_first(&mut self) {
-        self.0.seek_to_first()
-    }
-    fn seek_to_last(&mut self) {
-        self.0.seek_to_last()
-    }
-    fn seek(&mut self, target: &[u8]) {
-        self.0.seek(target)
-    }
-    fn next(&mut self) {
-        self.0.next()
-    }
-    fn prev(&mut self) {
-        self.0.prev()
-    }
-    fn key(&self) -> &[u8] {
-        self.0.key()
-    }
-    fn value(&self) -> &[u8] {
-        self.0.value()
-    }
-    fn status(&self) -> Result<()> {
-        self.0.status()
-    }
-}
+pub type DTableIterator = MergingIterator;
