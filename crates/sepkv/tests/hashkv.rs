@@ -102,9 +102,13 @@ fn gc_never_loses_a_racing_overwrite() {
     let gc = {
         let (db, stop) = (db.clone(), stop.clone());
         std::thread::spawn(move || {
-            let mut steps = 0;
-            while !stop.load(Ordering::Relaxed) {
+            // Runs at least until it has done a step (this thread may be
+            // scheduled only after the writers finish); the garbage they
+            // leave makes one certain, so the bound only ends a broken GC.
+            let (mut steps, mut rounds) = (0, 0);
+            while !stop.load(Ordering::Relaxed) || (steps == 0 && rounds < 1000) {
                 steps += db.gc(None).unwrap().steps;
+                rounds += 1;
             }
             steps
         })
@@ -691,7 +695,14 @@ fn read_ahead_hints_of_a_scan(device: bool) -> u64 {
 fn range_scans_read_ahead_every_value_on_a_device() {
     let advised = read_ahead_hints_of_a_scan(true);
     assert!(advised >= 50, "{advised} read-ahead requests for 60 values");
-    assert_eq!(read_ahead_hints_of_a_scan(false), 0);
+    // From memory none would be given, but one read preempted for a time
+    // slice looks like a device read to the running estimate for the next
+    // couple of dozen reads, so a loaded machine may see some.
+    let from_memory = read_ahead_hints_of_a_scan(false);
+    assert!(
+        from_memory < 30,
+        "{from_memory} read-ahead requests for 60 values served from memory"
+    );
 }
 
 /// GC copies are journaled with the writes (where each copy comes from):
