@@ -1309,8 +1309,16 @@ impl ValueStore for HashKvStore {
                 .files
                 .read_exact(id, 0, &mut buf, IoCategory::ValueStore)
             {
-                // A GC running meanwhile may have collected the segment.
-                if self.state.lock().table.segs.contains_key(&id) {
+                // A GC running meanwhile may have collected the segment:
+                // its group no longer lists it (the file goes before the
+                // table entry, so the entry alone does not say).
+                let st = self.state.lock();
+                let listed = st
+                    .table
+                    .segs
+                    .get(&id)
+                    .is_some_and(|s| st.table.groups[s.group as usize].segs.contains(&id));
+                if listed {
                     faults.push(e);
                 }
                 continue;
