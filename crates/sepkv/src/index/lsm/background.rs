@@ -3,7 +3,7 @@
 //! memtable to SSTables, leveled and manual compactions, and removing
 //! obsolete files.
 
-use super::{LsmIndex, SuperVersion, Wal};
+use super::{LsmIndex, SuperVersion};
 use crate::error::{Error, IoContext, Result};
 use crate::format::record::RecordWriter;
 use crate::fs::IoCategory;
@@ -119,11 +119,7 @@ impl LsmIndex {
         let path = filename::wal_path(&shared.dir, number);
         let file = shared.fs.create(&path).ctx(&path)?;
         shared.fs.sync_dir(&shared.dir).ctx(&shared.dir)?;
-        *w = Wal {
-            log: RecordWriter::new(file, path, shared.stats.clone(), IoCategory::Wal),
-            scratch: std::mem::take(&mut w.scratch),
-            synced_seq: w.synced_seq,
-        };
+        w.log = RecordWriter::new(file, path, shared.stats.clone(), IoCategory::Wal);
         let mut bg = self.bg.lock();
         bg.imm_log_number = number;
         bg.imm_log_position = self.vstore.log_position();

@@ -161,11 +161,11 @@ impl LsmIndex {
             imm: None,
             version: v,
         });
-        *self.wal.lock() = Some(Wal {
-            log: RecordWriter::new(file, path, stats.clone(), IoCategory::Wal),
-            scratch: Vec::new(),
-            synced_seq: max_seq,
-        });
+        *self.wal.lock() = Some(Wal::new(
+            RecordWriter::new(file, path, stats.clone(), IoCategory::Wal),
+            Vec::new(),
+            max_seq,
+        ));
         self.bg.lock().imm_log_number = number;
         Ok(max_seq)
     }
