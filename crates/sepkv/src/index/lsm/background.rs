@@ -12,7 +12,7 @@ use crate::index::compaction::picker::{self, Choice};
 use crate::index::compaction::{flush_to_tables, run_compaction, CompactionStats};
 use crate::index::filename::{self, FileKind};
 use crate::index::memtable::MemTable;
-use crate::index::version::{Version, VersionEdit};
+use crate::index::version::{log_and_apply, Version, VersionEdit};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -454,18 +454,21 @@ impl LsmIndex {
         self.vstore.sync()?;
         // The memtable's writes are now in SSTables: publish the version and
         // drop the memtable in one step so readers never miss them.
-        let nv = {
-            let mut vs = self.versions.lock();
-            // Log mode: recovery replays the value log from where this
-            // memtable's writes end. The state is taken under the manifest
-            // lock so it is never older than one GC persisted before it.
-            edit.value_store_state = log_pos.map(|p| self.vstore.state_with_checkpoint(p));
-            // Only what the flushed memtable holds is durable: recording a
-            // larger sequence would claim writes a crash may still lose.
-            vs.last_sequence = vs.last_sequence.max(imm.max_seq());
-            vs.log_and_apply(&mut edit)?;
-            vs.current()
-        };
+        let nv = log_and_apply(
+            &self.versions,
+            &self.manifest_writer,
+            &mut edit,
+            |vs, edit| {
+                // Log mode: recovery replays the value log from where this
+                // memtable's writes end. The state is taken under the
+                // manifest lock so it is never older than one GC persisted
+                // before it.
+                edit.value_store_state = log_pos.map(|p| self.vstore.state_with_checkpoint(p));
+                // Only what the flushed memtable holds is durable: recording
+                // a larger sequence would claim writes a crash may still lose.
+                vs.last_sequence = vs.last_sequence.max(imm.max_seq());
+            },
+        )?;
         if let Some(p) = log_pos {
             self.vstore.checkpoint_committed(p);
         }
@@ -525,6 +528,9 @@ impl LsmIndex {
         if locked.is_empty() {
             return;
         }
+        // A manifest being started exists before the set names it: judge
+        // them with no manifest write running.
+        let _writer = self.manifest_writer.lock();
         let vs = self.versions.lock();
         for (kind, name) in locked {
             if kind != FileKind::Manifest(vs.manifest_number()) {

@@ -34,7 +34,7 @@ use crate::index::memtable::{Lookup, MemTable};
 use crate::index::merger::{LevelIterator, MergingIterator};
 use crate::index::sstable::{ReadCtx, TableOptions};
 use crate::index::table_cache::TableCache;
-use crate::index::version::{Version, VersionEdit, VersionSet};
+use crate::index::version::{log_and_apply, Version, VersionEdit, VersionSet};
 use crate::index::{Index, IndexIter, IndexStats, Shared, ValueStoreOpener};
 use crate::options::IndexKind;
 use crate::vstore::ValueStore;
@@ -166,6 +166,9 @@ pub(crate) struct LsmIndex {
     wal: Mutex<Option<Wal>>,
     sv: RwLock<Arc<SuperVersion>>,
     versions: Mutex<VersionSet>,
+    /// One manifest write at a time; the version-set lock is released
+    /// while it runs ([`log_and_apply`]).
+    manifest_writer: Mutex<()>,
     bg: Mutex<BgState>,
     bg_cv: Condvar,
     bg_thread: Mutex<Option<JoinHandle<()>>>,
@@ -250,6 +253,7 @@ impl LsmIndex {
                 version: versions.current(),
             })),
             versions: Mutex::new(versions),
+            manifest_writer: Mutex::new(()),
             vstore: vstore.clone(),
             table_cache,
             picker,
@@ -280,11 +284,7 @@ impl LsmIndex {
 
     /// Logs `edit`, then publishes the new version to readers.
     fn install(&self, edit: &mut VersionEdit) -> Result<()> {
-        let v = {
-            let mut vs = self.versions.lock();
-            vs.log_and_apply(edit)?;
-            vs.current()
-        };
+        let v = log_and_apply(&self.versions, &self.manifest_writer, edit, |_, _| {})?;
         let mut cur = self.sv.write();
         *cur = Arc::new(SuperVersion {
             mem: cur.mem.clone(),
@@ -420,7 +420,7 @@ impl Index for LsmIndex {
             value_store_state: Some(state.to_vec()),
             ..Default::default()
         };
-        self.versions.lock().log_and_apply(&mut edit)
+        log_and_apply(&self.versions, &self.manifest_writer, &mut edit, |_, _| {}).map(|_| ())
     }
 
     fn wait_flushed(&self) -> Result<()> {
