@@ -286,7 +286,11 @@ impl VersionSet {
                 if let Some(n) = number {
                     self.manifest_number = n;
                 }
+                // Numbers handed out while the edit was written are above
+                // the one it recorded: never go back to it.
+                let next = self.next_file_number;
                 self.absorb_counters(edit);
+                self.next_file_number = self.next_file_number.max(next);
                 self.install(p.v);
                 Ok(())
             }
@@ -506,4 +510,31 @@ pub fn apply(base: &Version, edit: &VersionEdit, levels: usize) -> Result<Versio
 /// Total size of `files` (bytes; saturates rather than overflow).
 pub fn total_size(files: &[Arc<FileMeta>]) -> u64 {
     files.iter().fold(0, |n, f| n.saturating_add(f.size))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::FaultFs;
+
+    /// File numbers handed out while an edit is being logged (the set is
+    /// unlocked then) are never handed out again once it is installed.
+    #[test]
+    fn numbers_handed_out_during_a_manifest_write_stay_used() {
+        let fs: Arc<dyn FileSystem> = Arc::new(FaultFs::new());
+        fs.create_dir_all(Path::new("/vs")).unwrap();
+        let mut vs = VersionSet::create(Path::new("/vs"), fs, Arc::default(), 7);
+        for _ in 0..2 {
+            // The first edit starts a manifest, the second appends to it.
+            let mut edit = VersionEdit::default();
+            let mut p = vs.prepare(&mut edit).unwrap();
+            let during = vs.new_file_number();
+            let r = p.write(&edit);
+            vs.finish(p, &edit, r).unwrap();
+            assert!(vs.new_file_number() > during);
+        }
+        let recovered =
+            VersionSet::recover(Path::new("/vs"), vs.fs.clone(), Arc::default(), 7).unwrap();
+        assert_eq!(recovered.manifest_number(), vs.manifest_number());
+    }
 }
