@@ -80,15 +80,29 @@ struct Wal {
 /// to a lost value is ever read. Both results are waited for: a failure of
 /// either fails the write (and poisons the database).
 struct ParallelSync {
-    req: mpsc::Sender<()>,
+    /// `None` only while dropping.
+    req: Option<mpsc::Sender<()>>,
     done: mpsc::Receiver<Result<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The thread holds the value store: it is joined when the WAL goes (at
+/// close), so that the store is never dropped after the database is gone —
+/// a reopen may already be using its files.
+impl Drop for ParallelSync {
+    fn drop(&mut self) {
+        self.req = None;
+        if let Some(h) = self.thread.take() {
+            let _ = h.join();
+        }
+    }
 }
 
 impl ParallelSync {
     fn start(vstore: Arc<dyn ValueStore>) -> Option<ParallelSync> {
         let (req, req_rx) = mpsc::channel::<()>();
         let (done_tx, done) = mpsc::channel();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("sepkv-vsync".into())
             .spawn(move || {
                 // Ends when the WAL (its `Sender`) is dropped.
@@ -99,7 +113,11 @@ impl ParallelSync {
                 }
             })
             .ok()?;
-        Some(ParallelSync { req, done })
+        Some(ParallelSync {
+            req: Some(req),
+            done,
+            thread: Some(thread),
+        })
     }
 }
 
@@ -114,7 +132,7 @@ impl LsmIndex {
             w.vsync = ParallelSync::start(self.vstore.clone());
         }
         if let Some(p) = &w.vsync {
-            if p.req.send(()).is_ok() {
+            if p.req.as_ref().is_some_and(|r| r.send(()).is_ok()) {
                 let wal = w.log.sync();
                 let vs = p.done.recv().unwrap_or_else(|_| {
                     Err(Error::Poisoned(
