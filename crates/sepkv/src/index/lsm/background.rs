@@ -222,9 +222,13 @@ impl LsmIndex {
         end: Option<&[u8]>,
     ) -> Result<CompactionStats> {
         let mut bg = self.bg.lock();
-        // Wait for another manual compaction to finish.
+        // Wait for another manual compaction to finish — unless `close` has
+        // begun: the background thread will never finish it then.
         while bg.manual.as_ref().is_some_and(|m| !m.done) {
             self.shared.background_failed()?;
+            if bg.shutting_down {
+                return Err(Error::Closed);
+            }
             self.bg_cv.wait_for(&mut bg, Duration::from_millis(100));
         }
         bg.manual = Some(ManualCompaction {
@@ -247,6 +251,10 @@ impl LsmIndex {
                 return Ok(stats);
             }
             if bg.shutting_down {
+                // Nobody will run it: a caller waiting for its turn must
+                // not wait for it.
+                bg.manual = None;
+                self.bg_cv.notify_all();
                 return Err(Error::Closed);
             }
             self.bg_cv.wait_for(&mut bg, Duration::from_millis(100));
