@@ -319,6 +319,66 @@ fn gc_never_frees_a_version_whose_newer_write_is_not_durable() {
     }
 }
 
+/// A synced write whose value-store sync fails while its WAL sync succeeds
+/// (the two run at once) leaves a durable WAL record pointing at values
+/// that did not survive: after the crash the write is gone whole, every
+/// earlier synced write is there, and nothing reads as corrupt.
+#[test]
+fn a_wal_record_whose_values_were_lost_is_dropped_whole() {
+    for (preset, files) in [
+        (Preset::WiscKey, ".vlog"),
+        (Preset::HashKv, ".h"),
+        (Preset::KtStore, ".tt"),
+    ] {
+        let fs = FaultFs::new();
+        let dir = Path::new("/lostvalues");
+        let value = |i: u32, tag: u8| vec![tag; 300 + i as usize];
+        let before;
+        {
+            let db = Db::open(dir, opts(&fs, (preset, true))).unwrap();
+            for i in 0..40u32 {
+                db.put(format!("k{i:03}"), value(i, b'a')).unwrap();
+            }
+            before = db
+                .write_with_sequence(&WriteBatch::new(), WriteOptions { sync: true })
+                .unwrap();
+            fs.add_rule(FaultRule {
+                op: FaultOp::Sync,
+                path_contains: Some(files.into()),
+                skip: 0,
+                times: None,
+                kind: FaultKind::Eio,
+            });
+            let mut b = WriteBatch::new();
+            for i in 0..5u32 {
+                b.put(format!("k{i:03}"), value(i, b'b')).unwrap();
+                b.put(format!("n{i:03}"), value(i, b'c')).unwrap();
+            }
+            let r = db.write(&b, WriteOptions { sync: true });
+            assert!(
+                r.is_err(),
+                "{preset:?}: the value-store sync failure was not reported"
+            );
+            fs.clear_rules();
+            power_cut(&fs, db);
+        }
+        let db = Db::open(dir, opts(&fs, (preset, true))).unwrap();
+        assert_eq!(db.recovered_sequence(), before, "{preset:?}");
+        for i in 0..40u32 {
+            assert_eq!(
+                db.get(format!("k{i:03}")).unwrap(),
+                Some(value(i, b'a')),
+                "{preset:?}: k{i:03}"
+            );
+        }
+        for i in 0..5u32 {
+            assert_eq!(db.get(format!("n{i:03}")).unwrap(), None, "{preset:?}");
+        }
+        let rep = db.verify().unwrap();
+        assert!(rep.faults.is_empty(), "{preset:?}: {:?}", rep.faults);
+    }
+}
+
 /// An empty batch written with `sync` makes every earlier write durable, as
 /// a non-empty synced batch would.
 #[test]

@@ -359,7 +359,22 @@ impl DbInner {
 /// GC's side of the index: the compare-and-set lives here, in the facade,
 /// over the seam's `get` and `apply`, so every index gets the same rules.
 impl IndexRelocator for DbInner {
+    /// The index lookups run before the writer lock is taken, so that
+    /// writers do not wait for them; under the lock only the moves found
+    /// current are looked up again, and only when a write was published
+    /// since. A move found stale stays stale: its old record was published
+    /// before the GC judged it (`wait_in_flight_writes`), and a key never
+    /// points back at a place it has moved from — every write and every
+    /// relocation gives it a new one.
     fn relocate(&self, moves: &[Relocation]) -> Result<(Vec<bool>, SeqNum)> {
+        // Loaded before the lookups: if `last_seq` still holds it under the
+        // writer lock, nothing was published since they ran (writes and
+        // relocations publish under that lock) and they still hold.
+        let seen = self.shared.last_seq.load(Ordering::Acquire);
+        let mut installed = Vec::with_capacity(moves.len());
+        for m in moves {
+            installed.push(self.current_pointer(&m.key)? == Some(m.old));
+        }
         let guard = self.writer.lock();
         self.shared.poisoned()?;
         if !*guard {
@@ -368,14 +383,15 @@ impl IndexRelocator for DbInner {
         self.index.make_room(false)?;
         // Under the writer lock no user write can slip between the check
         // and the install.
+        let recheck = self.shared.last_seq.load(Ordering::Acquire) != seen;
         let mut batch = WriteBatch::new();
-        let mut installed = Vec::with_capacity(moves.len());
-        for m in moves {
-            let ok = self.current_pointer(&m.key)? == Some(m.old);
-            if ok {
+        for (m, ok) in moves.iter().zip(installed.iter_mut()) {
+            if *ok && recheck {
+                *ok = self.current_pointer(&m.key)? == Some(m.old);
+            }
+            if *ok {
                 batch.push(ValueType::Pointer, &m.key, &m.new.encode());
             }
-            installed.push(ok);
         }
         if batch.is_empty() {
             return Ok((installed, self.shared.last_seq.load(Ordering::Acquire)));

@@ -32,6 +32,10 @@ impl ValueStore for InlineStore {
         Ok(())
     }
 
+    fn needs_sync(&self) -> bool {
+        false
+    }
+
     fn contains(&self, _ptr: &ValuePointer) -> bool {
         false
     }

@@ -222,6 +222,12 @@ pub trait ValueStore: Send + Sync {
     /// Makes every appended record durable.
     fn sync(&self) -> Result<()>;
 
+    /// False when [`ValueStore::sync`] never has anything to do (the store
+    /// keeps no values of its own): a synced write then syncs only the WAL.
+    fn needs_sync(&self) -> bool {
+        true
+    }
+
     /// Reads the value `ptr` points at, checking the checksum and that the
     /// record belongs to `key`. `Ok(None)` when the pointer lies outside the
     /// store's valid range: the value was lost in a crash (WiscKey §3.3.3)

@@ -3,7 +3,7 @@
 //! memtable to SSTables, leveled and manual compactions, and removing
 //! obsolete files.
 
-use super::{LsmIndex, SuperVersion, Wal};
+use super::{LsmIndex, SuperVersion};
 use crate::error::{Error, IoContext, Result};
 use crate::format::record::RecordWriter;
 use crate::fs::IoCategory;
@@ -12,7 +12,7 @@ use crate::index::compaction::picker::{self, Choice};
 use crate::index::compaction::{flush_to_tables, run_compaction, CompactionStats};
 use crate::index::filename::{self, FileKind};
 use crate::index::memtable::MemTable;
-use crate::index::version::{Version, VersionEdit};
+use crate::index::version::{log_and_apply, Version, VersionEdit};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -119,11 +119,7 @@ impl LsmIndex {
         let path = filename::wal_path(&shared.dir, number);
         let file = shared.fs.create(&path).ctx(&path)?;
         shared.fs.sync_dir(&shared.dir).ctx(&shared.dir)?;
-        *w = Wal {
-            log: RecordWriter::new(file, path, shared.stats.clone(), IoCategory::Wal),
-            scratch: std::mem::take(&mut w.scratch),
-            synced_seq: w.synced_seq,
-        };
+        w.log = RecordWriter::new(file, path, shared.stats.clone(), IoCategory::Wal);
         let mut bg = self.bg.lock();
         bg.imm_log_number = number;
         bg.imm_log_position = self.vstore.log_position();
@@ -226,9 +222,13 @@ impl LsmIndex {
         end: Option<&[u8]>,
     ) -> Result<CompactionStats> {
         let mut bg = self.bg.lock();
-        // Wait for another manual compaction to finish.
+        // Wait for another manual compaction to finish — unless `close` has
+        // begun: the background thread will never finish it then.
         while bg.manual.as_ref().is_some_and(|m| !m.done) {
             self.shared.background_failed()?;
+            if bg.shutting_down {
+                return Err(Error::Closed);
+            }
             self.bg_cv.wait_for(&mut bg, Duration::from_millis(100));
         }
         bg.manual = Some(ManualCompaction {
@@ -251,6 +251,10 @@ impl LsmIndex {
                 return Ok(stats);
             }
             if bg.shutting_down {
+                // Nobody will run it: a caller waiting for its turn must
+                // not wait for it.
+                bg.manual = None;
+                self.bg_cv.notify_all();
                 return Err(Error::Closed);
             }
             self.bg_cv.wait_for(&mut bg, Duration::from_millis(100));
@@ -458,18 +462,21 @@ impl LsmIndex {
         self.vstore.sync()?;
         // The memtable's writes are now in SSTables: publish the version and
         // drop the memtable in one step so readers never miss them.
-        let nv = {
-            let mut vs = self.versions.lock();
-            // Log mode: recovery replays the value log from where this
-            // memtable's writes end. The state is taken under the manifest
-            // lock so it is never older than one GC persisted before it.
-            edit.value_store_state = log_pos.map(|p| self.vstore.state_with_checkpoint(p));
-            // Only what the flushed memtable holds is durable: recording a
-            // larger sequence would claim writes a crash may still lose.
-            vs.last_sequence = vs.last_sequence.max(imm.max_seq());
-            vs.log_and_apply(&mut edit)?;
-            vs.current()
-        };
+        let nv = log_and_apply(
+            &self.versions,
+            &self.manifest_writer,
+            &mut edit,
+            |vs, edit| {
+                // Log mode: recovery replays the value log from where this
+                // memtable's writes end. The state is taken under the
+                // manifest lock so it is never older than one GC persisted
+                // before it.
+                edit.value_store_state = log_pos.map(|p| self.vstore.state_with_checkpoint(p));
+                // Only what the flushed memtable holds is durable: recording
+                // a larger sequence would claim writes a crash may still lose.
+                vs.last_sequence = vs.last_sequence.max(imm.max_seq());
+            },
+        )?;
         if let Some(p) = log_pos {
             self.vstore.checkpoint_committed(p);
         }
@@ -529,6 +536,9 @@ impl LsmIndex {
         if locked.is_empty() {
             return;
         }
+        // A manifest being started exists before the set names it: judge
+        // them with no manifest write running.
+        let _writer = self.manifest_writer.lock();
         let vs = self.versions.lock();
         for (kind, name) in locked {
             if kind != FileKind::Manifest(vs.manifest_number()) {

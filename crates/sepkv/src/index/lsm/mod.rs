@@ -34,14 +34,14 @@ use crate::index::memtable::{Lookup, MemTable};
 use crate::index::merger::{LevelIterator, MergingIterator};
 use crate::index::sstable::{ReadCtx, TableOptions};
 use crate::index::table_cache::TableCache;
-use crate::index::version::{Version, VersionEdit, VersionSet};
+use crate::index::version::{log_and_apply, Version, VersionEdit, VersionSet};
 use crate::index::{Index, IndexIter, IndexStats, Shared, ValueStoreOpener};
 use crate::options::IndexKind;
 use crate::vstore::ValueStore;
 use background::BgState;
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
 /// The memtables and SSTable version a reader works against.
@@ -57,6 +57,106 @@ struct Wal {
     scratch: Vec<u8>,
     /// Every write up to this sequence number is durable.
     synced_seq: SeqNum,
+    /// Syncs the value store beside the WAL's sync; started at the first
+    /// synced write.
+    vsync: Option<ParallelSync>,
+}
+
+/// A thread that syncs the value store while the writer syncs the WAL, so
+/// that a synced write waits for about one fsync instead of two in a row.
+///
+/// Why the order of the two syncs may be given up: the pair only has to be
+/// complete before the write is acknowledged; a crash in between may leave
+/// the WAL record durable and its values not. Recovery already stands that
+/// state (the OS may write an unsynced WAL page back before a value-log
+/// page, so it arises without a sync too): a WAL batch with a pointer the
+/// value store does not hold ([`crate::vstore::ValueStore::contains`]:
+/// past the last intact record of the log, in a segment or table the store
+/// did not recover) ends the replay — the batch is dropped whole and every
+/// later record with it — and the new WAL and manifest written at open make
+/// the old WALs obsolete before any new append can reuse that space. The
+/// batch was never acknowledged, so the recovered state is a prefix of
+/// history that still holds every acknowledged synced write, and no pointer
+/// to a lost value is ever read. Both results are waited for: a failure of
+/// either fails the write (and poisons the database).
+struct ParallelSync {
+    /// `None` only while dropping.
+    req: Option<mpsc::Sender<()>>,
+    done: mpsc::Receiver<Result<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The thread holds the value store: it is joined when the WAL goes (at
+/// close), so that the store is never dropped after the database is gone —
+/// a reopen may already be using its files.
+impl Drop for ParallelSync {
+    fn drop(&mut self) {
+        self.req = None;
+        if let Some(h) = self.thread.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl ParallelSync {
+    fn start(vstore: Arc<dyn ValueStore>) -> Option<ParallelSync> {
+        let (req, req_rx) = mpsc::channel::<()>();
+        let (done_tx, done) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("sepkv-vsync".into())
+            .spawn(move || {
+                // Ends when the WAL (its `Sender`) is dropped.
+                while req_rx.recv().is_ok() {
+                    if done_tx.send(vstore.sync()).is_err() {
+                        break;
+                    }
+                }
+            })
+            .ok()?;
+        Some(ParallelSync {
+            req: Some(req),
+            done,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl LsmIndex {
+    /// Makes the value store and the WAL durable, the two syncs running at
+    /// once (see [`ParallelSync`] for why that is safe).
+    fn sync_vstore_and_wal(&self, w: &mut Wal) -> Result<()> {
+        if !self.vstore.needs_sync() {
+            return w.log.sync();
+        }
+        if w.vsync.is_none() {
+            w.vsync = ParallelSync::start(self.vstore.clone());
+        }
+        if let Some(p) = &w.vsync {
+            if p.req.as_ref().is_some_and(|r| r.send(()).is_ok()) {
+                let wal = w.log.sync();
+                let vs = p.done.recv().unwrap_or_else(|_| {
+                    Err(Error::Poisoned(
+                        "the value-store sync thread is gone".into(),
+                    ))
+                });
+                return vs.and(wal);
+            }
+        }
+        // No thread: one sync after the other.
+        self.vstore.sync()?;
+        w.log.sync()
+    }
+}
+
+impl Wal {
+    fn new(log: RecordWriter, scratch: Vec<u8>, synced_seq: SeqNum) -> Wal {
+        Wal {
+            log,
+            scratch,
+            synced_seq,
+            vsync: None,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -84,6 +184,9 @@ pub(crate) struct LsmIndex {
     wal: Mutex<Option<Wal>>,
     sv: RwLock<Arc<SuperVersion>>,
     versions: Mutex<VersionSet>,
+    /// One manifest write at a time; the version-set lock is released
+    /// while it runs ([`log_and_apply`]).
+    manifest_writer: Mutex<()>,
     bg: Mutex<BgState>,
     bg_cv: Condvar,
     bg_thread: Mutex<Option<JoinHandle<()>>>,
@@ -168,6 +271,7 @@ impl LsmIndex {
                 version: versions.current(),
             })),
             versions: Mutex::new(versions),
+            manifest_writer: Mutex::new(()),
             vstore: vstore.clone(),
             table_cache,
             picker,
@@ -198,11 +302,7 @@ impl LsmIndex {
 
     /// Logs `edit`, then publishes the new version to readers.
     fn install(&self, edit: &mut VersionEdit) -> Result<()> {
-        let v = {
-            let mut vs = self.versions.lock();
-            vs.log_and_apply(edit)?;
-            vs.current()
-        };
+        let v = log_and_apply(&self.versions, &self.manifest_writer, edit, |_, _| {})?;
         let mut cur = self.sv.write();
         *cur = Arc::new(SuperVersion {
             mem: cur.mem.clone(),
@@ -245,8 +345,7 @@ impl Index for LsmIndex {
         if self.shared.opts.wal {
             w.log.add_record(&w.scratch)?;
             if sync {
-                self.vstore.sync()?;
-                w.log.sync()?;
+                self.sync_vstore_and_wal(w)?;
             } else {
                 w.log.flush()?;
             }
@@ -276,9 +375,10 @@ impl Index for LsmIndex {
         // Under the writer lock every write up to `last_seq` is in the WAL
         // (or, in log mode, in the value log).
         let last = self.shared.last_seq.load(Ordering::Acquire);
-        self.vstore.sync()?;
         if self.shared.opts.wal {
-            w.log.sync()?;
+            self.sync_vstore_and_wal(w)?;
+        } else {
+            self.vstore.sync()?;
         }
         w.synced_seq = last;
         Ok(())
@@ -338,7 +438,7 @@ impl Index for LsmIndex {
             value_store_state: Some(state.to_vec()),
             ..Default::default()
         };
-        self.versions.lock().log_and_apply(&mut edit)
+        log_and_apply(&self.versions, &self.manifest_writer, &mut edit, |_, _| {}).map(|_| ())
     }
 
     fn wait_flushed(&self) -> Result<()> {

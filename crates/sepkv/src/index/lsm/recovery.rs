@@ -10,7 +10,7 @@ use crate::index::compaction::flush_to_tables;
 use crate::index::filename::{self, FileKind};
 use crate::index::key::{SeqNum, ValueType};
 use crate::index::memtable::MemTable;
-use crate::index::version::VersionEdit;
+use crate::index::version::{log_and_apply, VersionEdit};
 use crate::vstore::ValuePointer;
 use std::sync::Arc;
 
@@ -145,12 +145,9 @@ impl LsmIndex {
             self.vstore.sync()?;
             edit.value_store_state = Some(self.vstore.state_with_checkpoint(p));
         }
-        let v = {
-            let mut vs = self.versions.lock();
+        let v = log_and_apply(&self.versions, &self.manifest_writer, &mut edit, |vs, _| {
             vs.last_sequence = max_seq;
-            vs.log_and_apply(&mut edit)?;
-            vs.current()
-        };
+        })?;
         if let Some(p) = log_pos {
             self.vstore.checkpoint_committed(p);
         }
@@ -161,11 +158,11 @@ impl LsmIndex {
             imm: None,
             version: v,
         });
-        *self.wal.lock() = Some(Wal {
-            log: RecordWriter::new(file, path, stats.clone(), IoCategory::Wal),
-            scratch: Vec::new(),
-            synced_seq: max_seq,
-        });
+        *self.wal.lock() = Some(Wal::new(
+            RecordWriter::new(file, path, stats.clone(), IoCategory::Wal),
+            Vec::new(),
+            max_seq,
+        ));
         self.bg.lock().imm_log_number = number;
         Ok(max_seq)
     }

@@ -11,7 +11,7 @@ pub mod edit;
 pub mod set;
 
 pub use edit::{FileMeta, VersionEdit};
-pub use set::VersionSet;
+pub use set::{log_and_apply, VersionSet};
 
 use super::key::{parse_internal_key, seek_key, user_key, SeqNum, ValueType};
 use super::memtable::Lookup;

@@ -10,7 +10,8 @@
 //! — is ignored on recovery: the files it added were not yet referenced and
 //! nothing it removed was deleted.
 //!
-//! Not thread-safe by itself: the database keeps it behind a mutex.
+//! Not thread-safe by itself: the database keeps it behind a mutex, which
+//! [`log_and_apply`] releases while the manifest is written.
 
 use super::edit::{FileMeta, VersionEdit};
 use super::Version;
@@ -19,6 +20,7 @@ use crate::format::record::{RecordReader, RecordWriter};
 use crate::fs::{read_all, write_atomic, FileSystem, IoCategory, IoStats};
 use crate::index::filename::{manifest_name, CURRENT};
 use crate::index::key::compare_internal;
+use parking_lot::Mutex;
 use std::cmp::Ordering;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -225,12 +227,24 @@ impl VersionSet {
 
     /// Appends `edit` to the manifest, syncs it, then makes the resulting
     /// version current. The edit is completed with the set's counters.
+    /// Holds `self` across the manifest I/O; [`log_and_apply`] (the free
+    /// function) does not.
     ///
     /// # Errors
     /// `Corruption` if the edit does not apply (a bug); `Io` if the manifest
     /// cannot be written, in which case nothing changed in memory and the
     /// caller must treat the database as poisoned.
     pub fn log_and_apply(&mut self, edit: &mut VersionEdit) -> Result<()> {
+        let mut p = self.prepare(edit)?;
+        let r = p.write(edit);
+        self.finish(p, edit, r)
+    }
+
+    /// First step of a manifest write, under the version-set lock: completes
+    /// `edit` with the counters, applies it to the current version, and
+    /// takes the manifest writer out (or prepares a new manifest's snapshot)
+    /// for [`PreparedEdit::write`].
+    fn prepare(&mut self, edit: &mut VersionEdit) -> Result<PreparedEdit> {
         if edit.value_store_garbage.is_none() {
             edit.value_store_garbage = self.garbage_source.as_ref().and_then(|f| f());
         }
@@ -242,34 +256,54 @@ impl VersionSet {
         let v = apply(&self.current, edit, self.levels).map_err(|r| {
             Error::corruption(self.dir.join(manifest_name(self.manifest_number)), 0, r)
         })?;
-
         let roll = self
             .manifest
             .as_ref()
             .is_none_or(|m| m.len() >= MANIFEST_ROLL_BYTES);
-        if roll {
-            self.start_manifest(&v, edit)?;
-        } else if let Err(e) = self.append_edit(edit) {
-            self.manifest = None;
-            return Err(e);
+        let target = if roll {
+            let number = self.new_file_number();
+            let snap = self.snapshot(&v, edit);
+            ManifestTarget::New { number, snap }
+        } else {
+            ManifestTarget::Append(self.manifest.take().expect("manifest open"))
+        };
+        Ok(PreparedEdit {
+            v,
+            target,
+            dir: self.dir.clone(),
+            fs: self.fs.clone(),
+            stats: self.stats.clone(),
+        })
+    }
+
+    /// Last step, under the version-set lock again: on success the manifest
+    /// writer goes back and the version becomes current; on failure nothing
+    /// changes in memory but the manifest, which the next edit starts anew.
+    fn finish(&mut self, p: PreparedEdit, edit: &VersionEdit, r: Result<Written>) -> Result<()> {
+        match r {
+            Ok(Written { writer, number }) => {
+                self.manifest = Some(writer);
+                if let Some(n) = number {
+                    self.manifest_number = n;
+                }
+                // Numbers handed out while the edit was written are above
+                // the one it recorded: never go back to it.
+                let next = self.next_file_number;
+                self.absorb_counters(edit);
+                self.next_file_number = self.next_file_number.max(next);
+                self.install(p.v);
+                Ok(())
+            }
+            Err(e) => {
+                self.manifest = None;
+                Err(e)
+            }
         }
-        self.absorb_counters(edit);
-        self.install(v);
-        Ok(())
     }
 
-    fn append_edit(&mut self, edit: &VersionEdit) -> Result<()> {
-        let m = self.manifest.as_mut().expect("manifest open");
-        m.add_record(&edit.encode())?;
-        m.sync()
-    }
-
-    /// Writes a new manifest holding a snapshot of `v` and the counters of
-    /// `edit`, then switches `CURRENT` to it.
-    fn start_manifest(&mut self, v: &Version, edit: &VersionEdit) -> Result<()> {
-        let number = self.new_file_number();
-        let name = manifest_name(number);
-        let path = self.dir.join(&name);
+    /// The edit that starts a new manifest: a snapshot of `v` and the
+    /// counters of `edit`.
+    fn snapshot(&self, v: &Version, edit: &VersionEdit) -> VersionEdit {
         let mut snap = VersionEdit {
             log_number: edit.log_number,
             next_file_number: Some(self.next_file_number),
@@ -296,6 +330,102 @@ impl VersionSet {
         }
         snap.compact_pointers
             .extend(edit.compact_pointers.iter().cloned());
+        snap
+    }
+}
+
+/// Logs `edit` in the manifest and makes the resulting version current,
+/// with the version-set lock released while the manifest is written and
+/// synced (LevelDB's `LogAndApply`), so that threads needing a file number
+/// or the current version do not wait for that I/O. `writer` lets one
+/// manifest write run at a time; every edit must go through it, and so must
+/// anything that judges manifest files (a new manifest exists on disk
+/// before the set names it). `before` runs under both locks just before
+/// the edit is completed: state taken there is in manifest order.
+///
+/// Returns the new current version.
+///
+/// # Errors
+/// As [`VersionSet::log_and_apply`].
+pub fn log_and_apply(
+    set: &Mutex<VersionSet>,
+    writer: &Mutex<()>,
+    edit: &mut VersionEdit,
+    before: impl FnOnce(&mut VersionSet, &mut VersionEdit),
+) -> Result<Arc<Version>> {
+    let _one = writer.lock();
+    let p = {
+        let mut vs = set.lock();
+        before(&mut vs, edit);
+        vs.prepare(edit)?
+    };
+    let mut p = p;
+    // Only this thread touches the manifest now: the set's writer is
+    // taken out, and a new manifest is named in the set only by `finish`.
+    let r = p.write(edit);
+    let mut vs = set.lock();
+    vs.finish(p, edit, r)?;
+    Ok(vs.current())
+}
+
+/// Where a prepared edit goes.
+enum ManifestTarget {
+    /// The live manifest, taken out of the set while it is written.
+    Append(RecordWriter),
+    /// A new manifest of this number, starting with this snapshot.
+    New { number: u64, snap: VersionEdit },
+}
+
+/// An edit applied in memory but not yet logged (see [`log_and_apply`]).
+struct PreparedEdit {
+    v: Version,
+    target: ManifestTarget,
+    dir: PathBuf,
+    fs: Arc<dyn FileSystem>,
+    stats: Arc<IoStats>,
+}
+
+/// A logged edit: the manifest writer, and the new manifest's number when
+/// one was started.
+struct Written {
+    writer: RecordWriter,
+    number: Option<u64>,
+}
+
+impl PreparedEdit {
+    /// The manifest I/O: appends and syncs the edit, or writes a new
+    /// manifest and switches `CURRENT` to it. No lock is needed.
+    fn write(&mut self, edit: &VersionEdit) -> Result<Written> {
+        match std::mem::replace(
+            &mut self.target,
+            ManifestTarget::New {
+                number: 0,
+                snap: VersionEdit::default(),
+            },
+        ) {
+            ManifestTarget::Append(mut m) => {
+                m.add_record(&edit.encode())?;
+                m.sync()?;
+                Ok(Written {
+                    writer: m,
+                    number: None,
+                })
+            }
+            ManifestTarget::New { number, snap } => {
+                let w = self.start_manifest(number, &snap)?;
+                Ok(Written {
+                    writer: w,
+                    number: Some(number),
+                })
+            }
+        }
+    }
+
+    /// Writes manifest `number` holding `snap`, then switches `CURRENT` to
+    /// it; a failed attempt removes the file.
+    fn start_manifest(&self, number: u64, snap: &VersionEdit) -> Result<RecordWriter> {
+        let name = manifest_name(number);
+        let path = self.dir.join(&name);
         let res = (|| -> Result<RecordWriter> {
             let f = self.fs.create(&path).ctx(&path)?;
             let mut w =
@@ -310,18 +440,10 @@ impl VersionSet {
                 .add_written(IoCategory::Manifest, body.len() as u64);
             Ok(w)
         })();
-        match res {
-            Ok(w) => {
-                self.manifest = Some(w);
-                self.manifest_number = number;
-                Ok(())
-            }
-            Err(e) => {
-                self.manifest = None;
-                let _ = self.fs.remove(&path);
-                Err(e)
-            }
+        if res.is_err() {
+            let _ = self.fs.remove(&path);
         }
+        res
     }
 }
 
@@ -388,4 +510,31 @@ pub fn apply(base: &Version, edit: &VersionEdit, levels: usize) -> Result<Versio
 /// Total size of `files` (bytes; saturates rather than overflow).
 pub fn total_size(files: &[Arc<FileMeta>]) -> u64 {
     files.iter().fold(0, |n, f| n.saturating_add(f.size))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::FaultFs;
+
+    /// File numbers handed out while an edit is being logged (the set is
+    /// unlocked then) are never handed out again once it is installed.
+    #[test]
+    fn numbers_handed_out_during_a_manifest_write_stay_used() {
+        let fs: Arc<dyn FileSystem> = Arc::new(FaultFs::new());
+        fs.create_dir_all(Path::new("/vs")).unwrap();
+        let mut vs = VersionSet::create(Path::new("/vs"), fs, Arc::default(), 7);
+        for _ in 0..2 {
+            // The first edit starts a manifest, the second appends to it.
+            let mut edit = VersionEdit::default();
+            let mut p = vs.prepare(&mut edit).unwrap();
+            let during = vs.new_file_number();
+            let r = p.write(&edit);
+            vs.finish(p, &edit, r).unwrap();
+            assert!(vs.new_file_number() > during);
+        }
+        let recovered =
+            VersionSet::recover(Path::new("/vs"), vs.fs.clone(), Arc::default(), 7).unwrap();
+        assert_eq!(recovered.manifest_number(), vs.manifest_number());
+    }
 }

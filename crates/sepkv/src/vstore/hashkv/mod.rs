@@ -102,8 +102,10 @@
 //!   and so counted as value-store writes, not GC writes.
 //!
 //! Thread-safety: appends, reads and GC share one state lock (held only for
-//! table updates, cache operations and journal appends); GC steps are
-//! serialised; reads of files run without the lock.
+//! table updates, cache operations and journal appends); the write journal
+//! has its own lock, taken after the state lock, so that its fsync holds
+//! neither reads nor the table; GC steps are serialised; reads of files
+//! run without the lock.
 
 pub mod cache;
 pub mod cold;
@@ -199,8 +201,9 @@ struct PendingFree {
 pub(crate) struct State {
     table: Table,
     cache: WriteCache,
-    /// The write journal (`None` without journaling).
-    journal: Option<RecordWriter>,
+    /// Length of the write journal (bytes; 0 without journaling), as of
+    /// the last append under this lock.
+    journal_len: u64,
     journal_num: u64,
     /// GC copies whose relocation failed and that are known dead:
     /// `(segment, offset)`.
@@ -242,6 +245,11 @@ pub struct HashKvStore {
     opts: HashKvOptions,
     files: SegFiles,
     state: Mutex<State>,
+    /// The write journal (`None` without journaling). Its own lock, taken
+    /// after `state` when both are held (never the other way round), so
+    /// that [`ValueStore::sync`] fsyncs it without the state lock and a
+    /// segment read never waits for a journal sync.
+    journal: Mutex<Option<RecordWriter>>,
     /// Serialises GC steps.
     gc_lock: Mutex<()>,
     cold: ColdLog,
@@ -577,7 +585,7 @@ impl HashKvStore {
             state: Mutex::new(State {
                 table,
                 cache: WriteCache::new(opts.write_cache_size),
-                journal,
+                journal_len: 0,
                 journal_num: new_num,
                 dead: HashSet::new(),
                 pending: Vec::new(),
@@ -585,6 +593,7 @@ impl HashKvStore {
                 poisoned: None,
                 journal_limit,
             }),
+            journal: Mutex::new(journal),
             gc_lock: Mutex::new(()),
             cold,
             counters: Counters::default(),
@@ -799,12 +808,13 @@ impl HashKvStore {
         let encoded = self.encode(&st.table)?;
         write_table_file(fs, dir, &self.files.stats, &encoded)?;
         let old = journal_path(dir, st.journal_num);
-        st.journal = Some(RecordWriter::new(
+        *self.journal.lock() = Some(RecordWriter::new(
             f,
             p,
             self.files.stats.clone(),
             IoCategory::ValueStore,
         ));
+        st.journal_len = 0;
         st.journal_num = num;
         st.journal_limit = Self::journal_limit(&self.opts, &st.table);
         match fs.remove(&old) {
@@ -827,13 +837,16 @@ impl HashKvStore {
         data: &[u8],
         sources: Option<&[(u64, u64)]>,
     ) -> Result<()> {
-        if let Some(j) = st.journal.as_mut() {
+        let mut journal = self.journal.lock();
+        if let Some(j) = journal.as_mut() {
             let entry = match sources {
                 Some(src) => journal::encode_copy(allocs, places, src),
                 None => journal::encode_write(allocs, places, data),
             };
             j.add_record(&entry)?;
             j.flush()?;
+            st.journal_len = j.len();
+            drop(journal);
             let mut at = 0usize;
             for p in places {
                 let n = p.len as usize;
@@ -843,14 +856,11 @@ impl HashKvStore {
             if st.cache.is_full() {
                 self.flush_cache(st)?;
             }
-            if st
-                .journal
-                .as_ref()
-                .is_some_and(|j| j.len() >= st.journal_limit)
-            {
+            if st.journal_len >= st.journal_limit {
                 self.recycle(st)?;
             }
         } else {
+            drop(journal);
             if !allocs.is_empty() {
                 // Without a journal the table must know a segment before a
                 // pointer into it is acknowledged.
@@ -1184,12 +1194,23 @@ impl ValueStore for HashKvStore {
             .collect())
     }
 
+    /// With the journal, the fsync runs under the journal's lock only:
+    /// every record an append acknowledged was handed to the OS under that
+    /// lock, so the sync covers it, and reads and the table stay free
+    /// meanwhile. Without it, segments are synced under the state lock.
     fn sync(&self) -> Result<()> {
         let mut st = self.state.lock();
         Self::check_poisoned(&st)?;
-        let r = match st.journal.as_mut() {
-            Some(j) => j.sync(),
-            None => self.files.sync_dirty(),
+        let r = if self.opts.journal {
+            drop(st);
+            let r = match self.journal.lock().as_mut() {
+                Some(j) => j.sync(),
+                None => Ok(()),
+            };
+            st = self.state.lock();
+            r
+        } else {
+            self.files.sync_dirty()
         };
         if let Err(e) = &r {
             st.poisoned = Some(e.to_string());
@@ -1362,7 +1383,7 @@ impl ValueStore for HashKvStore {
                 t.geo.reserved_units,
                 used,
                 st.cache.bytes() as u64,
-                st.journal.as_ref().map_or(0, |j| j.len()),
+                st.journal_len,
                 (t.free_units() < Self::low_watermark(t)) as u64,
             )
         };
@@ -1463,7 +1484,7 @@ impl ValueStore for HashKvStore {
                 noted.min(total),
                 t.free_units() < Self::low_watermark(t),
                 seg_bytes,
-                st.journal.as_ref().map_or(0, |j| j.len()),
+                st.journal_len,
             )
         };
         let cold = self.cold.space();
@@ -1514,7 +1535,7 @@ impl Drop for HashKvStore {
         let mut st = self.state.lock();
         if st.poisoned.is_none() {
             let _ = self.flush_cache(&mut st);
-            if let Some(j) = st.journal.as_mut() {
+            if let Some(j) = self.journal.lock().as_mut() {
                 let _ = j.flush();
             }
         }

@@ -664,6 +664,11 @@ impl ValueStore for VlogStore {
         self.append_as(records, IoCategory::ValueStore)
     }
 
+    fn needs_sync(&self) -> bool {
+        let a = self.io.lock();
+        a.dirty || a.failed.is_some()
+    }
+
     fn sync(&self) -> Result<()> {
         let mut a = self.io.lock();
         self.check_failed(&a)?;
