@@ -204,6 +204,7 @@ mod tests {
                     crate::vstore::trie::TrieOptions {
                         value_threshold: 1,
                         table_size: 8 << 10,
+                        split_skew: 0.5,
                         prefetch_threads: 0,
                         capacity: None,
                     },

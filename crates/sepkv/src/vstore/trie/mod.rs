@@ -36,7 +36,14 @@
 //!   leaf whose table passes `table_size` bytes splits into children by
 //!   the next key byte where its keys differ ([`trie::Trie::split`]); the
 //!   old table is sealed. TT_IN, and a leaf whose keys are all one key,
-//!   roll to a fresh table instead.
+//!   roll to a fresh table instead. A leaf whose **write share is
+//!   skewed** splits before its table is full: every `table_size / 4`
+//!   bytes appended (an epoch), a leaf that took more than `split_skew`
+//!   (default 1/2) of them splits, provided the trie has at least
+//!   [`SKEW_MIN_LEAVES`] leaves and the leaf's table holds at least
+//!   `table_size / 8` bytes (so a young table does not split on a burst).
+//!   The epoch's counts are kept in memory only; a split is persisted like
+//!   any other, before a value depends on it.
 //! - **GC per TrieTable** (beyond the paper, [`gc`]): garbage is tracked
 //!   per table (fed by compaction through [`ValueStore::note_garbage`]); a
 //!   step takes the table with the most, rewrites its live values **in key
@@ -88,6 +95,9 @@ pub struct TrieOptions {
     /// Size at which a leaf's table splits the leaf, or TT_IN's table rolls
     /// (bytes).
     pub table_size: u64,
+    /// Write share past which a leaf splits early (adaptive splitting by
+    /// write skew; `1.0` = never; see [`TrieStore`]'s module docs).
+    pub split_skew: f64,
     /// Threads reading spans and values in parallel for scans (0 = none).
     pub prefetch_threads: usize,
     /// Most bytes the tables may hold before a user append is refused with
@@ -101,11 +111,16 @@ impl TrieOptions {
         TrieOptions {
             value_threshold: o.value_threshold,
             table_size: o.trie_table_size,
+            split_skew: o.trie_split_skew,
             prefetch_threads: o.prefetch_threads,
             capacity: o.value_capacity,
         }
     }
 }
+
+/// Fewest leaves for the write-skew rule: with fewer, a leaf's share of
+/// the writes says little about skew (a lone root takes them all).
+pub const SKEW_MIN_LEAVES: usize = 4;
 
 /// Durable bytes appended since the active tables' durable lengths were
 /// last recorded in the trie file, past which [`ValueStore::sync`] records
@@ -138,6 +153,10 @@ struct State {
     held: u64,
     /// Of those, bytes in tables whose records are in key order.
     sorted_bytes: u64,
+    /// User bytes appended in the current skew epoch, and their share per
+    /// table (adaptive splitting by write skew; in memory only).
+    epoch_bytes: u64,
+    epoch_by_table: HashMap<u64, u64>,
 }
 
 impl State {
@@ -179,6 +198,8 @@ impl State {
 #[derive(Default)]
 struct Counters {
     splits: AtomicU64,
+    /// Of the splits, those the write-skew rule made.
+    skew_splits: AtomicU64,
     rolls: AtomicU64,
     span_reads: AtomicU64,
     span_bytes: AtomicU64,
@@ -420,6 +441,8 @@ impl TrieStore {
             synced_unrecorded: 0,
             held: 0,
             sorted_bytes: 0,
+            epoch_bytes: 0,
+            epoch_by_table: HashMap::new(),
         };
         st.recount();
         st.commit(&edits)?;
@@ -550,8 +573,9 @@ impl TrieStore {
     }
 
     /// Splits the leaf of a full table, or rolls the table when the place
-    /// cannot split (adaptive splitting). State locked.
-    fn split_or_roll(&self, st: &mut State, id: u64) -> Result<()> {
+    /// cannot split (adaptive splitting). With `skewed` (the write-skew
+    /// rule) a place that cannot split is left as it is. State locked.
+    fn split_or_roll(&self, st: &mut State, id: u64, skewed: bool) -> Result<()> {
         let Some(place) = st.owners.get(&id).cloned() else {
             return Ok(());
         };
@@ -562,6 +586,11 @@ impl TrieStore {
         };
         if split {
             self.counters.splits.fetch_add(1, Ordering::Relaxed);
+            if skewed {
+                self.counters.skew_splits.fetch_add(1, Ordering::Relaxed);
+            }
+        } else if skewed {
+            return Ok(());
         } else {
             st.cat.trie.set_table(&place, None, &mut edits);
             self.counters.rolls.fetch_add(1, Ordering::Relaxed);
@@ -653,12 +682,52 @@ impl TrieStore {
             }
             st.held += n;
             st.sorted_bytes = st.sorted_bytes.saturating_add_signed(delta);
+            st.epoch_bytes += n;
+            *st.epoch_by_table.entry(*id).or_default() += n;
         }
         self.publish_order(&st);
+        let skewed = self.skewed_leaves(&mut st, &full);
         for id in full {
-            self.split_or_roll(&mut st, id)?;
+            self.split_or_roll(&mut st, id, false)?;
+        }
+        for id in skewed {
+            self.split_or_roll(&mut st, id, true)?;
         }
         Ok(ptrs)
+    }
+
+    /// Adaptive splitting by write skew (beyond KT-Store §3.5): at the end
+    /// of each epoch of `table_size / 4` appended bytes, the active leaf
+    /// tables (not in `full`) that took more than `split_skew` of the
+    /// epoch's bytes, while the trie has at least [`SKEW_MIN_LEAVES`]
+    /// leaves and the table holds at least `table_size / 8` bytes; then a
+    /// new epoch begins. The leaves returned split like full ones, so a
+    /// range that draws most writes gets narrower tables — and denser
+    /// spans — before its table fills. State locked.
+    fn skewed_leaves(&self, st: &mut State, full: &[u64]) -> Vec<u64> {
+        if st.epoch_bytes < self.opts.table_size / 4 {
+            return Vec::new();
+        }
+        let epoch = std::mem::take(&mut st.epoch_bytes);
+        let by_table = std::mem::take(&mut st.epoch_by_table);
+        if self.opts.split_skew >= 1.0 || st.cat.trie.leaves().count() < SKEW_MIN_LEAVES {
+            return Vec::new();
+        }
+        let mut out: Vec<u64> = by_table
+            .into_iter()
+            .filter(|&(id, b)| {
+                b as f64 > self.opts.split_skew * epoch as f64
+                    && !full.contains(&id)
+                    && matches!(st.owners.get(&id), Some(Place::Leaf(_)))
+                    && st
+                        .tables
+                        .get(&id)
+                        .is_some_and(|t| t.valid_len >= self.opts.table_size / 8)
+            })
+            .map(|(id, _)| id)
+            .collect();
+        out.sort_unstable();
+        out
     }
 
     /// Publishes the key-ordered share after the tables changed. State
@@ -1049,6 +1118,7 @@ impl ValueStore for TrieStore {
             ("trie_tables_garbage_50_75pct", quartiles[2]),
             ("trie_tables_garbage_ge75pct", quartiles[3]),
             ("trie_splits", ld(&c.splits)),
+            ("trie_skew_splits", ld(&c.skew_splits)),
             ("trie_rolls", ld(&c.rolls)),
             ("span_reads", ld(&c.span_reads)),
             ("span_bytes", ld(&c.span_bytes)),
