@@ -27,12 +27,16 @@
 //!
 //! The floor weighs a read call against the bytes it moves. While value
 //! reads reach the device (the running read-time estimate,
-//! [`crate::vstore::ReadLatency`]), `d` = [`MIN_DENSITY`] = 1/32: one
+//! [`crate::vstore::ReadLatency`]), `d` = [`MIN_DENSITY`] = 1/16: one
 //! random read (~75–100 µs on an SSD or a virtual disk, milliseconds on a
 //! disk) costs as much as 50–200 KB or more of sequential transfer
 //! (measured on a virtual disk: a 4 KiB direct read 74 µs, 256 KiB direct
-//! reads at 760 MB/s, so one read call is worth about 56 KB), so a span
-//! read up to 32 times the requested 1 KiB records still saves time. While reads are served from
+//! reads at 760 MB/s, so one read call is worth about 56 KB at queue depth
+//! one), and parallel single reads lower that worth. On that disk (1 M ×
+//! 1 KiB values loaded in random order, 100-entry scans, one run each)
+//! floors of 1/8, 1/16 and 1/32 gave 367, 423 and 373 scans/s: denser
+//! floors leave more single reads, sparser ones move more bytes (read
+//! amplification 4.5, 7.4 and 11.9). While reads are served from
 //! the page cache a read call costs about a microsecond and every byte is a
 //! copy (measured: at the device floor, spans read three times the
 //! requested bytes and the copying took a third of a scan's time), so `d`
@@ -61,7 +65,7 @@ use std::sync::Arc;
 
 /// Least share of a span's bytes that requested records must fill while
 /// reads reach the device.
-pub const MIN_DENSITY: f64 = 1.0 / 32.0;
+pub const MIN_DENSITY: f64 = 1.0 / 16.0;
 /// The same while reads are served from memory.
 pub const MIN_DENSITY_MEMORY: f64 = 3.0 / 4.0;
 /// Longest span read at once (bytes).
