@@ -251,7 +251,8 @@ pub struct Options {
     pub bloom_bits_per_key: usize,
     /// Capacity of the block cache (default 32 MiB).
     pub block_cache_size: usize,
-    /// SSTables kept open in the table cache (default 500).
+    /// SSTables kept open in the table cache, and — for the `trie` layout —
+    /// TrieTables kept open for appending (default 500).
     pub max_open_files: usize,
     /// Target size of SSTables written by compaction (default 4 MiB).
     pub target_file_size: u64,

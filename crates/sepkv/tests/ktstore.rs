@@ -66,6 +66,7 @@ fn store_with(fs: &MemFs, table_size: u64, split_skew: f64) -> TrieStore {
             table_size,
             split_skew,
             prefetch_threads: 4,
+            max_open_writers: 500,
             capacity: None,
         },
     )
@@ -414,6 +415,74 @@ fn a_leaf_with_a_skewed_write_share_splits_before_its_table_is_full() {
     drop(s);
     let s = store_with(&fs, TABLE, 0.5);
     assert_eq!(s.leaf_prefixes(), prefixes);
+}
+
+/// Open append handles stay under the cap: a sync leaves only the most
+/// recently appended active tables open; a closed table reopens at its
+/// end on its next append, and every value reads back, also after a
+/// reopen.
+#[test]
+fn open_append_handles_stay_under_the_cap() {
+    let fs = MemFs::new();
+    let dir = Path::new("/ts");
+    fs.create_dir_all(dir).unwrap();
+    let open = |cap: usize| {
+        TrieStore::open(
+            dir,
+            Arc::new(fs.clone()),
+            Arc::new(IoStats::default()),
+            TrieOptions {
+                value_threshold: 1,
+                table_size: 64 << 10,
+                split_skew: 1.0,
+                prefetch_threads: 0,
+                max_open_writers: cap,
+                capacity: None,
+            },
+        )
+        .unwrap()
+    };
+    let s = open(4);
+    let mut written: Vec<(Vec<u8>, ValuePointer, Vec<u8>)> = Vec::new();
+    let mut x = 5u64;
+    let mut seq = 0u64;
+    let mut write = |s: &TrieStore, n: usize, round: u8| {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let k = key((x >> 33) as usize % 100_000);
+            let v = vec![round; 200];
+            seq += 1;
+            let p = put(s, &k, seq, &v);
+            out.push((k, p, v));
+        }
+        out
+    };
+    written.extend(write(&s, 6000, 1));
+    let f = figures(&s);
+    assert!(f["trie_tables_active"] >= 8, "{f:?}");
+    s.sync().unwrap();
+    assert_eq!(figures(&s)["trie_tables_open"], 4);
+    // Appends to closed tables reopen them; between syncs the dirty ones
+    // stay open, and the next sync closes the surplus again.
+    written.extend(write(&s, 2000, 2));
+    assert!(figures(&s)["trie_tables_open"] > 4);
+    s.sync().unwrap();
+    assert_eq!(figures(&s)["trie_tables_open"], 4);
+    for (k, p, v) in &written {
+        assert_eq!(s.read(k, p).unwrap().as_ref(), Some(v));
+    }
+    drop(s);
+    let s = open(4);
+    assert_eq!(figures(&s)["trie_tables_open"], 4);
+    written.extend(write(&s, 500, 3));
+    s.sync().unwrap();
+    assert_eq!(figures(&s)["trie_tables_open"], 4);
+    for (k, p, v) in &written {
+        assert_eq!(s.read(k, p).unwrap().as_ref(), Some(v));
+    }
 }
 
 /// GC collects the table with the most garbage, rewrites its live values

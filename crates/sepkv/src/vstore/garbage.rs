@@ -206,6 +206,7 @@ mod tests {
                         table_size: 8 << 10,
                         split_skew: 0.5,
                         prefetch_threads: 0,
+                        max_open_writers: 500,
                         capacity: None,
                     },
                 )

@@ -55,9 +55,12 @@
 //!
 //! # Files
 //! `NNNNNN.tt` TrieTables (format in [`table`]), `TRIE` the trie file
-//! (format in [`trie`]). Each active table keeps one file open for
-//! appending: a database holds about as many open files as the trie has
-//! leaves, plus up to 512 cached read handles.
+//! (format in [`trie`]). Active tables keep their files open for
+//! appending, at most `max_open_writers` (`Options::max_open_files`) of
+//! them: past that, the least recently appended tables whose data is
+//! synced are closed and reopened at their end on their next append (a
+//! table with unsynced data stays open until the next sync, which then
+//! closes the surplus). Up to 512 read handles are cached besides.
 //!
 //! Thread-safety: appends, syncs and the catalog are serialised by one
 //! internal lock, GC steps by another; reads take the first only to check a
@@ -100,6 +103,9 @@ pub struct TrieOptions {
     pub split_skew: f64,
     /// Threads reading spans and values in parallel for scans (0 = none).
     pub prefetch_threads: usize,
+    /// Most active tables kept open for appending (clean ones beyond are
+    /// closed, least recently appended first, and reopened on use).
+    pub max_open_writers: usize,
     /// Most bytes the tables may hold before a user append is refused with
     /// `ValueStoreFull`; `None` = unbounded. GC copies are exempt.
     pub capacity: Option<u64>,
@@ -113,6 +119,7 @@ impl TrieOptions {
             table_size: o.trie_table_size,
             split_skew: o.trie_split_skew,
             prefetch_threads: o.prefetch_threads,
+            max_open_writers: o.max_open_files,
             capacity: o.value_capacity,
         }
     }
@@ -149,6 +156,8 @@ struct State {
     pending: Vec<PendingFree>,
     /// Bytes synced since durable lengths were last recorded.
     synced_unrecorded: u64,
+    /// Appends so far (the clock of [`TableWriter::last_use`]).
+    appends: u64,
     /// Bytes the tables hold (the sum of their valid lengths).
     held: u64,
     /// Of those, bytes in tables whose records are in key order.
@@ -169,6 +178,33 @@ impl State {
             .filter(|t| t.sorted)
             .map(|t| t.valid_len)
             .sum();
+    }
+
+    /// Keeps the open append handles at most `cap`: closes the least
+    /// recently appended clean ones (a dirty one stays open until a sync
+    /// has made its data durable, so the cap can be passed between syncs).
+    fn close_idle_writers(&mut self, cap: usize) {
+        let cap = cap.max(1);
+        let st = self;
+        if st.writers.len() <= cap {
+            return;
+        }
+        let open = st.writers.values().filter(|w| w.file.is_some()).count();
+        if open <= cap {
+            return;
+        }
+        let mut idle: Vec<(u64, u64)> = st
+            .writers
+            .iter()
+            .filter(|(_, w)| w.file.is_some() && !w.dirty)
+            .map(|(&id, w)| (w.last_use, id))
+            .collect();
+        idle.sort_unstable();
+        for (_, id) in idle.into_iter().take(open - cap) {
+            if let Some(w) = st.writers.get_mut(&id) {
+                w.file = None;
+            }
+        }
     }
 
     /// Share of the held bytes in key-ordered tables, in thousandths.
@@ -424,8 +460,9 @@ impl TrieStore {
             writers.insert(
                 id,
                 TableWriter {
-                    file: fs.open_append(&path).ctx(&path)?,
+                    file: Some(fs.open_append(&path).ctx(&path)?),
                     dirty: false,
+                    last_use: 0,
                 },
             );
         }
@@ -439,12 +476,14 @@ impl TrieStore {
             dir_dirty: false,
             pending: Vec::new(),
             synced_unrecorded: 0,
+            appends: 0,
             held: 0,
             sorted_bytes: 0,
             epoch_bytes: 0,
             epoch_by_table: HashMap::new(),
         };
         st.recount();
+        st.close_idle_writers(opts.max_open_writers);
         st.commit(&edits)?;
         st.log.sync()?;
         if removed {
@@ -513,7 +552,15 @@ impl TrieStore {
         let file = self.reader.fs.create(&path).ctx(&path)?;
         st.dir_dirty = true;
         st.cat.next_id = id + 1;
-        st.writers.insert(id, TableWriter { file, dirty: false });
+        st.appends += 1;
+        st.writers.insert(
+            id,
+            TableWriter {
+                file: Some(file),
+                dirty: false,
+                last_use: st.appends,
+            },
+        );
         st.tables.insert(id, TableInfo::new_active());
         st.owners.insert(id, place.clone());
         st.cat.trie.set_table(place, Some(id), edits);
@@ -655,14 +702,22 @@ impl TrieStore {
             }
         }
         let mut full = Vec::new();
+        st.appends += 1;
         for (id, buf) in &bufs {
             let path = self.path(*id);
+            let tick = st.appends;
             let w = st
                 .writers
                 .get_mut(id)
                 .ok_or_else(|| Error::corruption(&path, 0, "active TrieTable has no writer"))?;
-            w.file.append(buf).and_then(|_| w.file.flush()).ctx(&path)?;
+            let file = match &mut w.file {
+                Some(f) => f,
+                // Closed under the handle cap, clean: reopen at its end.
+                None => w.file.insert(self.reader.fs.open_append(&path).ctx(&path)?),
+            };
+            file.append(buf).and_then(|_| file.flush()).ctx(&path)?;
             w.dirty = true;
+            w.last_use = tick;
             self.reader
                 .stats
                 .add_written(IoCategory::ValueStore, buf.len() as u64);
@@ -693,6 +748,7 @@ impl TrieStore {
         for id in skewed {
             self.split_or_roll(&mut st, id, true)?;
         }
+        st.close_idle_writers(self.opts.max_open_writers);
         Ok(ptrs)
     }
 
@@ -807,6 +863,8 @@ impl TrieStore {
             st.commit(&edits)?;
             st.synced_unrecorded = 0;
         }
+        // Synced writers are clean: close the surplus over the cap.
+        st.close_idle_writers(self.opts.max_open_writers);
         // After the tables: the trie file claims nothing they do not hold.
         st.log.sync()
     }
@@ -859,7 +917,11 @@ impl TrieStore {
 /// one result per table, in order.
 fn sync_all(tables: &mut [(u64, &mut TableWriter)], dir: &Path) -> Vec<Result<()>> {
     let sync = |(id, w): &mut (u64, &mut TableWriter)| -> Result<()> {
-        w.file.sync().ctx(&table_path(dir, *id))
+        match &mut w.file {
+            Some(f) => f.sync().ctx(&table_path(dir, *id)),
+            // Only clean writers are closed: nothing to sync.
+            None => Ok(()),
+        }
     };
     if tables.len() <= 1 {
         return tables.iter_mut().map(sync).collect();
@@ -1108,6 +1170,10 @@ impl ValueStore for TrieStore {
             ("trie_depth", t.depth() as u64),
             ("trie_tables", (st.tables.len() - retired) as u64),
             ("trie_tables_active", st.writers.len() as u64),
+            (
+                "trie_tables_open",
+                st.writers.values().filter(|w| w.file.is_some()).count() as u64,
+            ),
             ("trie_tables_sealed", sealed),
             ("trie_tables_retired", retired as u64),
             ("trie_file_bytes", st.log.len()),
