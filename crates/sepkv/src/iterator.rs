@@ -363,6 +363,13 @@ pub(crate) fn lost(ptr: &ValuePointer) -> Error {
 /// `scan_prefetch_depth` — and reads their separated values in parallel
 /// ([`ValueStore::read_many`], WiscKey §3.3.1); inline values cost nothing
 /// extra.
+///
+/// A caller that knows how many entries it wants says so with
+/// [`Scan::limit`]: the scan then ends there, and once batches pay it
+/// resolves the values of the whole rest of the scan in one window (at most
+/// [`Scan::MAX_LIMITED_WINDOW`] entries) instead of ramping up — a layout
+/// that reads spans (KT-Store §3.3) sees every pointer of the range at once,
+/// and nothing past the end is read.
 pub struct Scan {
     it: DbIterator,
     reverse: bool,
@@ -370,6 +377,7 @@ pub struct Scan {
     done: bool,
     depth: usize,
     yielded: usize,
+    limit: Option<usize>,
     ready: std::collections::VecDeque<Result<(Vec<u8>, Vec<u8>)>>,
 }
 
@@ -383,8 +391,24 @@ impl Scan {
             done: false,
             depth,
             yielded: 0,
+            limit: None,
             ready: std::collections::VecDeque::new(),
         }
+    }
+
+    /// Most entries one window of a limited scan resolves at once.
+    pub const MAX_LIMITED_WINDOW: usize = 4096;
+
+    /// Ends the scan after `n` entries (like [`Iterator::take`]) and lets it
+    /// read the values of all of them — up to
+    /// [`Scan::MAX_LIMITED_WINDOW`] per window — in one batch once batches
+    /// pay, rather than in windows that grow from one entry to
+    /// `scan_prefetch_depth`. The entries and values are the same either
+    /// way; only how they are read differs.
+    #[must_use]
+    pub fn limit(mut self, n: usize) -> Self {
+        self.limit = Some(n);
+        self
     }
 
     fn advance(&mut self) {
@@ -468,16 +492,22 @@ impl Iterator for Scan {
     type Item = Result<(Vec<u8>, Vec<u8>)>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if self.limit.is_some_and(|l| self.yielded >= l) {
+            self.ready.clear();
+            return None;
+        }
         if self.ready.is_empty() && !self.done {
             // One entry at a time until the access looks like a scan, then a
             // window that grows with the scan up to the depth, so a short
-            // scan does not read far past its end.
+            // scan does not read far past its end. A limited scan knows its
+            // end: the rest of it at once.
             // Reads from memory gain nothing from batches: resolve one
             // value at a time and read none past where the caller stops.
-            let n = if self.yielded >= 2 && self.it.vstore.batch_reads_pay() {
-                self.yielded.clamp(1, self.depth.max(1))
-            } else {
-                1
+            let pays = || self.it.vstore.batch_reads_pay();
+            let n = match self.limit {
+                Some(l) if pays() => (l - self.yielded).min(Self::MAX_LIMITED_WINDOW),
+                None if self.yielded >= 2 && pays() => self.yielded.clamp(1, self.depth.max(1)),
+                _ => 1,
             };
             self.fill(n);
         }

@@ -251,7 +251,8 @@ pub struct Options {
     pub bloom_bits_per_key: usize,
     /// Capacity of the block cache (default 32 MiB).
     pub block_cache_size: usize,
-    /// SSTables kept open in the table cache (default 500).
+    /// SSTables kept open in the table cache, and — for the `trie` layout —
+    /// TrieTables kept open for appending (default 500).
     pub max_open_files: usize,
     /// Target size of SSTables written by compaction (default 4 MiB).
     pub target_file_size: u64,
@@ -362,6 +363,15 @@ pub struct Options {
     /// holds in memory. Smaller tables make scans' span reads denser and
     /// cost more files. May change between opens. Default 4 MiB.
     pub trie_table_size: u64,
+    /// Write share past which a `trie` leaf splits before its table is
+    /// full (adaptive splitting by write skew, beyond KT-Store §3.5): every
+    /// `trie_table_size / 4` bytes appended to the tables, a leaf that took
+    /// more than this share of them splits like a full one, when the trie
+    /// has at least 4 leaves and the leaf's table holds at least
+    /// `trie_table_size / 8` bytes. A fraction in `(0, 1]`; `1.0` turns the
+    /// rule off (no leaf can take more than all). May change between opens.
+    /// Default 0.5.
+    pub trie_split_skew: f64,
 }
 
 impl fmt::Debug for Options {
@@ -421,6 +431,7 @@ impl Default for Options {
             hashkv_journal: true,
             hashkv_journal_size: 64 << 20,
             trie_table_size: 4 << 20,
+            trie_split_skew: 0.5,
         }
     }
 }
@@ -639,6 +650,12 @@ impl Options {
             return bad(format!(
                 "trie_table_size {} must be between 64 KiB and 1 GiB",
                 self.trie_table_size
+            ));
+        }
+        if !(self.trie_split_skew > 0.0 && self.trie_split_skew <= 1.0) {
+            return bad(format!(
+                "trie_split_skew {} must be a fraction in (0, 1]",
+                self.trie_split_skew
             ));
         }
         if !(64 << 10..=1 << 40).contains(&self.hashkv_journal_size) {

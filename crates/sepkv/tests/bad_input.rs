@@ -256,6 +256,9 @@ fn invalid_options_are_rejected_naming_the_option() {
         }),
         ("trie_table_size", |o| o.trie_table_size = (64 << 10) - 1),
         ("trie_table_size", |o| o.trie_table_size = (1 << 30) + 1),
+        ("trie_split_skew", |o| o.trie_split_skew = 0.0),
+        ("trie_split_skew", |o| o.trie_split_skew = 1.01),
+        ("trie_split_skew", |o| o.trie_split_skew = f64::NAN),
     ];
     for (i, (name, tweak)) in cases.into_iter().enumerate() {
         let fs = MemFs::new();
@@ -293,6 +296,8 @@ fn invalid_options_are_rejected_naming_the_option() {
         |o| o.num_levels = 12,
         |o| o.trie_table_size = 64 << 10,
         |o| o.trie_table_size = 1 << 30,
+        |o| o.trie_split_skew = 0.01,
+        |o| o.trie_split_skew = 1.0,
         |o| {
             o.l0_compaction_trigger = 1;
             o.l0_slowdown_writes_trigger = 1;

@@ -52,6 +52,9 @@ fn opts(fs: &FaultFs, (preset, wal): (Preset, bool)) -> Options {
         // Small TrieTables: the trie splits and tables are sealed and
         // collected within a seed.
         trie_table_size: 64 << 10,
+        // Few open files: TrieTables' append handles are closed past the
+        // cap and reopened on their next append.
+        max_open_files: if preset == Preset::KtStore { 16 } else { 500 },
         ..Options::preset(preset)
     }
 }

@@ -50,6 +50,11 @@ fn figure(db: &Db, name: &str) -> u64 {
 }
 
 fn store(fs: &MemFs, table_size: u64) -> TrieStore {
+    store_with(fs, table_size, 1.0)
+}
+
+/// [`store`] with the write-skew rule at `split_skew`.
+fn store_with(fs: &MemFs, table_size: u64, split_skew: f64) -> TrieStore {
     let dir = Path::new("/ts");
     fs.create_dir_all(dir).unwrap();
     TrieStore::open(
@@ -59,7 +64,9 @@ fn store(fs: &MemFs, table_size: u64) -> TrieStore {
         TrieOptions {
             value_threshold: 1,
             table_size,
+            split_skew,
             prefetch_threads: 4,
+            max_open_writers: 500,
             capacity: None,
         },
     )
@@ -230,6 +237,52 @@ fn scans_match_gets_and_use_span_reads() {
     assert!(db.verify().unwrap().faults.is_empty());
 }
 
+/// A scan told its length ([`sepkv::Scan::limit`]) returns what `take`
+/// returns, stops exactly there, and — its whole range planned at once —
+/// reads it with fewer, longer span reads than windows ramping up to the
+/// prefetch depth.
+#[test]
+fn a_limited_scan_plans_its_whole_range_at_once() {
+    let db = Db::open("/db", opts(Arc::new(MemFs::new()))).unwrap();
+    const N: usize = 3000;
+    for i in 0..N {
+        db.put(key(i), value(i, 0)).unwrap();
+    }
+    // Tables in key order: batches pay even from memory.
+    assert!(figure(&db, "trie_sorted_permille") > 900);
+    let reads = |db: &Db| figure(db, "span_reads") + figure(db, "single_reads");
+    let r0 = reads(&db);
+    let ramped: Vec<_> = db
+        .scan(&key(200).., false)
+        .unwrap()
+        .take(600)
+        .map(|r| r.unwrap())
+        .collect();
+    let r1 = reads(&db);
+    let limited: Vec<_> = db
+        .scan(&key(200).., false)
+        .unwrap()
+        .limit(600)
+        .map(|r| r.unwrap())
+        .collect();
+    let r2 = reads(&db);
+    assert_eq!(limited, ramped);
+    assert_eq!(limited.len(), 600);
+    for (j, (k, v)) in limited.iter().enumerate() {
+        assert_eq!((k, v), (&key(200 + j), &value(200 + j, 0)));
+    }
+    assert!(
+        r2 - r1 < r1 - r0,
+        "limited scan: {} reads, ramped: {}",
+        r2 - r1,
+        r1 - r0
+    );
+    // A limit past the end ends with the range; zero yields nothing.
+    let tail = db.scan(&key(N - 5).., false).unwrap().limit(100).count();
+    assert_eq!(tail, 5);
+    assert_eq!(db.scan(&key(0).., true).unwrap().limit(0).count(), 0);
+}
+
 /// The trie adapts to YCSB's keys (`user` + decimal hash): the first split
 /// skips the shared `user` prefix, leaves fan out on digits below it, and
 /// the shape survives a reopen.
@@ -295,6 +348,140 @@ fn trie_splits_on_zero_padded_decimal_keys() {
     // Leaves hold disjoint key ranges, in key order.
     for w in leaves.windows(2) {
         assert!(w[0] < w[1] && !w[1].starts_with(&w[0]));
+    }
+}
+
+/// Adaptive splitting by write skew: once writes crowd into one leaf, it
+/// splits at a fraction of the table size — and only then: with the rule
+/// off, or with writes spread evenly, the same tables do not split early.
+/// The shape the rule made survives a reopen.
+#[test]
+fn a_leaf_with_a_skewed_write_share_splits_before_its_table_is_full() {
+    const TABLE: u64 = 1 << 20;
+    // Phase 1 spreads writes over all of 0..100000 (the root splits into
+    // ten leaves by the first varying digit); phase 2 writes only keys
+    // 30000..39999, one leaf's range.
+    let run = |skew: f64, hot: bool| {
+        let fs = MemFs::new();
+        let s = store_with(&fs, TABLE, skew);
+        let mut x = 11u64;
+        let mut seq = 0u64;
+        let mut next = |range: u64| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % range
+        };
+        for _ in 0..6000 {
+            seq += 1;
+            put(&s, &key(next(100_000) as usize), seq, &[1u8; 200]);
+        }
+        let after_spread = s.trie_shape();
+        for _ in 0..2400 {
+            seq += 1;
+            let n = if hot {
+                30_000 + next(10_000)
+            } else {
+                next(100_000)
+            };
+            put(&s, &key(n as usize), seq, &[2u8; 200]);
+        }
+        (fs, s, after_spread)
+    };
+    let skew_splits = |s: &TrieStore| figures(s)["trie_skew_splits"];
+    let size_splits = |s: &TrieStore| figures(s)["trie_splits"] - skew_splits(s);
+    let (fs, s, (_, leaves_spread, _)) = run(0.5, true);
+    assert!(leaves_spread >= 10, "{leaves_spread} leaves after phase 1");
+    assert!(skew_splits(&s) >= 1, "the hot leaf did not split");
+    // Only the root's table reached the table size.
+    assert_eq!(size_splits(&s), 1);
+    let hot: Vec<_> = s
+        .leaf_prefixes()
+        .into_iter()
+        .filter(|p| p.starts_with(b"000000000003"))
+        .collect();
+    assert!(hot.len() >= 2, "hot range leaves: {hot:?}");
+    // The same writes without the rule, and evenly spread writes with it:
+    // no early split.
+    let (_, off, _) = run(1.0, true);
+    assert_eq!(skew_splits(&off), 0);
+    assert_eq!(size_splits(&off), 1);
+    assert_eq!(off.leaf_prefixes().len(), leaves_spread);
+    let (_, even, _) = run(0.5, false);
+    assert_eq!(skew_splits(&even), 0);
+    // Reopen: the split is in the trie file.
+    let prefixes = s.leaf_prefixes();
+    s.sync().unwrap();
+    drop(s);
+    let s = store_with(&fs, TABLE, 0.5);
+    assert_eq!(s.leaf_prefixes(), prefixes);
+}
+
+/// Open append handles stay under the cap: a sync leaves only the most
+/// recently appended active tables open; a closed table reopens at its
+/// end on its next append, and every value reads back, also after a
+/// reopen.
+#[test]
+fn open_append_handles_stay_under_the_cap() {
+    let fs = MemFs::new();
+    let dir = Path::new("/ts");
+    fs.create_dir_all(dir).unwrap();
+    let open = |cap: usize| {
+        TrieStore::open(
+            dir,
+            Arc::new(fs.clone()),
+            Arc::new(IoStats::default()),
+            TrieOptions {
+                value_threshold: 1,
+                table_size: 64 << 10,
+                split_skew: 1.0,
+                prefetch_threads: 0,
+                max_open_writers: cap,
+                capacity: None,
+            },
+        )
+        .unwrap()
+    };
+    let s = open(4);
+    let mut written: Vec<(Vec<u8>, ValuePointer, Vec<u8>)> = Vec::new();
+    let mut x = 5u64;
+    let mut seq = 0u64;
+    let mut write = |s: &TrieStore, n: usize, round: u8| {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let k = key((x >> 33) as usize % 100_000);
+            let v = vec![round; 200];
+            seq += 1;
+            let p = put(s, &k, seq, &v);
+            out.push((k, p, v));
+        }
+        out
+    };
+    written.extend(write(&s, 6000, 1));
+    let f = figures(&s);
+    assert!(f["trie_tables_active"] >= 8, "{f:?}");
+    s.sync().unwrap();
+    assert_eq!(figures(&s)["trie_tables_open"], 4);
+    // Appends to closed tables reopen them; between syncs the dirty ones
+    // stay open, and the next sync closes the surplus again.
+    written.extend(write(&s, 2000, 2));
+    assert!(figures(&s)["trie_tables_open"] > 4);
+    s.sync().unwrap();
+    assert_eq!(figures(&s)["trie_tables_open"], 4);
+    for (k, p, v) in &written {
+        assert_eq!(s.read(k, p).unwrap().as_ref(), Some(v));
+    }
+    drop(s);
+    let s = open(4);
+    assert_eq!(figures(&s)["trie_tables_open"], 4);
+    written.extend(write(&s, 500, 3));
+    s.sync().unwrap();
+    assert_eq!(figures(&s)["trie_tables_open"], 4);
+    for (k, p, v) in &written {
+        assert_eq!(s.read(k, p).unwrap().as_ref(), Some(v));
     }
 }
 

@@ -204,7 +204,9 @@ mod tests {
                     crate::vstore::trie::TrieOptions {
                         value_threshold: 1,
                         table_size: 8 << 10,
+                        split_skew: 0.5,
                         prefetch_threads: 0,
+                        max_open_writers: 500,
                         capacity: None,
                     },
                 )

@@ -36,7 +36,14 @@
 //!   leaf whose table passes `table_size` bytes splits into children by
 //!   the next key byte where its keys differ ([`trie::Trie::split`]); the
 //!   old table is sealed. TT_IN, and a leaf whose keys are all one key,
-//!   roll to a fresh table instead.
+//!   roll to a fresh table instead. A leaf whose **write share is
+//!   skewed** splits before its table is full: every `table_size / 4`
+//!   bytes appended (an epoch), a leaf that took more than `split_skew`
+//!   (default 1/2) of them splits, provided the trie has at least
+//!   [`SKEW_MIN_LEAVES`] leaves and the leaf's table holds at least
+//!   `table_size / 8` bytes (so a young table does not split on a burst).
+//!   The epoch's counts are kept in memory only; a split is persisted like
+//!   any other, before a value depends on it.
 //! - **GC per TrieTable** (beyond the paper, [`gc`]): garbage is tracked
 //!   per table (fed by compaction through [`ValueStore::note_garbage`]); a
 //!   step takes the table with the most, rewrites its live values **in key
@@ -48,9 +55,12 @@
 //!
 //! # Files
 //! `NNNNNN.tt` TrieTables (format in [`table`]), `TRIE` the trie file
-//! (format in [`trie`]). Each active table keeps one file open for
-//! appending: a database holds about as many open files as the trie has
-//! leaves, plus up to 512 cached read handles.
+//! (format in [`trie`]). Active tables keep their files open for
+//! appending, at most `max_open_writers` (`Options::max_open_files`) of
+//! them: past that, the least recently appended tables whose data is
+//! synced are closed and reopened at their end on their next append (a
+//! table with unsynced data stays open until the next sync, which then
+//! closes the surplus). Up to 512 read handles are cached besides.
 //!
 //! Thread-safety: appends, syncs and the catalog are serialised by one
 //! internal lock, GC steps by another; reads take the first only to check a
@@ -88,8 +98,14 @@ pub struct TrieOptions {
     /// Size at which a leaf's table splits the leaf, or TT_IN's table rolls
     /// (bytes).
     pub table_size: u64,
+    /// Write share past which a leaf splits early (adaptive splitting by
+    /// write skew; `1.0` = never; see [`TrieStore`]'s module docs).
+    pub split_skew: f64,
     /// Threads reading spans and values in parallel for scans (0 = none).
     pub prefetch_threads: usize,
+    /// Most active tables kept open for appending (clean ones beyond are
+    /// closed, least recently appended first, and reopened on use).
+    pub max_open_writers: usize,
     /// Most bytes the tables may hold before a user append is refused with
     /// `ValueStoreFull`; `None` = unbounded. GC copies are exempt.
     pub capacity: Option<u64>,
@@ -101,11 +117,17 @@ impl TrieOptions {
         TrieOptions {
             value_threshold: o.value_threshold,
             table_size: o.trie_table_size,
+            split_skew: o.trie_split_skew,
             prefetch_threads: o.prefetch_threads,
+            max_open_writers: o.max_open_files,
             capacity: o.value_capacity,
         }
     }
 }
+
+/// Fewest leaves for the write-skew rule: with fewer, a leaf's share of
+/// the writes says little about skew (a lone root takes them all).
+pub const SKEW_MIN_LEAVES: usize = 4;
 
 /// Durable bytes appended since the active tables' durable lengths were
 /// last recorded in the trie file, past which [`ValueStore::sync`] records
@@ -134,10 +156,16 @@ struct State {
     pending: Vec<PendingFree>,
     /// Bytes synced since durable lengths were last recorded.
     synced_unrecorded: u64,
+    /// Appends so far (the clock of [`TableWriter::last_use`]).
+    appends: u64,
     /// Bytes the tables hold (the sum of their valid lengths).
     held: u64,
     /// Of those, bytes in tables whose records are in key order.
     sorted_bytes: u64,
+    /// User bytes appended in the current skew epoch, and their share per
+    /// table (adaptive splitting by write skew; in memory only).
+    epoch_bytes: u64,
+    epoch_by_table: HashMap<u64, u64>,
 }
 
 impl State {
@@ -150,6 +178,33 @@ impl State {
             .filter(|t| t.sorted)
             .map(|t| t.valid_len)
             .sum();
+    }
+
+    /// Keeps the open append handles at most `cap`: closes the least
+    /// recently appended clean ones (a dirty one stays open until a sync
+    /// has made its data durable, so the cap can be passed between syncs).
+    fn close_idle_writers(&mut self, cap: usize) {
+        let cap = cap.max(1);
+        let st = self;
+        if st.writers.len() <= cap {
+            return;
+        }
+        let open = st.writers.values().filter(|w| w.file.is_some()).count();
+        if open <= cap {
+            return;
+        }
+        let mut idle: Vec<(u64, u64)> = st
+            .writers
+            .iter()
+            .filter(|(_, w)| w.file.is_some() && !w.dirty)
+            .map(|(&id, w)| (w.last_use, id))
+            .collect();
+        idle.sort_unstable();
+        for (_, id) in idle.into_iter().take(open - cap) {
+            if let Some(w) = st.writers.get_mut(&id) {
+                w.file = None;
+            }
+        }
     }
 
     /// Share of the held bytes in key-ordered tables, in thousandths.
@@ -179,6 +234,8 @@ impl State {
 #[derive(Default)]
 struct Counters {
     splits: AtomicU64,
+    /// Of the splits, those the write-skew rule made.
+    skew_splits: AtomicU64,
     rolls: AtomicU64,
     span_reads: AtomicU64,
     span_bytes: AtomicU64,
@@ -403,8 +460,9 @@ impl TrieStore {
             writers.insert(
                 id,
                 TableWriter {
-                    file: fs.open_append(&path).ctx(&path)?,
+                    file: Some(fs.open_append(&path).ctx(&path)?),
                     dirty: false,
+                    last_use: 0,
                 },
             );
         }
@@ -418,10 +476,14 @@ impl TrieStore {
             dir_dirty: false,
             pending: Vec::new(),
             synced_unrecorded: 0,
+            appends: 0,
             held: 0,
             sorted_bytes: 0,
+            epoch_bytes: 0,
+            epoch_by_table: HashMap::new(),
         };
         st.recount();
+        st.close_idle_writers(opts.max_open_writers);
         st.commit(&edits)?;
         st.log.sync()?;
         if removed {
@@ -490,7 +552,15 @@ impl TrieStore {
         let file = self.reader.fs.create(&path).ctx(&path)?;
         st.dir_dirty = true;
         st.cat.next_id = id + 1;
-        st.writers.insert(id, TableWriter { file, dirty: false });
+        st.appends += 1;
+        st.writers.insert(
+            id,
+            TableWriter {
+                file: Some(file),
+                dirty: false,
+                last_use: st.appends,
+            },
+        );
         st.tables.insert(id, TableInfo::new_active());
         st.owners.insert(id, place.clone());
         st.cat.trie.set_table(place, Some(id), edits);
@@ -550,8 +620,9 @@ impl TrieStore {
     }
 
     /// Splits the leaf of a full table, or rolls the table when the place
-    /// cannot split (adaptive splitting). State locked.
-    fn split_or_roll(&self, st: &mut State, id: u64) -> Result<()> {
+    /// cannot split (adaptive splitting). With `skewed` (the write-skew
+    /// rule) a place that cannot split is left as it is. State locked.
+    fn split_or_roll(&self, st: &mut State, id: u64, skewed: bool) -> Result<()> {
         let Some(place) = st.owners.get(&id).cloned() else {
             return Ok(());
         };
@@ -562,6 +633,11 @@ impl TrieStore {
         };
         if split {
             self.counters.splits.fetch_add(1, Ordering::Relaxed);
+            if skewed {
+                self.counters.skew_splits.fetch_add(1, Ordering::Relaxed);
+            }
+        } else if skewed {
+            return Ok(());
         } else {
             st.cat.trie.set_table(&place, None, &mut edits);
             self.counters.rolls.fetch_add(1, Ordering::Relaxed);
@@ -626,14 +702,22 @@ impl TrieStore {
             }
         }
         let mut full = Vec::new();
+        st.appends += 1;
         for (id, buf) in &bufs {
             let path = self.path(*id);
+            let tick = st.appends;
             let w = st
                 .writers
                 .get_mut(id)
                 .ok_or_else(|| Error::corruption(&path, 0, "active TrieTable has no writer"))?;
-            w.file.append(buf).and_then(|_| w.file.flush()).ctx(&path)?;
+            let file = match &mut w.file {
+                Some(f) => f,
+                // Closed under the handle cap, clean: reopen at its end.
+                None => w.file.insert(self.reader.fs.open_append(&path).ctx(&path)?),
+            };
+            file.append(buf).and_then(|_| file.flush()).ctx(&path)?;
             w.dirty = true;
+            w.last_use = tick;
             self.reader
                 .stats
                 .add_written(IoCategory::ValueStore, buf.len() as u64);
@@ -653,12 +737,53 @@ impl TrieStore {
             }
             st.held += n;
             st.sorted_bytes = st.sorted_bytes.saturating_add_signed(delta);
+            st.epoch_bytes += n;
+            *st.epoch_by_table.entry(*id).or_default() += n;
         }
         self.publish_order(&st);
+        let skewed = self.skewed_leaves(&mut st, &full);
         for id in full {
-            self.split_or_roll(&mut st, id)?;
+            self.split_or_roll(&mut st, id, false)?;
         }
+        for id in skewed {
+            self.split_or_roll(&mut st, id, true)?;
+        }
+        st.close_idle_writers(self.opts.max_open_writers);
         Ok(ptrs)
+    }
+
+    /// Adaptive splitting by write skew (beyond KT-Store §3.5): at the end
+    /// of each epoch of `table_size / 4` appended bytes, the active leaf
+    /// tables (not in `full`) that took more than `split_skew` of the
+    /// epoch's bytes, while the trie has at least [`SKEW_MIN_LEAVES`]
+    /// leaves and the table holds at least `table_size / 8` bytes; then a
+    /// new epoch begins. The leaves returned split like full ones, so a
+    /// range that draws most writes gets narrower tables — and denser
+    /// spans — before its table fills. State locked.
+    fn skewed_leaves(&self, st: &mut State, full: &[u64]) -> Vec<u64> {
+        if st.epoch_bytes < self.opts.table_size / 4 {
+            return Vec::new();
+        }
+        let epoch = std::mem::take(&mut st.epoch_bytes);
+        let by_table = std::mem::take(&mut st.epoch_by_table);
+        if self.opts.split_skew >= 1.0 || st.cat.trie.leaves().count() < SKEW_MIN_LEAVES {
+            return Vec::new();
+        }
+        let mut out: Vec<u64> = by_table
+            .into_iter()
+            .filter(|&(id, b)| {
+                b as f64 > self.opts.split_skew * epoch as f64
+                    && !full.contains(&id)
+                    && matches!(st.owners.get(&id), Some(Place::Leaf(_)))
+                    && st
+                        .tables
+                        .get(&id)
+                        .is_some_and(|t| t.valid_len >= self.opts.table_size / 8)
+            })
+            .map(|(id, _)| id)
+            .collect();
+        out.sort_unstable();
+        out
     }
 
     /// Publishes the key-ordered share after the tables changed. State
@@ -738,6 +863,8 @@ impl TrieStore {
             st.commit(&edits)?;
             st.synced_unrecorded = 0;
         }
+        // Synced writers are clean: close the surplus over the cap.
+        st.close_idle_writers(self.opts.max_open_writers);
         // After the tables: the trie file claims nothing they do not hold.
         st.log.sync()
     }
@@ -790,7 +917,11 @@ impl TrieStore {
 /// one result per table, in order.
 fn sync_all(tables: &mut [(u64, &mut TableWriter)], dir: &Path) -> Vec<Result<()>> {
     let sync = |(id, w): &mut (u64, &mut TableWriter)| -> Result<()> {
-        w.file.sync().ctx(&table_path(dir, *id))
+        match &mut w.file {
+            Some(f) => f.sync().ctx(&table_path(dir, *id)),
+            // Only clean writers are closed: nothing to sync.
+            None => Ok(()),
+        }
     };
     if tables.len() <= 1 {
         return tables.iter_mut().map(sync).collect();
@@ -1039,6 +1170,10 @@ impl ValueStore for TrieStore {
             ("trie_depth", t.depth() as u64),
             ("trie_tables", (st.tables.len() - retired) as u64),
             ("trie_tables_active", st.writers.len() as u64),
+            (
+                "trie_tables_open",
+                st.writers.values().filter(|w| w.file.is_some()).count() as u64,
+            ),
             ("trie_tables_sealed", sealed),
             ("trie_tables_retired", retired as u64),
             ("trie_file_bytes", st.log.len()),
@@ -1049,6 +1184,7 @@ impl ValueStore for TrieStore {
             ("trie_tables_garbage_50_75pct", quartiles[2]),
             ("trie_tables_garbage_ge75pct", quartiles[3]),
             ("trie_splits", ld(&c.splits)),
+            ("trie_skew_splits", ld(&c.skew_splits)),
             ("trie_rolls", ld(&c.rolls)),
             ("span_reads", ld(&c.span_reads)),
             ("span_bytes", ld(&c.span_bytes)),

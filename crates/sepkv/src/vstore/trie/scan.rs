@@ -27,15 +27,28 @@
 //!
 //! The floor weighs a read call against the bytes it moves. While value
 //! reads reach the device (the running read-time estimate,
-//! [`crate::vstore::ReadLatency`]), `d` = [`MIN_DENSITY`] = 1/8: one
-//! random read (~100 µs on an SSD, milliseconds on a disk) costs as much as
-//! 50–200 KB or more of sequential transfer, so a span read up to eight
-//! times the requested bytes still saves time. While reads are served from
+//! [`crate::vstore::ReadLatency`]), `d` = [`MIN_DENSITY`] = 1/16: one
+//! random read (~75–100 µs on an SSD or a virtual disk, milliseconds on a
+//! disk) costs as much as 50–200 KB or more of sequential transfer
+//! (measured on a virtual disk: a 4 KiB direct read 74 µs, 256 KiB direct
+//! reads at 760 MB/s, so one read call is worth about 56 KB at queue depth
+//! one), and parallel single reads lower that worth. On that disk (1 M ×
+//! 1 KiB values loaded in random order, 100-entry scans, one run each)
+//! floors of 1/8, 1/16 and 1/32 gave 367, 423 and 373 scans/s: denser
+//! floors leave more single reads, sparser ones move more bytes (read
+//! amplification 4.5, 7.4 and 11.9). While reads are served from
 //! the page cache a read call costs about a microsecond and every byte is a
 //! copy (measured: at the device floor, spans read three times the
 //! requested bytes and the copying took a third of a scan's time), so `d`
 //! = [`MIN_DENSITY_MEMORY`] = 3/4: spans are read where the records lie
 //! nearly back to back, as in tables GC rewrote in key order.
+//!
+//! While the reads run in parallel (reads reach the device and the
+//! prefetch pool has threads), spans are planned with a bound of
+//! [`PARALLEL_SPAN`] (512 KiB) instead of [`MAX_SPAN`]: a long dense run is
+//! then cut at record boundaries into chunks that the pool's threads read
+//! at once, and the longest reads are handed out first, so one big span
+//! does not leave the other threads idle behind it.
 //!
 //! The result is exactly what per-pointer reads return: a span is only a
 //! cheaper way to fetch the same bytes; a pointer outside its table's valid
@@ -52,11 +65,13 @@ use std::sync::Arc;
 
 /// Least share of a span's bytes that requested records must fill while
 /// reads reach the device.
-pub const MIN_DENSITY: f64 = 1.0 / 8.0;
+pub const MIN_DENSITY: f64 = 1.0 / 16.0;
 /// The same while reads are served from memory.
 pub const MIN_DENSITY_MEMORY: f64 = 3.0 / 4.0;
 /// Longest span read at once (bytes).
 pub const MAX_SPAN: u64 = 4 << 20;
+/// Longest span read at once while spans are read in parallel (bytes).
+pub const PARALLEL_SPAN: u64 = 512 << 10;
 
 /// One read of the plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -212,7 +227,17 @@ pub fn read_many(
     } else {
         MIN_DENSITY
     };
-    let reads = plan(&valid, floor, MAX_SPAN);
+    let parallel = store.prefetch.threads() > 0 && !from_memory;
+    let mut reads = plan(
+        &valid,
+        floor,
+        if parallel { PARALLEL_SPAN } else { MAX_SPAN },
+    );
+    // Longest first: the pool hands out jobs in order.
+    reads.sort_by_key(|r| match r {
+        Read::Span { start, end, .. } => std::cmp::Reverse(end - start),
+        Read::Single(_) => std::cmp::Reverse(0),
+    });
     let c = &store.counters;
     for r in &reads {
         match r {
@@ -232,8 +257,7 @@ pub fn read_many(
             }
         }
     }
-    let parallel = reads.len() >= 2 && store.prefetch.threads() > 0 && !from_memory;
-    let served: Vec<Served> = if parallel {
+    let served: Vec<Served> = if parallel && reads.len() >= 2 {
         let reader = store.reader.clone();
         let jobs = Arc::new((reqs.to_vec(), reads));
         let n = jobs.1.len();

@@ -134,12 +134,16 @@ impl TableInfo {
     }
 }
 
-/// The open append handle of an active table.
+/// The append handle of an active table.
 pub struct TableWriter {
-    /// The file, positioned at its end.
-    pub file: Box<dyn WritableFile>,
+    /// The file, positioned at its end; `None` while closed to keep the
+    /// number of open handles under the cap (only a clean writer is
+    /// closed; the next append reopens it at its end).
+    pub file: Option<Box<dyn WritableFile>>,
     /// True while it holds appended data not yet synced.
     pub dirty: bool,
+    /// When it was last appended to (the store's append count).
+    pub last_use: u64,
 }
 
 /// Checks a record read for `key` at `ptr` (`buf` holds exactly the
