@@ -21,6 +21,7 @@
 //!
 //! Implementations are shared between threads (`Send + Sync`).
 
+pub mod bands;
 pub mod hashkv;
 mod inline;
 mod pointer;
