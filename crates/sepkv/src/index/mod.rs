@@ -10,6 +10,7 @@
 pub mod cache;
 pub mod compaction;
 pub mod filename;
+pub mod hash;
 pub mod iter;
 pub mod key;
 pub mod memtable;
