@@ -26,6 +26,7 @@
 //! writer's lock; the table has its own lock, held only for in-memory work
 //! and page loads, never across a band read.
 
+pub mod keylog;
 pub mod table;
 
 use crate::error::{Error, Result};
@@ -91,7 +92,21 @@ pub struct HashIndex {
     writer: Mutex<u64>,
     last_seq: AtomicU64,
     snapshots: Mutex<BTreeMap<SeqNum, usize>>,
+    /// Current addresses the bands asked for while logging the batch being
+    /// written ([`PrevLookup`]), for [`HashIndex::apply_logged`].
+    pending_prev: Mutex<HashMap<Vec<u8>, std::result::Result<Option<ValuePointer>, String>>>,
     opts: HashOptions,
+}
+
+/// What a batch did to the set of keys (for the key-only LSM-tree, §V-A3):
+/// a key's first put inserts it, its delete removes it; overwrites do
+/// nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyOp {
+    /// The key came into existence.
+    Insert(Vec<u8>),
+    /// The key was deleted.
+    Remove(Vec<u8>),
 }
 
 impl HashIndex {
@@ -137,6 +152,7 @@ impl HashIndex {
             table: Mutex::new(table),
             writer: Mutex::new(0),
             snapshots: Mutex::new(BTreeMap::new()),
+            pending_prev: Mutex::new(HashMap::new()),
             opts,
         };
         idx.recover()?;
@@ -224,11 +240,22 @@ impl HashIndex {
     fn find(&self, key: &[u8]) -> Result<Option<(ValuePointer, OwnedEntry)>> {
         let (h, fp) = hash_key(key);
         // A node read just before GC moved it may point into a band GC has
-        // since freed: look again, and find it at its new address.
+        // since freed: look again, and find it at its new address. A node
+        // that still points there after the look again is dangling (its
+        // delete token was collected): it goes.
+        let mut last: Option<Vec<table::Node>> = None;
         for _ in 0..4 {
             let cands = self.table.lock().candidates(h, fp)?;
+            if last.as_ref() == Some(&cands) {
+                for n in &cands {
+                    if self.bands.is_collected(&n.ptr) {
+                        self.table.lock().remove(h, &n.ptr)?;
+                    }
+                }
+                break;
+            }
             let mut moved = false;
-            for n in cands {
+            for n in &cands {
                 match self.bands.read_entry(&n.ptr)? {
                     Some(e) if e.key == key => return Ok(Some((n.ptr, e))),
                     Some(_) => {}
@@ -238,28 +265,28 @@ impl HashIndex {
             if !moved {
                 break;
             }
+            last = Some(cands);
         }
         Ok(None)
     }
 
-    /// Reads `key` at the newest state (`None`) or at sequence number
-    /// `seq`, walking back previous-version addresses.
+    /// The version of `key` visible at sequence number `at` — its address
+    /// and entry (a delete token included) — walking back previous-version
+    /// addresses from the newest; `None` when the key has no version then.
     ///
     /// # Errors
     /// `Corruption` with band file and offset when a record is damaged or a
     /// previous-version address leads to another key.
-    pub fn get(&self, key: &[u8], seq: Option<SeqNum>) -> Result<Option<Vec<u8>>> {
-        let at = seq.unwrap_or_else(|| self.last_seq.load(Ordering::Acquire));
+    pub fn lookup(&self, key: &[u8], at: SeqNum) -> Result<Option<(ValuePointer, OwnedEntry)>> {
         let Some((mut ptr, mut e)) = self.find(key)? else {
             return Ok(None);
         };
         loop {
             if e.seq <= at {
                 return match e.kind {
-                    Kind::Value | Kind::GcCopy => Ok(Some(e.payload)),
-                    Kind::Tombstone => Ok(None),
+                    Kind::Value | Kind::GcCopy | Kind::Tombstone => Ok(Some((ptr, e))),
                     _ => Err(Error::corruption(
-                        format!("band {}", ptr.file_id),
+                        self.bands.band_file(ptr.file_id),
                         ptr.offset,
                         "hash-table node addresses a log-only record",
                     )),
@@ -274,13 +301,26 @@ impl HashIndex {
             };
             if pe.key != key || pe.seq >= e.seq {
                 return Err(Error::corruption(
-                    format!("band {}", prev.file_id),
+                    self.bands.band_file(prev.file_id),
                     prev.offset,
                     "previous-version address leads to another key",
                 ));
             }
             (ptr, e) = (prev, pe);
         }
+    }
+
+    /// Reads `key` at the newest state (`None`) or at sequence number
+    /// `seq`, walking back previous-version addresses.
+    ///
+    /// # Errors
+    /// `Corruption` with band file and offset when a record is damaged or a
+    /// previous-version address leads to another key.
+    pub fn get(&self, key: &[u8], seq: Option<SeqNum>) -> Result<Option<Vec<u8>>> {
+        let at = seq.unwrap_or_else(|| self.last_seq.load(Ordering::Acquire));
+        Ok(self
+            .lookup(key, at)?
+            .and_then(|(_, e)| (e.kind != Kind::Tombstone).then_some(e.payload)))
     }
 
     /// Applies a write batch; returns the sequence number of its last
@@ -348,6 +388,86 @@ impl HashIndex {
             self.checkpoint_locked(&mut w)?;
         }
         Ok(last)
+    }
+
+    /// Applies a batch the bands logged through [`ValueStore::log_batch`]
+    /// (the engine's write path): `entries` are the batch as the index
+    /// receives it (`Pointer` for a put or a GC relocation, `Deletion`),
+    /// `addrs` the address of each entry ([`BandStore::take_last_batch`]).
+    /// Returns how the batch changed the set of keys. Writer lock held.
+    ///
+    /// # Errors
+    /// `Corruption`, `Io`; a lookup the bands made while logging failed.
+    pub fn apply_logged(
+        &self,
+        entries: &[(ValueType, &[u8], &[u8])],
+        addrs: &[ValuePointer],
+    ) -> Result<Vec<KeyOp>> {
+        if entries.len() != addrs.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{} entries but {} band addresses",
+                entries.len(),
+                addrs.len()
+            )));
+        }
+        let mut pending = std::mem::take(&mut *self.pending_prev.lock());
+        let mut latest: HashMap<&[u8], Option<ValuePointer>> = HashMap::new();
+        let mut ops = Vec::new();
+        for (&(t, key, value), addr) in entries.iter().zip(addrs) {
+            let old = match latest.get(key) {
+                Some(p) => *p,
+                None => match pending.remove(key) {
+                    Some(r) => r.map_err(Error::InvalidArgument)?,
+                    None => self.find(key)?.map(|x| x.0),
+                },
+            };
+            let live = old.is_some_and(|p| p.aux & AUX_TOMBSTONE == 0);
+            let new = match t {
+                ValueType::Pointer => {
+                    let p = ValuePointer::decode(value).ok_or_else(|| {
+                        Error::InvalidArgument("batch holds a malformed pointer".into())
+                    })?;
+                    // A user's put addresses its own entry; a GC relocation
+                    // moves the node to the copy (or, null, removes it).
+                    let put = p == (ValuePointer { aux: 0, ..*addr });
+                    if put && !live {
+                        ops.push(KeyOp::Insert(key.to_vec()));
+                    }
+                    Some(p)
+                }
+                ValueType::Deletion => {
+                    if live {
+                        ops.push(KeyOp::Remove(key.to_vec()));
+                    }
+                    // A delete of an absent key needs no node.
+                    old.map(|_| *addr)
+                }
+                ValueType::Value => {
+                    return Err(Error::InvalidArgument(
+                        "the hash index keeps no inline values".into(),
+                    ))
+                }
+            };
+            let (h, fp) = hash_key(key);
+            let mut tbl = self.table.lock();
+            match (old, new) {
+                (Some(o), Some(n)) if n.file_id == 0 => {
+                    tbl.remove(h, &o)?;
+                }
+                (Some(o), Some(n)) => {
+                    if !tbl.replace(h, &o, n)? {
+                        return Err(Error::InvalidArgument(
+                            "hash-table node moved under the writer".into(),
+                        ));
+                    }
+                }
+                (None, Some(n)) if n.file_id != 0 => tbl.insert(h, fp, n)?,
+                _ => {}
+            }
+            drop(tbl);
+            latest.insert(key, new.filter(|n| n.file_id != 0));
+        }
+        Ok(ops)
     }
 
     /// Writes the table's checkpoint (§V-B6). Writer lock held.
@@ -419,6 +539,18 @@ impl HashIndex {
     /// Estimated bytes of pages in memory.
     pub fn cached_bytes(&self) -> usize {
         self.table.lock().cached_bytes()
+    }
+}
+
+impl crate::vstore::bands::PrevLookup for HashIndex {
+    fn prev(&self, key: &[u8]) -> Option<ValuePointer> {
+        let r = self
+            .find(key)
+            .map(|x| x.map(|x| x.0))
+            .map_err(|e| e.to_string());
+        let p = r.clone().ok().flatten();
+        self.pending_prev.lock().insert(key.to_vec(), r);
+        p
     }
 }
 

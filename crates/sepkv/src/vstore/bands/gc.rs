@@ -49,6 +49,7 @@ pub fn step(
     let oldest = index.oldest_visible_seq();
     let victim = {
         let st = bs.state.lock();
+        let limit = bs.gc_limit_locked(&st);
         st.bands
             .iter()
             .filter(|(&id, b)| {
@@ -57,7 +58,7 @@ pub fn step(
                     && b.retired.is_none()
                     && b.invalid > 0
                     && b.inval_seq <= oldest
-                    && st.ckpt.is_none_or(|c| id < c.0)
+                    && limit.is_none_or(|l| id < l)
             })
             .max_by_key(|(&id, b)| (b.invalid, std::cmp::Reverse(id)))
             .map(|(&id, b)| (id, b.valid_len, b.inval_seq))

@@ -75,6 +75,10 @@ pub struct BandOptions {
     /// GC is due when fewer empty bands than this fit into the capacity
     /// (§V-B5; ignored without a capacity).
     pub gc_empty_bands: u64,
+    /// A second index (the key-only LSM-tree of §V-A3) replays the bands
+    /// from a checkpoint of its own ([`BandStore::set_key_checkpoint`]); GC
+    /// collects only bands before both checkpoints.
+    pub key_index: bool,
 }
 
 impl Default for BandOptions {
@@ -85,6 +89,7 @@ impl Default for BandOptions {
             log_mode: true,
             capacity: None,
             gc_empty_bands: 4,
+            key_index: false,
         }
     }
 }
@@ -138,6 +143,8 @@ struct State {
     open: u64,
     /// Log mode: replay starts here; GC collects only bands before it.
     ckpt: Option<(u64, u64)>,
+    /// The key index's replay position (`key_index`); `None` until known.
+    key_ckpt: Option<(u64, u64)>,
     /// Largest sequence number appended.
     last_seq: u64,
 }
@@ -162,6 +169,9 @@ pub struct BandStore {
     state: Mutex<State>,
     gc_lock: Mutex<()>,
     prev_lookup: RwLock<Option<Weak<dyn PrevLookup>>>,
+    /// Addresses of every entry of the last user batch (see
+    /// [`BandStore::take_last_batch`]).
+    last_batch: Mutex<Vec<ValuePointer>>,
     counters: Counters,
 }
 
@@ -409,10 +419,12 @@ impl BandStore {
                 bands,
                 open,
                 ckpt,
+                key_ckpt: None,
                 last_seq,
             }),
             gc_lock: Mutex::new(()),
             prev_lookup: RwLock::new(None),
+            last_batch: Mutex::new(Vec::new()),
             counters: Counters::default(),
         })
     }
@@ -442,6 +454,11 @@ impl BandStore {
 
     fn path(&self, id: u64) -> PathBuf {
         band_path(&self.dir, id)
+    }
+
+    /// Path of band `id` (for errors).
+    pub fn band_file(&self, id: u64) -> PathBuf {
+        self.path(id)
     }
 
     fn handle(&self, id: u64) -> Result<Arc<dyn RandomAccessFile>> {
@@ -555,7 +572,18 @@ impl BandStore {
                 None => lookup.as_ref().and_then(|l| l.prev(key)),
             }
         };
-        self.append_entries(&recs, &prev_of, IoCategory::ValueStore)
+        let ptrs = self.append_entries(&recs, &prev_of, IoCategory::ValueStore)?;
+        *self.last_batch.lock() = ptrs.clone();
+        Ok(ptrs)
+    }
+
+    /// The addresses of every entry of the last batch logged through
+    /// [`ValueStore::log_batch`] or [`BandStore::log_linked`] (delete tokens
+    /// and relocations included, which `log_batch` does not return), taken
+    /// once. The writer's lock orders a batch's logging before its index
+    /// update, so the index calls this with that lock held.
+    pub fn take_last_batch(&self) -> Vec<ValuePointer> {
+        std::mem::take(&mut *self.last_batch.lock())
     }
 
     /// Appends entries `(kind, key, seq, payload)` as one batch. `prev_of`
@@ -770,6 +798,31 @@ impl BandStore {
         }
     }
 
+    /// True when `ptr` lies in a band GC has collected and deleted.
+    pub fn is_collected(&self, ptr: &ValuePointer) -> bool {
+        let st = self.state.lock();
+        ptr.file_id < st.open && !st.bands.contains_key(&ptr.file_id)
+    }
+
+    /// Records the key index's durable replay position (monotonic).
+    pub fn set_key_checkpoint(&self, pos: (u64, u64)) {
+        let mut st = self.state.lock();
+        if st.key_ckpt.is_none_or(|c| c < pos) {
+            st.key_ckpt = Some(pos);
+        }
+    }
+
+    /// The first band GC must keep: the lower of the checkpoints (log
+    /// mode); `None` without log mode.
+    fn gc_limit_locked(&self, st: &State) -> Option<u64> {
+        let c = st.ckpt?.0;
+        if self.opts.key_index {
+            Some(st.key_ckpt.map_or(0, |k| k.0.min(c)))
+        } else {
+            Some(c)
+        }
+    }
+
     /// Sequence number of the last appended entry.
     pub fn last_seq(&self) -> SeqNum {
         self.state.lock().last_seq
@@ -860,9 +913,22 @@ impl BandStore {
         &self,
         f: &mut dyn FnMut(ValuePointer, &Entry<'_>) -> Result<()>,
     ) -> Result<()> {
+        let from = self.state.lock().ckpt.unwrap_or((0, 0));
+        self.replay_entries_from(from, f)
+    }
+
+    /// As [`BandStore::replay_entries`], from position `from`.
+    ///
+    /// # Errors
+    /// `Corruption` with band file and offset; `Io`; whatever `f` returns.
+    pub fn replay_entries_from(
+        &self,
+        from: (u64, u64),
+        f: &mut dyn FnMut(ValuePointer, &Entry<'_>) -> Result<()>,
+    ) -> Result<()> {
         let ranges: Vec<(u64, u64, u64)> = {
             let st = self.state.lock();
-            let ckpt = st.ckpt.unwrap_or((0, 0));
+            let ckpt = from;
             st.bands
                 .iter()
                 .filter(|(&id, b)| id >= ckpt.0 && b.retired.is_none())
