@@ -94,9 +94,13 @@ pub struct HashIndex {
     snapshots: Mutex<BTreeMap<SeqNum, usize>>,
     /// Current addresses the bands asked for while logging the batch being
     /// written ([`PrevLookup`]), for [`HashIndex::apply_logged`].
-    pending_prev: Mutex<HashMap<Vec<u8>, std::result::Result<Option<ValuePointer>, String>>>,
+    pending_prev: Mutex<HashMap<Vec<u8>, PrevResult>>,
     opts: HashOptions,
 }
+
+/// A key's current address as a lookup for the bands found it (or why
+/// it failed).
+type PrevResult = std::result::Result<Option<ValuePointer>, String>;
 
 /// What a batch did to the set of keys (for the key-only LSM-tree, §V-A3):
 /// a key's first put inserts it, its delete removes it; overwrites do
@@ -454,12 +458,10 @@ impl HashIndex {
                 (Some(o), Some(n)) if n.file_id == 0 => {
                     tbl.remove(h, &o)?;
                 }
-                (Some(o), Some(n)) => {
-                    if !tbl.replace(h, &o, n)? {
-                        return Err(Error::InvalidArgument(
-                            "hash-table node moved under the writer".into(),
-                        ));
-                    }
+                (Some(o), Some(n)) if !tbl.replace(h, &o, n)? => {
+                    return Err(Error::InvalidArgument(
+                        "hash-table node moved under the writer".into(),
+                    ));
                 }
                 (None, Some(n)) if n.file_id != 0 => tbl.insert(h, fp, n)?,
                 _ => {}
