@@ -111,8 +111,8 @@ pub use identity::FORMAT_VERSION;
 pub use index::compaction::CompactionStats;
 pub use iterator::{DbIterator, Scan};
 pub use options::{
-    IndexKind, Options, Preset, ReadOptions, ValueLayout, WriteOptions, MAX_BATCH_SIZE,
-    MAX_KEY_SIZE, MAX_VALUE_SIZE,
+    HashIndexMode, IndexKind, Options, Preset, ReadOptions, ValueLayout, WriteOptions,
+    MAX_BATCH_SIZE, MAX_KEY_SIZE, MAX_VALUE_SIZE,
 };
 pub use range::KeyRange;
 pub use snapshot::Snapshot;

@@ -340,6 +340,44 @@ pub struct Options {
     /// holds in memory. Smaller tables make scans' span reads denser and
     /// cost more files. May change between opens. Default 4 MiB.
     pub trie_table_size: u64,
+    /// Entries after which a `bands` logical band is closed and the next
+    /// opened (FlashKey §V-A2). May change between opens. Default 1000.
+    pub band_entries: u32,
+    /// Where the `hash` index keeps its table (FlashKey §V-A1):
+    /// [`HashIndexMode::Memory`] (default) or [`HashIndexMode::Disk`]
+    /// behind a write-back page cache of `hash_cache_size` bytes. May
+    /// change between opens.
+    pub hash_index_mode: HashIndexMode,
+    /// Bytes of hash-table pages the `hash` index keeps in memory in
+    /// [`HashIndexMode::Disk`] (default 16 MiB).
+    pub hash_cache_size: u64,
+    /// The `hash` index checkpoints its dirty pages every this many closed
+    /// bands (FlashKey §V-B6); recovery replays the bands after the last
+    /// checkpoint. Default 64.
+    pub hash_checkpoint_bands: u64,
+}
+
+/// Where the `hash` index keeps its table (FlashKey §V-A1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HashIndexMode {
+    /// Every page in memory.
+    #[default]
+    Memory,
+    /// Pages on disk behind a bounded write-back cache.
+    Disk,
+}
+
+impl FromStr for HashIndexMode {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "memory" => Ok(HashIndexMode::Memory),
+            "disk" => Ok(HashIndexMode::Disk),
+            _ => Err(Error::InvalidArgument(format!(
+                "unknown hash index mode {s:?} (memory or disk)"
+            ))),
+        }
+    }
 }
 
 impl fmt::Debug for Options {
@@ -396,6 +434,10 @@ impl Default for Options {
             hashkv_journal: true,
             hashkv_journal_size: 64 << 20,
             trie_table_size: 4 << 20,
+            band_entries: 1000,
+            hash_index_mode: HashIndexMode::Memory,
+            hash_cache_size: 16 << 20,
+            hash_checkpoint_bands: 64,
         }
     }
 }
@@ -601,6 +643,24 @@ impl Options {
             return bad(format!(
                 "hashkv_write_cache_size {} must be at most 1 GiB",
                 self.hashkv_write_cache_size
+            ));
+        }
+        if !(1..=1 << 20).contains(&self.band_entries) {
+            return bad(format!(
+                "band_entries {} must be between 1 and 1048576",
+                self.band_entries
+            ));
+        }
+        if self.hash_cache_size < 64 << 10 {
+            return bad(format!(
+                "hash_cache_size {} must be at least 64 KiB",
+                self.hash_cache_size
+            ));
+        }
+        if !(1..=1 << 20).contains(&self.hash_checkpoint_bands) {
+            return bad(format!(
+                "hash_checkpoint_bands {} must be between 1 and 1048576",
+                self.hash_checkpoint_bands
             ));
         }
         if !(64 << 10..=1 << 30).contains(&self.trie_table_size) {

@@ -45,14 +45,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use table::{hash_key, Table, TableFigures};
 
-/// Where the hash table lives (§V-A1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HashMode {
-    /// Every page in memory.
-    Memory,
-    /// Pages on disk behind a bounded write-back cache.
-    Disk,
-}
+/// Where the hash table lives (§V-A1): the engine's option.
+pub use crate::options::HashIndexMode as HashMode;
 
 /// Knobs of the hash index.
 #[derive(Debug, Clone)]
