@@ -92,6 +92,17 @@ pub struct HashIndex {
     opts: HashOptions,
 }
 
+/// The outcome of [`HashIndex::walk`].
+#[derive(Debug)]
+pub enum Walk {
+    /// The version visible at the sequence number (maybe a delete token).
+    Found(ValuePointer, OwnedEntry),
+    /// The key had no version then.
+    Absent,
+    /// The walk reached a collected band.
+    Gone,
+}
+
 /// A key's current address as a lookup for the bands found it (or why
 /// it failed).
 type PrevResult = std::result::Result<Option<ValuePointer>, String>;
@@ -276,13 +287,24 @@ impl HashIndex {
     /// `Corruption` with band file and offset when a record is damaged or a
     /// previous-version address leads to another key.
     pub fn lookup(&self, key: &[u8], at: SeqNum) -> Result<Option<(ValuePointer, OwnedEntry)>> {
+        Ok(match self.walk(key, at)? {
+            Walk::Found(p, e) => Some((p, e)),
+            Walk::Absent | Walk::Gone => None,
+        })
+    }
+
+    /// As [`HashIndex::lookup`], telling a key absent at `at` from a walk
+    /// that reached a collected band (`Walk::Gone`): a reader that holds no
+    /// snapshot may race the write and the GC that made its version
+    /// unreachable, and then reads again at a newer sequence number.
+    pub fn walk(&self, key: &[u8], at: SeqNum) -> Result<Walk> {
         let Some((mut ptr, mut e)) = self.find(key)? else {
-            return Ok(None);
+            return Ok(Walk::Absent);
         };
         loop {
             if e.seq <= at {
                 return match e.kind {
-                    Kind::Value | Kind::GcCopy | Kind::Tombstone => Ok(Some((ptr, e))),
+                    Kind::Value | Kind::GcCopy | Kind::Tombstone => Ok(Walk::Found(ptr, e)),
                     _ => Err(Error::corruption(
                         self.bands.band_file(ptr.file_id),
                         ptr.offset,
@@ -291,11 +313,10 @@ impl HashIndex {
                 };
             }
             let Some(prev) = e.prev else {
-                return Ok(None);
+                return Ok(Walk::Absent);
             };
             let Some(pe) = self.bands.read_entry(&prev)? else {
-                // Collected: no live reader can need it.
-                return Ok(None);
+                return Ok(Walk::Gone);
             };
             if pe.key != key || pe.seq >= e.seq {
                 return Err(Error::corruption(
@@ -306,6 +327,36 @@ impl HashIndex {
             }
             (ptr, e) = (prev, pe);
         }
+    }
+
+    /// Checks every hash-table page; returns the pages checked and faults.
+    pub fn verify_table(&self) -> (u64, Vec<Error>) {
+        self.table.lock().verify()
+    }
+
+    /// Sets the last sequence number (the engine publishes its own).
+    pub fn set_last_seq(&self, s: SeqNum) {
+        self.last_seq.store(s, Ordering::Release);
+    }
+
+    /// The sequence number recovery restored (or the last written).
+    pub fn last_seq(&self) -> SeqNum {
+        self.last_seq.load(Ordering::Acquire)
+    }
+
+    /// Checkpoints when `checkpoint_bands` bands closed since the last one;
+    /// returns whether it did. Writer lock held.
+    ///
+    /// # Errors
+    /// `Io`.
+    pub fn checkpoint_if_due(&self) -> Result<bool> {
+        let mut w = self.writer.lock();
+        let open = self.bands.log_position().map_or(0, |p| p.0);
+        if open >= *w + self.opts.checkpoint_bands {
+            self.checkpoint_locked(&mut w)?;
+            return Ok(true);
+        }
+        Ok(false)
     }
 
     /// Reads `key` at the newest state (`None`) or at sequence number
@@ -392,7 +443,8 @@ impl HashIndex {
     /// (the engine's write path): `entries` are the batch as the index
     /// receives it (`Pointer` for a put or a GC relocation, `Deletion`),
     /// `addrs` the address of each entry ([`BandStore::take_last_batch`]).
-    /// Returns how the batch changed the set of keys. Writer lock held.
+    /// Returns how the batch changed the set of keys, each change with the
+    /// position in `entries` of the entry that made it. Writer lock held.
     ///
     /// # Errors
     /// `Corruption`, `Io`; a lookup the bands made while logging failed.
@@ -400,7 +452,7 @@ impl HashIndex {
         &self,
         entries: &[(ValueType, &[u8], &[u8])],
         addrs: &[ValuePointer],
-    ) -> Result<Vec<KeyOp>> {
+    ) -> Result<Vec<(usize, KeyOp)>> {
         if entries.len() != addrs.len() {
             return Err(Error::InvalidArgument(format!(
                 "{} entries but {} band addresses",
@@ -411,7 +463,7 @@ impl HashIndex {
         let mut pending = std::mem::take(&mut *self.pending_prev.lock());
         let mut latest: HashMap<&[u8], Option<ValuePointer>> = HashMap::new();
         let mut ops = Vec::new();
-        for (&(t, key, value), addr) in entries.iter().zip(addrs) {
+        for (i, (&(t, key, value), addr)) in entries.iter().zip(addrs).enumerate() {
             let old = match latest.get(key) {
                 Some(p) => *p,
                 None => match pending.remove(key) {
@@ -429,13 +481,13 @@ impl HashIndex {
                     // moves the node to the copy (or, null, removes it).
                     let put = p == (ValuePointer { aux: 0, ..*addr });
                     if put && !live {
-                        ops.push(KeyOp::Insert(key.to_vec()));
+                        ops.push((i, KeyOp::Insert(key.to_vec())));
                     }
                     Some(p)
                 }
                 ValueType::Deletion => {
                     if live {
-                        ops.push(KeyOp::Remove(key.to_vec()));
+                        ops.push((i, KeyOp::Remove(key.to_vec())));
                     }
                     // A delete of an absent key needs no node.
                     old.map(|_| *addr)

@@ -731,6 +731,33 @@ impl Table {
         Ok(())
     }
 
+    /// Reads every page the working page map names and checks it; returns
+    /// the pages checked and the faults (file and offset).
+    pub fn verify(&self) -> (u64, Vec<Error>) {
+        let mut faults = Vec::new();
+        let mut n = 0;
+        for (no, &(off, len)) in self.meta.map.iter().enumerate() {
+            if len == 0 {
+                continue;
+            }
+            n += 1;
+            let mut b = vec![0u8; len as usize];
+            if let Err(e) = self.reader.read_exact_at(off, &mut b).ctx(&self.path()) {
+                faults.push(e);
+                continue;
+            }
+            self.stats.add_read(IoCategory::UserRead, len as u64);
+            if Page::decode(&b, no as u64).is_none() {
+                faults.push(Error::corruption(
+                    self.path(),
+                    off,
+                    format!("hash-table page {no} damaged"),
+                ));
+            }
+        }
+        (n, faults)
+    }
+
     /// Figures for `stats`.
     pub fn figures(&self) -> TableFigures {
         let mut f = TableFigures {

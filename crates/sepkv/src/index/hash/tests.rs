@@ -477,6 +477,7 @@ fn engine_write(idx: &HashIndex, seq0: u64, ops: &[Op<'_>]) -> Vec<KeyOp> {
         })
         .collect();
     let out = idx.apply_logged(&entries, &addrs).unwrap();
+    let out: Vec<KeyOp> = out.into_iter().map(|x| x.1).collect();
     idx.last_seq
         .store(seq0 + ops.len() as u64 - 1, Ordering::Release);
     out
