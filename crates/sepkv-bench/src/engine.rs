@@ -226,10 +226,13 @@ pub struct Tuning {
     /// `+nosep`: every value is separated, none kept inline
     /// (`value_threshold` 1; selective separation off, HashKV §3.5, Exp. 7).
     pub no_selective: bool,
+    /// `+diskhash`: FlashKey's hash table on disk behind its bounded page
+    /// cache rather than in memory (§V-A1).
+    pub disk_hash: bool,
 }
 
 /// The `+flag`s of [`Tuning`], for messages.
-const TUNING_FLAGS: &str = "+nowal, +noprefetch, +nohot, +nojournal, +nosep";
+const TUNING_FLAGS: &str = "+nowal, +noprefetch, +nohot, +nojournal, +nosep, +diskhash";
 
 impl fmt::Display for Tuning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -247,6 +250,9 @@ impl fmt::Display for Tuning {
         }
         if self.no_selective {
             f.write_str("+nosep")?;
+        }
+        if self.disk_hash {
+            f.write_str("+diskhash")?;
         }
         Ok(())
     }
@@ -436,6 +442,7 @@ impl FromStr for EngineSpec {
                             "nohot" => tuning.no_hotness = true,
                             "nojournal" => tuning.no_journal = true,
                             "nosep" => tuning.no_selective = true,
+                            "diskhash" => tuning.disk_hash = true,
                             _ => return Err(BenchError::InvalidArgument(format!(
                                 "unknown sepkv flag +{flag} in engine {s:?}; flags: {TUNING_FLAGS}"
                             ))),
@@ -539,7 +546,7 @@ impl SepkvEngine {
         let label = format!("sepkv:{preset}{tuning}");
         EngineSpec::Sepkv(preset, tuning).check_available()?;
         let mut options = Options::preset(preset);
-        options.wal = !tuning.no_wal;
+        options.wal = options.wal && !tuning.no_wal;
         if tuning.no_prefetch {
             options.scan_prefetch_depth = 0;
         }
@@ -551,6 +558,9 @@ impl SepkvEngine {
         }
         if tuning.no_selective {
             options.value_threshold = 1;
+        }
+        if tuning.disk_hash {
+            options.hash_index_mode = sepkv::HashIndexMode::Disk;
         }
         if let Some((capacity, reserved)) = opts.value_capacity {
             options.value_capacity = Some(capacity);

@@ -458,6 +458,8 @@ impl Options {
         Options {
             index: Some(index),
             value_layout: Some(value_layout),
+            // FlashKey's bands are its only log (§V-B6).
+            wal: value_layout != ValueLayout::Bands,
             ..Options::default()
         }
     }
@@ -504,10 +506,15 @@ impl Options {
                 Preset::available_names()
             ));
         }
-        if !self.wal && layout != ValueLayout::Vlog {
+        if !self.wal && !matches!(layout, ValueLayout::Vlog | ValueLayout::Bands) {
             return bad(format!(
                 "wal = false needs the vlog layout (WiscKey §3.4.2), not {layout}"
             ));
+        }
+        if self.wal && layout == ValueLayout::Bands {
+            return bad(
+                "the bands layout is its own log (FlashKey §V-B6): it needs wal = false".into(),
+            );
         }
         if self.value_threshold == 0 {
             return bad("value_threshold must be at least 1".into());
