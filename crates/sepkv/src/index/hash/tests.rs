@@ -527,3 +527,49 @@ fn engine_write_path_links_versions_and_reports_key_changes() {
     assert_eq!(idx.get(b"a", Some(3)).unwrap(), Some(b"2".to_vec()));
     assert_eq!(idx.get(b"b", None).unwrap(), None);
 }
+
+/// The engine's GC judges a delete token dead (its index reports deleted
+/// keys as absent), so the token goes with its band and the key's node
+/// dangles: the next lookup removes it.
+#[test]
+fn a_node_left_on_a_collected_delete_token_is_removed() {
+    struct Engine<'a>(&'a HashIndex);
+    impl IndexReader for Engine<'_> {
+        fn current_pointer(&self, key: &[u8]) -> Result<Option<ValuePointer>> {
+            Ok(self
+                .0
+                .current_pointer(key)?
+                .filter(|p| p.aux & AUX_TOMBSTONE == 0))
+        }
+        fn oldest_visible_seq(&self) -> u64 {
+            self.0.oldest_visible_seq()
+        }
+        fn last_sequence(&self) -> u64 {
+            self.0.last_sequence()
+        }
+        fn wait_in_flight_writes(&self) -> Result<()> {
+            Ok(())
+        }
+    }
+    let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    let idx = Arc::new(open(&fs, opts(HashMode::Memory)));
+    let lookup: Arc<dyn crate::vstore::bands::PrevLookup> = idx.clone();
+    idx.bands().set_prev_lookup(Arc::downgrade(&lookup));
+    engine_write(&idx, 1, &[(b"gone", Some(b"v"))]);
+    engine_write(&idx, 2, &[(b"gone", None)]);
+    let mut seq = 3;
+    // Fill bands past the checkpoint so the first band can be collected.
+    for i in 0..80u64 {
+        let k = key(i);
+        engine_write(&idx, seq, &[(&k, Some(b"x"))]);
+        seq += 1;
+    }
+    idx.checkpoint().unwrap();
+    assert_eq!(idx.table_figures().nodes, 81);
+    let e = Engine(&idx);
+    let out = idx.bands().gc_step(&e, &*idx).unwrap();
+    assert!(out.did_work, "{out:?}");
+    assert_eq!(idx.get(b"gone", None).unwrap(), None);
+    assert_eq!(idx.table_figures().nodes, 80, "dangling node removed");
+    assert_eq!(idx.get(&key(5), None).unwrap().as_deref(), Some(&b"x"[..]));
+}
