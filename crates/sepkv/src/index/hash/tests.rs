@@ -557,12 +557,10 @@ fn a_node_left_on_a_collected_delete_token_is_removed() {
     idx.bands().set_prev_lookup(Arc::downgrade(&lookup));
     engine_write(&idx, 1, &[(b"gone", Some(b"v"))]);
     engine_write(&idx, 2, &[(b"gone", None)]);
-    let mut seq = 3;
     // Fill bands past the checkpoint so the first band can be collected.
     for i in 0..80u64 {
         let k = key(i);
-        engine_write(&idx, seq, &[(&k, Some(b"x"))]);
-        seq += 1;
+        engine_write(&idx, 3 + i, &[(&k, Some(b"x"))]);
     }
     idx.checkpoint().unwrap();
     assert_eq!(idx.table_figures().nodes, 81);
