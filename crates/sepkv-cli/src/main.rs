@@ -406,6 +406,15 @@ fn print_stats(s: &sepkv::DbStats, out: &mut impl Write) -> std::io::Result<()> 
     for ((c, r), (_, w)) in s.io.read.iter().zip(&s.io.written) {
         writeln!(out, "  {:<12} {:>12} {:>15}", c.name(), r, w)?;
     }
+    if !s.index_figures.is_empty() {
+        writeln!(
+            out,
+            "index figures (sizes and loads are state; tallies count since open)"
+        )?;
+        for (k, val) in &s.index_figures {
+            writeln!(out, "  {k:<22} {val}")?;
+        }
+    }
     if !s.value_store_figures.is_empty() {
         writeln!(
             out,

@@ -10,7 +10,6 @@
 use crate::error::{Error, Result};
 use crate::index::iter::InternalIterator;
 use crate::index::key::{parse_internal_key, seek_key, SeqNum, ValueType, MAX_SEQ};
-use crate::index::merger::MergingIterator;
 use crate::vstore::{ValuePointer, ValueStore};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,7 +22,7 @@ enum Direction {
 
 /// A cursor over the user keys of a database. See the module docs.
 pub struct DbIterator {
-    inner: MergingIterator,
+    inner: Box<dyn InternalIterator>,
     seq: SeqNum,
     dir: Direction,
     valid: bool,
@@ -42,7 +41,7 @@ pub struct DbIterator {
 
 impl DbIterator {
     pub(crate) fn new(
-        inner: MergingIterator,
+        inner: Box<dyn InternalIterator>,
         seq: SeqNum,
         vstore: Arc<dyn ValueStore>,
         pin: Box<dyn Send>,

@@ -52,3 +52,32 @@ fn put_get_flush_compact_reopen() {
     let db = Db::open(dir, small(&fs)).unwrap();
     check(&db);
 }
+
+/// The index reports its own figures through the stats (for the LSM-tree:
+/// SSTables and their bytes), and every file of the directory lands in a
+/// group the index or the facade names.
+#[test]
+fn stats_carry_the_index_figures_and_file_groups() {
+    let fs = MemFs::new();
+    let dir = Path::new("/db");
+    let db = Db::open(dir, small(&fs)).unwrap();
+    for i in 0..5_000u32 {
+        db.put(format!("k{i:08}"), format!("value-{i}")).unwrap();
+    }
+    db.flush().unwrap();
+    db.wait_idle().unwrap();
+    let s = db.stats().unwrap();
+    let files: usize = s.levels.iter().map(|l| l.files).sum();
+    let bytes: u64 = s.levels.iter().map(|l| l.bytes).sum();
+    assert!(files > 0, "{s:?}");
+    assert_eq!(s.index_figures["sstables"], files as u64);
+    assert_eq!(s.index_figures["sstable_bytes"], bytes);
+    let group = |kind: &str| s.files.iter().find(|g| g.kind == kind).unwrap().clone();
+    assert_eq!(group("sstables").files, files as u64);
+    assert_eq!(group("sstables").size_bytes, bytes);
+    assert!(group("wal").files >= 1);
+    assert!(group("manifest").files >= 2, "MANIFEST and CURRENT");
+    assert_eq!(group("other").files, 2, "IDENTITY and LOCK");
+    assert_eq!(group("value store").files, 0);
+    db.close().unwrap();
+}

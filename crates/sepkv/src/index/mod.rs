@@ -1,11 +1,28 @@
-//! The index: an LSM-tree mapping keys to inline values or value pointers.
+//! The index: what maps each key to an inline value or a value pointer.
 //!
-//! Parts, one concept a module: internal keys ([`key`]), cursor iterators
-//! ([`iter`], [`merger`]), the [`memtable`] over a concurrent [`skiplist`],
-//! SSTables ([`sstable`]) with the block [`cache`] and [`table_cache`], the
-//! version set and manifest ([`version`]), file naming ([`filename`]) and
-//! leveled [`compaction`]. The write-ahead log is the record framing of
-//! [`crate::format::record`] carrying encoded write batches.
+//! The [`Db`](crate::Db) facade drives an index through one seam, the
+//! crate-internal `Index` trait defined here. The facade owns what every
+//! index shares: sequence numbers (`last_seq`), the writer lock and group
+//! commit, value separation, the snapshot list, value-store GC and its
+//! compare-and-set, and poisoning. An index owns its own structures and
+//! their durability: its memtable and write-ahead log (if it has one), its
+//! on-disk tables, its manifest or checkpoint, its background work, and
+//! recovery of all of it.
+//!
+//! One index is implemented: the LSM-tree (module `lsm`), the design of LevelDB
+//! with leveled compaction. Its parts live here one concept a module:
+//! internal keys ([`key`]), cursor iterators ([`iter`], [`merger`]), the
+//! [`memtable`] over a concurrent [`skiplist`], SSTables ([`sstable`]) with
+//! the block [`cache`] and [`table_cache`], the version set and manifest
+//! ([`version`]), file naming ([`filename`]) and leveled [`compaction`]. The
+//! write-ahead log is the record framing of [`crate::format::record`]
+//! carrying encoded write batches.
+//!
+//! # Adding an index
+//! Implement `Index` in a module of its own, give it an `open` function of
+//! the shape of `lsm::LsmIndex::open`, and add its arm to the one `match`
+//! on [`crate::IndexKind`] in the facade's `open`. Nothing else in the
+//! facade names an index.
 
 pub mod cache;
 pub mod compaction;
@@ -13,9 +30,324 @@ pub mod filename;
 pub mod hash;
 pub mod iter;
 pub mod key;
+pub(crate) mod lsm;
 pub mod memtable;
 pub mod merger;
 pub mod skiplist;
 pub mod sstable;
 pub mod table_cache;
 pub mod version;
+
+use crate::batch::WriteBatch;
+use crate::db::{LevelStats, VerifyReport};
+use crate::error::{Error, Result};
+use crate::fs::{FileSystem, IoStats};
+use crate::options::Options;
+use crate::snapshot::SnapshotList;
+use crate::vstore::ValueStore;
+use compaction::CompactionStats;
+use iter::InternalIterator;
+use key::SeqNum;
+use memtable::Lookup;
+use parking_lot::Mutex;
+use sstable::ReadCtx;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// State the facade shares with its index. The facade creates it before
+/// the index and hands the index an `Arc` of it.
+pub(crate) struct Shared {
+    /// The database directory.
+    pub dir: PathBuf,
+    /// The options the database runs with (configuration resolved).
+    pub opts: Options,
+    /// The file system every file goes through.
+    pub fs: Arc<dyn FileSystem>,
+    /// I/O accounting.
+    pub stats: Arc<IoStats>,
+    /// The last sequence number published to readers. Only the facade
+    /// stores it (after `Index::apply` returned, under the writer lock, and
+    /// after `Index::recover`); an index loads it.
+    pub last_seq: AtomicU64,
+    /// Live snapshots and iterators; see [`Shared::smallest_snapshot`].
+    pub snapshots: SnapshotList,
+    /// Set when the database is poisoned: a failed write or fsync left the
+    /// index or the value store in a state no later write may build on.
+    pub poison: Mutex<Option<String>>,
+    /// The first error of a background thread (the index's flushes and
+    /// compactions, or value-store GC). Once set, `Index::make_room` and
+    /// the waits fail with `Poisoned`. A leaf lock: take no other lock
+    /// while holding it.
+    pub bg_error: Mutex<Option<Error>>,
+    /// Set when `close` begins: background work stops, waits end.
+    pub closed: AtomicBool,
+    /// Time writers spent delayed or stopped (µs).
+    pub stall_micros: AtomicU64,
+}
+
+impl Shared {
+    /// `Poisoned` once the database is poisoned.
+    pub fn poisoned(&self) -> Result<()> {
+        if let Some(p) = self.poison.lock().as_ref() {
+            return Err(Error::Poisoned(p.clone()));
+        }
+        Ok(())
+    }
+
+    /// Poisons the database with `e` (the first reason is kept).
+    pub fn set_poison(&self, e: &Error) {
+        let mut p = self.poison.lock();
+        if p.is_none() {
+            *p = Some(e.to_string());
+        }
+    }
+
+    /// `Poisoned` once a background thread failed.
+    pub fn background_failed(&self) -> Result<()> {
+        match self.bg_error.lock().as_ref() {
+            Some(e) => Err(Error::Poisoned(e.to_string())),
+            None => Ok(()),
+        }
+    }
+
+    /// Records a background failure (the first is kept) and poisons the
+    /// database.
+    pub fn set_background_error(&self, e: Error) {
+        self.set_poison(&e);
+        let mut b = self.bg_error.lock();
+        if b.is_none() {
+            *b = Some(e);
+        }
+    }
+
+    /// The oldest sequence number a live snapshot or iterator reads at; the
+    /// latest published sequence number when there is none. A version
+    /// visible at or after it must be kept (compaction, GC).
+    pub fn smallest_snapshot(&self) -> SeqNum {
+        let l = self.snapshots.lock();
+        l.keys()
+            .next()
+            .copied()
+            .unwrap_or_else(|| self.last_seq.load(Ordering::Acquire))
+    }
+
+    /// Adds the time since `since` to the writers' stall time.
+    pub fn note_stall(&self, since: Instant) {
+        self.stall_micros
+            .fetch_add(since.elapsed().as_micros() as u64, Ordering::Relaxed);
+    }
+}
+
+/// Opens the value store with the state the index persisted for it
+/// (`None` for a new database); see `Index` on who calls it.
+pub(crate) type ValueStoreOpener<'a> = dyn FnMut(Option<&[u8]>) -> Result<Arc<dyn ValueStore>> + 'a;
+
+/// An ordered view of an index at a sequence number, for
+/// [`crate::DbIterator`].
+pub(crate) struct IndexIter {
+    /// Every version of every key in internal-key order (user key
+    /// ascending, then sequence number descending), as internal keys
+    /// ([`key`]); the facade's iterator hides versions newer than its
+    /// sequence number and resolves value pointers.
+    pub iter: Box<dyn InternalIterator>,
+    /// Keeps alive what `iter` reads (memtables, table files) until the
+    /// iterator is dropped.
+    pub pin: Box<dyn Send>,
+}
+
+/// The index part of [`crate::DbStats`]. Figures an index does not have
+/// stay at their defaults.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct IndexStats {
+    /// Tables per level (state).
+    pub levels: Vec<LevelStats>,
+    /// Bytes in the active memtable (state).
+    pub memtable_bytes: u64,
+    /// True while an immutable memtable waits for its flush (state).
+    pub immutable_memtable: bool,
+    /// Memtable flushes (counter since open).
+    pub flushes: u64,
+    /// Compactions that rewrote files (counter since open).
+    pub compactions: u64,
+    /// Compactions that only moved a file down a level (counter).
+    pub trivial_moves: u64,
+    /// Bytes read by compactions (counter).
+    pub compaction_bytes_in: u64,
+    /// Bytes written by compactions (counter).
+    pub compaction_bytes_out: u64,
+    /// Entries compaction dropped (counter).
+    pub compaction_entries_dropped: u64,
+    /// The index's own figures, shown by `stats` under the index: sizes
+    /// and loads (state) or tallies (counters since open), as the name
+    /// says.
+    pub figures: Vec<(&'static str, u64)>,
+}
+
+/// An index structure behind the [`Db`](crate::Db) facade.
+///
+/// # Locks
+/// The facade holds one *writer lock* around every write: it makes room
+/// ([`Index::make_room`]), appends separated values to the value store,
+/// applies the batch ([`Index::apply`]) and publishes `Shared::last_seq`,
+/// all without letting go. Value-store GC relies on it: its
+/// `wait_in_flight_writes` takes the writer lock, and its relocation is a
+/// compare-and-set (an [`Index::get`] then an [`Index::apply`]) under the
+/// writer lock, so no user write slips between check and install. Methods
+/// documented "writer lock held" are only called so; they need no lock of
+/// their own against one another. Reads ([`Index::get`], [`Index::iter`])
+/// take no lock on the write path and run in parallel with everything.
+///
+/// # Durability
+/// The index owns its write-ahead log, if it has one: [`Index::apply`] logs
+/// the batch before inserting it, syncing on request, and always syncs the
+/// value store first (a value is durable before any pointer to it). In log
+/// mode (`Options::wal` off) the value store is the log: the facade has
+/// appended every entry to it ([`ValueStore::log_batch`]) before `apply`,
+/// and the index records a replay checkpoint with its own durable state:
+/// when a flush makes the index's state durable up to the value-store
+/// position [`ValueStore::log_position`] taken at the memtable switch, it
+/// persists [`ValueStore::state_with_checkpoint`] of that position in the
+/// same atomic step (the manifest edit of the flush), then calls
+/// [`ValueStore::checkpoint_committed`]. Recovery replays the value store
+/// from there ([`ValueStore::replay`]).
+///
+/// # Errors
+/// A failed write or sync in the index is returned; the facade poisons the
+/// database for every error of `apply`, `make_durable` and
+/// `persist_value_store_state`, and an index poisons it itself
+/// (`Shared::set_poison`, `Shared::set_background_error`) for failures in
+/// its own background work and in `make_room`.
+pub(crate) trait Index: Send + Sync {
+    /// Restores the index at open, before any other call but
+    /// [`Index::start`] is made: replays what the index logged (its WAL,
+    /// or in log mode the value store after its checkpoint) and makes the
+    /// replayed state durable in the index's own structures. Returns the
+    /// last sequence number restored; the facade publishes it.
+    ///
+    /// A history that ends in a batch whose separated values did not
+    /// survive ([`ValueStore::contains`] false) ends before it, so the
+    /// state stays a prefix of the write history (WiscKey §3.3.3).
+    ///
+    /// # Errors
+    /// `Corruption` for damage in the index's logs or manifest (a torn
+    /// tail of the newest log is the end of history, not damage); `Io`.
+    fn recover(&self) -> Result<SeqNum>;
+
+    /// Starts the index's background work (flushes, compactions), after
+    /// [`Index::recover`].
+    ///
+    /// # Errors
+    /// `Io` when a thread cannot be started.
+    fn start(self: Arc<Self>) -> Result<()>;
+
+    /// Makes room for a write: waits or delays while the index is backed up
+    /// (an immutable memtable not yet flushed, too many level-0 SSTables)
+    /// and starts a flush when the memtable is full. With `force`, also
+    /// switches a non-empty memtable that is not full (for a flush).
+    /// Writer lock held.
+    ///
+    /// # Errors
+    /// `Poisoned` after a background failure; `Closed` once `close` began;
+    /// `Io` when the switch to a new WAL fails (the database is poisoned).
+    fn make_room(&self, force: bool) -> Result<()>;
+
+    /// Logs (if the index has a WAL) and inserts `batch`, whose entries get
+    /// the consecutive sequence numbers from `first_seq`; the entries hold
+    /// inline values, tombstones, or encoded value pointers
+    /// (`ValueType::Pointer`). With `sync`, every applied write (this batch
+    /// and all before) is durable on return — value store first. Does not
+    /// publish: the facade stores `last_seq` after it returns. Writer lock
+    /// held, room made.
+    ///
+    /// # Errors
+    /// `Io` when the log append or sync fails (the facade poisons the
+    /// database: the batch may be half logged).
+    fn apply(&self, batch: &WriteBatch, first_seq: SeqNum, sync: bool) -> Result<()>;
+
+    /// Makes every applied write up to sequence number `seq` durable: the
+    /// value store's records, then the index's WAL (in log mode the value
+    /// store alone). Cheap when they already are. Writer lock held.
+    ///
+    /// # Errors
+    /// `Io` when a sync fails (the facade poisons the database).
+    fn make_durable(&self, seq: SeqNum) -> Result<()>;
+
+    /// The newest version of `key` at sequence number `seq`, or — with
+    /// `None` — in the latest state. No lock held.
+    ///
+    /// With `None` the index must pin its read view (memtables, table
+    /// version) *before* it loads `Shared::last_seq`: the other order lets
+    /// a compaction installed in between drop the version visible at the
+    /// loaded sequence, and the read would miss the key.
+    ///
+    /// # Errors
+    /// `Corruption` (file and offset) for a damaged table on the read path;
+    /// `Io`.
+    fn get(&self, key: &[u8], seq: Option<SeqNum>, ctx: ReadCtx) -> Result<Lookup>;
+
+    /// An ordered view of every version at or before `seq` (and possibly
+    /// newer ones, which the facade hides). The facade has registered a
+    /// snapshot at `seq` before the call, so nothing `seq` can see is
+    /// dropped while the view lives. No lock held.
+    ///
+    /// # Errors
+    /// `Io` or `Corruption` opening a table.
+    fn iter(&self, seq: SeqNum, ctx: ReadCtx) -> Result<IndexIter>;
+
+    /// Durably records the value store's GC state (e.g. the vLog tail) in
+    /// the index's manifest or checkpoint; it is handed to the
+    /// [`ValueStoreOpener`] at the next open. No lock held (called by GC).
+    ///
+    /// # Errors
+    /// `Io` (the facade poisons the database).
+    fn persist_value_store_state(&self, state: &[u8]) -> Result<()>;
+
+    /// Waits until what the last forced [`Index::make_room`] switched out
+    /// is flushed to durable index structures. No lock held.
+    ///
+    /// # Errors
+    /// `Poisoned` after a background failure; `Closed` once `close` began.
+    fn wait_flushed(&self) -> Result<()>;
+
+    /// Waits until background work is done (nothing to flush, no
+    /// compaction due). No lock held.
+    ///
+    /// # Errors
+    /// `Poisoned` after a background failure; `Closed` once `close` began.
+    fn wait_idle(&self) -> Result<()>;
+
+    /// Compacts the keys in `[begin, end]` (`None` = unbounded) as far down
+    /// as the index goes; the facade has flushed the memtable first. An
+    /// index without range compaction returns empty stats. No lock held.
+    ///
+    /// # Errors
+    /// `Poisoned`; `Closed`; `Io`; `Corruption` met while merging.
+    fn compact_range(&self, begin: Option<&[u8]>, end: Option<&[u8]>) -> Result<CompactionStats>;
+
+    /// The index part of the stats. No lock held.
+    fn stats(&self) -> IndexStats;
+
+    /// The kind of a file of the database directory for
+    /// [`crate::FileGroupStats`]: `Some("sstables")`, `Some("wal")`,
+    /// `Some("manifest")`, `Some("other")` — or `None` for a file the index
+    /// does not own (the value store's).
+    fn file_kind(&self, name: &str) -> Option<&'static str>;
+
+    /// Checks the index's files (manifest, current WAL, tables), adding
+    /// every fault found, with file and offset, to `rep`. No lock held.
+    fn verify(&self, rep: &mut VerifyReport);
+
+    /// Stops background work and waits for it to end. Called once by
+    /// `close`, after `Shared::closed` is set and before the writer lock is
+    /// taken for [`Index::close`].
+    fn shutdown(&self);
+
+    /// Syncs the WAL unless the database is poisoned and releases it;
+    /// later writes are refused by the facade. Writer lock held.
+    ///
+    /// # Errors
+    /// `Io` when the final sync fails.
+    fn close(&self) -> Result<()>;
+}

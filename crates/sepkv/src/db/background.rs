@@ -1,0 +1,179 @@
+//! Background work the facade owns or waits for: value-store GC (the GC
+//! thread and [`Db::gc`]), and the waits on the index's own work (flush,
+//! `wait_idle`, `compact_range`).
+
+use super::{Db, DbInner, GcReport};
+use crate::error::{Error, Result};
+use crate::index::compaction::CompactionStats;
+use crate::range::{check_order, KeyRange};
+use crate::vstore::GcOutcome;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+impl Db {
+    /// Runs value-store garbage collection in the calling thread until the
+    /// estimated garbage ratio is at most `target`, or — with `None` — for
+    /// one pass over everything written before the call (reclaiming all
+    /// that is reclaimable). A no-op for the inline layout.
+    ///
+    /// # Errors
+    /// `Closed`; `Poisoned`; `Io`; `Corruption` found in the scanned log.
+    pub fn gc(&self, target: Option<f64>) -> Result<GcReport> {
+        self.check_open()?;
+        self.inner.shared.poisoned()?;
+        let inner = &self.inner;
+        let budget = {
+            let sp = inner.vstore.space();
+            sp.live_bytes + sp.garbage_bytes
+        };
+        let mut rep = GcReport::default();
+        loop {
+            if target.is_some_and(|t| inner.vstore.space().garbage_ratio() <= t) {
+                break;
+            }
+            if target.is_none() && rep.bytes_read >= budget && rep.steps > 0 {
+                break;
+            }
+            let out: GcOutcome = inner.gc_step()?;
+            if !out.did_work {
+                break;
+            }
+            rep.steps += 1;
+            rep.bytes_read += out.bytes_read;
+            rep.bytes_rewritten += out.bytes_rewritten;
+            rep.bytes_freed += out.bytes_freed;
+        }
+        rep.garbage_ratio = inner.vstore.space().garbage_ratio();
+        Ok(rep)
+    }
+
+    /// Flushes the memtable to an SSTable and waits for it.
+    ///
+    /// # Errors
+    /// `Closed`; `Poisoned`; `Io`.
+    pub fn flush(&self) -> Result<()> {
+        self.check_open()?;
+        self.inner.flush_memtable()
+    }
+
+    /// Waits until background work is done: no memtable waits for its flush
+    /// and no level needs compaction. Benchmarks call it between phases so
+    /// one phase's compaction debt is not billed to the next.
+    ///
+    /// # Errors
+    /// `Closed`; `Poisoned` when background work failed.
+    pub fn wait_idle(&self) -> Result<()> {
+        self.check_open()?;
+        self.inner.index.wait_idle()
+    }
+
+    /// Compacts the keys of `range` (any Rust range of keys, `..` for all;
+    /// see [`KeyRange`]) down to the bottommost level that holds data
+    /// there, as RocksDB's `CompactRange` does: flushes the memtable, merges
+    /// each level's files in the range into the next level down to that
+    /// level (level 0 goes at least to level 1), then rewrites the files of
+    /// that level the merges did not produce. Afterwards no level-0 file
+    /// overlaps the range and, unless a snapshot still needs them or a
+    /// deeper level holds the key outside the compacted files, no
+    /// tombstone and no overwritten version in the range remains (their
+    /// value-store space becomes garbage for GC). An exclusive end is
+    /// compacted as if inclusive. Blocks until done; writes go on
+    /// meanwhile, and what they add after the flush stays where it lands.
+    ///
+    /// Returns what the compactions did: files and bytes in and out,
+    /// entries and tombstones dropped.
+    ///
+    /// # Examples
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("sepkv-doc-compact-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
+    /// let db = sepkv::Db::open(&dir, sepkv::Options::default())?;
+    /// db.put("a", "1")?;
+    /// db.flush()?;
+    /// db.delete("a")?;
+    /// let done = db.compact_range(..)?;
+    /// assert_eq!(done.tombstones_dropped, 1);
+    /// let stats = db.stats()?;
+    /// assert_eq!(stats.levels.iter().map(|l| l.files).sum::<usize>(), 0);
+    /// # drop(db);
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), sepkv::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `Closed`; `InvalidArgument` when the range starts after it ends;
+    /// `Poisoned`; `Io`; `Corruption` met while merging.
+    pub fn compact_range(&self, range: impl KeyRange) -> Result<CompactionStats> {
+        self.check_open()?;
+        let (begin, end) = range.closed();
+        let (begin, end) = (begin.as_deref(), end.as_deref());
+        check_order(begin, end)?;
+        self.inner.flush_memtable()?;
+        self.inner.index.compact_range(begin, end)
+    }
+}
+
+impl DbInner {
+    /// Runs one value-store GC step. The parts GC writes through decide
+    /// what a failure means: a failed WAL write, index sync or manifest
+    /// edit poisons the database (`relocate`, `make_durable`,
+    /// `persist_state`), and a layout whose own write or fsync failed
+    /// refuses every later append and sync, since retrying an fsync after a
+    /// failure is unsafe. Other failures (a segment that could not be
+    /// removed, damage found in the scanned range) leave the store as it was
+    /// and may be retried. A panic in the layout's GC leaves its state
+    /// unknown: it poisons the database and is reported as an error, so the
+    /// thread that ran it (a writer, `Db::gc` or the GC thread) does not die
+    /// silently.
+    pub(super) fn gc_step(&self) -> Result<GcOutcome> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.vstore.gc_step(self, self)
+        }))
+        .unwrap_or_else(|_| {
+            let e = Error::Poisoned("value-store GC panicked".into());
+            self.shared.set_poison(&e);
+            Err(e)
+        })
+    }
+
+    /// Background value-store GC: runs steps while the estimated garbage
+    /// ratio is at or above `Options::gc_garbage_ratio`, until `close`.
+    pub(super) fn gc_loop(self: Arc<Self>) {
+        let closed = || self.shared.closed.load(Ordering::Acquire);
+        loop {
+            {
+                let mut wake = self.gc_wake.lock();
+                if closed() {
+                    return;
+                }
+                self.gc_cv.wait_for(&mut wake, Duration::from_millis(200));
+                if closed() || self.shared.bg_error.lock().is_some() {
+                    return;
+                }
+            }
+            if self.shared.poison.lock().is_some() {
+                return;
+            }
+            let ratio = self.shared.opts.gc_garbage_ratio;
+            while self.vstore.space().garbage_ratio() >= ratio {
+                if closed() {
+                    return;
+                }
+                match self.gc_step() {
+                    Ok(out) if out.did_work => {}
+                    Ok(_) => break,
+                    Err(Error::Closed) => return,
+                    // A failure that poisoned the database ends background
+                    // GC; any other (a segment that could not be removed)
+                    // is retried at the next round.
+                    Err(e) if self.shared.poison.lock().is_some() => {
+                        self.shared.set_background_error(e);
+                        return;
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+}

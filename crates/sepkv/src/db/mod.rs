@@ -1,0 +1,531 @@
+//! The database facade: [`Db`].
+//!
+//! The facade owns what every index shares and drives the index through
+//! the `Index` seam ([`crate::index`]): one `match` on
+//! [`crate::IndexKind`] in [`Db::open`] picks it. By concern:
+//! - this module: the `Db` handle, `open` (configuration, `IDENTITY`, the
+//!   value store, the index) and `close`;
+//! - `write`: group commit, value separation, the writer lock, GC run by
+//!   writes the value store refused, and GC's compare-and-set;
+//! - `read`: `get`, `multi_get`, snapshots, iterators and scans;
+//! - `background`: value-store GC (the thread and `Db::gc`), flush,
+//!   `wait_idle`, `compact_range`;
+//! - `stats`: the report types, `stats` and `verify`.
+//!
+//! # Write path
+//! Concurrent writes are grouped ([`crate::commit`]): the first writer of a
+//! group leads it and writes every member's batch as one. The leader takes
+//! the writer lock, makes room in the index (for the LSM-tree: freezing a
+//! full memtable, delaying or stopping when level 0 backs up), assigns
+//! consecutive sequence numbers, appends separated values to the value
+//! store, applies the group to the index as one batch (the LSM-tree logs it
+//! as one WAL record, synced once when any member asked for
+//! `WriteOptions::sync`, and inserts it into the memtable) and publishes
+//! the last sequence number, which makes it visible to readers. Value-store
+//! GC judges a record only after the write that appended it has published
+//! (see `IndexReader::wait_in_flight_writes`).
+//!
+//! # Durability promise
+//! - `sync = true`: the write and every write before it survive a crash of
+//!   the process or of the machine once `write` returns.
+//! - `sync = false`: the write survives a crash of the process once `write`
+//!   returns (it is in the operating system's page cache); a power loss may
+//!   drop it together with every later write, never an earlier synced one.
+//! - Write batches are atomic: after any crash either all or none of a batch
+//!   is visible. Recovery restores a prefix of the write history: the state
+//!   at some sequence number at or after the last synced write.
+//!
+//! # Read path
+//! Reads take no lock on the write path: the index pins its read view (for
+//! the LSM-tree the current memtable, the immutable memtable and the
+//! SSTable version), then loads the published sequence number (or uses a
+//! snapshot's) and looks the key up newest first; a value pointer is
+//! resolved in the value store.
+//!
+//! # Background work
+//! The index runs its own background work (the LSM-tree: one thread that
+//! flushes immutable memtables to SSTables and runs leveled compactions);
+//! the facade runs value-store GC in a thread of its own. A failed
+//! background write poisons the database (writes then fail with
+//! [`Error::Poisoned`]; reads continue) until it is reopened.
+//!
+//! `Db` is `Send + Sync`; share it between threads by reference or `Arc`.
+
+mod background;
+mod read;
+mod stats;
+mod write;
+
+pub use stats::{DbStats, FileGroupStats, GcReport, LevelStats, VerifyReport};
+
+use crate::commit::CommitQueue;
+use crate::error::{Error, IoContext, Result};
+use crate::fs::{read_all, write_atomic, FileLock, FileSystem, IoCategory, IoStats};
+use crate::identity::{Identity, FORMAT_VERSION};
+use crate::index::filename::{IDENTITY, LOCK};
+use crate::index::key::SeqNum;
+use crate::index::lsm::LsmIndex;
+use crate::index::{Index, Shared};
+use crate::options::{IndexKind, Options, ValueLayout};
+use crate::vstore::hashkv::HashKvOptions;
+use crate::vstore::vlog::{VlogOptions, VlogStore};
+use crate::vstore::{HashKvStore, InlineStore, ValueStore};
+use parking_lot::{Condvar, Mutex};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// Counters of the facade (since open).
+#[derive(Default)]
+struct Counters {
+    user_bytes_written: AtomicU64,
+    user_bytes_read: AtomicU64,
+    write_gc_steps: AtomicU64,
+    write_reader_waits: AtomicU64,
+}
+
+/// The state behind a [`Db`] handle, shared with its GC thread.
+struct DbInner {
+    /// What the index sees too: options, directory, `last_seq`, snapshots,
+    /// poison.
+    shared: Arc<Shared>,
+    index: Arc<dyn Index>,
+    vstore: Arc<dyn ValueStore>,
+    /// The writer lock (see `crate::index::Index`): held by a write from
+    /// making room to publishing, by GC's compare-and-set and by
+    /// `wait_in_flight_writes`. True while the database accepts writes.
+    writer: Mutex<bool>,
+    commit: CommitQueue,
+    counters: Counters,
+    /// Last sequence number restored by recovery at open.
+    recovered_seq: AtomicU64,
+    /// Wakes the GC thread at `close`.
+    gc_wake: Mutex<()>,
+    gc_cv: Condvar,
+    lock: Mutex<Option<Box<dyn FileLock>>>,
+}
+
+/// Opens the value store of the layout `shared.opts` names, handing it the
+/// state the index persisted for it (`None` for a new database).
+fn open_value_store(shared: &Shared, state: Option<&[u8]>) -> Result<Arc<dyn ValueStore>> {
+    let (dir, fs, stats, opts) = (&shared.dir, &shared.fs, &shared.stats, &shared.opts);
+    Ok(match opts.layout() {
+        ValueLayout::Vlog => Arc::new(VlogStore::open(
+            dir,
+            fs.clone(),
+            stats.clone(),
+            VlogOptions {
+                value_threshold: opts.value_threshold,
+                file_size: opts.vlog_file_size,
+                gc_chunk_size: opts.gc_chunk_size,
+                prefetch_threads: opts.prefetch_threads,
+                log_mode: !opts.wal,
+                capacity: opts.value_capacity,
+            },
+            state,
+        )?),
+        ValueLayout::HashKv => Arc::new(HashKvStore::open(
+            dir,
+            fs.clone(),
+            stats.clone(),
+            HashKvOptions::from_options(opts),
+            state,
+        )?),
+        ValueLayout::Trie => Arc::new(crate::vstore::trie::TrieStore::open(
+            dir,
+            fs.clone(),
+            stats.clone(),
+            crate::vstore::trie::TrieOptions::from_options(opts),
+        )?),
+        _ => Arc::new(InlineStore),
+    })
+}
+
+/// A persistent key-value database. See the module docs for the write and
+/// read paths and the durability promise.
+///
+/// # Examples
+/// ```
+/// let dir = std::env::temp_dir().join(format!("sepkv-doc-db-{}", std::process::id()));
+/// # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
+/// let db = sepkv::Db::open(&dir, sepkv::Options::default())?;
+/// db.put("hello", "world")?;
+/// assert_eq!(db.get("hello")?, Some(b"world".to_vec()));
+/// db.close()?;
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// # Ok::<(), sepkv::Error>(())
+/// ```
+pub struct Db {
+    inner: Arc<DbInner>,
+    gc_thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Db {
+    /// Opens (or creates) the database in directory `path`.
+    ///
+    /// An existing database opens with the configuration recorded when it
+    /// was created (index, value layout, WAL mode) unless `opts` names one
+    /// ([`Options::index`], [`Options::value_layout`]), which must then
+    /// match; every other option may change at each open (the table in
+    /// [`crate::options`] lists what is recorded). A new database gets the
+    /// configuration `opts` names, `leveldb` (lsm + inline) when none.
+    /// Recovery replays the write-ahead logs newer than the manifest's log
+    /// number into SSTables, then starts a new log and manifest.
+    ///
+    /// # Examples
+    /// ```
+    /// use sepkv::{Db, Options, Preset};
+    /// let dir = std::env::temp_dir().join(format!("sepkv-doc-open-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
+    /// let db = Db::open(&dir, Options::preset(Preset::WiscKey))?;
+    /// db.put("k", "v")?;
+    /// db.close()?;
+    /// // Reopening needs no options: the database knows it is `wisckey`.
+    /// let db = Db::open(&dir, Options::default())?;
+    /// assert_eq!(db.options().value_layout, Some(sepkv::ValueLayout::Vlog));
+    /// assert_eq!(db.get("k")?.as_deref(), Some(&b"v"[..]));
+    /// db.close()?;
+    /// // Naming another configuration is refused.
+    /// let e = Db::open(&dir, Options::preset(Preset::HashKv)).unwrap_err();
+    /// assert!(matches!(e, sepkv::Error::ConfigMismatch { .. }));
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), sepkv::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// - `InvalidArgument`: invalid options (a preset this build does not
+    ///   implement, named or recorded, included), or `error_if_exists` and
+    ///   the database exists;
+    /// - `NotADatabase`: `path` is a file, a directory with other contents,
+    ///   an unsupported format, or missing while `create_if_missing` is off;
+    /// - `ConfigMismatch`: `opts` names another configuration than the
+    ///   recorded one;
+    /// - `Busy`: another process or handle has it open;
+    /// - `Corruption`: damaged manifest, `CURRENT` or WAL (file and offset);
+    /// - `Io`: the file system failed.
+    pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
+        let dir = path.as_ref().to_path_buf();
+        let opts = Self::resolve_options(&dir, opts)?;
+        opts.validate()?;
+        let fs = opts.fs.clone();
+        if fs.exists(&dir) && !fs.is_dir(&dir) {
+            return Err(Error::NotADatabase {
+                path: dir,
+                reason: "it is a file, not a directory".into(),
+            });
+        }
+        if !fs.exists(&dir) {
+            if !opts.create_if_missing {
+                return Err(Error::NotADatabase {
+                    path: dir,
+                    reason: "it does not exist and create_if_missing is off".into(),
+                });
+            }
+            fs.create_dir_all(&dir).ctx(&dir)?;
+        }
+        // Refuse foreign directories before taking the lock, so a refused
+        // open leaves the directory exactly as it was.
+        if !fs.exists(&dir.join(IDENTITY)) {
+            let names = fs.list(&dir).ctx(&dir)?;
+            if let Some(foreign) = names.iter().find(|n| n.as_str() != LOCK) {
+                return Err(Error::NotADatabase {
+                    path: dir,
+                    reason: format!(
+                        "no IDENTITY file, and the directory holds other files (e.g. {foreign:?})"
+                    ),
+                });
+            }
+            if !opts.create_if_missing {
+                return Err(Error::NotADatabase {
+                    path: dir,
+                    reason: "it holds no database and create_if_missing is off".into(),
+                });
+            }
+        }
+        let lock_path = dir.join(LOCK);
+        let lock = fs.lock(&lock_path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                Error::Busy {
+                    path: lock_path.clone(),
+                }
+            } else {
+                Error::io(&lock_path, e)
+            }
+        })?;
+        let stats = Arc::new(IoStats::default());
+        Self::check_identity(&dir, fs.as_ref(), &opts, &stats)?;
+
+        let shared = Arc::new(Shared {
+            dir: dir.clone(),
+            opts,
+            fs,
+            stats,
+            last_seq: AtomicU64::new(0),
+            snapshots: Arc::new(Mutex::new(BTreeMap::new())),
+            poison: Mutex::new(None),
+            bg_error: Mutex::new(None),
+            closed: AtomicBool::new(false),
+            stall_micros: AtomicU64::new(0),
+        });
+        // The index reads the value store's persisted state from its own
+        // manifest or checkpoint, so it opens the value store.
+        let mut open_vstore = |state: Option<&[u8]>| open_value_store(&shared, state);
+        // The one place that names an index: adding one adds an arm here.
+        let (index, vstore): (Arc<dyn Index>, Arc<dyn ValueStore>) = match shared.opts.index_kind()
+        {
+            IndexKind::Lsm => {
+                let (index, vstore) = LsmIndex::open(shared.clone(), &mut open_vstore)?;
+                (index, vstore)
+            }
+            kind @ (IndexKind::Lwc | IndexKind::Hash) => {
+                return Err(Error::InvalidArgument(format!(
+                    "index {kind} is not implemented in this build"
+                )))
+            }
+        };
+        let inner = Arc::new(DbInner {
+            shared,
+            index,
+            vstore,
+            writer: Mutex::new(false),
+            commit: CommitQueue::default(),
+            counters: Counters::default(),
+            recovered_seq: AtomicU64::new(0),
+            gc_wake: Mutex::new(()),
+            gc_cv: Condvar::new(),
+            lock: Mutex::new(Some(lock)),
+        });
+        let seq = inner.index.recover()?;
+        inner.shared.last_seq.store(seq, Ordering::Release);
+        inner.recovered_seq.store(seq, Ordering::Release);
+        *inner.writer.lock() = true;
+        inner.index.clone().start()?;
+        let gc_handle = if inner.shared.opts.layout() != ValueLayout::Inline
+            && inner.shared.opts.gc_garbage_ratio > 0.0
+        {
+            let gc_inner = inner.clone();
+            let spawned = std::thread::Builder::new()
+                .name("sepkv-gc".into())
+                .spawn(move || gc_inner.gc_loop());
+            match spawned {
+                Ok(h) => Some(h),
+                Err(e) => {
+                    inner.shared.closed.store(true, Ordering::Release);
+                    inner.index.shutdown();
+                    return Err(Error::io(&inner.shared.dir, e));
+                }
+            }
+        } else {
+            None
+        };
+        Ok(Db {
+            inner,
+            gc_thread: Mutex::new(gc_handle),
+        })
+    }
+
+    /// Fills the configuration `opts` leaves open (`None` index and value
+    /// layout) from the database's `IDENTITY`, or with the defaults when
+    /// there is none, and refuses a named one that differs. Reads only.
+    fn resolve_options(dir: &Path, mut opts: Options) -> Result<Options> {
+        let fs = opts.fs.clone();
+        let id_path = dir.join(IDENTITY);
+        if !fs.is_dir(dir) || !fs.exists(&id_path) {
+            // A new database: the named configuration or the default.
+            opts.index = Some(opts.index_kind());
+            opts.value_layout = Some(opts.layout());
+            return Ok(opts);
+        }
+        let data = read_all(fs.as_ref(), &id_path).ctx(&id_path)?;
+        let stored = Identity::decode(&id_path, &data)?;
+        if !opts.names_configuration() {
+            opts.index = Some(stored.index);
+            opts.value_layout = Some(stored.layout);
+            if let Some(wal) = stored.wal {
+                opts.wal = wal;
+            }
+        }
+        Self::check_config(&stored, &opts)?;
+        Ok(opts)
+    }
+
+    /// `ConfigMismatch` unless `opts` selects the recorded configuration.
+    fn check_config(stored: &Identity, opts: &Options) -> Result<()> {
+        let wanted = Identity {
+            format: FORMAT_VERSION,
+            index: opts.index_kind(),
+            layout: opts.layout(),
+            wal: Some(opts.wal),
+        };
+        let same = (stored.index, stored.layout) == (wanted.index, wanted.layout)
+            && stored.wal.is_none_or(|w| w == opts.wal);
+        if !same {
+            return Err(Error::ConfigMismatch {
+                stored: stored.describe(),
+                requested: wanted.describe(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The options this handle runs with: those given to [`Db::open`], with
+    /// the recorded configuration filled in ([`Options::index`] and
+    /// [`Options::value_layout`] are always `Some` here).
+    ///
+    /// ```
+    /// let dir = std::env::temp_dir().join(format!("sepkv-doc-options-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
+    /// let db = sepkv::Db::open(&dir, sepkv::Options::default())?;
+    /// assert_eq!(db.options().index, Some(sepkv::IndexKind::Lsm));
+    /// assert_eq!(db.options().value_layout, Some(sepkv::ValueLayout::Inline));
+    /// # drop(db);
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), sepkv::Error>(())
+    /// ```
+    pub fn options(&self) -> &Options {
+        &self.inner.shared.opts
+    }
+
+    /// Reads `IDENTITY` and checks the configuration it records, or writes
+    /// it for a new database. Whether the index holds data yet is the
+    /// index's to judge at its open.
+    fn check_identity(
+        dir: &Path,
+        fs: &dyn FileSystem,
+        opts: &Options,
+        stats: &IoStats,
+    ) -> Result<()> {
+        let id_path = dir.join(IDENTITY);
+        let wanted = Identity {
+            format: FORMAT_VERSION,
+            index: opts.index_kind(),
+            layout: opts.layout(),
+            wal: Some(opts.wal),
+        };
+        if fs.exists(&id_path) {
+            let data = read_all(fs, &id_path).ctx(&id_path)?;
+            stats.add_read(IoCategory::Manifest, data.len() as u64);
+            let stored = Identity::decode(&id_path, &data)?;
+            Self::check_config(&stored, opts)?;
+            if opts.error_if_exists {
+                return Err(Error::InvalidArgument(format!(
+                    "database {} already exists (error_if_exists is set)",
+                    dir.display()
+                )));
+            }
+            return Ok(());
+        }
+        let names = fs.list(dir).ctx(dir)?;
+        let foreign: Vec<_> = names.iter().filter(|n| n.as_str() != LOCK).collect();
+        if !foreign.is_empty() {
+            return Err(Error::NotADatabase {
+                path: dir.into(),
+                reason: format!(
+                    "no IDENTITY file, and the directory holds other files (e.g. {:?})",
+                    foreign[0]
+                ),
+            });
+        }
+        if !opts.create_if_missing {
+            return Err(Error::NotADatabase {
+                path: dir.into(),
+                reason: "it holds no database and create_if_missing is off".into(),
+            });
+        }
+        let body = wanted.encode();
+        write_atomic(fs, &id_path, body.as_bytes()).ctx(&id_path)?;
+        stats.add_written(IoCategory::Manifest, body.len() as u64);
+        Ok(())
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.inner.shared.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    /// The last sequence number recovery restored when this handle was
+    /// opened: the state then was exactly the writes up to it. (Background
+    /// value-store GC may write relocations right after open, so
+    /// [`Db::last_sequence`] can already be larger.)
+    pub fn recovered_sequence(&self) -> SeqNum {
+        self.inner.recovered_seq.load(Ordering::Acquire)
+    }
+
+    /// Largest sequence number visible to reads.
+    pub fn last_sequence(&self) -> SeqNum {
+        self.inner.shared.last_seq.load(Ordering::Acquire)
+    }
+
+    /// The database directory.
+    pub fn path(&self) -> &Path {
+        &self.inner.shared.dir
+    }
+
+    /// Stops background work, syncs the WAL and releases the lock. Later
+    /// calls on this handle fail with [`Error::Closed`]; closing twice is
+    /// not an error.
+    ///
+    /// # Errors
+    /// `Io` if the final WAL sync fails (the lock is released anyway).
+    pub fn close(&self) -> Result<()> {
+        let inner = &self.inner;
+        if inner.shared.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        inner.index.shutdown();
+        {
+            let _g = inner.gc_wake.lock();
+            inner.gc_cv.notify_all();
+        }
+        if let Some(h) = self.gc_thread.lock().take() {
+            let _ = h.join();
+        }
+        let res = {
+            let mut open = inner.writer.lock();
+            *open = false;
+            inner.index.close()
+        };
+        *inner.lock.lock() = None;
+        res
+    }
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db")
+            .field("path", &self.inner.shared.dir)
+            .field("options", &self.inner.shared.opts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
+
+/// The index and value layout recorded in the database at `path` on the
+/// operating system's file system, or `None` when it holds no database.
+/// [`Db::open`] reads the record itself; this is for tools that want to
+/// know what a directory holds without opening it (the `sepkv` CLI refuses
+/// read-only commands on a directory where it returns `None`).
+///
+/// # Errors
+/// `Corruption` for a damaged `IDENTITY`; `NotADatabase` for a foreign one;
+/// `Io` when it cannot be read.
+pub fn stored_config(
+    path: impl AsRef<Path>,
+) -> Result<Option<(crate::IndexKind, crate::ValueLayout)>> {
+    let p = path.as_ref().join(IDENTITY);
+    if !p.exists() {
+        return Ok(None);
+    }
+    let data = std::fs::read(&p).ctx(&p)?;
+    let id = Identity::decode(&p, &data)?;
+    Ok(Some((id.index, id.layout)))
+}

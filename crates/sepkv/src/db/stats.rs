@@ -1,0 +1,265 @@
+//! What the database reports about itself: [`DbStats`] and the other
+//! report types, [`Db::stats`] and [`Db::verify`].
+
+use super::{Db, DbInner};
+use crate::error::{Error, Result};
+use crate::fs::IoStatsSnapshot;
+use crate::index::filename::{IDENTITY, LOCK};
+use crate::vstore::SpaceStats;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+/// What [`Db::gc`] did (bytes).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct GcReport {
+    /// GC steps run.
+    pub steps: u64,
+    /// Bytes scanned at the tail.
+    pub bytes_read: u64,
+    /// Bytes of live values rewritten at the head.
+    pub bytes_rewritten: u64,
+    /// Bytes of space released.
+    pub bytes_freed: u64,
+    /// Estimated garbage ratio afterwards.
+    pub garbage_ratio: f64,
+}
+
+/// Files and bytes of one level.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct LevelStats {
+    /// Level number.
+    pub level: usize,
+    /// Number of SSTables.
+    pub files: usize,
+    /// Total bytes of the SSTables.
+    pub bytes: u64,
+}
+
+/// The files of one kind in the database directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FileGroupStats {
+    /// `sstables`, `wal`, `manifest` (with `CURRENT`), `value store`
+    /// (value-log files, `hashkv` segments, journals and table) or `other`
+    /// (`IDENTITY`, `LOCK`, temporary files).
+    pub kind: String,
+    /// Number of files.
+    pub files: u64,
+    /// Sum of the file lengths: what `ls -l` shows (bytes).
+    pub size_bytes: u64,
+    /// Device space the files occupy: what `du` shows (bytes). Smaller than
+    /// the size where value-store GC punched holes into a file.
+    pub allocated_bytes: u64,
+}
+
+/// A point-in-time report of the database's state. Byte counts are bytes.
+///
+/// Two kinds of figures: the *state* (configuration, sequence number,
+/// levels, files, memtable, value-store space) is read from what is on
+/// disk and in memory now, and is the same after a reopen; the *counters*
+/// (`io`, `user_bytes_*`, `flushes`, `compactions`, `trivial_moves`,
+/// `compaction_*`, `write_stall_micros`, `write_gc_steps`) count what this
+/// handle did since it was opened and are not persisted: a freshly opened
+/// database (every `sepkv` command) starts them at 0.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DbStats {
+    /// Index structure (state).
+    pub index: String,
+    /// Value layout (state).
+    pub value_layout: String,
+    /// Last sequence number assigned (state).
+    pub last_sequence: u64,
+    /// SSTables per level (state).
+    pub levels: Vec<LevelStats>,
+    /// Files in the directory by kind, with their sizes and the device
+    /// space they occupy (state).
+    pub files: Vec<FileGroupStats>,
+    /// Bytes in the active memtable (state).
+    pub memtable_bytes: u64,
+    /// True while an immutable memtable waits for its flush (state).
+    pub immutable_memtable: bool,
+    /// Bytes read and written, by category (counter since open).
+    pub io: IoStatsSnapshot,
+    /// Key and value bytes written by users (counter since open).
+    pub user_bytes_written: u64,
+    /// Value bytes returned to users by `get` (counter since open).
+    pub user_bytes_read: u64,
+    /// Memtable flushes (counter since open).
+    pub flushes: u64,
+    /// Compactions that rewrote files (counter since open).
+    pub compactions: u64,
+    /// Compactions that only moved a file down a level (counter since
+    /// open).
+    pub trivial_moves: u64,
+    /// Bytes read by compactions (counter since open).
+    pub compaction_bytes_in: u64,
+    /// Bytes written by compactions (counter since open).
+    pub compaction_bytes_out: u64,
+    /// Entries compaction dropped: shadowed versions, obsolete tombstones
+    /// (counter since open).
+    pub compaction_entries_dropped: u64,
+    /// Index-specific figures, named by the index (for `lsm`: `sstables`,
+    /// `sstable_bytes`); sizes and loads are state, tallies count since
+    /// open.
+    pub index_figures: BTreeMap<String, u64>,
+    /// Time writers spent delayed or stopped (µs), including GC run by
+    /// writes the value store refused for want of space (counter since
+    /// open).
+    pub write_stall_micros: u64,
+    /// GC steps run by writes the value store refused for want of space
+    /// (`Options::value_capacity`; counter since open).
+    pub write_gc_steps: u64,
+    /// Times such a write waited for readers (snapshots, iterators) older
+    /// than a GC step to release the space the step retired (counter since
+    /// open).
+    pub write_waits_for_readers: u64,
+    /// Snapshots alive (state).
+    pub live_snapshots: usize,
+    /// Value-store space estimates (state; `file_bytes` is allocated
+    /// space).
+    pub value_store: SpaceStats,
+    /// Layout-specific value-store figures: positions and sizes (vLog head
+    /// and tail, segment groups in use) are state; the GC tallies
+    /// (`gc_runs`, `gc_bytes_read`, ...) count since open.
+    pub value_store_figures: BTreeMap<String, u64>,
+    /// Bytes the database directory occupies on the device (state; the sum
+    /// of `files[..].allocated_bytes`).
+    pub disk_bytes: u64,
+    /// Background error that poisoned the database, if any.
+    pub background_error: Option<String>,
+}
+
+/// Result of [`Db::verify`].
+#[derive(Debug, Default)]
+pub struct VerifyReport {
+    /// SSTables checked.
+    pub tables: usize,
+    /// Entries read from SSTables.
+    pub entries: u64,
+    /// Manifest edits checked.
+    pub manifest_edits: usize,
+    /// WAL records checked.
+    pub wal_records: usize,
+    /// Value-store records checked.
+    pub value_records: u64,
+    /// Every fault found, each naming file and offset.
+    pub faults: Vec<Error>,
+}
+
+impl Db {
+    /// Checks every live SSTable (every block and checksum), the manifest
+    /// and the current WAL. Faults are collected, not returned as errors.
+    ///
+    /// # Errors
+    /// `Closed`.
+    pub fn verify(&self) -> Result<VerifyReport> {
+        self.check_open()?;
+        Ok(self.inner.verify())
+    }
+
+    /// A report of the database's state and I/O.
+    ///
+    /// # Errors
+    /// `Closed`.
+    pub fn stats(&self) -> Result<DbStats> {
+        self.check_open()?;
+        Ok(self.inner.stats())
+    }
+}
+
+impl DbInner {
+    fn verify(&self) -> VerifyReport {
+        let mut rep = VerifyReport::default();
+        // The index: manifest, current WAL, tables.
+        self.index.verify(&mut rep);
+        // Value store.
+        let (records, faults) = self.vstore.verify();
+        rep.value_records = records;
+        rep.faults.extend(faults);
+        rep
+    }
+
+    /// The directory's files by kind (see [`FileGroupStats`]): `IDENTITY`
+    /// and `LOCK` are `other`, the index names the kind of its files, and
+    /// every other file is the value store's. Files that vanish while they
+    /// are counted are skipped.
+    fn file_groups(&self) -> Vec<FileGroupStats> {
+        const KINDS: [&str; 5] = ["sstables", "wal", "manifest", "value store", "other"];
+        let mut groups: Vec<FileGroupStats> = KINDS
+            .iter()
+            .map(|k| FileGroupStats {
+                kind: k.to_string(),
+                ..Default::default()
+            })
+            .collect();
+        let (dir, fs) = (&self.shared.dir, &self.shared.fs);
+        for name in fs.list(dir).unwrap_or_default() {
+            let kind = if name == IDENTITY || name == LOCK {
+                "other"
+            } else {
+                self.index.file_kind(&name).unwrap_or("value store")
+            };
+            let path = dir.join(&name);
+            let (Ok(size), Ok(allocated)) = (fs.file_size(&path), fs.allocated_size(&path)) else {
+                continue;
+            };
+            let g = match groups.iter().position(|g| g.kind == kind) {
+                Some(i) => &mut groups[i],
+                None => {
+                    groups.push(FileGroupStats {
+                        kind: kind.to_string(),
+                        ..Default::default()
+                    });
+                    groups.last_mut().expect("just pushed")
+                }
+            };
+            g.files += 1;
+            g.size_bytes += size;
+            g.allocated_bytes += allocated;
+        }
+        groups
+    }
+
+    fn stats(&self) -> DbStats {
+        let shared = &self.shared;
+        let ix = self.index.stats();
+        let c = &self.counters;
+        let files = self.file_groups();
+        let disk_bytes = files.iter().map(|g| g.allocated_bytes).sum();
+        DbStats {
+            index: shared.opts.index_kind().to_string(),
+            value_layout: shared.opts.layout().to_string(),
+            last_sequence: shared.last_seq.load(Ordering::Acquire),
+            levels: ix.levels,
+            files,
+            memtable_bytes: ix.memtable_bytes,
+            immutable_memtable: ix.immutable_memtable,
+            io: shared.stats.snapshot(),
+            user_bytes_written: c.user_bytes_written.load(Ordering::Relaxed),
+            user_bytes_read: c.user_bytes_read.load(Ordering::Relaxed),
+            flushes: ix.flushes,
+            compactions: ix.compactions,
+            trivial_moves: ix.trivial_moves,
+            compaction_bytes_in: ix.compaction_bytes_in,
+            compaction_bytes_out: ix.compaction_bytes_out,
+            compaction_entries_dropped: ix.compaction_entries_dropped,
+            index_figures: ix
+                .figures
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            write_stall_micros: shared.stall_micros.load(Ordering::Relaxed),
+            write_gc_steps: c.write_gc_steps.load(Ordering::Relaxed),
+            write_waits_for_readers: c.write_reader_waits.load(Ordering::Relaxed),
+            live_snapshots: shared.snapshots.lock().values().sum(),
+            value_store: self.vstore.space(),
+            value_store_figures: self
+                .vstore
+                .figures()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            disk_bytes,
+            background_error: shared.bg_error.lock().as_ref().map(|e| e.to_string()),
+        }
+    }
+}

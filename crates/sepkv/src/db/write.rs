@@ -1,0 +1,384 @@
+//! The write path: group commit, value separation, the writer lock, GC
+//! for writes the value store refused, and GC's compare-and-set
+//! ([`IndexRelocator`]).
+
+use super::{Db, DbInner};
+use crate::batch::WriteBatch;
+use crate::commit::Group;
+use crate::error::{Error, Result};
+use crate::index::key::{SeqNum, ValueType};
+use crate::options::{WriteOptions, MAX_BATCH_SIZE};
+use crate::vstore::{IndexReader, IndexRelocator, LogEntry, Relocation, ValueRecord};
+use parking_lot::MutexGuard;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Longest a write the value store refused waits for the oldest reader to
+/// release space GC retired (see `DbInner::wait_for_readers`).
+const ROOM_WAIT: Duration = Duration::from_secs(10);
+
+/// Progress of the GC a refused write runs (see `DbInner::gc_for_room`).
+#[derive(Default)]
+struct RoomGc {
+    /// Value-store bytes (live + garbage) when the write was first refused.
+    start_bytes: Option<u64>,
+    /// Bytes GC has read since.
+    read: u64,
+    /// A memtable flush was forced to let GC go on.
+    flushed: bool,
+}
+
+impl Db {
+    /// Sets `key` to `value` (not synced; see [`Db::write`]). Keys and
+    /// values are bytes: `&str`, `String`, `&[u8]`, `Vec<u8>`, arrays.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for an empty key, a key over
+    /// [`crate::options::MAX_KEY_SIZE`] or a value over
+    /// [`crate::options::MAX_VALUE_SIZE`] bytes; `Closed`; `Poisoned`; `Io`.
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.put(key, value)?;
+        self.write(&b, WriteOptions::default())
+    }
+
+    /// Removes `key` (not synced). Removing a missing key is not an error.
+    ///
+    /// # Errors
+    /// As [`Db::put`].
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete(key)?;
+        self.write(&b, WriteOptions::default())
+    }
+
+    /// Applies `batch` atomically.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a batch over [`crate::options::MAX_BATCH_SIZE`]
+    /// bytes; `Closed`; `Poisoned` after an earlier failure; `Io` if the WAL
+    /// append or sync fails (the write is then not acknowledged and the
+    /// database is poisoned).
+    pub fn write(&self, batch: &WriteBatch, opts: WriteOptions) -> Result<()> {
+        self.write_with_sequence(batch, opts).map(|_| ())
+    }
+
+    /// [`Db::write`], returning the sequence number given to the batch's
+    /// last entry (its entries have consecutive numbers ending there; an
+    /// empty batch returns the current last sequence number).
+    ///
+    /// # Errors
+    /// As [`Db::write`].
+    pub fn write_with_sequence(&self, batch: &WriteBatch, opts: WriteOptions) -> Result<SeqNum> {
+        self.check_open()?;
+        if batch.is_empty() {
+            // Nothing to log, but `sync` still promises that every earlier
+            // write is durable when this returns.
+            let last = self.last_sequence();
+            if opts.sync {
+                self.inner.make_durable(last)?;
+            }
+            return Ok(last);
+        }
+        if batch.approximate_size() > MAX_BATCH_SIZE {
+            return Err(Error::InvalidArgument(format!(
+                "batch of {} bytes exceeds the {MAX_BATCH_SIZE} byte limit",
+                batch.approximate_size()
+            )));
+        }
+        self.inner.write(batch, opts)
+    }
+}
+
+impl DbInner {
+    /// Commits `batch` through the group-commit queue ([`crate::commit`]).
+    fn write(&self, batch: &WriteBatch, opts: WriteOptions) -> Result<SeqNum> {
+        self.commit
+            .commit(batch, opts.sync, |g| self.write_group(g))
+    }
+
+    /// Writes a whole commit group as one batch; returns each member's last
+    /// sequence number. When the value store stays full after GC, the
+    /// members are written one by one, so that those without separated
+    /// values (deletes, small values) still go through.
+    fn write_group(&self, g: &Group) -> Vec<Result<SeqNum>> {
+        let n = g.members.len();
+        match self.write_batch(&g.batch, g.sync) {
+            Ok(last) => {
+                let mut end = last + 1 - g.batch.len() as u64;
+                g.members
+                    .iter()
+                    .map(|&m| {
+                        end += m as u64;
+                        Ok(end - 1)
+                    })
+                    .collect()
+            }
+            Err(Error::ValueStoreFull(_)) if n > 1 => match g.batch.split(&g.members) {
+                Ok(bs) => bs.iter().map(|b| self.write_batch(b, g.sync)).collect(),
+                Err(e) => vec![Err(e); n],
+            },
+            Err(e) => vec![Err(e); n],
+        }
+    }
+
+    /// Writes one batch: room, value separation (GC first when the value
+    /// store refuses it), WAL, memtable, publish — all under the writer
+    /// lock, which GC's `wait_in_flight_writes` relies on.
+    fn write_batch(&self, batch: &WriteBatch, sync: bool) -> Result<SeqNum> {
+        let mut guard = self.writer.lock();
+        let user_bytes = batch.user_bytes();
+        let mut room = RoomGc::default();
+        loop {
+            self.shared.poisoned()?;
+            if !*guard {
+                return Err(Error::Closed);
+            }
+            self.index.make_room(false)?;
+
+            // Separate large values into the value store (never for
+            // `inline`); in log mode the value log records every entry.
+            let prepared = if !self.shared.opts.wal {
+                Some(self.log_entries(batch))
+            } else if self.vstore.separates(batch.max_value_len()) {
+                Some(self.separate_values(batch))
+            } else {
+                None
+            };
+            let prepared = match prepared {
+                Some(Err(Error::ValueStoreFull(msg))) => {
+                    // The append would pass `value_capacity`: GC first
+                    // (HashKV §4.1 setup), with the writer lock released so
+                    // that GC can install its relocations; then retry.
+                    let t = Instant::now();
+                    let more = MutexGuard::unlocked(&mut guard, || self.gc_for_room(&mut room));
+                    self.shared.note_stall(t);
+                    if !more? {
+                        return Err(Error::ValueStoreFull(msg));
+                    }
+                    continue;
+                }
+                // Anything else may have left part of the batch in the
+                // value store, out of step with the index: refuse further
+                // writes.
+                Some(Err(e)) => {
+                    self.shared.set_poison(&e);
+                    return Err(e);
+                }
+                Some(Ok(b)) => Some(b),
+                None => None,
+            };
+            let seq = self.write_locked(prepared.as_ref().unwrap_or(batch), sync)?;
+            self.counters
+                .user_bytes_written
+                .fetch_add(user_bytes, Ordering::Relaxed);
+            return Ok(seq);
+        }
+    }
+
+    /// One round of GC for a write the value store refused for want of
+    /// space; called without the writer lock. Returns false once retrying
+    /// is pointless: GC has read as many bytes as the store held when the
+    /// write was first refused (a whole pass) without making room, or it
+    /// has nothing to do even after a memtable flush (in log mode GC stops
+    /// at the replay checkpoint, which a flush moves) — unless space GC
+    /// retired is held for readers, which it waits for first.
+    fn gc_for_room(&self, room: &mut RoomGc) -> Result<bool> {
+        let start = *room.start_bytes.get_or_insert_with(|| {
+            let space = self.vstore.space();
+            space.live_bytes + space.garbage_bytes
+        });
+        if room.read > start {
+            return self.wait_for_readers(room);
+        }
+        let out = self.gc_step()?;
+        self.counters.write_gc_steps.fetch_add(1, Ordering::Relaxed);
+        room.read += out.bytes_read.max(1);
+        if !out.did_work {
+            if room.flushed {
+                return self.wait_for_readers(room);
+            }
+            room.flushed = true;
+            self.flush_memtable()?;
+        }
+        Ok(true)
+    }
+
+    /// For a write whose GC made no room: while the value store holds
+    /// space GC retired for readers older than the GC
+    /// (`ValueStore::pinned_bytes`), waits until the oldest reader is gone
+    /// — at most [`ROOM_WAIT`], as a reader may belong to the writing
+    /// thread — and lets the write's GC start over, which frees that space.
+    /// False when nothing is held, the reader stays, or the database closes.
+    fn wait_for_readers(&self, room: &mut RoomGc) -> Result<bool> {
+        if self.vstore.pinned_bytes() == 0 {
+            return Ok(false);
+        }
+        self.counters
+            .write_reader_waits
+            .fetch_add(1, Ordering::Relaxed);
+        let oldest = self.shared.smallest_snapshot();
+        let since = Instant::now();
+        while self.shared.smallest_snapshot() == oldest
+            && oldest < self.shared.last_seq.load(Ordering::Acquire)
+        {
+            self.shared.poisoned()?;
+            if since.elapsed() >= ROOM_WAIT || self.shared.closed.load(Ordering::Acquire) {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        *room = RoomGc::default();
+        Ok(true)
+    }
+
+    /// Applies a prepared batch to the index and publishes it; returns its
+    /// last sequence number. Called with the writer lock held and room
+    /// made. A failed apply poisons the database: the batch may be half
+    /// logged.
+    fn write_locked(&self, batch: &WriteBatch, sync: bool) -> Result<SeqNum> {
+        let seq = self.shared.last_seq.load(Ordering::Relaxed) + 1;
+        let last = seq + batch.len() as u64 - 1;
+        if let Err(e) = self.index.apply(batch, seq, sync) {
+            self.shared.set_poison(&e);
+            return Err(e);
+        }
+        self.shared.last_seq.store(last, Ordering::Release);
+        Ok(last)
+    }
+
+    /// Log mode (WiscKey §3.4.2): appends every entry of `batch` to the
+    /// value log, which is then the only log; returns the index batch
+    /// (separated values replaced by pointers). Writer lock held.
+    fn log_entries(&self, batch: &WriteBatch) -> Result<WriteBatch> {
+        let entries: Vec<_> = batch.entries().collect::<Result<_>>()?;
+        let seq0 = self.shared.last_seq.load(Ordering::Relaxed) + 1;
+        let log: Vec<LogEntry<'_>> = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| LogEntry {
+                vtype: e.vtype,
+                separate: e.vtype == ValueType::Value && self.vstore.separates(e.value.len()),
+                key: e.key,
+                seq: seq0 + i as u64,
+                value: e.value,
+            })
+            .collect();
+        let ptrs = match self.vstore.log_batch(&log) {
+            Ok(p) => p,
+            // Refused before anything was written: the engine runs GC.
+            Err(e @ Error::ValueStoreFull(_)) => return Err(e),
+            Err(e) => {
+                self.shared.set_poison(&e);
+                return Err(e);
+            }
+        };
+        let mut out = WriteBatch::new();
+        for (e, p) in entries.iter().zip(ptrs) {
+            match p {
+                Some(p) => out.push(ValueType::Pointer, e.key, &p.encode()),
+                None => out.push(e.vtype, e.key, e.value),
+            }
+        }
+        Ok(out)
+    }
+
+    fn separate_values(&self, batch: &WriteBatch) -> Result<WriteBatch> {
+        let entries: Vec<_> = batch.entries().collect::<Result<_>>()?;
+        let seq0 = self.shared.last_seq.load(Ordering::Relaxed) + 1;
+        let records: Vec<ValueRecord<'_>> = entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.vtype == ValueType::Value && self.vstore.separates(e.value.len()))
+            .map(|(i, e)| ValueRecord {
+                key: e.key,
+                seq: seq0 + i as u64,
+                value: e.value,
+            })
+            .collect();
+        let ptrs = self.vstore.append(&records)?;
+        let mut ptrs = ptrs.into_iter();
+        let mut out = WriteBatch::new();
+        for e in &entries {
+            if e.vtype == ValueType::Value && self.vstore.separates(e.value.len()) {
+                let p = ptrs.next().ok_or_else(|| {
+                    Error::InvalidArgument("value store returned too few pointers".into())
+                })?;
+                out.push(ValueType::Pointer, e.key, &p.encode());
+            } else {
+                out.push(e.vtype, e.key, e.value);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Switches the memtable (under the writer lock) and waits for its
+    /// flush: every write before the call is then in the index's durable
+    /// structures.
+    pub(super) fn flush_memtable(&self) -> Result<()> {
+        {
+            let guard = self.writer.lock();
+            self.shared.poisoned()?;
+            if !*guard {
+                return Err(Error::Closed);
+            }
+            self.index.make_room(true)?;
+        }
+        self.index.wait_flushed()
+    }
+}
+
+/// GC's side of the index: the compare-and-set lives here, in the facade,
+/// over the seam's `get` and `apply`, so every index gets the same rules.
+impl IndexRelocator for DbInner {
+    fn relocate(&self, moves: &[Relocation]) -> Result<(Vec<bool>, SeqNum)> {
+        let guard = self.writer.lock();
+        self.shared.poisoned()?;
+        if !*guard {
+            return Err(Error::Closed);
+        }
+        self.index.make_room(false)?;
+        // Under the writer lock no user write can slip between the check
+        // and the install.
+        let mut batch = WriteBatch::new();
+        let mut installed = Vec::with_capacity(moves.len());
+        for m in moves {
+            let ok = self.current_pointer(&m.key)? == Some(m.old);
+            if ok {
+                batch.push(ValueType::Pointer, &m.key, &m.new.encode());
+            }
+            installed.push(ok);
+        }
+        if batch.is_empty() {
+            return Ok((installed, self.shared.last_seq.load(Ordering::Acquire)));
+        }
+        if !self.shared.opts.wal {
+            // Log mode: the relocation must be in the value log too.
+            batch = self.log_entries(&batch)?;
+        }
+        let seq = self.write_locked(&batch, true)?;
+        Ok((installed, seq))
+    }
+
+    fn persist_state(&self, state: &[u8]) -> Result<()> {
+        let r = self.index.persist_value_store_state(state);
+        if let Err(e) = &r {
+            self.shared.set_poison(e);
+        }
+        r
+    }
+
+    fn make_durable(&self, seq: SeqNum) -> Result<()> {
+        let guard = self.writer.lock();
+        self.shared.poisoned()?;
+        if !*guard {
+            return Err(Error::Closed);
+        }
+        // Under the writer lock every write up to `last_seq` is applied.
+        let r = self.index.make_durable(seq);
+        if let Err(e) = &r {
+            self.shared.set_poison(e);
+        }
+        r
+    }
+}

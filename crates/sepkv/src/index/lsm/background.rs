@@ -1,0 +1,481 @@
+//! The LSM-tree's background work and what waits for it: making room in
+//! the memtable (write stalls, memtable switch), flushing the immutable
+//! memtable to SSTables, leveled and manual compactions, and removing
+//! obsolete files.
+
+use super::{LsmIndex, SuperVersion, Wal};
+use crate::error::{Error, IoContext, Result};
+use crate::format::record::RecordWriter;
+use crate::fs::IoCategory;
+use crate::index::compaction::picker::{self, Choice};
+use crate::index::compaction::{flush_to_tables, run_compaction, CompactionStats};
+use crate::index::filename::{self, FileKind};
+use crate::index::memtable::MemTable;
+use crate::index::version::{Version, VersionEdit};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+struct ManualCompaction {
+    level: usize,
+    /// Rewrite `level` into itself (the bottommost step) instead of
+    /// merging it into `level + 1`.
+    in_place: bool,
+    begin: Option<Vec<u8>>,
+    end: Option<Vec<u8>>,
+    done: bool,
+    /// What the compaction did, set with `done`.
+    stats: CompactionStats,
+}
+
+/// What the background thread and the threads waiting for it share, under
+/// `LsmIndex::bg` (signalled through `LsmIndex::bg_cv`). Failures are in
+/// `Shared::bg_error`.
+#[derive(Default)]
+pub(super) struct BgState {
+    pub(super) shutting_down: bool,
+    /// WALs older than this are obsolete once the immutable memtable is
+    /// flushed.
+    pub(super) imm_log_number: u64,
+    /// Log mode: the value-log position where the immutable memtable's
+    /// writes end (its flush checkpoints it).
+    pub(super) imm_log_position: Option<(u64, u64)>,
+    manual: Option<ManualCompaction>,
+}
+
+impl LsmIndex {
+    /// Makes room in the memtable; with `force`, freezes a non-empty
+    /// memtable even if it is not full. Called with the facade's writer
+    /// lock held.
+    pub(super) fn make_room_locked(&self, mut force: bool) -> Result<()> {
+        let opts = &self.shared.opts;
+        let mut allow_delay = !force;
+        loop {
+            self.shared.background_failed()?;
+            let sv = self.sv.read().clone();
+            let l0 = sv.version.files[0].len();
+            if allow_delay && l0 >= opts.l0_slowdown_writes_trigger {
+                // Spread the delay over writes instead of stalling one for
+                // seconds when level 0 hits the stop trigger.
+                let t = Instant::now();
+                std::thread::sleep(Duration::from_millis(1));
+                self.shared.note_stall(t);
+                allow_delay = false;
+                continue;
+            }
+            if !force && sv.mem.approximate_bytes() < opts.write_buffer_size {
+                return Ok(());
+            }
+            if force && sv.mem.is_empty() {
+                return Ok(());
+            }
+            if sv.imm.is_some() || l0 >= opts.l0_stop_writes_trigger {
+                let t = Instant::now();
+                let mut bg = self.bg.lock();
+                // Once `close` has begun the background thread stops
+                // flushing: waiting for it would wait forever (and `close`
+                // for this writer's lock).
+                if bg.shutting_down {
+                    return Err(Error::Closed);
+                }
+                self.bg_cv.notify_all();
+                let still = {
+                    let cur = self.sv.read();
+                    cur.imm.is_some() || cur.version.files[0].len() >= opts.l0_stop_writes_trigger
+                };
+                if still && self.shared.background_failed().is_ok() {
+                    self.bg_cv.wait_for(&mut bg, Duration::from_millis(100));
+                }
+                drop(bg);
+                self.shared.note_stall(t);
+                continue;
+            }
+            match self.switch_memtable() {
+                Ok(()) => {}
+                Err(Error::Closed) => return Err(Error::Closed),
+                Err(e) => {
+                    self.shared.set_poison(&e);
+                    return Err(e);
+                }
+            }
+            self.bg_cv.notify_all();
+            force = false;
+        }
+    }
+
+    /// Freezes the memtable and starts a new WAL. The old WAL is synced
+    /// first so that a later synced write never sits behind a hole.
+    fn switch_memtable(&self) -> Result<()> {
+        let shared = &self.shared;
+        let mut guard = self.wal.lock();
+        let Some(w) = guard.as_mut() else {
+            return Err(Error::Closed);
+        };
+        self.vstore.sync()?;
+        w.log.sync()?;
+        w.synced_seq = shared.last_seq.load(Ordering::Acquire);
+        let number = self.versions.lock().new_file_number();
+        let path = filename::wal_path(&shared.dir, number);
+        let file = shared.fs.create(&path).ctx(&path)?;
+        shared.fs.sync_dir(&shared.dir).ctx(&shared.dir)?;
+        *w = Wal {
+            log: RecordWriter::new(file, path, shared.stats.clone(), IoCategory::Wal),
+            scratch: std::mem::take(&mut w.scratch),
+            synced_seq: w.synced_seq,
+        };
+        let mut bg = self.bg.lock();
+        bg.imm_log_number = number;
+        bg.imm_log_position = self.vstore.log_position();
+        let mut cur = self.sv.write();
+        *cur = Arc::new(SuperVersion {
+            mem: Arc::new(MemTable::new()),
+            imm: Some(cur.mem.clone()),
+            version: cur.version.clone(),
+        });
+        Ok(())
+    }
+
+    /// Waits until no immutable memtable waits for its flush.
+    pub(super) fn wait_imm_flushed(&self) -> Result<()> {
+        let mut bg = self.bg.lock();
+        loop {
+            self.shared.background_failed()?;
+            if self.sv.read().imm.is_none() {
+                return Ok(());
+            }
+            if bg.shutting_down {
+                return Err(Error::Closed);
+            }
+            self.bg_cv.notify_all();
+            self.bg_cv.wait_for(&mut bg, Duration::from_millis(100));
+        }
+    }
+
+    /// Waits until no memtable waits for its flush and no level needs
+    /// compaction.
+    pub(super) fn wait_bg_idle(&self) -> Result<()> {
+        let mut bg = self.bg.lock();
+        loop {
+            self.shared.background_failed()?;
+            let sv = self.sv.read().clone();
+            let busy = sv.imm.is_some()
+                || picker::scores(&sv.version, &self.picker)
+                    .iter()
+                    .any(|&s| s >= 1.0);
+            if !busy {
+                return Ok(());
+            }
+            if bg.shutting_down {
+                return Err(Error::Closed);
+            }
+            self.bg_cv.notify_all();
+            self.bg_cv.wait_for(&mut bg, Duration::from_millis(50));
+        }
+    }
+
+    /// `Db::compact_range` after its flush: merges each level's files in
+    /// `[begin, end]` into the next level down to the bottommost level that
+    /// holds data there (level 0 goes at least to level 1), then rewrites
+    /// the files of that level the merges did not produce.
+    pub(super) fn compact_range_levels(
+        &self,
+        begin: Option<&[u8]>,
+        end: Option<&[u8]>,
+    ) -> Result<CompactionStats> {
+        let levels = self.shared.opts.num_levels;
+        // Files numbered from here on are outputs of this call.
+        let first_new = self.versions.lock().next_file_number;
+        let mut total = CompactionStats::default();
+        for level in 0..levels {
+            let v = self.sv.read().version.clone();
+            let deepest = (0..levels)
+                .filter(|&l| !v.overlapping(l, begin, end).is_empty())
+                .max();
+            let Some(deepest) = deepest else {
+                break;
+            };
+            // Level 0 files overlap one another: they always go down.
+            let bottom = deepest.max(1);
+            if level < bottom {
+                if !v.overlapping(level, begin, end).is_empty() {
+                    total.add(&self.run_manual(level, false, begin, end)?);
+                }
+                continue;
+            }
+            // The bottommost level: rewrite it in place when it holds files
+            // no merge of this call produced (they may keep tombstones and
+            // old versions an earlier compaction had to keep).
+            let stale = v
+                .overlapping(bottom, begin, end)
+                .iter()
+                .any(|f| f.number < first_new);
+            if stale {
+                total.add(&self.run_manual(bottom, true, begin, end)?);
+            }
+            break;
+        }
+        Ok(total)
+    }
+
+    fn run_manual(
+        &self,
+        level: usize,
+        in_place: bool,
+        begin: Option<&[u8]>,
+        end: Option<&[u8]>,
+    ) -> Result<CompactionStats> {
+        let mut bg = self.bg.lock();
+        // Wait for another manual compaction to finish.
+        while bg.manual.as_ref().is_some_and(|m| !m.done) {
+            self.shared.background_failed()?;
+            self.bg_cv.wait_for(&mut bg, Duration::from_millis(100));
+        }
+        bg.manual = Some(ManualCompaction {
+            level,
+            in_place,
+            begin: begin.map(|b| b.to_vec()),
+            end: end.map(|e| e.to_vec()),
+            done: false,
+            stats: CompactionStats::default(),
+        });
+        self.bg_cv.notify_all();
+        loop {
+            if let Err(e) = self.shared.background_failed() {
+                bg.manual = None;
+                return Err(e);
+            }
+            if bg.manual.as_ref().is_none_or(|m| m.done) {
+                let stats = bg.manual.take().map(|m| m.stats).unwrap_or_default();
+                self.bg_cv.notify_all();
+                return Ok(stats);
+            }
+            if bg.shutting_down {
+                return Err(Error::Closed);
+            }
+            self.bg_cv.wait_for(&mut bg, Duration::from_millis(100));
+        }
+    }
+
+    /// The background thread: flushes, manual and automatic compactions,
+    /// until `shutdown`.
+    pub(super) fn background_loop(self: Arc<Self>) {
+        loop {
+            {
+                let mut bg = self.bg.lock();
+                loop {
+                    if bg.shutting_down {
+                        return;
+                    }
+                    if self.shared.background_failed().is_ok() {
+                        let sv = self.sv.read().clone();
+                        let manual = bg.manual.as_ref().is_some_and(|m| !m.done);
+                        let auto = picker::scores(&sv.version, &self.picker)
+                            .iter()
+                            .any(|&s| s >= 1.0);
+                        if sv.imm.is_some() || manual || auto {
+                            break;
+                        }
+                    }
+                    self.bg_cv.wait_for(&mut bg, Duration::from_millis(500));
+                }
+            }
+            // A panic here is a bug; turn it into a background error so
+            // writers waiting on this thread fail instead of hanging.
+            let step =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.background_step()))
+                    .unwrap_or_else(|_| Err(Error::Poisoned("background thread panicked".into())));
+            if let Err(e) = step {
+                self.shared.set_background_error(e);
+            }
+            let _g = self.bg.lock();
+            self.bg_cv.notify_all();
+        }
+    }
+
+    fn background_step(&self) -> Result<()> {
+        let sv = self.sv.read().clone();
+        if let Some(imm) = sv.imm.clone() {
+            return self.flush_imm(&imm);
+        }
+        let manual = {
+            let bg = self.bg.lock();
+            bg.manual
+                .as_ref()
+                .filter(|m| !m.done)
+                .map(|m| (m.level, m.in_place, m.begin.clone(), m.end.clone()))
+        };
+        if let Some((level, in_place, begin, end)) = manual {
+            let v = self.versions.lock().current();
+            let (b, e) = (begin.as_deref(), end.as_deref());
+            let inputs = if in_place {
+                picker::pick_in_place(&v, &self.picker, level, b, e)
+            } else {
+                picker::pick_range(&v, &self.picker, level, b, e)
+            };
+            let stats = match inputs {
+                Some(inputs) => self.compact(v, &inputs)?,
+                None => CompactionStats::default(),
+            };
+            if let Some(m) = self.bg.lock().manual.as_mut() {
+                m.done = true;
+                m.stats = stats;
+            }
+            return Ok(());
+        }
+        let (v, choice) = {
+            let vs = self.versions.lock();
+            let v = vs.current();
+            let ptrs: Vec<Option<&[u8]>> = (0..self.shared.opts.num_levels)
+                .map(|l| vs.compact_pointer(l))
+                .collect();
+            let c = picker::pick(&v, &self.picker, &ptrs);
+            (v, c)
+        };
+        match choice {
+            Choice::Nothing => Ok(()),
+            Choice::Move { level, file } => {
+                let mut edit = VersionEdit::default();
+                edit.deleted.push((level, file.number));
+                edit.added.push((level + 1, (*file).clone()));
+                edit.compact_pointers.push((level, file.largest.clone()));
+                self.install(&mut edit)?;
+                self.counters.trivial_moves.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Choice::Merge(inputs) => self.compact(v, &inputs).map(|_| ()),
+        }
+    }
+
+    /// Runs a compaction of `inputs` picked from `v`. Takes `v` by value so
+    /// that it is released before obsolete files are deleted (a version still
+    /// held keeps its files alive).
+    fn compact(
+        &self,
+        v: Arc<Version>,
+        inputs: &picker::CompactionInputs,
+    ) -> Result<CompactionStats> {
+        let smallest = self.shared.smallest_snapshot();
+        let mut next = || self.versions.lock().new_file_number();
+        let mut ctx = self.job_context(&mut next);
+        let (mut edit, st): (VersionEdit, CompactionStats) =
+            run_compaction(&mut ctx, &v, inputs, smallest)?;
+        drop(v);
+        self.install(&mut edit)?;
+        let c = &self.counters;
+        c.compactions.fetch_add(1, Ordering::Relaxed);
+        c.compaction_bytes_in
+            .fetch_add(st.bytes_in, Ordering::Relaxed);
+        c.compaction_bytes_out
+            .fetch_add(st.bytes_out, Ordering::Relaxed);
+        c.compaction_entries_dropped
+            .fetch_add(st.dropped, Ordering::Relaxed);
+        self.delete_obsolete_files();
+        Ok(st)
+    }
+
+    fn flush_imm(&self, imm: &Arc<MemTable>) -> Result<()> {
+        let (log_number, log_pos) = {
+            let bg = self.bg.lock();
+            (bg.imm_log_number, bg.imm_log_position)
+        };
+        let mut next = || self.versions.lock().new_file_number();
+        let mut ctx = self.job_context(&mut next);
+        let files = flush_to_tables(&mut ctx, &mut imm.iter())?;
+        let mut edit = VersionEdit {
+            log_number: Some(log_number),
+            ..Default::default()
+        };
+        let v = self.versions.lock().current();
+        for f in files {
+            let level = picker::level_for_flush(
+                &v,
+                &self.picker,
+                crate::index::key::user_key(&f.smallest),
+                crate::index::key::user_key(&f.largest),
+            );
+            edit.added.push((level, f));
+        }
+        // Values must be durable before the SSTables pointing at them replace
+        // the WAL.
+        self.vstore.sync()?;
+        // The memtable's writes are now in SSTables: publish the version and
+        // drop the memtable in one step so readers never miss them.
+        let nv = {
+            let mut vs = self.versions.lock();
+            // Log mode: recovery replays the value log from where this
+            // memtable's writes end. The state is taken under the manifest
+            // lock so it is never older than one GC persisted before it.
+            edit.value_store_state = log_pos.map(|p| self.vstore.state_with_checkpoint(p));
+            // Only what the flushed memtable holds is durable: recording a
+            // larger sequence would claim writes a crash may still lose.
+            vs.last_sequence = vs.last_sequence.max(imm.max_seq());
+            vs.log_and_apply(&mut edit)?;
+            vs.current()
+        };
+        if let Some(p) = log_pos {
+            self.vstore.checkpoint_committed(p);
+        }
+        {
+            let mut cur = self.sv.write();
+            *cur = Arc::new(SuperVersion {
+                mem: cur.mem.clone(),
+                imm: None,
+                version: nv,
+            });
+        }
+        self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        self.delete_obsolete_files();
+        Ok(())
+    }
+
+    /// Removes files no live version, WAL range or manifest needs.
+    ///
+    /// Tables and WALs are judged from a copy of the version set's state:
+    /// only the background thread (and recovery, before it starts) creates
+    /// tables, and a WAL created meanwhile is numbered above the log number.
+    /// Manifests and temporary files are judged and removed under the
+    /// version-set lock, because a value-store GC may roll the manifest (a
+    /// new `MANIFEST-n` and a `CURRENT.tmp`) at any moment: judged from a
+    /// stale number, the live manifest would be deleted.
+    pub(super) fn delete_obsolete_files(&self) {
+        let (dir, fs) = (&self.shared.dir, &self.shared.fs);
+        let (live, log_number) = {
+            let vs = self.versions.lock();
+            (vs.live_files(), vs.log_number)
+        };
+        let Ok(names) = fs.list(dir) else {
+            return;
+        };
+        let mut locked = Vec::new();
+        for name in names {
+            let remove = match filename::parse(&name) {
+                Some(FileKind::Table(n)) => {
+                    let dead = !live.contains(&n);
+                    if dead {
+                        self.table_cache.evict(n);
+                    }
+                    dead
+                }
+                Some(FileKind::Wal(n)) => n < log_number,
+                Some(kind @ (FileKind::Manifest(_) | FileKind::Temp)) => {
+                    locked.push((kind, name.clone()));
+                    false
+                }
+                _ => false,
+            };
+            if remove {
+                // Best effort: a file left behind is removed on the next pass.
+                let _ = fs.remove(&dir.join(&name));
+            }
+        }
+        if locked.is_empty() {
+            return;
+        }
+        let vs = self.versions.lock();
+        for (kind, name) in locked {
+            if kind != FileKind::Manifest(vs.manifest_number()) {
+                let _ = fs.remove(&dir.join(&name));
+            }
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! The LSM-tree index (LevelDB design): a memtable and a write-ahead log in
+//! front of leveled SSTables described by a version set and its manifest.
+//!
+//! Writes go to the WAL, then the memtable; a full memtable is frozen into
+//! the immutable memtable (a new WAL starts) and flushed to level-0 or
+//! deeper SSTables by one background thread, which also runs leveled
+//! compactions ([`background`]). Readers see a *super-version*: the
+//! memtable, the immutable memtable and the SSTable version, swapped
+//! atomically. Recovery replays the WALs newer than the manifest's log
+//! number, and in log mode the value log after the manifest's checkpoint
+//! ([`recovery`]).
+
+mod background;
+mod recovery;
+mod verify;
+
+use crate::batch::WriteBatch;
+use crate::db::LevelStats;
+use crate::error::{Error, IoContext, Result};
+use crate::format::record::RecordWriter;
+use crate::fs::IoCategory;
+use crate::index::cache::BlockCache;
+use crate::index::compaction::picker::PickerConfig;
+use crate::index::compaction::{CompactionStats, JobContext};
+use crate::index::filename::{self, FileKind, CURRENT};
+use crate::index::iter::InternalIterator;
+use crate::index::key::SeqNum;
+use crate::index::memtable::{Lookup, MemTable};
+use crate::index::merger::{LevelIterator, MergingIterator};
+use crate::index::sstable::{ReadCtx, TableOptions};
+use crate::index::table_cache::TableCache;
+use crate::index::version::{Version, VersionEdit, VersionSet};
+use crate::index::{Index, IndexIter, IndexStats, Shared, ValueStoreOpener};
+use crate::vstore::ValueStore;
+use background::BgState;
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// The memtables and SSTable version a reader works against.
+struct SuperVersion {
+    mem: Arc<MemTable>,
+    imm: Option<Arc<MemTable>>,
+    version: Arc<Version>,
+}
+
+/// The current write-ahead log.
+struct Wal {
+    log: RecordWriter,
+    scratch: Vec<u8>,
+    /// Every write up to this sequence number is durable.
+    synced_seq: SeqNum,
+}
+
+#[derive(Default)]
+struct Counters {
+    flushes: AtomicU64,
+    compactions: AtomicU64,
+    trivial_moves: AtomicU64,
+    compaction_bytes_in: AtomicU64,
+    compaction_bytes_out: AtomicU64,
+    compaction_entries_dropped: AtomicU64,
+}
+
+/// The LSM-tree behind the [`Index`] seam.
+pub(crate) struct LsmIndex {
+    shared: Arc<Shared>,
+    vstore: Arc<dyn ValueStore>,
+    table_cache: Arc<TableCache>,
+    picker: PickerConfig,
+    table_options: TableOptions,
+    /// The WAL; `None` before recovery and after close. Used under the
+    /// facade's writer lock (and briefly by `verify`).
+    wal: Mutex<Option<Wal>>,
+    sv: RwLock<Arc<SuperVersion>>,
+    versions: Mutex<VersionSet>,
+    bg: Mutex<BgState>,
+    bg_cv: Condvar,
+    bg_thread: Mutex<Option<JoinHandle<()>>>,
+    counters: Counters,
+}
+
+impl LsmIndex {
+    /// Opens the version set — or creates it when there is no `CURRENT`
+    /// yet (a new database, or one that crashed before its first manifest
+    /// and wrote nothing else) — then the value store through
+    /// `open_vstore` with the state the manifest holds for it. Recovery is
+    /// [`Index::recover`].
+    ///
+    /// # Errors
+    /// `Corruption` for a damaged manifest, or a missing `CURRENT` beside
+    /// SSTables or WALs; what `open_vstore` returns; `Io`.
+    pub(crate) fn open(
+        shared: Arc<Shared>,
+        open_vstore: &mut ValueStoreOpener<'_>,
+    ) -> Result<(Arc<LsmIndex>, Arc<dyn ValueStore>)> {
+        let opts = &shared.opts;
+        let (dir, fs, stats) = (&shared.dir, &shared.fs, &shared.stats);
+        let fresh = !fs.exists(&dir.join(CURRENT));
+        if fresh {
+            let names = fs.list(dir).ctx(dir)?;
+            if names.iter().any(|n| {
+                matches!(
+                    filename::parse(n),
+                    Some(FileKind::Table(_)) | Some(FileKind::Wal(_))
+                )
+            }) {
+                return Err(Error::corruption(
+                    dir.join(CURRENT),
+                    0,
+                    "CURRENT is missing",
+                ));
+            }
+        }
+        let block_cache = Arc::new(BlockCache::new(opts.block_cache_size));
+        let table_cache = Arc::new(TableCache::new(
+            dir.clone(),
+            fs.clone(),
+            stats.clone(),
+            block_cache,
+            opts.max_open_files,
+        ));
+        let picker = PickerConfig {
+            levels: opts.num_levels,
+            l0_trigger: opts.l0_compaction_trigger,
+            max_bytes_base: opts.max_bytes_for_level_base,
+            multiplier: opts.level_size_multiplier,
+            target_file_size: opts.target_file_size,
+        };
+        let table_options = TableOptions {
+            block_size: opts.block_size,
+            restart_interval: opts.block_restart_interval,
+            bloom_bits_per_key: opts.bloom_bits_per_key,
+        };
+        let versions = if fresh {
+            VersionSet::create(dir, fs.clone(), stats.clone(), opts.num_levels)
+        } else {
+            VersionSet::recover(dir, fs.clone(), stats.clone(), opts.num_levels)?
+        };
+        let vstore = open_vstore(versions.value_store_state.as_deref())?;
+        let index = Arc::new(LsmIndex {
+            sv: RwLock::new(Arc::new(SuperVersion {
+                mem: Arc::new(MemTable::new()),
+                imm: None,
+                version: versions.current(),
+            })),
+            versions: Mutex::new(versions),
+            vstore: vstore.clone(),
+            table_cache,
+            picker,
+            table_options,
+            wal: Mutex::new(None),
+            bg: Mutex::new(BgState::default()),
+            bg_cv: Condvar::new(),
+            bg_thread: Mutex::new(None),
+            counters: Counters::default(),
+            shared,
+        });
+        Ok((index, vstore))
+    }
+
+    fn job_context<'a>(&'a self, next: &'a mut dyn FnMut() -> u64) -> JobContext<'a> {
+        JobContext {
+            dir: &self.shared.dir,
+            fs: self.shared.fs.as_ref(),
+            stats: &self.shared.stats,
+            table_cache: &self.table_cache,
+            table_options: self.table_options.clone(),
+            picker: self.picker,
+            vstore: self.vstore.as_ref(),
+            new_file_number: next,
+        }
+    }
+
+    /// Logs `edit`, then publishes the new version to readers.
+    fn install(&self, edit: &mut VersionEdit) -> Result<()> {
+        let v = {
+            let mut vs = self.versions.lock();
+            vs.log_and_apply(edit)?;
+            vs.current()
+        };
+        let mut cur = self.sv.write();
+        *cur = Arc::new(SuperVersion {
+            mem: cur.mem.clone(),
+            imm: cur.imm.clone(),
+            version: v,
+        });
+        Ok(())
+    }
+}
+
+impl Index for LsmIndex {
+    fn recover(&self) -> Result<SeqNum> {
+        let seq = self.recover_wals()?;
+        self.delete_obsolete_files();
+        Ok(seq)
+    }
+
+    fn start(self: Arc<Self>) -> Result<()> {
+        let me = self.clone();
+        let handle = std::thread::Builder::new()
+            .name("sepkv-bg".into())
+            .spawn(move || me.background_loop())
+            .map_err(|e| Error::io(&self.shared.dir, e))?;
+        *self.bg_thread.lock() = Some(handle);
+        self.bg_cv.notify_all();
+        Ok(())
+    }
+
+    fn make_room(&self, force: bool) -> Result<()> {
+        self.make_room_locked(force)
+    }
+
+    fn apply(&self, batch: &WriteBatch, seq: SeqNum, sync: bool) -> Result<()> {
+        let mut guard = self.wal.lock();
+        let Some(w) = guard.as_mut() else {
+            return Err(Error::Closed);
+        };
+        let n = batch.len() as u64;
+        batch.encode_into(seq, &mut w.scratch);
+        if self.shared.opts.wal {
+            w.log.add_record(&w.scratch)?;
+            if sync {
+                self.vstore.sync()?;
+                w.log.sync()?;
+            } else {
+                w.log.flush()?;
+            }
+        } else if sync {
+            // Log mode: the value log holds the batch already.
+            self.vstore.sync()?;
+        }
+        if sync {
+            w.synced_seq = seq + n - 1;
+        }
+        let mem = self.sv.read().mem.clone();
+        for (i, e) in batch.entries().enumerate() {
+            let e = e?;
+            mem.add(seq + i as u64, e.vtype, e.key, e.value);
+        }
+        Ok(())
+    }
+
+    fn make_durable(&self, seq: SeqNum) -> Result<()> {
+        let mut guard = self.wal.lock();
+        let Some(w) = guard.as_mut() else {
+            return Err(Error::Closed);
+        };
+        if w.synced_seq >= seq {
+            return Ok(());
+        }
+        // Under the writer lock every write up to `last_seq` is in the WAL
+        // (or, in log mode, in the value log).
+        let last = self.shared.last_seq.load(Ordering::Acquire);
+        self.vstore.sync()?;
+        if self.shared.opts.wal {
+            w.log.sync()?;
+        }
+        w.synced_seq = last;
+        Ok(())
+    }
+
+    /// The super-version is taken before the latest sequence number is
+    /// loaded: the other order lets a compaction installed in between drop
+    /// the version visible at the loaded sequence (it keeps only what the
+    /// oldest snapshot, or the then latest sequence, can see), and the read
+    /// would miss the key. Pinned first, the version's files stay as they
+    /// were, and a newer sequence only adds writes the pinned memtables may
+    /// or may not hold — writes that raced the read.
+    fn get(&self, key: &[u8], seq: Option<SeqNum>, ctx: ReadCtx) -> Result<Lookup> {
+        let sv = self.sv.read().clone();
+        let seq = seq.unwrap_or_else(|| self.shared.last_seq.load(Ordering::Acquire));
+        let mut r = sv.mem.get(key, seq);
+        if r == Lookup::NotFound {
+            if let Some(imm) = &sv.imm {
+                r = imm.get(key, seq);
+            }
+        }
+        if r == Lookup::NotFound {
+            r = sv.version.get(&self.table_cache, key, seq, ctx)?;
+        }
+        Ok(r)
+    }
+
+    fn iter(&self, _seq: SeqNum, ctx: ReadCtx) -> Result<IndexIter> {
+        let sv = self.sv.read().clone();
+        let mut children: Vec<Box<dyn InternalIterator>> = vec![Box::new(sv.mem.iter())];
+        if let Some(imm) = &sv.imm {
+            children.push(Box::new(imm.iter()));
+        }
+        for f in sv.version.files[0].iter().rev() {
+            let t = self
+                .table_cache
+                .get(f.number, f.size, IoCategory::UserRead)?;
+            children.push(Box::new(t.iter(ctx)));
+        }
+        for files in sv.version.files.iter().skip(1) {
+            if !files.is_empty() {
+                children.push(Box::new(LevelIterator::new(
+                    files.clone(),
+                    self.table_cache.clone(),
+                    ctx,
+                )));
+            }
+        }
+        Ok(IndexIter {
+            iter: Box::new(MergingIterator::new(children)),
+            pin: Box::new(sv),
+        })
+    }
+
+    fn persist_value_store_state(&self, state: &[u8]) -> Result<()> {
+        let mut edit = VersionEdit {
+            value_store_state: Some(state.to_vec()),
+            ..Default::default()
+        };
+        self.versions.lock().log_and_apply(&mut edit)
+    }
+
+    fn wait_flushed(&self) -> Result<()> {
+        self.wait_imm_flushed()
+    }
+
+    fn wait_idle(&self) -> Result<()> {
+        self.wait_bg_idle()
+    }
+
+    fn compact_range(&self, begin: Option<&[u8]>, end: Option<&[u8]>) -> Result<CompactionStats> {
+        self.compact_range_levels(begin, end)
+    }
+
+    fn stats(&self) -> IndexStats {
+        let sv = self.sv.read().clone();
+        let c = &self.counters;
+        let levels: Vec<LevelStats> = sv
+            .version
+            .files
+            .iter()
+            .enumerate()
+            .map(|(level, f)| LevelStats {
+                level,
+                files: f.len(),
+                bytes: f.iter().map(|x| x.size).sum(),
+            })
+            .collect();
+        IndexStats {
+            memtable_bytes: sv.mem.approximate_bytes() as u64,
+            immutable_memtable: sv.imm.is_some(),
+            flushes: c.flushes.load(Ordering::Relaxed),
+            compactions: c.compactions.load(Ordering::Relaxed),
+            trivial_moves: c.trivial_moves.load(Ordering::Relaxed),
+            compaction_bytes_in: c.compaction_bytes_in.load(Ordering::Relaxed),
+            compaction_bytes_out: c.compaction_bytes_out.load(Ordering::Relaxed),
+            compaction_entries_dropped: c.compaction_entries_dropped.load(Ordering::Relaxed),
+            figures: vec![
+                ("sstables", levels.iter().map(|l| l.files as u64).sum()),
+                ("sstable_bytes", levels.iter().map(|l| l.bytes).sum()),
+            ],
+            levels,
+        }
+    }
+
+    fn file_kind(&self, name: &str) -> Option<&'static str> {
+        match filename::parse(name)? {
+            FileKind::Table(_) => Some("sstables"),
+            FileKind::Wal(_) => Some("wal"),
+            FileKind::Manifest(_) | FileKind::Current => Some("manifest"),
+            FileKind::Identity | FileKind::Lock | FileKind::Temp => Some("other"),
+        }
+    }
+
+    fn verify(&self, rep: &mut crate::db::VerifyReport) {
+        self.verify_files(rep)
+    }
+
+    fn shutdown(&self) {
+        self.bg.lock().shutting_down = true;
+        self.bg_cv.notify_all();
+        if let Some(h) = self.bg_thread.lock().take() {
+            let _ = h.join();
+        }
+    }
+
+    fn close(&self) -> Result<()> {
+        let res = match self.wal.lock().as_mut() {
+            Some(w) if self.shared.poison.lock().is_none() => {
+                self.vstore.sync().and_then(|_| w.log.sync())
+            }
+            _ => Ok(()),
+        };
+        *self.wal.lock() = None;
+        res
+    }
+}

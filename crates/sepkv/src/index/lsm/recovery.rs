@@ -1,0 +1,172 @@
+//! Recovery of the LSM-tree at open: WAL replay, and in log mode the value
+//! log's replay from the manifest's checkpoint (WiscKey §3.4.2).
+
+use super::{LsmIndex, SuperVersion, Wal};
+use crate::batch::decode_batch;
+use crate::error::{Error, IoContext, Result};
+use crate::format::record::{LogEnd, RecordReader, RecordWriter};
+use crate::fs::{read_all, IoCategory};
+use crate::index::compaction::flush_to_tables;
+use crate::index::filename::{self, FileKind};
+use crate::index::key::{SeqNum, ValueType};
+use crate::index::memtable::MemTable;
+use crate::index::version::VersionEdit;
+use crate::vstore::ValuePointer;
+use std::sync::Arc;
+
+impl LsmIndex {
+    /// Replays WALs newer than the manifest's log number, writes what they
+    /// hold to level-0 SSTables, and starts a new WAL and manifest. Returns
+    /// the last sequence number restored.
+    pub(super) fn recover_wals(&self) -> Result<SeqNum> {
+        let (dir, fs, stats) = (&self.shared.dir, &self.shared.fs, &self.shared.stats);
+        let (log_number, mut max_seq) = {
+            let vs = self.versions.lock();
+            (vs.log_number, vs.last_sequence)
+        };
+        let names = fs.list(dir).ctx(dir)?;
+        let mut wals: Vec<u64> = names
+            .iter()
+            .filter_map(|n| match filename::parse(n) {
+                Some(FileKind::Wal(x)) if x >= log_number => Some(x),
+                _ => None,
+            })
+            .collect();
+        wals.sort_unstable();
+        // Numbers handed out after the last manifest edit (a WAL started at
+        // a memtable switch, outputs of an unfinished compaction) are not in
+        // the manifest: never hand them out again, or a new file would
+        // truncate a WAL that is still being replayed.
+        let max_used = names
+            .iter()
+            .filter_map(|n| match filename::parse(n) {
+                Some(FileKind::Wal(x)) | Some(FileKind::Table(x)) | Some(FileKind::Manifest(x)) => {
+                    Some(x)
+                }
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        {
+            let mut vs = self.versions.lock();
+            vs.next_file_number = vs.next_file_number.max(max_used + 1);
+        }
+        let mut edit = VersionEdit::default();
+        let mut mem = Arc::new(MemTable::new());
+        let mut next = || self.versions.lock().new_file_number();
+        {
+            let mut ctx = self.job_context(&mut next);
+            'replay: for (i, &n) in wals.iter().enumerate() {
+                let path = filename::wal_path(dir, n);
+                let data = read_all(fs.as_ref(), &path).ctx(&path)?;
+                stats.add_read(IoCategory::Wal, data.len() as u64);
+                let mut r = RecordReader::new(&data, &path);
+                while let Some((off, rec)) = r.next_record()? {
+                    let b = decode_batch(rec).ok_or_else(|| {
+                        Error::corruption(&path, off, "malformed write batch in WAL")
+                    })?;
+                    let last = (b.seq.checked_add(b.entries.len() as u64))
+                        .filter(|_| b.seq > 0 && !b.entries.is_empty())
+                        .map(|end| end - 1)
+                        .filter(|&l| l <= crate::index::key::MAX_SEQ);
+                    let Some(last) = last else {
+                        return Err(Error::corruption(
+                            &path,
+                            off,
+                            format!(
+                                "write batch with sequence {} and {} entries is out of range",
+                                b.seq,
+                                b.entries.len()
+                            ),
+                        ));
+                    };
+                    // A batch whose values did not survive the crash ends
+                    // the history (WiscKey §3.3.3): nothing after it is
+                    // replayed, so the state stays a prefix.
+                    let lost = b.entries.iter().any(|e| {
+                        e.vtype == ValueType::Pointer
+                            && ValuePointer::decode(e.value)
+                                .is_none_or(|p| !self.vstore.contains(&p))
+                    });
+                    if lost {
+                        break 'replay;
+                    }
+                    for (j, e) in b.entries.iter().enumerate() {
+                        mem.add(b.seq + j as u64, e.vtype, e.key, e.value);
+                    }
+                    max_seq = max_seq.max(last);
+                    if mem.approximate_bytes() >= self.shared.opts.write_buffer_size {
+                        for f in flush_to_tables(&mut ctx, &mut mem.iter())? {
+                            edit.added.push((0, f));
+                        }
+                        mem = Arc::new(MemTable::new());
+                    }
+                }
+                if let Some(LogEnd::Torn(off)) = r.end() {
+                    // A torn tail ends the history. Only the newest WAL with
+                    // data can have one: an older WAL is synced before the
+                    // next one starts, so a torn older WAL followed by data
+                    // means damage.
+                    let later_data = wals[i + 1..].iter().any(|&m| {
+                        let p = filename::wal_path(dir, m);
+                        fs.file_size(&p).map_or(true, |len| len > 0)
+                    });
+                    if later_data {
+                        return Err(Error::corruption(
+                            &path,
+                            off,
+                            "torn record in a WAL that is followed by newer WAL data",
+                        ));
+                    }
+                    break 'replay;
+                }
+            }
+            // Log mode: the value log after the checkpoint holds the writes
+            // the lost memtables had (WiscKey §3.4.2).
+            self.vstore.replay(&mut |seq, t, k, v| {
+                mem.add(seq, t, k, v);
+                max_seq = max_seq.max(seq);
+                Ok(())
+            })?;
+            if !mem.is_empty() {
+                for f in flush_to_tables(&mut ctx, &mut mem.iter())? {
+                    edit.added.push((0, f));
+                }
+            }
+        }
+        // Commit the replayed state before the new WAL exists: an open that
+        // fails or crashes after this point finds the old WALs obsolete, and
+        // before it finds no new WAL, so a torn tail stays in the newest WAL.
+        let number = self.versions.lock().new_file_number();
+        let path = filename::wal_path(dir, number);
+        edit.log_number = Some(number);
+        let log_pos = self.vstore.log_position();
+        if let Some(p) = log_pos {
+            self.vstore.sync()?;
+            edit.value_store_state = Some(self.vstore.state_with_checkpoint(p));
+        }
+        let v = {
+            let mut vs = self.versions.lock();
+            vs.last_sequence = max_seq;
+            vs.log_and_apply(&mut edit)?;
+            vs.current()
+        };
+        if let Some(p) = log_pos {
+            self.vstore.checkpoint_committed(p);
+        }
+        let file = fs.create(&path).ctx(&path)?;
+        fs.sync_dir(dir).ctx(dir)?;
+        *self.sv.write() = Arc::new(SuperVersion {
+            mem: Arc::new(MemTable::new()),
+            imm: None,
+            version: v,
+        });
+        *self.wal.lock() = Some(Wal {
+            log: RecordWriter::new(file, path, stats.clone(), IoCategory::Wal),
+            scratch: Vec::new(),
+            synced_seq: max_seq,
+        });
+        self.bg.lock().imm_log_number = number;
+        Ok(max_seq)
+    }
+}
