@@ -124,17 +124,25 @@ impl FlashKeyIndex {
         ))
     }
 
-    /// Checkpoints the hash table when due, and then switches the key
-    /// tree's memtable so that its flush moves its checkpoint too (GC keeps
-    /// the bands after either). Writer lock held.
+    /// Checkpoints the hash table when due (or now, with `force`), and
+    /// switches the key tree's memtable when its checkpoint lags the hash
+    /// table's by `2 × hash_checkpoint_bands` bands (or now, with `force`),
+    /// so that its flush moves its checkpoint too: GC keeps the bands after
+    /// either. Writer lock held.
     fn checkpoint_if_due(&self, force: bool) -> Result<()> {
-        let did = if force {
+        if force {
             self.hash.checkpoint()?;
-            true
         } else {
-            self.hash.checkpoint_if_due()?
+            self.hash.checkpoint_if_due()?;
+        }
+        let lag = match (
+            self.bands.checkpoint_position(),
+            self.bands.key_checkpoint(),
+        ) {
+            (Some(h), Some(k)) => h.0.saturating_sub(k.0),
+            _ => 0,
         };
-        if did {
+        if force || lag >= 2 * self.shared.opts.hash_checkpoint_bands {
             self.keys.make_room(true)?;
         }
         Ok(())
