@@ -210,7 +210,7 @@ impl Preset {
             (
                 IndexKind::Lsm,
                 ValueLayout::Inline | ValueLayout::Vlog | ValueLayout::HashKv | ValueLayout::Trie
-            )
+            ) | (IndexKind::Hash, ValueLayout::Bands)
         )
     }
 }

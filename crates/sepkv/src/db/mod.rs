@@ -279,7 +279,14 @@ impl Db {
                 let (index, vstore) = LsmIndex::open(shared.clone(), &mut open_vstore)?;
                 (index, vstore)
             }
-            kind @ (IndexKind::Lwc | IndexKind::Hash) => {
+            IndexKind::Hash => {
+                let (index, vstore) = crate::index::hash::flashkey::FlashKeyIndex::open(
+                    shared.clone(),
+                    &mut open_vstore,
+                )?;
+                (index, vstore)
+            }
+            kind @ IndexKind::Lwc => {
                 return Err(Error::InvalidArgument(format!(
                     "index {kind} is not implemented in this build"
                 )))

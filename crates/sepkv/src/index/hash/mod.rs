@@ -26,6 +26,7 @@
 //! writer's lock; the table has its own lock, held only for in-memory work
 //! and page loads, never across a band read.
 
+pub(crate) mod flashkey;
 pub mod keylog;
 pub mod table;
 

@@ -804,6 +804,16 @@ impl BandStore {
         ptr.file_id < st.open && !st.bands.contains_key(&ptr.file_id)
     }
 
+    /// The key index's replay position, if known.
+    pub fn key_checkpoint(&self) -> Option<(u64, u64)> {
+        self.state.lock().key_ckpt
+    }
+
+    /// The replay position of the last committed checkpoint (log mode).
+    pub fn checkpoint_position(&self) -> Option<(u64, u64)> {
+        self.state.lock().ckpt
+    }
+
     /// Records the key index's durable replay position (monotonic).
     pub fn set_key_checkpoint(&self, pos: (u64, u64)) {
         let mut st = self.state.lock();
