@@ -769,7 +769,7 @@ mod tests {
             "sepkv".parse::<EngineSpec>().unwrap(),
             EngineSpec::Sepkv(Preset::LevelDb, Default::default())
         );
-        let w = "sepkv:flashkey".parse::<EngineSpec>().unwrap();
+        let w = "sepkv:lwc".parse::<EngineSpec>().unwrap();
         let e = w.check_available().unwrap_err().to_string();
         assert!(e.contains("not implemented"), "{e}");
         assert!(e.contains("sepkv:leveldb"), "{e}");

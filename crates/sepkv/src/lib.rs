@@ -60,8 +60,14 @@
 //!   after GC rewrote them in key order); on randomly loaded data measured
 //!   from the page cache it scans like `wisckey`.
 //!
-//! `flashkey` and `lwc` are not implemented in this build; opening them
-//! fails with [`Error::InvalidArgument`] listing what is.
+//! - [`Preset::FlashKey`] (hash + bands, FlashKey §V): a hash-table index
+//!   (in memory or on disk behind a bounded page cache) over logical bands
+//!   that are the only log, with a key-only LSM-tree for ordered scans; a
+//!   point read reads one record; reads at snapshots walk each record's
+//!   previous-version address.
+//!
+//! `lwc` is not implemented in this build; opening it fails with
+//! [`Error::InvalidArgument`] listing what is.
 //!
 //! # Durability
 //!

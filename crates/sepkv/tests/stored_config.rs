@@ -117,14 +117,14 @@ fn a_new_database_without_a_named_configuration_is_leveldb() {
 #[test]
 fn errors_name_presets_and_list_only_available_ones() {
     let fs = MemFs::new();
-    let e = Db::open("/db", on(&fs, Options::preset(Preset::FlashKey)))
+    let e = Db::open("/db", on(&fs, Options::preset(Preset::Lwc)))
         .map(|_| ())
         .unwrap_err()
         .to_string();
     assert_eq!(
         e,
         format!(
-            "invalid argument: preset flashkey (index hash, value layout bands) is not implemented in this build; available presets: {}",
+            "invalid argument: preset lwc (index lwc, value layout inline) is not implemented in this build; available presets: {}",
             Preset::available_names()
         )
     );
