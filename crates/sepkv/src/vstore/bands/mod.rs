@@ -349,6 +349,17 @@ impl BandStore {
                     f.read_exact_at(HEADER_LEN, &mut buf).ctx(&path)?;
                     stats.add_read(IoCategory::ValueStore, buf.len() as u64);
                     let (end, n, max_seq) = band::scan_batches(&buf, HEADER_LEN, |_, _| {});
+                    // Everything before the checkpoint was durable when it
+                    // was taken: a band ending earlier is damaged, not torn.
+                    if let Some(p) = &persisted {
+                        if p.ckpt.0 == id && end < p.ckpt.1 {
+                            return Err(Error::corruption(
+                                &path,
+                                end,
+                                "band entry damaged before the replay checkpoint",
+                            ));
+                        }
+                    }
                     info.valid_len = end;
                     info.entries = n;
                     last_seq = last_seq.max(max_seq);
