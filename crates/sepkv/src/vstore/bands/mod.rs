@@ -117,6 +117,9 @@ struct Open {
     entries: u32,
     max_seq: u64,
     dirty: bool,
+    /// The band's directory entry is durable (a roll syncs the directory
+    /// only every other band; `sync` makes up for it).
+    dir_synced: bool,
     /// Set by a failed write or sync: the band's end is unknown.
     failed: Option<String>,
 }
@@ -393,7 +396,7 @@ impl BandStore {
                     .max(persisted.as_ref().map_or(1, |p| {
                         p.ckpt.0.max(p.retired.iter().max().map_or(0, |r| r + 1))
                     }));
-                let (f, len) = Self::create_band(fs.as_ref(), dir, id, &stats)?;
+                let (f, len) = Self::create_band(fs.as_ref(), dir, id, &stats, true)?;
                 bands.insert(
                     id,
                     BandInfo {
@@ -424,6 +427,7 @@ impl BandStore {
                 entries,
                 max_seq,
                 dirty: false,
+                dir_synced: true,
                 failed: None,
             }),
             state: Mutex::new(State {
@@ -446,13 +450,16 @@ impl BandStore {
         dir: &Path,
         id: u64,
         stats: &IoStats,
+        sync_dir: bool,
     ) -> Result<(Box<dyn WritableFile>, u64)> {
         let path = band_path(dir, id);
         let mut f = fs.create(&path).ctx(&path)?;
         let h = band::encode_header(id);
         f.append(&h).and_then(|_| f.flush()).ctx(&path)?;
         stats.add_written(IoCategory::ValueStore, h.len() as u64);
-        fs.sync_dir(dir).ctx(dir)?;
+        if sync_dir {
+            fs.sync_dir(dir).ctx(dir)?;
+        }
         Ok((f, h.len() as u64))
     }
 
@@ -715,7 +722,12 @@ impl BandStore {
         self.stats
             .add_written(IoCategory::ValueStore, t.len() as u64);
         let id = o.band + 1;
-        let (file, len) = Self::create_band(self.fs.as_ref(), &self.dir, id, &self.stats)?;
+        // A power loss may keep a later band only if it keeps this one:
+        // the directory is synced when the closing band's entry is not
+        // durable yet (covering both entries), so every other roll.
+        let sync_dir = !o.dir_synced;
+        let (file, len) =
+            Self::create_band(self.fs.as_ref(), &self.dir, id, &self.stats, sync_dir)?;
         {
             let mut st = self.state.lock();
             if let Some(b) = st.bands.get_mut(&o.band) {
@@ -739,6 +751,7 @@ impl BandStore {
             entries: 0,
             max_seq: o.max_seq,
             dirty: false,
+            dir_synced: sync_dir,
             failed: None,
         };
         Ok(())
@@ -1005,6 +1018,13 @@ impl ValueStore for BandStore {
                 return Err(Error::io(&path, e));
             }
             o.dirty = false;
+        }
+        if !o.dir_synced {
+            if let Err(e) = self.fs.sync_dir(&self.dir) {
+                o.failed = Some(format!("a directory sync failed: {e}"));
+                return Err(Error::io(&self.dir, e));
+            }
+            o.dir_synced = true;
         }
         Ok(())
     }
