@@ -229,10 +229,13 @@ pub struct Tuning {
     /// `+diskhash`: FlashKey's hash table on disk behind its bounded page
     /// cache rather than in memory (§V-A1).
     pub disk_hash: bool,
+    /// `+lwc`: the LWC-tree index (lightweight compaction) under the
+    /// preset's value layout, e.g. `sepkv:wisckey+lwc` = lwc + vlog.
+    pub lwc_index: bool,
 }
 
 /// The `+flag`s of [`Tuning`], for messages.
-const TUNING_FLAGS: &str = "+nowal, +noprefetch, +nohot, +nojournal, +nosep, +diskhash";
+const TUNING_FLAGS: &str = "+nowal, +noprefetch, +nohot, +nojournal, +nosep, +diskhash, +lwc";
 
 impl fmt::Display for Tuning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -253,6 +256,9 @@ impl fmt::Display for Tuning {
         }
         if self.disk_hash {
             f.write_str("+diskhash")?;
+        }
+        if self.lwc_index {
+            f.write_str("+lwc")?;
         }
         Ok(())
     }
@@ -389,7 +395,17 @@ impl EngineSpec {
                 None => Ok(()),
                 Some(why) => Err(BenchError::Unavailable(format!("engine {self}: {why}"))),
             },
-            EngineSpec::Sepkv(p, _) if p.is_available() => Ok(()),
+            EngineSpec::Sepkv(p, t) if p.is_available() => {
+                // A tuning may give the preset's layout an index it does not
+                // take (`+lwc` under the bands).
+                let mut o = Options::preset(*p);
+                if t.lwc_index {
+                    o.index = Some(sepkv::IndexKind::Lwc);
+                }
+                o.validate().map_err(|e| {
+                    BenchError::Unavailable(format!("engine {self} is unavailable: {e}"))
+                })
+            }
             EngineSpec::Sepkv(p, _) => {
                 let avail: Vec<_> = Preset::ALL
                     .iter()
@@ -443,6 +459,7 @@ impl FromStr for EngineSpec {
                             "nojournal" => tuning.no_journal = true,
                             "nosep" => tuning.no_selective = true,
                             "diskhash" => tuning.disk_hash = true,
+                            "lwc" => tuning.lwc_index = true,
                             _ => return Err(BenchError::InvalidArgument(format!(
                                 "unknown sepkv flag +{flag} in engine {s:?}; flags: {TUNING_FLAGS}"
                             ))),
@@ -561,6 +578,9 @@ impl SepkvEngine {
         }
         if tuning.disk_hash {
             options.hash_index_mode = sepkv::HashIndexMode::Disk;
+        }
+        if tuning.lwc_index {
+            options.index = Some(sepkv::IndexKind::Lwc);
         }
         if let Some((capacity, reserved)) = opts.value_capacity {
             options.value_capacity = Some(capacity);
@@ -689,6 +709,13 @@ impl Engine for SepkvEngine {
         counters.insert("memtable_bytes".into(), s.memtable_bytes);
         for l in &s.levels {
             counters.insert(format!("level{}_files", l.level), l.files as u64);
+            counters.insert(format!("level{}_segments", l.level), l.segments);
+        }
+        // The LWC-tree's tallies (segments appended, divisions, ...).
+        for name in ["segments_appended", "divisions", "metadata_from_victim"] {
+            if let Some(&v) = s.index_figures.get(name) {
+                counters.insert(name.into(), v);
+            }
         }
         if let Some(e) = s.background_error {
             return Err(BenchError::engine(

@@ -66,7 +66,14 @@
 //!   point read reads one record; reads at snapshots walk each record's
 //!   previous-version address.
 //!
-//! `lwc` is not implemented in this build; opening it fails with
+//! - [`Preset::Lwc`] (lwc + inline): the LWC-tree (LWC-tree §3): deeper
+//!   levels hold append-only DTables, and a compaction reads one victim and
+//!   appends a segment to each overlapping DTable below instead of
+//!   rewriting them. Index `lwc` also combines with `vlog`, `hashkv` and
+//!   `trie` through [`Options::index`].
+//!
+//! Every preset is implemented in this build; an index and value layout
+//! that do not combine (for example `hash` with `vlog`) fail with
 //! [`Error::InvalidArgument`] listing what is.
 //!
 //! # Durability

@@ -205,13 +205,20 @@ impl Preset {
 
     /// True when this build implements the preset.
     pub fn is_available(self) -> bool {
-        matches!(
-            self.axes(),
-            (
-                IndexKind::Lsm,
-                ValueLayout::Inline | ValueLayout::Vlog | ValueLayout::HashKv | ValueLayout::Trie
-            ) | (IndexKind::Hash, ValueLayout::Bands)
-        )
+        let (index, layout) = self.axes();
+        config_available(index, layout)
+    }
+}
+
+/// True when this build implements `index` with `layout`: the LSM-tree and
+/// the LWC-tree index each combine with every value layout but `bands`.
+pub(crate) fn config_available(index: IndexKind, layout: ValueLayout) -> bool {
+    match index {
+        IndexKind::Lsm | IndexKind::Lwc => matches!(
+            layout,
+            ValueLayout::Inline | ValueLayout::Vlog | ValueLayout::HashKv | ValueLayout::Trie
+        ),
+        IndexKind::Hash => layout == ValueLayout::Bands,
     }
 }
 
@@ -499,9 +506,9 @@ impl Options {
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::InvalidArgument(m));
         let (index, layout) = (self.index_kind(), self.layout());
-        if !Preset::from_axes(index, layout).is_some_and(Preset::is_available) {
+        if !config_available(index, layout) {
             return bad(format!(
-                "{} is not implemented in this build; available presets: {}",
+                "{} is not implemented in this build (the hash index takes only the bands layout, and bands only the hash index); available presets: {}",
                 describe_config(index, layout),
                 Preset::available_names()
             ));

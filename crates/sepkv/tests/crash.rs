@@ -229,6 +229,7 @@ fn crash_recovery_keeps_a_prefix_of_history() {
         (Preset::HashKv, true),
         (Preset::KtStore, true),
         (Preset::FlashKey, false),
+        (Preset::Lwc, true),
     ];
     let presets: Vec<(Preset, bool)> = match std::env::var("SEPKV_CRASH_PRESET") {
         Ok(p) => {
@@ -334,6 +335,7 @@ fn an_empty_synced_batch_makes_earlier_writes_durable() {
         Preset::HashKv,
         Preset::KtStore,
         Preset::FlashKey,
+        Preset::Lwc,
     ] {
         let fs = FaultFs::new();
         // flashkey has no index WAL (its bands are its log).

@@ -270,7 +270,7 @@ proptest! {
     fn matches_btreemap(ops in proptest::collection::vec(op(), 1..1500)) {
         // (preset, wal): wisckey also without the index WAL (WiscKey §3.4.2);
         // flashkey has none (its bands are its log).
-        for preset in [(Preset::LevelDb, true), (Preset::WiscKey, true), (Preset::WiscKey, false), (Preset::HashKv, true), (Preset::KtStore, true), (Preset::FlashKey, false)] {
+        for preset in [(Preset::LevelDb, true), (Preset::WiscKey, true), (Preset::WiscKey, false), (Preset::HashKv, true), (Preset::KtStore, true), (Preset::FlashKey, false), (Preset::Lwc, true)] {
             run(preset, ops.clone())?;
         }
     }

@@ -275,7 +275,9 @@ impl Db {
         // The one place that names an index: adding one adds an arm here.
         let (index, vstore): (Arc<dyn Index>, Arc<dyn ValueStore>) = match shared.opts.index_kind()
         {
-            IndexKind::Lsm => {
+            // The LWC-tree is the LSM-tree with lightweight compaction: the
+            // index reads its compaction style from the options.
+            IndexKind::Lsm | IndexKind::Lwc => {
                 let (index, vstore) = LsmIndex::open(shared.clone(), &mut open_vstore)?;
                 (index, vstore)
             }
@@ -285,11 +287,6 @@ impl Db {
                     &mut open_vstore,
                 )?;
                 (index, vstore)
-            }
-            kind @ IndexKind::Lwc => {
-                return Err(Error::InvalidArgument(format!(
-                    "index {kind} is not implemented in this build"
-                )))
             }
         };
         let inner = Arc::new(DbInner {

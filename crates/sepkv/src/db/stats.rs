@@ -33,6 +33,10 @@ pub struct LevelStats {
     pub files: usize,
     /// Total bytes of the SSTables.
     pub bytes: u64,
+    /// Segments of the level's tables: one per SSTable, the segment count
+    /// of each DTable (index `lwc`, LWC-tree §3.3); `segments / files` is
+    /// the mean number of segments per table.
+    pub segments: u64,
 }
 
 /// The files of one kind in the database directory.

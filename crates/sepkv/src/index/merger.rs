@@ -3,8 +3,8 @@
 
 use super::iter::InternalIterator;
 use super::key::compare_internal;
-use super::sstable::{ReadCtx, TableIterator};
-use super::table_cache::TableCache;
+use super::sstable::ReadCtx;
+use super::table_cache::{AnyTableIterator, TableCache};
 use super::version::FileMeta;
 use crate::error::{Error, Result};
 use std::cmp::Ordering;
@@ -153,7 +153,7 @@ pub struct LevelIterator {
     tc: Arc<TableCache>,
     ctx: ReadCtx,
     idx: usize,
-    cur: Option<TableIterator>,
+    cur: Option<AnyTableIterator>,
     err: Option<Error>,
 }
 

@@ -9,13 +9,17 @@
 //! on-disk tables, its manifest or checkpoint, its background work, and
 //! recovery of all of it.
 //!
-//! One index is implemented: the LSM-tree (module `lsm`), the design of LevelDB
-//! with leveled compaction. Its parts live here one concept a module:
+//! Two indexes are implemented by one module: the LSM-tree (module `lsm`),
+//! the design of LevelDB with leveled compaction, and the LWC-tree (index
+//! `lwc`), the same LSM-tree whose levels below 0 hold append-only DTables
+//! ([`dtable`]) grown by lightweight compaction
+//! ([`compaction::lightweight`]); `lsm` picks its compaction style from
+//! [`crate::IndexKind`]. Their parts live here one concept a module:
 //! internal keys ([`key`]), cursor iterators ([`iter`], [`merger`]), the
-//! [`memtable`] over a concurrent [`skiplist`], SSTables ([`sstable`]) with
-//! the block [`cache`] and [`table_cache`], the version set and manifest
-//! ([`version`]), file naming ([`filename`]) and leveled [`compaction`]. The
-//! write-ahead log is the record framing of [`crate::format::record`]
+//! [`memtable`] over a concurrent [`skiplist`], SSTables ([`sstable`]) and
+//! DTables with the block [`cache`] and [`table_cache`], the version set and
+//! manifest ([`version`]), file naming ([`filename`]) and [`compaction`].
+//! The write-ahead log is the record framing of [`crate::format::record`]
 //! carrying encoded write batches.
 //!
 //! # Adding an index
@@ -26,6 +30,7 @@
 
 pub mod cache;
 pub mod compaction;
+pub mod dtable;
 pub mod filename;
 pub mod hash;
 pub mod iter;

@@ -1,17 +1,164 @@
-//! The table cache: open SSTables by file number, bounded by
+//! The table cache: open SSTables and DTables by file number, bounded by
 //! `Options::max_open_files`.
 //!
 //! Opening a table reads its footer, index block and bloom filter; the cache
 //! keeps those in memory for the hottest tables only, so memory stays
 //! bounded whatever the database size. Safe for concurrent use.
+//!
+//! A table file is an SSTable or a DTable (LWC-tree); the magic number at
+//! the end of the recorded size tells which, and [`AnyTable`] reads either.
+//! A DTable grows by appends, so one file number has several sizes over
+//! time: the cache keeps the newest size it was asked for, and a reader of
+//! an older version asking for an older size gets a reader of its own.
 
 use super::cache::BlockCache;
+use super::dtable::{DTable, DTableIterator, DTABLE_MAGIC};
 use super::filename::table_path;
-use super::sstable::Table;
-use crate::error::{IoContext, Result};
-use crate::fs::{FileSystem, IoCategory, IoStats};
-use std::path::PathBuf;
+use super::iter::InternalIterator;
+use super::sstable::{ReadCtx, Table, TableIterator};
+use crate::error::{Error, IoContext, Result};
+use crate::fs::{FileSystem, IoCategory, IoStats, RandomAccessFile};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+/// An open table of either format.
+#[derive(Debug)]
+pub enum AnyTable {
+    /// An SSTable (flush output, leveled compaction output).
+    Sst(Arc<Table>),
+    /// A DTable (lightweight compaction output).
+    Dt(DTable),
+}
+
+impl AnyTable {
+    /// Point lookup; see [`Table::get`] and [`DTable::get`].
+    pub fn get(&self, ikey: &[u8], ctx: ReadCtx) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        match self {
+            AnyTable::Sst(t) => t.get(ikey, ctx),
+            AnyTable::Dt(t) => t.get(ikey, ctx),
+        }
+    }
+
+    /// A cursor over the entries (unpositioned).
+    pub fn iter(&self, ctx: ReadCtx) -> AnyTableIterator {
+        match self {
+            AnyTable::Sst(t) => AnyTableIterator::Sst(t.iter(ctx)),
+            AnyTable::Dt(t) => AnyTableIterator::Dt(t.iter(ctx)),
+        }
+    }
+
+    /// Re-reads and checks every block; returns the entry count.
+    pub fn verify(&self) -> Result<u64> {
+        match self {
+            AnyTable::Sst(t) => t.verify(),
+            AnyTable::Dt(t) => t.verify(),
+        }
+    }
+
+    /// Path of the file.
+    pub fn path(&self) -> &Path {
+        match self {
+            AnyTable::Sst(t) => t.path(),
+            AnyTable::Dt(t) => t.path(),
+        }
+    }
+
+    /// Size the table is read at.
+    pub fn file_size(&self) -> u64 {
+        match self {
+            AnyTable::Sst(t) => t.file_size(),
+            AnyTable::Dt(t) => t.file_size(),
+        }
+    }
+
+    /// The DTable, when this is one.
+    pub fn as_dtable(&self) -> Option<&DTable> {
+        match self {
+            AnyTable::Dt(t) => Some(t),
+            AnyTable::Sst(_) => None,
+        }
+    }
+
+    /// Opens the table of `size` bytes in `file`, by its magic number.
+    pub fn open(
+        file: Arc<dyn RandomAccessFile>,
+        path: PathBuf,
+        number: u64,
+        size: u64,
+        cache: Option<Arc<super::cache::BlockCache>>,
+        stats: Arc<IoStats>,
+        category: IoCategory,
+    ) -> Result<AnyTable> {
+        let mut magic = [0u8; 8];
+        let dtable = match size.checked_sub(8) {
+            Some(at) => match file.read_exact_at(at, &mut magic) {
+                Ok(()) => u64::from_le_bytes(magic) == DTABLE_MAGIC,
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => false,
+                Err(e) => return Err(Error::io(&path, e)),
+            },
+            None => false,
+        };
+        Ok(if dtable {
+            AnyTable::Dt(DTable::open(
+                file, path, number, size, cache, stats, category,
+            )?)
+        } else {
+            AnyTable::Sst(Arc::new(Table::open(
+                file, path, number, size, cache, stats, category,
+            )?))
+        })
+    }
+}
+
+/// A cursor over a table of either format.
+// The SSTable cursor, the common case, stays unboxed: no allocation per
+// table a scan enters.
+#[allow(clippy::large_enum_variant)]
+pub enum AnyTableIterator {
+    /// Over an SSTable.
+    Sst(TableIterator),
+    /// Over a DTable's segments.
+    Dt(DTableIterator),
+}
+
+macro_rules! either {
+    ($self:ident, $it:ident => $e:expr) => {
+        match $self {
+            AnyTableIterator::Sst($it) => $e,
+            AnyTableIterator::Dt($it) => $e,
+        }
+    };
+}
+
+impl InternalIterator for AnyTableIterator {
+    fn valid(&self) -> bool {
+        either!(self, i => i.valid())
+    }
+    fn seek_to_first(&mut self) {
+        either!(self, i => i.seek_to_first())
+    }
+    fn seek_to_last(&mut self) {
+        either!(self, i => i.seek_to_last())
+    }
+    fn seek(&mut self, target: &[u8]) {
+        either!(self, i => i.seek(target))
+    }
+    fn next(&mut self) {
+        either!(self, i => i.next())
+    }
+    fn prev(&mut self) {
+        either!(self, i => i.prev())
+    }
+    fn key(&self) -> &[u8] {
+        either!(self, i => i.key())
+    }
+    fn value(&self) -> &[u8] {
+        either!(self, i => i.value())
+    }
+    fn status(&self) -> Result<()> {
+        either!(self, i => i.status())
+    }
+}
 
 /// Open tables, by file number.
 pub struct TableCache {
@@ -19,7 +166,7 @@ pub struct TableCache {
     fs: Arc<dyn FileSystem>,
     stats: Arc<IoStats>,
     blocks: Arc<BlockCache>,
-    tables: quick_cache::sync::Cache<u64, Arc<Table>>,
+    tables: quick_cache::sync::Cache<u64, Arc<AnyTable>>,
 }
 
 impl TableCache {
@@ -40,18 +187,21 @@ impl TableCache {
         }
     }
 
-    /// The open table `number` of `size` bytes, opening it if needed.
+    /// The open table `number` read at `size` bytes, opening it if needed.
     ///
     /// # Errors
     /// `Io` if the file cannot be opened; `Corruption` if its footer, index
     /// or filter is damaged.
-    pub fn get(&self, number: u64, size: u64, category: IoCategory) -> Result<Arc<Table>> {
-        if let Some(t) = self.tables.get(&number) {
-            return Ok(t);
+    pub fn get(&self, number: u64, size: u64, category: IoCategory) -> Result<Arc<AnyTable>> {
+        let cached = self.tables.get(&number);
+        if let Some(t) = &cached {
+            if t.file_size() == size {
+                return Ok(t.clone());
+            }
         }
         let path = table_path(&self.dir, number);
         let file = self.fs.open_read(&path).ctx(&path)?;
-        let t = Arc::new(Table::open(
+        let t = Arc::new(AnyTable::open(
             Arc::from(file),
             path,
             number,
@@ -60,7 +210,10 @@ impl TableCache {
             self.stats.clone(),
             category,
         )?);
-        self.tables.insert(number, t.clone());
+        // Keep the newest size of a growing DTable.
+        if cached.is_none_or(|c| c.file_size() < size) {
+            self.tables.insert(number, t.clone());
+        }
         Ok(t)
     }
 

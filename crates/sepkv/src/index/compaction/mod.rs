@@ -1,5 +1,6 @@
 //! Leveled compaction: merging the inputs chosen by the [`picker`] into new
-//! SSTables of the next level.
+//! SSTables of the next level; the LWC-tree's appending alternative is
+//! [`lightweight`].
 //!
 //! For each user key the merge keeps the newest version and every version a
 //! live snapshot may still read; older versions are dropped. A tombstone is
@@ -16,6 +17,7 @@
 //! The job only writes new files; the caller installs the returned
 //! [`VersionEdit`] through the version set, then deletes the inputs.
 
+pub mod lightweight;
 pub mod picker;
 
 use super::filename::table_path;
@@ -53,8 +55,19 @@ pub struct CompactionStats {
     pub tombstones_dropped: u64,
     /// Bytes of input files.
     pub bytes_in: u64,
-    /// Bytes of output files.
+    /// Bytes of output files (for a lightweight compaction: bytes appended
+    /// plus bytes of new DTables).
     pub bytes_out: u64,
+    /// Segments appended to DTables (lightweight compaction, LWC-tree §3.1).
+    pub segments_appended: u64,
+    /// DTables divided because they passed a bound (§4.4).
+    pub divisions: u64,
+    /// Appends whose target's metadata came from the victim's overlapped
+    /// metaindex (§3.2), without reading the target.
+    pub metadata_from_victim: u64,
+    /// Appends that read the target's metadata (the victim's copy was
+    /// missing or stale).
+    pub metadata_reads: u64,
 }
 
 impl CompactionStats {
@@ -69,6 +82,10 @@ impl CompactionStats {
         self.tombstones_dropped += o.tombstones_dropped;
         self.bytes_in += o.bytes_in;
         self.bytes_out += o.bytes_out;
+        self.segments_appended += o.segments_appended;
+        self.divisions += o.divisions;
+        self.metadata_from_victim += o.metadata_from_victim;
+        self.metadata_reads += o.metadata_reads;
     }
 }
 

@@ -7,6 +7,7 @@ use super::{LsmIndex, SuperVersion, Wal};
 use crate::error::{Error, IoContext, Result};
 use crate::format::record::RecordWriter;
 use crate::fs::IoCategory;
+use crate::index::compaction::lightweight;
 use crate::index::compaction::picker::{self, Choice};
 use crate::index::compaction::{flush_to_tables, run_compaction, CompactionStats};
 use crate::index::filename::{self, FileKind};
@@ -297,6 +298,9 @@ impl LsmIndex {
         if let Some(imm) = sv.imm.clone() {
             return self.flush_imm(&imm);
         }
+        // Holding the old version through the step would keep the files
+        // the step makes obsolete alive past its delete pass.
+        drop(sv);
         let manual = {
             let bg = self.bg.lock();
             bg.manual
@@ -328,7 +332,11 @@ impl LsmIndex {
             let ptrs: Vec<Option<&[u8]>> = (0..self.shared.opts.num_levels)
                 .map(|l| vs.compact_pointer(l))
                 .collect();
-            let c = picker::pick(&v, &self.picker, &ptrs);
+            let c = if self.lightweight {
+                lightweight::pick(&v, &self.picker, &ptrs)
+            } else {
+                picker::pick(&v, &self.picker, &ptrs)
+            };
             (v, c)
         };
         match choice {
@@ -340,6 +348,7 @@ impl LsmIndex {
                 edit.compact_pointers.push((level, file.largest.clone()));
                 self.install(&mut edit)?;
                 self.counters.trivial_moves.fetch_add(1, Ordering::Relaxed);
+                self.delete_obsolete_files();
                 Ok(())
             }
             Choice::Merge(inputs) => self.compact(v, &inputs).map(|_| ()),
@@ -354,11 +363,49 @@ impl LsmIndex {
         v: Arc<Version>,
         inputs: &picker::CompactionInputs,
     ) -> Result<CompactionStats> {
+        let lwc = self.lightweight;
+        if lwc && inputs.level >= 1 && inputs.upper.len() > 1 {
+            // A lightweight compaction holds its victim's entries in
+            // memory: a manual range compaction of many DTables runs one
+            // victim at a time, each against the version the last left.
+            drop(v);
+            let mut total = CompactionStats::default();
+            for f in &inputs.upper {
+                let v = self.versions.lock().current();
+                let Some(cur) = v.files[inputs.level]
+                    .iter()
+                    .find(|x| x.number == f.number)
+                    .cloned()
+                else {
+                    continue;
+                };
+                let one = if inputs.output_level == inputs.level {
+                    picker::CompactionInputs {
+                        level: inputs.level,
+                        output_level: inputs.level,
+                        upper: vec![cur],
+                        lower: Vec::new(),
+                        grandparents: Vec::new(),
+                    }
+                } else {
+                    picker::setup_inputs(&v, &self.picker, inputs.level, vec![cur])
+                };
+                total.add(&self.compact(v, &one)?);
+            }
+            return Ok(total);
+        }
         let smallest = self.shared.smallest_snapshot();
         let mut next = || self.versions.lock().new_file_number();
         let mut ctx = self.job_context(&mut next);
         let (mut edit, st): (VersionEdit, CompactionStats) =
-            run_compaction(&mut ctx, &v, inputs, smallest)?;
+            if lwc && inputs.output_level == inputs.level + 1 {
+                let bounds = lightweight::LwcConfig::from_picker(&self.picker);
+                lightweight::run_lightweight(&mut ctx, &v, inputs, smallest, &bounds)?
+            } else if lwc {
+                lightweight::run_in_place(&mut ctx, &v, inputs, smallest)?
+            } else {
+                run_compaction(&mut ctx, &v, inputs, smallest)?
+            };
         drop(v);
         self.install(&mut edit)?;
         let c = &self.counters;
@@ -369,6 +416,11 @@ impl LsmIndex {
             .fetch_add(st.bytes_out, Ordering::Relaxed);
         c.compaction_entries_dropped
             .fetch_add(st.dropped, Ordering::Relaxed);
+        c.segments_appended
+            .fetch_add(st.segments_appended, Ordering::Relaxed);
+        c.divisions.fetch_add(st.divisions, Ordering::Relaxed);
+        c.metadata_from_victim
+            .fetch_add(st.metadata_from_victim, Ordering::Relaxed);
         self.delete_obsolete_files();
         Ok(st)
     }
@@ -387,12 +439,18 @@ impl LsmIndex {
         };
         let v = self.versions.lock().current();
         for f in files {
-            let level = picker::level_for_flush(
-                &v,
-                &self.picker,
-                crate::index::key::user_key(&f.smallest),
-                crate::index::key::user_key(&f.largest),
-            );
+            // The LWC-tree takes flushes in level 0 only: deeper levels hold
+            // DTables, which grow by lightweight compaction.
+            let level = if self.lightweight {
+                0
+            } else {
+                picker::level_for_flush(
+                    &v,
+                    &self.picker,
+                    crate::index::key::user_key(&f.smallest),
+                    crate::index::key::user_key(&f.largest),
+                )
+            };
             edit.added.push((level, f));
         }
         // Values must be durable before the SSTables pointing at them replace

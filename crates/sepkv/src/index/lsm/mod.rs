@@ -1,6 +1,11 @@
 //! The LSM-tree index (LevelDB design): a memtable and a write-ahead log in
 //! front of leveled SSTables described by a version set and its manifest.
 //!
+//! The same module is the LWC-tree (index `lwc`, LWC-tree §3): flushes stay
+//! in level 0, levels below hold DTables, and compaction is lightweight
+//! ([`crate::index::compaction::lightweight`]) instead of leveled; the
+//! memtable, WAL, versions, manifest and recovery are shared.
+//!
 //! Writes go to the WAL, then the memtable; a full memtable is frozen into
 //! the immutable memtable (a new WAL starts) and flushed to level-0 or
 //! deeper SSTables by one background thread, which also runs leveled
@@ -31,6 +36,7 @@ use crate::index::sstable::{ReadCtx, TableOptions};
 use crate::index::table_cache::TableCache;
 use crate::index::version::{Version, VersionEdit, VersionSet};
 use crate::index::{Index, IndexIter, IndexStats, Shared, ValueStoreOpener};
+use crate::options::IndexKind;
 use crate::vstore::ValueStore;
 use background::BgState;
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -61,6 +67,9 @@ struct Counters {
     compaction_bytes_in: AtomicU64,
     compaction_bytes_out: AtomicU64,
     compaction_entries_dropped: AtomicU64,
+    segments_appended: AtomicU64,
+    divisions: AtomicU64,
+    metadata_from_victim: AtomicU64,
 }
 
 /// The LSM-tree behind the [`Index`] seam.
@@ -79,6 +88,8 @@ pub(crate) struct LsmIndex {
     bg_cv: Condvar,
     bg_thread: Mutex<Option<JoinHandle<()>>>,
     counters: Counters,
+    /// Index `lwc`: lightweight compaction over DTables.
+    lightweight: bool,
 }
 
 impl LsmIndex {
@@ -155,6 +166,7 @@ impl LsmIndex {
             bg_cv: Condvar::new(),
             bg_thread: Mutex::new(None),
             counters: Counters::default(),
+            lightweight: shared.opts.index_kind() == IndexKind::Lwc,
             shared,
         });
         Ok((index, vstore))
@@ -342,8 +354,36 @@ impl Index for LsmIndex {
                 level,
                 files: f.len(),
                 bytes: f.iter().map(|x| x.size).sum(),
+                segments: f
+                    .iter()
+                    .map(|x| {
+                        self.table_cache
+                            .get(x.number, x.size, IoCategory::UserRead)
+                            .ok()
+                            .and_then(|t| t.as_dtable().map(|d| d.num_segments() as u64))
+                            .unwrap_or(1)
+                    })
+                    .sum(),
             })
             .collect();
+        let mut figures = vec![
+            ("sstables", levels.iter().map(|l| l.files as u64).sum()),
+            ("sstable_bytes", levels.iter().map(|l| l.bytes).sum()),
+        ];
+        if self.lightweight {
+            figures.extend([
+                ("segments", levels.iter().map(|l| l.segments).sum()),
+                (
+                    "segments_appended",
+                    c.segments_appended.load(Ordering::Relaxed),
+                ),
+                ("divisions", c.divisions.load(Ordering::Relaxed)),
+                (
+                    "metadata_from_victim",
+                    c.metadata_from_victim.load(Ordering::Relaxed),
+                ),
+            ]);
+        }
         IndexStats {
             memtable_bytes: sv.mem.approximate_bytes() as u64,
             immutable_memtable: sv.imm.is_some(),
@@ -353,10 +393,7 @@ impl Index for LsmIndex {
             compaction_bytes_in: c.compaction_bytes_in.load(Ordering::Relaxed),
             compaction_bytes_out: c.compaction_bytes_out.load(Ordering::Relaxed),
             compaction_entries_dropped: c.compaction_entries_dropped.load(Ordering::Relaxed),
-            figures: vec![
-                ("sstables", levels.iter().map(|l| l.files as u64).sum()),
-                ("sstable_bytes", levels.iter().map(|l| l.bytes).sum()),
-            ],
+            figures,
             levels,
         }
     }

@@ -16,7 +16,7 @@
 use super::block::{block_trailer, BlockBuilder};
 use super::filter::FilterBuilder;
 use super::footer::{BlockHandle, Footer, FOOTER_LEN};
-use super::FILTER_META_NAME;
+use super::{BLOCK_FILTERS_META_NAME, FILTER_META_NAME};
 use crate::error::{Error, Result};
 use crate::fs::{IoCategory, IoStats, WritableFile};
 use crate::index::key::{
@@ -66,6 +66,9 @@ fn short_successor(last: &[u8]) -> Vec<u8> {
     last.to_vec()
 }
 
+/// The bloom filter of one data block: `(block offset, encoded filter)`.
+type BlockFilter = (u64, Vec<u8>);
+
 /// Options of the tables a [`TableBuilder`] writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableOptions {
@@ -114,6 +117,9 @@ pub struct TableBuilder {
     data_block: BlockBuilder,
     index_block: BlockBuilder,
     filter: Option<FilterBuilder>,
+    /// Per-data-block filters (DTable segments): the filter of the block
+    /// being built, and `(block offset, filter)` of the finished blocks.
+    block_filters: Option<(FilterBuilder, Vec<BlockFilter>)>,
     /// Handle of the last data block, whose index entry waits for the next
     /// key.
     pending: Option<BlockHandle>,
@@ -155,6 +161,7 @@ impl TableBuilder {
             // Every index entry is a restart point: binary search covers all.
             index_block: BlockBuilder::new(1),
             filter,
+            block_filters: None,
             opts,
             stats,
             category,
@@ -164,6 +171,18 @@ impl TableBuilder {
             entries: 0,
             failed: None,
         }
+    }
+
+    /// Switches the builder to one bloom filter per data block, written as
+    /// the meta block [`BLOCK_FILTERS_META_NAME`] instead of the table-wide
+    /// filter (the segments of a DTable, LWC-tree §3.3). No effect when
+    /// `bloom_bits_per_key == 0`.
+    pub(crate) fn with_block_filters(mut self) -> Self {
+        if self.filter.take().is_some() {
+            self.block_filters =
+                Some((FilterBuilder::new(self.opts.bloom_bits_per_key), Vec::new()));
+        }
+        self
     }
 
     fn check(&self) -> Result<()> {
@@ -196,6 +215,9 @@ impl TableBuilder {
         if let Some(f) = &mut self.filter {
             f.add_key(user_key(ikey));
         }
+        if let Some((f, _)) = &mut self.block_filters {
+            f.add_key(user_key(ikey));
+        }
         if self.entries == 0 {
             self.smallest = ikey.to_vec();
         }
@@ -216,6 +238,10 @@ impl TableBuilder {
         }
         let contents = self.data_block.finish();
         let handle = self.write_block(&contents)?;
+        if let Some((f, done)) = &mut self.block_filters {
+            done.push((handle.offset, f.finish()));
+            *f = FilterBuilder::new(self.opts.bloom_bits_per_key);
+        }
         self.pending = Some(handle);
         Ok(())
     }
@@ -263,7 +289,19 @@ impl TableBuilder {
     }
 
     /// Writes the remaining blocks and the footer, and syncs the file.
-    pub fn finish(mut self) -> Result<TableSummary> {
+    pub fn finish(self) -> Result<TableSummary> {
+        let (summary, mut file, path) = self.finish_unsynced()?;
+        if let Err(e) = file.sync() {
+            return Err(Error::io(&path, e));
+        }
+        Ok(summary)
+    }
+
+    /// Writes the remaining blocks and the footer without syncing, and hands
+    /// the file back (a DTable appends its tail after the segment).
+    pub(crate) fn finish_unsynced(
+        mut self,
+    ) -> Result<(TableSummary, Box<dyn WritableFile>, PathBuf)> {
         self.check()?;
         self.flush_data_block()?;
 
@@ -271,6 +309,15 @@ impl TableBuilder {
         if let Some(f) = self.filter.take() {
             let handle = self.write_block(&f.finish())?;
             metaindex.add(FILTER_META_NAME.as_bytes(), &handle.encode());
+        }
+        if let Some((_, done)) = self.block_filters.take() {
+            let mut contents = Vec::new();
+            for (offset, f) in &done {
+                crate::format::coding::put_varint64(&mut contents, *offset);
+                crate::format::coding::put_length_prefixed(&mut contents, f);
+            }
+            let handle = self.write_block(&contents)?;
+            metaindex.add(BLOCK_FILTERS_META_NAME.as_bytes(), &handle.encode());
         }
         let metaindex_handle = self.write_block(&metaindex.finish())?;
 
@@ -286,15 +333,13 @@ impl TableBuilder {
             index: index_handle,
         };
         self.write_raw(&footer.encode())?;
-        if let Err(e) = self.file.sync() {
-            return Err(Error::io(&self.path, e));
-        }
-        Ok(TableSummary {
+        let summary = TableSummary {
             file_size: self.offset,
             entries: self.entries,
             smallest: std::mem::take(&mut self.smallest),
             largest: std::mem::take(&mut self.last_key),
-        })
+        };
+        Ok((summary, self.file, self.path))
     }
 }
 

@@ -37,7 +37,10 @@
 //! filter block    contents := bits[m/8] k:u8 (bloom filter over the user
 //!                 keys, XXH3-64 + double hashing; see `filter`)
 //! metaindex block entries: meta block name -> block handle, bytewise order;
-//!                 "filter.bloom" -> the filter block (absent: no filter)
+//!                 "filter.bloom" -> the filter block (absent: no filter);
+//!                 "filter.blocks" -> one filter per data block (written
+//!                 instead of "filter.bloom" in the segments of a DTable,
+//!                 see `crate::index::dtable`)
 //! index block     entries: separator internal key -> block handle of the
 //!                 data block, one restart point per entry
 //! block handle    := offset:varint64  size:varint64   (size excludes trailer)
@@ -68,7 +71,9 @@ mod filter;
 mod footer;
 mod table;
 
-pub(crate) use block::{Block, BlockBuilder, BlockIter, Cmp, BLOCK_TRAILER_LEN};
+pub(crate) use block::{
+    block_trailer, check_trailer, Block, BlockBuilder, BlockIter, Cmp, BLOCK_TRAILER_LEN,
+};
 pub use builder::{TableBuilder, TableOptions, TableSummary};
 pub(crate) use filter::{BloomFilter, FilterBuilder};
 pub(crate) use footer::{BlockHandle, Footer, FOOTER_LEN};
@@ -76,3 +81,8 @@ pub use table::{ReadCtx, Table, TableIterator};
 
 /// Name of the bloom filter's entry in the metaindex block.
 pub(crate) const FILTER_META_NAME: &str = "filter.bloom";
+
+/// Name of the per-data-block filters' entry in the metaindex block (the
+/// segments of a DTable, LWC-tree §3.3): `(offset:varint64,
+/// lenprefixed filter)*`, one bloom filter per data block in file order.
+pub(crate) const BLOCK_FILTERS_META_NAME: &str = "filter.blocks";

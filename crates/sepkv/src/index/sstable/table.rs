@@ -268,6 +268,18 @@ impl Table {
     /// user key equals `user_key(ikey)`; `None` otherwise (including when the
     /// bloom filter rules the user key out). Returns `(internal key, value)`.
     pub fn get(&self, ikey: &[u8], ctx: ReadCtx) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        self.get_filtered(ikey, ctx, &|_| true)
+    }
+
+    /// [`Table::get`], with `block_may_contain(offset)` consulted after the
+    /// index chose the data block at `offset` and before it is read: false
+    /// skips the block (a per-block bloom filter, LWC-tree Algorithm 4).
+    pub(crate) fn get_filtered(
+        &self,
+        ikey: &[u8],
+        ctx: ReadCtx,
+        block_may_contain: &dyn Fn(u64) -> bool,
+    ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         let target_user_key = user_key(ikey);
         if let Some(filter) = &self.filter {
             if !filter.may_contain(target_user_key) {
@@ -283,6 +295,9 @@ impl Table {
             };
         }
         let handle = self.data_handle(index.value())?;
+        if !block_may_contain(handle.offset) {
+            return Ok(None);
+        }
         let mut it = BlockIter::new(self.data_block(handle, ctx)?, compare_internal);
         it.seek(ikey);
         if let Some(r) = it.corruption() {
@@ -299,6 +314,40 @@ impl Table {
             .then(|| (it.key(), it.value()))
             .filter(|(k, _)| user_key(k) == target_user_key)
             .map(|(k, v)| (k.to_vec(), v.to_vec())))
+    }
+
+    /// Contents of the meta block the metaindex names `name`, checksummed;
+    /// `None` when there is none. Reads are counted under the category
+    /// given to `open`.
+    pub(crate) fn meta_block(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let footer = self.footer;
+        let meta = Arc::new(self.src.block(
+            footer.metaindex,
+            self.src.footer_offset,
+            self.category,
+        )?);
+        let mut it = BlockIter::new(meta, bytewise);
+        it.seek(name.as_bytes());
+        if let Some(r) = it.corruption() {
+            return Err(self.src.corruption(footer.metaindex.offset, r));
+        }
+        if !it.valid() || it.key() != name.as_bytes() {
+            return Ok(None);
+        }
+        let handle = BlockHandle::decode_exact(it.value()).ok_or_else(|| {
+            self.src
+                .corruption(footer.metaindex.offset, "malformed meta block handle")
+        })?;
+        Ok(Some(self.src.contents(
+            handle,
+            footer.metaindex.offset,
+            self.category,
+        )?))
+    }
+
+    /// Offset of the table's footer (its blocks all end before it).
+    pub(crate) fn footer_offset(&self) -> u64 {
+        self.src.footer_offset
     }
 
     /// A cursor over the table's entries (unpositioned).

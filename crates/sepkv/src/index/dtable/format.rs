@@ -1,0 +1,303 @@
+//! Encodings of the DTable tail: segment directory, overlapped metaindex,
+//! footer, and the per-block filters of a segment (formats in the parent
+//! module). Decoding never panics; errors are the reason of a corruption.
+
+use crate::format::checksum;
+use crate::format::coding::{
+    get_fixed32, get_fixed64, get_length_prefixed, get_varint64, put_length_prefixed, put_varint64,
+};
+use crate::index::sstable::{BlockHandle, BloomFilter};
+
+/// Bytes of the DTable footer (the SSTable footer's size).
+pub(crate) const DFOOTER_LEN: usize = 56;
+const HANDLES_LEN: usize = 40;
+const DFORMAT_VERSION: u32 = 1;
+/// Magic number closing a DTable; on disk the bytes read `sepkvDTB`.
+pub(crate) const DTABLE_MAGIC: u64 = u64::from_le_bytes(*b"sepkvDTB");
+
+/// Most segments a directory may list (decoding bound; the engine keeps
+/// far fewer, see `Options::lwc_max_segments`).
+pub(crate) const MAX_SEGMENTS: u64 = 1 << 16;
+
+/// One segment of a DTable, as its directory lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentEntry {
+    /// Sequence number of the segment in its table (1 for the first).
+    pub seq: u64,
+    /// Offset just past the segment's SSTable footer.
+    pub end: u64,
+    /// Entries in the segment.
+    pub entries: u64,
+    /// Bytes of the segment (data, filters, index, SSTable footer).
+    pub bytes: u64,
+}
+
+/// The segment directory of a DTable: its segments, oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Directory {
+    /// Segments in append order.
+    pub segments: Vec<SegmentEntry>,
+}
+
+impl Directory {
+    /// Encodes the directory (block contents, without trailer).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::new();
+        put_varint64(&mut b, self.segments.len() as u64);
+        for s in &self.segments {
+            put_varint64(&mut b, s.seq);
+            put_varint64(&mut b, s.end);
+            put_varint64(&mut b, s.entries);
+            put_varint64(&mut b, s.bytes);
+        }
+        b
+    }
+
+    /// Decodes a directory and checks that sequence numbers and end offsets
+    /// strictly increase and that every segment ends by `limit`.
+    pub fn decode(mut src: &[u8], limit: u64) -> Result<Directory, String> {
+        let s = &mut src;
+        let n = get_varint64(s).ok_or("bad segment count")?;
+        if n == 0 || n > MAX_SEGMENTS {
+            return Err(format!("segment count {n} out of range"));
+        }
+        let mut d = Directory::default();
+        for _ in 0..n {
+            let seg = SegmentEntry {
+                seq: get_varint64(s).ok_or("bad segment sequence number")?,
+                end: get_varint64(s).ok_or("bad segment end")?,
+                entries: get_varint64(s).ok_or("bad segment entry count")?,
+                bytes: get_varint64(s).ok_or("bad segment size")?,
+            };
+            if let Some(p) = d.segments.last() {
+                if seg.seq <= p.seq || seg.end <= p.end {
+                    return Err("segments out of order in directory".into());
+                }
+            }
+            if seg.end > limit || seg.bytes > seg.end {
+                return Err(format!(
+                    "segment {} ends at {} beyond the tail at {limit}",
+                    seg.seq, seg.end
+                ));
+            }
+            d.segments.push(seg);
+        }
+        if !s.is_empty() {
+            return Err("trailing bytes in segment directory".into());
+        }
+        Ok(d)
+    }
+
+    /// Sequence number the next segment gets.
+    pub fn next_seq(&self) -> u64 {
+        self.segments.last().map_or(1, |s| s.seq + 1)
+    }
+}
+
+/// One entry of the overlapped metaindex (§3.2): the metadata of a
+/// next-level DTable as of the size it had.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Aggregated {
+    /// File number of the next-level DTable.
+    pub number: u64,
+    /// Its size (tail end) when the copy was taken.
+    pub size: u64,
+    /// Its segment directory at that size.
+    pub directory: Directory,
+}
+
+/// Encodes the overlapped metaindex.
+pub(crate) fn encode_aggregated(entries: &[Aggregated]) -> Vec<u8> {
+    let mut b = Vec::new();
+    put_varint64(&mut b, entries.len() as u64);
+    for a in entries {
+        put_varint64(&mut b, a.number);
+        put_varint64(&mut b, a.size);
+        put_length_prefixed(&mut b, &a.directory.encode());
+    }
+    b
+}
+
+/// Decodes the overlapped metaindex.
+pub(crate) fn decode_aggregated(mut src: &[u8]) -> Result<Vec<Aggregated>, String> {
+    let s = &mut src;
+    let n = get_varint64(s).ok_or("bad overlapped metaindex count")?;
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let number = get_varint64(s).ok_or("bad overlapped table number")?;
+        let size = get_varint64(s).ok_or("bad overlapped table size")?;
+        let d = get_length_prefixed(s).ok_or("bad overlapped directory")?;
+        let directory = Directory::decode(d, size)?;
+        out.push(Aggregated {
+            number,
+            size,
+            directory,
+        });
+    }
+    if !s.is_empty() {
+        return Err("trailing bytes in overlapped metaindex".into());
+    }
+    Ok(out)
+}
+
+/// The DTable footer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DFooter {
+    /// The segment directory block.
+    pub(crate) directory: BlockHandle,
+    /// The overlapped metaindex block.
+    pub(crate) overlapped: BlockHandle,
+}
+
+impl DFooter {
+    /// Encodes the footer.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(DFOOTER_LEN);
+        self.directory.encode_to(&mut v);
+        self.overlapped.encode_to(&mut v);
+        v.resize(HANDLES_LEN, 0);
+        v.extend_from_slice(&DFORMAT_VERSION.to_le_bytes());
+        let crc = checksum::mask(checksum::crc(&v));
+        v.extend_from_slice(&crc.to_le_bytes());
+        v.extend_from_slice(&DTABLE_MAGIC.to_le_bytes());
+        v
+    }
+
+    /// Decodes a footer.
+    pub(crate) fn decode(bytes: &[u8]) -> Result<DFooter, String> {
+        if bytes.len() != DFOOTER_LEN {
+            return Err(format!("DTable footer is {} bytes", bytes.len()));
+        }
+        let (covered, mut tail) = bytes.split_at(HANDLES_LEN + 4);
+        let stored = get_fixed32(&mut tail).unwrap_or(0);
+        let magic = get_fixed64(&mut tail).unwrap_or(0);
+        if magic != DTABLE_MAGIC {
+            return Err(format!("not a DTable: bad magic number {magic:#018x}"));
+        }
+        if checksum::unmask(stored) != checksum::crc(covered) {
+            return Err("DTable footer checksum mismatch".into());
+        }
+        let (mut handles, mut version) = covered.split_at(HANDLES_LEN);
+        let version = get_fixed32(&mut version).unwrap_or(0);
+        if version != DFORMAT_VERSION {
+            return Err(format!("unsupported DTable format version {version}"));
+        }
+        let directory =
+            BlockHandle::decode_from(&mut handles).ok_or("malformed directory handle")?;
+        let overlapped =
+            BlockHandle::decode_from(&mut handles).ok_or("malformed overlapped handle")?;
+        Ok(DFooter {
+            directory,
+            overlapped,
+        })
+    }
+}
+
+/// The per-data-block bloom filters of one segment, by block offset.
+#[derive(Debug, Default)]
+pub(crate) struct BlockFilters {
+    offsets: Vec<u64>,
+    filters: Vec<BloomFilter>,
+}
+
+impl BlockFilters {
+    /// Decodes the `filter.blocks` meta block.
+    pub(crate) fn decode(mut src: &[u8]) -> Result<BlockFilters, String> {
+        let s = &mut src;
+        let mut bf = BlockFilters::default();
+        while !s.is_empty() {
+            let off = get_varint64(s).ok_or("bad block filter offset")?;
+            let f = get_length_prefixed(s).ok_or("bad block filter")?;
+            if bf.offsets.last().is_some_and(|&p| p >= off) {
+                return Err("block filters out of order".into());
+            }
+            bf.offsets.push(off);
+            bf.filters.push(BloomFilter::parse(f.to_vec())?);
+        }
+        Ok(bf)
+    }
+
+    /// False when the data block at `offset` certainly lacks `user_key`
+    /// (true for a block without a filter).
+    pub(crate) fn may_contain(&self, offset: u64, user_key: &[u8]) -> bool {
+        match self.offsets.binary_search(&offset) {
+            Ok(i) => self.filters[i].may_contain(user_key),
+            Err(_) => true,
+        }
+    }
+
+    /// Bytes held.
+    pub(crate) fn size(&self) -> usize {
+        self.filters.iter().map(BloomFilter::size).sum::<usize>() + 8 * self.offsets.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// No decoder of the tail panics, whatever the bytes.
+        #[test]
+        fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300), limit in any::<u64>()) {
+            let _ = Directory::decode(&bytes, limit);
+            let _ = decode_aggregated(&bytes);
+            let _ = DFooter::decode(&bytes);
+            let _ = BlockFilters::decode(&bytes);
+            if bytes.len() >= DFOOTER_LEN {
+                let _ = DFooter::decode(&bytes[..DFOOTER_LEN]);
+            }
+        }
+    }
+
+    #[test]
+    fn footer_and_directory_roundtrip() {
+        let f = DFooter {
+            directory: BlockHandle {
+                offset: 1000,
+                size: 40,
+            },
+            overlapped: BlockHandle {
+                offset: 1045,
+                size: 3,
+            },
+        };
+        let b = f.encode();
+        assert_eq!(b.len(), DFOOTER_LEN);
+        assert_eq!(DFooter::decode(&b), Ok(f));
+        for i in 0..DFOOTER_LEN * 8 {
+            let mut c = b.clone();
+            c[i / 8] ^= 1 << (i % 8);
+            assert!(DFooter::decode(&c).is_err(), "bit {i}");
+        }
+        let d = Directory {
+            segments: vec![
+                SegmentEntry {
+                    seq: 1,
+                    end: 100,
+                    entries: 3,
+                    bytes: 100,
+                },
+                SegmentEntry {
+                    seq: 2,
+                    end: 300,
+                    entries: 5,
+                    bytes: 150,
+                },
+            ],
+        };
+        assert_eq!(Directory::decode(&d.encode(), 300), Ok(d.clone()));
+        assert!(Directory::decode(&d.encode(), 299).is_err());
+        let enc = d.encode();
+        for cut in 0..enc.len() {
+            assert!(Directory::decode(&enc[..cut], 300).is_err());
+        }
+        let a = vec![Aggregated {
+            number: 7,
+            size: 300,
+            directory: d,
+        }];
+        assert_eq!(decode_aggregated(&encode_aggregated(&a)), Ok(a));
+    }
+}

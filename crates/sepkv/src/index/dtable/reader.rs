@@ -1,0 +1,311 @@
+//! Reading a DTable at one size: every segment opened as an SSTable with
+//! its per-block filters; lookups by Algorithm 4 (newest segment first).
+
+use super::format::{decode_aggregated, Aggregated, BlockFilters, DFooter, Directory, DFOOTER_LEN};
+use crate::error::{Error, Result};
+use crate::fs::{IoCategory, IoStats, RandomAccessFile};
+use crate::index::cache::BlockCache;
+use crate::index::iter::InternalIterator;
+use crate::index::key::user_key;
+use crate::index::merger::MergingIterator;
+use crate::index::sstable::{
+    check_trailer, BlockHandle, ReadCtx, Table, BLOCK_FILTERS_META_NAME, BLOCK_TRAILER_LEN,
+};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// One segment: an SSTable inside the DTable, plus its block filters.
+struct Segment {
+    seq: u64,
+    table: Arc<Table>,
+    filters: BlockFilters,
+}
+
+/// An open DTable as of one footer.
+pub struct DTable {
+    path: PathBuf,
+    number: u64,
+    size: u64,
+    directory: Directory,
+    overlapped: Vec<Aggregated>,
+    /// Oldest first.
+    segments: Vec<Segment>,
+}
+
+impl std::fmt::Debug for DTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DTable")
+            .field("path", &self.path)
+            .field("size", &self.size)
+            .field("segments", &self.segments.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Reads and checksums the tail block at `handle`, which must end by
+/// `limit`.
+fn tail_block(
+    file: &dyn RandomAccessFile,
+    path: &Path,
+    stats: &IoStats,
+    handle: BlockHandle,
+    limit: u64,
+    referrer: u64,
+    category: IoCategory,
+) -> Result<Vec<u8>> {
+    let end = handle
+        .offset
+        .checked_add(handle.size)
+        .and_then(|e| e.checked_add(BLOCK_TRAILER_LEN as u64));
+    let len = match (end, usize::try_from(handle.size)) {
+        (Some(e), Ok(l)) if e <= limit => l,
+        _ => {
+            return Err(Error::corruption(
+                path,
+                referrer,
+                format!(
+                    "block handle (offset {}, size {}) out of range of the {limit}-byte table",
+                    handle.offset, handle.size
+                ),
+            ))
+        }
+    };
+    let mut buf = vec![0u8; len + BLOCK_TRAILER_LEN];
+    file.read_exact_at(handle.offset, &mut buf).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            Error::corruption(path, handle.offset, "file truncated inside a DTable tail")
+        } else {
+            Error::io(path, e)
+        }
+    })?;
+    stats.add_read(category, buf.len() as u64);
+    let trailer = buf.split_off(len);
+    check_trailer(&buf, &trailer).map_err(|r| Error::corruption(path, handle.offset, r))?;
+    Ok(buf)
+}
+
+impl DTable {
+    /// Opens the DTable in `file` as of `size` (the end of the footer the
+    /// manifest recorded; later bytes are ignored): reads the footer, the
+    /// directory, the overlapped metaindex, and the index, metaindex and
+    /// block filters of every segment.
+    ///
+    /// # Errors
+    /// `Corruption` naming the file and offset of any damaged byte; `Io`
+    /// when a read fails.
+    pub fn open(
+        file: Arc<dyn RandomAccessFile>,
+        path: PathBuf,
+        number: u64,
+        size: u64,
+        cache: Option<Arc<BlockCache>>,
+        stats: Arc<IoStats>,
+        category: IoCategory,
+    ) -> Result<DTable> {
+        let Some(footer_at) = size.checked_sub(DFOOTER_LEN as u64) else {
+            return Err(Error::corruption(
+                path,
+                0,
+                format!("{size} bytes is shorter than a DTable footer"),
+            ));
+        };
+        let mut fb = vec![0u8; DFOOTER_LEN];
+        file.read_exact_at(footer_at, &mut fb).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                Error::corruption(&path, footer_at, "file truncated before its DTable footer")
+            } else {
+                Error::io(&path, e)
+            }
+        })?;
+        stats.add_read(category, DFOOTER_LEN as u64);
+        let footer = DFooter::decode(&fb).map_err(|r| Error::corruption(&path, footer_at, r))?;
+        let dir_bytes = tail_block(
+            file.as_ref(),
+            &path,
+            &stats,
+            footer.directory,
+            footer_at,
+            footer_at,
+            category,
+        )?;
+        let directory = Directory::decode(&dir_bytes, footer.directory.offset)
+            .map_err(|r| Error::corruption(&path, footer.directory.offset, r))?;
+        let ov_bytes = tail_block(
+            file.as_ref(),
+            &path,
+            &stats,
+            footer.overlapped,
+            footer_at,
+            footer_at,
+            category,
+        )?;
+        let overlapped = decode_aggregated(&ov_bytes)
+            .map_err(|r| Error::corruption(&path, footer.overlapped.offset, r))?;
+        let mut segments = Vec::with_capacity(directory.segments.len());
+        for s in &directory.segments {
+            let table = Arc::new(Table::open(
+                file.clone(),
+                path.clone(),
+                number,
+                s.end,
+                cache.clone(),
+                stats.clone(),
+                category,
+            )?);
+            let filters = match table.meta_block(BLOCK_FILTERS_META_NAME)? {
+                Some(b) => BlockFilters::decode(&b).map_err(|r| {
+                    Error::corruption(
+                        &path,
+                        table.footer_offset(),
+                        format!("segment {}: {r}", s.seq),
+                    )
+                })?,
+                None => BlockFilters::default(),
+            };
+            segments.push(Segment {
+                seq: s.seq,
+                table,
+                filters,
+            });
+        }
+        Ok(DTable {
+            path,
+            number,
+            size,
+            directory,
+            overlapped,
+            segments,
+        })
+    }
+
+    /// Path of the file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// File number.
+    pub fn file_number(&self) -> u64 {
+        self.number
+    }
+
+    /// Size this reader reads the table at (bytes, the end of its footer).
+    pub fn file_size(&self) -> u64 {
+        self.size
+    }
+
+    /// The segment directory.
+    pub fn directory(&self) -> &Directory {
+        &self.directory
+    }
+
+    /// The overlapped metaindex (§3.2).
+    pub fn overlapped(&self) -> &[Aggregated] {
+        &self.overlapped
+    }
+
+    /// Number of segments.
+    pub fn num_segments(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// Bytes held in memory for indexes and filters.
+    pub fn approximate_memory(&self) -> usize {
+        self.segments
+            .iter()
+            .map(|s| s.table.approximate_memory() + s.filters.size())
+            .sum()
+    }
+
+    /// Point lookup (Algorithm 4): segments from the newest to the oldest;
+    /// in each, the index picks the one data block that may hold the key,
+    /// its bloom filter is consulted, and only then is the block read. The
+    /// first segment holding a version of the user key with sequence
+    /// `<=` that of `ikey` answers: later segments hold newer versions.
+    /// Returns `(internal key, value)` as [`Table::get`] does.
+    pub fn get(&self, ikey: &[u8], ctx: ReadCtx) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let uk = user_key(ikey);
+        for s in self.segments.iter().rev() {
+            let filters = &s.filters;
+            if let Some(hit) = s
+                .table
+                .get_filtered(ikey, ctx, &|off| filters.may_contain(off, uk))?
+            {
+                return Ok(Some(hit));
+            }
+        }
+        Ok(None)
+    }
+
+    /// A cursor over every entry of every segment, merged in internal-key
+    /// order (unpositioned).
+    pub fn iter(&self, ctx: ReadCtx) -> DTableIterator {
+        let children: Vec<Box<dyn InternalIterator>> = self
+            .segments
+            .iter()
+            .rev()
+            .map(|s| Box::new(s.table.iter(ctx)) as Box<dyn InternalIterator>)
+            .collect();
+        DTableIterator(MergingIterator::new(children))
+    }
+
+    /// Re-reads every segment and checks it as [`Table::verify`] does, and
+    /// that each per-block filter holds the keys of its block. Returns the
+    /// number of entries.
+    pub fn verify(&self) -> Result<u64> {
+        let mut n = 0;
+        for s in &self.segments {
+            let got = s.table.verify()?;
+            let want = self
+                .directory
+                .segments
+                .iter()
+                .find(|e| e.seq == s.seq)
+                .map_or(got, |e| e.entries);
+            if got != want {
+                return Err(Error::corruption(
+                    &self.path,
+                    s.table.footer_offset(),
+                    format!(
+                        "segment {} holds {got} entries, its directory says {want}",
+                        s.seq
+                    ),
+                ));
+            }
+            n += got;
+        }
+        Ok(n)
+    }
+}
+
+/// A merged cursor over the segments of one DTable.
+pub struct DTableIterator(MergingIterator);
+
+impl InternalIterator for DTableIterator {
+    fn valid(&self) -> bool {
+        self.0.valid()
+    }
+    fn seek_to_first(&mut self) {
+        self.0.seek_to_first()
+    }
+    fn seek_to_last(&mut self) {
+        self.0.seek_to_last()
+    }
+    fn seek(&mut self, target: &[u8]) {
+        self.0.seek(target)
+    }
+    fn next(&mut self) {
+        self.0.next()
+    }
+    fn prev(&mut self) {
+        self.0.prev()
+    }
+    fn key(&self) -> &[u8] {
+        self.0.key()
+    }
+    fn value(&self) -> &[u8] {
+        self.0.value()
+    }
+    fn status(&self) -> Result<()> {
+        self.0.status()
+    }
+}

@@ -1,0 +1,266 @@
+//! The LWC-tree index (`lwc`): lightweight compaction appends segments to
+//! DTables (LWC-tree §3.1), divides tables past their bounds (§4.4), keeps
+//! every value readable under each value layout, and survives a crash at
+//! every file-system operation of a flush and the lightweight compaction
+//! that follows it.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use sepkv::fs::{FaultFs, FaultKind, FaultOp, FaultRule, MemFs};
+use sepkv::{Db, IndexKind, Options, Preset, ValueLayout, WriteBatch, WriteOptions};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// Segments lightweight compactions appended since open.
+fn appended(st: &sepkv::DbStats) -> u64 {
+    st.index_figures
+        .get("segments_appended")
+        .copied()
+        .unwrap_or(0)
+}
+
+fn small(fs: Arc<dyn sepkv::fs::FileSystem>, layout: ValueLayout) -> Options {
+    Options {
+        index: Some(IndexKind::Lwc),
+        value_layout: Some(layout),
+        fs,
+        value_threshold: 64,
+        vlog_file_size: 1 << 20,
+        trie_table_size: 64 << 10,
+        write_buffer_size: 64 << 10,
+        target_file_size: 64 << 10,
+        max_bytes_for_level_base: 256 << 10,
+        block_size: 1024,
+        l0_compaction_trigger: 2,
+        ..Options::preset(Preset::Lwc)
+    }
+}
+
+fn check(db: &Db, model: &Model) {
+    for (k, v) in model {
+        assert_eq!(db.get(k).unwrap().as_ref(), Some(v), "{k:?}");
+    }
+    let got: Vec<_> = db.scan(.., false).unwrap().map(|r| r.unwrap()).collect();
+    let want: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    assert_eq!(got.len(), want.len());
+    assert!(got == want, "scan differs from the model");
+}
+
+/// A random load with overwrites and deletes under every value layout:
+/// lightweight compactions append segments, tables are divided, reads see
+/// the model before and after a reopen, and `verify` finds nothing.
+#[test]
+fn appends_divides_and_reads_back_under_every_layout() {
+    for layout in [
+        ValueLayout::Inline,
+        ValueLayout::Vlog,
+        ValueLayout::HashKv,
+        ValueLayout::Trie,
+    ] {
+        let fs = MemFs::new();
+        let dir = Path::new("/lwc");
+        let mut rng = StdRng::seed_from_u64(7);
+        let mut model = Model::new();
+        let db = Db::open(dir, small(Arc::new(fs.clone()), layout)).unwrap();
+        for i in 0..30_000u32 {
+            let k = format!("key{:05}", rng.gen_range(0..6000)).into_bytes();
+            if rng.gen_bool(0.1) {
+                db.delete(&k).unwrap();
+                model.remove(&k);
+            } else {
+                let len = rng.gen_range(8..160);
+                let v: Vec<u8> = (0..len).map(|j| b'a' + ((i + j) % 26) as u8).collect();
+                db.put(&k, &v).unwrap();
+                model.insert(k, v);
+            }
+        }
+        db.wait_idle().unwrap();
+        let st = db.stats().unwrap();
+        assert_eq!(st.index, "lwc");
+        let fig = |name: &str| st.index_figures.get(name).copied().unwrap_or(0);
+        assert!(
+            fig("segments_appended") > 0,
+            "{layout}: no segment appended"
+        );
+        assert!(fig("divisions") > 0, "{layout}: no DTable divided");
+        assert!(
+            fig("metadata_from_victim") > 0,
+            "{layout}: no append took its target's metadata from the victim"
+        );
+        assert!(
+            st.levels.iter().any(|l| l.segments > l.files as u64),
+            "{layout}: no DTable holds two segments: {:?}",
+            st.levels
+        );
+        check(&db, &model);
+        for l in &st.levels {
+            assert!(l.segments <= 10 * l.files as u64, "{layout}: {l:?}");
+        }
+        let rep = db.verify().unwrap();
+        assert!(rep.faults.is_empty(), "{layout}: {:?}", rep.faults);
+        db.close().unwrap();
+        let db = Db::open(dir, small(Arc::new(fs.clone()), layout)).unwrap();
+        check(&db, &model);
+        db.compact_range(..).unwrap();
+        db.wait_idle().unwrap();
+        check(&db, &model);
+        // The segment bound (§4.4, the level ratio: 10) holds everywhere.
+        for l in db.stats().unwrap().levels {
+            assert!(l.segments <= 10 * l.files as u64, "{layout}: {l:?}");
+        }
+        db.close().unwrap();
+    }
+}
+
+/// Snapshots keep the versions they read through lightweight compactions
+/// (which drop only what no snapshot can see).
+#[test]
+fn snapshots_survive_lightweight_compaction() {
+    let fs = MemFs::new();
+    let db = Db::open("/snap", small(Arc::new(fs), ValueLayout::Inline)).unwrap();
+    for i in 0..3000u32 {
+        db.put(format!("k{i:05}"), format!("old{i}")).unwrap();
+    }
+    let snap = db.snapshot().unwrap();
+    for round in 0..4 {
+        for i in (0..3000u32).step_by(2) {
+            db.put(format!("k{i:05}"), format!("new{round}-{i}"))
+                .unwrap();
+        }
+        for i in (1..3000u32).step_by(7) {
+            db.delete(format!("k{i:05}")).unwrap();
+        }
+    }
+    db.wait_idle().unwrap();
+    let st = db.stats().unwrap();
+    assert!(appended(&st) > 0, "{:?}", st.levels);
+    let ro = sepkv::ReadOptions {
+        snapshot: Some(&snap),
+        ..Default::default()
+    };
+    for i in 0..3000u32 {
+        let k = format!("k{i:05}");
+        assert_eq!(
+            db.get_opt(&ro, &k).unwrap(),
+            Some(format!("old{i}").into_bytes()),
+            "{k} under the snapshot"
+        );
+        let now = db.get(&k).unwrap();
+        let want = if i % 7 == 1 {
+            None
+        } else if i % 2 == 0 {
+            Some(format!("new3-{i}").into_bytes())
+        } else {
+            Some(format!("old{i}").into_bytes())
+        };
+        assert_eq!(now, want, "{k}");
+    }
+}
+
+fn power_cut(fs: &FaultFs, db: Db) {
+    fs.add_rule(FaultRule {
+        op: FaultOp::Any,
+        path_contains: None,
+        skip: 0,
+        times: None,
+        kind: FaultKind::Eio,
+    });
+    drop(db);
+    fs.crash();
+    fs.clear_rules();
+}
+
+fn crash_opts(fs: &FaultFs) -> Options {
+    Options {
+        // One level-0 file triggers the compaction, so a flush is followed
+        // by exactly one lightweight compaction into level 1.
+        l0_compaction_trigger: 1,
+        max_bytes_for_level_base: 64 << 20,
+        write_buffer_size: 4 << 20,
+        ..small(Arc::new(fs.clone()), ValueLayout::Inline)
+    }
+}
+
+/// Builds level 1 (DTables), then writes a synced batch of overwrites,
+/// deletes and new keys that the next flush and compaction will append.
+fn setup(fs: &FaultFs, dir: &Path) -> (Db, Model) {
+    let db = Db::open(dir, crash_opts(fs)).unwrap();
+    let mut model = Model::new();
+    for i in 0..2000u32 {
+        let (k, v) = (format!("k{i:05}"), format!("first-{i}-{}", "x".repeat(40)));
+        db.put(&k, &v).unwrap();
+        model.insert(k.into_bytes(), v.into_bytes());
+    }
+    db.flush().unwrap();
+    db.wait_idle().unwrap();
+    let mut b = WriteBatch::new();
+    for i in (0..2400u32).step_by(3) {
+        let k = format!("k{i:05}");
+        if i % 5 == 0 {
+            b.delete(&k).unwrap();
+            model.remove(k.as_bytes());
+        } else {
+            let v = format!("second-{i}");
+            b.put(&k, &v).unwrap();
+            model.insert(k.into_bytes(), v.into_bytes());
+        }
+    }
+    db.write(&b, WriteOptions { sync: true }).unwrap();
+    (db, model)
+}
+
+/// Crashes at every file-system operation of a flush and the lightweight
+/// compaction it triggers (each run fails every operation from the `i`-th
+/// on, then drops what was not synced), reopens, and checks that every
+/// synced write reads back, `verify` is clean, and the compaction then
+/// completes.
+#[test]
+fn crash_at_every_operation_of_a_lightweight_compaction() {
+    let dir = Path::new("/crash");
+    let mut i = 0u64;
+    let mut appended_runs = 0;
+    loop {
+        let fs = FaultFs::new();
+        let (db, model) = setup(&fs, dir);
+        let before = appended(&db.stats().unwrap());
+        let base = fs.op_count();
+        fs.add_rule(FaultRule {
+            op: FaultOp::Any,
+            path_contains: None,
+            skip: i,
+            times: None,
+            kind: FaultKind::Eio,
+        });
+        let done = db.flush().and_then(|_| db.wait_idle()).is_ok();
+        let used = fs.op_count() - base;
+        if done {
+            assert!(
+                appended(&db.stats().unwrap()) > before,
+                "the compaction appended no segment"
+            );
+        }
+        power_cut(&fs, db);
+        let db = Db::open(dir, crash_opts(&fs))
+            .unwrap_or_else(|e| panic!("reopen after a crash at operation {i}: {e}"));
+        check(&db, &model);
+        let rep = db.verify().unwrap();
+        assert!(rep.faults.is_empty(), "crash at {i}: {:?}", rep.faults);
+        db.flush().unwrap();
+        db.wait_idle().unwrap();
+        check(&db, &model);
+        if appended(&db.stats().unwrap()) > 0 {
+            appended_runs += 1;
+        }
+        db.close().unwrap();
+        if done && i >= used {
+            break;
+        }
+        i += 1;
+    }
+    assert!(i > 20, "only {i} operations");
+    assert!(appended_runs > 0);
+    eprintln!("crashed at each of {i} operations");
+}
