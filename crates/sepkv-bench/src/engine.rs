@@ -703,6 +703,10 @@ impl Engine for SepkvEngine {
         );
         counters.insert("write_stall_micros".into(), s.write_stall_micros);
         counters.insert("write_gc_steps".into(), s.write_gc_steps);
+        counters.insert("space_slowdowns".into(), s.space_slowdowns);
+        counters.insert("space_stops".into(), s.space_stops);
+        counters.insert("space_discoveries".into(), s.space_discoveries);
+        counters.insert("space_target_misses".into(), s.space_target_misses);
         counters.insert("engine_user_bytes_written".into(), s.user_bytes_written);
         counters.insert("engine_user_bytes_read".into(), s.user_bytes_read);
         counters.insert("engine_disk_bytes".into(), s.disk_bytes);

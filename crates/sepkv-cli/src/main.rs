@@ -392,6 +392,11 @@ fn print_stats(s: &sepkv::DbStats, out: &mut impl Write) -> std::io::Result<()> 
             v.garbage_ratio(),
             v.file_bytes
         )?;
+        writeln!(
+            out,
+            "  space amp        {:.2} estimated (target {}; {} B possibly hidden in the index)",
+            s.space_amp_estimate, s.space_amp_target, s.space_hidden_garbage
+        )?;
     }
     writeln!(
         out,
@@ -402,6 +407,13 @@ fn print_stats(s: &sepkv::DbStats, out: &mut impl Write) -> std::io::Result<()> 
         "  flushes {}  compactions {}  trivial moves {}  stall µs {}  write GC steps {}",
         s.flushes, s.compactions, s.trivial_moves, s.write_stall_micros, s.write_gc_steps
     )?;
+    if s.value_layout != "inline" {
+        writeln!(
+            out,
+            "  space target: slowdowns {}  stops {}  index compactions {}  missed {}",
+            s.space_slowdowns, s.space_stops, s.space_discoveries, s.space_target_misses
+        )?;
+    }
     writeln!(out, "  io category   bytes read   bytes written")?;
     for ((c, r), (_, w)) in s.io.read.iter().zip(&s.io.written) {
         writeln!(out, "  {:<12} {:>12} {:>15}", c.name(), r, w)?;

@@ -619,6 +619,7 @@ fn hashkv_opts() -> HashKvOptions {
         journal_size: 1 << 20,
         cold_file_size: 4096,
         cold_gc_chunk_size: 4096,
+        cold_gc_ratio: 0.5,
     }
 }
 

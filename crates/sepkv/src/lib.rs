@@ -115,6 +115,7 @@ mod iterator;
 pub mod options;
 mod range;
 mod snapshot;
+pub mod space;
 pub mod vstore;
 
 pub use batch::{BatchEntry, WriteBatch};

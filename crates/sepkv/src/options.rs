@@ -12,7 +12,7 @@
 //! | [`Options::wal`] (`false`: WiscKey's log mode) | in `IDENTITY` | follows the record when no index or layout is named; otherwise it must match (`ConfigMismatch`) |
 //! | `hashkv_main_segment_size`, `hashkv_log_segment_size`, `hashkv_reserved_ratio`, and `value_capacity` of a `hashkv` store | in the segment table | ignored: the store keeps its geometry |
 //! | `num_levels` | no | may grow; below the deepest level holding files the open fails |
-//! | everything else: cache sizes (`block_cache_size`, `max_open_files`), `write_buffer_size`, table format knobs (`block_size`, `block_restart_interval`, `bloom_bits_per_key`, `target_file_size`), level sizes and level-0 triggers, `value_threshold`, GC knobs (`gc_garbage_ratio`, `gc_chunk_size`), `value_capacity` of a value log, `vlog_file_size`, prefetch, the `hashkv` cache, hotness and journal switches, `create_if_missing`, `error_if_exists`, `fs` | no | may change at every open; tables and value files written under older values stay readable |
+//! | everything else: cache sizes (`block_cache_size`, `max_open_files`), `write_buffer_size`, table format knobs (`block_size`, `block_restart_interval`, `bloom_bits_per_key`, `target_file_size`), level sizes and level-0 triggers, `value_threshold`, GC knobs (`gc_garbage_ratio`, `gc_chunk_size`, `space_amp_target`), `value_capacity` of a value log, `vlog_file_size`, prefetch, the `hashkv` cache, hotness and journal switches, `create_if_missing`, `error_if_exists`, `fs` | no | may change at every open; tables and value files written under older values stay readable |
 //!
 //! So `Db::open(path, Options::default())` opens any existing database as
 //! it was created, and `Options::preset(p)` both creates a `p` database and
@@ -289,6 +289,13 @@ pub struct Options {
     /// Estimated garbage ratio of the value store above which background GC
     /// runs; 0 disables background GC (default 0.5).
     pub gc_garbage_ratio: f64,
+    /// The space amplification the database keeps to: bytes on disk (index
+    /// and value store) ÷ live bytes, must be > 1.0; `f64::INFINITY` sets
+    /// no target. Default 1.5. See [`crate::space`] for how it relates to
+    /// `value_capacity` and `gc_garbage_ratio`: background GC starts halfway
+    /// from 1.0 to the target, writers are slowed down in the last tenth
+    /// and stopped (they run GC themselves) at the target.
+    pub space_amp_target: f64,
     /// Values fetched ahead of a scan (`Scan` iterators) once it reads a
     /// contiguous run; 0 disables prefetch (default 32, WiscKey §3.3.1).
     pub scan_prefetch_depth: usize,
@@ -400,6 +407,7 @@ impl fmt::Debug for Options {
             .field("wal", &self.wal)
             .field("vlog_file_size", &self.vlog_file_size)
             .field("gc_garbage_ratio", &self.gc_garbage_ratio)
+            .field("space_amp_target", &self.space_amp_target)
             .finish_non_exhaustive()
     }
 }
@@ -429,6 +437,7 @@ impl Default for Options {
             vlog_file_size: 256 << 20,
             gc_chunk_size: 4 << 20,
             gc_garbage_ratio: 0.5,
+            space_amp_target: 1.5,
             scan_prefetch_depth: 32,
             prefetch_threads: 8,
             fs: Arc::new(StdFs),
@@ -542,6 +551,13 @@ impl Options {
             return bad(format!(
                 "gc_garbage_ratio {} must be in [0, 1)",
                 self.gc_garbage_ratio
+            ));
+        }
+        if self.space_amp_target.is_nan() || self.space_amp_target <= 1.0 {
+            return bad(format!(
+                "space_amp_target {} must be greater than 1.0 (bytes on disk per live byte; \
+                 f64::INFINITY for no target)",
+                self.space_amp_target
             ));
         }
         if self.prefetch_threads > 256 || self.scan_prefetch_depth > 4096 {

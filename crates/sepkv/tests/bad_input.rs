@@ -356,6 +356,18 @@ fn unimplemented_presets_and_layouts_are_rejected() {
             |o: &mut Options| o.gc_garbage_ratio = 1.0,
             "gc_garbage_ratio",
         ),
+        (
+            |o: &mut Options| o.space_amp_target = 1.0,
+            "space_amp_target",
+        ),
+        (
+            |o: &mut Options| o.space_amp_target = 0.5,
+            "space_amp_target",
+        ),
+        (
+            |o: &mut Options| o.space_amp_target = f64::NAN,
+            "space_amp_target",
+        ),
         (|o: &mut Options| o.vlog_file_size = 1024, "vlog_file_size"),
         (|o: &mut Options| o.gc_chunk_size = 16, "gc_chunk_size"),
         (|o: &mut Options| o.value_threshold = 0, "value_threshold"),

@@ -225,6 +225,50 @@ fn hot_cold_separation_moves_cold_values_and_tags_them() {
     assert_eq!(fig(&db, "gc_bytes_rewritten"), 60 * rec);
 }
 
+/// The cold data log lives inside `value_capacity`: its span takes log
+/// segments of the reserved space, and they come back when its GC frees
+/// it; a reopen charges it again.
+#[test]
+fn the_cold_data_log_takes_reserved_space() {
+    let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    let reserved;
+    {
+        let db = Db::open("/db", opts(fs.clone())).unwrap();
+        reserved = fig(&db, "log_segments_reserved");
+        assert_eq!(fig(&db, "log_segments_free"), reserved);
+        // 120 values written once: GC moves them all to the cold log.
+        for i in 0..120 {
+            db.put(key(i), value(i, 0)).unwrap();
+        }
+        db.gc(None).unwrap();
+        let cold = fig(&db, "cold_log_bytes");
+        assert!(cold >= 120 * 1000, "{cold}");
+        let units = cold.div_ceil(16 << 10);
+        // The groups' segments were rewritten as main segments: only the
+        // cold log holds reserved space.
+        assert_eq!(fig(&db, "log_segments_free"), reserved - units);
+    }
+    let db = Db::open("/db", opts(fs)).unwrap();
+    let cold = fig(&db, "cold_log_bytes");
+    assert_eq!(
+        fig(&db, "log_segments_free"),
+        reserved - cold.div_ceil(16 << 10),
+        "charged again after a reopen"
+    );
+    // Overwrite every cold key: the cold copies become garbage, and the
+    // cold log's GC returns its segments.
+    for i in 0..120 {
+        db.put(key(i), value(i, 1)).unwrap();
+    }
+    db.compact_range(..).unwrap();
+    db.gc(None).unwrap();
+    assert!(fig(&db, "cold_log_bytes") < cold, "cold log collected");
+    assert!(fig(&db, "log_segments_free") > reserved - cold.div_ceil(16 << 10));
+    for i in 0..120 {
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 1)), "key {i}");
+    }
+}
+
 #[test]
 fn a_full_store_runs_gc_first_and_refuses_only_live_data() {
     let fs = MemFs::new();

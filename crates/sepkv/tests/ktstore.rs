@@ -16,6 +16,8 @@ fn opts(fs: Arc<dyn FileSystem>) -> Options {
         value_threshold: 64,
         trie_table_size: 256 << 10,
         gc_garbage_ratio: 0.0,
+        // GC runs only when a test asks for it.
+        space_amp_target: f64::INFINITY,
         write_buffer_size: 256 << 10,
         ..Options::preset(Preset::KtStore)
     }

@@ -137,17 +137,26 @@ impl DbInner {
         })
     }
 
-    /// Background value-store GC: runs steps while the estimated garbage
-    /// ratio is at or above `Options::gc_garbage_ratio`, until `close`.
+    /// Background value-store GC, until `close`: runs steps while the
+    /// estimated garbage ratio is at or above `Options::gc_garbage_ratio`,
+    /// and, paced by the write rate and the distance to the target, while
+    /// the space amplification is in the target's GC band
+    /// ([`crate::space`]); compacts the index first when most of what is
+    /// over the line may be garbage compaction has not reported yet.
     pub(super) fn gc_loop(self: Arc<Self>) {
         let closed = || self.shared.closed.load(Ordering::Acquire);
+        let policy = *self.space.policy();
+        let idle = Duration::from_millis(if policy.enabled() { 50 } else { 200 });
+        let mut pause = idle;
         loop {
             {
                 let mut wake = self.gc_wake.lock();
                 if closed() {
                     return;
                 }
-                self.gc_cv.wait_for(&mut wake, Duration::from_millis(200));
+                if !pause.is_zero() {
+                    self.gc_cv.wait_for(&mut wake, pause);
+                }
                 if closed() || self.shared.bg_error.lock().is_some() {
                     return;
                 }
@@ -156,23 +165,40 @@ impl DbInner {
                 return;
             }
             let ratio = self.shared.opts.gc_garbage_ratio;
-            while self.vstore.space().garbage_ratio() >= ratio {
-                if closed() {
+            let d = self.space.refresh(&self.space_view());
+            let rate = self.space.write_rate();
+            let step = if self.space.discovery_due(&d) {
+                self.discover_garbage().map(|_| GcOutcome {
+                    did_work: true,
+                    ..Default::default()
+                })
+            } else {
+                let by_ratio = self.vstore.space().garbage_ratio() >= ratio;
+                match policy.gc_pause(&d, rate) {
+                    _ if by_ratio => self.gc_step(),
+                    Some(p) if p.is_zero() => self.gc_step(),
+                    Some(p) => {
+                        pause = p;
+                        continue;
+                    }
+                    None => {
+                        pause = idle;
+                        continue;
+                    }
+                }
+            };
+            match step {
+                Ok(out) if out.did_work => pause = Duration::ZERO,
+                Ok(_) => pause = idle,
+                Err(Error::Closed) => return,
+                // A failure that poisoned the database ends background GC;
+                // any other (a segment that could not be removed) is
+                // retried at the next round.
+                Err(e) if self.shared.poison.lock().is_some() => {
+                    self.shared.set_background_error(e);
                     return;
                 }
-                match self.gc_step() {
-                    Ok(out) if out.did_work => {}
-                    Ok(_) => break,
-                    Err(Error::Closed) => return,
-                    // A failure that poisoned the database ends background
-                    // GC; any other (a segment that could not be removed)
-                    // is retried at the next round.
-                    Err(e) if self.shared.poison.lock().is_some() => {
-                        self.shared.set_background_error(e);
-                        return;
-                    }
-                    Err(_) => break,
-                }
+                Err(_) => pause = idle,
             }
         }
     }

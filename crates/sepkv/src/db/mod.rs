@@ -53,6 +53,7 @@
 
 mod background;
 mod read;
+mod space;
 mod stats;
 mod write;
 
@@ -105,6 +106,8 @@ struct DbInner {
     gc_wake: Mutex<()>,
     gc_cv: Condvar,
     lock: Mutex<Option<Box<dyn FileLock>>>,
+    /// The space-amplification target's state ([`crate::space`]).
+    space: crate::space::SpaceGovernor,
 }
 
 /// Opens the value store of the layout `shared.opts` names, handing it the
@@ -289,6 +292,11 @@ impl Db {
                 (index, vstore)
             }
         };
+        let space_target = if shared.opts.layout() == ValueLayout::Inline {
+            f64::INFINITY
+        } else {
+            shared.opts.space_amp_target
+        };
         let inner = Arc::new(DbInner {
             shared,
             index,
@@ -300,8 +308,12 @@ impl Db {
             gc_wake: Mutex::new(()),
             gc_cv: Condvar::new(),
             lock: Mutex::new(Some(lock)),
+            space: crate::space::SpaceGovernor::new(space_target),
         });
         let seq = inner.index.recover()?;
+        inner
+            .space
+            .index_compacted(inner.may_shadow(), inner.vstore.garbage_found());
         inner.shared.last_seq.store(seq, Ordering::Release);
         inner.recovered_seq.store(seq, Ordering::Release);
         *inner.writer.lock() = true;

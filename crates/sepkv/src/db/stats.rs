@@ -116,6 +116,25 @@ pub struct DbStats {
     /// than a GC step to release the space the step retired (counter since
     /// open).
     pub write_waits_for_readers: u64,
+    /// The space-amplification target in force (`Options::space_amp_target`;
+    /// infinite for none or for the `inline` layout).
+    pub space_amp_target: f64,
+    /// Estimated space amplification the target is judged by: index and
+    /// value-store bytes on disk ÷ live value bytes, garbage the index may
+    /// still hide counted as garbage (state; see [`crate::space`]).
+    pub space_amp_estimate: f64,
+    /// Value bytes the index may hide as garbage: overwritten pointers
+    /// compaction has not dropped yet (state, estimate).
+    pub space_hidden_garbage: u64,
+    /// Writes slowed down by the target (counter since open).
+    pub space_slowdowns: u64,
+    /// Writes that met the target and ran GC first (counter since open).
+    pub space_stops: u64,
+    /// Index compactions run to find hidden garbage (counter since open).
+    pub space_discoveries: u64,
+    /// Writes let through at the target because GC kept finding nothing
+    /// to do (counter since open).
+    pub space_target_misses: u64,
     /// Snapshots alive (state).
     pub live_snapshots: usize,
     /// Value-store space estimates (state; `file_bytes` is allocated
@@ -229,6 +248,8 @@ impl DbInner {
         let c = &self.counters;
         let files = self.file_groups();
         let disk_bytes = files.iter().map(|g| g.allocated_bytes).sum();
+        let space = self.space.policy().decide(&self.space_view());
+        let sc = &self.space.counters;
         DbStats {
             index: shared.opts.index_kind().to_string(),
             value_layout: shared.opts.layout().to_string(),
@@ -254,6 +275,13 @@ impl DbInner {
             write_stall_micros: shared.stall_micros.load(Ordering::Relaxed),
             write_gc_steps: c.write_gc_steps.load(Ordering::Relaxed),
             write_waits_for_readers: c.write_reader_waits.load(Ordering::Relaxed),
+            space_amp_target: self.space.policy().target(),
+            space_amp_estimate: space.amp,
+            space_hidden_garbage: space.hidden,
+            space_slowdowns: sc.slowdowns.load(Ordering::Relaxed),
+            space_stops: sc.stops.load(Ordering::Relaxed),
+            space_discoveries: sc.discoveries.load(Ordering::Relaxed),
+            space_target_misses: sc.target_misses.load(Ordering::Relaxed),
             live_snapshots: shared.snapshots.lock().values().sum(),
             value_store: self.vstore.space(),
             value_store_figures: self

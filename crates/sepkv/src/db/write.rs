@@ -6,7 +6,10 @@ use super::{Db, DbInner};
 use crate::batch::WriteBatch;
 use crate::commit::Group;
 use crate::error::{Error, Result};
+use crate::fs::IoCategory;
 use crate::index::key::{SeqNum, ValueType};
+use crate::index::memtable::Lookup;
+use crate::index::sstable::ReadCtx;
 use crate::options::{WriteOptions, MAX_BATCH_SIZE};
 use crate::vstore::{IndexReader, IndexRelocator, LogEntry, Relocation, ValueRecord};
 use parking_lot::MutexGuard;
@@ -135,6 +138,22 @@ impl DbInner {
                 return Err(Error::Closed);
             }
             self.index.make_room(false)?;
+            if !self.shared.opts.wal || self.vstore.separates(batch.max_value_len()) {
+                self.space_backpressure(&mut guard, user_bytes)?;
+                if self.space.sample_due() {
+                    if let Some(Ok(e)) = batch.entries().next() {
+                        let ctx = ReadCtx {
+                            category: IoCategory::Gc,
+                            fill_cache: false,
+                        };
+                        let hit = matches!(
+                            self.index.get(e.key, None, ctx)?,
+                            Lookup::Found(ValueType::Pointer, _)
+                        );
+                        self.space.sampled(hit);
+                    }
+                }
+            }
 
             // Separate large values into the value store (never for
             // `inline`); in log mode the value log records every entry.
@@ -172,6 +191,7 @@ impl DbInner {
             self.counters
                 .user_bytes_written
                 .fetch_add(user_bytes, Ordering::Relaxed);
+            self.space.wrote(user_bytes);
             return Ok(seq);
         }
     }

@@ -22,6 +22,7 @@
 //! Implementations are shared between threads (`Send + Sync`).
 
 pub mod bands;
+pub mod garbage;
 pub mod hashkv;
 mod inline;
 mod pointer;
@@ -254,6 +255,34 @@ pub trait ValueStore: Send + Sync {
     /// Tells the store that the record at `ptr` became garbage (compaction
     /// dropped the last reference to it). Feeds the garbage estimate.
     fn note_garbage(&self, _ptr: &ValuePointer) {}
+
+    /// The garbage estimate per file (segment group, table), encoded as a
+    /// [`garbage`] table, for the engine to record in the manifest with
+    /// each edit (under the manifest lock) so that it survives a restart.
+    /// `None` (the default) when the layout keeps no such estimate.
+    fn garbage_table(&self) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// Bytes this store has learned are garbage since it was opened:
+    /// reports through [`ValueStore::note_garbage`] that fell in its range,
+    /// plus dead bytes its GC found that no report had named. The engine
+    /// compares it with the garbage its writes may have made to estimate
+    /// what the index still hides ([`crate::space`]). The default, 0, makes
+    /// that estimate only shrink when the index is compacted whole.
+    fn garbage_found(&self) -> u64 {
+        0
+    }
+
+    /// Restores the estimate of [`ValueStore::garbage_table`] at open,
+    /// before any write or GC step. Entries for files that no longer exist
+    /// are ignored; counts are capped at the file's valid bytes.
+    ///
+    /// # Errors
+    /// `Corruption` when `table` does not decode.
+    fn restore_garbage_table(&self, _table: &[u8]) -> Result<()> {
+        Ok(())
+    }
 
     /// Log mode (WiscKey §3.4.2, `Options::wal = false`): appends every
     /// entry of a batch — separated values, small inline values, deletes and

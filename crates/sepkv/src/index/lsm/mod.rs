@@ -144,12 +144,23 @@ impl LsmIndex {
             restart_interval: opts.block_restart_interval,
             bloom_bits_per_key: opts.bloom_bits_per_key,
         };
-        let versions = if fresh {
+        let mut versions = if fresh {
             VersionSet::create(dir, fs.clone(), stats.clone(), opts.num_levels)
         } else {
             VersionSet::recover(dir, fs.clone(), stats.clone(), opts.num_levels)?
         };
         let vstore = open_vstore(versions.value_store_state.as_deref())?;
+        // The value store's garbage estimate of the last session; every
+        // edit from now on records the current one, taken under the
+        // manifest lock (so a compaction's edit carries the garbage its
+        // own drops reported).
+        if let Some(g) = versions.value_store_garbage.as_deref() {
+            vstore.restore_garbage_table(g)?;
+        }
+        {
+            let vs = vstore.clone();
+            versions.set_garbage_source(Box::new(move || vs.garbage_table()));
+        }
         let index = Arc::new(LsmIndex {
             sv: RwLock::new(Arc::new(SuperVersion {
                 mem: Arc::new(MemTable::new()),

@@ -16,6 +16,9 @@
 //!                       lenprefixed smallest, lenprefixed largest
 //!   7 value_store_state lenprefixed bytes (the layout's GC state, e.g. the
 //!                       vLog tail)
+//!   8 value_store_garbage lenprefixed bytes (the layout's garbage estimate
+//!                       per file, [`crate::vstore::garbage`]; added after
+//!                       the first release: older readers refuse tag 8)
 //! ```
 //! Each edit is one checksummed record of [`crate::format::record`].
 //! Frozen: format version 1.
@@ -53,6 +56,8 @@ pub struct VersionEdit {
     pub added: Vec<(usize, FileMeta)>,
     /// New value-store state.
     pub value_store_state: Option<Vec<u8>>,
+    /// New value-store garbage table.
+    pub value_store_garbage: Option<Vec<u8>>,
 }
 
 impl VersionEdit {
@@ -84,6 +89,10 @@ impl VersionEdit {
         if let Some(st) = &self.value_store_state {
             put_varint32(&mut b, 7);
             put_length_prefixed(&mut b, st);
+        }
+        if let Some(g) = &self.value_store_garbage {
+            put_varint32(&mut b, 8);
+            put_length_prefixed(&mut b, g);
         }
         for (l, f) in &self.added {
             put_varint32(&mut b, 6);
@@ -140,6 +149,10 @@ impl VersionEdit {
                     let st = get_length_prefixed(s).ok_or("bad value-store state")?;
                     e.value_store_state = Some(st.to_vec());
                 }
+                8 => {
+                    let g = get_length_prefixed(s).ok_or("bad value-store garbage table")?;
+                    e.value_store_garbage = Some(g.to_vec());
+                }
                 t => return Err(format!("unknown tag {t}")),
             }
         }
@@ -159,6 +172,7 @@ mod tests {
             next_file_number: Some(9),
             last_sequence: Some(1000),
             value_store_state: Some(vec![1, 2, 3]),
+            value_store_garbage: Some(vec![1, 0]),
             compact_pointers: vec![(1, internal_key(b"m", 5, ValueType::Value))],
             deleted: vec![(0, 4), (1, 5)],
             added: vec![(

@@ -48,11 +48,29 @@ pub struct VersionSet {
     compact_pointers: Vec<Option<Vec<u8>>>,
     /// The value store's persisted GC state.
     pub value_store_state: Option<Vec<u8>>,
+    /// The value store's last persisted garbage table.
+    pub value_store_garbage: Option<Vec<u8>>,
+    /// Called under the manifest lock for every edit that carries no
+    /// garbage table itself: the value store's current table
+    /// ([`crate::vstore::ValueStore::garbage_table`]).
+    garbage_source: Option<GarbageSource>,
     manifest: Option<RecordWriter>,
     manifest_number: u64,
 }
 
+/// Produces the value store's current garbage table (see
+/// [`VersionSet::set_garbage_source`]).
+pub type GarbageSource = Box<dyn Fn() -> Option<Vec<u8>> + Send + Sync>;
+
 impl VersionSet {
+    /// Sets the callback whose table every later edit carries (unless the
+    /// edit brings its own). It runs under the manifest lock, so the tables
+    /// in the manifest are in the order they were taken; it must not take
+    /// the manifest lock itself.
+    pub fn set_garbage_source(&mut self, f: GarbageSource) {
+        self.garbage_source = Some(f);
+    }
+
     fn blank(dir: &Path, fs: Arc<dyn FileSystem>, stats: Arc<IoStats>, levels: usize) -> Self {
         VersionSet {
             dir: dir.to_path_buf(),
@@ -66,6 +84,8 @@ impl VersionSet {
             last_sequence: 0,
             compact_pointers: vec![None; levels],
             value_store_state: None,
+            value_store_garbage: None,
+            garbage_source: None,
             manifest: None,
             manifest_number: 0,
         }
@@ -152,6 +172,9 @@ impl VersionSet {
         if let Some(st) = &edit.value_store_state {
             self.value_store_state = Some(st.clone());
         }
+        if let Some(g) = &edit.value_store_garbage {
+            self.value_store_garbage = Some(g.clone());
+        }
         for (l, k) in &edit.compact_pointers {
             if *l < self.levels {
                 self.compact_pointers[*l] = Some(k.clone());
@@ -208,6 +231,9 @@ impl VersionSet {
     /// cannot be written, in which case nothing changed in memory and the
     /// caller must treat the database as poisoned.
     pub fn log_and_apply(&mut self, edit: &mut VersionEdit) -> Result<()> {
+        if edit.value_store_garbage.is_none() {
+            edit.value_store_garbage = self.garbage_source.as_ref().and_then(|f| f());
+        }
         edit.next_file_number = Some(self.next_file_number);
         edit.last_sequence = Some(self.last_sequence);
         if edit.log_number.is_none() {
@@ -252,6 +278,10 @@ impl VersionSet {
                 .value_store_state
                 .clone()
                 .or_else(|| self.value_store_state.clone()),
+            value_store_garbage: edit
+                .value_store_garbage
+                .clone()
+                .or_else(|| self.value_store_garbage.clone()),
             ..Default::default()
         };
         for (l, files) in v.files.iter().enumerate() {

@@ -172,6 +172,21 @@ impl ColdLog {
         self.log.note_garbage(&to_vlog(ptr));
     }
 
+    /// `(file, garbage bytes)` of the cold log's files.
+    pub fn garbage_entries(&self) -> Vec<(u64, u64)> {
+        self.log.garbage_entries()
+    }
+
+    /// Restores what [`ColdLog::garbage_entries`] returned.
+    pub fn restore_garbage_entries(&self, entries: &[(u64, u64)]) {
+        self.log.restore_garbage_entries(entries)
+    }
+
+    /// See [`ValueStore::garbage_found`].
+    pub fn garbage_found(&self) -> u64 {
+        self.log.garbage_found()
+    }
+
     /// Space figures of the cold log.
     pub fn space(&self) -> SpaceStats {
         self.log.space()

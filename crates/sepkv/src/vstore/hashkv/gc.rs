@@ -63,8 +63,6 @@ use crate::vstore::{
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
-/// Cold-log garbage ratio above which a GC step collects the cold log.
-const COLD_GC_RATIO: f64 = 0.5;
 /// Group bytes one step collects at least.
 const STEP_BYTES: u64 = 4 << 20;
 /// Bytes of copies placed under one hold of the store's lock.
@@ -135,8 +133,25 @@ pub fn step(
         ..Default::default()
     };
 
-    // The cold data log is collected as a vLog.
-    if s.cold.space().garbage_ratio() >= COLD_GC_RATIO {
+    // The cold data log is collected as a vLog, by the policy of the
+    // groups: when its known garbage reaches the engine's ratio, when it
+    // holds more known garbage than all the groups together (GC goes where
+    // the garbage is), or when the reserved space it shares with the log
+    // segments runs low and it holds at least a log segment of it.
+    let cold = s.cold.space();
+    let (low, log_size, groups_noted) = {
+        let st = s.state.lock();
+        let t = &st.table;
+        (
+            t.free_units() < HashKvStore::low_watermark(t),
+            t.geo.log_size,
+            t.groups.iter().map(|g| g.noted_garbage).sum::<u64>(),
+        )
+    };
+    if cold.garbage_ratio() >= s.opts.cold_gc_ratio
+        || (cold.garbage_bytes >= log_size && cold.garbage_bytes > groups_noted)
+        || (low && cold.garbage_bytes >= log_size)
+    {
         let persist = |c: &[u8]| s.persist_table(relocator, Some(c));
         let o = s.cold.gc_step(index, relocator, &persist)?;
         if o.did_work {
@@ -647,6 +662,20 @@ fn relocate_and_commit(
     let mut retired: Vec<u64> = Vec::new();
     let bytes = {
         let mut st = s.state.lock();
+        // Dead bytes of the collected groups no report had named: what
+        // they held, less what was copied, less what was reported.
+        let held: u64 = victims
+            .iter()
+            .filter(|v| !v.skipped)
+            .flat_map(|v| v.old.iter().map(|x| x.1))
+            .sum();
+        let noted: u64 = victims
+            .iter()
+            .filter(|v| !v.skipped)
+            .map(|v| st.table.groups[v.group as usize].noted_garbage)
+            .sum();
+        let found = held.saturating_sub(installed_bytes).saturating_sub(noted);
+        s.counters.garbage_found.fetch_add(found, Ordering::Relaxed);
         for v in victims.iter().filter(|v| !v.skipped) {
             placed_since_seal(s, &st.table, v)?;
             let g = &mut st.table.groups[v.group as usize];

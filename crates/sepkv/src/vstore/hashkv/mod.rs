@@ -30,7 +30,12 @@
 //!   no reader can reach them.
 //! - **Hotness awareness** (§3.4, [`cold`]): pairs written once since the
 //!   last GC are cold; their values move to a cold data log and the group
-//!   keeps a tag.
+//!   keeps a tag. The cold log lives inside `value_capacity`: its span
+//!   (tail to head) takes log-segment units of the reserved space, so a
+//!   growing cold log leaves fewer log segments and brings on GC like any
+//!   group would; a GC step collects it when its known garbage reaches
+//!   `gc_garbage_ratio` (0.5 when background GC is off), or when the
+//!   reserved space runs low and it holds a log segment of known garbage.
 //! - **Crash consistency** (§3.7, [`journal`]): the write journal records
 //!   user writes and GC copies, and is replayed on open; switchable with
 //!   `hashkv_journal`. Without the journal appends and copies go straight to
@@ -151,6 +156,9 @@ pub struct HashKvOptions {
     pub cold_file_size: u64,
     /// Bytes the cold data log's GC reads per step.
     pub cold_gc_chunk_size: u64,
+    /// Known-garbage ratio of the cold data log at which a GC step collects
+    /// it (the engine's `gc_garbage_ratio`; 0.5 when that is 0).
+    pub cold_gc_ratio: f64,
 }
 
 impl HashKvOptions {
@@ -168,6 +176,11 @@ impl HashKvOptions {
             journal_size: o.hashkv_journal_size,
             cold_file_size: o.vlog_file_size,
             cold_gc_chunk_size: o.gc_chunk_size,
+            cold_gc_ratio: if o.gc_garbage_ratio > 0.0 {
+                o.gc_garbage_ratio
+            } else {
+                0.5
+            },
         }
     }
 }
@@ -198,6 +211,12 @@ pub(crate) struct State {
     /// changes or log segments are freed.
     stalled: HashMap<u32, (u64, u64)>,
     poisoned: Option<String>,
+    /// Journal length at which it is recycled: `journal_size`, or an
+    /// eighth of the groups' bytes when that is smaller (at least 1 MiB),
+    /// so that a journal holding second copies of the values never adds
+    /// more than an eighth to a small store's size (set at open and at
+    /// every recycle).
+    journal_limit: u64,
 }
 
 #[derive(Default)]
@@ -208,6 +227,8 @@ struct Counters {
     gc_bytes_rewritten: AtomicU64,
     gc_bytes_freed: AtomicU64,
     gc_cold_bytes: AtomicU64,
+    /// See [`ValueStore::garbage_found`] (segment groups only).
+    garbage_found: AtomicU64,
     gc_tags: AtomicU64,
     gc_lookups: AtomicU64,
     gc_stalls: AtomicU64,
@@ -550,7 +571,8 @@ impl HashKvStore {
         }
         fs.sync_dir(dir).ctx(dir)?;
 
-        Ok(HashKvStore {
+        let journal_limit = Self::journal_limit(&opts, &table);
+        let store = HashKvStore {
             files,
             state: Mutex::new(State {
                 table,
@@ -561,13 +583,25 @@ impl HashKvStore {
                 pending: Vec::new(),
                 stalled: HashMap::new(),
                 poisoned: None,
+                journal_limit,
             }),
             gc_lock: Mutex::new(()),
             cold,
             counters: Counters::default(),
             latency: ReadLatency::default(),
             opts,
-        })
+        };
+        store.refresh_cold_units();
+        Ok(store)
+    }
+
+    /// Charges the cold data log's span (live and garbage bytes from its
+    /// tail to its head) to the reserved space, in log-segment units.
+    fn refresh_cold_units(&self) {
+        let cold = self.cold.space();
+        let span = cold.live_bytes + cold.garbage_bytes;
+        let mut st = self.state.lock();
+        st.table.cold_units = span.div_ceil(st.table.geo.log_size.max(1));
     }
 }
 
@@ -740,6 +774,17 @@ impl HashKvStore {
     /// Checkpoint that lets the write journal be recycled: flush the cache,
     /// sync the written segments, start a new journal, persist the table
     /// naming it, delete the old journal. Called with the state locked.
+    /// See `State::journal_limit`.
+    fn journal_limit(opts: &HashKvOptions, t: &Table) -> u64 {
+        let held: u64 = t
+            .groups
+            .iter()
+            .flat_map(|g| g.segs.iter())
+            .map(|id| t.segs.get(id).map_or(0, |s| s.len))
+            .sum();
+        opts.journal_size.min((held / 8).max(1 << 20))
+    }
+
     fn recycle(&self, st: &mut State) -> Result<()> {
         self.flush_cache(st)?;
         self.files.sync_dirty()?;
@@ -761,6 +806,7 @@ impl HashKvStore {
             IoCategory::ValueStore,
         ));
         st.journal_num = num;
+        st.journal_limit = Self::journal_limit(&self.opts, &st.table);
         match fs.remove(&old) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -800,7 +846,7 @@ impl HashKvStore {
             if st
                 .journal
                 .as_ref()
-                .is_some_and(|j| j.len() >= self.opts.journal_size)
+                .is_some_and(|j| j.len() >= st.journal_limit)
             {
                 self.recycle(st)?;
             }
@@ -1001,7 +1047,7 @@ impl HashKvStore {
     }
 
     /// Free log segments below which GC is pressing (§3.3 trigger).
-    fn low_watermark(t: &Table) -> u64 {
+    pub(crate) fn low_watermark(t: &Table) -> u64 {
         (t.geo.reserved_units / 4).max(2).min(t.geo.reserved_units)
     }
 
@@ -1231,6 +1277,9 @@ impl ValueStore for HashKvStore {
             let grp = &mut st.table.groups[g];
             if grp.segs.contains(&ptr.file_id) {
                 grp.noted_garbage += ptr.length as u64;
+                self.counters
+                    .garbage_found
+                    .fetch_add(ptr.length as u64, Ordering::Relaxed);
             }
         }
     }
@@ -1339,6 +1388,52 @@ impl ValueStore for HashKvStore {
         ]
     }
 
+    fn garbage_found(&self) -> u64 {
+        self.counters.garbage_found.load(Ordering::Relaxed) + self.cold.garbage_found()
+    }
+
+    /// Two sections: noted garbage per segment group (by group index),
+    /// then per cold-log file.
+    fn garbage_table(&self) -> Option<Vec<u8>> {
+        let groups: Vec<(u64, u64)> = {
+            let st = self.state.lock();
+            st.table
+                .groups
+                .iter()
+                .enumerate()
+                .map(|(i, g)| (i as u64, g.noted_garbage))
+                .collect()
+        };
+        Some(super::garbage::encode(&[
+            groups,
+            self.cold.garbage_entries(),
+        ]))
+    }
+
+    fn restore_garbage_table(&self, table: &[u8]) -> Result<()> {
+        let t = super::garbage::decode(table)
+            .ok_or_else(|| super::garbage::corrupt(&self.files.dir))?;
+        if let Some(groups) = t.first() {
+            let mut st = self.state.lock();
+            let t = &mut st.table;
+            for &(i, g) in groups {
+                let Some(grp) = t.groups.get(i as usize) else {
+                    continue;
+                };
+                let held: u64 = grp
+                    .segs
+                    .iter()
+                    .map(|id| t.segs.get(id).map_or(0, |s| s.len))
+                    .sum();
+                t.groups[i as usize].noted_garbage = g.min(held);
+            }
+        }
+        if let Some(cold) = t.get(1) {
+            self.cold.restore_garbage_entries(cold);
+        }
+        Ok(())
+    }
+
     fn space(&self) -> SpaceStats {
         let (total, noted, pressure, seg_bytes, jlen) = {
             let st = self.state.lock();
@@ -1399,7 +1494,10 @@ impl ValueStore for HashKvStore {
         index: &dyn IndexReader,
         relocator: &dyn IndexRelocator,
     ) -> Result<GcOutcome> {
-        gc::step(self, index, relocator)
+        let r = gc::step(self, index, relocator);
+        // Cold moves grew the cold log, or its own GC shrank it.
+        self.refresh_cold_units();
+        r
     }
 }
 

@@ -231,6 +231,10 @@ pub struct Table {
     pub journal_pos: (u64, u64),
     /// The cold data log's persisted state.
     pub cold_state: Option<Vec<u8>>,
+    /// Log-segment units of the reserved space the cold data log's span
+    /// takes (in memory, refreshed after open and every GC step): the cold
+    /// log lives inside the capacity, so it leaves fewer log segments.
+    pub cold_units: u64,
 }
 
 /// Message of the store-full error.
@@ -254,12 +258,16 @@ impl Table {
             epoch: 0,
             journal_pos: (1, 0),
             cold_state: None,
+            cold_units: 0,
         }
     }
 
-    /// Free log segments of the reserved space.
+    /// Free log segments of the reserved space (what log segments and the
+    /// cold data log leave).
     pub fn free_units(&self) -> u64 {
-        self.geo.reserved_units.saturating_sub(self.used_units)
+        self.geo
+            .reserved_units
+            .saturating_sub(self.used_units + self.cold_units)
     }
 
     /// Log-segment units a record of `len` bytes needs.

@@ -190,6 +190,12 @@ pub fn step(
         let mut st = store.state.lock();
         if let Some(t) = st.tables.get_mut(&victim) {
             t.state = TableState::Retired;
+            // Dead bytes no report had named.
+            let dead = t.valid_len.saturating_sub(out.bytes_rewritten);
+            store
+                .counters
+                .garbage_found
+                .fetch_add(dead - dead.min(t.garbage), Ordering::Relaxed);
         }
         st.pending.push(PendingFree {
             seq: visible_from,

@@ -188,6 +188,8 @@ struct Counters {
     gc_bytes_read: AtomicU64,
     gc_bytes_rewritten: AtomicU64,
     gc_bytes_freed: AtomicU64,
+    /// See [`ValueStore::garbage_found`].
+    garbage_found: AtomicU64,
 }
 
 /// The read side, shared with the scan workers.
@@ -877,9 +879,42 @@ impl ValueStore for TrieStore {
         let mut st = self.state.lock();
         if let Some(t) = st.tables.get_mut(&ptr.file_id) {
             if t.state != TableState::Retired {
+                let before = t.garbage;
                 t.garbage = (t.garbage + ptr.length as u64).min(t.valid_len);
+                self.counters
+                    .garbage_found
+                    .fetch_add(t.garbage - before, Ordering::Relaxed);
             }
         }
+    }
+
+    fn garbage_found(&self) -> u64 {
+        self.counters.garbage_found.load(Ordering::Relaxed)
+    }
+
+    fn garbage_table(&self) -> Option<Vec<u8>> {
+        let st = self.state.lock();
+        let s: Vec<(u64, u64)> = st
+            .tables
+            .iter()
+            .filter(|(_, t)| t.state != TableState::Retired)
+            .map(|(&id, t)| (id, t.garbage))
+            .collect();
+        Some(super::garbage::encode(&[s]))
+    }
+
+    fn restore_garbage_table(&self, table: &[u8]) -> Result<()> {
+        let t = super::garbage::decode(table)
+            .ok_or_else(|| super::garbage::corrupt(&self.reader.dir))?;
+        let mut st = self.state.lock();
+        for &(id, g) in t.first().map_or(&[][..], |s| &s[..]) {
+            if let Some(t) = st.tables.get_mut(&id) {
+                if t.state != TableState::Retired {
+                    t.garbage = g.min(t.valid_len);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Live and garbage bytes of the tables GC may still collect; tables

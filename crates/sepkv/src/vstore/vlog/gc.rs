@@ -179,7 +179,12 @@ pub fn step(
         let mut st = vlog.state.lock();
         if let Some(f) = st.files.get_mut(&file) {
             let dead = (chunk_end - start).saturating_sub(live_bytes);
-            f.garbage = f.garbage.saturating_sub(dead);
+            // The garbage reported inside the chunk goes with it; dead
+            // bytes no report had named were found by this step.
+            let reported = f.take_garbage(start, chunk_end);
+            vlog.counters
+                .garbage_found
+                .fetch_add(dead - dead.min(reported), Ordering::Relaxed);
         }
     }
     // A record judged dead was superseded by a newer write; that write must

@@ -102,6 +102,62 @@ struct FileInfo {
     valid_len: u64,
     /// Bytes known to be garbage.
     garbage: u64,
+    /// The same by [`GARBAGE_REGION`] of the file (region index → bytes),
+    /// so that GC, which collects the file a chunk at a time from its
+    /// start, knows how much of the reported garbage its chunk held.
+    regions: BTreeMap<u64, u64>,
+}
+
+/// Granularity of the garbage the value log tracks within a file (bytes).
+pub const GARBAGE_REGION: u64 = 1 << 20;
+
+/// Bits of a garbage-table id that hold the region (the file number is
+/// above them).
+const REGION_BITS: u32 = 26;
+
+impl FileInfo {
+    /// Adds `len` bytes of garbage at `offset` (capped at the valid length);
+    /// returns the bytes added.
+    fn add_garbage(&mut self, offset: u64, len: u64) -> u64 {
+        let add = len.min(self.valid_len.saturating_sub(self.garbage));
+        if add > 0 {
+            *self.regions.entry(offset / GARBAGE_REGION).or_default() += add;
+            self.garbage += add;
+        }
+        add
+    }
+
+    /// Removes the garbage reported in `[start, end)` (which GC collected,
+    /// front to back, so nothing before `start` is left): all of each
+    /// region inside, and of a region cut by `end` the share of its rest
+    /// (`[start, region end)`) that the chunk covers. Returns the bytes
+    /// removed.
+    fn take_garbage(&mut self, start: u64, end: u64) -> u64 {
+        let mut taken = 0;
+        let first = start / GARBAGE_REGION;
+        let last = end.div_ceil(GARBAGE_REGION);
+        let keys: Vec<u64> = self.regions.range(first..last).map(|(&r, _)| r).collect();
+        for r in keys {
+            let (lo, hi) = (r * GARBAGE_REGION, (r + 1) * GARBAGE_REGION);
+            let from = lo.max(start);
+            let overlap = hi.min(end).saturating_sub(from);
+            let rest = hi - from.min(hi);
+            let g = self.regions[&r];
+            let t = if overlap >= rest {
+                g
+            } else {
+                (g as u128 * overlap as u128 / rest as u128) as u64
+            };
+            if t >= g {
+                self.regions.remove(&r);
+            } else {
+                self.regions.insert(r, g - t);
+            }
+            taken += t.min(g);
+        }
+        self.garbage = self.garbage.saturating_sub(taken);
+        taken
+    }
 }
 
 struct PendingFree {
@@ -132,6 +188,8 @@ struct Counters {
     gc_bytes_read: AtomicU64,
     gc_bytes_rewritten: AtomicU64,
     gc_bytes_freed: AtomicU64,
+    /// See [`ValueStore::garbage_found`].
+    garbage_found: AtomicU64,
 }
 
 /// Shared read side (used by prefetch workers).
@@ -288,6 +346,7 @@ impl VlogStore {
                 FileInfo {
                     valid_len: len,
                     garbage: 0,
+                    regions: BTreeMap::new(),
                 },
             );
         }
@@ -319,6 +378,7 @@ impl VlogStore {
                     FileInfo {
                         valid_len: 0,
                         garbage: 0,
+                        regions: BTreeMap::new(),
                     },
                 );
                 (id, file, 0)
@@ -397,6 +457,7 @@ impl VlogStore {
                 FileInfo {
                     valid_len: 0,
                     garbage: 0,
+                    regions: BTreeMap::new(),
                 },
             );
             st.head_file = id;
@@ -508,6 +569,40 @@ impl VlogStore {
     /// `(tail file, tail offset)`.
     pub fn tail(&self) -> (u64, u64) {
         self.state.lock().tail
+    }
+
+    /// `(file << 26 | region, garbage bytes)` of every region of every
+    /// file at or after the tail ([`GARBAGE_REGION`]).
+    pub fn garbage_entries(&self) -> Vec<(u64, u64)> {
+        let st = self.state.lock();
+        // Files numbered 2^22 and beyond (ids past 2^48) keep their
+        // estimate in memory only.
+        st.files
+            .range(st.tail.0..(1 << (48 - REGION_BITS)))
+            .flat_map(|(&id, f)| {
+                f.regions
+                    .iter()
+                    .map(move |(&r, &g)| ((id << REGION_BITS) | r, g))
+            })
+            .collect()
+    }
+
+    /// Restores what [`VlogStore::garbage_entries`] returned: regions of
+    /// files at or after the tail (capped at each file's valid length);
+    /// other entries are ignored.
+    pub fn restore_garbage_entries(&self, entries: &[(u64, u64)]) {
+        let mut st = self.state.lock();
+        let tail = st.tail.0;
+        let mask = (1u64 << REGION_BITS) - 1;
+        for &(key, g) in entries {
+            let (id, r) = (key >> REGION_BITS, key & mask);
+            if id < tail {
+                continue;
+            }
+            if let Some(f) = st.files.get_mut(&id) {
+                f.add_garbage(r * GARBAGE_REGION, g);
+            }
+        }
     }
 }
 
@@ -657,8 +752,28 @@ impl ValueStore for VlogStore {
             return;
         }
         if let Some(f) = st.files.get_mut(&ptr.file_id) {
-            f.garbage = (f.garbage + ptr.length as u64).min(f.valid_len);
+            let added = f.add_garbage(ptr.offset, ptr.length as u64);
+            self.counters
+                .garbage_found
+                .fetch_add(added, Ordering::Relaxed);
         }
+    }
+
+    fn garbage_found(&self) -> u64 {
+        self.counters.garbage_found.load(Ordering::Relaxed)
+    }
+
+    fn garbage_table(&self) -> Option<Vec<u8>> {
+        Some(super::garbage::encode(&[self.garbage_entries()]))
+    }
+
+    fn restore_garbage_table(&self, table: &[u8]) -> Result<()> {
+        let t = super::garbage::decode(table)
+            .ok_or_else(|| super::garbage::corrupt(&self.reader.dir))?;
+        if let Some(s) = t.first() {
+            self.restore_garbage_entries(s);
+        }
+        Ok(())
     }
 
     fn space(&self) -> SpaceStats {
@@ -878,5 +993,40 @@ impl ValueStore for VlogStore {
             ),
             ("gc_bytes_freed", c.gc_bytes_freed.load(Ordering::Relaxed)),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{FileInfo, GARBAGE_REGION};
+    use std::collections::BTreeMap;
+
+    /// GC takes the garbage reported inside its chunk, not the file's: a
+    /// chunk nobody reported garbage in leaves the rest of the file's
+    /// reports alone.
+    #[test]
+    fn garbage_is_taken_by_region() {
+        let r = GARBAGE_REGION;
+        let mut f = FileInfo {
+            valid_len: 10 * r,
+            garbage: 0,
+            regions: BTreeMap::new(),
+        };
+        assert_eq!(f.add_garbage(0, 1000), 1000);
+        assert_eq!(f.add_garbage(5 * r + 10, 3000), 3000);
+        assert_eq!(f.add_garbage(9 * r, 500), 500);
+        assert_eq!(f.garbage, 4500);
+        // A chunk over regions 1..4: nothing reported there.
+        assert_eq!(f.take_garbage(r, 4 * r), 0);
+        assert_eq!(f.garbage, 4500);
+        // Half of region 5 goes with a chunk ending in its middle.
+        assert_eq!(f.take_garbage(4 * r, 5 * r + r / 2), 1500);
+        assert_eq!(f.garbage, 3000);
+        // The rest of region 5 and everything to the end.
+        assert_eq!(f.take_garbage(5 * r + r / 2, 10 * r), 2000);
+        assert_eq!(f.garbage, 1000, "region 0 was before the chunks");
+        // Reports never pass the valid length.
+        f.valid_len = 1500;
+        assert_eq!(f.add_garbage(0, 1000), 500);
     }
 }

@@ -1,0 +1,130 @@
+//! The facade's side of the space-amplification target
+//! ([`crate::space`]): the space view, the writers' backpressure and the
+//! index compaction that finds garbage the index hides.
+
+use super::DbInner;
+use crate::error::{Error, Result};
+use crate::space::{SpaceView, WriteAction};
+use parking_lot::MutexGuard;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+/// Rounds of GC a stopped writer runs before it lets its write through as
+/// a missed target.
+const MAX_STOP_ROUNDS: u32 = 64;
+
+impl DbInner {
+    /// The memtables' bytes and the bytes per index level.
+    fn index_shape(&self) -> (u64, Vec<u64>) {
+        let s = self.index.stats();
+        let mem = s.memtable_bytes
+            + if s.immutable_memtable {
+                s.memtable_bytes
+            } else {
+                0
+            };
+        (mem, s.levels.iter().map(|l| l.bytes).collect())
+    }
+
+    /// The space figures the target is judged by.
+    pub(super) fn space_view(&self) -> SpaceView {
+        let (mem, levels) = self.index_shape();
+        SpaceView {
+            // The WAL holds about what the memtables hold.
+            index_bytes: levels.iter().sum::<u64>() + mem,
+            hidden_garbage: self.space.hidden_garbage(self.vstore.garbage_found()),
+            value: self.vstore.space(),
+        }
+    }
+
+    /// Value bytes the index's upper levels and memtables may shadow: their
+    /// share of the index's bytes, of the value store's span. Used at open,
+    /// when what the last session wrote is unknown.
+    pub(super) fn may_shadow(&self) -> u64 {
+        let (mem, levels) = self.index_shape();
+        let bottom = levels.iter().rposition(|&b| b > 0);
+        let upper: u64 = bottom.map_or(0, |b| levels[..b].iter().sum::<u64>()) + mem;
+        let all: u64 = levels.iter().sum::<u64>() + mem;
+        if all == 0 {
+            return 0;
+        }
+        let v = self.vstore.space();
+        ((v.live_bytes + v.garbage_bytes) as f64 * upper as f64 / all as f64) as u64
+    }
+
+    /// Compacts the whole index so that compaction reports the garbage its
+    /// upper levels and memtable hide ([`crate::space::Decision::discover`]).
+    pub(super) fn discover_garbage(&self) -> Result<()> {
+        self.space.discovered();
+        let from = self.space.total_written();
+        self.flush_memtable()?;
+        self.index.compact_range(None, None)?;
+        self.space.index_compacted(
+            self.space.total_written() - from,
+            self.vstore.garbage_found(),
+        );
+        Ok(())
+    }
+
+    /// Before a write of `bytes` that separates values (writer lock held):
+    /// the target's slowdown, or its stop, where the writer runs GC (or an
+    /// index compaction) itself, without the writer lock, until the store
+    /// is back under the target — or GC has nothing left to do, and the
+    /// write goes through as a missed target rather than wait forever.
+    pub(super) fn space_backpressure(
+        &self,
+        guard: &mut MutexGuard<'_, bool>,
+        bytes: u64,
+    ) -> Result<()> {
+        let mut rounds = 0u32;
+        let mut fruitless = 0u32;
+        loop {
+            match self.space.before_write(bytes) {
+                WriteAction::Go => return Ok(()),
+                WriteAction::Refresh => {
+                    self.space.refresh(&self.space_view());
+                    if self.space.before_write(bytes) == WriteAction::Refresh {
+                        return Ok(());
+                    }
+                }
+                WriteAction::Delay(d) => {
+                    let t = Instant::now();
+                    MutexGuard::unlocked(guard, || std::thread::sleep(d));
+                    self.shared.note_stall(t);
+                    return Ok(());
+                }
+                WriteAction::Stop { discover } => {
+                    if fruitless >= 2 || rounds >= MAX_STOP_ROUNDS {
+                        self.space
+                            .counters
+                            .target_misses
+                            .fetch_add(1, Ordering::Relaxed);
+                        return Ok(());
+                    }
+                    rounds += 1;
+                    let t = Instant::now();
+                    let worked = MutexGuard::unlocked(guard, || -> Result<bool> {
+                        if discover {
+                            self.discover_garbage()?;
+                            return Ok(true);
+                        }
+                        let out = self.gc_step()?;
+                        self.counters.write_gc_steps.fetch_add(1, Ordering::Relaxed);
+                        Ok(out.did_work)
+                    });
+                    self.shared.note_stall(t);
+                    if worked? {
+                        fruitless = 0;
+                    } else {
+                        fruitless += 1;
+                    }
+                    self.shared.poisoned()?;
+                    if !**guard {
+                        return Err(Error::Closed);
+                    }
+                    self.space.refresh(&self.space_view());
+                }
+            }
+        }
+    }
+}

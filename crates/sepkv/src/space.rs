@@ -1,0 +1,708 @@
+//! The space-amplification target (`Options::space_amp_target`): how much
+//! disk the database may take per live byte, and how GC and writers are
+//! paced to keep to it.
+//!
+//! Users of value-separating stores ask for a bound on space that GC keeps
+//! even when it falls behind (RocksDB #9561, Pebble #5005, Badger #1995).
+//! sepkv measures the whole database — the index (SSTables, WAL, manifest)
+//! and the value store — against the live bytes the value store holds, and
+//! divides the way from 1.0 to the target `T` into bands:
+//!
+//! | estimated space amplification | what happens |
+//! |---|---|
+//! | below `1 + (T − 1) / 2` | background GC runs only by `gc_garbage_ratio` |
+//! | from there to `1 + 0.9 (T − 1)` | background GC runs, paced ([`SpacePolicy::gc_pause`]) |
+//! | from there to `T` | writers are slowed down (up to [`MAX_WRITE_DELAY`] per write) |
+//! | `T` and above | writers stop: each runs GC steps itself before it writes |
+//!
+//! # Estimating the live bytes
+//! The value store knows the garbage compaction reported (the
+//! [`crate::vstore::garbage`] table, which survives restarts), but not the
+//! garbage whose newer pointer has not met the older one in a compaction
+//! yet (the index's own garbage: overwritten pointers in the memtable and
+//! the upper levels). Like Scavenger+'s compensated sizes, sepkv estimates
+//! it ([`SpaceGovernor::hidden_garbage`]): the value bytes written since the
+//! index was last compacted whole, times the share of writes that
+//! overwrite a separated value (sampled: one write in
+//! [`OVERWRITE_SAMPLE_EVERY`] looks its key up), less the garbage
+//! compaction has reported since. The bound is judged against the live
+//! bytes *without* it — the conservative figure. When the hidden part is
+//! the larger share of what stands between the store and its target, GC
+//! alone cannot say what is dead cheaply; the engine then compacts the
+//! whole index (which is small: keys and pointers), and compaction reports
+//! it ([`Decision::discover`]).
+//!
+//! # Target, reserve and GC thresholds
+//! - `space_amp_target` is relative: disk ≤ `T` × live. It applies to every
+//!   separated layout; `f64::INFINITY` turns it off.
+//! - `value_capacity` is absolute: the value store never spans more than
+//!   it (HashKV: main segments plus the reserve, which the cold data log
+//!   shares). A write that would pass it runs GC first and fails with
+//!   `ValueStoreFull` only when GC cannot free anything. With both set, the
+//!   one reached first acts.
+//! - `gc_garbage_ratio` `r` starts background GC by the value store's
+//!   garbage ratio alone, i.e. at a value-store amplification of
+//!   `1 / (1 − r)` (2.0 for the default 0.5). The target's GC band starts
+//!   at `1 + (T − 1) / 2`, earlier than that for every `T` below
+//!   `2 / (1 − r) − 1` (3.0 for the default): with the defaults the target
+//!   drives GC and the ratio is a fallback for `T = ∞`.
+//! - A database whose value store holds nothing to collect (no known and
+//!   no possibly hidden garbage) is never stopped: live data and the index
+//!   alone above the target is a target that cannot be kept, not a reason
+//!   to refuse writes.
+
+use crate::vstore::SpaceStats;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Longest pause a slowed-down writer takes per write.
+pub const MAX_WRITE_DELAY: Duration = Duration::from_micros(100);
+
+/// Longest pause of background GC between steps while it has work.
+pub const MAX_GC_PAUSE: Duration = Duration::from_millis(100);
+
+/// What the space figures of a database are now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpaceView {
+    /// Bytes the index occupies on disk (SSTables, WAL, manifest).
+    pub index_bytes: u64,
+    /// Value bytes that may be garbage compaction has not reported yet
+    /// ([`SpaceGovernor::hidden_garbage`]).
+    pub hidden_garbage: u64,
+    /// The value store's figures.
+    pub value: SpaceStats,
+}
+
+/// How hard the space target presses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Pressure {
+    /// Below the GC band.
+    Normal,
+    /// In the GC band: background GC runs.
+    Gc,
+    /// In the slowdown band: writers pause briefly.
+    Slowdown,
+    /// At or past the target: writers run GC before they write.
+    Stop,
+}
+
+/// The policy's judgement of a [`SpaceView`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Decision {
+    /// The band the estimate is in.
+    pub pressure: Pressure,
+    /// Estimated space amplification (conservative: hidden garbage counted
+    /// as garbage).
+    pub amp: f64,
+    /// Garbage possibly hidden in the index (bytes).
+    pub hidden: u64,
+    /// Compact the index before (or instead of) GC: most of what is over
+    /// the line may be garbage compaction has not reported yet.
+    pub discover: bool,
+    /// Bytes on disk over the GC band's start line (0 below it).
+    pub over_start: u64,
+    /// Bytes between the GC band's start line and the target.
+    pub room: u64,
+    /// The value store holds known or possibly hidden garbage, and
+    /// collecting it all would bring the store under the target: writers
+    /// are slowed down and stopped only then (what GC cannot free — the
+    /// index, a write journal — is no reason to hold them).
+    pub collectable: bool,
+}
+
+/// The bands of one target. See the module docs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SpacePolicy {
+    target: f64,
+}
+
+impl SpacePolicy {
+    /// The policy for `target` (> 1.0; `f64::INFINITY` for none).
+    pub fn new(target: f64) -> SpacePolicy {
+        SpacePolicy { target }
+    }
+
+    /// False when no target is set.
+    pub fn enabled(&self) -> bool {
+        self.target.is_finite()
+    }
+
+    /// The target.
+    pub fn target(&self) -> f64 {
+        self.target
+    }
+
+    /// Where the GC band starts.
+    pub fn gc_start(&self) -> f64 {
+        1.0 + (self.target - 1.0) / 2.0
+    }
+
+    /// Where the slowdown band starts.
+    pub fn slowdown_start(&self) -> f64 {
+        1.0 + (self.target - 1.0) * 0.9
+    }
+
+    /// Judges `v`.
+    pub fn decide(&self, v: &SpaceView) -> Decision {
+        let span = v.value.live_bytes + v.value.garbage_bytes;
+        let hidden = v.hidden_garbage.min(v.value.live_bytes);
+        let live = (v.value.live_bytes - hidden).max(1) as f64;
+        let disk = (v.index_bytes + v.value.file_bytes) as f64;
+        let amp = disk / live;
+        let start = self.gc_start() * live;
+        let over_start = (disk - start).max(0.0) as u64;
+        let room = if self.enabled() {
+            ((self.target - self.gc_start()) * live) as u64
+        } else {
+            0
+        };
+        let floor = disk - (v.value.garbage_bytes + hidden) as f64;
+        let collectable = (v.value.garbage_bytes > 0 || hidden > 0) && floor < self.target * live;
+        let pressure = if !self.enabled() || v.value.live_bytes == 0 && span == 0 {
+            Pressure::Normal
+        } else if !collectable {
+            // Background GC may still collect what there is.
+            if amp >= self.gc_start() && v.value.garbage_bytes + hidden > 0 {
+                Pressure::Gc
+            } else {
+                Pressure::Normal
+            }
+        } else if amp >= self.target {
+            Pressure::Stop
+        } else if amp >= self.slowdown_start() {
+            Pressure::Slowdown
+        } else if amp >= self.gc_start() {
+            Pressure::Gc
+        } else {
+            Pressure::Normal
+        };
+        // Hidden garbage is worth an index compaction once it is the larger
+        // share of what compaction and GC could find, and more than an
+        // eighth of the band's room.
+        let discover =
+            pressure >= Pressure::Gc && hidden > v.value.garbage_bytes && hidden > room / 8;
+        Decision {
+            pressure,
+            amp,
+            hidden,
+            discover,
+            over_start,
+            room,
+            collectable,
+        }
+    }
+
+    /// How long a writer pauses in the slowdown band: from nothing at its
+    /// start to [`MAX_WRITE_DELAY`] at the target.
+    pub fn write_delay(&self, d: &Decision) -> Duration {
+        if d.pressure != Pressure::Slowdown {
+            return Duration::ZERO;
+        }
+        let depth = (d.amp - self.slowdown_start()) / (self.target - self.slowdown_start());
+        MAX_WRITE_DELAY.mul_f64(depth.clamp(0.0, 1.0))
+    }
+
+    /// The pause before background GC's next step: `None` below the GC
+    /// band (nothing to do for the target), else the time the writers,
+    /// at `write_rate` bytes per second, take to bring the store halfway
+    /// into the band — zero once it is there — capped at [`MAX_GC_PAUSE`].
+    /// So GC runs back to back while it is behind and idles in step with
+    /// the write rate while it is ahead (the load-adaptive pacing of
+    /// Scavenger+, the compaction pressure of RocksDB).
+    pub fn gc_pause(&self, d: &Decision, write_rate: f64) -> Option<Duration> {
+        if d.pressure < Pressure::Gc {
+            return None;
+        }
+        let halfway = d.room / 2;
+        if d.over_start >= halfway || write_rate <= 0.0 {
+            return Some(if d.over_start >= halfway {
+                Duration::ZERO
+            } else {
+                MAX_GC_PAUSE
+            });
+        }
+        let secs = (halfway - d.over_start) as f64 / write_rate;
+        Some(Duration::from_secs_f64(secs).min(MAX_GC_PAUSE))
+    }
+}
+
+/// What a writer does about the target before it writes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum WriteAction {
+    /// Write.
+    Go,
+    /// Pause this long, then write.
+    Delay(Duration),
+    /// Run GC (or, with `discover`, compact the index) first, then ask
+    /// again.
+    Stop {
+        /// Compact the index first (see [`Decision::discover`]).
+        discover: bool,
+    },
+    /// The figures are older than the bytes written since allow: take a
+    /// fresh [`SpaceView`] ([`SpaceGovernor::refresh`]) and ask again.
+    Refresh,
+}
+
+/// Counters of the governor (since open).
+#[derive(Debug, Default)]
+pub struct SpaceCounters {
+    /// Writes paused in the slowdown band.
+    pub slowdowns: AtomicU64,
+    /// Writes that found the store at the target and ran GC first.
+    pub stops: AtomicU64,
+    /// Index compactions run to find hidden garbage.
+    pub discoveries: AtomicU64,
+    /// Writes let through at the target because GC could free nothing.
+    pub target_misses: AtomicU64,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Cached {
+    decision: Option<Decision>,
+    /// Bytes on disk when the view was taken.
+    disk: u64,
+    /// Conservative live bytes when the view was taken.
+    live: u64,
+    /// Bytes written since.
+    written: u64,
+    /// Total bytes written when the GC loop last looked, and when.
+    rate_mark: Option<(u64, Instant)>,
+    total_written: u64,
+    /// `total_written` at the last index compaction run to find hidden
+    /// garbage.
+    discovered_at: Option<u64>,
+    /// Value bytes that may be shadowed since the index was last compacted
+    /// whole (or at open: what its upper levels may shadow).
+    since_whole: u64,
+    /// The value store's [`crate::vstore::ValueStore::garbage_found`] then.
+    found_base: u64,
+    /// Sampled writes, and those that overwrote a separated value.
+    samples: u64,
+    overwrites: u64,
+    /// Writes recorded.
+    writes: u64,
+    /// Disk bytes one written byte adds, as last seen between two views
+    /// without GC in between (a write journal writes values twice); at
+    /// least 1.
+    growth: f64,
+}
+
+/// The engine's side of the target: a cached [`Decision`] that writers
+/// project forward by the bytes they add, so the check before a write
+/// costs no I/O; a fresh view is taken after every GC step and whenever
+/// the writes since the last one could have moved the store by a sixteenth
+/// of the GC band.
+#[derive(Debug)]
+pub struct SpaceGovernor {
+    policy: SpacePolicy,
+    cached: Mutex<Cached>,
+    /// What the governor did.
+    pub counters: SpaceCounters,
+}
+
+/// Least bytes between two fresh views taken for writers.
+const MIN_REFRESH_BYTES: u64 = 64 << 10;
+
+/// One write in this many looks its key up to learn whether it overwrites
+/// a separated value.
+pub const OVERWRITE_SAMPLE_EVERY: u64 = 16;
+
+impl SpaceGovernor {
+    /// A governor for `target` with no view yet (writers are asked to take
+    /// one first).
+    pub fn new(target: f64) -> SpaceGovernor {
+        SpaceGovernor {
+            policy: SpacePolicy::new(target),
+            cached: Mutex::new(Cached::default()),
+            counters: SpaceCounters::default(),
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &SpacePolicy {
+        &self.policy
+    }
+
+    /// Takes a fresh view; returns its decision.
+    pub fn refresh(&self, v: &SpaceView) -> Decision {
+        let d = self.policy.decide(v);
+        let mut c = self.cached.lock();
+        let disk = v.index_bytes + v.value.file_bytes;
+        if c.written >= MIN_REFRESH_BYTES && disk > c.disk {
+            let seen = (disk - c.disk) as f64 / c.written as f64;
+            c.growth = seen.clamp(1.0, 3.0);
+        } else if c.growth < 1.0 {
+            c.growth = 1.0;
+        }
+        c.decision = Some(d);
+        c.disk = disk;
+        c.live = (v.value.live_bytes - d.hidden).max(1);
+        c.written = 0;
+        d
+    }
+
+    /// The last decision (`None` before the first view).
+    pub fn last(&self) -> Option<Decision> {
+        self.cached.lock().decision
+    }
+
+    /// What a writer about to add `bytes` does. Projects the last view by
+    /// the bytes written since, so that a run of writes meets the slowdown
+    /// band and then the stop before the store passes the target, not
+    /// after. Counts slowdowns and stops.
+    pub fn before_write(&self, bytes: u64) -> WriteAction {
+        if !self.policy.enabled() {
+            return WriteAction::Go;
+        }
+        let c = *self.cached.lock();
+        let Some(d) = c.decision else {
+            return WriteAction::Refresh;
+        };
+        let refresh_every = (d.room / 16).max(MIN_REFRESH_BYTES);
+        if c.written >= refresh_every {
+            return WriteAction::Refresh;
+        }
+        if !d.collectable {
+            // Nothing to collect at the last view: writes since may have
+            // made garbage, which the next view (within `refresh_every`
+            // bytes) finds.
+            return WriteAction::Go;
+        }
+        let grown = ((c.written + bytes) as f64 * c.growth.max(1.0)) as u64;
+        let amp = (c.disk + grown) as f64 / c.live as f64;
+        if amp >= self.policy.target() {
+            self.counters.stops.fetch_add(1, Ordering::Relaxed);
+            let due = d.discover
+                && c.discovered_at
+                    .is_none_or(|at| c.total_written - at >= (d.room / 8).max(MIN_REFRESH_BYTES));
+            return WriteAction::Stop { discover: due };
+        }
+        if amp >= self.policy.slowdown_start() {
+            let depth = (amp - self.policy.slowdown_start())
+                / (self.policy.target() - self.policy.slowdown_start());
+            self.counters.slowdowns.fetch_add(1, Ordering::Relaxed);
+            return WriteAction::Delay(MAX_WRITE_DELAY.mul_f64(depth.clamp(0.0, 1.0)));
+        }
+        WriteAction::Go
+    }
+
+    /// True when an index compaction to find hidden garbage is due for `d`:
+    /// it asks for one, and since the last one at least an eighth of the
+    /// GC band's room was written (the memtable alone can look like hidden
+    /// garbage right after one).
+    pub fn discovery_due(&self, d: &Decision) -> bool {
+        let c = self.cached.lock();
+        d.discover
+            && c.discovered_at
+                .is_none_or(|at| c.total_written - at >= (d.room / 8).max(MIN_REFRESH_BYTES))
+    }
+
+    /// Records that an index compaction to find hidden garbage ran.
+    pub fn discovered(&self) {
+        let mut c = self.cached.lock();
+        c.discovered_at = Some(c.total_written);
+        self.counters.discoveries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records `bytes` written (after the write).
+    pub fn wrote(&self, bytes: u64) {
+        let mut c = self.cached.lock();
+        c.written += bytes;
+        c.total_written += bytes;
+        c.since_whole += bytes;
+        c.writes += 1;
+    }
+
+    /// Bytes written since open.
+    pub fn total_written(&self) -> u64 {
+        self.cached.lock().total_written
+    }
+
+    /// True when the write about to be made should be sampled: look its
+    /// key up and report with [`SpaceGovernor::sampled`].
+    pub fn sample_due(&self) -> bool {
+        self.policy.enabled()
+            && self
+                .cached
+                .lock()
+                .writes
+                .is_multiple_of(OVERWRITE_SAMPLE_EVERY)
+    }
+
+    /// Reports a sampled write: whether it overwrote a separated value.
+    pub fn sampled(&self, overwrote: bool) {
+        let mut c = self.cached.lock();
+        c.samples += 1;
+        c.overwrites += overwrote as u64;
+    }
+
+    /// Sets what the index may hide at open (value bytes its upper levels
+    /// and recovered memtable may shadow), or after the index was compacted
+    /// whole (the bytes written meanwhile), with the value store's
+    /// `garbage_found` at that point.
+    pub fn index_compacted(&self, may_shadow: u64, found: u64) {
+        let mut c = self.cached.lock();
+        c.since_whole = may_shadow;
+        c.found_base = found;
+    }
+
+    /// The share of writes that overwrite a separated value: 1 until
+    /// samples say otherwise.
+    pub fn overwrite_share(&self) -> f64 {
+        let c = self.cached.lock();
+        (c.overwrites + 1) as f64 / (c.samples + 1) as f64
+    }
+
+    /// Value bytes that may be garbage nobody has reported yet: bytes
+    /// written since the index was compacted whole times the overwrite
+    /// share, less the garbage the value store learned of since (`found`:
+    /// its [`crate::vstore::ValueStore::garbage_found`] now).
+    pub fn hidden_garbage(&self, found: u64) -> u64 {
+        let share = self.overwrite_share();
+        let c = self.cached.lock();
+        ((c.since_whole as f64 * share) as u64).saturating_sub(found.saturating_sub(c.found_base))
+    }
+
+    /// The write rate since the GC loop last asked (bytes per second); the
+    /// first call returns 0.
+    pub fn write_rate(&self) -> f64 {
+        let mut c = self.cached.lock();
+        let now = Instant::now();
+        let total = c.total_written;
+        let rate = match c.rate_mark {
+            Some((bytes, at)) => {
+                let secs = now.duration_since(at).as_secs_f64();
+                if secs > 0.0 {
+                    (total - bytes) as f64 / secs
+                } else {
+                    0.0
+                }
+            }
+            None => 0.0,
+        };
+        c.rate_mark = Some((total, now));
+        rate
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(index: u64, hidden: u64, live: u64, garbage: u64, file: u64) -> SpaceView {
+        SpaceView {
+            index_bytes: index,
+            hidden_garbage: hidden,
+            value: SpaceStats {
+                live_bytes: live,
+                garbage_bytes: garbage,
+                file_bytes: file,
+            },
+        }
+    }
+
+    #[test]
+    fn bands_follow_the_target() {
+        let p = SpacePolicy::new(1.5);
+        assert_eq!(p.gc_start(), 1.25);
+        assert!((p.slowdown_start() - 1.45).abs() < 1e-9);
+        // 100 MB live, no index upper levels: the bands by garbage.
+        let at = |garbage: u64| p.decide(&view(0, 0, 100 << 20, garbage, (100 << 20) + garbage));
+        assert_eq!(at(10 << 20).pressure, Pressure::Normal);
+        assert_eq!(at(30 << 20).pressure, Pressure::Gc);
+        assert_eq!(at(47 << 20).pressure, Pressure::Slowdown);
+        assert_eq!(at(50 << 20).pressure, Pressure::Stop);
+        assert_eq!(at(80 << 20).pressure, Pressure::Stop);
+        // Growing garbage never skips from below the target to past it
+        // without the slowdown band: every MiB step is seen.
+        let mut seen = Vec::new();
+        for g in 0..80u64 {
+            let d = at(g << 20);
+            if seen.last() != Some(&d.pressure) {
+                seen.push(d.pressure);
+            }
+        }
+        assert_eq!(
+            seen,
+            [
+                Pressure::Normal,
+                Pressure::Gc,
+                Pressure::Slowdown,
+                Pressure::Stop
+            ]
+        );
+    }
+
+    #[test]
+    fn no_target_and_nothing_to_collect_never_press() {
+        let off = SpacePolicy::new(f64::INFINITY);
+        assert!(!off.enabled());
+        let d = off.decide(&view(0, 0, 1 << 20, 10 << 20, 11 << 20));
+        assert_eq!(d.pressure, Pressure::Normal);
+        assert_eq!(off.gc_pause(&d, 1e6), None);
+        // All live, a large index: over the target, but nothing to collect.
+        let p = SpacePolicy::new(1.2);
+        let d = p.decide(&view(10 << 20, 0, 10 << 20, 0, 10 << 20));
+        assert!(d.amp >= 2.0);
+        assert_eq!(d.pressure, Pressure::Normal);
+        // Some garbage, but even without it the index keeps the store over
+        // the target: background GC only, writers go.
+        let d = p.decide(&view(10 << 20, 0, 10 << 20, 1 << 20, 11 << 20));
+        assert!(!d.collectable);
+        assert_eq!(d.pressure, Pressure::Gc);
+    }
+
+    #[test]
+    fn hidden_garbage_counts_and_asks_for_an_index_compaction() {
+        let p = SpacePolicy::new(1.5);
+        // 40 MB span, nothing reported, up to 20 MB of it may be dead.
+        let v = view(2 << 20, 20 << 20, 40 << 20, 0, 40 << 20);
+        let d = p.decide(&v);
+        assert_eq!(d.hidden, 20 << 20);
+        assert!((d.amp - 42.0 / 20.0).abs() < 1e-9, "{}", d.amp);
+        assert_eq!(d.pressure, Pressure::Stop);
+        assert!(d.discover);
+        // After the compaction everything is in the bottommost level and
+        // compaction reported the garbage: GC, no more discovery.
+        let v = view(1 << 20, 0, 25 << 20, 15 << 20, 40 << 20);
+        let d = p.decide(&v);
+        assert_eq!(d.hidden, 0);
+        assert!(!d.discover);
+        assert_eq!(d.pressure, Pressure::Stop);
+    }
+
+    #[test]
+    fn writers_slow_down_gradually() {
+        let p = SpacePolicy::new(1.5);
+        let d = |garbage: u64| p.decide(&view(0, 0, 1000 << 20, garbage, (1000 << 20) + garbage));
+        assert_eq!(p.write_delay(&d(300 << 20)), Duration::ZERO);
+        let early = p.write_delay(&d(455 << 20));
+        let late = p.write_delay(&d(495 << 20));
+        assert!(early > Duration::ZERO && early < late && late <= MAX_WRITE_DELAY);
+        assert_eq!(
+            p.write_delay(&d(600 << 20)),
+            Duration::ZERO,
+            "stopped, not delayed"
+        );
+    }
+
+    /// A run of writes (every one an overwrite, so garbage grows as fast
+    /// as the store) meets the slowdown band and then the stop before the
+    /// store passes the target, whatever the refresh granularity: the
+    /// writer projects the view by what it wrote.
+    #[test]
+    fn governor_presses_before_the_target_is_passed() {
+        let g = SpaceGovernor::new(1.5);
+        let live = 100u64 << 20;
+        let mut garbage = 0u64;
+        let view = |garbage: u64| view(0, 0, live, garbage, live + garbage);
+        assert_eq!(g.before_write(1000), WriteAction::Refresh, "no view yet");
+        let mut first_delay = None;
+        let mut stopped_at = None;
+        for i in 0..200_000u64 {
+            let action = match g.before_write(1000) {
+                WriteAction::Refresh => {
+                    g.refresh(&view(garbage));
+                    g.before_write(1000)
+                }
+                a => a,
+            };
+            match action {
+                WriteAction::Go => {}
+                WriteAction::Delay(d) => {
+                    assert!(d <= MAX_WRITE_DELAY);
+                    first_delay.get_or_insert(i);
+                }
+                WriteAction::Stop { discover } => {
+                    assert!(!discover);
+                    stopped_at = Some(garbage);
+                    break;
+                }
+                WriteAction::Refresh => panic!("asked to refresh twice"),
+            }
+            garbage += 1000;
+            g.wrote(1000);
+        }
+        let stopped_at = stopped_at.expect("writers stopped");
+        assert!(first_delay.is_some(), "slowed down before stopping");
+        // Stopped with the store at or below the target (one write's slack).
+        let amp = (live + stopped_at + 1000) as f64 / live as f64;
+        assert!(amp >= 1.5 && amp < 1.5 + 2000.0 / live as f64, "{amp}");
+        assert_eq!(g.counters.stops.load(Ordering::Relaxed), 1);
+        assert!(g.counters.slowdowns.load(Ordering::Relaxed) > 0);
+        // GC brings it back below: writers go again.
+        g.refresh(&view(10 << 20));
+        assert_eq!(g.before_write(1000), WriteAction::Go);
+    }
+
+    #[test]
+    fn governor_without_target_or_garbage_lets_writes_go() {
+        let off = SpaceGovernor::new(f64::INFINITY);
+        assert_eq!(off.before_write(1 << 30), WriteAction::Go);
+        let g = SpaceGovernor::new(1.5);
+        // All live: nothing to collect, writes go however the projection
+        // looks.
+        let all_live = view(0, 0, 1 << 20, 0, 1 << 20);
+        g.refresh(&all_live);
+        for _ in 0..100 {
+            let mut a = g.before_write(4096);
+            if a == WriteAction::Refresh {
+                g.refresh(&all_live);
+                a = g.before_write(4096);
+            }
+            assert_eq!(a, WriteAction::Go);
+            g.wrote(4096);
+        }
+    }
+
+    #[test]
+    fn hidden_garbage_follows_the_sampled_overwrite_share() {
+        let g = SpaceGovernor::new(1.5);
+        g.wrote(10 << 20);
+        assert_eq!(
+            g.hidden_garbage(0),
+            10 << 20,
+            "no samples: every write may overwrite"
+        );
+        for i in 0..99 {
+            g.sampled(i % 4 == 0);
+        }
+        // 25 of 99 sampled writes overwrote: (25 + 1) / 100.
+        assert!((g.overwrite_share() - 0.26).abs() < 1e-9);
+        assert_eq!(g.hidden_garbage(0), ((10u64 << 20) as f64 * 0.26) as u64);
+        // Compaction (or GC) finds some of it.
+        assert_eq!(
+            g.hidden_garbage(1 << 20),
+            ((10u64 << 20) as f64 * 0.26) as u64 - (1 << 20)
+        );
+        // A whole-index compaction reports the rest.
+        g.index_compacted(0, 3 << 20);
+        assert_eq!(g.hidden_garbage(3 << 20), 0);
+        g.wrote(1 << 20);
+        assert_eq!(
+            g.hidden_garbage(3 << 20),
+            ((1u64 << 20) as f64 * 0.26) as u64
+        );
+    }
+
+    #[test]
+    fn gc_pause_follows_distance_and_write_rate() {
+        let p = SpacePolicy::new(1.5);
+        let d = |garbage: u64| p.decide(&view(0, 0, 100 << 20, garbage, (100 << 20) + garbage));
+        // Below the band: nothing to do.
+        assert_eq!(p.gc_pause(&d(10 << 20), 1e6), None);
+        // Just inside: 12.5 MB to halfway; at 100 MB/s that is 125 ms,
+        // capped; at 1 GB/s 12.5 ms.
+        let just_in = d(25 << 20);
+        assert_eq!(p.gc_pause(&just_in, 100e6), Some(MAX_GC_PAUSE));
+        let fast = p.gc_pause(&just_in, 1e9).unwrap();
+        assert!(
+            fast > Duration::from_millis(10) && fast < Duration::from_millis(15),
+            "{fast:?}"
+        );
+        // Past halfway: back to back.
+        assert_eq!(p.gc_pause(&d(40 << 20), 0.0), Some(Duration::ZERO));
+    }
+}
