@@ -37,11 +37,21 @@
 #                    rocksdb,leveldb)
 #   --bin PATH       use this sepkv binary instead of building one
 #   --no-direct      skip the direct-I/O read runs (see below)
+#   --memory-limit B also run the device-bound set (see below) with the
+#                    process's memory, page cache included, bounded to B
+#                    (e.g. 400M; needs root and a memory cgroup)
 #
 # Reads are also measured with direct I/O where an engine supports it
-# (RocksDB's use_direct_reads; sepkv and fjall read through the page cache
-# only): those engines run readrandom, seekrandom and ycsb-c once more with
-# --direct-io, labelled ENGINE+direct.
+# (sepkv's Options::use_direct_reads and RocksDB's use_direct_reads; fjall
+# and LevelDB read through the page cache only): those engines run
+# readrandom, seekrandom and ycsb-c once more with --direct-io, labelled
+# ENGINE+direct.
+#
+# With --memory-limit, every engine also runs the device-bound set —
+# fillrandom, readrandom, seekrandom, ycsb-c, ycsb-e and the update
+# experiment — in a memory cgroup of that size, so that reads reach the
+# device once the data outgrows it. Its results go to OUT/device/
+# (results.md, results.json, per-engine files), beside the page-cache set.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -57,6 +67,7 @@ sync=""
 features=""
 bin=""
 direct=1
+memory_limit=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --num) num="$2"; shift 2 ;;
@@ -71,7 +82,8 @@ while [ $# -gt 0 ]; do
         --features) features="$2"; shift 2 ;;
         --bin) bin="$2"; shift 2 ;;
         --no-direct) direct=0; shift ;;
-        -h|--help) sed -n '2,44p' "$0"; exit 0 ;;
+        --memory-limit) memory_limit="$2"; shift 2 ;;
+        -h|--help) sed -n '2,56p' "$0"; exit 0 ;;
         *) echo "compare.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -145,7 +157,7 @@ done
 
 if [ "$direct" = 1 ]; then
     for e in "${list[@]}"; do
-        case "$e" in rocksdb|rocksdb-blob) ;; *) continue ;; esac
+        case "$e" in rocksdb|rocksdb-blob|sepkv:*) ;; *) continue ;; esac
         name="${e//[:+]/-}-direct"
         args=(bench --engine "$e" --workload readrandom,seekrandom,ycsb-c --num "$num"
               --ops "$ops" --value-size "$value_size" --threads "$threads" --no-progress
@@ -160,6 +172,31 @@ if [ "$direct" = 1 ]; then
         fi
         [ -f "$out/$name.json" ] && jsons+=("$out/$name.json")
     done
+fi
+
+if [ -n "$memory_limit" ]; then
+    mkdir -p "$out/device"
+    djsons=()
+    for e in "${list[@]}"; do
+        name="${e//[:+]/-}"
+        args=(bench --engine "$e" --workload fillrandom,readrandom,seekrandom,ycsb-c,ycsb-e,update
+              --num "$num" --ops "$ops" --value-size "$value_size" --threads "$threads"
+              --memory-limit "$memory_limit" --no-progress --json "$out/device/$name.json")
+        [ -z "$sync" ] || args+=("$sync")
+        dbargs=()
+        [ -z "$db" ] || dbargs=(--db "$db/$name-device")
+        echo "== $e (device-bound, memory limit $memory_limit)" >&2
+        if ! "$bin" "${dbargs[@]}" "${args[@]}" > "$out/device/$name.txt"; then
+            failed+=("$e (device-bound)")
+            echo "compare.sh: $e device-bound failed" >&2
+        fi
+        [ -f "$out/device/$name.json" ] && djsons+=("$out/device/$name.json")
+    done
+    if [ ${#djsons[@]} -gt 0 ]; then
+        dcombine=(bench --from-json "$(IFS=,; echo "${djsons[*]}")" --markdown "$out/device/results.md" --json "$out/device/results.json")
+        [ "$plot" = 0 ] || dcombine+=(--plot "$out/device/plots")
+        "$bin" "${dcombine[@]}" > "$out/device/results.txt"
+    fi
 fi
 
 [ ${#jsons[@]} -gt 0 ] || { echo "compare.sh: no results" >&2; exit 1; }

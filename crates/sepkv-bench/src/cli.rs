@@ -61,9 +61,17 @@ pub struct BenchArgs {
     /// Keep the database directory after the run.
     #[arg(long)]
     pub keep: bool,
-    /// Ask for direct I/O (sepkv does not support it yet; the report says so).
+    /// Read with direct I/O (O_DIRECT) where the engine can: sepkv
+    /// (`Options::use_direct_reads`) and the RocksDB peers; fjall and
+    /// LevelDB read buffered, and the report says so.
     #[arg(long)]
     pub direct_io: bool,
+    /// Bound the benchmark process's memory, page cache included, with a
+    /// memory cgroup (v1 or v2; needs root), so that reads reach the device
+    /// once the data outgrows it. Bytes, or with a unit: 400M, 400MiB,
+    /// 1GB. Engines run one after another in the same bound.
+    #[arg(long, value_name = "BYTES")]
+    pub memory_limit: Option<String>,
     /// Also write the results as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -226,6 +234,17 @@ impl BenchArgs {
             traces,
             sync: self.sync,
             direct_io: self.direct_io,
+            memory_limit: self
+                .memory_limit
+                .as_deref()
+                .map(crate::cgroup::parse_bytes)
+                .transpose()
+                .map_err(|e| match e {
+                    BenchError::InvalidArgument(m) => {
+                        BenchError::InvalidArgument(format!("--memory-limit {m}"))
+                    }
+                    e => e,
+                })?,
             phases: self.phases,
             field_count: self.field_count,
             field_length: self.field_length,
@@ -344,9 +363,29 @@ pub fn run(args: &BenchArgs, db: Option<PathBuf>) -> Result<()> {
             None => eprintln!("update: sepkv value stores unbounded (--reserve none)"),
         }
     }
-    if cfg.direct_io && engines.iter().any(|e| !e.starts_with("rocksdb")) {
-        eprintln!("note: --direct-io: only the RocksDB peers read with direct I/O; sepkv and fjall use buffered I/O and the report says so");
+    if cfg.direct_io
+        && engines
+            .iter()
+            .any(|e| !e.starts_with("rocksdb") && !e.starts_with("sepkv"))
+    {
+        eprintln!("note: --direct-io: only sepkv and the RocksDB peers read with direct I/O; the others use buffered I/O and the report says so");
     }
+    // Held until the run ends: dropping it moves the process back out of
+    // the bounded group.
+    let _memory_limit = match cfg.memory_limit {
+        Some(bytes) => {
+            let limit = crate::cgroup::MemoryLimit::apply(bytes)?;
+            eprintln!(
+                "memory limit: {} MiB, page cache included (cgroup {:?} {}; usage now {} MiB)",
+                bytes >> 20,
+                limit.version(),
+                limit.group().display(),
+                limit.usage().unwrap_or(0) >> 20
+            );
+            Some(limit)
+        }
+        None => None,
+    };
     let started = std::time::Instant::now();
     let mut reports: Vec<PhaseReport> = Vec::new();
     let res = run_engines(&plan.engines, cfg, &root, &mut reports, &mut |r| {

@@ -164,6 +164,10 @@ pub struct BenchConfig {
     pub sync: bool,
     /// Ask engines for direct I/O.
     pub direct_io: bool,
+    /// The process's memory bound (`--memory-limit`, bytes; applied by the
+    /// caller with [`crate::cgroup::MemoryLimit`] and recorded here for the
+    /// reports).
+    pub memory_limit: Option<u64>,
     /// Update phases of `update`.
     pub phases: usize,
     /// YCSB fields per record.
@@ -223,6 +227,7 @@ impl Default for BenchConfig {
             traces: Vec::new(),
             sync: false,
             direct_io: false,
+            memory_limit: None,
             phases: 3,
             field_count: 10,
             field_length: 100,

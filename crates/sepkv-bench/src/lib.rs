@@ -28,6 +28,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod cgroup;
 pub mod cli;
 pub mod config;
 pub mod engine;

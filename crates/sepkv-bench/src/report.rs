@@ -48,6 +48,10 @@ pub struct Settings {
     pub direct_io_requested: bool,
     /// Direct I/O in effect.
     pub direct_io: bool,
+    /// The process's memory bound, page cache included (`--memory-limit`,
+    /// bytes; `null` = none).
+    #[serde(default)]
+    pub memory_limit: Option<u64>,
     /// Trace files (names only) of the `trace` workload.
     pub traces: Vec<String>,
     /// Small-value mix (`--small-values`), if any.
@@ -63,6 +67,19 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// Where the phase's reads could be served from: `page cache`,
+    /// `device-bound (memory limit N MiB)`, `direct reads`, or both bounds.
+    pub fn mode(&self) -> String {
+        match (self.memory_limit, self.direct_io) {
+            (None, false) => "page cache".into(),
+            (None, true) => "device-bound (direct reads)".into(),
+            (Some(b), false) => format!("device-bound (memory limit {} MiB)", b >> 20),
+            (Some(b), true) => {
+                format!("device-bound (memory limit {} MiB, direct reads)", b >> 20)
+            }
+        }
+    }
+
     /// The settings of `cfg` with the engine's direct-I/O state.
     pub fn of(cfg: &BenchConfig, direct_io: bool) -> Self {
         Settings {
@@ -79,6 +96,7 @@ impl Settings {
             field_length: cfg.field_length,
             direct_io_requested: cfg.direct_io,
             direct_io,
+            memory_limit: cfg.memory_limit,
             traces: cfg
                 .traces
                 .iter()
@@ -326,6 +344,9 @@ pub fn print_table(reports: &[PhaseReport], out: &mut dyn Write) -> std::io::Res
             reports.len()
         )?;
     }
+    for (engine, mode) in modes(reports) {
+        writeln!(out, "mode: {engine}: {mode}")?;
+    }
     let mut seen = std::collections::BTreeSet::new();
     for r in reports {
         for n in r.notes.iter().filter(|n| !n.contains(PAGE_CACHE_NOTE)) {
@@ -335,6 +356,19 @@ pub fn print_table(reports: &[PhaseReport], out: &mut dyn Write) -> std::io::Res
         }
     }
     Ok(())
+}
+
+/// Each engine's run mode ([`Settings::mode`]), in report order; an engine
+/// whose phases ran in several modes is listed once per mode.
+fn modes(reports: &[PhaseReport]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for r in reports {
+        let m = (r.engine.clone(), r.settings.mode());
+        if !out.contains(&m) {
+            out.push(m);
+        }
+    }
+    out
 }
 
 /// Reads reports written by [`write_json`] (several files are
@@ -391,6 +425,18 @@ pub fn markdown(reports: &[PhaseReport]) -> String {
             "{} records; values {} B, keys {} B (YCSB: {} × {} B fields); {} thread(s); sync {}; seed {}.\n",
             st.num, st.value_size, st.key_size, st.field_count, st.field_length, st.threads, st.sync, st.seed
         );
+    }
+    let modes = modes(reports);
+    if !modes.is_empty() {
+        let _ = writeln!(
+            s,
+            "Modes (where reads could be served from):
+"
+        );
+        for (engine, mode) in &modes {
+            let _ = writeln!(s, "- {engine}: {mode}");
+        }
+        let _ = writeln!(s);
     }
     s.push_str(&best_vs_peers(reports, &phases));
     type Cell = fn(&PhaseReport) -> String;

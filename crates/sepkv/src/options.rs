@@ -303,6 +303,16 @@ pub struct Options {
     pub prefetch_threads: usize,
     /// File system under all I/O (default: the operating system's).
     pub fs: Arc<dyn FileSystem>,
+    /// Read SSTable blocks, value-store records and every other file with
+    /// direct I/O (`O_DIRECT`), bypassing the operating system's page cache,
+    /// as RocksDB's `use_direct_reads` does (default false). Reads are
+    /// widened to 4 KiB-aligned ranges in aligned buffers; writes stay
+    /// buffered. The block cache still caches SSTable blocks. Takes effect
+    /// per open and is not recorded. `Db::open` fails with
+    /// `InvalidArgument` when the file system cannot
+    /// ([`FileSystem::with_direct_reads`]; the in-memory ones, or an
+    /// operating-system file system without `O_DIRECT` such as older tmpfs).
+    pub use_direct_reads: bool,
     /// Capacity of the value store in bytes, or `None` for the default.
     ///
     /// - `hashkv`: main segments plus reserved space (HashKV §3.2), fixed
@@ -441,6 +451,7 @@ impl Default for Options {
             scan_prefetch_depth: 32,
             prefetch_threads: 8,
             fs: Arc::new(StdFs),
+            use_direct_reads: false,
             value_capacity: None,
             hashkv_main_segment_size: 64 << 20,
             hashkv_log_segment_size: 1 << 20,

@@ -257,6 +257,8 @@ impl Db {
                 Error::io(&lock_path, e)
             }
         })?;
+        let opts = Self::direct_reads(opts, &lock_path)?;
+        let fs = opts.fs.clone();
         let stats = Arc::new(IoStats::default());
         Self::check_identity(&dir, fs.as_ref(), &opts, &stats)?;
 
@@ -340,6 +342,24 @@ impl Db {
             inner,
             gc_thread: Mutex::new(gc_handle),
         })
+    }
+
+    /// With `use_direct_reads`, swaps the file system for its direct-read
+    /// form and checks on `probe` (a file of the database) that the file
+    /// system under the directory accepts `O_DIRECT`; `InvalidArgument`
+    /// when either fails.
+    fn direct_reads(mut opts: Options, probe: &Path) -> Result<Options> {
+        if !opts.use_direct_reads {
+            return Ok(opts);
+        }
+        let refuse = |e: std::io::Error| {
+            Error::InvalidArgument(format!(
+                "use_direct_reads: {e} (the file system must support O_DIRECT)"
+            ))
+        };
+        opts.fs = opts.fs.with_direct_reads().map_err(refuse)?;
+        opts.fs.open_read(probe).map_err(refuse)?;
+        Ok(opts)
     }
 
     /// Fills the configuration `opts` leaves open (`None` index and value

@@ -26,7 +26,7 @@ mod std_fs;
 pub use accounting::{IoCategory, IoStats, IoStatsSnapshot};
 pub use fault::{FaultFs, FaultKind, FaultOp, FaultRule};
 pub use mem::MemFs;
-pub use std_fs::StdFs;
+pub use std_fs::{DirectReadFs, StdFs, DIRECT_IO_ALIGN};
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -150,6 +150,17 @@ pub trait FileSystem: Send + Sync + 'static {
     /// Takes an exclusive lock on `path` (creating it), failing with
     /// `ErrorKind::WouldBlock` when another holder has it.
     fn lock(&self, path: &Path) -> io::Result<Box<dyn FileLock>>;
+    /// The same file system with every [`open_read`](Self::open_read)
+    /// bypassing the operating system's page cache (`O_DIRECT`), as
+    /// `Options::use_direct_reads` asks; writes stay buffered.
+    /// `ErrorKind::Unsupported` where the notion does not apply (the
+    /// in-memory file systems).
+    fn with_direct_reads(&self) -> io::Result<std::sync::Arc<dyn FileSystem>> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "direct reads are not supported by this file system",
+        ))
+    }
 }
 
 /// Reads a whole file into memory.

@@ -5,6 +5,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
+use std::sync::Arc;
 
 /// Size of the user-space write buffer of a [`WritableFile`] (bytes).
 const WRITE_BUFFER: usize = 64 * 1024;
@@ -72,6 +73,171 @@ impl RandomAccessFile for StdRandom {
 
     fn advise(&self, offset: u64, len: u64, advice: super::Advice) {
         fadvise(&self.file, offset, len, advice);
+    }
+}
+
+/// Alignment of direct reads: file offset, length and buffer address (bytes).
+/// 4 KiB covers devices of 512-byte and 4 KiB logical blocks.
+pub const DIRECT_IO_ALIGN: usize = 4096;
+
+/// [`StdFs`] whose reads bypass the page cache: files opened for reading
+/// use `O_DIRECT`, and each read is widened to [`DIRECT_IO_ALIGN`]
+/// boundaries, read into an aligned buffer and copied out. A get then costs
+/// the device reads it would cost with a cold cache, which is what
+/// device-bound measurements need. Writes, directory operations and locks are
+/// [`StdFs`]'s. Made by [`FileSystem::with_direct_reads`] on [`StdFs`].
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DirectReadFs;
+
+struct DirectRandom {
+    file: File,
+}
+
+/// A heap buffer of `len` bytes aligned to [`DIRECT_IO_ALIGN`].
+struct AlignedBuf {
+    ptr: std::ptr::NonNull<u8>,
+    layout: std::alloc::Layout,
+}
+
+impl AlignedBuf {
+    fn new(len: usize) -> io::Result<AlignedBuf> {
+        let layout = std::alloc::Layout::from_size_align(len.max(DIRECT_IO_ALIGN), DIRECT_IO_ALIGN)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        // SAFETY: the layout has a non-zero size.
+        #[allow(unsafe_code)]
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = std::ptr::NonNull::new(ptr)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))?;
+        Ok(AlignedBuf { ptr, layout })
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr` points to `layout.size()` initialised (zeroed)
+        // bytes owned by `self`, borrowed mutably for the slice's life.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size())
+        }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::alloc::dealloc(self.ptr.as_ptr(), self.layout)
+        }
+    }
+}
+
+impl RandomAccessFile for DirectRandom {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let align = DIRECT_IO_ALIGN as u64;
+        let start = offset - offset % align;
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .and_then(|e| e.checked_next_multiple_of(align))
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let mut aligned = AlignedBuf::new((end - start) as usize)?;
+        let window = aligned.as_mut_slice();
+        let mut got = 0usize;
+        // Short reads happen at the end of the file; a read that returns
+        // less than asked elsewhere is retried from where it stopped, on an
+        // aligned boundary as `O_DIRECT` requires.
+        while got < window.len() {
+            match self.file.read_at(&mut window[got..], start + got as u64) {
+                Ok(0) => break,
+                Ok(n) => {
+                    got += n;
+                    if !got.is_multiple_of(DIRECT_IO_ALIGN) {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let skip = (offset - start) as usize;
+        if got <= skip {
+            return Ok(0);
+        }
+        let n = (got - skip).min(buf.len());
+        buf[..n].copy_from_slice(&window[skip..skip + n]);
+        Ok(n)
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+}
+
+impl FileSystem for DirectReadFs {
+    fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        StdFs.create(path)
+    }
+    fn open_append(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        StdFs.open_append(path)
+    }
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn RandomAccessFile>> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+            .map_err(|e| {
+                if e.raw_os_error() == Some(libc::EINVAL) {
+                    io::Error::new(
+                        io::ErrorKind::Unsupported,
+                        format!(
+                            "{}: the file system does not support direct reads (O_DIRECT)",
+                            path.display()
+                        ),
+                    )
+                } else {
+                    e
+                }
+            })?;
+        Ok(Box::new(DirectRandom { file }))
+    }
+    fn exists(&self, path: &Path) -> bool {
+        StdFs.exists(path)
+    }
+    fn is_dir(&self, path: &Path) -> bool {
+        StdFs.is_dir(path)
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        StdFs.list(dir)
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        StdFs.remove(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        StdFs.rename(from, to)
+    }
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        StdFs.create_dir_all(dir)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        StdFs.sync_dir(dir)
+    }
+    fn file_size(&self, path: &Path) -> io::Result<u64> {
+        StdFs.file_size(path)
+    }
+    fn allocated_size(&self, path: &Path) -> io::Result<u64> {
+        StdFs.allocated_size(path)
+    }
+    fn punch_hole(&self, path: &Path, offset: u64, len: u64) -> io::Result<()> {
+        StdFs.punch_hole(path, offset, len)
+    }
+    fn lock(&self, path: &Path) -> io::Result<Box<dyn FileLock>> {
+        StdFs.lock(path)
+    }
+    fn with_direct_reads(&self) -> io::Result<Arc<dyn FileSystem>> {
+        Ok(Arc::new(DirectReadFs))
     }
 }
 
@@ -205,6 +371,10 @@ impl FileSystem for StdFs {
         if let Ok(file) = File::open(path) {
             fadvise(&file, offset, len, advice);
         }
+    }
+
+    fn with_direct_reads(&self) -> io::Result<Arc<dyn FileSystem>> {
+        Ok(Arc::new(DirectReadFs))
     }
 
     fn lock(&self, path: &Path) -> io::Result<Box<dyn FileLock>> {

@@ -65,20 +65,18 @@ impl Prefetcher {
         };
         let f = Arc::new(f);
         let (rtx, rrx) = mpsc::channel::<(usize, T)>();
-        // One job per worker, each taking a strided share of the indexes.
-        let jobs = self.threads.min(n);
-        for w in 0..jobs {
+        // One job per index: a worker that finishes a read takes the next
+        // one, so up to `threads` reads stay in flight until the batch is
+        // done, whatever each read costs (strided shares would leave
+        // workers idle behind one slow read).
+        for i in 0..n {
             let fw = f.clone();
             let rtx = rtx.clone();
             let job: Job = Box::new(move || {
-                let mut i = w;
-                while i < n {
-                    let _ = rtx.send((i, fw(i)));
-                    i += jobs;
-                }
+                let _ = rtx.send((i, fw(i)));
             });
             if sender.send(job).is_err() {
-                return (0..n).map(|i| f(i)).collect();
+                break;
             }
         }
         drop(rtx);
