@@ -294,7 +294,9 @@ pub struct Options {
     /// no target. Default 1.5. See [`crate::space`] for how it relates to
     /// `value_capacity` and `gc_garbage_ratio`: background GC starts halfway
     /// from 1.0 to the target, writers are slowed down in the last tenth
-    /// and stopped (they run GC themselves) at the target.
+    /// and stopped (they run GC themselves) at the target. It applies to the
+    /// `vlog`, `hashkv` and `trie` layouts; `inline` has no value store and
+    /// `bands` keeps FlashKey's band GC (FlashKey §V-B5), so both ignore it.
     pub space_amp_target: f64,
     /// Values fetched ahead of a scan (`Scan` iterators) once it reads a
     /// contiguous run; 0 disables prefetch (default 32, WiscKey §3.3.1).

@@ -294,7 +294,15 @@ impl Db {
                 (index, vstore)
             }
         };
-        let space_target = if shared.opts.layout() == ValueLayout::Inline {
+        // The space policy covers the layouts whose garbage it tracks (value
+        // log, HashKV, TrieTables). The bands keep FlashKey's own policy
+        // (their invalidity table and band GC, §V-B5): the policy's hidden
+        // index-garbage estimate and its stops starve band GC, whose victims
+        // must lie before the hash table's checkpoint.
+        let space_target = if matches!(
+            shared.opts.layout(),
+            ValueLayout::Inline | ValueLayout::Bands
+        ) {
             f64::INFINITY
         } else {
             shared.opts.space_amp_target
