@@ -140,6 +140,14 @@ impl DbInner {
             self.index.make_room(false)?;
             if !self.shared.opts.wal || self.vstore.separates(batch.max_value_len()) {
                 self.space_backpressure(&mut guard, user_bytes)?;
+                // Backpressure may have let go of the writer lock (a delay,
+                // GC run by this writer): the database may have closed or
+                // been poisoned meanwhile, and nothing may reach the value
+                // store or the log after that.
+                self.shared.poisoned()?;
+                if !*guard {
+                    return Err(Error::Closed);
+                }
                 if self.space.sample_due() {
                     if let Some(Ok(e)) = batch.entries().next() {
                         let ctx = ReadCtx {

@@ -101,8 +101,15 @@ impl Shared {
         Ok(())
     }
 
-    /// Poisons the database with `e` (the first reason is kept).
+    /// Poisons the database with `e` (the first reason is kept). `Closed`
+    /// never poisons: it is returned before anything is written (a write,
+    /// GC relocation or state persist that found the database closing), so
+    /// nothing is left out of step, and a writer racing `close` must see
+    /// `Closed`, not a failure that never happened.
     pub fn set_poison(&self, e: &Error) {
+        if matches!(e, Error::Closed) {
+            return;
+        }
         let mut p = self.poison.lock();
         if p.is_none() {
             *p = Some(e.to_string());
@@ -120,6 +127,9 @@ impl Shared {
     /// Records a background failure (the first is kept) and poisons the
     /// database.
     pub fn set_background_error(&self, e: Error) {
+        if matches!(e, Error::Closed) {
+            return;
+        }
         self.set_poison(&e);
         let mut b = self.bg_error.lock();
         if b.is_none() {
