@@ -127,8 +127,10 @@ impl FlashKeyIndex {
     /// Checkpoints the hash table when due (or now, with `force`), and
     /// switches the key tree's memtable when its checkpoint lags the hash
     /// table's by `2 × hash_checkpoint_bands` bands (or now, with `force`),
-    /// so that its flush moves its checkpoint too: GC keeps the bands after
-    /// either. Writer lock held.
+    /// so that its flush moves its checkpoint too — or, when the key tree
+    /// has nothing to flush (overwrites only), moves its checkpoint at once
+    /// (`LsmIndex::checkpoint_if_clean`): GC keeps the bands after either.
+    /// Writer lock held.
     fn checkpoint_if_due(&self, force: bool) -> Result<()> {
         if force {
             self.hash.checkpoint()?;
@@ -142,7 +144,11 @@ impl FlashKeyIndex {
             (Some(h), Some(k)) => h.0.saturating_sub(k.0),
             _ => 0,
         };
-        if force || lag >= 2 * self.shared.opts.hash_checkpoint_bands {
+        if (force || lag >= 2 * self.shared.opts.hash_checkpoint_bands)
+            && !self.keys.checkpoint_if_clean()?
+        {
+            // Keys were inserted or removed since the last flush: their
+            // flush moves the checkpoint.
             self.keys.make_room(true)?;
         }
         Ok(())

@@ -21,8 +21,17 @@
 //! 5. install them by compare-and-set (a racing user write wins), make the
 //!    index durable up to every write that invalidated the band, and
 //!    persist the band as retired;
-//! 6. delete the file once the relocation is visible to every reader
-//!    (until then reads of old addresses still find their bytes).
+//! 6. delete the file once the relocation, and every write that made a
+//!    record of the band dead — the band's invalidity entry read after the
+//!    judging, since a write may supersede a record between the pick and
+//!    the judging — are visible to every reader (until then reads of old
+//!    addresses, and snapshots walking back, still find their bytes).
+//!
+//! A step that finds no band it may take says why: garbage only after the
+//! replay checkpoint (`GcOutcome::held_by_checkpoint`: a checkpoint lets
+//! the next step go on), or only in bands an old reader may still walk
+//! back into (counted in `ValueStore::pinned_bytes`, which a refused write
+//! waits for).
 //!
 //! A crash before 5 leaves the copies as unreferenced garbage and the band
 //! closed; after 5 the open finishes deleting retired bands.
@@ -50,18 +59,33 @@ pub fn step(
     let victim = {
         let st = bs.state.lock();
         let limit = bs.gc_limit_locked(&st);
-        st.bands
-            .iter()
-            .filter(|(&id, b)| {
-                b.closed
-                    && id != st.open
-                    && b.retired.is_none()
-                    && b.invalid > 0
-                    && b.inval_seq <= oldest
-                    && limit.is_none_or(|l| id < l)
-            })
-            .max_by_key(|(&id, b)| (b.invalid, std::cmp::Reverse(id)))
-            .map(|(&id, b)| (id, b.valid_len, b.inval_seq))
+        // Bands with garbage that only a replay checkpoint or only an old
+        // reader keeps from GC: a checkpoint, or the reader's release, lets
+        // them go (`GcOutcome::held_by_checkpoint`, `pinned_bytes`).
+        let (mut by_ckpt, mut by_readers) = (false, 0u64);
+        let mut best: Option<(u64, &super::BandInfo)> = None;
+        for (&id, b) in &st.bands {
+            if !b.closed || id == st.open || b.retired.is_some() || b.invalid == 0 {
+                continue;
+            }
+            let before_ckpt = limit.is_none_or(|l| id < l);
+            let visible = b.inval_seq <= oldest;
+            match (before_ckpt, visible) {
+                (true, true) => {
+                    if best.is_none_or(|(bid, bb)| {
+                        (b.invalid, std::cmp::Reverse(id)) > (bb.invalid, std::cmp::Reverse(bid))
+                    }) {
+                        best = Some((id, b));
+                    }
+                }
+                (false, true) => by_ckpt = true,
+                (true, false) => by_readers += b.invalid,
+                (false, false) => {}
+            }
+        }
+        bs.reader_held.store(by_readers, Ordering::Relaxed);
+        out.held_by_checkpoint = best.is_none() && by_ckpt;
+        best.map(|(id, b)| (id, b.valid_len, b.inval_seq))
     };
     let Some((id, end, inval_seq)) = victim else {
         return Ok(out);
@@ -175,10 +199,24 @@ pub fn step(
             .gc_tombstones_dropped
             .fetch_add(dropped as u64, Ordering::Relaxed);
     }
+    // A write may have superseded a record of the band after it was picked
+    // and before it was judged (the record was then judged dead and
+    // dropped): its sequence number is in the band's invalidity entry now,
+    // not in the one the pick read, and a reader older than that write may
+    // still walk back to the record. The band stays until such readers are
+    // gone. (Records superseded after they were judged live were moved:
+    // the relocation's sequence number covers those writes.)
+    let dead_seq = bs
+        .state
+        .lock()
+        .bands
+        .get(&id)
+        .map_or(inval_seq, |b| b.inval_seq.max(inval_seq));
+    free_seq = free_seq.max(dead_seq);
     // The writes that made the band's records dead must be durable before
     // the band goes: were one lost, the recovered index would fall back to
     // a freed version.
-    relocator.make_durable(inval_seq)?;
+    relocator.make_durable(dead_seq)?;
     let state = {
         let mut st = bs.state.lock();
         if let Some(b) = st.bands.get_mut(&id) {
@@ -213,7 +251,11 @@ fn free_retired(bs: &BandStore, oldest_visible: u64) -> Result<u64> {
     let mut freed = 0;
     for (id, len) in due {
         // Readers that find the band gone read its addresses as collected.
-        bs.state.lock().bands.remove(&id);
+        {
+            let mut st = bs.state.lock();
+            st.bands.remove(&id);
+            bs.refresh_due_locked(&st);
+        }
         bs.handles.write().remove(&id);
         let path = bs.path(id);
         bs.fs.remove(&path).ctx(&path)?;

@@ -55,7 +55,7 @@ use band::{Entry, AUX_TOMBSTONE, BATCH_END, HEADER_LEN, TRAILER_LEN};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 /// Knobs of the bands (from `Options`).
@@ -72,8 +72,9 @@ pub struct BandOptions {
     /// Most bytes the band files may take before a user append is refused
     /// with `ValueStoreFull`; `None` = unbounded.
     pub capacity: Option<u64>,
-    /// GC is due when fewer empty bands than this fit into the capacity
-    /// (§V-B5; ignored without a capacity).
+    /// GC is due when fewer empty bands than this — or than an eighth of
+    /// the bands the capacity holds, whichever is more — fit into the
+    /// capacity (§V-B5; ignored without a capacity).
     pub gc_empty_bands: u64,
     /// A second index (the key-only LSM-tree of §V-A3) replays the bands
     /// from a checkpoint of its own ([`BandStore::set_key_checkpoint`]); GC
@@ -176,6 +177,12 @@ pub struct BandStore {
     /// [`BandStore::take_last_batch`]).
     last_batch: Mutex<Vec<ValuePointer>>,
     counters: Counters,
+    /// Invalid bytes the last GC step found in bands it may not collect
+    /// yet only because a reader older than the writes that invalidated
+    /// them is alive (part of [`ValueStore::pinned_bytes`]).
+    reader_held: AtomicU64,
+    /// [`BandStore::gc_due`] as of the last band roll or GC (§V-B5).
+    due: AtomicBool,
 }
 
 /// The persisted state: checkpoint, retired bands and invalidity table.
@@ -414,7 +421,7 @@ impl BandStore {
                 .map(|p| p.ckpt)
                 .unwrap_or((bands.keys().next().copied().unwrap_or(open), 0))
         });
-        Ok(BandStore {
+        let bs = BandStore {
             opts,
             dir: dir.to_path_buf(),
             fs,
@@ -441,7 +448,11 @@ impl BandStore {
             prev_lookup: RwLock::new(None),
             last_batch: Mutex::new(Vec::new()),
             counters: Counters::default(),
-        })
+            reader_held: AtomicU64::new(0),
+            due: AtomicBool::new(false),
+        };
+        bs.refresh_due_locked(&bs.state.lock());
+        Ok(bs)
     }
 
     /// Creates band `id` with its header; returns the file and its length.
@@ -526,15 +537,38 @@ impl BandStore {
     /// Empty bands that still fit into the capacity (the paper's empty-band
     /// list); `None` without a capacity.
     pub fn empty_bands(&self) -> Option<u64> {
-        let cap = self.opts.capacity?;
-        let st = self.state.lock();
-        Some(cap.saturating_sub(Self::used_locked(&st)) / self.band_size_locked(&st))
+        self.empty_bands_locked(&self.state.lock())
     }
 
-    /// True when fewer empty bands than `gc_empty_bands` remain (§V-B5).
+    fn empty_bands_locked(&self, st: &State) -> Option<u64> {
+        let cap = self.opts.capacity?;
+        Some(cap.saturating_sub(Self::used_locked(st)) / self.band_size_locked(st))
+    }
+
+    /// The empty-band threshold below which GC is due: `gc_empty_bands`,
+    /// or an eighth of the bands the capacity holds if that is more.
+    fn due_threshold_locked(&self, st: &State) -> u64 {
+        let bands = self
+            .opts
+            .capacity
+            .map_or(0, |c| c / self.band_size_locked(st));
+        self.opts.gc_empty_bands.max(bands / 8)
+    }
+
+    /// Recomputes [`BandStore::gc_due`] (a band closed or was freed).
+    fn refresh_due_locked(&self, st: &State) {
+        let due = self
+            .empty_bands_locked(st)
+            .is_some_and(|n| n < self.due_threshold_locked(st));
+        self.due.store(due, Ordering::Relaxed);
+    }
+
+    /// True when fewer empty bands than the threshold remain (§V-B5):
+    /// `gc_empty_bands` or an eighth of the bands the capacity holds,
+    /// whichever is more. Updated when a band closes and when GC frees
+    /// one.
     pub fn gc_due(&self) -> bool {
-        self.empty_bands()
-            .is_some_and(|n| n < self.opts.gc_empty_bands)
+        self.due.load(Ordering::Relaxed)
     }
 
     /// Charges the record at `ptr` to its band's invalid bytes, made
@@ -743,6 +777,7 @@ impl BandStore {
                 },
             );
             st.open = id;
+            self.refresh_due_locked(&st);
         }
         *o = Open {
             band: id,
@@ -1186,13 +1221,22 @@ impl ValueStore for BandStore {
         }
     }
 
+    /// Retired bands not deleted yet, and the invalid bytes of bands the
+    /// last GC step passed over only because an old reader may still walk
+    /// back to the versions in them.
     fn pinned_bytes(&self) -> u64 {
         let st = self.state.lock();
-        st.bands
+        let retired: u64 = st
+            .bands
             .values()
             .filter(|b| b.retired.is_some())
             .map(|b| b.file_len)
-            .sum()
+            .sum();
+        retired + self.reader_held.load(Ordering::Relaxed)
+    }
+
+    fn gc_due(&self) -> bool {
+        BandStore::gc_due(self)
     }
 
     fn gc_step(
