@@ -11,6 +11,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Pause of the GC thread after a step that found nothing to collect
+/// although the store says GC is due (its garbage is held for readers).
+const DUE_RETRY: Duration = Duration::from_millis(10);
+
 impl Db {
     /// Runs value-store garbage collection in the calling thread until the
     /// estimated garbage ratio is at most `target`, or — with `None` — for
@@ -207,6 +211,8 @@ impl DbInner {
             };
             match step {
                 Ok(out) if out.did_work => pause = Duration::ZERO,
+                // Due but held back (by readers): look again soon.
+                Ok(_) if self.vstore.gc_due() => pause = DUE_RETRY,
                 Ok(_) => pause = idle,
                 Err(Error::Closed) => return,
                 // A failure that poisoned the database ends background GC;

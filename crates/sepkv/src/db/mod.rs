@@ -102,7 +102,10 @@ struct DbInner {
     counters: Counters,
     /// Last sequence number restored by recovery at open.
     recovered_seq: AtomicU64,
-    /// Wakes the GC thread at `close`.
+    /// The value store said GC was due at the last write (a write wakes
+    /// the GC thread when this turns true).
+    gc_was_due: AtomicBool,
+    /// Wakes the GC thread at `close`, and when GC becomes due.
     gc_wake: Mutex<()>,
     gc_cv: Condvar,
     lock: Mutex<Option<Box<dyn FileLock>>>,
@@ -315,6 +318,7 @@ impl Db {
             commit: CommitQueue::default(),
             counters: Counters::default(),
             recovered_seq: AtomicU64::new(0),
+            gc_was_due: AtomicBool::new(false),
             gc_wake: Mutex::new(()),
             gc_cv: Condvar::new(),
             lock: Mutex::new(Some(lock)),
