@@ -226,13 +226,16 @@ pub struct Tuning {
     /// `+nosep`: every value is separated, none kept inline
     /// (`value_threshold` 1; selective separation off, HashKV §3.5, Exp. 7).
     pub no_selective: bool,
+    /// `+diskhash`: FlashKey's hash table on disk behind its bounded page
+    /// cache rather than in memory (§V-A1).
+    pub disk_hash: bool,
     /// `+lwc`: the LWC-tree index (lightweight compaction) under the
     /// preset's value layout, e.g. `sepkv:wisckey+lwc` = lwc + vlog.
     pub lwc_index: bool,
 }
 
 /// The `+flag`s of [`Tuning`], for messages.
-const TUNING_FLAGS: &str = "+nowal, +noprefetch, +nohot, +nojournal, +nosep, +lwc";
+const TUNING_FLAGS: &str = "+nowal, +noprefetch, +nohot, +nojournal, +nosep, +diskhash, +lwc";
 
 impl fmt::Display for Tuning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -250,6 +253,9 @@ impl fmt::Display for Tuning {
         }
         if self.no_selective {
             f.write_str("+nosep")?;
+        }
+        if self.disk_hash {
+            f.write_str("+diskhash")?;
         }
         if self.lwc_index {
             f.write_str("+lwc")?;
@@ -389,7 +395,17 @@ impl EngineSpec {
                 None => Ok(()),
                 Some(why) => Err(BenchError::Unavailable(format!("engine {self}: {why}"))),
             },
-            EngineSpec::Sepkv(p, _) if p.is_available() => Ok(()),
+            EngineSpec::Sepkv(p, t) if p.is_available() => {
+                // A tuning may give the preset's layout an index it does not
+                // take (`+lwc` under the bands).
+                let mut o = Options::preset(*p);
+                if t.lwc_index {
+                    o.index = Some(sepkv::IndexKind::Lwc);
+                }
+                o.validate().map_err(|e| {
+                    BenchError::Unavailable(format!("engine {self} is unavailable: {e}"))
+                })
+            }
             EngineSpec::Sepkv(p, _) => {
                 let avail: Vec<_> = Preset::ALL
                     .iter()
@@ -442,6 +458,7 @@ impl FromStr for EngineSpec {
                             "nohot" => tuning.no_hotness = true,
                             "nojournal" => tuning.no_journal = true,
                             "nosep" => tuning.no_selective = true,
+                            "diskhash" => tuning.disk_hash = true,
                             "lwc" => tuning.lwc_index = true,
                             _ => return Err(BenchError::InvalidArgument(format!(
                                 "unknown sepkv flag +{flag} in engine {s:?}; flags: {TUNING_FLAGS}"
@@ -549,7 +566,7 @@ impl SepkvEngine {
         );
         EngineSpec::Sepkv(preset, tuning).check_available()?;
         let mut options = Options::preset(preset);
-        options.wal = !tuning.no_wal;
+        options.wal = options.wal && !tuning.no_wal;
         if tuning.no_prefetch {
             options.scan_prefetch_depth = 0;
         }
@@ -561,6 +578,9 @@ impl SepkvEngine {
         }
         if tuning.no_selective {
             options.value_threshold = 1;
+        }
+        if tuning.disk_hash {
+            options.hash_index_mode = sepkv::HashIndexMode::Disk;
         }
         if tuning.lwc_index {
             options.index = Some(sepkv::IndexKind::Lwc);
@@ -795,7 +815,7 @@ mod tests {
             "sepkv".parse::<EngineSpec>().unwrap(),
             EngineSpec::Sepkv(Preset::LevelDb, Default::default())
         );
-        let w = "sepkv:flashkey".parse::<EngineSpec>().unwrap();
+        let w = "sepkv:lwc".parse::<EngineSpec>().unwrap();
         let e = w.check_available().unwrap_err().to_string();
         assert!(e.contains("not implemented"), "{e}");
         assert!(e.contains("sepkv:leveldb"), "{e}");

@@ -464,7 +464,9 @@ fn sepkv_end_to_end_small() {
 
 #[test]
 fn unavailable_presets_are_reported() {
-    let spec: EngineSpec = "sepkv:flashkey".parse().unwrap();
+    // Every preset is implemented: a tuning that gives an index a layout it
+    // does not take (the LWC-tree under the bands) is what remains.
+    let spec: EngineSpec = "sepkv:flashkey+lwc".parse().unwrap();
     let root = DbRoot::prepare(None).unwrap();
     let cfg = config(&[Workload::FillSeq], 10);
     let mut reports = Vec::new();
@@ -533,7 +535,7 @@ fn default_suite_plan_uses_the_bundled_traces() {
     );
 
     let bad = sepkv_bench::cli::BenchArgs {
-        engine: vec!["sepkv:flashkey".into()],
+        engine: vec!["sepkv:lwc".into()],
         ..args.clone()
     };
     assert!(matches!(bad.plan(None), Err(BenchError::Unavailable(_))));

@@ -36,8 +36,8 @@ struct Cli {
     )]
     db: PathBuf,
     /// Configuration used when the database is created: leveldb (the
-    /// default), wisckey or hashkv. Later opens use the recorded one;
-    /// naming a different one is refused.
+    /// default), wisckey, hashkv, ktstore, flashkey or lwc. Later opens use
+    /// the recorded one; naming a different one is refused.
     #[arg(long, global = true)]
     preset: Option<String>,
     #[command(subcommand)]

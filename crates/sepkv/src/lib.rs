@@ -60,13 +60,20 @@
 //!   after GC rewrote them in key order); on randomly loaded data measured
 //!   from the page cache it scans like `wisckey`.
 //!
+//! - [`Preset::FlashKey`] (hash + bands, FlashKey §V): a hash-table index
+//!   (in memory or on disk behind a bounded page cache) over logical bands
+//!   that are the only log, with a key-only LSM-tree for ordered scans; a
+//!   point read reads one record; reads at snapshots walk each record's
+//!   previous-version address.
+//!
 //! - [`Preset::Lwc`] (lwc + inline): the LWC-tree (LWC-tree §3): deeper
 //!   levels hold append-only DTables, and a compaction reads one victim and
 //!   appends a segment to each overlapping DTable below instead of
 //!   rewriting them. Index `lwc` also combines with `vlog`, `hashkv` and
 //!   `trie` through [`Options::index`].
 //!
-//! `flashkey` is not implemented in this build; opening it fails with
+//! Every preset is implemented in this build; an index and value layout
+//! that do not combine (for example `hash` with `vlog`) fail with
 //! [`Error::InvalidArgument`] listing what is.
 //!
 //! # Durability
@@ -118,8 +125,8 @@ pub use identity::FORMAT_VERSION;
 pub use index::compaction::CompactionStats;
 pub use iterator::{DbIterator, Scan};
 pub use options::{
-    IndexKind, Options, Preset, ReadOptions, ValueLayout, WriteOptions, MAX_BATCH_SIZE,
-    MAX_KEY_SIZE, MAX_VALUE_SIZE,
+    HashIndexMode, IndexKind, Options, Preset, ReadOptions, ValueLayout, WriteOptions,
+    MAX_BATCH_SIZE, MAX_KEY_SIZE, MAX_VALUE_SIZE,
 };
 pub use range::KeyRange;
 pub use snapshot::Snapshot;

@@ -213,11 +213,13 @@ impl Preset {
 /// True when this build implements `index` with `layout`: the LSM-tree and
 /// the LWC-tree index each combine with every value layout but `bands`.
 pub(crate) fn config_available(index: IndexKind, layout: ValueLayout) -> bool {
-    matches!(index, IndexKind::Lsm | IndexKind::Lwc)
-        && matches!(
+    match index {
+        IndexKind::Lsm | IndexKind::Lwc => matches!(
             layout,
             ValueLayout::Inline | ValueLayout::Vlog | ValueLayout::HashKv | ValueLayout::Trie
-        )
+        ),
+        IndexKind::Hash => layout == ValueLayout::Bands,
+    }
 }
 
 /// Options for [`crate::Db::open`]. Sizes are in bytes.
@@ -293,7 +295,9 @@ pub struct Options {
     /// no target. Default 1.5. See [`crate::space`] for how it relates to
     /// `value_capacity` and `gc_garbage_ratio`: background GC starts halfway
     /// from 1.0 to the target, writers are slowed down in the last tenth
-    /// and stopped (they run GC themselves) at the target.
+    /// and stopped (they run GC themselves) at the target. It applies to the
+    /// `vlog`, `hashkv` and `trie` layouts; `inline` has no value store and
+    /// `bands` keeps FlashKey's band GC (FlashKey §V-B5), so both ignore it.
     pub space_amp_target: f64,
     /// Values fetched ahead of a scan (`Scan` iterators) once it reads a
     /// contiguous run; 0 disables prefetch (default 32, WiscKey §3.3.1).
@@ -372,6 +376,44 @@ pub struct Options {
     /// rule off (no leaf can take more than all). May change between opens.
     /// Default 0.5.
     pub trie_split_skew: f64,
+    /// Entries after which a `bands` logical band is closed and the next
+    /// opened (FlashKey §V-A2). May change between opens. Default 1000.
+    pub band_entries: u32,
+    /// Where the `hash` index keeps its table (FlashKey §V-A1):
+    /// [`HashIndexMode::Memory`] (default) or [`HashIndexMode::Disk`]
+    /// behind a write-back page cache of `hash_cache_size` bytes. May
+    /// change between opens.
+    pub hash_index_mode: HashIndexMode,
+    /// Bytes of hash-table pages the `hash` index keeps in memory in
+    /// [`HashIndexMode::Disk`] (default 16 MiB).
+    pub hash_cache_size: u64,
+    /// The `hash` index checkpoints its dirty pages every this many closed
+    /// bands (FlashKey §V-B6); recovery replays the bands after the last
+    /// checkpoint. Default 64.
+    pub hash_checkpoint_bands: u64,
+}
+
+/// Where the `hash` index keeps its table (FlashKey §V-A1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HashIndexMode {
+    /// Every page in memory.
+    #[default]
+    Memory,
+    /// Pages on disk behind a bounded write-back cache.
+    Disk,
+}
+
+impl FromStr for HashIndexMode {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "memory" => Ok(HashIndexMode::Memory),
+            "disk" => Ok(HashIndexMode::Disk),
+            _ => Err(Error::InvalidArgument(format!(
+                "unknown hash index mode {s:?} (memory or disk)"
+            ))),
+        }
+    }
 }
 
 impl fmt::Debug for Options {
@@ -432,6 +474,10 @@ impl Default for Options {
             hashkv_journal_size: 64 << 20,
             trie_table_size: 4 << 20,
             trie_split_skew: 0.5,
+            band_entries: 1000,
+            hash_index_mode: HashIndexMode::Memory,
+            hash_cache_size: 16 << 20,
+            hash_checkpoint_bands: 64,
         }
     }
 }
@@ -452,6 +498,8 @@ impl Options {
         Options {
             index: Some(index),
             value_layout: Some(value_layout),
+            // FlashKey's bands are its only log (§V-B6).
+            wal: value_layout != ValueLayout::Bands,
             ..Options::default()
         }
     }
@@ -493,15 +541,20 @@ impl Options {
         let (index, layout) = (self.index_kind(), self.layout());
         if !config_available(index, layout) {
             return bad(format!(
-                "{} is not implemented in this build; available presets: {}",
+                "{} is not implemented in this build (the hash index takes only the bands layout, and bands only the hash index); available presets: {}",
                 describe_config(index, layout),
                 Preset::available_names()
             ));
         }
-        if !self.wal && layout != ValueLayout::Vlog {
+        if !self.wal && !matches!(layout, ValueLayout::Vlog | ValueLayout::Bands) {
             return bad(format!(
                 "wal = false needs the vlog layout (WiscKey §3.4.2), not {layout}"
             ));
+        }
+        if self.wal && layout == ValueLayout::Bands {
+            return bad(
+                "the bands layout is its own log (FlashKey §V-B6): it needs wal = false".into(),
+            );
         }
         if self.value_threshold == 0 {
             return bad("value_threshold must be at least 1".into());
@@ -644,6 +697,24 @@ impl Options {
             return bad(format!(
                 "hashkv_write_cache_size {} must be at most 1 GiB",
                 self.hashkv_write_cache_size
+            ));
+        }
+        if !(1..=1 << 20).contains(&self.band_entries) {
+            return bad(format!(
+                "band_entries {} must be between 1 and 1048576",
+                self.band_entries
+            ));
+        }
+        if self.hash_cache_size < 64 << 10 {
+            return bad(format!(
+                "hash_cache_size {} must be at least 64 KiB",
+                self.hash_cache_size
+            ));
+        }
+        if !(1..=1 << 20).contains(&self.hash_checkpoint_bands) {
+            return bad(format!(
+                "hash_checkpoint_bands {} must be between 1 and 1048576",
+                self.hash_checkpoint_bands
             ));
         }
         if !(64 << 10..=1 << 30).contains(&self.trie_table_size) {

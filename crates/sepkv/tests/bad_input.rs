@@ -618,10 +618,10 @@ fn a_different_recorded_configuration_is_refused() {
     }
     // Unnamed, the record decides: a recorded preset this build lacks is
     // refused by its name, and an unknown WAL mode is damage.
-    write_atomic(&fs, &id, identity("1", "hash", "bands").as_bytes()).unwrap();
+    write_atomic(&fs, &id, identity("1", "lsm", "bands").as_bytes()).unwrap();
     match Db::open(dir(), mem_opts(&fs)) {
         Err(Error::InvalidArgument(m)) => assert!(
-            m.starts_with("preset flashkey (index hash, value layout bands) is not implemented"),
+            m.starts_with("index lsm with value layout bands is not implemented"),
             "{m}"
         ),
         other => panic!("expected InvalidArgument, got {:?}", other.map(|_| ())),

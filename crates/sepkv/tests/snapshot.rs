@@ -16,6 +16,8 @@ fn opts(fs: &MemFs, preset: Preset) -> Options {
         hashkv_main_segment_size: 64 << 10,
         hashkv_log_segment_size: 16 << 10,
         value_capacity: Some(8 << 20),
+        band_entries: 64,
+        hash_checkpoint_bands: 2,
         ..Options::preset(preset)
     }
 }
@@ -30,7 +32,12 @@ fn value(i: u32, round: u32) -> Vec<u8> {
 
 #[test]
 fn snapshot_reads_stay_put_through_writes_flushes_compactions_and_gc() {
-    for preset in [Preset::LevelDb, Preset::WiscKey, Preset::HashKv] {
+    for preset in [
+        Preset::LevelDb,
+        Preset::WiscKey,
+        Preset::HashKv,
+        Preset::FlashKey,
+    ] {
         let fs = MemFs::new();
         let db = Db::open("/db", opts(&fs, preset)).unwrap();
         for i in 0..500 {

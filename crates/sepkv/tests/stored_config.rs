@@ -117,14 +117,19 @@ fn a_new_database_without_a_named_configuration_is_leveldb() {
 #[test]
 fn errors_name_presets_and_list_only_available_ones() {
     let fs = MemFs::new();
-    let e = Db::open("/db", on(&fs, Options::preset(Preset::FlashKey)))
+    let hash_vlog = Options {
+        index: Some(IndexKind::Hash),
+        value_layout: Some(ValueLayout::Vlog),
+        ..Options::default()
+    };
+    let e = Db::open("/db", on(&fs, hash_vlog))
         .map(|_| ())
         .unwrap_err()
         .to_string();
     assert_eq!(
         e,
         format!(
-            "invalid argument: preset flashkey (index hash, value layout bands) is not implemented in this build; available presets: {}",
+            "invalid argument: index hash with value layout vlog is not implemented in this build (the hash index takes only the bands layout, and bands only the hash index); available presets: {}",
             Preset::available_names()
         )
     );

@@ -11,6 +11,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Pause of the GC thread after a step that found nothing to collect
+/// although the store says GC is due (its garbage is held for readers).
+const DUE_RETRY: Duration = Duration::from_millis(10);
+
 impl Db {
     /// Runs value-store garbage collection in the calling thread until the
     /// estimated garbage ratio is at most `target`, or — with `None` — for
@@ -138,6 +142,9 @@ impl DbInner {
     }
 
     /// Background value-store GC, until `close`: runs steps while the
+    /// store says GC is due ([`crate::vstore::ValueStore::gc_due`]; a write
+    /// wakes the thread then) — checkpointing the index when that is what
+    /// keeps GC from the garbage — or while the
     /// estimated garbage ratio is at or above `Options::gc_garbage_ratio`,
     /// and, paced by the write rate and the distance to the target, while
     /// the space amplification is in the target's GC band
@@ -173,9 +180,24 @@ impl DbInner {
                     ..Default::default()
                 })
             } else {
-                let by_ratio = self.vstore.space().garbage_ratio() >= ratio;
+                // The store's own trigger (FlashKey §V-B5: empty bands
+                // below a threshold) or the garbage ratio.
+                let due = self.vstore.gc_due();
+                let by_ratio = due || self.vstore.space().garbage_ratio() >= ratio;
                 match policy.gc_pause(&d, rate) {
-                    _ if by_ratio => self.gc_step(),
+                    _ if by_ratio => self.gc_step().and_then(|out| {
+                        // Room is short and GC may not go past the index's
+                        // replay checkpoint: checkpoint (a memtable flush),
+                        // so that the next step can collect.
+                        if due && out.held_by_checkpoint {
+                            self.flush_memtable()?;
+                            return Ok(GcOutcome {
+                                did_work: true,
+                                ..out
+                            });
+                        }
+                        Ok(out)
+                    }),
                     Some(p) if p.is_zero() => self.gc_step(),
                     Some(p) => {
                         pause = p;
@@ -189,6 +211,8 @@ impl DbInner {
             };
             match step {
                 Ok(out) if out.did_work => pause = Duration::ZERO,
+                // Due but held back (by readers): look again soon.
+                Ok(_) if self.vstore.gc_due() => pause = DUE_RETRY,
                 Ok(_) => pause = idle,
                 Err(Error::Closed) => return,
                 // A failure that poisoned the database ends background GC;

@@ -102,7 +102,10 @@ struct DbInner {
     counters: Counters,
     /// Last sequence number restored by recovery at open.
     recovered_seq: AtomicU64,
-    /// Wakes the GC thread at `close`.
+    /// The value store said GC was due at the last write (a write wakes
+    /// the GC thread when this turns true).
+    gc_was_due: AtomicBool,
+    /// Wakes the GC thread at `close`, and when GC becomes due.
     gc_wake: Mutex<()>,
     gc_cv: Condvar,
     lock: Mutex<Option<Box<dyn FileLock>>>,
@@ -286,13 +289,23 @@ impl Db {
                 let (index, vstore) = LsmIndex::open(shared.clone(), &mut open_vstore)?;
                 (index, vstore)
             }
-            kind @ IndexKind::Hash => {
-                return Err(Error::InvalidArgument(format!(
-                    "index {kind} is not implemented in this build"
-                )))
+            IndexKind::Hash => {
+                let (index, vstore) = crate::index::hash::flashkey::FlashKeyIndex::open(
+                    shared.clone(),
+                    &mut open_vstore,
+                )?;
+                (index, vstore)
             }
         };
-        let space_target = if shared.opts.layout() == ValueLayout::Inline {
+        // The space policy covers the layouts whose garbage it tracks (value
+        // log, HashKV, TrieTables). The bands keep FlashKey's own policy
+        // (their invalidity table and band GC, §V-B5): the policy's hidden
+        // index-garbage estimate and its stops starve band GC, whose victims
+        // must lie before the hash table's checkpoint.
+        let space_target = if matches!(
+            shared.opts.layout(),
+            ValueLayout::Inline | ValueLayout::Bands
+        ) {
             f64::INFINITY
         } else {
             shared.opts.space_amp_target
@@ -305,6 +318,7 @@ impl Db {
             commit: CommitQueue::default(),
             counters: Counters::default(),
             recovered_seq: AtomicU64::new(0),
+            gc_was_due: AtomicBool::new(false),
             gc_wake: Mutex::new(()),
             gc_cv: Condvar::new(),
             lock: Mutex::new(Some(lock)),

@@ -200,6 +200,15 @@ impl DbInner {
                 .user_bytes_written
                 .fetch_add(user_bytes, Ordering::Relaxed);
             self.space.wrote(user_bytes);
+            let due = self.vstore.gc_due();
+            if due != self.gc_was_due.load(Ordering::Relaxed)
+                && self.gc_was_due.swap(due, Ordering::Relaxed) != due
+                && due
+            {
+                // Room runs short: background GC now, not at its next
+                // round (FlashKey §V-B5).
+                self.gc_cv.notify_one();
+            }
             return Ok(seq);
         }
     }

@@ -32,6 +32,7 @@ pub mod cache;
 pub mod compaction;
 pub mod dtable;
 pub mod filename;
+pub mod hash;
 pub mod iter;
 pub mod key;
 pub(crate) mod lsm;

@@ -21,6 +21,7 @@
 //!
 //! Implementations are shared between threads (`Send + Sync`).
 
+pub mod bands;
 pub mod garbage;
 pub mod hashkv;
 mod inline;
@@ -142,6 +143,10 @@ pub struct GcOutcome {
     pub bytes_freed: u64,
     /// False when there was nothing to collect.
     pub did_work: bool,
+    /// Nothing was collected, but garbage lies after the index's replay
+    /// checkpoint (log mode), where GC may not go: an index checkpoint (a
+    /// memtable flush) would let the next step collect it.
+    pub held_by_checkpoint: bool,
 }
 
 /// The index as GC sees it: liveness queries (WiscKey §3.3.2, FlashKey).
@@ -346,6 +351,14 @@ pub trait ValueStore: Send + Sync {
     /// gone. A write the store refused may wait for them. The default: 0.
     fn pinned_bytes(&self) -> u64 {
         0
+    }
+
+    /// True when the store is running out of room and GC should run now,
+    /// whatever the garbage ratio (FlashKey §V-B5: empty bands below a
+    /// threshold). Cheap: the write path asks after every write. The
+    /// default: never.
+    fn gc_due(&self) -> bool {
+        false
     }
 
     /// Runs one garbage-collection step.

@@ -104,6 +104,43 @@ impl LsmIndex {
         }
     }
 
+    /// Log mode, with nothing to flush (the memtable empty and no
+    /// immutable memtable waiting): every write before the value store's
+    /// current position is in the SSTables, so that position becomes the
+    /// replay checkpoint at once — persisted in the manifest, then
+    /// committed to the value store — without a flush. A memtable that
+    /// stays empty (an index that sees no writes for a while) otherwise
+    /// never moves its checkpoint, and the value store keeps everything
+    /// after it. Returns false (and does nothing) when there is something
+    /// to flush or the store keeps no log. Called with the facade's writer
+    /// lock held, so no write lands in between.
+    ///
+    /// # Errors
+    /// `Io` from the value store's sync or the manifest write.
+    pub(crate) fn checkpoint_if_clean(&self) -> Result<bool> {
+        self.shared.background_failed()?;
+        let sv = self.sv.read().clone();
+        if !sv.mem.is_empty() || sv.imm.is_some() {
+            return Ok(false);
+        }
+        let Some(pos) = self.vstore.log_position() else {
+            return Ok(false);
+        };
+        // As a flush: the log up to the checkpoint is durable before the
+        // manifest names it.
+        self.vstore.sync()?;
+        {
+            let mut vs = self.versions.lock();
+            let mut edit = VersionEdit {
+                value_store_state: Some(self.vstore.state_with_checkpoint(pos)),
+                ..Default::default()
+            };
+            vs.log_and_apply(&mut edit)?;
+        }
+        self.vstore.checkpoint_committed(pos);
+        Ok(true)
+    }
+
     /// Freezes the memtable and starts a new WAL. The old WAL is synced
     /// first so that a later synced write never sits behind a hole.
     fn switch_memtable(&self) -> Result<()> {

@@ -1,0 +1,398 @@
+//! FlashKey behind the index seam: the hash index (§V-A1) for point
+//! reads and writes, and the key-only LSM-tree (§V-A3) for ordered scans,
+//! over the logical bands, which are the only log (`Options::wal` is off).
+//!
+//! - **Write** ([`Index::apply`]): the engine has logged the batch in the
+//!   bands ([`ValueStore::log_batch`]; each entry records its key's
+//!   previous version, which the bands ask of the hash index). The hash
+//!   index points each key's node at its new entry; a key's first put
+//!   inserts the key into the key tree and its delete removes it, with the
+//!   entry's sequence number (overwrites never touch the key tree).
+//! - **Read** ([`Index::get`]): the hash index finds the node, verifies the
+//!   key by reading the record and walks back to the version visible at the
+//!   sequence number; the value comes with it (one record read).
+//! - **Scan** ([`Index::iter`]): the key tree's iterator, each visible key's
+//!   value fetched through the hash index at the scan's sequence number.
+//! - **Durability and recovery**: the hash table checkpoints its pages every
+//!   `hash_checkpoint_bands` closed bands; the key tree is an LSM index in
+//!   log mode in the subdirectory `keys`, whose flushes checkpoint its own
+//!   position in the bands. Recovery replays the bands after each
+//!   checkpoint into its structure, so after a crash both hold exactly the
+//!   writes that survived in the bands.
+
+use super::keylog::KeyLog;
+use super::{HashIndex, HashOptions, KeyOp, Walk};
+use crate::batch::WriteBatch;
+use crate::db::VerifyReport;
+use crate::error::{Error, IoContext, Result};
+use crate::format::value_record::Kind;
+use crate::fs::IoCategory;
+use crate::index::compaction::CompactionStats;
+use crate::index::iter::InternalIterator;
+use crate::index::key::{self, SeqNum, ValueType};
+use crate::index::lsm::LsmIndex;
+use crate::index::memtable::Lookup;
+use crate::index::sstable::ReadCtx;
+use crate::index::{Index, IndexIter, IndexStats, Shared, ValueStoreOpener};
+use crate::options::{IndexKind, ValueLayout};
+use crate::vstore::bands::{BandOptions, BandStore, PrevLookup};
+use crate::vstore::ValueStore;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Subdirectory of the key-only LSM-tree.
+pub const KEYS_DIR: &str = "keys";
+
+/// The FlashKey index. See the module docs.
+pub(crate) struct FlashKeyIndex {
+    shared: Arc<Shared>,
+    hash: Arc<HashIndex>,
+    bands: Arc<BandStore>,
+    keys: Arc<LsmIndex>,
+    keys_shared: Arc<Shared>,
+}
+
+impl FlashKeyIndex {
+    /// Opens the bands, the hash index (loading its checkpoint and
+    /// replaying the bands after it) and the key tree. The value store is
+    /// the bands, whatever `_open_vstore` would open.
+    ///
+    /// # Errors
+    /// `Corruption` with file and offset; `Io`.
+    pub(crate) fn open(
+        shared: Arc<Shared>,
+        _open_vstore: &mut ValueStoreOpener<'_>,
+    ) -> Result<(Arc<FlashKeyIndex>, Arc<dyn ValueStore>)> {
+        let opts = &shared.opts;
+        let hash = Arc::new(HashIndex::open(
+            &shared.dir,
+            shared.fs.clone(),
+            shared.stats.clone(),
+            HashOptions {
+                mode: opts.hash_index_mode,
+                cache_bytes: opts.hash_cache_size,
+                checkpoint_bands: opts.hash_checkpoint_bands,
+                initial_pages: 16,
+                bands: BandOptions {
+                    value_threshold: 0,
+                    band_entries: opts.band_entries,
+                    log_mode: true,
+                    capacity: opts.value_capacity,
+                    gc_empty_bands: 4,
+                    key_index: true,
+                },
+            },
+        )?);
+        let bands = hash.bands().clone();
+        let lookup: Arc<dyn PrevLookup> = hash.clone();
+        bands.set_prev_lookup(Arc::downgrade(&lookup));
+        let kdir = shared.dir.join(KEYS_DIR);
+        shared.fs.create_dir_all(&kdir).ctx(&kdir)?;
+        let mut kopts = opts.clone();
+        kopts.index = Some(IndexKind::Lsm);
+        kopts.value_layout = Some(ValueLayout::Inline);
+        kopts.wal = false;
+        let keys_shared = Arc::new(Shared {
+            dir: kdir.clone(),
+            opts: kopts,
+            fs: shared.fs.clone(),
+            stats: shared.stats.clone(),
+            last_seq: AtomicU64::new(0),
+            snapshots: shared.snapshots.clone(),
+            poison: Mutex::new(None),
+            bg_error: Mutex::new(None),
+            closed: AtomicBool::new(false),
+            stall_micros: AtomicU64::new(0),
+        });
+        let manifest = kdir.join("MANIFEST");
+        let kb = bands.clone();
+        let (keys, _) = LsmIndex::open(keys_shared.clone(), &mut |state: Option<&[u8]>| {
+            let log: Arc<dyn ValueStore> = Arc::new(KeyLog::open(kb.clone(), state, &manifest)?);
+            Ok(log)
+        })?;
+        let vstore: Arc<dyn ValueStore> = bands.clone();
+        Ok((
+            Arc::new(FlashKeyIndex {
+                shared,
+                hash,
+                bands,
+                keys,
+                keys_shared,
+            }),
+            vstore,
+        ))
+    }
+
+    /// Checkpoints the hash table when due (or now, with `force`), and
+    /// switches the key tree's memtable when its checkpoint lags the hash
+    /// table's by `2 × hash_checkpoint_bands` bands (or now, with `force`),
+    /// so that its flush moves its checkpoint too — or, when the key tree
+    /// has nothing to flush (overwrites only), moves its checkpoint at once
+    /// (`LsmIndex::checkpoint_if_clean`): GC keeps the bands after either.
+    /// Writer lock held.
+    fn checkpoint_if_due(&self, force: bool) -> Result<()> {
+        if force {
+            self.hash.checkpoint()?;
+        } else {
+            self.hash.checkpoint_if_due()?;
+        }
+        let lag = match (
+            self.bands.checkpoint_position(),
+            self.bands.key_checkpoint(),
+        ) {
+            (Some(h), Some(k)) => h.0.saturating_sub(k.0),
+            _ => 0,
+        };
+        if (force || lag >= 2 * self.shared.opts.hash_checkpoint_bands)
+            && !self.keys.checkpoint_if_clean()?
+        {
+            // Keys were inserted or removed since the last flush: their
+            // flush moves the checkpoint.
+            self.keys.make_room(true)?;
+        }
+        Ok(())
+    }
+}
+
+impl Index for FlashKeyIndex {
+    fn recover(&self) -> Result<SeqNum> {
+        let k = self.keys.recover()?;
+        let seq = self.hash.last_seq().max(k);
+        self.keys_shared.last_seq.store(seq, Ordering::Release);
+        Ok(seq)
+    }
+
+    fn start(self: Arc<Self>) -> Result<()> {
+        self.keys.clone().start()
+    }
+
+    fn make_room(&self, force: bool) -> Result<()> {
+        self.keys.make_room(false)?;
+        self.checkpoint_if_due(force)
+    }
+
+    fn apply(&self, batch: &WriteBatch, first_seq: SeqNum, sync: bool) -> Result<()> {
+        let addrs = self.bands.take_last_batch();
+        let entries: Vec<_> = batch.entries().collect::<Result<_>>()?;
+        let view: Vec<(ValueType, &[u8], &[u8])> =
+            entries.iter().map(|e| (e.vtype, e.key, e.value)).collect();
+        let ops = self.hash.apply_logged(&view, &addrs)?;
+        self.hash.set_last_seq(first_seq + entries.len() as u64 - 1);
+        // The key tree gets each change with its entry's sequence number,
+        // so a scan at a snapshot sees the keys of then.
+        for (i, op) in ops {
+            let mut b = WriteBatch::new();
+            match op {
+                KeyOp::Insert(k) => b.push(ValueType::Value, &k, b""),
+                KeyOp::Remove(k) => b.push(ValueType::Deletion, &k, b""),
+            }
+            self.keys.apply(&b, first_seq + i as u64, false)?;
+        }
+        self.keys_shared
+            .last_seq
+            .store(first_seq + entries.len() as u64 - 1, Ordering::Release);
+        if sync {
+            self.bands.sync()?;
+        }
+        Ok(())
+    }
+
+    fn make_durable(&self, _seq: SeqNum) -> Result<()> {
+        self.bands.sync()
+    }
+
+    fn get(&self, key: &[u8], seq: Option<SeqNum>, ctx: ReadCtx) -> Result<Lookup> {
+        let mut found = None;
+        for _ in 0..8 {
+            let at = seq.unwrap_or_else(|| self.shared.last_seq.load(Ordering::Acquire));
+            match self.hash.walk(key, at)? {
+                Walk::Found(p, e) => {
+                    found = Some((p, e));
+                    break;
+                }
+                // A reader without a snapshot raced a write and the GC that
+                // collected the version it wanted: read again, newer.
+                Walk::Gone if seq.is_none() => continue,
+                Walk::Absent | Walk::Gone => break,
+            }
+        }
+        Ok(match found {
+            None => Lookup::NotFound,
+            Some((_, e)) if e.kind == Kind::Tombstone => Lookup::Deleted,
+            // GC asks for the address it compares; a user gets the value
+            // the lookup has read already.
+            Some((p, _)) if ctx.category == IoCategory::Gc => {
+                Lookup::Found(ValueType::Pointer, p.encode())
+            }
+            Some((_, e)) => Lookup::Found(ValueType::Value, e.payload),
+        })
+    }
+
+    fn iter(&self, seq: SeqNum, ctx: ReadCtx) -> Result<IndexIter> {
+        let inner = self.keys.iter(seq, ctx)?;
+        Ok(IndexIter {
+            iter: Box::new(ValueResolver {
+                inner: inner.iter,
+                hash: self.hash.clone(),
+                seq,
+                cur_key: None,
+                cur_value: Vec::new(),
+                err: None,
+            }),
+            pin: inner.pin,
+        })
+    }
+
+    fn persist_value_store_state(&self, state: &[u8]) -> Result<()> {
+        use crate::vstore::IndexRelocator;
+        self.hash.persist_state(state)
+    }
+
+    fn wait_flushed(&self) -> Result<()> {
+        self.keys.wait_flushed()
+    }
+
+    fn wait_idle(&self) -> Result<()> {
+        self.keys.wait_idle()
+    }
+
+    fn compact_range(&self, begin: Option<&[u8]>, end: Option<&[u8]>) -> Result<CompactionStats> {
+        self.keys.compact_range(begin, end)
+    }
+
+    fn stats(&self) -> IndexStats {
+        let mut s = self.keys.stats();
+        let t = self.hash.table_figures();
+        let mut figures = vec![
+            ("hash_buckets", t.buckets),
+            ("hash_nodes", t.nodes),
+            ("hash_load_percent", (t.load * 100.0).round() as u64),
+            ("hash_overflow_chains", t.overflow_chains),
+            ("hash_overflow_nodes", t.overflow_nodes),
+            ("hash_cached_pages", t.cached_pages),
+            ("hash_dirty_pages", t.dirty_pages),
+            ("hash_resizing", t.resizing as u64),
+        ];
+        for (name, v) in s.figures.drain(..) {
+            figures.push(match name {
+                "sstables" => ("key_tree_sstables", v),
+                "sstable_bytes" => ("key_tree_sstable_bytes", v),
+                other => (other, v),
+            });
+        }
+        s.figures = figures;
+        s
+    }
+
+    fn file_kind(&self, name: &str) -> Option<&'static str> {
+        if name.ends_with(".band") {
+            return None;
+        }
+        if name == super::table::META {
+            return Some("manifest");
+        }
+        if name.starts_with("hash-") && name.ends_with(".pages") {
+            return Some("sstables");
+        }
+        if name == KEYS_DIR {
+            return Some("sstables");
+        }
+        self.keys.file_kind(name)
+    }
+
+    fn verify(&self, rep: &mut VerifyReport) {
+        self.keys.verify(rep);
+        let (_, faults) = self.hash.verify_table();
+        rep.faults.extend(faults);
+    }
+
+    fn shutdown(&self) {
+        self.keys_shared.closed.store(true, Ordering::Release);
+        self.keys.shutdown();
+    }
+
+    fn close(&self) -> Result<()> {
+        if self.shared.poisoned().is_ok() {
+            self.hash.checkpoint()?;
+        }
+        self.keys.close()
+    }
+}
+
+/// The key tree's iterator with each visible key's value fetched through
+/// the hash index at the scan's sequence number. Entries the scan cannot
+/// see (newer, or deletes) pass unchanged; a key the key tree holds but the
+/// hash index does not (never after recovery) reads as deleted.
+struct ValueResolver {
+    inner: Box<dyn InternalIterator>,
+    hash: Arc<HashIndex>,
+    seq: SeqNum,
+    /// The current entry's internal key, when it differs from the inner one.
+    cur_key: Option<Vec<u8>>,
+    cur_value: Vec<u8>,
+    err: Option<Error>,
+}
+
+impl ValueResolver {
+    fn resolve(&mut self) {
+        self.cur_key = None;
+        self.cur_value.clear();
+        if !self.inner.valid() {
+            return;
+        }
+        let Some(p) = key::parse_internal_key(self.inner.key()) else {
+            return;
+        };
+        if p.vtype != ValueType::Value || p.seq > self.seq {
+            return;
+        }
+        let ukey = p.user_key.to_vec();
+        let seq = p.seq;
+        match self.hash.lookup(&ukey, self.seq) {
+            Ok(Some((_, e))) if e.kind != Kind::Tombstone => self.cur_value = e.payload,
+            Ok(_) => self.cur_key = Some(key::internal_key(&ukey, seq, ValueType::Deletion)),
+            Err(e) => {
+                self.err.get_or_insert(e);
+            }
+        }
+    }
+}
+
+impl InternalIterator for ValueResolver {
+    fn valid(&self) -> bool {
+        self.err.is_none() && self.inner.valid()
+    }
+    fn seek_to_first(&mut self) {
+        self.inner.seek_to_first();
+        self.resolve();
+    }
+    fn seek_to_last(&mut self) {
+        self.inner.seek_to_last();
+        self.resolve();
+    }
+    fn seek(&mut self, target: &[u8]) {
+        self.inner.seek(target);
+        self.resolve();
+    }
+    fn next(&mut self) {
+        self.inner.next();
+        self.resolve();
+    }
+    fn prev(&mut self) {
+        self.inner.prev();
+        self.resolve();
+    }
+    fn key(&self) -> &[u8] {
+        self.cur_key.as_deref().unwrap_or_else(|| self.inner.key())
+    }
+    fn value(&self) -> &[u8] {
+        &self.cur_value
+    }
+    fn status(&self) -> Result<()> {
+        match &self.err {
+            Some(e) => Err(e.clone()),
+            None => self.inner.status(),
+        }
+    }
+}

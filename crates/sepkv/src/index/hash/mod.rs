@@ -1,0 +1,694 @@
+//! The FlashKey hash index (§V-A1, §V-B1–B3, §V-B6) over logical bands.
+//!
+//! [`HashIndex`] maps each key to the address of its newest version in the
+//! [`BandStore`] through the [`table::Table`]; every put, delete token and
+//! GC relocation is logged in the bands, which are the only log.
+//!
+//! - **Get** (§V-B1): hash the key, read the record of each node of its
+//!   bucket whose fingerprint matches until one holds the key; a delete
+//!   token reads as absent.
+//! - **Put / delete** (§V-B2, §V-B3): under the writer's lock, find the
+//!   key's node, append the batch to the open band (each entry records the
+//!   address it supersedes, which the invalidity table charges), then point
+//!   the node at the new entry or add a node for a new key. A delete of a
+//!   key the table does not hold writes nothing.
+//! - **Snapshots** (beyond the paper): a read at sequence number `s` starts
+//!   at the newest version and follows the previous-version addresses back
+//!   to the first entry with a sequence number `<= s`. GC keeps such
+//!   versions (see `vstore::bands`).
+//! - **Modes** (§V-A1): `Memory` keeps every page in memory; `Disk` keeps
+//!   at most `cache_bytes` of pages. Both checkpoint the dirty pages every
+//!   `checkpoint_bands` closed bands (§V-B6), so recovery loads the
+//!   checkpoint and replays only the bands after it, and GC may collect the
+//!   bands before it.
+//!
+//! Thread-safety: writes, relocations and checkpoints are serialised by the
+//! writer's lock; the table has its own lock, held only for in-memory work
+//! and page loads, never across a band read.
+
+pub(crate) mod flashkey;
+pub mod keylog;
+pub mod table;
+
+use crate::error::{Error, Result};
+use crate::format::value_record::Kind;
+use crate::fs::{FileSystem, IoStats};
+use crate::index::key::{SeqNum, ValueType};
+use crate::vstore::bands::band::AUX_TOMBSTONE;
+use crate::vstore::bands::{BandOptions, BandStore, OwnedEntry};
+use crate::vstore::{
+    GcOutcome, IndexReader, IndexRelocator, LogEntry, Relocation, ValuePointer, ValueStore,
+};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use table::{hash_key, Table, TableFigures};
+
+/// Where the hash table lives (§V-A1): the engine's option.
+pub use crate::options::HashIndexMode as HashMode;
+
+/// Knobs of the hash index.
+#[derive(Debug, Clone)]
+pub struct HashOptions {
+    /// Memory or disk.
+    pub mode: HashMode,
+    /// Disk mode: most bytes of pages kept in memory.
+    pub cache_bytes: u64,
+    /// Checkpoint the table every this many closed bands (§V-B6; >= 1).
+    pub checkpoint_bands: u64,
+    /// Pages of a new table (64 buckets each; rounded up to a power of two).
+    pub initial_pages: u64,
+    /// The bands.
+    pub bands: BandOptions,
+}
+
+impl Default for HashOptions {
+    fn default() -> Self {
+        HashOptions {
+            mode: HashMode::Memory,
+            cache_bytes: 8 << 20,
+            checkpoint_bands: 64,
+            initial_pages: 16,
+            bands: BandOptions::default(),
+        }
+    }
+}
+
+/// One operation of a write batch: a put (`Some(value)`) or a delete.
+pub type Op<'a> = (&'a [u8], Option<&'a [u8]>);
+
+/// The hash index with its bands. See the module docs.
+pub struct HashIndex {
+    bands: Arc<BandStore>,
+    table: Mutex<Table>,
+    /// The writer's lock; holds the open band at the last checkpoint.
+    writer: Mutex<u64>,
+    last_seq: AtomicU64,
+    snapshots: Mutex<BTreeMap<SeqNum, usize>>,
+    /// Current addresses the bands asked for while logging the batch being
+    /// written ([`PrevLookup`]), for [`HashIndex::apply_logged`].
+    pending_prev: Mutex<HashMap<Vec<u8>, PrevResult>>,
+    opts: HashOptions,
+}
+
+/// The outcome of [`HashIndex::walk`].
+#[derive(Debug)]
+pub enum Walk {
+    /// The version visible at the sequence number (maybe a delete token).
+    Found(ValuePointer, OwnedEntry),
+    /// The key had no version then.
+    Absent,
+    /// The walk reached a collected band.
+    Gone,
+}
+
+/// A key's current address as a lookup for the bands found it (or why
+/// it failed).
+type PrevResult = std::result::Result<Option<ValuePointer>, String>;
+
+/// What a batch did to the set of keys (for the key-only LSM-tree, §V-A3):
+/// a key's first put inserts it, its delete removes it; overwrites do
+/// nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyOp {
+    /// The key came into existence.
+    Insert(Vec<u8>),
+    /// The key was deleted.
+    Remove(Vec<u8>),
+}
+
+impl HashIndex {
+    /// Opens (or creates) the index in `dir`: loads the last checkpoint and
+    /// replays the bands after it.
+    ///
+    /// # Errors
+    /// `Corruption` with file and offset for damaged pages, meta or bands;
+    /// `Io`.
+    pub fn open(
+        dir: &Path,
+        fs: Arc<dyn FileSystem>,
+        stats: Arc<IoStats>,
+        mut opts: HashOptions,
+    ) -> Result<HashIndex> {
+        use crate::error::IoContext;
+        fs.create_dir_all(dir).ctx(dir)?;
+        opts.bands.log_mode = true;
+        opts.bands.value_threshold = 0;
+        opts.checkpoint_bands = opts.checkpoint_bands.max(1);
+        let cache_pages = match opts.mode {
+            HashMode::Memory => usize::MAX,
+            HashMode::Disk => (opts.cache_bytes / 8192).max(4) as usize,
+        };
+        let (table, existed) = Table::open(
+            dir,
+            fs.clone(),
+            stats.clone(),
+            cache_pages,
+            opts.initial_pages,
+        )?;
+        let state = existed.then(|| table.checkpoint_state().1.to_vec());
+        let bands = Arc::new(BandStore::open(
+            dir,
+            fs,
+            stats,
+            opts.bands.clone(),
+            state.as_deref().filter(|s| !s.is_empty()),
+        )?);
+        let idx = HashIndex {
+            last_seq: AtomicU64::new(0),
+            bands,
+            table: Mutex::new(table),
+            writer: Mutex::new(0),
+            snapshots: Mutex::new(BTreeMap::new()),
+            pending_prev: Mutex::new(HashMap::new()),
+            opts,
+        };
+        idx.recover()?;
+        Ok(idx)
+    }
+
+    /// Replays the bands after the checkpoint into the table (idempotent:
+    /// it starts from the checkpoint's pages every time), then checkpoints.
+    fn recover(&self) -> Result<()> {
+        let mut w = self.writer.lock();
+        let bands = self.bands.clone();
+        bands.replay_entries(&mut |addr, e| {
+            match e.kind {
+                Kind::Value | Kind::Tombstone => {
+                    let old = self.upsert(e.key, None, addr)?;
+                    self.charge(old, addr, e.seq);
+                }
+                Kind::Relocation => {
+                    let p = ValuePointer::decode(e.payload).ok_or_else(|| {
+                        Error::corruption(
+                            format!("band {}", addr.file_id),
+                            addr.offset,
+                            "relocation record holds no pointer",
+                        )
+                    })?;
+                    if p.file_id == 0 {
+                        if let Some((n, _)) = self.find(e.key)? {
+                            let (h, _) = hash_key(e.key);
+                            self.table.lock().remove(h, &n)?;
+                        }
+                    } else {
+                        self.upsert(e.key, None, p)?;
+                    }
+                }
+                Kind::GcCopy | Kind::Inline | Kind::Tag => {}
+            }
+            Ok(())
+        })?;
+        self.last_seq
+            .store(self.bands.last_seq(), Ordering::Release);
+        self.checkpoint_locked(&mut w)
+    }
+
+    /// Charges the version `old` superseded by `new` (§V-A4).
+    fn charge(&self, old: Option<ValuePointer>, new: ValuePointer, seq: SeqNum) {
+        if let Some(o) = old {
+            if o.aux & AUX_TOMBSTONE == 0 {
+                self.bands.note_invalid(&o, seq);
+            }
+        }
+        if new.aux & AUX_TOMBSTONE != 0 {
+            self.bands.note_invalid(&new, seq);
+        }
+    }
+
+    /// Points `key`'s node at `new` (its current address `known`, or found
+    /// by lookup), adding a node for a new key; returns the old address.
+    fn upsert(
+        &self,
+        key: &[u8],
+        known: Option<Option<ValuePointer>>,
+        new: ValuePointer,
+    ) -> Result<Option<ValuePointer>> {
+        let (h, fp) = hash_key(key);
+        let old = match known {
+            Some(k) => k,
+            None => self.find(key)?.map(|x| x.0),
+        };
+        let mut t = self.table.lock();
+        match old {
+            Some(o) => {
+                if !t.replace(h, &o, new)? {
+                    return Err(Error::InvalidArgument(
+                        "hash-table node moved under the writer".into(),
+                    ));
+                }
+            }
+            None => t.insert(h, fp, new)?,
+        }
+        Ok(old)
+    }
+
+    /// The node holding `key` and its newest entry, verifying the key by
+    /// reading the record of each fingerprint match (§V-B1).
+    fn find(&self, key: &[u8]) -> Result<Option<(ValuePointer, OwnedEntry)>> {
+        let (h, fp) = hash_key(key);
+        // A node read just before GC moved it may point into a band GC has
+        // since freed: look again, and find it at its new address. A node
+        // that still points there after the look again is dangling (its
+        // delete token was collected): it goes.
+        let mut last: Option<Vec<table::Node>> = None;
+        for _ in 0..4 {
+            let cands = self.table.lock().candidates(h, fp)?;
+            if last.as_ref() == Some(&cands) {
+                for n in &cands {
+                    if self.bands.is_collected(&n.ptr) {
+                        self.table.lock().remove(h, &n.ptr)?;
+                    }
+                }
+                break;
+            }
+            let mut moved = false;
+            for n in &cands {
+                match self.bands.read_entry(&n.ptr)? {
+                    Some(e) if e.key == key => return Ok(Some((n.ptr, e))),
+                    Some(_) => {}
+                    None => moved = true,
+                }
+            }
+            if !moved {
+                break;
+            }
+            last = Some(cands);
+        }
+        Ok(None)
+    }
+
+    /// The version of `key` visible at sequence number `at` — its address
+    /// and entry (a delete token included) — walking back previous-version
+    /// addresses from the newest; `None` when the key has no version then.
+    ///
+    /// # Errors
+    /// `Corruption` with band file and offset when a record is damaged or a
+    /// previous-version address leads to another key.
+    pub fn lookup(&self, key: &[u8], at: SeqNum) -> Result<Option<(ValuePointer, OwnedEntry)>> {
+        Ok(match self.walk(key, at)? {
+            Walk::Found(p, e) => Some((p, e)),
+            Walk::Absent | Walk::Gone => None,
+        })
+    }
+
+    /// As [`HashIndex::lookup`], telling a key absent at `at` from a walk
+    /// that reached a collected band (`Walk::Gone`): a reader that holds no
+    /// snapshot may race the write and the GC that made its version
+    /// unreachable, and then reads again at a newer sequence number.
+    pub fn walk(&self, key: &[u8], at: SeqNum) -> Result<Walk> {
+        let Some((mut ptr, mut e)) = self.find(key)? else {
+            return Ok(Walk::Absent);
+        };
+        loop {
+            if e.seq <= at {
+                return match e.kind {
+                    Kind::Value | Kind::GcCopy | Kind::Tombstone => Ok(Walk::Found(ptr, e)),
+                    _ => Err(Error::corruption(
+                        self.bands.band_file(ptr.file_id),
+                        ptr.offset,
+                        "hash-table node addresses a log-only record",
+                    )),
+                };
+            }
+            let Some(prev) = e.prev else {
+                return Ok(Walk::Absent);
+            };
+            let Some(pe) = self.bands.read_entry(&prev)? else {
+                return Ok(Walk::Gone);
+            };
+            if pe.key != key || pe.seq >= e.seq {
+                return Err(Error::corruption(
+                    self.bands.band_file(prev.file_id),
+                    prev.offset,
+                    "previous-version address leads to another key",
+                ));
+            }
+            (ptr, e) = (prev, pe);
+        }
+    }
+
+    /// Checks every hash-table page; returns the pages checked and faults.
+    pub fn verify_table(&self) -> (u64, Vec<Error>) {
+        self.table.lock().verify()
+    }
+
+    /// Sets the last sequence number (the engine publishes its own).
+    pub fn set_last_seq(&self, s: SeqNum) {
+        self.last_seq.store(s, Ordering::Release);
+    }
+
+    /// The sequence number recovery restored (or the last written).
+    pub fn last_seq(&self) -> SeqNum {
+        self.last_seq.load(Ordering::Acquire)
+    }
+
+    /// Checkpoints when `checkpoint_bands` bands closed since the last one;
+    /// returns whether it did. Writer lock held.
+    ///
+    /// # Errors
+    /// `Io`.
+    pub fn checkpoint_if_due(&self) -> Result<bool> {
+        let mut w = self.writer.lock();
+        let open = self.bands.log_position().map_or(0, |p| p.0);
+        if open >= *w + self.opts.checkpoint_bands {
+            self.checkpoint_locked(&mut w)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Reads `key` at the newest state (`None`) or at sequence number
+    /// `seq`, walking back previous-version addresses.
+    ///
+    /// # Errors
+    /// `Corruption` with band file and offset when a record is damaged or a
+    /// previous-version address leads to another key.
+    pub fn get(&self, key: &[u8], seq: Option<SeqNum>) -> Result<Option<Vec<u8>>> {
+        let at = seq.unwrap_or_else(|| self.last_seq.load(Ordering::Acquire));
+        Ok(self
+            .lookup(key, at)?
+            .and_then(|(_, e)| (e.kind != Kind::Tombstone).then_some(e.payload)))
+    }
+
+    /// Applies a write batch; returns the sequence number of its last
+    /// entry. The batch is logged in the bands before any node changes.
+    ///
+    /// # Errors
+    /// `ValueStoreFull` (nothing written) when the bands are full — run GC
+    /// ([`HashIndex::gc_step`]) and retry; `Io`; `Corruption`.
+    pub fn write(&self, ops: &[Op<'_>]) -> Result<SeqNum> {
+        let mut w = self.writer.lock();
+        let seq0 = self.last_seq.load(Ordering::Relaxed) + 1;
+        // Each entry's current address: from the table, or from an earlier
+        // entry of the batch (the bands link those themselves).
+        let mut seen: HashMap<&[u8], usize> = HashMap::new();
+        let mut prevs: Vec<Option<ValuePointer>> = Vec::with_capacity(ops.len());
+        let mut keep: Vec<bool> = Vec::with_capacity(ops.len());
+        let mut exists: HashMap<&[u8], bool> = HashMap::new();
+        for (i, (k, v)) in ops.iter().enumerate() {
+            let cur = if seen.contains_key(k) {
+                None
+            } else {
+                self.find(k)?.map(|x| x.0)
+            };
+            let present = *exists.entry(k).or_insert(cur.is_some());
+            // A delete of an absent key changes nothing.
+            let write = v.is_some() || present;
+            if write {
+                seen.insert(k, i);
+                exists.insert(k, v.is_some());
+            }
+            prevs.push(cur);
+            keep.push(write);
+        }
+        let mut entries = Vec::with_capacity(ops.len());
+        let mut eprevs = Vec::with_capacity(ops.len());
+        for (i, (k, v)) in ops.iter().enumerate() {
+            if keep[i] {
+                entries.push(LogEntry {
+                    vtype: if v.is_some() {
+                        ValueType::Value
+                    } else {
+                        ValueType::Deletion
+                    },
+                    separate: true,
+                    key: k,
+                    seq: seq0 + i as u64,
+                    value: v.unwrap_or(b""),
+                });
+                eprevs.push(prevs[i]);
+            }
+        }
+        let last = seq0 + ops.len() as u64 - 1;
+        if !entries.is_empty() {
+            let ptrs = self.bands.log_linked(&entries, Some(&eprevs))?;
+            let mut latest: HashMap<&[u8], ValuePointer> = HashMap::new();
+            for ((e, p), prev) in entries.iter().zip(&ptrs).zip(&eprevs) {
+                let old = latest.get(e.key).copied().or(*prev);
+                self.upsert(e.key, Some(old), *p)?;
+                latest.insert(e.key, *p);
+            }
+        }
+        self.last_seq.store(last, Ordering::Release);
+        let open = self.bands.log_position().map_or(0, |p| p.0);
+        if open >= *w + self.opts.checkpoint_bands {
+            self.checkpoint_locked(&mut w)?;
+        }
+        Ok(last)
+    }
+
+    /// Applies a batch the bands logged through [`ValueStore::log_batch`]
+    /// (the engine's write path): `entries` are the batch as the index
+    /// receives it (`Pointer` for a put or a GC relocation, `Deletion`),
+    /// `addrs` the address of each entry ([`BandStore::take_last_batch`]).
+    /// Returns how the batch changed the set of keys, each change with the
+    /// position in `entries` of the entry that made it. Writer lock held.
+    ///
+    /// # Errors
+    /// `Corruption`, `Io`; a lookup the bands made while logging failed.
+    pub fn apply_logged(
+        &self,
+        entries: &[(ValueType, &[u8], &[u8])],
+        addrs: &[ValuePointer],
+    ) -> Result<Vec<(usize, KeyOp)>> {
+        if entries.len() != addrs.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{} entries but {} band addresses",
+                entries.len(),
+                addrs.len()
+            )));
+        }
+        let mut pending = std::mem::take(&mut *self.pending_prev.lock());
+        let mut latest: HashMap<&[u8], Option<ValuePointer>> = HashMap::new();
+        let mut ops = Vec::new();
+        for (i, (&(t, key, value), addr)) in entries.iter().zip(addrs).enumerate() {
+            let old = match latest.get(key) {
+                Some(p) => *p,
+                None => match pending.remove(key) {
+                    Some(r) => r.map_err(Error::InvalidArgument)?,
+                    None => self.find(key)?.map(|x| x.0),
+                },
+            };
+            let live = old.is_some_and(|p| p.aux & AUX_TOMBSTONE == 0);
+            let new = match t {
+                ValueType::Pointer => {
+                    let p = ValuePointer::decode(value).ok_or_else(|| {
+                        Error::InvalidArgument("batch holds a malformed pointer".into())
+                    })?;
+                    // A user's put addresses its own entry; a GC relocation
+                    // moves the node to the copy (or, null, removes it).
+                    let put = p == (ValuePointer { aux: 0, ..*addr });
+                    if put && !live {
+                        ops.push((i, KeyOp::Insert(key.to_vec())));
+                    }
+                    Some(p)
+                }
+                ValueType::Deletion => {
+                    if live {
+                        ops.push((i, KeyOp::Remove(key.to_vec())));
+                    }
+                    // A delete of an absent key needs no node.
+                    old.map(|_| *addr)
+                }
+                ValueType::Value => {
+                    return Err(Error::InvalidArgument(
+                        "the hash index keeps no inline values".into(),
+                    ))
+                }
+            };
+            let (h, fp) = hash_key(key);
+            let mut tbl = self.table.lock();
+            match (old, new) {
+                (Some(o), Some(n)) if n.file_id == 0 => {
+                    tbl.remove(h, &o)?;
+                }
+                (Some(o), Some(n)) if !tbl.replace(h, &o, n)? => {
+                    return Err(Error::InvalidArgument(
+                        "hash-table node moved under the writer".into(),
+                    ));
+                }
+                (None, Some(n)) if n.file_id != 0 => tbl.insert(h, fp, n)?,
+                _ => {}
+            }
+            drop(tbl);
+            latest.insert(key, new.filter(|n| n.file_id != 0));
+        }
+        Ok(ops)
+    }
+
+    /// Writes the table's checkpoint (§V-B6). Writer lock held.
+    fn checkpoint_locked(&self, w: &mut u64) -> Result<()> {
+        self.bands.sync()?;
+        let Some(pos) = self.bands.log_position() else {
+            return Ok(());
+        };
+        let state = self.bands.state_with_checkpoint(pos);
+        self.table.lock().checkpoint(pos, state)?;
+        self.bands.checkpoint_committed(pos);
+        *w = pos.0;
+        Ok(())
+    }
+
+    /// Checkpoints now (as at a clean shutdown).
+    ///
+    /// # Errors
+    /// `Io`.
+    pub fn checkpoint(&self) -> Result<()> {
+        let mut w = self.writer.lock();
+        self.checkpoint_locked(&mut w)
+    }
+
+    /// Makes every write durable.
+    ///
+    /// # Errors
+    /// `Io`.
+    pub fn sync(&self) -> Result<()> {
+        self.bands.sync()
+    }
+
+    /// Registers a snapshot at the latest sequence number and returns it.
+    pub fn snapshot(&self) -> SeqNum {
+        let s = self.last_seq.load(Ordering::Acquire);
+        *self.snapshots.lock().entry(s).or_insert(0) += 1;
+        s
+    }
+
+    /// Releases a snapshot taken with [`HashIndex::snapshot`].
+    pub fn release(&self, seq: SeqNum) {
+        let mut m = self.snapshots.lock();
+        if let Some(n) = m.get_mut(&seq) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&seq);
+            }
+        }
+    }
+
+    /// Runs one band GC step (§V-B5).
+    ///
+    /// # Errors
+    /// `Io`, `Corruption`.
+    pub fn gc_step(&self) -> Result<GcOutcome> {
+        self.bands.gc_step(self, self)
+    }
+
+    /// The bands.
+    pub fn bands(&self) -> &Arc<BandStore> {
+        &self.bands
+    }
+
+    /// Figures of the table.
+    pub fn table_figures(&self) -> TableFigures {
+        self.table.lock().figures()
+    }
+
+    /// Estimated bytes of pages in memory.
+    pub fn cached_bytes(&self) -> usize {
+        self.table.lock().cached_bytes()
+    }
+}
+
+impl crate::vstore::bands::PrevLookup for HashIndex {
+    fn prev(&self, key: &[u8]) -> Option<ValuePointer> {
+        let r = self
+            .find(key)
+            .map(|x| x.map(|x| x.0))
+            .map_err(|e| e.to_string());
+        let p = r.clone().ok().flatten();
+        self.pending_prev.lock().insert(key.to_vec(), r);
+        p
+    }
+}
+
+impl IndexReader for HashIndex {
+    fn current_pointer(&self, key: &[u8]) -> Result<Option<ValuePointer>> {
+        Ok(self.find(key)?.map(|x| x.0))
+    }
+
+    fn oldest_visible_seq(&self) -> SeqNum {
+        let last = self.last_seq.load(Ordering::Acquire);
+        self.snapshots
+            .lock()
+            .keys()
+            .next()
+            .copied()
+            .map_or(last, |s| s.min(last))
+    }
+
+    fn last_sequence(&self) -> SeqNum {
+        self.last_seq.load(Ordering::Acquire)
+    }
+
+    fn wait_in_flight_writes(&self) -> Result<()> {
+        drop(self.writer.lock());
+        Ok(())
+    }
+}
+
+impl IndexRelocator for HashIndex {
+    /// Installs each move whose key's node still holds `old` (a null `new`
+    /// removes the node: a dropped delete token), logs the installed ones
+    /// as relocation records, and makes them durable.
+    fn relocate(&self, moves: &[Relocation]) -> Result<(Vec<bool>, SeqNum)> {
+        let _w = self.writer.lock();
+        let installed: Vec<bool> = {
+            let mut t = self.table.lock();
+            let mut v = Vec::with_capacity(moves.len());
+            for m in moves {
+                let (h, fp) = hash_key(&m.key);
+                v.push(t.candidates(h, fp)?.iter().any(|n| n.ptr == m.old));
+            }
+            v
+        };
+        let seq0 = self.last_seq.load(Ordering::Relaxed) + 1;
+        let encoded: Vec<Vec<u8>> = moves.iter().map(|m| m.new.encode()).collect();
+        let entries: Vec<LogEntry<'_>> = moves
+            .iter()
+            .zip(&installed)
+            .zip(&encoded)
+            .filter(|((_, ok), _)| **ok)
+            .enumerate()
+            .map(|(i, ((m, _), enc))| LogEntry {
+                vtype: ValueType::Pointer,
+                separate: false,
+                key: &m.key,
+                seq: seq0 + i as u64,
+                value: enc,
+            })
+            .collect();
+        if entries.is_empty() {
+            return Ok((installed, self.last_seq.load(Ordering::Acquire)));
+        }
+        let n = entries.len() as u64;
+        self.bands.log_linked(&entries, None)?;
+        self.bands.sync()?;
+        {
+            let mut t = self.table.lock();
+            for (m, _) in moves.iter().zip(&installed).filter(|(_, ok)| **ok) {
+                let (h, _) = hash_key(&m.key);
+                if m.new.file_id == 0 {
+                    t.remove(h, &m.old)?;
+                } else {
+                    t.replace(h, &m.old, m.new)?;
+                }
+            }
+        }
+        let last = seq0 + n - 1;
+        self.last_seq.store(last, Ordering::Release);
+        Ok((installed, last))
+    }
+
+    fn persist_state(&self, state: &[u8]) -> Result<()> {
+        self.table.lock().persist_bands_state(state.to_vec())
+    }
+
+    fn make_durable(&self, _seq: SeqNum) -> Result<()> {
+        self.bands.sync()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,787 @@
+//! The FlashKey hash table (§V-A1): buckets of two nodes plus an overflow
+//! chain, grouped into pages that live in memory or in a bounded
+//! write-back page cache over an append-only page file.
+//!
+//! - **Addressing.** The primary hash `h = xxh3(key)` picks a bucket: its
+//!   low 6 bits the bucket within a page of [`BUCKETS_PER_PAGE`] buckets,
+//!   the next 32 bits (the node's `home`) the page. A node holds the value
+//!   address (band, offset, length; `aux` bit 0 marks a delete token), the
+//!   home bits and a 32-bit **key fingerprint** from a second, seeded hash.
+//!   Keys are not stored: a lookup reads the record of each node whose
+//!   fingerprint matches until one holds the key.
+//! - **Growth.** Past 90 % load (nodes ÷ two per bucket) the table doubles
+//!   incrementally, by linear hashing: each later insert splits one more
+//!   page of the old size into itself and its new twin (the home bits say
+//!   where each node goes, so no record is read), until every page is
+//!   split. A lookup of a page not yet split uses the old page count.
+//! - **Pages on disk.** Pages are written to `hash-G.pages` append-only
+//!   (`page := page_no:u64le n:u32le (bucket:u8 node)* crc:u32le`, node =
+//!   `home:u32 fp:u32 band:u64 offset:u64 length:u32 aux:u32`, little
+//!   endian), located by a page map. In disk mode at most `cache_pages`
+//!   pages stay in memory; a dirty page evicted is appended to the page
+//!   file and its new place noted in the working page map.
+//! - **Checkpoint** (§V-B6): every dirty page is appended, the page file
+//!   synced, and then the meta file `HASHMETA` (geometry, page map, the
+//!   bands' replay position and state, checksummed) replaced atomically
+//!   (write, sync, rename). A crash at any point leaves the previous meta,
+//!   whose pages are untouched (pages are never overwritten in place), so
+//!   recovery loads it and replays the bands after its position. When the
+//!   page file holds more than four times the live pages, the checkpoint
+//!   rewrites the live pages to the next generation first.
+
+use crate::error::{Error, IoContext, Result};
+use crate::format::checksum::{crc, mask, unmask};
+use crate::fs::{FileSystem, IoCategory, IoStats, RandomAccessFile, WritableFile};
+use crate::vstore::ValuePointer;
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Buckets in one page.
+pub const BUCKETS_PER_PAGE: usize = 64;
+/// Bytes of an encoded node.
+pub const NODE_LEN: usize = 32;
+/// Load factor past which the table doubles (§V-A1).
+pub const MAX_LOAD: f64 = 0.9;
+/// Name of the meta file.
+pub const META: &str = "HASHMETA";
+
+/// Hashes of a key: `(primary, fingerprint)`.
+pub fn hash_key(key: &[u8]) -> (u64, u32) {
+    let h = xxhash_rust::xxh3::xxh3_64(key);
+    let fp = xxhash_rust::xxh3::xxh3_64_with_seed(key, 0x5e9_f1a5) as u32;
+    (h, fp)
+}
+
+/// One node: a key's value address, home bits and fingerprint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Node {
+    /// Bits 6..38 of the primary hash (the page, at any table size).
+    pub home: u32,
+    /// Key fingerprint (secondary hash).
+    pub fp: u32,
+    /// Where the key's newest version is.
+    pub ptr: ValuePointer,
+}
+
+impl Node {
+    fn is_empty(&self) -> bool {
+        self.ptr.file_id == 0
+    }
+
+    fn encode_to(&self, v: &mut Vec<u8>) {
+        v.extend_from_slice(&self.home.to_le_bytes());
+        v.extend_from_slice(&self.fp.to_le_bytes());
+        v.extend_from_slice(&self.ptr.file_id.to_le_bytes());
+        v.extend_from_slice(&self.ptr.offset.to_le_bytes());
+        v.extend_from_slice(&self.ptr.length.to_le_bytes());
+        v.extend_from_slice(&(self.ptr.aux as u32).to_le_bytes());
+    }
+
+    fn decode(b: &[u8]) -> Node {
+        let w4 = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        let w8 = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        Node {
+            home: w4(0),
+            fp: w4(4),
+            ptr: ValuePointer {
+                file_id: w8(8),
+                offset: w8(16),
+                length: w4(24),
+                aux: w4(28) as u64,
+            },
+        }
+    }
+}
+
+/// A bucket: two nodes in the table, then an overflow chain.
+#[derive(Debug, Clone, Default)]
+struct Bucket {
+    nodes: [Node; 2],
+    chain: Vec<Node>,
+}
+
+impl Bucket {
+    fn iter(&self) -> impl Iterator<Item = &Node> {
+        self.nodes
+            .iter()
+            .filter(|n| !n.is_empty())
+            .chain(self.chain.iter())
+    }
+
+    fn insert(&mut self, n: Node) {
+        match self.nodes.iter_mut().find(|x| x.is_empty()) {
+            Some(slot) => *slot = n,
+            None => self.chain.push(n),
+        }
+    }
+
+    fn find_mut(&mut self, ptr: &ValuePointer) -> Option<&mut Node> {
+        self.nodes
+            .iter_mut()
+            .chain(self.chain.iter_mut())
+            .find(|n| !n.is_empty() && n.ptr == *ptr)
+    }
+
+    fn remove(&mut self, ptr: &ValuePointer) -> bool {
+        if let Some(i) = self.chain.iter().position(|n| n.ptr == *ptr) {
+            self.chain.remove(i);
+            return true;
+        }
+        for i in 0..2 {
+            if !self.nodes[i].is_empty() && self.nodes[i].ptr == *ptr {
+                // The chain's head moves up into the table.
+                self.nodes[i] = if self.chain.is_empty() {
+                    Node::default()
+                } else {
+                    self.chain.remove(0)
+                };
+                return true;
+            }
+        }
+        false
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Page {
+    buckets: Vec<Bucket>,
+}
+
+impl Page {
+    fn new() -> Page {
+        Page {
+            buckets: vec![Bucket::default(); BUCKETS_PER_PAGE],
+        }
+    }
+
+    fn encode(&self, page_no: u64) -> Vec<u8> {
+        let n: usize = self.buckets.iter().map(|b| b.iter().count()).sum();
+        let mut v = Vec::with_capacity(16 + n * (NODE_LEN + 1));
+        v.extend_from_slice(&page_no.to_le_bytes());
+        v.extend_from_slice(&(n as u32).to_le_bytes());
+        for (i, b) in self.buckets.iter().enumerate() {
+            for node in b.iter() {
+                v.push(i as u8);
+                node.encode_to(&mut v);
+            }
+        }
+        let c = mask(crc(&v));
+        v.extend_from_slice(&c.to_le_bytes());
+        v
+    }
+
+    fn decode(b: &[u8], page_no: u64) -> Option<Page> {
+        if b.len() < 16 {
+            return None;
+        }
+        let body = &b[..b.len() - 4];
+        let stored = unmask(u32::from_le_bytes(b[b.len() - 4..].try_into().ok()?));
+        if crc(body) != stored || u64::from_le_bytes(body[0..8].try_into().ok()?) != page_no {
+            return None;
+        }
+        let n = u32::from_le_bytes(body[8..12].try_into().ok()?) as usize;
+        if body.len() != 12 + n.checked_mul(NODE_LEN + 1)? {
+            return None;
+        }
+        let mut p = Page::new();
+        for i in 0..n {
+            let at = 12 + i * (NODE_LEN + 1);
+            let bucket = body[at] as usize;
+            if bucket >= BUCKETS_PER_PAGE {
+                return None;
+            }
+            let node = Node::decode(&body[at + 1..at + 1 + NODE_LEN]);
+            if node.is_empty() {
+                return None;
+            }
+            p.buckets[bucket].insert(node);
+        }
+        Some(p)
+    }
+
+    fn bytes_estimate(&self) -> usize {
+        std::mem::size_of::<Bucket>() * BUCKETS_PER_PAGE
+            + self
+                .buckets
+                .iter()
+                .map(|b| b.chain.capacity() * NODE_LEN)
+                .sum::<usize>()
+    }
+}
+
+struct Cached {
+    page: Page,
+    dirty: bool,
+    referenced: bool,
+}
+
+/// Geometry and where every page is: what a checkpoint records.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Meta {
+    /// Pages before the current doubling began (a power of two).
+    pub base_pages: u64,
+    /// Pages of the old size already split.
+    pub split: u64,
+    /// Nodes in the table.
+    pub count: u64,
+    /// Generation of the page file.
+    pub generation: u64,
+    /// `(offset, length)` of each page in the page file; `(0, 0)` for a page
+    /// never written (empty).
+    pub map: Vec<(u64, u32)>,
+    /// Bands position replay starts at.
+    pub ckpt: (u64, u64),
+    /// The bands' persisted state.
+    pub bands_state: Vec<u8>,
+}
+
+const META_MAGIC: &[u8; 8] = b"SKVHMETA";
+
+impl Meta {
+    fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(64 + self.map.len() * 12 + self.bands_state.len());
+        v.extend_from_slice(META_MAGIC);
+        for w in [
+            self.base_pages,
+            self.split,
+            self.count,
+            self.generation,
+            self.ckpt.0,
+            self.ckpt.1,
+            self.map.len() as u64,
+        ] {
+            v.extend_from_slice(&w.to_le_bytes());
+        }
+        for (o, l) in &self.map {
+            v.extend_from_slice(&o.to_le_bytes());
+            v.extend_from_slice(&l.to_le_bytes());
+        }
+        v.extend_from_slice(&(self.bands_state.len() as u32).to_le_bytes());
+        v.extend_from_slice(&self.bands_state);
+        let c = mask(crc(&v));
+        v.extend_from_slice(&c.to_le_bytes());
+        v
+    }
+
+    #[cfg(test)]
+    pub(crate) fn encode_for_test(&self) -> Vec<u8> {
+        self.encode()
+    }
+
+    /// Decodes a meta file; `None` when damaged or inconsistent.
+    pub fn decode(b: &[u8]) -> Option<Meta> {
+        if b.len() < 8 + 56 + 8 || &b[..8] != META_MAGIC {
+            return None;
+        }
+        let body = &b[..b.len() - 4];
+        if crc(body) != unmask(u32::from_le_bytes(b[b.len() - 4..].try_into().ok()?)) {
+            return None;
+        }
+        let w = |i: usize| -> Option<u64> {
+            Some(u64::from_le_bytes(body.get(i..i + 8)?.try_into().ok()?))
+        };
+        let (base, split, count, generation) = (w(8)?, w(16)?, w(24)?, w(32)?);
+        let ckpt = (w(40)?, w(48)?);
+        let n = w(56)? as usize;
+        if !base.is_power_of_two()
+            || split > base
+            || n as u64 != base + split
+            || n > body.len() / 12
+        {
+            return None;
+        }
+        let mut map = Vec::with_capacity(n);
+        let mut at = 64;
+        for _ in 0..n {
+            let off = w(at)?;
+            let len = u32::from_le_bytes(body.get(at + 8..at + 12)?.try_into().ok()?);
+            map.push((off, len));
+            at += 12;
+        }
+        let sl = u32::from_le_bytes(body.get(at..at + 4)?.try_into().ok()?) as usize;
+        let bands_state = body.get(at + 4..at + 4 + sl)?.to_vec();
+        (at + 4 + sl == body.len()).then_some(Meta {
+            base_pages: base,
+            split,
+            count,
+            generation,
+            map,
+            ckpt,
+            bands_state,
+        })
+    }
+}
+
+/// Figures of the table for `stats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TableFigures {
+    /// Buckets in use (pages × 64).
+    pub buckets: u64,
+    /// Nodes (keys) stored.
+    pub nodes: u64,
+    /// `nodes / (2 × buckets)`.
+    pub load: f64,
+    /// Buckets with an overflow chain, among cached pages.
+    pub overflow_chains: u64,
+    /// Nodes in overflow chains, among cached pages.
+    pub overflow_nodes: u64,
+    /// Pages in memory.
+    pub cached_pages: u64,
+    /// Dirty pages in memory.
+    pub dirty_pages: u64,
+    /// True while a doubling is under way.
+    pub resizing: bool,
+}
+
+/// The hash table. Not synchronised: the index wraps it in a lock.
+pub struct Table {
+    dir: PathBuf,
+    fs: Arc<dyn FileSystem>,
+    stats: Arc<IoStats>,
+    /// Most pages kept in memory (`usize::MAX` in memory mode).
+    cache_pages: usize,
+    meta: Meta,
+    /// The meta of the last checkpoint (what `HASHMETA` holds).
+    durable: Meta,
+    /// A page file of an older generation, removed after the next meta.
+    pending_remove: Option<PathBuf>,
+    cache: HashMap<u64, Cached>,
+    order: VecDeque<u64>,
+    writer: Box<dyn WritableFile>,
+    reader: Arc<dyn RandomAccessFile>,
+    file_len: u64,
+    /// A doubling is under way: each insert splits one page.
+    resizing: bool,
+}
+
+fn pages_path(dir: &Path, generation: u64) -> PathBuf {
+    dir.join(format!("hash-{generation:06}.pages"))
+}
+
+impl Table {
+    /// Opens the table in `dir` from its meta file (a new, empty table of
+    /// `initial_pages` pages when there is none). Returns the table and
+    /// whether a meta file existed.
+    ///
+    /// # Errors
+    /// `Corruption` for a damaged meta file; `Io`.
+    pub fn open(
+        dir: &Path,
+        fs: Arc<dyn FileSystem>,
+        stats: Arc<IoStats>,
+        cache_pages: usize,
+        initial_pages: u64,
+    ) -> Result<(Table, bool)> {
+        let meta_path = dir.join(META);
+        let (meta, existed) = if fs.exists(&meta_path) {
+            let b = crate::fs::read_all(fs.as_ref(), &meta_path).ctx(&meta_path)?;
+            stats.add_read(IoCategory::Manifest, b.len() as u64);
+            let m = Meta::decode(&b)
+                .ok_or_else(|| Error::corruption(&meta_path, 0, "hash-table meta damaged"))?;
+            (m, true)
+        } else {
+            let base = initial_pages.max(1).next_power_of_two();
+            (
+                Meta {
+                    base_pages: base,
+                    generation: 1,
+                    map: vec![(0, 0); base as usize],
+                    ..Default::default()
+                },
+                false,
+            )
+        };
+        // Page files of other generations are leftovers of a compaction.
+        for name in fs.list(dir).ctx(dir)? {
+            if let Some(g) = name
+                .strip_prefix("hash-")
+                .and_then(|n| n.strip_suffix(".pages"))
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                if g != meta.generation {
+                    let p = dir.join(&name);
+                    fs.remove(&p).ctx(&p)?;
+                }
+            }
+        }
+        let path = pages_path(dir, meta.generation);
+        let writer = if fs.exists(&path) {
+            fs.open_append(&path).ctx(&path)?
+        } else {
+            let f = fs.create(&path).ctx(&path)?;
+            fs.sync_dir(dir).ctx(dir)?;
+            f
+        };
+        let file_len = writer.len();
+        let reader: Arc<dyn RandomAccessFile> = Arc::from(fs.open_read(&path).ctx(&path)?);
+        let resizing = meta.split > 0;
+        Ok((
+            Table {
+                dir: dir.to_path_buf(),
+                fs,
+                stats,
+                cache_pages: cache_pages.max(4),
+                durable: meta.clone(),
+                pending_remove: None,
+                meta,
+                cache: HashMap::new(),
+                order: VecDeque::new(),
+                writer,
+                reader,
+                file_len,
+                resizing,
+            },
+            existed,
+        ))
+    }
+
+    /// The replay position and bands state of the last checkpoint.
+    pub fn checkpoint_state(&self) -> ((u64, u64), &[u8]) {
+        (self.meta.ckpt, &self.meta.bands_state)
+    }
+
+    fn path(&self) -> PathBuf {
+        pages_path(&self.dir, self.meta.generation)
+    }
+
+    /// Page holding primary hash `h`.
+    fn page_of(&self, h: u64) -> u64 {
+        let home = (h >> 6) as u32 as u64;
+        let base = self.meta.base_pages;
+        let p = home & (base - 1);
+        if p < self.meta.split {
+            home & (2 * base - 1)
+        } else {
+            p
+        }
+    }
+
+    fn page_of_home(&self, home: u32) -> u64 {
+        self.page_of((home as u64) << 6)
+    }
+
+    /// Loads page `no` into the cache (evicting others when full).
+    fn load(&mut self, no: u64) -> Result<&mut Cached> {
+        if !self.cache.contains_key(&no) {
+            let page = match self.meta.map.get(no as usize).copied() {
+                Some((_, 0)) | None => Page::new(),
+                Some((off, len)) => {
+                    let mut b = vec![0u8; len as usize];
+                    self.reader.read_exact_at(off, &mut b).ctx(&self.path())?;
+                    self.stats.add_read(IoCategory::UserRead, len as u64);
+                    Page::decode(&b, no).ok_or_else(|| {
+                        Error::corruption(self.path(), off, format!("hash-table page {no} damaged"))
+                    })?
+                }
+            };
+            self.evict_for_one()?;
+            self.cache.insert(
+                no,
+                Cached {
+                    page,
+                    dirty: false,
+                    referenced: false,
+                },
+            );
+            self.order.push_back(no);
+        }
+        let c = self.cache.get_mut(&no).expect("just loaded");
+        c.referenced = true;
+        Ok(c)
+    }
+
+    /// Makes room for one more page (second-chance FIFO); a dirty victim is
+    /// appended to the page file.
+    fn evict_for_one(&mut self) -> Result<()> {
+        while self.cache.len() >= self.cache_pages {
+            let Some(no) = self.order.pop_front() else {
+                break;
+            };
+            let Some(c) = self.cache.get_mut(&no) else {
+                continue;
+            };
+            if c.referenced {
+                c.referenced = false;
+                self.order.push_back(no);
+                continue;
+            }
+            let c = self.cache.remove(&no).expect("present");
+            if c.dirty {
+                self.write_page(no, &c.page)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn write_page(&mut self, no: u64, page: &Page) -> Result<()> {
+        let b = page.encode(no);
+        let path = self.path();
+        self.writer
+            .append(&b)
+            .and_then(|_| self.writer.flush())
+            .ctx(&path)?;
+        self.stats.add_written(IoCategory::Flush, b.len() as u64);
+        self.meta.map[no as usize] = (self.file_len, b.len() as u32);
+        self.file_len += b.len() as u64;
+        Ok(())
+    }
+
+    /// Nodes of `h`'s bucket whose fingerprint is `fp`, in bucket order.
+    ///
+    /// # Errors
+    /// `Corruption` for a damaged page; `Io`.
+    pub fn candidates(&mut self, h: u64, fp: u32) -> Result<Vec<Node>> {
+        let no = self.page_of(h);
+        let c = self.load(no)?;
+        Ok(c.page.buckets[(h as usize) % BUCKETS_PER_PAGE]
+            .iter()
+            .filter(|n| n.fp == fp)
+            .copied()
+            .collect())
+    }
+
+    /// Replaces the node of `h`'s bucket at `old` with `new` (same key);
+    /// false when no node is at `old`.
+    pub fn replace(&mut self, h: u64, old: &ValuePointer, new: ValuePointer) -> Result<bool> {
+        let no = self.page_of(h);
+        let c = self.load(no)?;
+        match c.page.buckets[(h as usize) % BUCKETS_PER_PAGE].find_mut(old) {
+            Some(n) => {
+                n.ptr = new;
+                c.dirty = true;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Adds a node for a key not in the table, then splits one page when a
+    /// doubling is due or under way.
+    pub fn insert(&mut self, h: u64, fp: u32, ptr: ValuePointer) -> Result<()> {
+        let no = self.page_of(h);
+        let c = self.load(no)?;
+        c.page.buckets[(h as usize) % BUCKETS_PER_PAGE].insert(Node {
+            home: (h >> 6) as u32,
+            fp,
+            ptr,
+        });
+        c.dirty = true;
+        self.meta.count += 1;
+        if !self.resizing && self.load_factor() > MAX_LOAD && self.meta.base_pages < 1 << 31 {
+            self.resizing = true;
+        }
+        if self.resizing {
+            self.split_one()?;
+        }
+        Ok(())
+    }
+
+    /// Removes the node of `h`'s bucket at `ptr`; false when none is there.
+    pub fn remove(&mut self, h: u64, ptr: &ValuePointer) -> Result<bool> {
+        let no = self.page_of(h);
+        let c = self.load(no)?;
+        let ok = c.page.buckets[(h as usize) % BUCKETS_PER_PAGE].remove(ptr);
+        if ok {
+            c.dirty = true;
+            self.meta.count -= 1;
+        }
+        Ok(ok)
+    }
+
+    fn load_factor(&self) -> f64 {
+        let buckets = self.meta.map.len() as f64 * BUCKETS_PER_PAGE as f64;
+        self.meta.count as f64 / (2.0 * buckets)
+    }
+
+    /// Splits the next page of the old size into itself and its twin.
+    fn split_one(&mut self) -> Result<()> {
+        let base = self.meta.base_pages;
+        let from = self.meta.split;
+        let twin = from + base;
+        let old = self.load(from)?.page.clone();
+        self.meta.split += 1;
+        self.meta.map.push((0, 0));
+        let (mut low, mut high) = (Page::new(), Page::new());
+        for (i, b) in old.buckets.iter().enumerate() {
+            for n in b.iter() {
+                if self.page_of_home(n.home) == from {
+                    low.buckets[i].insert(*n);
+                } else {
+                    high.buckets[i].insert(*n);
+                }
+            }
+        }
+        for (no, page) in [(from, low), (twin, high)] {
+            self.evict_for_one()?;
+            if !self.cache.contains_key(&no) {
+                self.order.push_back(no);
+            }
+            self.cache.insert(
+                no,
+                Cached {
+                    page,
+                    dirty: true,
+                    referenced: true,
+                },
+            );
+        }
+        if self.meta.split == base {
+            self.meta.base_pages = 2 * base;
+            self.meta.split = 0;
+            self.resizing = false;
+        }
+        Ok(())
+    }
+
+    /// Writes every dirty page and then the meta file naming them, with the
+    /// bands' replay position `ckpt` and `bands_state` (the caller has made
+    /// the bands durable up to `ckpt`).
+    ///
+    /// # Errors
+    /// `Io`; the previous checkpoint then stays in force.
+    pub fn checkpoint(&mut self, ckpt: (u64, u64), bands_state: Vec<u8>) -> Result<()> {
+        let mut dirty: Vec<u64> = self
+            .cache
+            .iter()
+            .filter(|(_, c)| c.dirty)
+            .map(|(&n, _)| n)
+            .collect();
+        dirty.sort_unstable();
+        for no in dirty {
+            let page = self.cache[&no].page.clone();
+            self.write_page(no, &page)?;
+            if let Some(c) = self.cache.get_mut(&no) {
+                c.dirty = false;
+            }
+        }
+        let live: u64 = self.meta.map.iter().map(|x| x.1 as u64).sum();
+        if self.file_len > 4 * live + (4 << 20) {
+            self.rewrite_pages()?;
+        }
+        let path = self.path();
+        self.writer.sync().ctx(&path)?;
+        self.meta.ckpt = ckpt;
+        self.meta.bands_state = bands_state;
+        self.write_meta()?;
+        self.durable = self.meta.clone();
+        if let Some(old) = self.pending_remove.take() {
+            let _ = self.fs.remove(&old);
+        }
+        Ok(())
+    }
+
+    /// Replaces the bands state in the meta file, keeping the last
+    /// checkpoint's pages and position.
+    pub fn persist_bands_state(&mut self, bands_state: Vec<u8>) -> Result<()> {
+        let mut m = self.durable.clone();
+        m.bands_state = bands_state.clone();
+        let path = self.dir.join(META);
+        crate::fs::write_atomic(self.fs.as_ref(), &path, &m.encode()).ctx(&path)?;
+        self.durable = m;
+        self.meta.bands_state = bands_state;
+        Ok(())
+    }
+
+    fn write_meta(&mut self) -> Result<()> {
+        let path = self.dir.join(META);
+        let b = self.meta.encode();
+        crate::fs::write_atomic(self.fs.as_ref(), &path, &b).ctx(&path)?;
+        self.stats.add_written(IoCategory::Manifest, b.len() as u64);
+        Ok(())
+    }
+
+    /// Copies the live pages into the next generation's page file.
+    fn rewrite_pages(&mut self) -> Result<()> {
+        let gen = self.meta.generation + 1;
+        let path = pages_path(&self.dir, gen);
+        let mut w = self.fs.create(&path).ctx(&path)?;
+        let mut map = Vec::with_capacity(self.meta.map.len());
+        let mut len = 0u64;
+        for (no, &(off, l)) in self.meta.map.iter().enumerate() {
+            if l == 0 {
+                map.push((0, 0));
+                continue;
+            }
+            let mut b = vec![0u8; l as usize];
+            self.reader.read_exact_at(off, &mut b).ctx(&self.path())?;
+            if Page::decode(&b, no as u64).is_none() {
+                return Err(Error::corruption(
+                    self.path(),
+                    off,
+                    format!("hash-table page {no} damaged"),
+                ));
+            }
+            w.append(&b).ctx(&path)?;
+            map.push((len, l));
+            len += l as u64;
+        }
+        w.flush().and_then(|_| w.sync()).ctx(&path)?;
+        self.fs.sync_dir(&self.dir).ctx(&self.dir)?;
+        self.stats.add_written(IoCategory::Flush, len);
+        let old = self.path();
+        self.meta.generation = gen;
+        self.meta.map = map;
+        self.reader = Arc::from(self.fs.open_read(&path).ctx(&path)?);
+        self.writer = w;
+        self.file_len = len;
+        // The old file goes once the meta naming the new one is written;
+        // the next open removes it if a crash comes first.
+        self.pending_remove = Some(old);
+        Ok(())
+    }
+
+    /// Reads every page the working page map names and checks it; returns
+    /// the pages checked and the faults (file and offset).
+    pub fn verify(&self) -> (u64, Vec<Error>) {
+        let mut faults = Vec::new();
+        let mut n = 0;
+        for (no, &(off, len)) in self.meta.map.iter().enumerate() {
+            if len == 0 {
+                continue;
+            }
+            n += 1;
+            let mut b = vec![0u8; len as usize];
+            if let Err(e) = self.reader.read_exact_at(off, &mut b).ctx(&self.path()) {
+                faults.push(e);
+                continue;
+            }
+            self.stats.add_read(IoCategory::UserRead, len as u64);
+            if Page::decode(&b, no as u64).is_none() {
+                faults.push(Error::corruption(
+                    self.path(),
+                    off,
+                    format!("hash-table page {no} damaged"),
+                ));
+            }
+        }
+        (n, faults)
+    }
+
+    /// Figures for `stats`.
+    pub fn figures(&self) -> TableFigures {
+        let mut f = TableFigures {
+            buckets: self.meta.map.len() as u64 * BUCKETS_PER_PAGE as u64,
+            nodes: self.meta.count,
+            cached_pages: self.cache.len() as u64,
+            resizing: self.resizing,
+            ..Default::default()
+        };
+        f.load = f.nodes as f64 / (2.0 * f.buckets.max(1) as f64);
+        for c in self.cache.values() {
+            f.dirty_pages += c.dirty as u64;
+            for b in &c.page.buckets {
+                if !b.chain.is_empty() {
+                    f.overflow_chains += 1;
+                    f.overflow_nodes += b.chain.len() as u64;
+                }
+            }
+        }
+        f
+    }
+
+    /// Estimated bytes the cached pages take.
+    pub fn cached_bytes(&self) -> usize {
+        self.cache.values().map(|c| c.page.bytes_estimate()).sum()
+    }
+}

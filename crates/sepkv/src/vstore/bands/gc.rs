@@ -1,0 +1,265 @@
+//! Garbage collection of logical bands (FlashKey §V-B5).
+//!
+//! One step:
+//! 1. delete the files of bands collected earlier whose relocations every
+//!    live reader can now see;
+//! 2. pick the victim: the closed band with the most invalid bytes (the
+//!    invalidity table, §V-A4) among those that lie wholly before the
+//!    replay checkpoint (log mode: the bands after it are the recovery log)
+//!    and whose newest invalidating write is visible to every reader
+//!    (`inval_seq <= oldest_visible_seq`: no snapshot can still walk back
+//!    to a version that write superseded);
+//! 3. after every in-flight write has published its entries, read the band
+//!    and judge each record: a value is valid iff the index points at its
+//!    address; a delete token the index points at is valid too, and is
+//!    dropped by a relocation to the null address (the index removes the
+//!    key's node, §V-B5); every other record (older versions, delete
+//!    tokens nothing points at, relocation records and inline values, which
+//!    lie before the checkpoint and are never replayed) is dropped;
+//! 4. append the valid values to the open band as GC copies (same sequence
+//!    number and previous-version address), sync;
+//! 5. install them by compare-and-set (a racing user write wins), make the
+//!    index durable up to every write that invalidated the band, and
+//!    persist the band as retired;
+//! 6. delete the file once the relocation, and every write that made a
+//!    record of the band dead — the band's invalidity entry read after the
+//!    judging, since a write may supersede a record between the pick and
+//!    the judging — are visible to every reader (until then reads of old
+//!    addresses, and snapshots walking back, still find their bytes).
+//!
+//! A step that finds no band it may take says why: garbage only after the
+//! replay checkpoint (`GcOutcome::held_by_checkpoint`: a checkpoint lets
+//! the next step go on), or only in bands an old reader may still walk
+//! back into (counted in `ValueStore::pinned_bytes`, which a refused write
+//! waits for).
+//!
+//! A crash before 5 leaves the copies as unreferenced garbage and the band
+//! closed; after 5 the open finishes deleting retired bands.
+
+use super::band::{self, AUX_TOMBSTONE, HEADER_LEN};
+use super::BandStore;
+use crate::error::{Error, IoContext, Result};
+use crate::format::value_record::Kind;
+use crate::fs::IoCategory;
+use crate::vstore::{GcOutcome, IndexReader, IndexRelocator, Relocation, ValuePointer, ValueStore};
+use std::sync::atomic::Ordering;
+
+/// Runs one GC step on `bs`.
+pub fn step(
+    bs: &BandStore,
+    index: &dyn IndexReader,
+    relocator: &dyn IndexRelocator,
+) -> Result<GcOutcome> {
+    let _one_at_a_time = bs.gc_lock.lock();
+    let mut out = GcOutcome::default();
+    out.bytes_freed += free_retired(bs, index.oldest_visible_seq())?;
+    out.did_work = out.bytes_freed > 0;
+
+    let oldest = index.oldest_visible_seq();
+    let victim = {
+        let st = bs.state.lock();
+        let limit = bs.gc_limit_locked(&st);
+        // Bands with garbage that only a replay checkpoint or only an old
+        // reader keeps from GC: a checkpoint, or the reader's release, lets
+        // them go (`GcOutcome::held_by_checkpoint`, `pinned_bytes`).
+        let (mut by_ckpt, mut by_readers) = (false, 0u64);
+        let mut best: Option<(u64, &super::BandInfo)> = None;
+        for (&id, b) in &st.bands {
+            if !b.closed || id == st.open || b.retired.is_some() || b.invalid == 0 {
+                continue;
+            }
+            let before_ckpt = limit.is_none_or(|l| id < l);
+            let visible = b.inval_seq <= oldest;
+            match (before_ckpt, visible) {
+                (true, true) => {
+                    if best.is_none_or(|(bid, bb)| {
+                        (b.invalid, std::cmp::Reverse(id)) > (bb.invalid, std::cmp::Reverse(bid))
+                    }) {
+                        best = Some((id, b));
+                    }
+                }
+                (false, true) => by_ckpt = true,
+                (true, false) => by_readers += b.invalid,
+                (false, false) => {}
+            }
+        }
+        bs.reader_held.store(by_readers, Ordering::Relaxed);
+        out.held_by_checkpoint = best.is_none() && by_ckpt;
+        best.map(|(id, b)| (id, b.valid_len, b.inval_seq))
+    };
+    let Some((id, end, inval_seq)) = victim else {
+        return Ok(out);
+    };
+    // The range is fixed (a closed band); judge it only once every write
+    // that appended into the store has published its index entries.
+    index.wait_in_flight_writes()?;
+
+    let path = bs.path(id);
+    let h = bs.handle(id)?;
+    let mut buf = vec![0u8; end.saturating_sub(HEADER_LEN) as usize];
+    h.read_exact_at(HEADER_LEN, &mut buf).ctx(&path)?;
+    bs.stats.add_read(IoCategory::Gc, buf.len() as u64);
+    out.bytes_read = buf.len() as u64;
+
+    struct Move {
+        key: Vec<u8>,
+        seq: u64,
+        prev: Option<ValuePointer>,
+        payload: Vec<u8>,
+        old: ValuePointer,
+    }
+    let mut moves: Vec<Move> = Vec::new();
+    let mut drops: Vec<Relocation> = Vec::new();
+    let mut err = None;
+    let (stop, _, _) = band::scan_batches(&buf, HEADER_LEN, |at, e| {
+        if err.is_some() {
+            return;
+        }
+        let addr = ValuePointer {
+            file_id: id,
+            offset: at,
+            length: e.len as u32,
+            aux: if e.kind == Kind::Tombstone {
+                AUX_TOMBSTONE
+            } else {
+                0
+            },
+        };
+        let addressable = e.kind.holds_value() || e.kind == Kind::Tombstone;
+        if !addressable {
+            return;
+        }
+        match index.current_pointer(e.key) {
+            Ok(Some(p)) if p == addr => {
+                if e.kind == Kind::Tombstone {
+                    drops.push(Relocation {
+                        key: e.key.to_vec(),
+                        old: addr,
+                        new: ValuePointer::default(),
+                    });
+                } else {
+                    moves.push(Move {
+                        key: e.key.to_vec(),
+                        seq: e.seq,
+                        prev: e.prev,
+                        payload: e.payload.to_vec(),
+                        old: addr,
+                    });
+                }
+            }
+            Ok(_) => {}
+            Err(x) => err = Some(x),
+        }
+    });
+    if let Some(e) = err {
+        return Err(e);
+    }
+    if stop < end {
+        return Err(Error::corruption(
+            &path,
+            stop,
+            "band entry damaged (found by GC)",
+        ));
+    }
+
+    // Copy the valid values to the open band.
+    let mut relocs = Vec::with_capacity(moves.len() + drops.len());
+    if !moves.is_empty() {
+        let recs: Vec<(Kind, &[u8], u64, &[u8])> = moves
+            .iter()
+            .map(|m| (Kind::GcCopy, &m.key[..], m.seq, &m.payload[..]))
+            .collect();
+        let prevs: Vec<Option<ValuePointer>> = moves.iter().map(|m| m.prev).collect();
+        let ptrs = bs.append_entries(&recs, &|i, _| prevs[i], IoCategory::Gc)?;
+        bs.sync()?;
+        for (m, p) in moves.iter().zip(&ptrs) {
+            out.bytes_rewritten += p.length as u64;
+            relocs.push(Relocation {
+                key: m.key.clone(),
+                old: m.old,
+                new: *p,
+            });
+        }
+    }
+    let n_moves = relocs.len();
+    relocs.extend(drops);
+    let mut free_seq = inval_seq;
+    if !relocs.is_empty() {
+        let (installed, seq) = relocator.relocate(&relocs)?;
+        free_seq = free_seq.max(seq);
+        let mut st = bs.state.lock();
+        for (r, ok) in relocs.iter().zip(&installed).take(n_moves) {
+            if !ok {
+                // A user write won the race: the copy is garbage.
+                super::BandStore::charge_locked(&mut st, &r.new, seq);
+            }
+        }
+        let dropped = installed[n_moves..].iter().filter(|&&x| x).count();
+        bs.counters
+            .gc_tombstones_dropped
+            .fetch_add(dropped as u64, Ordering::Relaxed);
+    }
+    // A write may have superseded a record of the band after it was picked
+    // and before it was judged (the record was then judged dead and
+    // dropped): its sequence number is in the band's invalidity entry now,
+    // not in the one the pick read, and a reader older than that write may
+    // still walk back to the record. The band stays until such readers are
+    // gone. (Records superseded after they were judged live were moved:
+    // the relocation's sequence number covers those writes.)
+    let dead_seq = bs
+        .state
+        .lock()
+        .bands
+        .get(&id)
+        .map_or(inval_seq, |b| b.inval_seq.max(inval_seq));
+    free_seq = free_seq.max(dead_seq);
+    // The writes that made the band's records dead must be durable before
+    // the band goes: were one lost, the recovered index would fall back to
+    // a freed version.
+    relocator.make_durable(dead_seq)?;
+    let state = {
+        let mut st = bs.state.lock();
+        if let Some(b) = st.bands.get_mut(&id) {
+            b.retired = Some(free_seq);
+        }
+        super::BandStore::persisted_locked(&st).encode()
+    };
+    relocator.persist_state(&state)?;
+    out.did_work = true;
+    out.bytes_freed += free_retired(bs, index.oldest_visible_seq())?;
+    let c = &bs.counters;
+    c.gc_runs.fetch_add(1, Ordering::Relaxed);
+    c.gc_bytes_read.fetch_add(out.bytes_read, Ordering::Relaxed);
+    c.gc_bytes_rewritten
+        .fetch_add(out.bytes_rewritten, Ordering::Relaxed);
+    c.gc_bytes_freed
+        .fetch_add(out.bytes_freed, Ordering::Relaxed);
+    Ok(out)
+}
+
+/// Deletes retired bands whose relocation every reader sees; returns the
+/// bytes freed.
+fn free_retired(bs: &BandStore, oldest_visible: u64) -> Result<u64> {
+    let due: Vec<(u64, u64)> = {
+        let st = bs.state.lock();
+        st.bands
+            .iter()
+            .filter(|(_, b)| b.retired.is_some_and(|s| s <= oldest_visible))
+            .map(|(&id, b)| (id, b.file_len))
+            .collect()
+    };
+    let mut freed = 0;
+    for (id, len) in due {
+        // Readers that find the band gone read its addresses as collected.
+        {
+            let mut st = bs.state.lock();
+            st.bands.remove(&id);
+            bs.refresh_due_locked(&st);
+        }
+        bs.handles.write().remove(&id);
+        let path = bs.path(id);
+        bs.fs.remove(&path).ctx(&path)?;
+        freed += len;
+    }
+    Ok(freed)
+}

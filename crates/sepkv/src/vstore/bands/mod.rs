@@ -1,0 +1,1252 @@
+//! FlashKey's logical bands (LBands), the `bands` layout (FlashKey §V-A2,
+//! §V-A4, §V-B5).
+//!
+//! Values (and, in log mode, every other entry of a write) are appended to
+//! the one **open band**; when it holds `band_entries` entries (default
+//! 1000) it gets a **closed-band trailer**, is synced and joins the closed
+//! bands, and the next band is opened. Bands live one per file,
+//! `NNNNNN.band`, named by the band's sequence number, which only grows:
+//! the file system's free space plays the part of the paper's empty-band
+//! list, and [`BandStore::empty_bands`] counts the bands that still fit
+//! into `value_capacity`. The format is in [`band`].
+//!
+//! - **Log mode** (`log_mode`, as the value log's WiscKey §3.4.2 mode):
+//!   every put, delete token and GC relocation of a write batch is appended
+//!   to the bands, with the end-of-batch flag on its last entry, so the
+//!   bands alone rebuild the index after a crash; FlashKey has no separate
+//!   WAL. Recovery replays the bands after the last checkpoint in band
+//!   order and applies a batch all or nothing.
+//! - **Previous versions.** Every entry records the address of its key's
+//!   previous version, so a read at an older sequence number can walk back
+//!   from the newest version (as in FASTER's hybrid log; the paper has no
+//!   snapshots). The address comes from the index through [`PrevLookup`]
+//!   or from the caller of [`BandStore::log_linked`].
+//! - **Invalidity table** (§V-A4): the invalid bytes of each band, raised on
+//!   every overwrite and delete from the previous version's length the
+//!   index knows (no disk read), together with the newest sequence number
+//!   that invalidated something in the band. It is persisted with each
+//!   checkpoint ([`ValueStore::state_with_checkpoint`]).
+//! - **GC** (§V-B5, [`gc`]): picks the closed band with the most invalid
+//!   bytes, moves its valid records to the open band and installs them by
+//!   compare-and-set. To keep every version a live snapshot can reach, a
+//!   band is collected only once the newest write that invalidated a record
+//!   in it is visible to every reader (its sequence number is at most
+//!   [`IndexReader::oldest_visible_seq`]), and its file is deleted only
+//!   when the relocation is visible to every reader too.
+//! - **Capacity**: with `value_capacity` set, a user append that would take
+//!   the band files past it is refused with `ValueStoreFull` (the engine
+//!   then runs GC and retries); GC copies, delete tokens and relocations
+//!   are exempt.
+//!
+//! Thread-safety: appends (and syncs) hold the open band's lock; reads take
+//! the state lock only to check the address, never across I/O. Lock order:
+//! `gc_lock`, then `io`, then `state`.
+
+pub mod band;
+pub mod gc;
+
+use super::{GcOutcome, IndexReader, IndexRelocator, LogEntry, SpaceStats, ValuePointer};
+use super::{ValueRecord, ValueStore};
+use crate::error::{Error, IoContext, Result};
+use crate::format::value_record::{DecodeError, Kind};
+use crate::fs::{Advice, FileSystem, IoCategory, IoStats, RandomAccessFile, WritableFile};
+use crate::index::key::{SeqNum, ValueType};
+use band::{Entry, AUX_TOMBSTONE, BATCH_END, HEADER_LEN, TRAILER_LEN};
+use parking_lot::{Mutex, RwLock};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+/// Knobs of the bands (from `Options`).
+#[derive(Debug, Clone)]
+pub struct BandOptions {
+    /// Values shorter than this are logged inline (log mode) rather than
+    /// addressed by a pointer; 0 addresses every value (the hash index
+    /// keeps no values).
+    pub value_threshold: usize,
+    /// Entries after which the open band is closed (default 1000).
+    pub band_entries: u32,
+    /// The bands replace the write-ahead log.
+    pub log_mode: bool,
+    /// Most bytes the band files may take before a user append is refused
+    /// with `ValueStoreFull`; `None` = unbounded.
+    pub capacity: Option<u64>,
+    /// GC is due when fewer empty bands than this — or than an eighth of
+    /// the bands the capacity holds, whichever is more — fit into the
+    /// capacity (§V-B5; ignored without a capacity).
+    pub gc_empty_bands: u64,
+    /// A second index (the key-only LSM-tree of §V-A3) replays the bands
+    /// from a checkpoint of its own ([`BandStore::set_key_checkpoint`]); GC
+    /// collects only bands before both checkpoints.
+    pub key_index: bool,
+}
+
+impl Default for BandOptions {
+    fn default() -> Self {
+        BandOptions {
+            value_threshold: 0,
+            band_entries: 1000,
+            log_mode: true,
+            capacity: None,
+            gc_empty_bands: 4,
+            key_index: false,
+        }
+    }
+}
+
+/// Where an index tells the bands the current address of a key (the
+/// previous version of the entry being written). Called with the writer's
+/// lock held, before the entry is appended.
+pub trait PrevLookup: Send + Sync {
+    /// The address the index holds for `key`, if any.
+    fn prev(&self, key: &[u8]) -> Option<ValuePointer>;
+}
+
+/// Path of band `id`.
+pub fn band_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{id:06}.band"))
+}
+
+/// The open band, behind its own lock so that `write(2)` and `fsync` never
+/// hold the state lock readers take.
+struct Open {
+    band: u64,
+    file: Box<dyn WritableFile>,
+    /// Bytes handed to the OS (header included).
+    len: u64,
+    entries: u32,
+    max_seq: u64,
+    dirty: bool,
+    /// The band's directory entry is durable (a roll syncs the directory
+    /// only every other band; `sync` makes up for it).
+    dir_synced: bool,
+    /// Set by a failed write or sync: the band's end is unknown.
+    failed: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct BandInfo {
+    /// End of the last complete batch.
+    valid_len: u64,
+    /// Bytes of the file (valid length plus trailer or torn tail).
+    file_len: u64,
+    entries: u32,
+    closed: bool,
+    /// Invalid bytes (§V-A4).
+    invalid: u64,
+    /// Newest sequence number that invalidated a record in the band.
+    inval_seq: u64,
+    /// Collected by GC; the file is deleted once this sequence number is
+    /// visible to every reader.
+    retired: Option<u64>,
+}
+
+struct State {
+    bands: BTreeMap<u64, BandInfo>,
+    open: u64,
+    /// Log mode: replay starts here; GC collects only bands before it.
+    ckpt: Option<(u64, u64)>,
+    /// The key index's replay position (`key_index`); `None` until known.
+    key_ckpt: Option<(u64, u64)>,
+    /// Largest sequence number appended.
+    last_seq: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    gc_runs: AtomicU64,
+    gc_bytes_read: AtomicU64,
+    gc_bytes_rewritten: AtomicU64,
+    gc_bytes_freed: AtomicU64,
+    gc_tombstones_dropped: AtomicU64,
+}
+
+/// The logical bands. See the module docs.
+pub struct BandStore {
+    opts: BandOptions,
+    dir: PathBuf,
+    fs: Arc<dyn FileSystem>,
+    stats: Arc<IoStats>,
+    handles: RwLock<HashMap<u64, Arc<dyn RandomAccessFile>>>,
+    io: Mutex<Open>,
+    state: Mutex<State>,
+    gc_lock: Mutex<()>,
+    prev_lookup: RwLock<Option<Weak<dyn PrevLookup>>>,
+    /// Addresses of every entry of the last user batch (see
+    /// [`BandStore::take_last_batch`]).
+    last_batch: Mutex<Vec<ValuePointer>>,
+    counters: Counters,
+    /// Invalid bytes the last GC step found in bands it may not collect
+    /// yet only because a reader older than the writes that invalidated
+    /// them is alive (part of [`ValueStore::pinned_bytes`]).
+    reader_held: AtomicU64,
+    /// [`BandStore::gc_due`] as of the last band roll or GC (§V-B5).
+    due: AtomicBool,
+}
+
+/// The persisted state: checkpoint, retired bands and invalidity table.
+///
+/// ```text
+/// state := 1 ckpt_band:u64le ckpt_off:u64le
+///          n_retired:u32le (band:u64le)*
+///          n_inval:u32le (band:u64le invalid:u64le inval_seq:u64le)*
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct PersistedState {
+    ckpt: (u64, u64),
+    retired: Vec<u64>,
+    invalid: Vec<(u64, u64, u64)>,
+}
+
+/// Largest band number or offset a persisted state may hold.
+const MAX_POS: u64 = 1 << 48;
+
+impl PersistedState {
+    fn encode(&self) -> Vec<u8> {
+        let mut v = vec![1u8];
+        v.extend_from_slice(&self.ckpt.0.to_le_bytes());
+        v.extend_from_slice(&self.ckpt.1.to_le_bytes());
+        v.extend_from_slice(&(self.retired.len() as u32).to_le_bytes());
+        for b in &self.retired {
+            v.extend_from_slice(&b.to_le_bytes());
+        }
+        v.extend_from_slice(&(self.invalid.len() as u32).to_le_bytes());
+        for (b, i, s) in &self.invalid {
+            v.extend_from_slice(&b.to_le_bytes());
+            v.extend_from_slice(&i.to_le_bytes());
+            v.extend_from_slice(&s.to_le_bytes());
+        }
+        v
+    }
+
+    pub(crate) fn decode(b: &[u8]) -> Option<PersistedState> {
+        let mut pos = 0usize;
+        let mut word = |n: usize| -> Option<u64> {
+            let s = b.get(pos..pos + n)?;
+            pos += n;
+            let mut w = [0u8; 8];
+            w[..n].copy_from_slice(s);
+            Some(u64::from_le_bytes(w))
+        };
+        if word(1)? != 1 {
+            return None;
+        }
+        let ckpt = (word(8)?, word(8)?);
+        if ckpt.0 > MAX_POS || ckpt.1 > MAX_POS {
+            return None;
+        }
+        let nr = word(4)? as usize;
+        if nr > b.len() / 8 {
+            return None;
+        }
+        let mut retired = Vec::with_capacity(nr);
+        for _ in 0..nr {
+            retired.push(word(8).filter(|&x| x <= MAX_POS)?);
+        }
+        let ni = word(4)? as usize;
+        if ni > b.len() / 24 {
+            return None;
+        }
+        let mut invalid = Vec::with_capacity(ni);
+        for _ in 0..ni {
+            invalid.push((word(8).filter(|&x| x <= MAX_POS)?, word(8)?, word(8)?));
+        }
+        (pos == b.len()).then_some(PersistedState {
+            ckpt,
+            retired,
+            invalid,
+        })
+    }
+}
+
+/// A band entry read back for an index (see [`BandStore::read_entry`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnedEntry {
+    /// What the entry is.
+    pub kind: Kind,
+    /// The user key.
+    pub key: Vec<u8>,
+    /// Sequence number of the write.
+    pub seq: SeqNum,
+    /// Address of the key's previous version.
+    pub prev: Option<ValuePointer>,
+    /// Value, encoded pointer, or empty.
+    pub payload: Vec<u8>,
+}
+
+impl BandStore {
+    /// Opens the bands in `dir`, given the state last persisted (`None` for
+    /// a new database).
+    ///
+    /// # Errors
+    /// `Corruption` for an unreadable state or a band whose header is
+    /// damaged; `Io`.
+    pub fn open(
+        dir: &Path,
+        fs: Arc<dyn FileSystem>,
+        stats: Arc<IoStats>,
+        opts: BandOptions,
+        state: Option<&[u8]>,
+    ) -> Result<BandStore> {
+        let persisted = match state {
+            Some(s) => Some(
+                PersistedState::decode(s)
+                    .ok_or_else(|| Error::corruption(dir.join("MANIFEST"), 0, "bad band state"))?,
+            ),
+            None => None,
+        };
+        let mut ids: Vec<u64> = fs
+            .list(dir)
+            .ctx(dir)?
+            .iter()
+            .filter_map(|n| n.strip_suffix(".band")?.parse().ok())
+            .collect();
+        ids.sort_unstable();
+        // Bands whose collection was durable: finish deleting them.
+        if let Some(p) = &persisted {
+            for r in &p.retired {
+                if let Ok(i) = ids.binary_search(r) {
+                    let path = band_path(dir, *r);
+                    fs.remove(&path).ctx(&path)?;
+                    ids.remove(i);
+                }
+            }
+        }
+        let mut bands = BTreeMap::new();
+        let mut reuse = None;
+        let last_id = ids.last().copied();
+        let mut last_seq = 0;
+        for &id in &ids {
+            let path = band_path(dir, id);
+            let size = fs.file_size(&path).ctx(&path)?;
+            let f = fs.open_read(&path).ctx(&path)?;
+            let mut head = vec![0u8; (HEADER_LEN as usize).min(size as usize)];
+            f.read_exact_at(0, &mut head).ctx(&path)?;
+            stats.add_read(IoCategory::ValueStore, head.len() as u64);
+            if band::decode_header(&head) != Some(id) {
+                if Some(id) == last_id && size <= HEADER_LEN {
+                    // A band whose creation a crash interrupted: it never
+                    // held an entry.
+                    fs.remove(&path).ctx(&path)?;
+                    continue;
+                }
+                return Err(Error::corruption(&path, 0, "band header damaged"));
+            }
+            let mut info = BandInfo {
+                file_len: size,
+                closed: true,
+                ..Default::default()
+            };
+            let trailer = if size >= HEADER_LEN + TRAILER_LEN as u64 {
+                let mut t = vec![0u8; TRAILER_LEN];
+                let at = size - TRAILER_LEN as u64;
+                f.read_exact_at(at, &mut t).ctx(&path)?;
+                stats.add_read(IoCategory::ValueStore, TRAILER_LEN as u64);
+                band::decode_trailer(&t, at)
+            } else {
+                None
+            };
+            match trailer {
+                Some(t) => {
+                    info.valid_len = t.data_end;
+                    info.entries = t.entries;
+                    last_seq = last_seq.max(t.max_seq);
+                }
+                None => {
+                    // The open band at a crash: keep its complete batches.
+                    let mut buf = vec![0u8; (size - HEADER_LEN) as usize];
+                    f.read_exact_at(HEADER_LEN, &mut buf).ctx(&path)?;
+                    stats.add_read(IoCategory::ValueStore, buf.len() as u64);
+                    let (end, n, max_seq) = band::scan_batches(&buf, HEADER_LEN, |_, _| {});
+                    // Everything before the checkpoint was durable when it
+                    // was taken: a band ending earlier is damaged, not torn.
+                    if let Some(p) = &persisted {
+                        if p.ckpt.0 == id && end < p.ckpt.1 {
+                            return Err(Error::corruption(
+                                &path,
+                                end,
+                                "band entry damaged before the replay checkpoint",
+                            ));
+                        }
+                    }
+                    info.valid_len = end;
+                    info.entries = n;
+                    last_seq = last_seq.max(max_seq);
+                    if Some(id) == last_id && end == size && n < opts.band_entries {
+                        reuse = Some((id, size, n, max_seq));
+                    }
+                }
+            }
+            bands.insert(id, info);
+        }
+        if let Some(p) = &persisted {
+            for &(b, inv, s) in &p.invalid {
+                if let Some(i) = bands.get_mut(&b) {
+                    i.invalid = inv.min(i.valid_len);
+                    i.inval_seq = s;
+                }
+            }
+        }
+        let (open, file, len, entries, max_seq) = match reuse {
+            Some((id, size, n, max_seq)) => {
+                let path = band_path(dir, id);
+                let f = fs.open_append(&path).ctx(&path)?;
+                if let Some(i) = bands.get_mut(&id) {
+                    i.closed = false;
+                }
+                (id, f, size, n, max_seq)
+            }
+            None => {
+                let id = last_id
+                    .map_or(1, |l| l + 1)
+                    .max(persisted.as_ref().map_or(1, |p| {
+                        p.ckpt.0.max(p.retired.iter().max().map_or(0, |r| r + 1))
+                    }));
+                let (f, len) = Self::create_band(fs.as_ref(), dir, id, &stats, true)?;
+                bands.insert(
+                    id,
+                    BandInfo {
+                        valid_len: len,
+                        file_len: len,
+                        ..Default::default()
+                    },
+                );
+                (id, f, len, 0, 0)
+            }
+        };
+        let ckpt = opts.log_mode.then(|| {
+            persisted
+                .as_ref()
+                .map(|p| p.ckpt)
+                .unwrap_or((bands.keys().next().copied().unwrap_or(open), 0))
+        });
+        let bs = BandStore {
+            opts,
+            dir: dir.to_path_buf(),
+            fs,
+            stats,
+            handles: RwLock::new(HashMap::new()),
+            io: Mutex::new(Open {
+                band: open,
+                file,
+                len,
+                entries,
+                max_seq,
+                dirty: false,
+                dir_synced: true,
+                failed: None,
+            }),
+            state: Mutex::new(State {
+                bands,
+                open,
+                ckpt,
+                key_ckpt: None,
+                last_seq,
+            }),
+            gc_lock: Mutex::new(()),
+            prev_lookup: RwLock::new(None),
+            last_batch: Mutex::new(Vec::new()),
+            counters: Counters::default(),
+            reader_held: AtomicU64::new(0),
+            due: AtomicBool::new(false),
+        };
+        bs.refresh_due_locked(&bs.state.lock());
+        Ok(bs)
+    }
+
+    /// Creates band `id` with its header; returns the file and its length.
+    fn create_band(
+        fs: &dyn FileSystem,
+        dir: &Path,
+        id: u64,
+        stats: &IoStats,
+        sync_dir: bool,
+    ) -> Result<(Box<dyn WritableFile>, u64)> {
+        let path = band_path(dir, id);
+        let mut f = fs.create(&path).ctx(&path)?;
+        let h = band::encode_header(id);
+        f.append(&h).and_then(|_| f.flush()).ctx(&path)?;
+        stats.add_written(IoCategory::ValueStore, h.len() as u64);
+        if sync_dir {
+            fs.sync_dir(dir).ctx(dir)?;
+        }
+        Ok((f, h.len() as u64))
+    }
+
+    /// Lets the index tell the bands each key's current address, which the
+    /// next entry of the key records as its previous version and which the
+    /// invalidity table charges (§V-A4).
+    pub fn set_prev_lookup(&self, l: Weak<dyn PrevLookup>) {
+        *self.prev_lookup.write() = Some(l);
+    }
+
+    fn path(&self, id: u64) -> PathBuf {
+        band_path(&self.dir, id)
+    }
+
+    /// Path of band `id` (for errors).
+    pub fn band_file(&self, id: u64) -> PathBuf {
+        self.path(id)
+    }
+
+    fn handle(&self, id: u64) -> Result<Arc<dyn RandomAccessFile>> {
+        if let Some(h) = self.handles.read().get(&id) {
+            return Ok(h.clone());
+        }
+        let path = self.path(id);
+        let h: Arc<dyn RandomAccessFile> = Arc::from(self.fs.open_read(&path).ctx(&path)?);
+        self.fs.advise(&path, 0, 0, Advice::Random);
+        self.handles.write().insert(id, h.clone());
+        Ok(h)
+    }
+
+    fn check_failed(&self, o: &Open) -> Result<()> {
+        match &o.failed {
+            Some(why) => Err(Error::Poisoned(format!(
+                "band {}: {why}",
+                self.path(o.band).display()
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Bytes the band files take (retired bands included until deleted).
+    fn used_locked(st: &State) -> u64 {
+        st.bands.values().map(|b| b.file_len.max(b.valid_len)).sum()
+    }
+
+    /// Mean bytes of a closed band (the size an empty band will take).
+    fn band_size_locked(&self, st: &State) -> u64 {
+        let (n, bytes) = st
+            .bands
+            .values()
+            .filter(|b| b.closed && b.entries > 0)
+            .fold((0u64, 0u64), |(n, s), b| (n + 1, s + b.file_len));
+        if let Some(mean) = bytes.checked_div(n) {
+            mean.max(1)
+        } else {
+            let open = st.bands.get(&st.open);
+            let per_entry = open
+                .filter(|b| b.entries > 0)
+                .map_or(1024, |b| (b.valid_len - HEADER_LEN) / b.entries as u64);
+            per_entry * self.opts.band_entries as u64 + HEADER_LEN + TRAILER_LEN as u64
+        }
+    }
+
+    /// Empty bands that still fit into the capacity (the paper's empty-band
+    /// list); `None` without a capacity.
+    pub fn empty_bands(&self) -> Option<u64> {
+        self.empty_bands_locked(&self.state.lock())
+    }
+
+    fn empty_bands_locked(&self, st: &State) -> Option<u64> {
+        let cap = self.opts.capacity?;
+        Some(cap.saturating_sub(Self::used_locked(st)) / self.band_size_locked(st))
+    }
+
+    /// The empty-band threshold below which GC is due: `gc_empty_bands`,
+    /// or an eighth of the bands the capacity holds if that is more.
+    fn due_threshold_locked(&self, st: &State) -> u64 {
+        let bands = self
+            .opts
+            .capacity
+            .map_or(0, |c| c / self.band_size_locked(st));
+        self.opts.gc_empty_bands.max(bands / 8)
+    }
+
+    /// Recomputes [`BandStore::gc_due`] (a band closed or was freed).
+    fn refresh_due_locked(&self, st: &State) {
+        let due = self
+            .empty_bands_locked(st)
+            .is_some_and(|n| n < self.due_threshold_locked(st));
+        self.due.store(due, Ordering::Relaxed);
+    }
+
+    /// True when fewer empty bands than the threshold remain (§V-B5):
+    /// `gc_empty_bands` or an eighth of the bands the capacity holds,
+    /// whichever is more. Updated when a band closes and when GC frees
+    /// one.
+    pub fn gc_due(&self) -> bool {
+        self.due.load(Ordering::Relaxed)
+    }
+
+    /// Charges the record at `ptr` to its band's invalid bytes, made
+    /// invalid by the write with sequence number `seq` (§V-A4).
+    pub fn note_invalid(&self, ptr: &ValuePointer, seq: SeqNum) {
+        let mut st = self.state.lock();
+        Self::charge_locked(&mut st, ptr, seq);
+    }
+
+    fn charge_locked(st: &mut State, ptr: &ValuePointer, seq: SeqNum) {
+        if let Some(b) = st.bands.get_mut(&ptr.file_id) {
+            if b.retired.is_none() {
+                b.invalid = (b.invalid + ptr.length as u64).min(b.valid_len);
+                b.inval_seq = b.inval_seq.max(seq);
+            }
+        }
+    }
+
+    /// Appends a batch (log mode) and returns the address of every entry,
+    /// delete tokens and relocations included. `prevs` gives each entry's
+    /// previous version; `None` asks the [`PrevLookup`] (entries of the
+    /// same key earlier in the batch take precedence either way). A
+    /// relocation records no previous version and charges nothing.
+    ///
+    /// # Errors
+    /// `ValueStoreFull` (nothing written) when a batch with user values
+    /// would pass the capacity; `Io` (the store is then poisoned).
+    pub fn log_linked(
+        &self,
+        entries: &[LogEntry<'_>],
+        prevs: Option<&[Option<ValuePointer>]>,
+    ) -> Result<Vec<ValuePointer>> {
+        let recs: Vec<(Kind, &[u8], u64, &[u8])> = entries
+            .iter()
+            .map(|e| {
+                let kind = match e.vtype {
+                    ValueType::Value if e.separate => Kind::Value,
+                    ValueType::Value => Kind::Inline,
+                    ValueType::Deletion => Kind::Tombstone,
+                    ValueType::Pointer => Kind::Relocation,
+                };
+                (kind, e.key, e.seq, e.value)
+            })
+            .collect();
+        let lookup = if prevs.is_none() {
+            self.prev_lookup.read().as_ref().and_then(Weak::upgrade)
+        } else {
+            None
+        };
+        let prev_of = |i: usize, key: &[u8]| -> Option<ValuePointer> {
+            match prevs {
+                Some(p) => p.get(i).copied().flatten(),
+                None => lookup.as_ref().and_then(|l| l.prev(key)),
+            }
+        };
+        let ptrs = self.append_entries(&recs, &prev_of, IoCategory::ValueStore)?;
+        *self.last_batch.lock() = ptrs.clone();
+        Ok(ptrs)
+    }
+
+    /// The addresses of every entry of the last batch logged through
+    /// [`ValueStore::log_batch`] or [`BandStore::log_linked`] (delete tokens
+    /// and relocations included, which `log_batch` does not return), taken
+    /// once. The writer's lock orders a batch's logging before its index
+    /// update, so the index calls this with that lock held.
+    pub fn take_last_batch(&self) -> Vec<ValuePointer> {
+        std::mem::take(&mut *self.last_batch.lock())
+    }
+
+    /// Appends entries `(kind, key, seq, payload)` as one batch. `prev_of`
+    /// gives an entry's previous version (for GC copies: the original's).
+    fn append_entries(
+        &self,
+        recs: &[(Kind, &[u8], u64, &[u8])],
+        prev_of: &dyn Fn(usize, &[u8]) -> Option<ValuePointer>,
+        cat: IoCategory,
+    ) -> Result<Vec<ValuePointer>> {
+        let mut o = self.io.lock();
+        self.check_failed(&o)?;
+        if recs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let need: u64 = recs.iter().map(|r| band::entry_len(r.1, r.3) as u64).sum();
+        if let Some(cap) = self.opts.capacity {
+            if recs.iter().any(|r| r.0 == Kind::Value) {
+                let used = Self::used_locked(&self.state.lock());
+                if used + need > cap {
+                    return Err(Error::ValueStoreFull(format!(
+                        "the bands take {used} bytes and {need} more would pass value_capacity {cap}; \
+                         GC could not free enough (delete data or reopen with a larger value_capacity)"
+                    )));
+                }
+            }
+        }
+        let user = cat != IoCategory::Gc;
+        let mut buf = Vec::with_capacity(need as usize);
+        let mut ptrs = Vec::with_capacity(recs.len());
+        // Previous versions and what they invalidate: `(address, seq)`.
+        let mut charges: Vec<(ValuePointer, u64)> = Vec::new();
+        let mut in_batch: HashMap<&[u8], ValuePointer> = HashMap::new();
+        let mut max_seq = o.max_seq;
+        for (i, &(kind, key, seq, payload)) in recs.iter().enumerate() {
+            let linked = user && kind != Kind::Relocation;
+            let prev = if linked {
+                in_batch.get(key).copied().or_else(|| prev_of(i, key))
+            } else if user {
+                None
+            } else {
+                // A GC copy keeps the original's previous version.
+                prev_of(i, key)
+            };
+            let before = buf.len();
+            let flags = if i + 1 == recs.len() { BATCH_END } else { 0 };
+            band::encode_entry(&mut buf, kind, flags, key, seq, prev.as_ref(), payload);
+            let p = ValuePointer {
+                file_id: o.band,
+                offset: o.len + before as u64,
+                length: (buf.len() - before) as u32,
+                aux: if kind == Kind::Tombstone {
+                    AUX_TOMBSTONE
+                } else {
+                    0
+                },
+            };
+            if linked {
+                if let Some(prev) = prev {
+                    // A delete token was charged when it was written.
+                    if prev.aux & AUX_TOMBSTONE == 0 {
+                        charges.push((prev, seq));
+                    }
+                }
+                if kind == Kind::Tombstone {
+                    // A delete token is garbage once nothing older survives.
+                    charges.push((p, seq));
+                }
+                in_batch.insert(key, p);
+            }
+            max_seq = max_seq.max(seq);
+            ptrs.push(p);
+        }
+        let path = self.path(o.band);
+        if let Err(e) = o.file.append(&buf).and_then(|_| o.file.flush()) {
+            o.failed = Some(format!("a write failed: {e}"));
+            return Err(Error::io(&path, e));
+        }
+        self.stats.add_written(cat, buf.len() as u64);
+        o.len += buf.len() as u64;
+        o.entries += recs.len() as u32;
+        o.max_seq = max_seq;
+        o.dirty = true;
+        {
+            let mut st = self.state.lock();
+            if let Some(b) = st.bands.get_mut(&o.band) {
+                b.valid_len = o.len;
+                b.file_len = o.len;
+                b.entries = o.entries;
+            }
+            st.last_seq = st.last_seq.max(max_seq);
+            for (p, s) in charges {
+                Self::charge_locked(&mut st, &p, s);
+            }
+        }
+        if o.entries >= self.opts.band_entries {
+            if let Err(e) = self.roll(&mut o) {
+                o.failed = Some(format!("closing the band failed: {e}"));
+                return Err(e);
+            }
+        }
+        Ok(ptrs)
+    }
+
+    /// Closes the open band (trailer, sync) and opens the next. `io` held.
+    fn roll(&self, o: &mut Open) -> Result<()> {
+        let path = self.path(o.band);
+        let t = band::encode_trailer(&band::Trailer {
+            entries: o.entries,
+            data_end: o.len,
+            max_seq: o.max_seq,
+        });
+        o.file
+            .append(&t)
+            .and_then(|_| o.file.flush())
+            .and_then(|_| o.file.sync())
+            .ctx(&path)?;
+        self.stats
+            .add_written(IoCategory::ValueStore, t.len() as u64);
+        let id = o.band + 1;
+        // A power loss may keep a later band only if it keeps this one:
+        // the directory is synced when the closing band's entry is not
+        // durable yet (covering both entries), so every other roll.
+        let sync_dir = !o.dir_synced;
+        let (file, len) =
+            Self::create_band(self.fs.as_ref(), &self.dir, id, &self.stats, sync_dir)?;
+        {
+            let mut st = self.state.lock();
+            if let Some(b) = st.bands.get_mut(&o.band) {
+                b.closed = true;
+                b.file_len = o.len + t.len() as u64;
+            }
+            st.bands.insert(
+                id,
+                BandInfo {
+                    valid_len: len,
+                    file_len: len,
+                    ..Default::default()
+                },
+            );
+            st.open = id;
+            self.refresh_due_locked(&st);
+        }
+        *o = Open {
+            band: id,
+            file,
+            len,
+            entries: 0,
+            max_seq: o.max_seq,
+            dirty: false,
+            dir_synced: sync_dir,
+            failed: None,
+        };
+        Ok(())
+    }
+
+    /// `None` when `ptr` is outside every band's valid range.
+    fn readable(&self, ptr: &ValuePointer) -> bool {
+        let st = self.state.lock();
+        ptr.offset >= HEADER_LEN
+            && st
+                .bands
+                .get(&ptr.file_id)
+                .is_some_and(|b| ptr.end() <= b.valid_len)
+    }
+
+    fn read_raw(&self, ptr: &ValuePointer, cat: IoCategory) -> Result<Option<Vec<u8>>> {
+        if !self.readable(ptr) {
+            return Ok(None);
+        }
+        let h = match self.handle(ptr.file_id) {
+            Ok(h) => h,
+            // Deleted by GC between the check and the open.
+            Err(_) if !self.readable(ptr) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut buf = vec![0u8; ptr.length as usize];
+        h.read_exact_at(ptr.offset, &mut buf)
+            .ctx(&self.path(ptr.file_id))?;
+        self.stats.add_read(cat, buf.len() as u64);
+        Ok(Some(buf))
+    }
+
+    /// Reads the entry at `ptr` whatever its kind (an index verifying a
+    /// fingerprint match, or walking back to an older version). `Ok(None)`
+    /// when the address lies outside the bands (collected, or lost in a
+    /// crash).
+    ///
+    /// # Errors
+    /// `Corruption` with band file and offset when the bytes there are not
+    /// an intact entry of the pointer's length.
+    pub fn read_entry(&self, ptr: &ValuePointer) -> Result<Option<OwnedEntry>> {
+        let Some(buf) = self.read_raw(ptr, IoCategory::ValueStore)? else {
+            return Ok(None);
+        };
+        let e = self.check_entry(ptr, &buf)?;
+        Ok(Some(OwnedEntry {
+            kind: e.kind,
+            key: e.key.to_vec(),
+            seq: e.seq,
+            prev: e.prev,
+            payload: e.payload.to_vec(),
+        }))
+    }
+
+    fn check_entry<'a>(&self, ptr: &ValuePointer, buf: &'a [u8]) -> Result<Entry<'a>> {
+        match band::decode_entry(buf) {
+            Ok(e) if e.len == buf.len() => Ok(e),
+            Ok(_) => Err(Error::corruption(
+                self.path(ptr.file_id),
+                ptr.offset,
+                "band entry length differs from the pointer",
+            )),
+            Err(e) => Err(Error::corruption(
+                self.path(ptr.file_id),
+                ptr.offset,
+                format!("band entry damaged ({e:?})"),
+            )),
+        }
+    }
+
+    /// True when `ptr` lies in a band GC has collected and deleted.
+    pub fn is_collected(&self, ptr: &ValuePointer) -> bool {
+        let st = self.state.lock();
+        ptr.file_id < st.open && !st.bands.contains_key(&ptr.file_id)
+    }
+
+    /// The key index's replay position, if known.
+    pub fn key_checkpoint(&self) -> Option<(u64, u64)> {
+        self.state.lock().key_ckpt
+    }
+
+    /// The replay position of the last committed checkpoint (log mode).
+    pub fn checkpoint_position(&self) -> Option<(u64, u64)> {
+        self.state.lock().ckpt
+    }
+
+    /// Records the key index's durable replay position (monotonic).
+    pub fn set_key_checkpoint(&self, pos: (u64, u64)) {
+        let mut st = self.state.lock();
+        if st.key_ckpt.is_none_or(|c| c < pos) {
+            st.key_ckpt = Some(pos);
+        }
+    }
+
+    /// The first band GC must keep: the lower of the checkpoints (log
+    /// mode); `None` without log mode.
+    fn gc_limit_locked(&self, st: &State) -> Option<u64> {
+        let c = st.ckpt?.0;
+        if self.opts.key_index {
+            Some(st.key_ckpt.map_or(0, |k| k.0.min(c)))
+        } else {
+            Some(c)
+        }
+    }
+
+    /// Sequence number of the last appended entry.
+    pub fn last_seq(&self) -> SeqNum {
+        self.state.lock().last_seq
+    }
+
+    /// The invalidity table: `(band, invalid bytes)` of every band.
+    pub fn invalidity(&self) -> Vec<(u64, u64)> {
+        let st = self.state.lock();
+        st.bands.iter().map(|(&b, i)| (b, i.invalid)).collect()
+    }
+
+    /// `(open, closed, retired)` band counts.
+    pub fn band_counts(&self) -> (u64, u64, u64) {
+        let st = self.state.lock();
+        let retired = st.bands.values().filter(|b| b.retired.is_some()).count() as u64;
+        let closed = st
+            .bands
+            .values()
+            .filter(|b| b.closed && b.retired.is_none())
+            .count() as u64;
+        (1, closed, retired)
+    }
+
+    fn persisted_locked(st: &State) -> PersistedState {
+        PersistedState {
+            ckpt: st.ckpt.unwrap_or((0, 0)),
+            retired: st
+                .bands
+                .iter()
+                .filter(|(_, b)| b.retired.is_some())
+                .map(|(&id, _)| id)
+                .collect(),
+            invalid: st
+                .bands
+                .iter()
+                .filter(|(_, b)| b.invalid > 0 && b.retired.is_none())
+                .map(|(&id, b)| (id, b.invalid, b.inval_seq))
+                .collect(),
+        }
+    }
+
+    /// Replays the complete batches of band `id` from `start` to its valid
+    /// end; `Corruption` where an entry before the valid end is damaged.
+    fn replay_band(
+        &self,
+        id: u64,
+        start: u64,
+        end: u64,
+        f: &mut dyn FnMut(u64, &Entry<'_>) -> Result<()>,
+    ) -> Result<u64> {
+        if start >= end {
+            return Ok(0);
+        }
+        let path = self.path(id);
+        let h = self.handle(id)?;
+        let mut buf = vec![0u8; (end - start) as usize];
+        h.read_exact_at(start, &mut buf).ctx(&path)?;
+        self.stats.add_read(IoCategory::Wal, buf.len() as u64);
+        let mut err = None;
+        let (stop, n, _) = band::scan_batches(&buf, start, |at, e| {
+            if err.is_none() {
+                if let Err(x) = f(at, e) {
+                    err = Some(x);
+                }
+            }
+        });
+        if let Some(e) = err {
+            return Err(e);
+        }
+        if stop < end {
+            let why = match band::decode_entry(&buf[(stop - start) as usize..]) {
+                Err(DecodeError::Truncated) | Ok(_) => "band ends inside a write batch".into(),
+                Err(e) => format!("band entry damaged ({e:?})"),
+            };
+            return Err(Error::corruption(path, stop, why));
+        }
+        Ok(n as u64)
+    }
+
+    /// Replays every complete batch after the checkpoint in band order,
+    /// calling `f(address, entry)` (GC copies included, which
+    /// [`ValueStore::replay`] skips). For an index that rebuilds itself from
+    /// the bands.
+    ///
+    /// # Errors
+    /// `Corruption` with band file and offset; `Io`; whatever `f` returns.
+    pub fn replay_entries(
+        &self,
+        f: &mut dyn FnMut(ValuePointer, &Entry<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let from = self.state.lock().ckpt.unwrap_or((0, 0));
+        self.replay_entries_from(from, f)
+    }
+
+    /// As [`BandStore::replay_entries`], from position `from`.
+    ///
+    /// # Errors
+    /// `Corruption` with band file and offset; `Io`; whatever `f` returns.
+    pub fn replay_entries_from(
+        &self,
+        from: (u64, u64),
+        f: &mut dyn FnMut(ValuePointer, &Entry<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let ranges: Vec<(u64, u64, u64)> = {
+            let st = self.state.lock();
+            let ckpt = from;
+            st.bands
+                .iter()
+                .filter(|(&id, b)| id >= ckpt.0 && b.retired.is_none())
+                .map(|(&id, b)| {
+                    let from = if id == ckpt.0 { ckpt.1 } else { 0 };
+                    (id, from.max(HEADER_LEN), b.valid_len)
+                })
+                .collect()
+        };
+        for (id, start, end) in ranges {
+            self.replay_band(id, start, end, &mut |at, e| {
+                let p = ValuePointer {
+                    file_id: id,
+                    offset: at,
+                    length: e.len as u32,
+                    aux: if e.kind == Kind::Tombstone {
+                        AUX_TOMBSTONE
+                    } else {
+                        0
+                    },
+                };
+                f(p, e)
+            })?;
+        }
+        Ok(())
+    }
+}
+
+impl ValueStore for BandStore {
+    fn name(&self) -> &'static str {
+        "bands"
+    }
+
+    fn separates(&self, len: usize) -> bool {
+        len >= self.opts.value_threshold
+    }
+
+    fn append(&self, records: &[ValueRecord<'_>]) -> Result<Vec<ValuePointer>> {
+        let recs: Vec<(Kind, &[u8], u64, &[u8])> = records
+            .iter()
+            .map(|r| (Kind::Value, r.key, r.seq, r.value))
+            .collect();
+        self.append_entries(&recs, &|_, _| None, IoCategory::ValueStore)
+    }
+
+    fn sync(&self) -> Result<()> {
+        let mut o = self.io.lock();
+        self.check_failed(&o)?;
+        if o.dirty {
+            let path = self.path(o.band);
+            if let Err(e) = o.file.sync() {
+                o.failed = Some(format!("an fsync failed: {e}"));
+                return Err(Error::io(&path, e));
+            }
+            o.dirty = false;
+        }
+        if !o.dir_synced {
+            if let Err(e) = self.fs.sync_dir(&self.dir) {
+                o.failed = Some(format!("a directory sync failed: {e}"));
+                return Err(Error::io(&self.dir, e));
+            }
+            o.dir_synced = true;
+        }
+        Ok(())
+    }
+
+    fn read(&self, key: &[u8], ptr: &ValuePointer) -> Result<Option<Vec<u8>>> {
+        let Some(buf) = self.read_raw(ptr, IoCategory::ValueStore)? else {
+            return Ok(None);
+        };
+        let e = self.check_entry(ptr, &buf)?;
+        if e.key != key {
+            return Err(Error::corruption(
+                self.path(ptr.file_id),
+                ptr.offset,
+                "band entry belongs to another key",
+            ));
+        }
+        if !e.kind.holds_value() {
+            return Err(Error::corruption(
+                self.path(ptr.file_id),
+                ptr.offset,
+                "value pointer addresses a band entry without a value",
+            ));
+        }
+        Ok(Some(e.payload.to_vec()))
+    }
+
+    fn contains(&self, ptr: &ValuePointer) -> bool {
+        let st = self.state.lock();
+        match st.bands.get(&ptr.file_id) {
+            Some(b) => ptr.end() <= b.valid_len,
+            // Collected by GC: a later, durable relocation supersedes it.
+            None => ptr.file_id < st.open,
+        }
+    }
+
+    fn note_garbage(&self, ptr: &ValuePointer) {
+        let mut st = self.state.lock();
+        let seq = st.last_seq;
+        Self::charge_locked(&mut st, ptr, seq);
+    }
+
+    fn log_batch(&self, entries: &[LogEntry<'_>]) -> Result<Vec<Option<ValuePointer>>> {
+        if !self.opts.log_mode {
+            return Err(Error::InvalidArgument(
+                "the bands were opened without log mode".into(),
+            ));
+        }
+        let ptrs = self.log_linked(entries, None)?;
+        Ok(entries
+            .iter()
+            .zip(ptrs)
+            .map(|(e, p)| (e.vtype == ValueType::Value && e.separate).then_some(p))
+            .collect())
+    }
+
+    fn log_position(&self) -> Option<(u64, u64)> {
+        let o = self.io.lock();
+        self.state.lock().ckpt?;
+        Some((o.band, o.len))
+    }
+
+    fn state_with_checkpoint(&self, pos: (u64, u64)) -> Vec<u8> {
+        let st = self.state.lock();
+        let mut p = Self::persisted_locked(&st);
+        p.ckpt = pos;
+        p.encode()
+    }
+
+    fn checkpoint_committed(&self, pos: (u64, u64)) {
+        let mut st = self.state.lock();
+        if st.ckpt.is_some_and(|c| c < pos) {
+            st.ckpt = Some(pos);
+        }
+    }
+
+    fn replay(&self, f: &mut super::ReplaySink<'_>) -> Result<()> {
+        if self.state.lock().ckpt.is_none() {
+            return Ok(());
+        }
+        self.replay_entries(&mut |p, e| {
+            let (t, v) = match e.kind {
+                Kind::Value => (ValueType::Pointer, ValuePointer { aux: 0, ..p }.encode()),
+                Kind::Inline => (ValueType::Value, e.payload.to_vec()),
+                Kind::Tombstone => (ValueType::Deletion, Vec::new()),
+                Kind::Relocation => (ValueType::Pointer, e.payload.to_vec()),
+                Kind::GcCopy | Kind::Tag => return Ok(()),
+            };
+            f(e.seq, t, e.key, &v)
+        })
+    }
+
+    fn verify(&self) -> (u64, Vec<Error>) {
+        let _no_gc = self.gc_lock.lock();
+        let ranges: Vec<(u64, u64)> = {
+            let st = self.state.lock();
+            st.bands
+                .iter()
+                .filter(|(_, b)| b.retired.is_none())
+                .map(|(&id, b)| (id, b.valid_len))
+                .collect()
+        };
+        let mut records = 0;
+        let mut faults = Vec::new();
+        for (id, end) in ranges {
+            match self.replay_band(id, HEADER_LEN, end, &mut |_, _| Ok(())) {
+                Ok(n) => records += n,
+                Err(e) => faults.push(e),
+            }
+        }
+        (records, faults)
+    }
+
+    fn figures(&self) -> Vec<(&'static str, u64)> {
+        let (open, closed, retired) = self.band_counts();
+        let invalid: u64 = self.invalidity().iter().map(|x| x.1).sum();
+        let c = &self.counters;
+        let mut v = vec![
+            ("bands_open", open),
+            ("bands_closed", closed),
+            ("bands_retired", retired),
+        ];
+        if let Some(e) = self.empty_bands() {
+            v.push(("bands_empty", e));
+        }
+        v.extend([
+            ("bands_invalid_bytes", invalid),
+            ("gc_runs", c.gc_runs.load(Ordering::Relaxed)),
+            ("gc_bytes_read", c.gc_bytes_read.load(Ordering::Relaxed)),
+            (
+                "gc_bytes_rewritten",
+                c.gc_bytes_rewritten.load(Ordering::Relaxed),
+            ),
+            ("gc_bytes_freed", c.gc_bytes_freed.load(Ordering::Relaxed)),
+            (
+                "gc_tombstones_dropped",
+                c.gc_tombstones_dropped.load(Ordering::Relaxed),
+            ),
+        ]);
+        v
+    }
+
+    fn space(&self) -> SpaceStats {
+        let st = self.state.lock();
+        let live_bands = st.bands.values().filter(|b| b.retired.is_none());
+        let (total, garbage) = live_bands.fold((0u64, 0u64), |(t, g), b| {
+            (t + b.valid_len - HEADER_LEN.min(b.valid_len), g + b.invalid)
+        });
+        let ids: Vec<u64> = st.bands.keys().copied().collect();
+        drop(st);
+        let file_bytes = ids
+            .iter()
+            .filter_map(|&id| self.fs.allocated_size(&self.path(id)).ok())
+            .sum();
+        let garbage = garbage.min(total);
+        SpaceStats {
+            live_bytes: total - garbage,
+            garbage_bytes: garbage,
+            file_bytes,
+        }
+    }
+
+    /// Retired bands not deleted yet, and the invalid bytes of bands the
+    /// last GC step passed over only because an old reader may still walk
+    /// back to the versions in them.
+    fn pinned_bytes(&self) -> u64 {
+        let st = self.state.lock();
+        let retired: u64 = st
+            .bands
+            .values()
+            .filter(|b| b.retired.is_some())
+            .map(|b| b.file_len)
+            .sum();
+        retired + self.reader_held.load(Ordering::Relaxed)
+    }
+
+    fn gc_due(&self) -> bool {
+        BandStore::gc_due(self)
+    }
+
+    fn gc_step(
+        &self,
+        index: &dyn IndexReader,
+        relocator: &dyn IndexRelocator,
+    ) -> Result<GcOutcome> {
+        gc::step(self, index, relocator)
+    }
+}
+
+#[cfg(test)]
+mod tests;

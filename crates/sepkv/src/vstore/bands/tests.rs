@@ -1,0 +1,598 @@
+use super::*;
+use crate::fs::{FaultFs, MemFs};
+use crate::vstore::Relocation;
+use std::path::Path;
+
+/// A model index: key → current address, as the hash index keeps it.
+#[derive(Default)]
+struct Model {
+    map: Mutex<HashMap<Vec<u8>, ValuePointer>>,
+    last_seq: Mutex<u64>,
+    /// Oldest sequence a reader holds (`None`: no reader).
+    reader: Mutex<Option<u64>>,
+    persisted: Mutex<Option<Vec<u8>>>,
+}
+
+impl PrevLookup for Model {
+    fn prev(&self, key: &[u8]) -> Option<ValuePointer> {
+        self.map.lock().get(key).copied()
+    }
+}
+
+impl IndexReader for Model {
+    fn current_pointer(&self, key: &[u8]) -> Result<Option<ValuePointer>> {
+        Ok(self.map.lock().get(key).copied())
+    }
+    fn oldest_visible_seq(&self) -> u64 {
+        self.reader.lock().unwrap_or(*self.last_seq.lock())
+    }
+    fn last_sequence(&self) -> u64 {
+        *self.last_seq.lock()
+    }
+    fn wait_in_flight_writes(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl IndexRelocator for Model {
+    fn relocate(&self, moves: &[Relocation]) -> Result<(Vec<bool>, u64)> {
+        let mut map = self.map.lock();
+        let ok = moves
+            .iter()
+            .map(|m| {
+                let cur = map.get(&m.key) == Some(&m.old);
+                if cur {
+                    if m.new.file_id == 0 {
+                        map.remove(&m.key);
+                    } else {
+                        map.insert(m.key.clone(), m.new);
+                    }
+                }
+                cur
+            })
+            .collect();
+        let mut s = self.last_seq.lock();
+        *s += 1;
+        Ok((ok, *s))
+    }
+    fn persist_state(&self, state: &[u8]) -> Result<()> {
+        *self.persisted.lock() = Some(state.to_vec());
+        Ok(())
+    }
+    fn make_durable(&self, _seq: u64) -> Result<()> {
+        Ok(())
+    }
+}
+
+fn opts(entries: u32) -> BandOptions {
+    BandOptions {
+        band_entries: entries,
+        ..Default::default()
+    }
+}
+
+fn open(fs: &Arc<dyn FileSystem>, o: BandOptions, state: Option<&[u8]>) -> BandStore {
+    let dir = Path::new("/db");
+    fs.create_dir_all(dir).unwrap();
+    BandStore::open(dir, fs.clone(), Arc::new(IoStats::default()), o, state).unwrap()
+}
+
+/// Writes one batch through `bs` and applies it to `m` as the engine would.
+fn write(bs: &BandStore, m: &Model, ops: &[(&[u8], Option<&[u8]>)]) -> Vec<ValuePointer> {
+    let seq0 = *m.last_seq.lock() + 1;
+    let entries: Vec<LogEntry<'_>> = ops
+        .iter()
+        .enumerate()
+        .map(|(i, (k, v))| LogEntry {
+            vtype: if v.is_some() {
+                ValueType::Value
+            } else {
+                ValueType::Deletion
+            },
+            separate: true,
+            key: k,
+            seq: seq0 + i as u64,
+            value: v.unwrap_or(b""),
+        })
+        .collect();
+    let prevs: Vec<Option<ValuePointer>> = ops.iter().map(|(k, _)| m.prev(k)).collect();
+    let ptrs = bs.log_linked(&entries, Some(&prevs)).unwrap();
+    let mut map = m.map.lock();
+    for ((k, _), p) in ops.iter().zip(&ptrs) {
+        map.insert(k.to_vec(), *p);
+    }
+    *m.last_seq.lock() += ops.len() as u64;
+    ptrs
+}
+
+type Replayed = Vec<(u64, ValueType, Vec<u8>, Vec<u8>)>;
+
+fn replay_all(bs: &BandStore) -> Result<Replayed> {
+    let mut out = Vec::new();
+    bs.replay(&mut |s, t, k, v| {
+        out.push((s, t, k.to_vec(), v.to_vec()));
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+#[test]
+fn writes_read_back_with_previous_versions_and_tombstones() {
+    let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    let bs = open(&fs, opts(1000), None);
+    let m = Model::default();
+    let p1 = write(&bs, &m, &[(b"k", Some(b"one")), (b"j", Some(b"x"))]);
+    let p2 = write(&bs, &m, &[(b"k", Some(b"two"))]);
+    let p3 = write(&bs, &m, &[(b"k", None)]);
+    assert_eq!(bs.read(b"k", &p1[0]).unwrap().as_deref(), Some(&b"one"[..]));
+    assert_eq!(bs.read(b"k", &p2[0]).unwrap().as_deref(), Some(&b"two"[..]));
+    let e = bs.read_entry(&p3[0]).unwrap().unwrap();
+    assert_eq!((e.kind, e.seq, e.prev), (Kind::Tombstone, 4, Some(p2[0])));
+    assert_eq!(bs.read_entry(&p2[0]).unwrap().unwrap().prev, Some(p1[0]));
+    assert_eq!(p3[0].aux, AUX_TOMBSTONE);
+    // A pointer read with the wrong key, or at a tombstone, is corruption.
+    assert!(bs.read(b"j", &p1[0]).unwrap_err().is_corruption());
+    assert!(bs.read(b"k", &p3[0]).unwrap_err().is_corruption());
+    // Invalidity: both versions of k and the tombstone itself, no more.
+    let inv: u64 = bs.invalidity().iter().map(|x| x.1).sum();
+    assert_eq!(
+        inv,
+        (p1[0].length + p2[0].length + p3[0].length) as u64,
+        "{:?}",
+        bs.invalidity()
+    );
+    // Two entries of one key in one batch: the second links to the first.
+    let p = write(&bs, &m, &[(b"z", Some(b"a")), (b"z", Some(b"b"))]);
+    assert_eq!(bs.read_entry(&p[1]).unwrap().unwrap().prev, Some(p[0]));
+    // Outside the bands: absent, not an error.
+    let beyond = ValuePointer {
+        offset: 1 << 30,
+        ..p[1]
+    };
+    assert_eq!(bs.read(b"z", &beyond).unwrap(), None);
+    assert!(!bs.contains(&beyond));
+}
+
+#[test]
+fn bands_close_at_band_entries_and_recovery_replays_them_in_order() {
+    let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    let m = Model::default();
+    {
+        let bs = open(&fs, opts(4), None);
+        for i in 0..10u32 {
+            let k = format!("key{i}");
+            write(&bs, &m, &[(k.as_bytes(), Some(&[i as u8; 40]))]);
+        }
+        assert_eq!(bs.band_counts(), (1, 2, 0));
+        bs.sync().unwrap();
+    }
+    let bs = open(&fs, opts(4), None);
+    let got = replay_all(&bs).unwrap();
+    assert_eq!(got.len(), 10);
+    for (i, (seq, t, k, v)) in got.iter().enumerate() {
+        assert_eq!((*seq, *t), (i as u64 + 1, ValueType::Pointer));
+        assert_eq!(k, format!("key{i}").as_bytes());
+        let p = ValuePointer::decode(v).unwrap();
+        assert_eq!(bs.read(k, &p).unwrap().unwrap(), vec![i as u8; 40]);
+    }
+    // The intact open band is reused; the next band number follows.
+    write(&bs, &m, &[(b"more", Some(b"v"))]);
+    assert_eq!(bs.band_counts(), (1, 2, 0));
+    assert_eq!(bs.verify().1.len(), 0);
+    assert_eq!(bs.verify().0, 11);
+}
+
+#[test]
+fn a_crash_keeps_whole_batches_only() {
+    let ffs = Arc::new(FaultFs::new());
+    let fs: Arc<dyn FileSystem> = ffs.clone();
+    let m = Model::default();
+    let bs = open(&fs, opts(1000), None);
+    write(&bs, &m, &[(b"a", Some(b"1")), (b"b", Some(b"2"))]);
+    bs.sync().unwrap();
+    let last = write(&bs, &m, &[(b"c", Some(b"3")), (b"d", Some(b"4"))]);
+    let path = band_path(Path::new("/db"), last[0].file_id);
+    // The process dies while the second batch is half written.
+    ffs.truncate(&path, last[1].offset + 5).unwrap();
+    drop(bs);
+    let bs = open(&fs, opts(1000), None);
+    let got = replay_all(&bs).unwrap();
+    let keys: Vec<&[u8]> = got.iter().map(|x| &x.2[..]).collect();
+    assert_eq!(
+        keys,
+        vec![&b"a"[..], b"b"],
+        "a batch is applied all or nothing"
+    );
+    // Appends continue after the valid end, in a new band.
+    let p = write(&bs, &m, &[(b"e", Some(b"5"))]);
+    assert_ne!(p[0].file_id, last[0].file_id);
+    assert_eq!(bs.read(b"e", &p[0]).unwrap().as_deref(), Some(&b"5"[..]));
+    assert_eq!(bs.read(b"c", &last[0]).unwrap(), None, "lost in the crash");
+}
+
+#[test]
+fn damage_is_corruption_with_file_and_offset() {
+    let ffs = Arc::new(FaultFs::new());
+    let fs: Arc<dyn FileSystem> = ffs.clone();
+    let m = Model::default();
+    let bs = open(&fs, opts(3), None);
+    let mut ptrs = Vec::new();
+    for i in 0..7u8 {
+        ptrs.extend(write(&bs, &m, &[(&[b'k', i], Some(&[i; 30]))]));
+    }
+    bs.sync().unwrap();
+    let victim = ptrs[1];
+    let path = band_path(Path::new("/db"), victim.file_id);
+    ffs.corrupt(&path, victim.offset + 30, 0x40).unwrap();
+    drop(bs);
+    let bs = open(&fs, opts(3), None);
+    match bs.read(&[b'k', 1], &victim) {
+        Err(Error::Corruption { file, offset, .. }) => {
+            assert_eq!((file, offset), (path.clone(), victim.offset));
+        }
+        other => panic!("{other:?}"),
+    }
+    match replay_all(&bs) {
+        Err(Error::Corruption { file, offset, .. }) => {
+            assert_eq!((file, offset), (path.clone(), victim.offset));
+        }
+        other => panic!("{other:?}"),
+    }
+    let (_, faults) = bs.verify();
+    assert_eq!(faults.len(), 1, "{faults:?}");
+    // A damaged band header is corruption at offset 0.
+    ffs.corrupt(&path, 3, 0x01).unwrap();
+    drop(bs);
+    let dir = Path::new("/db");
+    match BandStore::open(dir, fs.clone(), Arc::new(IoStats::default()), opts(3), None) {
+        Err(Error::Corruption { file, offset, .. }) => assert_eq!((file, offset), (path, 0)),
+        Err(e) => panic!("{e:?}"),
+        Ok(_) => panic!("opened a band with a damaged header"),
+    }
+}
+
+/// Writes 3 bands' worth of keys, overwrites the first band's keys, and
+/// moves the checkpoint to the end.
+fn fill_and_overwrite(bs: &BandStore, m: &Model) {
+    for i in 0..12u8 {
+        write(bs, m, &[(&[b'k', i], Some(&[i; 50]))]);
+    }
+    for i in 0..3u8 {
+        write(bs, m, &[(&[b'k', i], Some(&[i + 100; 50]))]);
+    }
+    let pos = bs.log_position().unwrap();
+    bs.checkpoint_committed(pos);
+}
+
+fn check_model(bs: &BandStore, m: &Model) {
+    for (k, p) in m.map.lock().iter() {
+        let e = bs.read_entry(p).unwrap().expect("reachable");
+        assert_eq!(&e.key, k);
+    }
+}
+
+#[test]
+fn gc_collects_the_band_with_most_invalid_bytes() {
+    let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    let m = Model::default();
+    let bs = open(&fs, opts(4), None);
+    fill_and_overwrite(&bs, &m);
+    let before = bs.invalidity();
+    let most = before.iter().max_by_key(|x| x.1).unwrap().0;
+    assert_eq!(most, 1, "{before:?}");
+    let out = bs.gc_step(&m, &m).unwrap();
+    assert!(out.did_work && out.bytes_freed > 0, "{out:?}");
+    // k3 is band 1's one valid record.
+    assert_eq!(out.bytes_rewritten, 94, "{out:?}");
+    assert!(!fs.exists(&band_path(Path::new("/db"), 1)));
+    check_model(&bs, &m);
+    for i in 0..12u8 {
+        let p = m.map.lock()[&vec![b'k', i]];
+        let want = if i < 3 { i + 100 } else { i };
+        assert_eq!(bs.read(&[b'k', i], &p).unwrap().unwrap(), vec![want; 50]);
+    }
+    // The collection survives a reopen with the persisted state.
+    let state = m.persisted.lock().clone().unwrap();
+    drop(bs);
+    let bs = open(&fs, opts(4), Some(&state));
+    check_model(&bs, &m);
+    assert!(!bs.invalidity().iter().any(|x| x.0 == 1));
+}
+
+#[test]
+fn gc_moves_valid_records_keeping_seq_and_previous_version() {
+    let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    let m = Model::default();
+    let bs = open(&fs, opts(4), None);
+    let first = write(&bs, &m, &[(b"keep", Some(b"v1"))]);
+    let second = write(&bs, &m, &[(b"keep", Some(b"v2"))]);
+    for i in 0..2u8 {
+        write(&bs, &m, &[(&[b'x', i], Some(b"dead"))]);
+    }
+    // Band 1 = keep@1, keep@2, x0, x1; overwrite x0 and x1 elsewhere.
+    for i in 0..2u8 {
+        write(&bs, &m, &[(&[b'x', i], Some(b"new"))]);
+    }
+    let pos = bs.log_position().unwrap();
+    bs.checkpoint_committed(pos);
+    let out = bs.gc_step(&m, &m).unwrap();
+    assert!(out.did_work && out.bytes_rewritten > 0, "{out:?}");
+    let now = m.map.lock()[&b"keep".to_vec()];
+    assert_ne!(now, second[0]);
+    let e = bs.read_entry(&now).unwrap().unwrap();
+    assert_eq!((e.kind, e.seq, e.prev), (Kind::GcCopy, 2, Some(first[0])));
+    assert_eq!(bs.read(b"keep", &now).unwrap().as_deref(), Some(&b"v2"[..]));
+    // The first version went with band 1: a walk back ends there.
+    assert_eq!(bs.read_entry(&first[0]).unwrap(), None);
+    assert!(
+        bs.contains(&first[0]),
+        "collected space counts as contained"
+    );
+}
+
+#[test]
+fn gc_waits_for_snapshots_that_can_reach_invalidated_versions() {
+    let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    let m = Model::default();
+    let bs = open(&fs, opts(4), None);
+    for i in 0..4u8 {
+        write(&bs, &m, &[(&[b'k', i], Some(b"old"))]);
+    }
+    // A snapshot at seq 4 can still read every version in band 1.
+    *m.reader.lock() = Some(4);
+    let old = m.map.lock()[&b"k\x00".to_vec()];
+    for i in 0..4u8 {
+        write(&bs, &m, &[(&[b'k', i], Some(b"new"))]);
+    }
+    write(&bs, &m, &[(b"pad", Some(b"p"))]);
+    let pos = bs.log_position().unwrap();
+    bs.checkpoint_committed(pos);
+    let out = bs.gc_step(&m, &m).unwrap();
+    assert!(!out.did_work, "collected under a snapshot: {out:?}");
+    assert_eq!(
+        bs.read(b"k\x00", &old).unwrap().as_deref(),
+        Some(&b"old"[..])
+    );
+    // The snapshot goes: the band is collected.
+    *m.reader.lock() = None;
+    let out = bs.gc_step(&m, &m).unwrap();
+    assert!(out.did_work && out.bytes_freed > 0, "{out:?}");
+    assert_eq!(bs.read(b"k\x00", &old).unwrap(), None);
+}
+
+#[test]
+fn gc_keeps_retired_bands_while_older_readers_live() {
+    let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    let m = Model::default();
+    let bs = open(&fs, opts(4), None);
+    write(&bs, &m, &[(b"live", Some(b"L"))]);
+    for i in 0..3u8 {
+        write(&bs, &m, &[(&[b'k', i], Some(b"old"))]);
+    }
+    for i in 0..3u8 {
+        write(&bs, &m, &[(&[b'k', i], Some(b"new"))]);
+    }
+    write(&bs, &m, &[(b"pad", Some(b"p"))]);
+    let pos = bs.log_position().unwrap();
+    bs.checkpoint_committed(pos);
+    let live_old = m.map.lock()[&b"live".to_vec()];
+    // A reader older than the relocation the step is about to make.
+    let seq = *m.last_seq.lock();
+    *m.reader.lock() = Some(seq);
+    let out = bs.gc_step(&m, &m).unwrap();
+    assert!(out.did_work && out.bytes_rewritten > 0, "{out:?}");
+    assert_eq!(out.bytes_freed, 0);
+    assert!(bs.pinned_bytes() > 0);
+    assert_eq!(
+        bs.read(b"live", &live_old).unwrap().as_deref(),
+        Some(&b"L"[..])
+    );
+    *m.reader.lock() = None;
+    let out = bs.gc_step(&m, &m).unwrap();
+    assert!(out.bytes_freed > 0, "{out:?}");
+    assert_eq!(bs.pinned_bytes(), 0);
+    let now = m.map.lock()[&b"live".to_vec()];
+    assert_eq!(bs.read(b"live", &now).unwrap().as_deref(), Some(&b"L"[..]));
+}
+
+#[test]
+fn gc_drops_delete_tokens_and_their_nodes() {
+    let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    let m = Model::default();
+    let bs = open(&fs, opts(4), None);
+    write(&bs, &m, &[(b"a", Some(b"1"))]);
+    write(&bs, &m, &[(b"a", None)]);
+    write(&bs, &m, &[(b"b", Some(b"2"))]);
+    write(&bs, &m, &[(b"b", Some(b"3"))]);
+    write(&bs, &m, &[(b"pad", Some(b"p"))]);
+    let pos = bs.log_position().unwrap();
+    bs.checkpoint_committed(pos);
+    assert!(m.map.lock().contains_key(&b"a".to_vec()));
+    let out = bs.gc_step(&m, &m).unwrap();
+    assert!(out.did_work, "{out:?}");
+    assert!(
+        !m.map.lock().contains_key(&b"a".to_vec()),
+        "token's node removed"
+    );
+    let b = m.map.lock()[&b"b".to_vec()];
+    assert_eq!(bs.read(b"b", &b).unwrap().as_deref(), Some(&b"3"[..]));
+    assert!(bs.figures().contains(&("gc_tombstones_dropped", 1)));
+}
+
+#[test]
+fn gc_never_collects_bands_after_the_checkpoint() {
+    let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    let m = Model::default();
+    let bs = open(&fs, opts(4), None);
+    fill_and_overwrite(&bs, &m);
+    // Reopen without state: the checkpoint is the start of the bands.
+    drop(bs);
+    let bs = open(&fs, opts(4), None);
+    let out = bs.gc_step(&m, &m).unwrap();
+    assert!(!out.did_work, "{out:?}");
+}
+
+#[test]
+fn a_user_write_racing_gc_wins() {
+    let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    let m = Model::default();
+    let bs = open(&fs, opts(2), None);
+    write(&bs, &m, &[(b"a", Some(b"1"))]);
+    write(&bs, &m, &[(b"b", Some(b"1"))]);
+    write(&bs, &m, &[(b"b", Some(b"2"))]);
+    write(&bs, &m, &[(b"pad", Some(b"p"))]);
+    let pos = bs.log_position().unwrap();
+    bs.checkpoint_committed(pos);
+    struct Racing<'a>(&'a Model, &'a BandStore);
+    impl IndexReader for Racing<'_> {
+        fn current_pointer(&self, key: &[u8]) -> Result<Option<ValuePointer>> {
+            self.0.current_pointer(key)
+        }
+        fn oldest_visible_seq(&self) -> u64 {
+            self.0.oldest_visible_seq()
+        }
+        fn last_sequence(&self) -> u64 {
+            self.0.last_sequence()
+        }
+        fn wait_in_flight_writes(&self) -> Result<()> {
+            Ok(())
+        }
+    }
+    impl IndexRelocator for Racing<'_> {
+        fn relocate(&self, moves: &[Relocation]) -> Result<(Vec<bool>, u64)> {
+            // A user overwrites `a` just before the install.
+            write(self.1, self.0, &[(b"a", Some(b"user"))]);
+            self.0.relocate(moves)
+        }
+        fn persist_state(&self, s: &[u8]) -> Result<()> {
+            self.0.persist_state(s)
+        }
+        fn make_durable(&self, s: u64) -> Result<()> {
+            self.0.make_durable(s)
+        }
+    }
+    let r = Racing(&m, &bs);
+    let out = bs.gc_step(&r, &r).unwrap();
+    assert!(out.did_work, "{out:?}");
+    let a = m.map.lock()[&b"a".to_vec()];
+    assert_eq!(bs.read(b"a", &a).unwrap().as_deref(), Some(&b"user"[..]));
+}
+
+#[test]
+fn capacity_refuses_user_values_but_not_tombstones() {
+    let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    let m = Model::default();
+    let bs = open(
+        &fs,
+        BandOptions {
+            capacity: Some(2000),
+            band_entries: 4,
+            ..Default::default()
+        },
+        None,
+    );
+    let mut n = 0;
+    let err = loop {
+        let seq = *m.last_seq.lock() + 1;
+        let e = [LogEntry {
+            vtype: ValueType::Value,
+            separate: true,
+            key: b"k",
+            seq,
+            value: &[7u8; 200],
+        }];
+        match bs.log_linked(&e, None) {
+            Ok(_) => {
+                *m.last_seq.lock() = seq;
+                n += 1;
+            }
+            Err(e) => break e,
+        }
+        assert!(n < 100, "capacity never reached");
+    };
+    assert!(matches!(err, Error::ValueStoreFull(_)), "{err:?}");
+    assert!(n >= 5, "{n}");
+    write(&bs, &m, &[(b"k", None)]);
+    assert!(bs.empty_bands().is_some());
+}
+
+#[test]
+fn persisted_state_roundtrips_and_junk_never_panics() {
+    let s = PersistedState {
+        ckpt: (3, 99),
+        retired: vec![1, 2],
+        invalid: vec![(3, 500, 17)],
+    };
+    assert_eq!(PersistedState::decode(&s.encode()), Some(s.clone()));
+    let e = s.encode();
+    for cut in 0..e.len() {
+        assert_eq!(PersistedState::decode(&e[..cut]), None);
+    }
+    let mut x = 1u64;
+    for len in 0..300 {
+        let b: Vec<u8> = (0..len)
+            .map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                (x >> 33) as u8
+            })
+            .collect();
+        let _ = PersistedState::decode(&b);
+    }
+}
+
+#[test]
+fn without_log_mode_append_works_and_gc_needs_no_checkpoint() {
+    let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    let m = Model::default();
+    let bs = open(
+        &fs,
+        BandOptions {
+            log_mode: false,
+            band_entries: 2,
+            ..Default::default()
+        },
+        None,
+    );
+    assert_eq!(bs.log_position(), None);
+    let mut last = None;
+    for seq in 1..=5 {
+        let p = bs
+            .append(&[ValueRecord {
+                key: b"k",
+                seq,
+                value: b"val",
+            }])
+            .unwrap()[0];
+        if let Some(old) = last.replace(p) {
+            bs.note_garbage(&old);
+        }
+        m.map.lock().insert(b"k".to_vec(), p);
+        *m.last_seq.lock() = seq;
+    }
+    let out = bs.gc_step(&m, &m).unwrap();
+    assert!(out.did_work && out.bytes_freed > 0, "{out:?}");
+    let p = m.map.lock()[&b"k".to_vec()];
+    assert_eq!(bs.read(b"k", &p).unwrap().as_deref(), Some(&b"val"[..]));
+}
+
+#[test]
+fn a_power_loss_loses_unsynced_batches_and_appends_continue() {
+    let ffs = Arc::new(FaultFs::new());
+    let fs: Arc<dyn FileSystem> = ffs.clone();
+    let m = Model::default();
+    let bs = open(&fs, opts(3), None);
+    // a0..a2 fill band 1; a3 opens band 2, where b and c stay unsynced.
+    for i in 0..4u8 {
+        write(&bs, &m, &[(&[b'a', i], Some(b"synced"))]);
+    }
+    bs.sync().unwrap();
+    write(&bs, &m, &[(b"b", Some(b"lost"))]);
+    drop(bs);
+    ffs.crash();
+    let bs = open(&fs, opts(3), None);
+    let keys: Vec<Vec<u8>> = replay_all(&bs).unwrap().into_iter().map(|x| x.2).collect();
+    assert_eq!(keys.len(), 4, "{keys:?}");
+    let p = write(&bs, &m, &[(b"d", Some(b"new"))]);
+    assert_eq!(bs.read(b"d", &p[0]).unwrap().as_deref(), Some(&b"new"[..]));
+    assert_eq!(bs.verify().1.len(), 0);
+}
