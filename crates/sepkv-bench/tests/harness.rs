@@ -535,7 +535,7 @@ fn default_suite_plan_uses_the_bundled_traces() {
     );
 
     let bad = sepkv_bench::cli::BenchArgs {
-        engine: vec!["sepkv:lwc".into()],
+        engine: vec!["sepkv:flashkey+lwc".into()],
         ..args.clone()
     };
     assert!(matches!(bad.plan(None), Err(BenchError::Unavailable(_))));
