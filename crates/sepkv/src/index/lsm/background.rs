@@ -129,14 +129,20 @@ impl LsmIndex {
         // As a flush: the log up to the checkpoint is durable before the
         // manifest names it.
         self.vstore.sync()?;
-        {
-            let mut vs = self.versions.lock();
-            let mut edit = VersionEdit {
-                value_store_state: Some(self.vstore.state_with_checkpoint(pos)),
-                ..Default::default()
-            };
-            vs.log_and_apply(&mut edit)?;
-        }
+        // Through the manifest writer like every other edit: a flush or
+        // compaction may be writing the manifest with the version-set lock
+        // released, and an edit that skipped the writer would start a new
+        // manifest without that edit in it. The state is taken under the
+        // manifest lock, as a flush takes it.
+        let mut edit = VersionEdit::default();
+        log_and_apply(
+            &self.versions,
+            &self.manifest_writer,
+            &mut edit,
+            |_, edit| {
+                edit.value_store_state = Some(self.vstore.state_with_checkpoint(pos));
+            },
+        )?;
         self.vstore.checkpoint_committed(pos);
         Ok(true)
     }

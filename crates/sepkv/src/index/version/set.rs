@@ -58,6 +58,11 @@ pub struct VersionSet {
     garbage_source: Option<GarbageSource>,
     manifest: Option<RecordWriter>,
     manifest_number: u64,
+    /// An edit is between `prepare` and `finish` (its manifest I/O runs
+    /// with the set unlocked). A second `prepare` then would start a new
+    /// manifest without that edit: every edit goes through the manifest
+    /// writer lock of [`log_and_apply`], and this catches one that does not.
+    writing: bool,
 }
 
 /// Produces the value store's current garbage table (see
@@ -90,11 +95,12 @@ impl VersionSet {
             garbage_source: None,
             manifest: None,
             manifest_number: 0,
+            writing: false,
         }
     }
 
     /// A version set for a new, empty database (nothing is written until the
-    /// first [`Self::log_and_apply`]).
+    /// first [`log_and_apply`]).
     pub fn create(dir: &Path, fs: Arc<dyn FileSystem>, stats: Arc<IoStats>, levels: usize) -> Self {
         Self::blank(dir, fs, stats, levels)
     }
@@ -225,26 +231,15 @@ impl VersionSet {
         self.manifest_number
     }
 
-    /// Appends `edit` to the manifest, syncs it, then makes the resulting
-    /// version current. The edit is completed with the set's counters.
-    /// Holds `self` across the manifest I/O; [`log_and_apply`] (the free
-    /// function) does not.
-    ///
-    /// # Errors
-    /// `Corruption` if the edit does not apply (a bug); `Io` if the manifest
-    /// cannot be written, in which case nothing changed in memory and the
-    /// caller must treat the database as poisoned.
-    pub fn log_and_apply(&mut self, edit: &mut VersionEdit) -> Result<()> {
-        let mut p = self.prepare(edit)?;
-        let r = p.write(edit);
-        self.finish(p, edit, r)
-    }
-
     /// First step of a manifest write, under the version-set lock: completes
     /// `edit` with the counters, applies it to the current version, and
     /// takes the manifest writer out (or prepares a new manifest's snapshot)
     /// for [`PreparedEdit::write`].
     fn prepare(&mut self, edit: &mut VersionEdit) -> Result<PreparedEdit> {
+        assert!(
+            !self.writing,
+            "a manifest edit was prepared while another was being written"
+        );
         if edit.value_store_garbage.is_none() {
             edit.value_store_garbage = self.garbage_source.as_ref().and_then(|f| f());
         }
@@ -267,6 +262,7 @@ impl VersionSet {
         } else {
             ManifestTarget::Append(self.manifest.take().expect("manifest open"))
         };
+        self.writing = true;
         Ok(PreparedEdit {
             v,
             target,
@@ -280,6 +276,7 @@ impl VersionSet {
     /// writer goes back and the version becomes current; on failure nothing
     /// changes in memory but the manifest, which the next edit starts anew.
     fn finish(&mut self, p: PreparedEdit, edit: &VersionEdit, r: Result<Written>) -> Result<()> {
+        self.writing = false;
         match r {
             Ok(Written { writer, number }) => {
                 self.manifest = Some(writer);
@@ -346,7 +343,9 @@ impl VersionSet {
 /// Returns the new current version.
 ///
 /// # Errors
-/// As [`VersionSet::log_and_apply`].
+/// `Corruption` if the edit does not apply (a bug); `Io` if the manifest
+/// cannot be written, in which case nothing changed in memory and the
+/// caller must treat the database as poisoned.
 pub fn log_and_apply(
     set: &Mutex<VersionSet>,
     writer: &Mutex<()>,
