@@ -15,6 +15,25 @@
 //! | from there to `T` | writers are slowed down (up to [`MAX_WRITE_DELAY`] per write) |
 //! | `T` and above | writers stop: each runs GC steps itself before it writes |
 //!
+//! `value_capacity`, when set, has bands of its own, on the share of the
+//! room GC can free that is in use ([`crate::vstore::CapacityUse::fill`]):
+//! background GC runs back to back from [`CAPACITY_GC_START`], and writers
+//! are slowed down from [`CAPACITY_SLOWDOWN_START`]; at 1.0 user appends are
+//! refused and the writer runs GC itself. The more pressing of the two
+//! bounds acts.
+//!
+//! # Slowing writers down
+//! A slowed-down writer is held to a rate, not given a fixed pause: the
+//! rate at which GC has been freeing space (net of what it copies; see
+//! [`SpaceGovernor::gc_ran`]) times a factor that falls from 2 at the
+//! slowdown band's start to 1 halfway into it and towards 0 at its end, so
+//! writers settle where GC keeps pace with them. The writers' debt is kept
+//! on one clock ([`SpaceGovernor::before_write`]); a writer sleeps only
+//! once the debt reaches [`WRITE_DELAY_QUANTUM`], and never longer than
+//! [`MAX_WRITE_DELAY`], so a write's latency stays near a millisecond while
+//! the rate holds instead of an occasional write running GC for tens of
+//! milliseconds (RocksDB's delayed write rate works the same way).
+//!
 //! # Estimating the live bytes
 //! The value store knows the garbage compaction reported (the
 //! [`crate::vstore::garbage`] table, which survives restarts), but not the
@@ -51,13 +70,27 @@
 //!   alone above the target is a target that cannot be kept, not a reason
 //!   to refuse writes.
 
-use crate::vstore::SpaceStats;
+use crate::vstore::{CapacityUse, SpaceStats};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Longest pause a slowed-down writer takes per write.
-pub const MAX_WRITE_DELAY: Duration = Duration::from_micros(100);
+pub const MAX_WRITE_DELAY: Duration = Duration::from_millis(1);
+
+/// Debt at which a slowed-down writer sleeps (it writes without pausing
+/// until then).
+pub const WRITE_DELAY_QUANTUM: Duration = Duration::from_micros(500);
+
+/// Per-write pause at the end of the slowdown band before GC's rate is
+/// known (none measured yet).
+const FALLBACK_WRITE_DELAY: Duration = Duration::from_micros(100);
+
+/// Capacity fill from which background GC runs back to back.
+pub const CAPACITY_GC_START: f64 = 0.5;
+
+/// Capacity fill from which writers are slowed down.
+pub const CAPACITY_SLOWDOWN_START: f64 = 0.75;
 
 /// Longest pause of background GC between steps while it has work.
 pub const MAX_GC_PAUSE: Duration = Duration::from_millis(100);
@@ -72,6 +105,8 @@ pub struct SpaceView {
     pub hidden_garbage: u64,
     /// The value store's figures.
     pub value: SpaceStats,
+    /// The value store's use of `value_capacity` (`None`: unbounded).
+    pub capacity: Option<CapacityUse>,
 }
 
 /// How hard the space target presses.
@@ -90,8 +125,18 @@ pub enum Pressure {
 /// The policy's judgement of a [`SpaceView`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Decision {
-    /// The band the estimate is in.
+    /// The more pressing of the target's and the capacity's bands.
     pub pressure: Pressure,
+    /// The band of the target alone.
+    pub target_pressure: Pressure,
+    /// The band of the capacity alone (never `Stop`: a full store refuses
+    /// user appends, and the writer runs GC then).
+    pub capacity_pressure: Pressure,
+    /// The capacity's fill ([`CapacityUse::fill`]), when it has one.
+    pub capacity_fill: Option<f64>,
+    /// How deep into the slowdown band the store is: 0 at its start (or
+    /// outside it), 1 at its end; the deeper of the two bounds.
+    pub depth: f64,
     /// Estimated space amplification (conservative: hidden garbage counted
     /// as garbage).
     pub amp: f64,
@@ -109,6 +154,8 @@ pub struct Decision {
     /// are slowed down and stopped only then (what GC cannot free — the
     /// index, a write journal — is no reason to hold them).
     pub collectable: bool,
+    /// The value store knows of garbage (reported by compaction or GC).
+    pub value_garbage: bool,
 }
 
 /// The bands of one target. See the module docs.
@@ -182,8 +229,29 @@ impl SpacePolicy {
         // eighth of the band's room.
         let discover =
             pressure >= Pressure::Gc && hidden > v.value.garbage_bytes && hidden > room / 8;
+        let target_depth = if pressure == Pressure::Slowdown {
+            ((amp - self.slowdown_start()) / (self.target - self.slowdown_start())).clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        // The capacity's bands, while there is something to collect.
+        let capacity_fill = v.capacity.map(|c| c.fill(hidden));
+        let has_garbage = v.value.garbage_bytes > 0 || hidden > 0;
+        let (capacity_pressure, capacity_depth) = match capacity_fill {
+            Some(f) if has_garbage && f >= CAPACITY_SLOWDOWN_START => (
+                Pressure::Slowdown,
+                ((f - CAPACITY_SLOWDOWN_START) / (1.0 - CAPACITY_SLOWDOWN_START)).clamp(0.0, 1.0),
+            ),
+            Some(f) if has_garbage && f >= CAPACITY_GC_START => (Pressure::Gc, 0.0),
+            _ => (Pressure::Normal, 0.0),
+        };
         Decision {
-            pressure,
+            pressure: pressure.max(capacity_pressure),
+            target_pressure: pressure,
+            capacity_pressure,
+            capacity_fill,
+            depth: target_depth.max(capacity_depth),
+            value_garbage: v.value.garbage_bytes > 0,
             amp,
             hidden,
             discover,
@@ -199,8 +267,14 @@ impl SpacePolicy {
         if d.pressure != Pressure::Slowdown {
             return Duration::ZERO;
         }
-        let depth = (d.amp - self.slowdown_start()) / (self.target - self.slowdown_start());
-        MAX_WRITE_DELAY.mul_f64(depth.clamp(0.0, 1.0))
+        FALLBACK_WRITE_DELAY.mul_f64(d.depth)
+    }
+
+    /// The rate slowed-down writers are held to at `depth` into the
+    /// slowdown band, given GC's net rate (bytes per second): twice GC's
+    /// rate at the band's start, GC's rate halfway, a twentieth at its end.
+    pub fn allowed_rate(depth: f64, gc_rate: f64) -> f64 {
+        gc_rate * (2.0 * (1.0 - depth)).max(0.05)
     }
 
     /// The pause before background GC's next step: `None` below the GC
@@ -211,7 +285,12 @@ impl SpacePolicy {
     /// the write rate while it is ahead (the load-adaptive pacing of
     /// Scavenger+, the compaction pressure of RocksDB).
     pub fn gc_pause(&self, d: &Decision, write_rate: f64) -> Option<Duration> {
-        if d.pressure < Pressure::Gc {
+        if d.capacity_pressure >= Pressure::Gc {
+            // The capacity is an absolute bound a writer would meet as a
+            // refused append: GC keeps as far ahead of it as it can.
+            return Some(Duration::ZERO);
+        }
+        if d.target_pressure < Pressure::Gc {
             return None;
         }
         let halfway = d.room / 2;
@@ -287,6 +366,15 @@ struct Cached {
     /// without GC in between (a write journal writes values twice); at
     /// least 1.
     growth: f64,
+    /// The capacity's use over its floor, and its room (limit − floor),
+    /// when the view was taken.
+    capacity: Option<(u64, u64)>,
+    /// GC's net rate (bytes freed less bytes copied, per second of a
+    /// step), a moving average; 0 until a step did work.
+    gc_rate: f64,
+    /// When the slowed-down writers' debt is paid: each write moves it on
+    /// by its bytes at the allowed rate.
+    paid_until: Option<Instant>,
 }
 
 /// The engine's side of the target: a cached [`Decision`] that writers
@@ -297,6 +385,8 @@ struct Cached {
 #[derive(Debug)]
 pub struct SpaceGovernor {
     policy: SpacePolicy,
+    /// The value store has a capacity (its bands apply with no target).
+    bounded: bool,
     cached: Mutex<Cached>,
     /// What the governor did.
     pub counters: SpaceCounters,
@@ -311,10 +401,11 @@ pub const OVERWRITE_SAMPLE_EVERY: u64 = 16;
 
 impl SpaceGovernor {
     /// A governor for `target` with no view yet (writers are asked to take
-    /// one first).
-    pub fn new(target: f64) -> SpaceGovernor {
+    /// one first); `bounded` when the value store has a capacity.
+    pub fn new(target: f64, bounded: bool) -> SpaceGovernor {
         SpaceGovernor {
             policy: SpacePolicy::new(target),
+            bounded,
             cached: Mutex::new(Cached::default()),
             counters: SpaceCounters::default(),
         }
@@ -340,7 +431,42 @@ impl SpaceGovernor {
         c.disk = disk;
         c.live = (v.value.live_bytes - d.hidden).max(1);
         c.written = 0;
+        // As `CapacityUse::fill` measures it: bytes into the room, and its
+        // width.
+        c.capacity = v.capacity.map(|u| {
+            let floor = u.floor.saturating_sub(d.hidden);
+            let width = u.limit.saturating_sub(floor).max(u.limit / 5).max(1);
+            (u.used.saturating_sub(u.limit.saturating_sub(width)), width)
+        });
         d
+    }
+
+    /// True when writers consult the governor at all: a target is set or
+    /// the value store has a capacity.
+    pub fn active(&self) -> bool {
+        self.policy.enabled() || self.bounded
+    }
+
+    /// Records a GC step that did work: `freed` bytes released, `copied`
+    /// bytes of live records written again, in `took`. Feeds the rate
+    /// slowed-down writers are held to.
+    pub fn gc_ran(&self, freed: u64, copied: u64, took: Duration) {
+        let secs = took.as_secs_f64();
+        if secs <= 0.0 {
+            return;
+        }
+        let sample = freed.saturating_sub(copied) as f64 / secs;
+        let mut c = self.cached.lock();
+        c.gc_rate = if c.gc_rate > 0.0 {
+            0.7 * c.gc_rate + 0.3 * sample
+        } else {
+            sample
+        };
+    }
+
+    /// GC's net rate as last measured (bytes per second; 0 before any).
+    pub fn gc_rate(&self) -> f64 {
+        self.cached.lock().gc_rate
     }
 
     /// The last decision (`None` before the first view).
@@ -350,42 +476,91 @@ impl SpaceGovernor {
 
     /// What a writer about to add `bytes` does. Projects the last view by
     /// the bytes written since, so that a run of writes meets the slowdown
-    /// band and then the stop before the store passes the target, not
-    /// after. Counts slowdowns and stops.
+    /// band and then the stop before the store passes the target (or the
+    /// capacity), not after. In the slowdown band the writers are held to
+    /// [`SpacePolicy::allowed_rate`]: each write adds its bytes to their
+    /// debt, and the one that finds it at [`WRITE_DELAY_QUANTUM`] or more
+    /// pauses (at most [`MAX_WRITE_DELAY`]). Counts slowdowns and stops.
     pub fn before_write(&self, bytes: u64) -> WriteAction {
-        if !self.policy.enabled() {
+        if !self.active() {
             return WriteAction::Go;
         }
-        let c = *self.cached.lock();
+        let mut c = self.cached.lock();
         let Some(d) = c.decision else {
             return WriteAction::Refresh;
         };
-        let refresh_every = (d.room / 16).max(MIN_REFRESH_BYTES);
+        let mut room = if self.policy.enabled() {
+            d.room
+        } else {
+            u64::MAX
+        };
+        if let Some((_, r)) = c.capacity {
+            room = room.min(r);
+        }
+        let refresh_every = (room / 16).max(MIN_REFRESH_BYTES);
         if c.written >= refresh_every {
             return WriteAction::Refresh;
         }
-        if !d.collectable {
-            // Nothing to collect at the last view: writes since may have
-            // made garbage, which the next view (within `refresh_every`
-            // bytes) finds.
+        let grown = ((c.written + bytes) as f64 * c.growth.max(1.0)) as u64;
+        let mut depth: f64 = 0.0;
+        let mut slowed = false;
+        // Nothing to collect at the last view: writes since may have made
+        // garbage, which the next view (within `refresh_every` bytes)
+        // finds.
+        if self.policy.enabled() && d.collectable {
+            let amp = (c.disk + grown) as f64 / c.live as f64;
+            if amp >= self.policy.target() {
+                self.counters.stops.fetch_add(1, Ordering::Relaxed);
+                let due = d.discover
+                    && c.discovered_at.is_none_or(|at| {
+                        c.total_written - at >= (d.room / 8).max(MIN_REFRESH_BYTES)
+                    });
+                c.paid_until = None;
+                return WriteAction::Stop { discover: due };
+            }
+            if amp >= self.policy.slowdown_start() {
+                slowed = true;
+                depth = (amp - self.policy.slowdown_start())
+                    / (self.policy.target() - self.policy.slowdown_start());
+            }
+        }
+        if let (Some((over, room)), true) = (c.capacity, d.capacity_fill.is_some()) {
+            let has_garbage = d.value_garbage || d.hidden > 0;
+            let fill = if room == 0 {
+                1.0
+            } else {
+                (over + grown) as f64 / room as f64
+            };
+            if has_garbage && fill >= CAPACITY_SLOWDOWN_START {
+                slowed = true;
+                depth =
+                    depth.max((fill - CAPACITY_SLOWDOWN_START) / (1.0 - CAPACITY_SLOWDOWN_START));
+            }
+        }
+        if !slowed {
+            c.paid_until = None;
             return WriteAction::Go;
         }
-        let grown = ((c.written + bytes) as f64 * c.growth.max(1.0)) as u64;
-        let amp = (c.disk + grown) as f64 / c.live as f64;
-        if amp >= self.policy.target() {
-            self.counters.stops.fetch_add(1, Ordering::Relaxed);
-            let due = d.discover
-                && c.discovered_at
-                    .is_none_or(|at| c.total_written - at >= (d.room / 8).max(MIN_REFRESH_BYTES));
-            return WriteAction::Stop { discover: due };
+        let depth = depth.clamp(0.0, 1.0);
+        self.counters.slowdowns.fetch_add(1, Ordering::Relaxed);
+        if c.gc_rate <= 0.0 {
+            // GC's pace is not known yet: a short pause per write.
+            return WriteAction::Delay(FALLBACK_WRITE_DELAY.mul_f64(depth));
         }
-        if amp >= self.policy.slowdown_start() {
-            let depth = (amp - self.policy.slowdown_start())
-                / (self.policy.target() - self.policy.slowdown_start());
-            self.counters.slowdowns.fetch_add(1, Ordering::Relaxed);
-            return WriteAction::Delay(MAX_WRITE_DELAY.mul_f64(depth.clamp(0.0, 1.0)));
+        let rate = SpacePolicy::allowed_rate(depth, c.gc_rate);
+        let now = Instant::now();
+        let from = c.paid_until.map_or(now, |t| t.max(now));
+        let cost = Duration::from_secs_f64(bytes as f64 * c.growth.max(1.0) / rate);
+        // Debt past two pauses is forgiven: a rate far below the writers'
+        // is held by pausing every write, not by a growing backlog.
+        let until = (from + cost).min(now + 2 * MAX_WRITE_DELAY);
+        c.paid_until = Some(until);
+        let owed = until - now;
+        if owed >= WRITE_DELAY_QUANTUM {
+            WriteAction::Delay(owed.min(MAX_WRITE_DELAY))
+        } else {
+            WriteAction::Go
         }
-        WriteAction::Go
     }
 
     /// True when an index compaction to find hidden garbage is due for `d`:
@@ -423,7 +598,7 @@ impl SpaceGovernor {
     /// True when the write about to be made should be sampled: look its
     /// key up and report with [`SpaceGovernor::sampled`].
     pub fn sample_due(&self) -> bool {
-        self.policy.enabled()
+        self.active()
             && self
                 .cached
                 .lock()
@@ -500,6 +675,7 @@ mod tests {
                 garbage_bytes: garbage,
                 file_bytes: file,
             },
+            capacity: None,
         }
     }
 
@@ -594,7 +770,7 @@ mod tests {
     /// writer projects the view by what it wrote.
     #[test]
     fn governor_presses_before_the_target_is_passed() {
-        let g = SpaceGovernor::new(1.5);
+        let g = SpaceGovernor::new(1.5, false);
         let live = 100u64 << 20;
         let mut garbage = 0u64;
         let view = |garbage: u64| view(0, 0, live, garbage, live + garbage);
@@ -639,9 +815,9 @@ mod tests {
 
     #[test]
     fn governor_without_target_or_garbage_lets_writes_go() {
-        let off = SpaceGovernor::new(f64::INFINITY);
+        let off = SpaceGovernor::new(f64::INFINITY, false);
         assert_eq!(off.before_write(1 << 30), WriteAction::Go);
-        let g = SpaceGovernor::new(1.5);
+        let g = SpaceGovernor::new(1.5, false);
         // All live: nothing to collect, writes go however the projection
         // looks.
         let all_live = view(0, 0, 1 << 20, 0, 1 << 20);
@@ -659,7 +835,7 @@ mod tests {
 
     #[test]
     fn hidden_garbage_follows_the_sampled_overwrite_share() {
-        let g = SpaceGovernor::new(1.5);
+        let g = SpaceGovernor::new(1.5, false);
         g.wrote(10 << 20);
         assert_eq!(
             g.hidden_garbage(0),
@@ -685,6 +861,88 @@ mod tests {
             g.hidden_garbage(3 << 20),
             ((1u64 << 20) as f64 * 0.26) as u64
         );
+    }
+
+    fn bounded_view(live: u64, garbage: u64, limit: u64) -> SpaceView {
+        SpaceView {
+            capacity: Some(CapacityUse {
+                used: live + garbage,
+                limit,
+                floor: live,
+            }),
+            ..view(0, 0, live, garbage, live + garbage)
+        }
+    }
+
+    /// `value_capacity` has bands of its own, with no target set: GC back
+    /// to back from half the room, writers slowed from three quarters;
+    /// nothing presses while there is nothing to collect.
+    #[test]
+    fn capacity_bands_act_without_a_target() {
+        let p = SpacePolicy::new(f64::INFINITY);
+        let mb = 1u64 << 20;
+        // 100 MB live, capacity 140 MB: a room of 40 MB.
+        let d = p.decide(&bounded_view(100 * mb, 10 * mb, 140 * mb));
+        assert_eq!(d.pressure, Pressure::Normal);
+        assert_eq!(p.gc_pause(&d, 1e6), None);
+        let d = p.decide(&bounded_view(100 * mb, 22 * mb, 140 * mb));
+        assert_eq!(d.pressure, Pressure::Gc);
+        assert_eq!(p.gc_pause(&d, 0.0), Some(Duration::ZERO));
+        let d = p.decide(&bounded_view(100 * mb, 35 * mb, 140 * mb));
+        assert_eq!(d.pressure, Pressure::Slowdown);
+        assert!(d.depth > 0.4 && d.depth < 0.6, "{}", d.depth);
+        // Nothing known to collect and nothing hidden: no pressure.
+        let mut v = bounded_view(135 * mb, 0, 140 * mb);
+        v.value.garbage_bytes = 0;
+        assert_eq!(p.decide(&v).pressure, Pressure::Normal);
+        // Little known garbage does not narrow the room below a fifth of
+        // the capacity: 139 of 140 MB used, floor 138 MB.
+        let u = CapacityUse {
+            used: 139 * mb,
+            limit: 140 * mb,
+            floor: 138 * mb,
+        };
+        assert!((u.fill(0) - 27.0 / 28.0).abs() < 1e-9, "{}", u.fill(0));
+    }
+
+    /// Slowed-down writers are held to the allowed rate: their pauses add
+    /// up to their bytes at that rate, no pause passes
+    /// [`MAX_WRITE_DELAY`], and most writes do not pause at all.
+    #[test]
+    fn slowed_writers_are_held_to_gc_rate() {
+        let g = SpaceGovernor::new(f64::INFINITY, true);
+        let mb = 1u64 << 20;
+        // Halfway into the slowdown band; GC frees 10 MB/s net.
+        let v = bounded_view(100 * mb, 35 * mb, 140 * mb);
+        let d = g.refresh(&v);
+        assert_eq!(d.pressure, Pressure::Slowdown);
+        g.gc_ran(30 * mb, 20 * mb, Duration::from_secs(1));
+        assert!((g.gc_rate() - (10 * mb) as f64).abs() < 1.0);
+        let start = Instant::now();
+        let (mut paused, mut pauses, mut writes) = (Duration::ZERO, 0, 0);
+        while writes < 2000 {
+            match g.before_write(1000) {
+                WriteAction::Go => {}
+                WriteAction::Delay(d) => {
+                    assert!(d <= MAX_WRITE_DELAY, "{d:?}");
+                    std::thread::sleep(d);
+                    paused += d;
+                    pauses += 1;
+                }
+                WriteAction::Refresh => {
+                    g.refresh(&v);
+                    continue;
+                }
+                a => panic!("{a:?}"),
+            }
+            writes += 1;
+        }
+        let rate = SpacePolicy::allowed_rate(d.depth, g.gc_rate());
+        let want = Duration::from_secs_f64(2000.0 * 1000.0 / rate);
+        // The writes themselves take time the debt is paid with too.
+        assert!(start.elapsed() + Duration::from_millis(2) >= want);
+        assert!(paused <= want + MAX_WRITE_DELAY, "{paused:?} > {want:?}");
+        assert!(pauses * 5 < writes, "{pauses} pauses in {writes} writes");
     }
 
     #[test]

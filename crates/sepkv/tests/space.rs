@@ -158,3 +158,42 @@ fn backpressure_engages_before_the_target_is_passed() {
         eprintln!("{preset:?}: max estimate {max_amp:.2}, directory {amp:.2}x, {s:?}");
     }
 }
+
+/// `value_capacity` alone (no target), with background GC on: writers are
+/// slowed down before the value log fills, every write succeeds (no
+/// `ValueStoreFull` while garbage remains), and the log never spans more
+/// than the capacity.
+#[test]
+fn capacity_slows_writers_before_it_is_reached() {
+    for preset in [Preset::WiscKey, Preset::KtStore] {
+        let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+        let n = 2000usize;
+        let data = (n * (9 + 1000)) as u64;
+        let cap = data + data * 3 / 10;
+        let o = Options {
+            space_amp_target: f64::INFINITY,
+            gc_garbage_ratio: 0.5,
+            write_buffer_size: 256 << 10,
+            vlog_file_size: 1 << 20,
+            gc_chunk_size: 256 << 10,
+            trie_table_size: 256 << 10,
+            value_capacity: Some(cap),
+            ..quiet(preset, &fs)
+        };
+        let db = Db::open("/db", o).unwrap();
+        for round in 0..10 {
+            for i in 0..n {
+                db.put(key(i), value(i, round))
+                    .unwrap_or_else(|e| panic!("{preset:?} round {round} key {i}: {e}"));
+            }
+        }
+        let s = db.stats().unwrap();
+        assert!(s.space_slowdowns > 0, "{preset:?}: no slowdown");
+        let span = s.value_store.live_bytes + s.value_store.garbage_bytes;
+        assert!(span <= cap, "{preset:?}: {span} > {cap}");
+        for i in 0..n {
+            assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 9)), "{preset:?}");
+        }
+        db.close().unwrap();
+    }
+}

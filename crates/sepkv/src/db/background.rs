@@ -9,7 +9,7 @@ use crate::range::{check_order, KeyRange};
 use crate::vstore::GcOutcome;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Pause of the GC thread after a step that found nothing to collect
 /// although the store says GC is due (its garbage is held for readers).
@@ -130,15 +130,26 @@ impl DbInner {
     /// unknown: it poisons the database and is reported as an error, so the
     /// thread that ran it (a writer, `Db::gc` or the GC thread) does not die
     /// silently.
+    ///
+    /// A step that did work feeds the space governor's measure of GC's
+    /// rate ([`crate::space::SpaceGovernor::gc_ran`]).
     pub(super) fn gc_step(&self) -> Result<GcOutcome> {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let t = Instant::now();
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.vstore.gc_step(self, self)
         }))
         .unwrap_or_else(|_| {
             let e = Error::Poisoned("value-store GC panicked".into());
             self.shared.set_poison(&e);
             Err(e)
-        })
+        });
+        if let Ok(o) = &out {
+            if o.did_work && o.bytes_freed > 0 {
+                self.space
+                    .gc_ran(o.bytes_freed, o.bytes_rewritten, t.elapsed());
+            }
+        }
+        out
     }
 
     /// Background value-store GC, until `close`: runs steps while the
@@ -153,7 +164,7 @@ impl DbInner {
     pub(super) fn gc_loop(self: Arc<Self>) {
         let closed = || self.shared.closed.load(Ordering::Acquire);
         let policy = *self.space.policy();
-        let idle = Duration::from_millis(if policy.enabled() { 50 } else { 200 });
+        let idle = Duration::from_millis(if self.space.active() { 50 } else { 200 });
         let mut pause = idle;
         loop {
             {

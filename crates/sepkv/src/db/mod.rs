@@ -310,6 +310,11 @@ impl Db {
         } else {
             shared.opts.space_amp_target
         };
+        // The capacity's bands (`crate::space`) for the same layouts.
+        let bounded = !matches!(
+            shared.opts.layout(),
+            ValueLayout::Inline | ValueLayout::Bands
+        ) && vstore.capacity_use().is_some();
         let inner = Arc::new(DbInner {
             shared,
             index,
@@ -322,7 +327,7 @@ impl Db {
             gc_wake: Mutex::new(()),
             gc_cv: Condvar::new(),
             lock: Mutex::new(Some(lock)),
-            space: crate::space::SpaceGovernor::new(space_target),
+            space: crate::space::SpaceGovernor::new(space_target, bounded),
         });
         let seq = inner.index.recover()?;
         inner

@@ -281,7 +281,7 @@ impl IndexReader for DbInner {
     fn current_pointer(&self, key: &[u8]) -> Result<Option<ValuePointer>> {
         let ctx = ReadCtx {
             category: IoCategory::Gc,
-            fill_cache: false,
+            fill_cache: true,
         };
         match self.lookup(key, None, ctx)? {
             Lookup::Found(ValueType::Pointer, p) => Ok(ValuePointer::decode(&p)),

@@ -34,6 +34,11 @@ impl DbInner {
             index_bytes: levels.iter().sum::<u64>() + mem,
             hidden_garbage: self.space.hidden_garbage(self.vstore.garbage_found()),
             value: self.vstore.space(),
+            capacity: if self.space.active() {
+                self.vstore.capacity_use()
+            } else {
+                None
+            },
         }
     }
 

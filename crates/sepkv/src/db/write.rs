@@ -365,17 +365,14 @@ impl DbInner {
     }
 }
 
-/// GC's side of the index: the compare-and-set lives here, in the facade,
-/// over the seam's `get` and `apply`, so every index gets the same rules.
-impl IndexRelocator for DbInner {
-    /// The index lookups run before the writer lock is taken, so that
-    /// writers do not wait for them; under the lock only the moves found
-    /// current are looked up again, and only when a write was published
-    /// since. A move found stale stays stale: its old record was published
-    /// before the GC judged it (`wait_in_flight_writes`), and a key never
-    /// points back at a place it has moved from — every write and every
-    /// relocation gives it a new one.
-    fn relocate(&self, moves: &[Relocation]) -> Result<(Vec<bool>, SeqNum)> {
+/// Relocations installed under one hold of the writer lock.
+const RELOCATE_GROUP: usize = 256;
+
+impl DbInner {
+    /// One group of [`IndexRelocator::relocate`], written without a sync;
+    /// returns which moves were installed and, when any was, the sequence
+    /// number of the write.
+    fn relocate_group(&self, moves: &[Relocation]) -> Result<(Vec<bool>, Option<SeqNum>)> {
         // Loaded before the lookups: if `last_seq` still holds it under the
         // writer lock, nothing was published since they ran (writes and
         // relocations publish under that lock) and they still hold.
@@ -403,14 +400,48 @@ impl IndexRelocator for DbInner {
             }
         }
         if batch.is_empty() {
-            return Ok((installed, self.shared.last_seq.load(Ordering::Acquire)));
+            return Ok((installed, None));
         }
         if !self.shared.opts.wal {
             // Log mode: the relocation must be in the value log too.
             batch = self.log_entries(&batch)?;
         }
-        let seq = self.write_locked(&batch, true)?;
-        Ok((installed, seq))
+        let seq = self.write_locked(&batch, false)?;
+        Ok((installed, Some(seq)))
+    }
+}
+
+/// GC's side of the index: the compare-and-set lives here, in the facade,
+/// over the seam's `get` and `apply`, so every index gets the same rules.
+impl IndexRelocator for DbInner {
+    /// The index lookups run before the writer lock is taken, so that
+    /// writers do not wait for them; under the lock only the moves found
+    /// current are looked up again, and only when a write was published
+    /// since. A move found stale stays stale: its old record was published
+    /// before the GC judged it (`wait_in_flight_writes`), and a key never
+    /// points back at a place it has moved from — every write and every
+    /// relocation gives it a new one.
+    ///
+    /// The moves are installed in groups of [`RELOCATE_GROUP`], each under
+    /// the writer lock on its own and written without a sync, then made
+    /// durable together: a GC step relocating thousands of records holds
+    /// writers up for one group's lookups at a time, not for all of them
+    /// and an fsync.
+    fn relocate(&self, moves: &[Relocation]) -> Result<(Vec<bool>, SeqNum)> {
+        let mut installed = Vec::with_capacity(moves.len());
+        let mut seq = None;
+        for group in moves.chunks(RELOCATE_GROUP) {
+            let (ok, s) = self.relocate_group(group)?;
+            installed.extend(ok);
+            seq = s.or(seq);
+        }
+        match seq {
+            Some(s) => {
+                self.make_durable(s)?;
+                Ok((installed, s))
+            }
+            None => Ok((installed, self.shared.last_seq.load(Ordering::Acquire))),
+        }
     }
 
     fn persist_state(&self, state: &[u8]) -> Result<()> {

@@ -132,6 +132,34 @@ pub struct SpaceStats {
     pub file_bytes: u64,
 }
 
+/// How much of `value_capacity` a store has in use, for the capacity
+/// bands of the space governor ([`crate::space`]). Bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CapacityUse {
+    /// Bytes counted against the capacity now.
+    pub used: u64,
+    /// `used` at which a user append is refused (`ValueStoreFull`).
+    pub limit: u64,
+    /// What `used` would be with all the garbage the store knows of
+    /// collected (its live bytes, by its own estimate); 0 when unknown.
+    pub floor: u64,
+}
+
+impl CapacityUse {
+    /// How far `used` has come into the room GC can free — from `floor`,
+    /// less the `hidden` garbage the index may still hide, up to `limit`,
+    /// but never narrower than the last fifth of the capacity, so that the
+    /// bands on it keep a width writers can be paced over even when little
+    /// of the garbage is known: 0 at the room's start, 1 when user appends
+    /// are refused.
+    pub fn fill(&self, hidden: u64) -> f64 {
+        let floor = self.floor.saturating_sub(hidden);
+        let width = self.limit.saturating_sub(floor).max(self.limit / 5).max(1);
+        let start = self.limit.saturating_sub(width);
+        (self.used.saturating_sub(start) as f64 / width as f64).min(1.0)
+    }
+}
+
 /// What one garbage-collection step did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct GcOutcome {
@@ -344,6 +372,13 @@ pub trait ValueStore: Send + Sync {
 
     /// Space figures.
     fn space(&self) -> SpaceStats;
+
+    /// How much of `value_capacity` is in use (see [`CapacityUse`]);
+    /// `None` when the store is unbounded or has no such figure. The
+    /// default: `None`.
+    fn capacity_use(&self) -> Option<CapacityUse> {
+        None
+    }
 
     /// Bytes of the store's capacity that GC has retired but may not free
     /// yet because readers (snapshots, iterators) older than the GC step may

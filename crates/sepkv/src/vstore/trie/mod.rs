@@ -1048,6 +1048,22 @@ impl ValueStore for TrieStore {
         Ok(())
     }
 
+    fn capacity_use(&self) -> Option<super::CapacityUse> {
+        let cap = self.opts.capacity?;
+        let st = self.state.lock();
+        let garbage: u64 = st
+            .tables
+            .values()
+            .filter(|t| t.state != TableState::Retired)
+            .map(|t| t.garbage.min(t.valid_len))
+            .sum();
+        Some(super::CapacityUse {
+            used: st.held,
+            limit: cap,
+            floor: st.held.saturating_sub(garbage),
+        })
+    }
+
     /// Live and garbage bytes of the tables GC may still collect; tables
     /// GC has already retired (waiting for old snapshots) count only in
     /// `file_bytes`, so that they never look like garbage left to collect.

@@ -6,9 +6,11 @@
 //!    ([`IndexReader::wait_in_flight_writes`]);
 //! 2. a record is live when the index's current pointer for its key is this
 //!    very record (an index lookup per record);
-//! 3. append the live records at the head and sync the vLog;
-//! 4. install the new pointers by compare-and-set, durably (a user write
-//!    that raced the step keeps its newer value);
+//! 3. append the live records at the head (in pieces of 256 KiB, so user
+//!    appends never wait long for the value log);
+//! 4. install the new pointers by compare-and-set, in groups, and make them
+//!    durable with the copies (one sync of the value log and the index; a
+//!    user write that raced the step keeps its newer value);
 //! 5. make the index durable up to the writes that superseded the dead
 //!    records, then persist the new tail in the manifest;
 //! 6. free the chunk — punch a hole, or delete a file the tail has left —
@@ -26,6 +28,9 @@ use crate::vstore::{
     GcOutcome, IndexReader, IndexRelocator, Relocation, ValuePointer, ValueRecord, ValueStore,
 };
 use std::sync::atomic::Ordering;
+
+/// Bytes of copies a GC step appends at a time.
+const GC_APPEND_PIECE: usize = 256 << 10;
 
 /// Runs one GC step on `vlog`.
 pub fn step(
@@ -149,8 +154,24 @@ pub fn step(
                 value: v,
             })
             .collect();
-        let new = vlog.append_as(&records, IoCategory::Gc)?;
-        vlog.sync()?;
+        // In pieces, so that user appends wait for one piece at most. No
+        // sync of their own: the relocation's `make_durable` syncs the
+        // value log with the index, and a relocation whose copy a crash
+        // lost ends the index's replay unacknowledged, as a write's would
+        // (the tail has not moved, so the old records still serve).
+        let mut new = Vec::with_capacity(records.len());
+        let mut from = 0;
+        while from < records.len() {
+            let mut to = from;
+            let mut bytes = 0usize;
+            while to < records.len() && (to == from || bytes < GC_APPEND_PIECE) {
+                bytes += records[to].key.len() + records[to].value.len();
+                to += 1;
+            }
+            new.extend(vlog.append_as(&records[from..to], IoCategory::Gc)?);
+            from = to;
+        }
+
         let moves: Vec<Relocation> = live
             .iter()
             .zip(&new)

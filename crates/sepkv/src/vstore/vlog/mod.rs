@@ -781,6 +781,20 @@ impl ValueStore for VlogStore {
         Ok(())
     }
 
+    fn capacity_use(&self) -> Option<super::CapacityUse> {
+        let cap = self.opts.capacity?;
+        let st = self.state.lock();
+        let used = Self::span_locked(&st);
+        let garbage: u64 = st.files.range(st.tail.0..).map(|(_, f)| f.garbage).sum();
+        // A GC step appends its copies before it moves the tail: the
+        // user's limit is the capacity less one chunk of copies.
+        Some(super::CapacityUse {
+            used,
+            limit: cap.saturating_sub(self.opts.gc_chunk_size),
+            floor: used - garbage.min(used),
+        })
+    }
+
     fn space(&self) -> SpaceStats {
         let st = self.state.lock();
         let total = Self::span_locked(&st);
