@@ -12,7 +12,7 @@
 //! |---|---|
 //! | below `1 + (T − 1) / 2` | background GC runs only by `gc_garbage_ratio` |
 //! | from there to `1 + 0.9 (T − 1)` | background GC runs, paced ([`SpacePolicy::gc_pause`]) |
-//! | from there to `T` | writers are slowed down (up to [`MAX_WRITE_DELAY`] per write) |
+//! | from there to `T` | writers are slowed down (held to a rate; pauses of at most [`MAX_WRITE_DELAY`]) |
 //! | `T` and above | writers stop: each runs GC steps itself before it writes |
 //!
 //! `value_capacity`, when set, has bands of its own, on the share of the
@@ -261,8 +261,10 @@ impl SpacePolicy {
         }
     }
 
-    /// How long a writer pauses in the slowdown band: from nothing at its
-    /// start to [`MAX_WRITE_DELAY`] at the target.
+    /// How long a writer pauses per write in the slowdown band while GC's
+    /// rate is not known yet: from nothing at its start to 100 µs at its
+    /// end (once it is known, [`SpaceGovernor::before_write`] holds writers
+    /// to [`SpacePolicy::allowed_rate`] instead).
     pub fn write_delay(&self, d: &Decision) -> Duration {
         if d.pressure != Pressure::Slowdown {
             return Duration::ZERO;

@@ -10,6 +10,12 @@ use std::sync::Arc;
 /// Size of the user-space write buffer of a [`WritableFile`] (bytes).
 const WRITE_BUFFER: usize = 64 * 1024;
 
+/// Bytes handed to the OS after which a file's writeback is started
+/// (`sync_file_range`, Linux), so that a later `fsync` finds little left to
+/// write and whoever waits for it — often a writer behind a lock — waits
+/// less (RocksDB's `bytes_per_sync`). Nothing is made durable by it.
+const WRITEBACK_EVERY: u64 = 1 << 20;
+
 /// The operating system's file system. Zero-sized; clone freely.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct StdFs;
@@ -18,6 +24,35 @@ struct StdWritable {
     file: File,
     buf: Vec<u8>,
     len: u64,
+    /// Offset up to which writeback was started.
+    hinted: u64,
+}
+
+impl StdWritable {
+    /// Starts the writeback of what was handed to the OS since the last
+    /// start, once that is [`WRITEBACK_EVERY`] bytes. A hint: failures are
+    /// ignored (the `fsync` that makes data durable reports its own).
+    fn start_writeback(&mut self) {
+        let written = self.len - self.buf.len() as u64;
+        if written < self.hinted + WRITEBACK_EVERY {
+            return;
+        }
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::io::AsRawFd;
+            // SAFETY: a plain syscall on a descriptor this value owns.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::sync_file_range(
+                    self.file.as_raw_fd(),
+                    self.hinted as libc::off64_t,
+                    (written - self.hinted) as libc::off64_t,
+                    libc::SYNC_FILE_RANGE_WRITE,
+                );
+            }
+        }
+        self.hinted = written;
+    }
 }
 
 impl WritableFile for StdWritable {
@@ -26,7 +61,9 @@ impl WritableFile for StdWritable {
         if self.buf.len() + data.len() > WRITE_BUFFER {
             self.flush()?;
             if data.len() >= WRITE_BUFFER {
-                return self.file.write_all(data);
+                self.file.write_all(data)?;
+                self.start_writeback();
+                return Ok(());
             }
         }
         self.buf.extend_from_slice(data);
@@ -38,6 +75,7 @@ impl WritableFile for StdWritable {
             let r = self.file.write_all(&self.buf);
             self.buf.clear();
             r?;
+            self.start_writeback();
         }
         Ok(())
     }
@@ -278,6 +316,7 @@ impl FileSystem for StdFs {
             file,
             buf: Vec::with_capacity(WRITE_BUFFER),
             len: 0,
+            hinted: 0,
         }))
     }
 
@@ -288,6 +327,7 @@ impl FileSystem for StdFs {
             file,
             buf: Vec::with_capacity(WRITE_BUFFER),
             len,
+            hinted: len,
         }))
     }
 

@@ -7,9 +7,8 @@
 //! 2. a record is live when the index's current pointer for its key is this
 //!    very record (an index lookup per record);
 //! 3. append the live records at the head (in pieces of 256 KiB, so user
-//!    appends never wait long for the value log);
-//! 4. install the new pointers by compare-and-set, in groups, and make them
-//!    durable with the copies (one sync of the value log and the index; a
+//!    appends never wait long for the value log) and sync the vLog;
+//! 4. install the new pointers by compare-and-set, in groups, durably (a
 //!    user write that raced the step keeps its newer value);
 //! 5. make the index durable up to the writes that superseded the dead
 //!    records, then persist the new tail in the manifest;
@@ -154,11 +153,9 @@ pub fn step(
                 value: v,
             })
             .collect();
-        // In pieces, so that user appends wait for one piece at most. No
-        // sync of their own: the relocation's `make_durable` syncs the
-        // value log with the index, and a relocation whose copy a crash
-        // lost ends the index's replay unacknowledged, as a write's would
-        // (the tail has not moved, so the old records still serve).
+        // In pieces, so that user appends wait for one piece at most; then
+        // synced before any pointer to them is written (the log may be
+        // HashKV's cold data log, which the index's syncs do not cover).
         let mut new = Vec::with_capacity(records.len());
         let mut from = 0;
         while from < records.len() {
@@ -171,6 +168,7 @@ pub fn step(
             new.extend(vlog.append_as(&records[from..to], IoCategory::Gc)?);
             from = to;
         }
+        vlog.sync()?;
 
         let moves: Vec<Relocation> = live
             .iter()
