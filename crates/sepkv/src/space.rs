@@ -543,7 +543,12 @@ impl SpaceGovernor {
             c.paid_until = None;
             return WriteAction::Go;
         }
-        let depth = depth.clamp(0.0, 1.0);
+        // NaN (a degenerate view) counts as the band's end.
+        let depth = if depth.is_nan() {
+            1.0
+        } else {
+            depth.clamp(0.0, 1.0)
+        };
         self.counters.slowdowns.fetch_add(1, Ordering::Relaxed);
         if c.gc_rate <= 0.0 {
             // GC's pace is not known yet: a short pause per write.
@@ -552,10 +557,19 @@ impl SpaceGovernor {
         let rate = SpacePolicy::allowed_rate(depth, c.gc_rate);
         let now = Instant::now();
         let from = c.paid_until.map_or(now, |t| t.max(now));
-        let cost = Duration::from_secs_f64(bytes as f64 * c.growth.max(1.0) / rate);
         // Debt past two pauses is forgiven: a rate far below the writers'
-        // is held by pausing every write, not by a growing backlog.
-        let until = (from + cost).min(now + 2 * MAX_WRITE_DELAY);
+        // is held by pausing every write, not by a growing backlog. So the
+        // cost is capped there before it becomes a `Duration`: a GC that
+        // has been freeing (almost) nothing net has a rate near 0, and
+        // the quotient overflows a `Duration` or is infinite.
+        let cap = 2 * MAX_WRITE_DELAY;
+        let secs = bytes as f64 * c.growth.max(1.0) / rate;
+        let cost = if secs.is_finite() && secs < cap.as_secs_f64() {
+            Duration::from_secs_f64(secs)
+        } else {
+            cap
+        };
+        let until = (from + cost).min(now + cap);
         c.paid_until = Some(until);
         let owed = until - now;
         if owed >= WRITE_DELAY_QUANTUM {
@@ -945,6 +959,36 @@ mod tests {
         assert!(start.elapsed() + Duration::from_millis(2) >= want);
         assert!(paused <= want + MAX_WRITE_DELAY, "{paused:?} > {want:?}");
         assert!(pauses * 5 < writes, "{pauses} pauses in {writes} writes");
+    }
+
+    /// A GC that frees nothing net (every step copies as much as it
+    /// frees) drives its measured rate towards 0: writers in the slowdown
+    /// band then pause the longest, and the rate's quotient never panics.
+    #[test]
+    fn a_vanishing_gc_rate_gives_the_longest_pause() {
+        let g = SpaceGovernor::new(f64::INFINITY, true);
+        let mb = 1u64 << 20;
+        let v = bounded_view(100 * mb, 35 * mb, 140 * mb);
+        assert_eq!(g.refresh(&v).pressure, Pressure::Slowdown);
+        g.gc_ran(10 * mb, 10 * mb - 1, Duration::from_secs(1000));
+        for _ in 0..2000 {
+            g.gc_ran(mb, mb, Duration::from_secs(1));
+        }
+        assert!(g.gc_rate() > 0.0 && g.gc_rate() < 1e-300, "{}", g.gc_rate());
+        let mut delays = 0;
+        for _ in 0..10 {
+            match g.before_write(1 << 20) {
+                WriteAction::Delay(d) => {
+                    assert_eq!(d, MAX_WRITE_DELAY);
+                    delays += 1;
+                }
+                WriteAction::Refresh => {
+                    g.refresh(&v);
+                }
+                a => panic!("{a:?}"),
+            }
+        }
+        assert!(delays > 0);
     }
 
     #[test]
