@@ -58,11 +58,11 @@
 //!
 //! # GC trigger
 //! GC runs from the engine's GC thread and `Db::gc`. The paper triggers it
-//! when free log segments run low; the engine's GC thread runs while the
-//! store's garbage ratio is at or above `gc_garbage_ratio`, so while fewer
-//! than a quarter of the log segments are free, [`ValueStore::space`] reports
-//! (almost) everything as garbage to start it (the `gc_pressure` figure
-//! says when).
+//! when free log segments run low: while fewer than a quarter of the log
+//! segments are free, [`ValueStore::gc_due`] says so (the `gc_pressure`
+//! figure too) and the GC thread runs steps back to back; it also runs by
+//! the garbage ratio (`gc_garbage_ratio`) and the space target, on the
+//! store's true space figures.
 //!
 //! # Deviations from the paper
 //! - GC writes a group's live records to a *fresh* main segment (then log
@@ -1464,7 +1464,7 @@ impl ValueStore for HashKvStore {
     }
 
     fn space(&self) -> SpaceStats {
-        let (total, noted, pressure, seg_bytes, jlen) = {
+        let (total, noted, seg_bytes, jlen) = {
             let st = self.state.lock();
             let t = &st.table;
             let mut total = 0u64;
@@ -1479,29 +1479,24 @@ impl ValueStore for HashKvStore {
             // what they occupy (retired and in-flight ones included), and
             // no per-file `stat` is needed on this frequently called path.
             let seg_bytes = t.segs.values().map(|s| s.len).sum::<u64>();
-            (
-                total,
-                noted.min(total),
-                t.free_units() < Self::low_watermark(t),
-                seg_bytes,
-                st.journal_len,
-            )
+            (total, noted.min(total), seg_bytes, st.journal_len)
         };
         let cold = self.cold.space();
         let file_bytes = seg_bytes + cold.file_bytes + jlen;
-        let mut live = total - noted + cold.live_bytes;
-        let mut garbage = noted + cold.garbage_bytes;
-        if pressure {
-            // Start the engine's ratio-driven GC thread (see module docs).
-            let all = live + garbage;
-            garbage = all - (all / 1024).min(live);
-            live = all - garbage;
-        }
+        let live = total - noted + cold.live_bytes;
+        let garbage = noted + cold.garbage_bytes;
         SpaceStats {
             live_bytes: live,
             garbage_bytes: garbage,
             file_bytes,
         }
+    }
+
+    /// Free log segments below a quarter of the reserve (HashKV §3.3: GC
+    /// runs when the reserved space runs low).
+    fn gc_due(&self) -> bool {
+        let st = self.state.lock();
+        st.table.free_units() < Self::low_watermark(&st.table)
     }
 
     /// The reserved space held by retired log segments (main segments are
