@@ -40,6 +40,12 @@ struct Cli {
     /// the recorded one; naming a different one is refused.
     #[arg(long, global = true)]
     preset: Option<String>,
+    /// Where a `hash` index (preset flashkey) keeps its table at this
+    /// open: memory (every page in memory; the default) or disk (pages on
+    /// disk behind a bounded write-back cache). May change at each open
+    /// (FlashKey §V-A1).
+    #[arg(long, global = true)]
+    hash_index_mode: Option<String>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -133,6 +139,9 @@ fn options(cli: &Cli, creates: bool) -> Result<Options, sepkv::Error> {
         None => Options::default(),
     };
     o.create_if_missing = creates;
+    if let Some(m) = &cli.hash_index_mode {
+        o.hash_index_mode = m.parse()?;
+    }
     Ok(o)
 }
 
@@ -148,7 +157,9 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
     if let Cmd::Verify = cli.cmd {
         return Ok(verify(&cli, opts));
     }
+    let opened = std::time::Instant::now();
     let db = Db::open(&cli.db, opts)?;
+    let open_time = opened.elapsed();
     let sync = WriteOptions { sync: true };
     let out = std::io::stdout();
     let mut out = std::io::BufWriter::new(out.lock());
@@ -210,6 +221,14 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 let text = serde_json::to_string_pretty(&s).expect("stats serialize");
                 writeln!(out, "{text}").map_err(stdout_err)?;
             } else {
+                // Recovery (a WAL or band replay after a crash) is part
+                // of the open.
+                writeln!(
+                    out,
+                    "open time          {:.1} ms (recovery included)",
+                    open_time.as_secs_f64() * 1e3
+                )
+                .map_err(stdout_err)?;
                 print_stats(&s, &mut out).map_err(stdout_err)?;
             }
             ExitCode::SUCCESS
