@@ -35,9 +35,11 @@ use crate::index::memtable::Lookup;
 use crate::index::sstable::ReadCtx;
 use crate::index::{Index, IndexIter, IndexStats, Shared, ValueStoreOpener};
 use crate::options::{IndexKind, ValueLayout};
-use crate::vstore::bands::{BandOptions, BandStore, PrevLookup};
-use crate::vstore::ValueStore;
+use crate::vstore::bands::{BandOptions, BandStore, OwnedEntry, PrevLookup};
+use crate::vstore::vlog::prefetch::Prefetcher;
+use crate::vstore::{ReadLatency, ValuePointer, ValueStore};
 use parking_lot::Mutex;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -51,6 +53,8 @@ pub(crate) struct FlashKeyIndex {
     bands: Arc<BandStore>,
     keys: Arc<LsmIndex>,
     keys_shared: Arc<Shared>,
+    /// Parallel lookups for scans (see [`ValueResolver`]).
+    read_ahead: Arc<ReadAhead>,
 }
 
 impl FlashKeyIndex {
@@ -112,6 +116,10 @@ impl FlashKeyIndex {
             Ok(log)
         })?;
         let vstore: Arc<dyn ValueStore> = bands.clone();
+        let read_ahead = Arc::new(ReadAhead::new(
+            opts.prefetch_threads,
+            opts.scan_prefetch_depth,
+        ));
         Ok((
             Arc::new(FlashKeyIndex {
                 shared,
@@ -119,6 +127,7 @@ impl FlashKeyIndex {
                 bands,
                 keys,
                 keys_shared,
+                read_ahead,
             }),
             vstore,
         ))
@@ -232,14 +241,12 @@ impl Index for FlashKeyIndex {
     fn iter(&self, seq: SeqNum, ctx: ReadCtx) -> Result<IndexIter> {
         let inner = self.keys.iter(seq, ctx)?;
         Ok(IndexIter {
-            iter: Box::new(ValueResolver {
-                inner: inner.iter,
-                hash: self.hash.clone(),
+            iter: Box::new(ValueResolver::new(
+                inner.iter,
+                self.hash.clone(),
                 seq,
-                cur_key: None,
-                cur_value: Vec::new(),
-                err: None,
-            }),
+                self.read_ahead.clone(),
+            )),
             pin: inner.pin,
         })
     }
@@ -324,70 +331,267 @@ impl Index for FlashKeyIndex {
 /// the hash index at the scan's sequence number. Entries the scan cannot
 /// see (newer, or deletes) pass unchanged; a key the key tree holds but the
 /// hash index does not (never after recovery) reads as deleted.
-struct ValueResolver {
+///
+/// **Several values at once** (FlashKey §V-A3: a scan walks the key tree
+/// and fetches the values through the hash table; WiscKey §3.3.1's
+/// parallel prefetch): once the scan has moved forward twice in a row and
+/// lookups take device time ([`ReadLatency`]), the resolver takes the next
+/// entries of the key tree — a window that doubles with each window up to
+/// `scan_prefetch_depth` — and runs their lookups in parallel on a small
+/// pool, so that up to `prefetch_threads` record reads are in flight. The
+/// key tree's iterator then stands past the window; a `prev` repositions it
+/// at the current entry first. On cached data lookups stay one at a time
+/// (the hand-offs would cost more than the reads).
+pub(super) struct ValueResolver {
     inner: Box<dyn InternalIterator>,
     hash: Arc<HashIndex>,
     seq: SeqNum,
-    /// The current entry's internal key, when it differs from the inner one.
+    /// The current entry when it was not resolved ahead, if its key was
+    /// rewritten (a key the hash index lacks reads as deleted).
     cur_key: Option<Vec<u8>>,
     cur_value: Vec<u8>,
+    /// Entries resolved ahead; the front one is the current entry, and
+    /// `inner` stands after the back one. Empty: `inner` is current.
+    ahead: VecDeque<Ahead>,
     err: Option<Error>,
+    /// Forward steps in a row (a window starts after two).
+    run: usize,
+    /// Size of the next window.
+    window: usize,
+    /// Windows taken.
+    windows: usize,
+    read_ahead: Arc<ReadAhead>,
+}
+
+/// An entry resolved ahead of the scan.
+struct Ahead {
+    /// Internal key as presented (rewritten as for `cur_key`).
+    key: Vec<u8>,
+    /// The key tree's internal key, to reposition at it.
+    inner_key: Vec<u8>,
+    value: Result<Vec<u8>>,
+}
+
+/// What a scan's read-ahead shares across the iterators of one database:
+/// the pool, the lookup-time estimate and the largest window.
+pub(super) struct ReadAhead {
+    pool: Prefetcher,
+    /// Time of one lookup (one or more record reads).
+    pub(super) latency: ReadLatency,
+    depth: usize,
+}
+
+impl ReadAhead {
+    pub(super) fn new(threads: usize, depth: usize) -> ReadAhead {
+        ReadAhead {
+            pool: Prefetcher::new(threads),
+            latency: ReadLatency::default(),
+            depth,
+        }
+    }
+
+    /// Windows pay only with a pool and lookups that reach the device.
+    fn pays(&self) -> bool {
+        self.pool.threads() > 0 && self.depth > 1 && !self.latency.from_memory()
+    }
+}
+
+/// What a scan shows for the key-tree entry `(ukey, seq)` given the hash
+/// index's answer at the scan's sequence number: its value, or (`None`
+/// key) a deletion when the hash index has no live version.
+fn shown(
+    found: Result<Option<(ValuePointer, OwnedEntry)>>,
+    ukey: &[u8],
+    seq: SeqNum,
+) -> Result<(Option<Vec<u8>>, Vec<u8>)> {
+    Ok(match found? {
+        Some((_, e)) if e.kind != Kind::Tombstone => (None, e.payload),
+        _ => (
+            Some(key::internal_key(ukey, seq, ValueType::Deletion)),
+            Vec::new(),
+        ),
+    })
 }
 
 impl ValueResolver {
+    /// The key tree's iterator `inner` resolved through `hash` at `seq`.
+    pub(super) fn new(
+        inner: Box<dyn InternalIterator>,
+        hash: Arc<HashIndex>,
+        seq: SeqNum,
+        read_ahead: Arc<ReadAhead>,
+    ) -> ValueResolver {
+        ValueResolver {
+            inner,
+            hash,
+            seq,
+            cur_key: None,
+            cur_value: Vec::new(),
+            ahead: VecDeque::new(),
+            err: None,
+            run: 0,
+            window: 2,
+            windows: 0,
+            read_ahead,
+        }
+    }
+
+    /// Windows taken since the last call (tests).
+    #[cfg(test)]
+    pub(super) fn windows_taken(&mut self) -> usize {
+        std::mem::take(&mut self.windows)
+    }
+
+    /// The user key and sequence number of the inner entry when the scan
+    /// sees it as a value to fetch.
+    fn wanted(&self) -> Option<(Vec<u8>, SeqNum)> {
+        let p = key::parse_internal_key(self.inner.key())?;
+        (p.vtype == ValueType::Value && p.seq <= self.seq).then(|| (p.user_key.to_vec(), p.seq))
+    }
+
+    /// Resolves the inner entry as the current one (no read-ahead).
     fn resolve(&mut self) {
+        self.ahead.clear();
         self.cur_key = None;
         self.cur_value.clear();
         if !self.inner.valid() {
             return;
         }
-        let Some(p) = key::parse_internal_key(self.inner.key()) else {
+        let Some((ukey, seq)) = self.wanted() else {
             return;
         };
-        if p.vtype != ValueType::Value || p.seq > self.seq {
-            return;
-        }
-        let ukey = p.user_key.to_vec();
-        let seq = p.seq;
-        match self.hash.lookup(&ukey, self.seq) {
-            Ok(Some((_, e))) if e.kind != Kind::Tombstone => self.cur_value = e.payload,
-            Ok(_) => self.cur_key = Some(key::internal_key(&ukey, seq, ValueType::Deletion)),
+        let hash = &self.hash;
+        let found = self
+            .read_ahead
+            .latency
+            .time(|| hash.lookup(&ukey, self.seq));
+        match shown(found, &ukey, seq) {
+            Ok((k, v)) => {
+                self.cur_key = k;
+                self.cur_value = v;
+            }
             Err(e) => {
                 self.err.get_or_insert(e);
             }
         }
     }
+
+    /// Takes up to `n` entries from the inner iterator (which stands at
+    /// the first of them) and resolves their values in parallel.
+    fn fill(&mut self, n: usize) {
+        self.cur_key = None;
+        self.cur_value.clear();
+        let mut entries = Vec::with_capacity(n);
+        let mut lookups: Vec<(usize, Vec<u8>, SeqNum)> = Vec::new();
+        while entries.len() < n && self.inner.valid() {
+            if let Some((ukey, seq)) = self.wanted() {
+                lookups.push((entries.len(), ukey, seq));
+            }
+            entries.push(Ahead {
+                key: self.inner.key().to_vec(),
+                inner_key: self.inner.key().to_vec(),
+                value: Ok(self.inner.value().to_vec()),
+            });
+            self.inner.next();
+        }
+        let keys: Arc<Vec<Vec<u8>>> = Arc::new(lookups.iter().map(|l| l.1.clone()).collect());
+        let (hash, ra, at) = (self.hash.clone(), self.read_ahead.clone(), self.seq);
+        let found = self.read_ahead.pool.map(keys.len(), move |i| {
+            ra.latency.time(|| hash.lookup(&keys[i], at))
+        });
+        for ((i, ukey, seq), f) in lookups.into_iter().zip(found) {
+            let e = &mut entries[i];
+            e.value = shown(f, &ukey, seq).map(|(k, v)| {
+                if let Some(k) = k {
+                    e.key = k;
+                }
+                v
+            });
+        }
+        self.ahead = entries.into();
+        self.take_error();
+    }
+
+    /// Moves an error of the current read-ahead entry to `err`.
+    fn take_error(&mut self) {
+        if let Some(Ahead { value: Err(e), .. }) = self.ahead.front() {
+            self.err.get_or_insert(e.clone());
+        }
+    }
+
+    /// Moves forward from a position `inner` already stands at (after
+    /// a `next` of it, or after a window): one lookup, or a window.
+    fn forward(&mut self) {
+        self.run += 1;
+        if self.run >= 2 && self.inner.valid() && self.read_ahead.pays() {
+            let n = self.window.clamp(2, self.read_ahead.depth);
+            self.window = n.saturating_mul(2);
+            self.windows += 1;
+            self.fill(n);
+        } else {
+            self.resolve();
+        }
+    }
+
+    /// Starts over after a jump: no window, no run.
+    fn jumped(&mut self) {
+        self.run = 0;
+        self.window = 2;
+        self.resolve();
+    }
 }
 
 impl InternalIterator for ValueResolver {
     fn valid(&self) -> bool {
-        self.err.is_none() && self.inner.valid()
+        self.err.is_none() && (!self.ahead.is_empty() || self.inner.valid())
     }
     fn seek_to_first(&mut self) {
         self.inner.seek_to_first();
-        self.resolve();
+        self.jumped();
     }
     fn seek_to_last(&mut self) {
         self.inner.seek_to_last();
-        self.resolve();
+        self.jumped();
     }
     fn seek(&mut self, target: &[u8]) {
         self.inner.seek(target);
-        self.resolve();
+        self.jumped();
     }
     fn next(&mut self) {
-        self.inner.next();
-        self.resolve();
+        if self.ahead.is_empty() {
+            self.inner.next();
+            self.forward();
+            return;
+        }
+        self.ahead.pop_front();
+        if self.ahead.is_empty() {
+            // `inner` stands at the entry after the window.
+            self.forward();
+        } else {
+            self.take_error();
+        }
     }
     fn prev(&mut self) {
+        if let Some(cur) = self.ahead.front() {
+            // Back to the current entry (internal keys are unique).
+            let at = cur.inner_key.clone();
+            self.inner.seek(&at);
+        }
         self.inner.prev();
-        self.resolve();
+        self.jumped();
     }
     fn key(&self) -> &[u8] {
-        self.cur_key.as_deref().unwrap_or_else(|| self.inner.key())
+        match self.ahead.front() {
+            Some(a) => &a.key,
+            None => self.cur_key.as_deref().unwrap_or_else(|| self.inner.key()),
+        }
     }
     fn value(&self) -> &[u8] {
-        &self.cur_value
+        match self.ahead.front() {
+            Some(Ahead { value: Ok(v), .. }) => v,
+            Some(_) => &[],
+            None => &self.cur_value,
+        }
     }
     fn status(&self) -> Result<()> {
         match &self.err {

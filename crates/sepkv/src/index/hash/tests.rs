@@ -571,3 +571,97 @@ fn a_node_left_on_a_collected_delete_token_is_removed() {
     assert_eq!(idx.table_figures().nodes, 80, "dangling node removed");
     assert_eq!(idx.get(&key(5), None).unwrap().as_deref(), Some(&b"x"[..]));
 }
+
+/// A scan's read-ahead (lookups of a window of key-tree entries in
+/// parallel) shows exactly what one lookup at a time shows, through runs
+/// of `next`, `prev` and seeks: values, versions the scan cannot see,
+/// deletions, and a key the hash index lacks (read as deleted).
+#[test]
+fn scan_read_ahead_shows_what_single_lookups_show() {
+    use super::flashkey::{ReadAhead, ValueResolver};
+    use crate::index::iter::InternalIterator;
+    use crate::index::key::internal_key;
+    use crate::index::merger::tests::VecIter;
+    let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    let idx = Arc::new(open(&fs, opts(HashMode::Memory)));
+    let weak: std::sync::Weak<dyn crate::vstore::bands::PrevLookup> =
+        Arc::downgrade(&idx) as std::sync::Weak<dyn crate::vstore::bands::PrevLookup>;
+    idx.bands().set_prev_lookup(weak);
+    // The key tree: each key at its first put; some overwritten later,
+    // some deleted, one never in the hash index, and one entry newer than
+    // the scan.
+    let mut tree = Vec::new();
+    let mut seq = 1;
+    let values: Vec<Vec<u8>> = (0..300u64).map(|k| value(k, 1)).collect();
+    for k in 0..300u64 {
+        engine_write(&idx, seq, &[(&key(k), Some(&values[k as usize]))]);
+        tree.push((internal_key(&key(k), seq, ValueType::Value), Vec::new()));
+        seq += 1;
+    }
+    let newer = value(7, 2);
+    for k in (0..300u64).step_by(7) {
+        engine_write(&idx, seq, &[(&key(k), Some(&newer))]);
+        seq += 1;
+    }
+    for k in (3..300u64).step_by(11) {
+        engine_write(&idx, seq, &[(&key(k), None)]);
+        tree.push((internal_key(&key(k), seq, ValueType::Deletion), Vec::new()));
+        seq += 1;
+    }
+    tree.push((internal_key(b"key00150a", 5, ValueType::Value), Vec::new()));
+    let scan_at = seq - 20;
+    tree.push((
+        internal_key(&key(299), seq + 5, ValueType::Value),
+        Vec::new(),
+    ));
+    tree.sort_by(|a, b| crate::index::key::compare_internal(&a.0, &b.0));
+    let make = |threads: usize| {
+        let ra = Arc::new(ReadAhead::new(threads, 16));
+        let it = ValueResolver::new(
+            Box::new(VecIter {
+                entries: tree.clone(),
+                pos: None,
+            }),
+            idx.clone(),
+            scan_at,
+            ra.clone(),
+        );
+        (it, ra)
+    };
+    let (mut one, _) = make(0);
+    let (mut ahead, ra) = make(4);
+    let mut rng = Rng(11);
+    let mut windows = 0;
+    for step in 0..3000 {
+        // Lookups on memory are fast: keep the estimate on the device's
+        // side so that windows are taken.
+        ra.latency.record(1_000_000_000_000);
+        let op = rng.below(100);
+        let (a, b): (&mut ValueResolver, &mut ValueResolver) = (&mut one, &mut ahead);
+        if !a.valid() || op < 3 {
+            a.seek_to_first();
+            b.seek_to_first();
+        } else if op < 5 {
+            a.seek_to_last();
+            b.seek_to_last();
+        } else if op < 10 {
+            let t = internal_key(&key(rng.below(320)), u64::MAX >> 8, ValueType::Value);
+            a.seek(&t);
+            b.seek(&t);
+        } else if op < 30 {
+            a.prev();
+            b.prev();
+        } else {
+            a.next();
+            b.next();
+        }
+        assert_eq!(a.valid(), b.valid(), "step {step}");
+        assert!(b.status().is_ok());
+        if a.valid() {
+            assert_eq!(a.key(), b.key(), "step {step}");
+            assert_eq!(a.value(), b.value(), "step {step}");
+        }
+        windows += b.windows_taken();
+    }
+    assert!(windows > 50, "{windows} windows");
+}
