@@ -441,6 +441,16 @@ fn concurrent_writers_readers_snapshots_and_gc() {
     }
 }
 
+/// A memory-mode index whose bands ask it for each key's previous
+/// version, as the engine wires them ([`engine_write`]).
+fn open_for_engine_writes(fs: &Arc<dyn FileSystem>) -> Arc<HashIndex> {
+    let idx = Arc::new(open(fs, opts(HashMode::Memory)));
+    let weak: std::sync::Weak<dyn crate::vstore::bands::PrevLookup> =
+        Arc::downgrade(&idx) as std::sync::Weak<dyn crate::vstore::bands::PrevLookup>;
+    idx.bands().set_prev_lookup(weak);
+    idx
+}
+
 /// The engine's write path: the bands log the batch (asking the index for
 /// each key's current address), then the index applies it.
 fn engine_write(idx: &HashIndex, seq0: u64, ops: &[Op<'_>]) -> Vec<KeyOp> {
@@ -486,10 +496,7 @@ fn engine_write(idx: &HashIndex, seq0: u64, ops: &[Op<'_>]) -> Vec<KeyOp> {
 #[test]
 fn engine_write_path_links_versions_and_reports_key_changes() {
     let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
-    let idx = Arc::new(open(&fs, opts(HashMode::Memory)));
-    let weak: std::sync::Weak<dyn crate::vstore::bands::PrevLookup> =
-        Arc::downgrade(&idx) as std::sync::Weak<dyn crate::vstore::bands::PrevLookup>;
-    idx.bands().set_prev_lookup(weak);
+    let idx = open_for_engine_writes(&fs);
     let ins = |k: &[u8]| KeyOp::Insert(k.to_vec());
     let rem = |k: &[u8]| KeyOp::Remove(k.to_vec());
     assert_eq!(
@@ -583,10 +590,7 @@ fn scan_read_ahead_shows_what_single_lookups_show() {
     use crate::index::key::internal_key;
     use crate::index::merger::tests::VecIter;
     let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
-    let idx = Arc::new(open(&fs, opts(HashMode::Memory)));
-    let weak: std::sync::Weak<dyn crate::vstore::bands::PrevLookup> =
-        Arc::downgrade(&idx) as std::sync::Weak<dyn crate::vstore::bands::PrevLookup>;
-    idx.bands().set_prev_lookup(weak);
+    let idx = open_for_engine_writes(&fs);
     // The key tree: each key at its first put; some overwritten later,
     // some deleted, one never in the hash index, and one entry newer than
     // the scan.
