@@ -408,6 +408,13 @@ impl Scan {
     #[must_use]
     pub fn limit(mut self, n: usize) -> Self {
         self.limit = Some(n);
+        if !self.reverse {
+            // An index that looks values up itself (FlashKey's hash
+            // table) reads them ahead too.
+            self.it
+                .inner
+                .expect_forward(n.min(Self::MAX_LIMITED_WINDOW));
+        }
         self
     }
 

@@ -28,6 +28,11 @@ pub trait InternalIterator: Send {
     fn value(&self) -> &[u8];
     /// The first error met, if any.
     fn status(&self) -> Result<()>;
+    /// A hint: about `n` entries will be read forward from the next seek
+    /// (a scan told its length, [`crate::Scan::limit`]), so an iterator
+    /// that fetches values ahead may fetch that many at once. The default
+    /// ignores it.
+    fn expect_forward(&mut self, _n: usize) {}
 }
 
 impl<T: InternalIterator + ?Sized> InternalIterator for Box<T> {
@@ -57,5 +62,8 @@ impl<T: InternalIterator + ?Sized> InternalIterator for Box<T> {
     }
     fn status(&self) -> Result<()> {
         (**self).status()
+    }
+    fn expect_forward(&mut self, n: usize) {
+        (**self).expect_forward(n)
     }
 }

@@ -340,8 +340,10 @@ impl Index for FlashKeyIndex {
 /// `scan_prefetch_depth` — and runs their lookups in parallel on a small
 /// pool, so that up to `prefetch_threads` record reads are in flight. The
 /// key tree's iterator then stands past the window; a `prev` repositions it
-/// at the current entry first. On cached data lookups stay one at a time
-/// (the hand-offs would cost more than the reads).
+/// at the current entry first. A scan told its length
+/// ([`crate::Scan::limit`]) says so before it seeks, and that many entries
+/// are looked up in the first window. On cached data lookups stay one at
+/// a time (the hand-offs would cost more than the reads).
 pub(super) struct ValueResolver {
     inner: Box<dyn InternalIterator>,
     hash: Arc<HashIndex>,
@@ -360,6 +362,9 @@ pub(super) struct ValueResolver {
     window: usize,
     /// Windows taken.
     windows: usize,
+    /// Entries a scan said it will read from the next seek
+    /// ([`InternalIterator::expect_forward`]).
+    expected: Option<usize>,
     read_ahead: Arc<ReadAhead>,
 }
 
@@ -432,6 +437,7 @@ impl ValueResolver {
             run: 0,
             window: 2,
             windows: 0,
+            expected: None,
             read_ahead,
         }
     }
@@ -533,11 +539,23 @@ impl ValueResolver {
         }
     }
 
-    /// Starts over after a jump: no window, no run.
-    fn jumped(&mut self) {
+    /// Starts over after a jump: no window, no run — unless the scan said
+    /// how far it will read forward (a seek, not `seek_to_last`): then
+    /// the whole of that is looked up in one window, and windows of
+    /// `scan_prefetch_depth` follow.
+    fn jumped(&mut self, forward: bool) {
         self.run = 0;
         self.window = 2;
-        self.resolve();
+        let expected = self.expected.take().filter(|_| forward);
+        match expected {
+            Some(n) if n > 1 && self.inner.valid() && self.read_ahead.pays() => {
+                self.run = 2;
+                self.window = self.read_ahead.depth;
+                self.windows += 1;
+                self.fill(n);
+            }
+            _ => self.resolve(),
+        }
     }
 }
 
@@ -547,15 +565,15 @@ impl InternalIterator for ValueResolver {
     }
     fn seek_to_first(&mut self) {
         self.inner.seek_to_first();
-        self.jumped();
+        self.jumped(true);
     }
     fn seek_to_last(&mut self) {
         self.inner.seek_to_last();
-        self.jumped();
+        self.jumped(false);
     }
     fn seek(&mut self, target: &[u8]) {
         self.inner.seek(target);
-        self.jumped();
+        self.jumped(true);
     }
     fn next(&mut self) {
         if self.ahead.is_empty() {
@@ -578,7 +596,7 @@ impl InternalIterator for ValueResolver {
             self.inner.seek(&at);
         }
         self.inner.prev();
-        self.jumped();
+        self.jumped(false);
     }
     fn key(&self) -> &[u8] {
         match self.ahead.front() {
@@ -598,5 +616,8 @@ impl InternalIterator for ValueResolver {
             Some(e) => Err(e.clone()),
             None => self.inner.status(),
         }
+    }
+    fn expect_forward(&mut self, n: usize) {
+        self.expected = Some(n);
     }
 }
