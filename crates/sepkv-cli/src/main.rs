@@ -221,6 +221,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 let text = serde_json::to_string_pretty(&s).expect("stats serialize");
                 writeln!(out, "{text}").map_err(stdout_err)?;
             } else {
+                print_stats(&s, &mut out).map_err(stdout_err)?;
                 // Recovery (a WAL or band replay after a crash) is part
                 // of the open.
                 writeln!(
@@ -229,7 +230,6 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                     open_time.as_secs_f64() * 1e3
                 )
                 .map_err(stdout_err)?;
-                print_stats(&s, &mut out).map_err(stdout_err)?;
             }
             ExitCode::SUCCESS
         }

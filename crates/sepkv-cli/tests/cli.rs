@@ -178,6 +178,11 @@ fn stats_tells_state_from_counters_and_size_from_allocation() {
         "{s}"
     );
     assert!(
+        s.lines()
+            .any(|l| l.starts_with("open time") && l.ends_with("ms (recovery included)")),
+        "{s}"
+    );
+    assert!(
         s.contains("counters since this process opened the database (not persisted"),
         "{s}"
     );
