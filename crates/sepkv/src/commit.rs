@@ -21,8 +21,9 @@
 use crate::batch::WriteBatch;
 use crate::error::{Error, Result};
 use crate::index::key::SeqNum;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 /// Largest encoded group a writer joins (bytes); a batch alone may be
 /// larger. Bounds the latency a small write pays for a large group.
@@ -87,17 +88,14 @@ impl CommitQueue {
             g.batch.append(batch);
             g.members.push(batch.len() as u32);
             g.sync |= sync;
-            loop {
-                if let Some(f) = st.finished.get_mut(&id) {
-                    let r = std::mem::replace(&mut f.results[member], Err(Error::Closed));
-                    f.left -= 1;
-                    if f.left == 0 {
-                        st.finished.remove(&id);
-                    }
-                    return r;
-                }
-                self.cv.wait(&mut st);
+            self.wait_until(&mut st, |st| st.finished.contains_key(&id));
+            let f = st.finished.get_mut(&id).expect("waited for it");
+            let r = std::mem::replace(&mut f.results[member], Err(Error::Closed));
+            f.left -= 1;
+            if f.left == 0 {
+                st.finished.remove(&id);
             }
+            return r;
         }
         let id = st.next_id;
         st.next_id += 1;
@@ -109,9 +107,7 @@ impl CommitQueue {
                 sync,
             },
         });
-        while st.leader_busy {
-            self.cv.wait(&mut st);
-        }
+        self.wait_until(&mut st, |st| !st.leader_busy);
         let group = st
             .open
             .take()
@@ -144,6 +140,34 @@ impl CommitQueue {
         mine
     }
 }
+
+impl CommitQueue {
+    /// Waits, the queue lock held between looks, until `done` holds. An
+    /// unsynced group is written in a few microseconds, less than a
+    /// thread's sleep and wake-up on the condition variable costs, so a
+    /// waiter first gives up its core and looks again for up to
+    /// [`YIELD_WAIT`] (RocksDB's adaptive yield of its write thread), and
+    /// only then sleeps until notified.
+    fn wait_until(&self, st: &mut MutexGuard<'_, State>, done: impl Fn(&State) -> bool) {
+        if done(st) {
+            return;
+        }
+        let start = Instant::now();
+        while start.elapsed() < YIELD_WAIT {
+            MutexGuard::unlocked(st, std::thread::yield_now);
+            if done(st) {
+                return;
+            }
+        }
+        while !done(st) {
+            self.cv.wait(st);
+        }
+    }
+}
+
+/// How long a writer waiting in the queue yields its core before it
+/// sleeps (see [`CommitQueue::wait_until`]).
+const YIELD_WAIT: Duration = Duration::from_micros(100);
 
 #[cfg(test)]
 mod tests {
