@@ -139,9 +139,7 @@ impl CommitQueue {
         self.cv.notify_all();
         mine
     }
-}
 
-impl CommitQueue {
     /// Waits, the queue lock held between looks, until `done` holds. An
     /// unsynced group is written in a few microseconds, less than a
     /// thread's sleep and wake-up on the condition variable costs, so a

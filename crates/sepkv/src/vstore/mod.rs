@@ -26,6 +26,7 @@ pub mod garbage;
 pub mod hashkv;
 mod inline;
 mod pointer;
+pub mod prefetch;
 pub mod trie;
 pub mod vlog;
 

@@ -36,7 +36,7 @@ use crate::index::sstable::ReadCtx;
 use crate::index::{Index, IndexIter, IndexStats, Shared, ValueStoreOpener};
 use crate::options::{IndexKind, ValueLayout};
 use crate::vstore::bands::{BandOptions, BandStore, OwnedEntry, PrevLookup};
-use crate::vstore::vlog::prefetch::Prefetcher;
+use crate::vstore::prefetch::Prefetcher;
 use crate::vstore::{ReadLatency, ValuePointer, ValueStore};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -370,10 +370,10 @@ pub(super) struct ValueResolver {
 
 /// An entry resolved ahead of the scan.
 struct Ahead {
-    /// Internal key as presented (rewritten as for `cur_key`).
+    /// The key tree's internal key (a `prev` repositions at it).
     key: Vec<u8>,
-    /// The key tree's internal key, to reposition at it.
-    inner_key: Vec<u8>,
+    /// The key presented instead, as for `cur_key`.
+    rewritten: Option<Vec<u8>>,
     value: Result<Vec<u8>>,
 }
 
@@ -495,7 +495,7 @@ impl ValueResolver {
             }
             entries.push(Ahead {
                 key: self.inner.key().to_vec(),
-                inner_key: self.inner.key().to_vec(),
+                rewritten: None,
                 value: Ok(self.inner.value().to_vec()),
             });
             self.inner.next();
@@ -508,9 +508,7 @@ impl ValueResolver {
         for ((i, ukey, seq), f) in lookups.into_iter().zip(found) {
             let e = &mut entries[i];
             e.value = shown(f, &ukey, seq).map(|(k, v)| {
-                if let Some(k) = k {
-                    e.key = k;
-                }
+                e.rewritten = k;
                 v
             });
         }
@@ -592,7 +590,7 @@ impl InternalIterator for ValueResolver {
     fn prev(&mut self) {
         if let Some(cur) = self.ahead.front() {
             // Back to the current entry (internal keys are unique).
-            let at = cur.inner_key.clone();
+            let at = cur.key.clone();
             self.inner.seek(&at);
         }
         self.inner.prev();
@@ -600,7 +598,7 @@ impl InternalIterator for ValueResolver {
     }
     fn key(&self) -> &[u8] {
         match self.ahead.front() {
-            Some(a) => &a.key,
+            Some(a) => a.rewritten.as_deref().unwrap_or(&a.key),
             None => self.cur_key.as_deref().unwrap_or_else(|| self.inner.key()),
         }
     }

@@ -81,7 +81,7 @@ use super::{
 use crate::error::{Error, IoContext, Result};
 use crate::format::value_record::{self, Kind};
 use crate::fs::{FileSystem, IoCategory, IoStats};
-use crate::vstore::vlog::prefetch::Prefetcher;
+use crate::vstore::prefetch::Prefetcher;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

@@ -29,7 +29,7 @@
 //!   valid range reads as lost (absent); a checksum or key mismatch inside it
 //!   is `Corruption` with file and offset.
 //! - **Scans** (§3.3.1): [`ValueStore::read_many`] reads values in
-//!   parallel on a small pool ([`prefetch`]) while value reads reach the
+//!   parallel on a small pool ([`crate::vstore::prefetch`]) while value reads reach the
 //!   device; while they are served from memory ([`ReadLatency`]) it reads
 //!   them in the caller, where the hand-offs would cost more than the reads.
 //!
@@ -42,7 +42,6 @@
 //! after a failure is unsafe.
 
 pub mod gc;
-pub mod prefetch;
 pub mod record;
 
 use super::{
@@ -51,8 +50,8 @@ use super::{
 };
 use crate::error::{Error, IoContext, Result};
 use crate::fs::{Advice, FileSystem, IoCategory, IoStats, RandomAccessFile, WritableFile};
+use crate::vstore::prefetch::Prefetcher;
 use parking_lot::{Mutex, RwLock};
-use prefetch::Prefetcher;
 use record::Kind;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

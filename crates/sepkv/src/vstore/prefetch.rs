@@ -1,6 +1,7 @@
 //! A small persistent thread pool for parallel value reads during scans
 //! (WiscKey §3.3.1: values ahead of a scan are fetched by several threads
-//! at once so the device's internal parallelism is used).
+//! at once so the device's internal parallelism is used). Used by the
+//! value log, TrieTables and FlashKey's scan lookups.
 //!
 //! Workers take boxed jobs from one shared queue and live until the pool is
 //! dropped. Safe to share between threads.
