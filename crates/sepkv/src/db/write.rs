@@ -452,13 +452,15 @@ impl IndexRelocator for DbInner {
         r
     }
 
+    /// Without the writer lock: the index syncs what was published by the
+    /// time it looks (see [`Index::make_durable`]), and writers go on while
+    /// the fsyncs run — a GC step ends with one, and writers waiting for it
+    /// were the longest write latencies of update-heavy runs.
     fn make_durable(&self, seq: SeqNum) -> Result<()> {
-        let guard = self.writer.lock();
         self.shared.poisoned()?;
-        if !*guard {
+        if self.shared.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        // Under the writer lock every write up to `last_seq` is applied.
         let r = self.index.make_durable(seq);
         if let Err(e) = &r {
             self.shared.set_poison(e);

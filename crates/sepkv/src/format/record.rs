@@ -23,7 +23,7 @@
 
 use super::checksum::{crc, mask, unmask};
 use crate::error::{Error, IoContext, Result};
-use crate::fs::{IoCategory, IoStats, WritableFile};
+use crate::fs::{IoCategory, IoStats, SyncHandle, WritableFile};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -40,6 +40,24 @@ pub fn encode_record(dst: &mut Vec<u8>, payload: &[u8]) {
     dst.extend_from_slice(&head);
     dst.extend_from_slice(&mask(crc(&head)).to_le_bytes());
     dst.extend_from_slice(payload);
+}
+
+/// A sync of a [`RecordWriter`]'s records handed to the OS so far, run
+/// without the writer ([`RecordWriter::start_sync`]).
+pub struct PendingSync {
+    handle: Box<dyn SyncHandle>,
+    path: PathBuf,
+}
+
+impl PendingSync {
+    /// Makes the records durable.
+    ///
+    /// # Errors
+    /// `Io` naming the file; the writer must then be treated as failed
+    /// (retrying an fsync after a failure is unsafe).
+    pub fn sync(&self) -> Result<()> {
+        self.handle.sync().ctx(&self.path)
+    }
 }
 
 /// Appends records to a file, counting bytes under one [`IoCategory`].
@@ -97,6 +115,22 @@ impl RecordWriter {
     /// Makes all appended records durable.
     pub fn sync(&mut self) -> Result<()> {
         self.file.sync().ctx(&self.path)
+    }
+
+    /// Hands buffered records to the OS and returns what makes them
+    /// durable without this writer: the caller syncs through it after
+    /// letting go of the lock that guards the writer, so appends go on
+    /// meanwhile. `None` when the file offers no such handle: call
+    /// [`RecordWriter::sync`] then.
+    ///
+    /// # Errors
+    /// `Io` if the flush fails.
+    pub fn start_sync(&mut self) -> Result<Option<PendingSync>> {
+        self.flush()?;
+        Ok(self.file.sync_handle().map(|handle| PendingSync {
+            handle,
+            path: self.path.clone(),
+        }))
     }
 
     /// Bytes written so far.

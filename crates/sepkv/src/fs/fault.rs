@@ -380,6 +380,44 @@ mod tests {
     }
 
     #[test]
+    fn a_sync_handle_makes_durable_what_was_flushed_before_it_ran() {
+        let fs = with_durable_file(b"durable");
+        let mut f = fs.open_append(p("/db/f")).unwrap();
+        f.append(b"+kept").unwrap();
+        f.flush().unwrap();
+        let h = f.sync_handle().expect("the in-memory file offers a handle");
+        h.sync().unwrap();
+        f.append(b"+lost").unwrap();
+        assert_eq!(fs.durable_len(p("/db/f")), Some(12));
+        f.flush().unwrap();
+        drop(f);
+        fs.crash();
+        assert_eq!(content(&fs, "/db/f"), b"durable+kept");
+        // A handle from before the crash is dead, like its file.
+        assert!(h.sync().is_err());
+
+        let mut f = fs.open_append(p("/db/f")).unwrap();
+        f.append(b"+again").unwrap();
+        let h = f.sync_handle().unwrap();
+        drop(f);
+        h.sync().unwrap();
+        fs.crash();
+        assert_eq!(content(&fs, "/db/f"), b"durable+kept+again");
+    }
+
+    #[test]
+    fn a_failed_sync_through_a_handle_is_reported() {
+        let fs = with_durable_file(b"durable");
+        let mut f = fs.open_append(p("/db/f")).unwrap();
+        f.append(b"+x").unwrap();
+        let h = f.sync_handle().unwrap();
+        fs.add_rule(FaultRule::new(FaultOp::Sync, FaultKind::Eio));
+        assert!(h.sync().is_err());
+        fs.crash();
+        assert_eq!(content(&fs, "/db/f"), b"durable");
+    }
+
+    #[test]
     fn create_without_sync_dir_does_not_survive() {
         let fs = FaultFs::new();
         fs.create_dir_all(p("/db/sub")).unwrap();

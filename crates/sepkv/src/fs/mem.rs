@@ -34,7 +34,7 @@
 //! [`FaultFs`]: super::FaultFs
 
 use super::fault::{FaultKind, FaultOp, Faults};
-use super::{FileLock, FileSystem, RandomAccessFile, WritableFile};
+use super::{FileLock, FileSystem, RandomAccessFile, SyncHandle, WritableFile};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -691,6 +691,34 @@ impl WritableFile for MemWritable {
         } else {
             self.len
         }
+    }
+
+    fn sync_handle(&self) -> Option<Box<dyn SyncHandle>> {
+        let h = &self.handle;
+        let mut st = h.state.lock();
+        if st.epoch == h.epoch {
+            st.inode(h.ino).open += 1;
+        }
+        // A handle of a file lost in a crash stays dead: its epoch is old.
+        Some(Box::new(MemSync(Handle {
+            state: Arc::clone(&h.state),
+            ino: h.ino,
+            path: h.path.clone(),
+            epoch: h.epoch,
+        })))
+    }
+}
+
+/// [`SyncHandle`] of a [`MemWritable`]: a sync through it is the same
+/// operation, with the same fault rules, as one through the file.
+struct MemSync(Handle);
+
+impl SyncHandle for MemSync {
+    fn sync(&self) -> io::Result<()> {
+        self.0.with(FaultOp::Sync, |st, ino| {
+            st.inode(ino).sync();
+            Ok(())
+        })
     }
 }
 

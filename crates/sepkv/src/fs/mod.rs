@@ -47,6 +47,25 @@ pub trait WritableFile: Send {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// A handle that makes this file's data durable without `&mut self`,
+    /// so that its owner can sync outside the lock that orders its
+    /// appends: the data handed to the OS ([`WritableFile::flush`]) before
+    /// [`SyncHandle::sync`] is called is durable when that returns; appends
+    /// racing it may or may not be. `None` (the default) when the file
+    /// offers none; the owner then syncs through [`WritableFile::sync`].
+    fn sync_handle(&self) -> Option<Box<dyn SyncHandle>> {
+        None
+    }
+}
+
+/// See [`WritableFile::sync_handle`].
+pub trait SyncHandle: Send + Sync {
+    /// `fdatasync` of the file the handle came from.
+    ///
+    /// # Errors
+    /// The sync's error; the file's end is then no longer known to be
+    /// durable and the owner must treat the file as failed.
+    fn sync(&self) -> io::Result<()>;
 }
 
 /// A file opened for positional reads. Safe to share between threads.

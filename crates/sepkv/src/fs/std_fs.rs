@@ -1,6 +1,6 @@
 //! [`FileSystem`] over the operating system's files.
 
-use super::{FileLock, FileSystem, RandomAccessFile, WritableFile};
+use super::{FileLock, FileSystem, RandomAccessFile, SyncHandle, WritableFile};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -16,12 +16,26 @@ const WRITE_BUFFER: usize = 64 * 1024;
 /// less (RocksDB's `bytes_per_sync`). Nothing is made durable by it.
 const WRITEBACK_EVERY: u64 = 1 << 20;
 
+/// Writeback is started only for bytes at least this far behind the end of
+/// the file, and only for whole pages: a page under writeback may not
+/// change until its write completes ("stable pages"), so an append that
+/// lands on it would wait for the device — a millisecond or more inside the
+/// append, under whatever lock the caller holds. Appends only ever touch
+/// the last page; keeping a margin also leaves room for the page cache to
+/// merge the writes that follow.
+const WRITEBACK_LAG: u64 = 1 << 20;
+
+/// Alignment of a started writeback's end (bytes; the page size on the
+/// platforms sepkv runs on, or a multiple of it).
+const WRITEBACK_ALIGN: u64 = 4096;
+
 /// The operating system's file system. Zero-sized; clone freely.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct StdFs;
 
 struct StdWritable {
-    file: File,
+    /// Shared with the [`SyncHandle`]s handed out (`&File` writes).
+    file: Arc<File>,
     buf: Vec<u8>,
     len: u64,
     /// Offset up to which writeback was started.
@@ -30,11 +44,13 @@ struct StdWritable {
 
 impl StdWritable {
     /// Starts the writeback of what was handed to the OS since the last
-    /// start, once that is [`WRITEBACK_EVERY`] bytes. A hint: failures are
+    /// start, up to [`WRITEBACK_LAG`] behind the end and on a page boundary,
+    /// once that is [`WRITEBACK_EVERY`] bytes. A hint: failures are
     /// ignored (the `fsync` that makes data durable reports its own).
     fn start_writeback(&mut self) {
         let written = self.len - self.buf.len() as u64;
-        if written < self.hinted + WRITEBACK_EVERY {
+        let end = written.saturating_sub(WRITEBACK_LAG) / WRITEBACK_ALIGN * WRITEBACK_ALIGN;
+        if end < self.hinted + WRITEBACK_EVERY {
             return;
         }
         #[cfg(target_os = "linux")]
@@ -46,12 +62,12 @@ impl StdWritable {
                 libc::sync_file_range(
                     self.file.as_raw_fd(),
                     self.hinted as libc::off64_t,
-                    (written - self.hinted) as libc::off64_t,
+                    (end - self.hinted) as libc::off64_t,
                     libc::SYNC_FILE_RANGE_WRITE,
                 );
             }
         }
-        self.hinted = written;
+        self.hinted = end;
     }
 }
 
@@ -61,7 +77,7 @@ impl WritableFile for StdWritable {
         if self.buf.len() + data.len() > WRITE_BUFFER {
             self.flush()?;
             if data.len() >= WRITE_BUFFER {
-                self.file.write_all(data)?;
+                (&*self.file).write_all(data)?;
                 self.start_writeback();
                 return Ok(());
             }
@@ -72,7 +88,7 @@ impl WritableFile for StdWritable {
 
     fn flush(&mut self) -> io::Result<()> {
         if !self.buf.is_empty() {
-            let r = self.file.write_all(&self.buf);
+            let r = (&*self.file).write_all(&self.buf);
             self.buf.clear();
             r?;
             self.start_writeback();
@@ -87,6 +103,19 @@ impl WritableFile for StdWritable {
 
     fn len(&self) -> u64 {
         self.len
+    }
+
+    fn sync_handle(&self) -> Option<Box<dyn SyncHandle>> {
+        Some(Box::new(StdSync(Arc::clone(&self.file))))
+    }
+}
+
+/// [`SyncHandle`] of a [`StdWritable`].
+struct StdSync(Arc<File>);
+
+impl SyncHandle for StdSync {
+    fn sync(&self) -> io::Result<()> {
+        self.0.sync_data()
     }
 }
 
@@ -313,7 +342,7 @@ impl FileSystem for StdFs {
             .truncate(true)
             .open(path)?;
         Ok(Box::new(StdWritable {
-            file,
+            file: Arc::new(file),
             buf: Vec::with_capacity(WRITE_BUFFER),
             len: 0,
             hinted: 0,
@@ -324,7 +353,7 @@ impl FileSystem for StdFs {
         let file = OpenOptions::new().append(true).open(path)?;
         let len = file.metadata()?.len();
         Ok(Box::new(StdWritable {
-            file,
+            file: Arc::new(file),
             buf: Vec::with_capacity(WRITE_BUFFER),
             len,
             hinted: len,

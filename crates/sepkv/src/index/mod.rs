@@ -283,7 +283,10 @@ pub(crate) trait Index: Send + Sync {
 
     /// Makes every applied write up to sequence number `seq` durable: the
     /// value store's records, then the index's WAL (in log mode the value
-    /// store alone). Cheap when they already are. Writer lock held.
+    /// store alone). Cheap when they already are. Called *without* the
+    /// writer lock, with `seq` already published: an implementation makes
+    /// at least every write published when it looks durable, and lets
+    /// writers go on while its fsyncs run.
     ///
     /// # Errors
     /// `Io` when a sync fails (the facade poisons the database).

@@ -364,23 +364,44 @@ impl Index for LsmIndex {
         Ok(())
     }
 
+    /// The fsyncs run outside the WAL's lock (so writers append and
+    /// publish meanwhile): under it the WAL's records are handed to the OS
+    /// and the last published sequence number read — every write up to it
+    /// is in the WAL by then, as a write is published only after `apply`,
+    /// and its values were in the value store before that. A WAL switched
+    /// in between was synced by the switch.
     fn make_durable(&self, seq: SeqNum) -> Result<()> {
-        let mut guard = self.wal.lock();
-        let Some(w) = guard.as_mut() else {
-            return Err(Error::Closed);
+        let (last, pending) = {
+            let mut guard = self.wal.lock();
+            let Some(w) = guard.as_mut() else {
+                return Err(Error::Closed);
+            };
+            if w.synced_seq >= seq {
+                return Ok(());
+            }
+            let last = self.shared.last_seq.load(Ordering::Acquire);
+            if !self.shared.opts.wal {
+                // Log mode: the value log holds every write.
+                (last, None)
+            } else {
+                match w.log.start_sync()? {
+                    Some(p) => (last, Some(p)),
+                    None => {
+                        self.sync_vstore_and_wal(w)?;
+                        w.synced_seq = last;
+                        return Ok(());
+                    }
+                }
+            }
         };
-        if w.synced_seq >= seq {
-            return Ok(());
+        self.vstore.sync()?;
+        if let Some(p) = pending {
+            p.sync()?;
         }
-        // Under the writer lock every write up to `last_seq` is in the WAL
-        // (or, in log mode, in the value log).
-        let last = self.shared.last_seq.load(Ordering::Acquire);
-        if self.shared.opts.wal {
-            self.sync_vstore_and_wal(w)?;
-        } else {
-            self.vstore.sync()?;
+        let mut guard = self.wal.lock();
+        if let Some(w) = guard.as_mut() {
+            w.synced_seq = w.synced_seq.max(last);
         }
-        w.synced_seq = last;
         Ok(())
     }
 

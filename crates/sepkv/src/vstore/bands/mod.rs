@@ -1043,16 +1043,32 @@ impl ValueStore for BandStore {
         self.append_entries(&recs, &|_, _| None, IoCategory::ValueStore)
     }
 
+    /// The fsync runs outside the `io` lock (see the value log's `sync`):
+    /// appends go on meanwhile, and a band closed in between was synced
+    /// when it was closed.
     fn sync(&self) -> Result<()> {
         let mut o = self.io.lock();
         self.check_failed(&o)?;
         if o.dirty {
-            let path = self.path(o.band);
-            if let Err(e) = o.file.sync() {
+            let band = o.band;
+            let upto = o.len;
+            let path = self.path(band);
+            let r = match o.file.sync_handle() {
+                Some(h) => {
+                    drop(o);
+                    let r = h.sync();
+                    o = self.io.lock();
+                    r
+                }
+                None => o.file.sync(),
+            };
+            if let Err(e) = r {
                 o.failed = Some(format!("an fsync failed: {e}"));
                 return Err(Error::io(&path, e));
             }
-            o.dirty = false;
+            if o.band == band && o.len == upto {
+                o.dirty = false;
+            }
         }
         if !o.dir_synced {
             if let Err(e) = self.fs.sync_dir(&self.dir) {

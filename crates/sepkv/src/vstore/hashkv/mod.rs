@@ -1194,18 +1194,28 @@ impl ValueStore for HashKvStore {
             .collect())
     }
 
-    /// With the journal, the fsync runs under the journal's lock only:
-    /// every record an append acknowledged was handed to the OS under that
-    /// lock, so the sync covers it, and reads and the table stay free
-    /// meanwhile. Without it, segments are synced under the state lock.
+    /// With the journal, the fsync runs under no lock: every record an
+    /// append acknowledged was handed to the OS under the journal's lock,
+    /// so a sync through the handle taken there covers it, and appends,
+    /// reads and the table stay free meanwhile (a journal recycled in
+    /// between was checkpointed first). Without it, segments are synced
+    /// under the state lock.
     fn sync(&self) -> Result<()> {
         let mut st = self.state.lock();
         Self::check_poisoned(&st)?;
         let r = if self.opts.journal {
             drop(st);
-            let r = match self.journal.lock().as_mut() {
-                Some(j) => j.sync(),
-                None => Ok(()),
+            let r = {
+                let mut j = self.journal.lock();
+                match j.as_mut().map(RecordWriter::start_sync) {
+                    Some(Ok(Some(pending))) => {
+                        drop(j);
+                        pending.sync()
+                    }
+                    Some(Ok(None)) => j.as_mut().map_or(Ok(()), RecordWriter::sync),
+                    Some(Err(e)) => Err(e),
+                    None => Ok(()),
+                }
             };
             st = self.state.lock();
             r

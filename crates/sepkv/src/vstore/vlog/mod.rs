@@ -668,16 +668,35 @@ impl ValueStore for VlogStore {
         a.dirty || a.failed.is_some()
     }
 
+    /// The fsync runs outside the `io` lock, through the file's
+    /// [`crate::fs::SyncHandle`]: every record acknowledged so far was
+    /// handed to the OS under that lock, so the sync covers it, and
+    /// appends (a user's, GC's copies) go on meanwhile. A file rolled in
+    /// between was synced when it was closed.
     fn sync(&self) -> Result<()> {
         let mut a = self.io.lock();
         self.check_failed(&a)?;
-        if a.dirty {
-            let path = self.path(a.id);
-            if let Err(e) = a.file.sync() {
-                // Retrying an fsync after a failure is unsafe.
-                a.failed = Some(format!("an fsync failed: {e}"));
-                return Err(Error::io(&path, e));
+        if !a.dirty {
+            return Ok(());
+        }
+        let id = a.id;
+        let upto = a.flushed;
+        let path = self.path(id);
+        let r = match a.file.sync_handle() {
+            Some(h) => {
+                drop(a);
+                let r = h.sync();
+                a = self.io.lock();
+                r
             }
+            None => a.file.sync(),
+        };
+        if let Err(e) = r {
+            // Retrying an fsync after a failure is unsafe.
+            a.failed = Some(format!("an fsync failed: {e}"));
+            return Err(Error::io(&path, e));
+        }
+        if a.id == id && a.flushed == upto {
             a.dirty = false;
         }
         Ok(())
