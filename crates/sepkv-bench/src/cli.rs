@@ -285,6 +285,13 @@ fn print_catalogue(out: &mut dyn Write) -> std::io::Result<()> {
         let status = if avail { "available" } else { "unavailable" };
         writeln!(out, "{spec:<16} {status:<11} {note}")?;
     }
+    writeln!(
+        out,
+        "\nflags after a sepkv preset (sepkv:<preset>+flag+...):"
+    )?;
+    for (flag, what) in crate::engine::TUNING_HELP {
+        writeln!(out, "  {flag:<12} {what}")?;
+    }
     Ok(())
 }
 

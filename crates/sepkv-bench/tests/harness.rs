@@ -481,6 +481,29 @@ fn unavailable_presets_are_reported() {
     root.finish(false).unwrap();
 }
 
+/// `+wide` widens the LWC-tree's DTable bounds: it runs on an `lwc`
+/// index, reports the bounds it set, and is refused elsewhere.
+#[test]
+fn wide_dtables_apply_to_the_lwc_index_only() {
+    let spec: EngineSpec = "sepkv:lwc+wide".parse().unwrap();
+    assert_eq!(spec.to_string(), "sepkv:lwc+wide");
+    let root = DbRoot::prepare(None).unwrap();
+    let cfg = config(&[Workload::FillSeq], 10);
+    let mut reports = Vec::new();
+    sepkv_bench::run_engines(&[spec], &cfg, &root, &mut reports, &mut |_| {}).unwrap();
+    let r = &reports[0];
+    assert_eq!(r.engine_options["lwc_max_segments"], 20);
+    assert_eq!(r.engine_options["lwc_max_table_bytes"], 32u64 << 20);
+    for other in ["sepkv:wisckey+wide", "sepkv:leveldb+wide"] {
+        let spec: EngineSpec = other.parse().unwrap();
+        let mut reports = Vec::new();
+        let err =
+            sepkv_bench::run_engines(&[spec], &cfg, &root, &mut reports, &mut |_| {}).unwrap_err();
+        assert!(err.to_string().contains("+wide"), "{other}: {err}");
+    }
+    root.finish(false).unwrap();
+}
+
 #[test]
 fn db_root_refuses_non_empty_dirs_and_cleans_up() {
     let dir = tempfile::tempdir().unwrap();

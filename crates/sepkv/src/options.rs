@@ -12,7 +12,7 @@
 //! | [`Options::wal`] (`false`: WiscKey's log mode) | in `IDENTITY` | follows the record when no index or layout is named; otherwise it must match (`ConfigMismatch`) |
 //! | `hashkv_main_segment_size`, `hashkv_log_segment_size`, `hashkv_reserved_ratio`, and `value_capacity` of a `hashkv` store | in the segment table | ignored: the store keeps its geometry |
 //! | `num_levels` | no | may grow; below the deepest level holding files the open fails |
-//! | everything else: cache sizes (`block_cache_size`, `max_open_files`), `write_buffer_size`, table format knobs (`block_size`, `block_restart_interval`, `bloom_bits_per_key`, `target_file_size`), level sizes and level-0 triggers, `value_threshold`, GC knobs (`gc_garbage_ratio`, `gc_chunk_size`, `space_amp_target`), `value_capacity` of a value log, `vlog_file_size`, prefetch, the `hashkv` cache, hotness and journal switches, `create_if_missing`, `error_if_exists`, `fs` | no | may change at every open; tables and value files written under older values stay readable |
+//! | everything else: cache sizes (`block_cache_size`, `max_open_files`), `write_buffer_size`, table format knobs (`block_size`, `block_restart_interval`, `bloom_bits_per_key`, `target_file_size`), level sizes and level-0 triggers, the LWC-tree's DTable bounds (`lwc_max_segments`, `lwc_max_table_bytes`), `value_threshold`, GC knobs (`gc_garbage_ratio`, `gc_chunk_size`, `space_amp_target`), `value_capacity` of a value log, `vlog_file_size`, prefetch, the `hashkv` cache, hotness and journal switches, `create_if_missing`, `error_if_exists`, `fs` | no | may change at every open; tables and value files written under older values stay readable |
 //!
 //! So `Db::open(path, Options::default())` opens any existing database as
 //! it was created, and `Options::preset(p)` both creates a `p` database and
@@ -265,6 +265,16 @@ pub struct Options {
     pub level_size_multiplier: u64,
     /// Number of levels (default 7).
     pub num_levels: usize,
+    /// `lwc` index: most segments a DTable holds before equal division
+    /// merges it and divides it (LWC-tree §4.4); 0 (the default) means the
+    /// level size ratio, the paper's division number. More segments mean
+    /// fewer divisions (less compaction I/O) and more index blocks a
+    /// lookup may consult. Between 2 and 1024 when set.
+    pub lwc_max_segments: usize,
+    /// `lwc` index: most bytes a DTable grows to by appends before equal
+    /// division (LWC-tree §4.4); 0 (the default) means 4 ×
+    /// `target_file_size`. At least `target_file_size` when set.
+    pub lwc_max_table_bytes: u64,
     /// Level-0 file count that triggers compaction (default 4).
     pub l0_compaction_trigger: usize,
     /// Level-0 file count at which each write is delayed by 1 ms (default 8).
@@ -425,6 +435,8 @@ impl fmt::Debug for Options {
             .field("write_buffer_size", &self.write_buffer_size)
             .field("block_size", &self.block_size)
             .field("target_file_size", &self.target_file_size)
+            .field("lwc_max_segments", &self.lwc_max_segments)
+            .field("lwc_max_table_bytes", &self.lwc_max_table_bytes)
             .field("max_bytes_for_level_base", &self.max_bytes_for_level_base)
             .field("wal", &self.wal)
             .field("vlog_file_size", &self.vlog_file_size)
@@ -452,6 +464,8 @@ impl Default for Options {
             max_bytes_for_level_base: 40 << 20,
             level_size_multiplier: 10,
             num_levels: 7,
+            lwc_max_segments: 0,
+            lwc_max_table_bytes: 0,
             l0_compaction_trigger: 4,
             l0_slowdown_writes_trigger: 8,
             l0_stop_writes_trigger: 12,
@@ -627,6 +641,20 @@ impl Options {
         }
         if self.max_bytes_for_level_base < self.target_file_size {
             return bad("max_bytes_for_level_base must be at least target_file_size".into());
+        }
+        if self.lwc_max_segments != 0 && !(2..=1024).contains(&self.lwc_max_segments) {
+            return bad(format!(
+                "lwc_max_segments {} must be 0 (the level size ratio) or between 2 and 1024",
+                self.lwc_max_segments
+            ));
+        }
+        if self.lwc_max_table_bytes != 0
+            && !(self.target_file_size..=1 << 40).contains(&self.lwc_max_table_bytes)
+        {
+            return bad(format!(
+                "lwc_max_table_bytes {} must be 0 (4 × target_file_size) or between target_file_size ({}) and 1 TiB",
+                self.lwc_max_table_bytes, self.target_file_size
+            ));
         }
         if !(2..=100).contains(&self.level_size_multiplier) {
             return bad(format!(

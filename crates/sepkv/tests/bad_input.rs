@@ -244,6 +244,14 @@ fn invalid_options_are_rejected_naming_the_option() {
         ("level_size_multiplier", |o| o.level_size_multiplier = 101),
         ("num_levels", |o| o.num_levels = 1),
         ("num_levels", |o| o.num_levels = 13),
+        ("lwc_max_segments", |o| o.lwc_max_segments = 1),
+        ("lwc_max_segments", |o| o.lwc_max_segments = 1025),
+        ("lwc_max_table_bytes", |o| {
+            o.lwc_max_table_bytes = o.target_file_size - 1
+        }),
+        ("lwc_max_table_bytes", |o| {
+            o.lwc_max_table_bytes = (1 << 40) + 1
+        }),
         ("l0_compaction_trigger", |o| o.l0_compaction_trigger = 0),
         ("l0_compaction_trigger", |o| {
             o.l0_compaction_trigger = o.l0_slowdown_writes_trigger + 1
@@ -284,6 +292,10 @@ fn invalid_options_are_rejected_naming_the_option() {
         |o| o.bloom_bits_per_key = 0,
         |o| o.bloom_bits_per_key = 64,
         |o| o.max_open_files = 16,
+        |o| o.lwc_max_segments = 2,
+        |o| o.lwc_max_segments = 1024,
+        |o| o.lwc_max_table_bytes = o.target_file_size,
+        |o| o.lwc_max_table_bytes = 1 << 40,
         |o| o.target_file_size = 64 << 10,
         |o| {
             o.target_file_size = 1 << 30;

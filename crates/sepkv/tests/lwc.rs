@@ -125,6 +125,65 @@ fn appends_divides_and_reads_back_under_every_layout() {
     }
 }
 
+/// The DTable bounds are options (§4.4): with `lwc_max_segments` 3 no
+/// table ever holds more than three segments, and with a table byte bound
+/// of one target file (a quarter of the default) no level's tables hold
+/// more than that on average.
+#[test]
+fn dtable_bounds_follow_the_options() {
+    for (segments, table_bytes) in [(3, 0), (0, 64 << 10)] {
+        let fs = MemFs::new();
+        let dir = Path::new("/lwc-bounds");
+        let opts = || Options {
+            lwc_max_segments: segments,
+            lwc_max_table_bytes: table_bytes,
+            ..small(Arc::new(fs.clone()), ValueLayout::Inline)
+        };
+        let db = Db::open(dir, opts()).unwrap();
+        let mut model = Model::new();
+        let mut rng = StdRng::seed_from_u64(11);
+        let mut most = 0.0f64;
+        for i in 0..20_000u32 {
+            if i % 500 == 499 {
+                db.wait_idle().unwrap();
+                for l in db.stats().unwrap().levels.iter().skip(1) {
+                    if l.files > 0 {
+                        assert!(
+                            segments == 0 || l.segments <= segments as u64 * l.files as u64,
+                            "{segments} segments: {l:?}"
+                        );
+                        // A division cuts between user keys, so a part may
+                        // pass the byte bound by one entry and a block.
+                        assert!(
+                            table_bytes == 0
+                                || l.bytes <= (table_bytes + (8 << 10)) * l.files as u64,
+                            "{table_bytes} bytes: {l:?}"
+                        );
+                        most = most.max(l.segments as f64 / l.files as f64);
+                    }
+                }
+            }
+            let k = format!("key{:05}", rng.gen_range(0..5000)).into_bytes();
+            let v = vec![b'a' + (i % 26) as u8; rng.gen_range(8..120)];
+            db.put(&k, &v).unwrap();
+            model.insert(k, v);
+        }
+        db.wait_idle().unwrap();
+        let st = db.stats().unwrap();
+        let fig = |name: &str| st.index_figures.get(name).copied().unwrap_or(0);
+        assert!(
+            fig("divisions") > 0,
+            "{segments}/{table_bytes}: no division"
+        );
+        if segments == 3 {
+            assert!(fig("segments_appended") > 0, "no segment appended");
+            assert!(most > 1.0, "no DTable held a second segment");
+        }
+        check(&db, &model);
+        db.close().unwrap();
+    }
+}
+
 /// Snapshots keep the versions they read through lightweight compactions
 /// (which drop only what no snapshot can see).
 #[test]

@@ -82,9 +82,24 @@ impl LwcConfig {
     /// The default bounds for `cfg`: `max_segments` = the level size ratio
     /// (at least 2), `max_table_bytes` = 4 × `target_file_size`.
     pub fn from_picker(cfg: &PickerConfig) -> Self {
+        Self::new(cfg, 0, 0)
+    }
+
+    /// The bounds `Options::lwc_max_segments` and
+    /// `Options::lwc_max_table_bytes` ask for; 0 takes
+    /// [`LwcConfig::from_picker`]'s default.
+    pub fn new(cfg: &PickerConfig, max_segments: usize, max_table_bytes: u64) -> Self {
         LwcConfig {
-            max_segments: (cfg.multiplier as usize).max(2),
-            max_table_bytes: cfg.target_file_size.saturating_mul(4),
+            max_segments: if max_segments == 0 {
+                (cfg.multiplier as usize).max(2)
+            } else {
+                max_segments
+            },
+            max_table_bytes: if max_table_bytes == 0 {
+                cfg.target_file_size.saturating_mul(4)
+            } else {
+                max_table_bytes
+            },
         }
     }
 }

@@ -446,7 +446,12 @@ impl LsmIndex {
         let mut ctx = self.job_context(&mut next);
         let (mut edit, st): (VersionEdit, CompactionStats) =
             if lwc && inputs.output_level == inputs.level + 1 {
-                let bounds = lightweight::LwcConfig::from_picker(&self.picker);
+                let o = &self.shared.opts;
+                let bounds = lightweight::LwcConfig::new(
+                    &self.picker,
+                    o.lwc_max_segments,
+                    o.lwc_max_table_bytes,
+                );
                 lightweight::run_lightweight(&mut ctx, &v, inputs, smallest, &bounds)?
             } else if lwc {
                 lightweight::run_in_place(&mut ctx, &v, inputs, smallest)?
