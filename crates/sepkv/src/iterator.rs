@@ -435,6 +435,26 @@ impl Scan {
 
     /// Pulls the next `n` entries and resolves their values.
     fn fill(&mut self, n: usize) {
+        if n == 1 {
+            // One entry at a time (a scan from memory, or its start): an
+            // inline value goes straight to the caller, with no batch.
+            self.advance();
+            if !self.it.valid() {
+                self.done = true;
+                if let Err(e) = self.it.status() {
+                    self.ready.push_back(Err(e));
+                }
+                return;
+            }
+            let (t, raw) = self.it.raw();
+            if t != ValueType::Pointer {
+                let item = (self.it.key().to_vec(), raw.to_vec());
+                self.ready.push_back(Ok(item));
+                return;
+            }
+            let first = (self.it.key().to_vec(), t, raw.to_vec());
+            return self.resolve(vec![first]);
+        }
         let mut entries: Vec<(Vec<u8>, ValueType, Vec<u8>)> = Vec::with_capacity(n);
         while entries.len() < n {
             self.advance();
@@ -445,6 +465,13 @@ impl Scan {
             let (t, raw) = self.it.raw();
             entries.push((self.it.key().to_vec(), t, raw.to_vec()));
         }
+        self.resolve(entries);
+    }
+
+    /// Resolves the values of `entries` (those behind pointers in one
+    /// batch) and queues them for the caller; after the last entry of the
+    /// iterator, queues its error if it has one.
+    fn resolve(&mut self, entries: Vec<(Vec<u8>, ValueType, Vec<u8>)>) {
         let ptrs: Vec<(usize, Vec<u8>, ValuePointer)> = entries
             .iter()
             .enumerate()

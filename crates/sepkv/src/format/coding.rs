@@ -60,7 +60,14 @@ pub fn get_fixed64(src: &mut &[u8]) -> Option<u64> {
 }
 
 /// Reads a varint of at most 64 bits.
+#[inline]
 pub fn get_varint64(src: &mut &[u8]) -> Option<u64> {
+    if let Some(&b) = src.first() {
+        if b < 0x80 {
+            *src = &src[1..];
+            return Some(b as u64);
+        }
+    }
     let mut v: u64 = 0;
     for (i, &b) in src.iter().enumerate().take(10) {
         let bits = (b & 0x7f) as u64;
@@ -77,6 +84,7 @@ pub fn get_varint64(src: &mut &[u8]) -> Option<u64> {
 }
 
 /// Reads a varint of at most 32 bits.
+#[inline]
 pub fn get_varint32(src: &mut &[u8]) -> Option<u32> {
     let mut probe = *src;
     let v = get_varint64(&mut probe)?;

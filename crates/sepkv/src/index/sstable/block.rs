@@ -211,6 +211,16 @@ impl Block {
 /// delta)`.
 fn decode_entry(data: &[u8], offset: usize, limit: usize) -> Option<(usize, usize, usize, usize)> {
     let region = data.get(offset..limit)?;
+    // The common case: three one-byte lengths (LevelDB's `DecodeEntry`).
+    if let [a, b, c, ..] = *region {
+        if (a | b | c) < 0x80 {
+            let (shared, non_shared, value_len) = (a as usize, b as usize, c as usize);
+            if non_shared + value_len > region.len() - 3 {
+                return None;
+            }
+            return Some((shared, non_shared, value_len, offset + 3));
+        }
+    }
     let mut s = region;
     let shared = get_varint32(&mut s)? as usize;
     let non_shared = get_varint32(&mut s)? as usize;
@@ -475,6 +485,44 @@ mod tests {
         it.seek(b"a");
         assert!(!it.valid());
         assert!(it.corruption().is_none());
+    }
+
+    /// Entries whose lengths need one varint byte and those that need
+    /// two (127 and 128 bytes and beyond) decode alike, in both
+    /// directions; an entry whose lengths run past the block is damage.
+    #[test]
+    fn one_and_two_byte_lengths_decode_alike() {
+        let entries: Vec<(Vec<u8>, Vec<u8>)> = (0..64usize)
+            .map(|i| {
+                let mut k = format!("{i:03}").into_bytes();
+                k.resize(3 + (i * 7) % 200, b'k');
+                (k, vec![b'v'; (i * 13) % 300])
+            })
+            .collect();
+        let mut sorted = entries.clone();
+        sorted.sort();
+        let block = build(&sorted, 4);
+        let mut it = BlockIter::new(block.clone(), bytewise);
+        it.seek_to_first();
+        for (k, v) in &sorted {
+            assert_eq!((it.key(), it.value()), (&k[..], &v[..]));
+            it.next();
+        }
+        assert!(!it.valid() && it.corruption().is_none());
+        it.seek_to_last();
+        for (k, _) in sorted.iter().rev() {
+            assert_eq!(it.key(), &k[..]);
+            it.prev();
+        }
+        assert!(!it.valid() && it.corruption().is_none());
+
+        // A first entry claiming more value bytes than the block holds.
+        let mut data = build(&[(b"a".to_vec(), b"b".to_vec())], 1).data.clone();
+        data[2] = 0x7f;
+        let mut it = BlockIter::new(Arc::new(Block::new(data).unwrap()), bytewise);
+        it.seek_to_first();
+        assert!(!it.valid());
+        assert!(it.corruption().is_some());
     }
 
     #[test]
