@@ -1053,14 +1053,18 @@ impl ValueStore for BandStore {
             let band = o.band;
             let upto = o.len;
             let path = self.path(band);
-            let r = match o.file.sync_handle() {
-                Some(h) => {
+            // Appends hand their records to the OS; a flush here makes
+            // sure of it before the handle syncs without the writer.
+            let handle = o.file.flush().map(|_| o.file.sync_handle());
+            let r = match handle {
+                Err(e) => Err(e),
+                Ok(Some(h)) => {
                     drop(o);
                     let r = h.sync();
                     o = self.io.lock();
                     r
                 }
-                None => o.file.sync(),
+                Ok(None) => o.file.sync(),
             };
             if let Err(e) = r {
                 o.failed = Some(format!("an fsync failed: {e}"));

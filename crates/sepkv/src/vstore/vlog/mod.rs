@@ -682,14 +682,18 @@ impl ValueStore for VlogStore {
         let id = a.id;
         let upto = a.flushed;
         let path = self.path(id);
-        let r = match a.file.sync_handle() {
-            Some(h) => {
+        // Appends hand their records to the OS; a flush here makes sure of
+        // it before the handle syncs without the writer.
+        let handle = a.file.flush().map(|_| a.file.sync_handle());
+        let r = match handle {
+            Err(e) => Err(e),
+            Ok(Some(h)) => {
                 drop(a);
                 let r = h.sync();
                 a = self.io.lock();
                 r
             }
-            None => a.file.sync(),
+            Ok(None) => a.file.sync(),
         };
         if let Err(e) = r {
             // Retrying an fsync after a failure is unsafe.
