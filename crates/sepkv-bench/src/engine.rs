@@ -239,10 +239,6 @@ pub struct Tuning {
     pub wide_dtables: bool,
 }
 
-/// The `+flag`s of [`Tuning`], for messages.
-const TUNING_FLAGS: &str =
-    "+nowal, +noprefetch, +nohot, +nojournal, +nosep, +diskhash, +lwc, +wide";
-
 /// The `+flag`s of [`Tuning`] and what each does, for `--list-engines`.
 pub const TUNING_HELP: [(&str, &str); 8] = [
     (
@@ -500,9 +496,13 @@ impl FromStr for EngineSpec {
                             "diskhash" => tuning.disk_hash = true,
                             "lwc" => tuning.lwc_index = true,
                             "wide" => tuning.wide_dtables = true,
-                            _ => return Err(BenchError::InvalidArgument(format!(
-                                "unknown sepkv flag +{flag} in engine {s:?}; flags: {TUNING_FLAGS}"
-                            ))),
+                            _ => {
+                                let flags: Vec<&str> = TUNING_HELP.iter().map(|f| f.0).collect();
+                                return Err(BenchError::InvalidArgument(format!(
+                                    "unknown sepkv flag +{flag} in engine {s:?}; flags: {}",
+                                    flags.join(", ")
+                                )));
+                            }
                         }
                     }
                     Ok(preset)

@@ -494,6 +494,15 @@ fn wide_dtables_apply_to_the_lwc_index_only() {
     let r = &reports[0];
     assert_eq!(r.engine_options["lwc_max_segments"], 20);
     assert_eq!(r.engine_options["lwc_max_table_bytes"], 32u64 << 20);
+    // An unknown flag is named, with every flag there is.
+    let err = "sepkv:lwc+broad"
+        .parse::<EngineSpec>()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("+broad"), "{err}");
+    for flag in ["+nowal", "+nosep", "+diskhash", "+lwc", "+wide"] {
+        assert!(err.contains(flag), "{flag}: {err}");
+    }
     for other in ["sepkv:wisckey+wide", "sepkv:leveldb+wide"] {
         let spec: EngineSpec = other.parse().unwrap();
         let mut reports = Vec::new();

@@ -433,90 +433,71 @@ impl Scan {
         }
     }
 
-    /// Pulls the next `n` entries and resolves their values.
+    /// Pulls the next `n` entries into `ready`: an inline value as it is,
+    /// an entry behind a pointer in place with its value to come, and the
+    /// values behind pointers read in one batch. After the iterator's last
+    /// entry, or the first that failed, queues the iterator's error if it
+    /// has one.
     fn fill(&mut self, n: usize) {
-        if n == 1 {
-            // One entry at a time (a scan from memory, or its start): an
-            // inline value goes straight to the caller, with no batch.
-            self.advance();
-            if !self.it.valid() {
-                self.done = true;
-                if let Err(e) = self.it.status() {
-                    self.ready.push_back(Err(e));
-                }
-                return;
-            }
-            let (t, raw) = self.it.raw();
-            if t != ValueType::Pointer {
-                let item = (self.it.key().to_vec(), raw.to_vec());
-                self.ready.push_back(Ok(item));
-                return;
-            }
-            let first = (self.it.key().to_vec(), t, raw.to_vec());
-            return self.resolve(vec![first]);
-        }
-        let mut entries: Vec<(Vec<u8>, ValueType, Vec<u8>)> = Vec::with_capacity(n);
-        while entries.len() < n {
+        let start = self.ready.len();
+        // Where each pointer's entry waits in `ready`, and its read.
+        let mut at: Vec<usize> = Vec::new();
+        let mut reqs: Vec<(Vec<u8>, ValuePointer)> = Vec::new();
+        while self.ready.len() - start < n {
             self.advance();
             if !self.it.valid() {
                 self.done = true;
                 break;
             }
             let (t, raw) = self.it.raw();
-            entries.push((self.it.key().to_vec(), t, raw.to_vec()));
-        }
-        self.resolve(entries);
-    }
-
-    /// Resolves the values of `entries` (those behind pointers in one
-    /// batch) and queues them for the caller; after the last entry of the
-    /// iterator, queues its error if it has one.
-    fn resolve(&mut self, entries: Vec<(Vec<u8>, ValueType, Vec<u8>)>) {
-        let ptrs: Vec<(usize, Vec<u8>, ValuePointer)> = entries
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.1 == ValueType::Pointer)
-            .map(|(i, e)| {
-                let p = ValuePointer::decode(&e.2).unwrap_or(ValuePointer {
+            let key = self.it.key().to_vec();
+            if t == ValueType::Pointer {
+                let p = ValuePointer::decode(raw).unwrap_or(ValuePointer {
                     file_id: u64::MAX,
                     ..Default::default()
                 });
-                (i, e.0.clone(), p)
-            })
-            .collect();
-        let mut values: Vec<Option<Result<Vec<u8>>>> = (0..entries.len()).map(|_| None).collect();
-        if !ptrs.is_empty() {
-            let reqs: Vec<(Vec<u8>, ValuePointer)> =
-                ptrs.iter().map(|(_, k, p)| (k.clone(), *p)).collect();
-            match self.it.vstore.read_many(&reqs) {
-                Ok(vals) => {
-                    for ((i, _, p), v) in ptrs.iter().zip(vals) {
-                        values[*i] = Some(v.ok_or_else(|| lost(p)));
-                    }
-                }
-                Err(e) => {
-                    for (i, _, _) in &ptrs {
-                        values[*i] = Some(Err(e.clone()));
-                    }
-                }
+                at.push(self.ready.len());
+                reqs.push((key.clone(), p));
+                self.ready.push_back(Ok((key, Vec::new())));
+            } else {
+                self.ready.push_back(Ok((key, raw.to_vec())));
             }
         }
-        for ((k, _, raw), v) in entries.into_iter().zip(values) {
-            let item = match v {
-                None => Ok((k, raw)),
-                Some(Ok(v)) => Ok((k, v)),
-                Some(Err(e)) => Err(e),
-            };
-            let stop = item.is_err();
-            self.ready.push_back(item);
-            if stop {
-                self.done = true;
-                break;
-            }
+        if !reqs.is_empty() {
+            self.read_values(&at, &reqs);
         }
         if self.done {
             if let Err(e) = self.it.status() {
                 self.ready.push_back(Err(e));
+            }
+        }
+    }
+
+    /// Reads `reqs` in one batch and puts each value in place at the
+    /// matching `at` of `ready`; the first read that fails replaces its
+    /// entry, and nothing after it is kept.
+    fn read_values(&mut self, at: &[usize], reqs: &[(Vec<u8>, ValuePointer)]) {
+        let values: Vec<Result<Vec<u8>>> = match self.it.vstore.read_many(reqs) {
+            Ok(vals) => vals
+                .into_iter()
+                .zip(reqs)
+                .map(|(v, (_, p))| v.ok_or_else(|| lost(p)))
+                .collect(),
+            Err(e) => reqs.iter().map(|_| Err(e.clone())).collect(),
+        };
+        for (&i, v) in at.iter().zip(values) {
+            match v {
+                Ok(v) => {
+                    if let Some(Ok((_, slot))) = self.ready.get_mut(i) {
+                        *slot = v;
+                    }
+                }
+                Err(e) => {
+                    self.ready[i] = Err(e);
+                    self.ready.truncate(i + 1);
+                    self.done = true;
+                    return;
+                }
             }
         }
     }

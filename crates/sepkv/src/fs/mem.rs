@@ -625,6 +625,15 @@ struct Handle {
 }
 
 impl Handle {
+    /// Makes the file's data durable: the sync of the file and of its
+    /// [`SyncHandle`]s alike, under the same fault rules.
+    fn sync(&self) -> io::Result<()> {
+        self.with(FaultOp::Sync, |st, ino| {
+            st.inode(ino).sync();
+            Ok(())
+        })
+    }
+
     /// Runs `f` on the state and the inode as operation `op`, unless the
     /// handle died in a crash.
     fn with<T>(
@@ -678,10 +687,7 @@ impl WritableFile for MemWritable {
     }
 
     fn sync(&mut self) -> io::Result<()> {
-        self.handle.with(FaultOp::Sync, |st, ino| {
-            st.inode(ino).sync();
-            Ok(())
-        })
+        self.handle.sync()
     }
 
     fn len(&self) -> u64 {
@@ -715,10 +721,7 @@ struct MemSync(Handle);
 
 impl SyncHandle for MemSync {
     fn sync(&self) -> io::Result<()> {
-        self.0.with(FaultOp::Sync, |st, ino| {
-            st.inode(ino).sync();
-            Ok(())
-        })
+        self.0.sync()
     }
 }
 

@@ -58,6 +58,27 @@ pub trait WritableFile: Send {
     }
 }
 
+/// Syncs the file `file` picks out of the state behind `guard` with the
+/// lock let go while the fsync runs: under the lock the file is flushed
+/// (every appended byte handed to the OS) and its [`SyncHandle`] taken,
+/// then the lock is released until the sync returns, so appends go on
+/// meanwhile. A file without a handle syncs under the lock. `guard` is
+/// locked again when this returns; the state may have changed meanwhile.
+///
+/// # Errors
+/// The flush's or the sync's error (the caller treats the file as failed).
+pub fn sync_unlocked<T>(
+    guard: &mut parking_lot::MutexGuard<'_, T>,
+    file: impl Fn(&mut T) -> &mut Box<dyn WritableFile>,
+) -> io::Result<()> {
+    let f = file(guard);
+    f.flush()?;
+    match f.sync_handle() {
+        Some(h) => parking_lot::MutexGuard::unlocked(guard, || h.sync()),
+        None => file(guard).sync(),
+    }
+}
+
 /// See [`WritableFile::sync_handle`].
 pub trait SyncHandle: Send + Sync {
     /// `fdatasync` of the file the handle came from.

@@ -49,6 +49,7 @@ use super::{GcOutcome, IndexReader, IndexRelocator, LogEntry, SpaceStats, ValueP
 use super::{ValueRecord, ValueStore};
 use crate::error::{Error, IoContext, Result};
 use crate::format::value_record::{DecodeError, Kind};
+use crate::fs::sync_unlocked;
 use crate::fs::{Advice, FileSystem, IoCategory, IoStats, RandomAccessFile, WritableFile};
 use crate::index::key::{SeqNum, ValueType};
 use band::{Entry, AUX_TOMBSTONE, BATCH_END, HEADER_LEN, TRAILER_LEN};
@@ -1053,20 +1054,7 @@ impl ValueStore for BandStore {
             let band = o.band;
             let upto = o.len;
             let path = self.path(band);
-            // Appends hand their records to the OS; a flush here makes
-            // sure of it before the handle syncs without the writer.
-            let handle = o.file.flush().map(|_| o.file.sync_handle());
-            let r = match handle {
-                Err(e) => Err(e),
-                Ok(Some(h)) => {
-                    drop(o);
-                    let r = h.sync();
-                    o = self.io.lock();
-                    r
-                }
-                Ok(None) => o.file.sync(),
-            };
-            if let Err(e) = r {
+            if let Err(e) = sync_unlocked(&mut o, |o| &mut o.file) {
                 o.failed = Some(format!("an fsync failed: {e}"));
                 return Err(Error::io(&path, e));
             }

@@ -49,6 +49,7 @@ use super::{
     ValueStore,
 };
 use crate::error::{Error, IoContext, Result};
+use crate::fs::sync_unlocked;
 use crate::fs::{Advice, FileSystem, IoCategory, IoStats, RandomAccessFile, WritableFile};
 use crate::vstore::prefetch::Prefetcher;
 use parking_lot::{Mutex, RwLock};
@@ -682,20 +683,7 @@ impl ValueStore for VlogStore {
         let id = a.id;
         let upto = a.flushed;
         let path = self.path(id);
-        // Appends hand their records to the OS; a flush here makes sure of
-        // it before the handle syncs without the writer.
-        let handle = a.file.flush().map(|_| a.file.sync_handle());
-        let r = match handle {
-            Err(e) => Err(e),
-            Ok(Some(h)) => {
-                drop(a);
-                let r = h.sync();
-                a = self.io.lock();
-                r
-            }
-            Ok(None) => a.file.sync(),
-        };
-        if let Err(e) = r {
+        if let Err(e) = sync_unlocked(&mut a, |a| &mut a.file) {
             // Retrying an fsync after a failure is unsafe.
             a.failed = Some(format!("an fsync failed: {e}"));
             return Err(Error::io(&path, e));
