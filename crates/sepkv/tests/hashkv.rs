@@ -229,6 +229,86 @@ fn hot_cold_separation_moves_cold_values_and_tags_them() {
     assert_eq!(fig(&db, "gc_bytes_rewritten"), 60 * rec);
 }
 
+/// A cold key updated later leaves its cold value as garbage. Group GC
+/// sees the tag followed by the update and notes that garbage at once,
+/// before any compaction drops the tag's pointer; the note survives a
+/// reopen, and compaction reporting the same bytes later does not count
+/// them twice.
+#[test]
+fn group_gc_notes_superseded_cold_values_once() {
+    let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    // The cold log's GC stays away: its garbage ratio stays below 0.9, and
+    // its garbage below a log segment.
+    let opts = |fs| Options {
+        gc_garbage_ratio: 0.9,
+        hashkv_log_segment_size: 64 << 10,
+        ..opts(fs)
+    };
+    let db = Db::open("/db", opts(fs.clone())).unwrap();
+    for i in 0..60 {
+        db.put(key(i), value(i, 0)).unwrap();
+    }
+    db.gc(None).unwrap();
+    assert_eq!(fig(&db, "gc_tags_written"), 60);
+    assert_eq!(fig(&db, "cold_log_garbage_bytes"), 0);
+    // Update half the cold keys; the memtable holds both pointers, so no
+    // compaction has reported anything.
+    for i in 0..30 {
+        db.put(key(i), value(i, 1)).unwrap();
+    }
+    assert_eq!(fig(&db, "cold_log_garbage_bytes"), 0);
+    db.gc(None).unwrap();
+    let noted = fig(&db, "cold_log_garbage_bytes");
+    let cold = fig(&db, "cold_log_bytes");
+    assert!(
+        noted >= 30 * 1000 && noted < cold,
+        "30 superseded cold values of 60: {noted} of {cold}"
+    );
+    db.close().unwrap();
+
+    let db = Db::open("/db", opts(fs)).unwrap();
+    assert_eq!(
+        fig(&db, "cold_log_garbage_bytes"),
+        noted,
+        "kept across a reopen"
+    );
+    // Compaction drops the tags' pointers and reports the same values.
+    db.compact_range(..).unwrap();
+    assert_eq!(fig(&db, "cold_log_garbage_bytes"), noted, "counted once");
+    for i in 0..60 {
+        let want = value(i, usize::from(i < 30));
+        assert_eq!(db.get(key(i)).unwrap(), Some(want), "key {i}");
+    }
+    assert!(db.verify().unwrap().faults.is_empty());
+}
+
+/// With the cold values a group's GC found superseded noted, the cold
+/// log's own GC reclaims them with no compaction in between.
+#[test]
+fn superseded_cold_values_are_collected_without_a_compaction() {
+    let db = Db::open("/db", opts(Arc::new(MemFs::new()))).unwrap();
+    for i in 0..60 {
+        db.put(key(i), value(i, 0)).unwrap();
+    }
+    db.gc(None).unwrap();
+    let cold = fig(&db, "cold_log_bytes");
+    assert!(cold >= 60 * 1000, "{cold}");
+    for i in 0..40 {
+        db.put(key(i), value(i, 1)).unwrap();
+    }
+    db.gc(None).unwrap();
+    let left = fig(&db, "cold_log_bytes");
+    assert!(
+        left < cold / 2,
+        "the 40 superseded of 60 collected: {left} of {cold}"
+    );
+    for i in 0..60 {
+        let want = value(i, usize::from(i < 40));
+        assert_eq!(db.get(key(i)).unwrap(), Some(want), "key {i}");
+    }
+    assert!(db.verify().unwrap().faults.is_empty());
+}
+
 /// The cold data log lives inside `value_capacity`: its span takes log
 /// segments of the reserved space, and they come back when its GC frees
 /// it; a reopen charges it again.

@@ -172,6 +172,22 @@ impl ColdLog {
         self.log.note_garbage(&to_vlog(ptr));
     }
 
+    /// Notes a cold value whose key has a newer version as garbage
+    /// inferred without the index ([`VlogStore::hint_garbage`]).
+    pub fn hint_garbage(&self, ptr: &ValuePointer) {
+        self.log.hint_garbage(&to_vlog(ptr));
+    }
+
+    /// The inferred garbage by region, as [`ColdLog::garbage_entries`].
+    pub fn hint_entries(&self) -> Vec<(u64, u64)> {
+        self.log.hint_entries()
+    }
+
+    /// Restores what [`ColdLog::hint_entries`] returned.
+    pub fn restore_hint_entries(&self, entries: &[(u64, u64)]) {
+        self.log.restore_hint_entries(entries)
+    }
+
     /// `(file, garbage bytes)` of the cold log's files.
     pub fn garbage_entries(&self) -> Vec<(u64, u64)> {
         self.log.garbage_entries()

@@ -81,6 +81,9 @@ struct Victim {
     installed: HashSet<(u64, u64)>,
     /// Left alone (its copies would not fit).
     skipped: bool,
+    /// Cold pointers of tags a newer version of their key superseded in
+    /// the group: cold-log garbage, noted when the step commits.
+    stale_cold: Vec<ValuePointer>,
 }
 
 impl Victim {
@@ -256,6 +259,7 @@ fn seal(s: &HashKvStore) -> Result<Vec<Victim>> {
             placed: Vec::new(),
             installed: HashSet::new(),
             skipped: false,
+            stale_cold: Vec::new(),
         });
     }
     Ok(victims)
@@ -351,6 +355,8 @@ fn scan_and_copy(
         };
         let mut bufs: Vec<Vec<u8>> = Vec::with_capacity(v.old.len());
         let mut keys: HashMap<Vec<u8>, Latest> = HashMap::new();
+        // Every tag: `(key, seq, segment index, offset, length)`.
+        let mut tags_seen: Vec<(Vec<u8>, u64, usize, usize, usize)> = Vec::new();
         for (si, &(id, len)) in v.old.iter().enumerate() {
             let mut buf = vec![0u8; len as usize];
             if len > 0 {
@@ -380,6 +386,9 @@ fn scan_and_copy(
                     count: 0,
                 });
                 e.count += 1;
+                if r.kind == Kind::Tag {
+                    tags_seen.push((r.key.to_vec(), r.seq, si, pos, r.len));
+                }
                 // Records come in position order: on a tie the later wins.
                 if e.count == 1 || r.seq >= e.seq {
                     e.seg_idx = si;
@@ -391,6 +400,23 @@ fn scan_and_copy(
                 pos += r.len;
             }
             bufs.push(buf);
+        }
+        // A tag older than its key's latest record in the group names a
+        // cold value a newer version replaced (HashKV §3.4: the update
+        // lands after the tag). The index reports it only when compaction
+        // drops the tag's pointer; noting it now keeps the cold log's
+        // garbage, and so the space figures and its GC, current. A tag
+        // copied by an unfinished step has its original's sequence number
+        // and so is not older.
+        for (key, seq, si, pos, len) in tags_seen {
+            if keys.get(&key).is_some_and(|l| l.seq > seq) {
+                let r = record::decode(&bufs[si][pos..pos + len]).map_err(|e| {
+                    Error::corruption(s.path(v.old[si].0), pos as u64, format!("{e:?}"))
+                })?;
+                if let Some(p) = ValuePointer::decode(r.value).filter(is_cold) {
+                    v.stale_cold.push(p);
+                }
+            }
         }
         // Copy in the old order.
         let mut ordered: Vec<(Vec<u8>, Latest)> = keys.into_iter().collect();
@@ -689,6 +715,12 @@ fn relocate_and_commit(
         *committed = true;
         s.encode(&st.table)?
     };
+    // Before the edit, which carries the garbage table with them.
+    for v in victims.iter().filter(|v| !v.skipped) {
+        for p in &v.stale_cold {
+            s.cold.hint_garbage(p);
+        }
+    }
     relocator.persist_state(&bytes)?;
     let visible = visible.max(index.last_sequence());
     s.state.lock().pending.push(super::PendingFree {

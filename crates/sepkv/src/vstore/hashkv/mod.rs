@@ -1431,8 +1431,10 @@ impl ValueStore for HashKvStore {
         self.counters.garbage_found.load(Ordering::Relaxed) + self.cold.garbage_found()
     }
 
-    /// Two sections: noted garbage per segment group (by group index),
-    /// then per cold-log file.
+    /// Three sections: noted garbage per segment group (by group index),
+    /// the cold log's reported garbage by region, and its inferred garbage
+    /// by region ([`ColdLog::hint_entries`]). A table of two sections
+    /// (before inferred garbage was kept) restores with none inferred.
     fn garbage_table(&self) -> Option<Vec<u8>> {
         let groups: Vec<(u64, u64)> = {
             let st = self.state.lock();
@@ -1446,6 +1448,7 @@ impl ValueStore for HashKvStore {
         Some(super::garbage::encode(&[
             groups,
             self.cold.garbage_entries(),
+            self.cold.hint_entries(),
         ]))
     }
 
@@ -1469,6 +1472,9 @@ impl ValueStore for HashKvStore {
         }
         if let Some(cold) = t.get(1) {
             self.cold.restore_garbage_entries(cold);
+        }
+        if let Some(hints) = t.get(2) {
+            self.cold.restore_hint_entries(hints);
         }
         Ok(())
     }

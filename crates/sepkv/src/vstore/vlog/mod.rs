@@ -97,48 +97,62 @@ struct Active {
     failed: Option<String>,
 }
 
+#[derive(Default)]
 struct FileInfo {
     /// Bytes of intact records from the start of the file.
     valid_len: u64,
-    /// Bytes known to be garbage.
+    /// Bytes taken for garbage: per region the larger of the two estimates
+    /// below, which may name the same bytes and so are never added.
     garbage: u64,
-    /// The same by [`GARBAGE_REGION`] of the file (region index → bytes),
+    /// Garbage the engine reported ([`ValueStore::note_garbage`]: the index
+    /// dropped the last pointer to it), by [`GARBAGE_REGION`] of the file,
     /// so that GC, which collects the file a chunk at a time from its
     /// start, knows how much of the reported garbage its chunk held.
+    noted: RegionCounts,
+    /// Garbage a layout inferred without the index
+    /// ([`VlogStore::hint_garbage`]: HashKV's GC sees a cold value's tag
+    /// followed by a newer version of its key), by region. Compaction
+    /// reports the same bytes later, so a region counts the larger of the
+    /// two, not their sum.
+    hinted: RegionCounts,
+}
+
+/// Bytes by [`GARBAGE_REGION`] (region index → bytes) and their total.
+#[derive(Default)]
+struct RegionCounts {
+    total: u64,
     regions: BTreeMap<u64, u64>,
 }
 
-/// Granularity of the garbage the value log tracks within a file (bytes).
-pub const GARBAGE_REGION: u64 = 1 << 20;
+impl RegionCounts {
+    fn get(&self, region: u64) -> u64 {
+        self.regions.get(&region).copied().unwrap_or(0)
+    }
 
-/// Bits of a garbage-table id that hold the region (the file number is
-/// above them).
-const REGION_BITS: u32 = 26;
-
-impl FileInfo {
-    /// Adds `len` bytes of garbage at `offset` (capped at the valid length);
-    /// returns the bytes added.
-    fn add_garbage(&mut self, offset: u64, len: u64) -> u64 {
-        let add = len.min(self.valid_len.saturating_sub(self.garbage));
+    /// Adds `len` bytes at `offset`, the total capped at `cap`; returns the
+    /// bytes added.
+    fn add(&mut self, offset: u64, len: u64, cap: u64) -> u64 {
+        let add = len.min(cap.saturating_sub(self.total));
         if add > 0 {
             *self.regions.entry(offset / GARBAGE_REGION).or_default() += add;
-            self.garbage += add;
+            self.total += add;
         }
         add
     }
 
-    /// Removes the garbage reported in `[start, end)` (which GC collected,
-    /// front to back, so nothing before `start` is left): all of each
-    /// region inside, and of a region cut by `end` the share of its rest
-    /// (`[start, region end)`) that the chunk covers. Returns the bytes
-    /// removed.
-    fn take_garbage(&mut self, start: u64, end: u64) -> u64 {
+    /// Removes what lies in `[start, end)` (collected front to back, so
+    /// nothing before `start` is left): all of each region inside, and of a
+    /// region cut by `end` the share of its rest (`[start, region end)`,
+    /// the region ending at `valid_len` at the latest, since nothing past
+    /// it can be garbage) that the range covers. Returns the bytes removed.
+    fn take(&mut self, start: u64, end: u64, valid_len: u64) -> u64 {
         let mut taken = 0;
         let first = start / GARBAGE_REGION;
         let last = end.div_ceil(GARBAGE_REGION);
         let keys: Vec<u64> = self.regions.range(first..last).map(|(&r, _)| r).collect();
         for r in keys {
             let (lo, hi) = (r * GARBAGE_REGION, (r + 1) * GARBAGE_REGION);
+            let hi = hi.min(valid_len.max(end)).max(lo + 1);
             let from = lo.max(start);
             let overlap = hi.min(end).saturating_sub(from);
             let rest = hi - from.min(hi);
@@ -155,8 +169,71 @@ impl FileInfo {
             }
             taken += t.min(g);
         }
-        self.garbage = self.garbage.saturating_sub(taken);
+        self.total = self.total.saturating_sub(taken);
         taken
+    }
+}
+
+/// Granularity of the garbage the value log tracks within a file (bytes).
+pub const GARBAGE_REGION: u64 = 1 << 20;
+
+/// Bits of a garbage-table id that hold the region (the file number is
+/// above them).
+const REGION_BITS: u32 = 26;
+
+impl FileInfo {
+    fn new(valid_len: u64) -> Self {
+        FileInfo {
+            valid_len,
+            ..Default::default()
+        }
+    }
+
+    fn region_garbage(&self, region: u64) -> u64 {
+        self.noted.get(region).max(self.hinted.get(region))
+    }
+
+    /// Adds `len` bytes of reported garbage at `offset` (capped at the
+    /// valid length); returns the bytes added.
+    fn add_garbage(&mut self, offset: u64, len: u64) -> u64 {
+        self.add(offset, len, false)
+    }
+
+    /// Adds `len` bytes of inferred garbage at `offset` (capped at the
+    /// valid length); returns the bytes added.
+    fn add_hint(&mut self, offset: u64, len: u64) -> u64 {
+        self.add(offset, len, true)
+    }
+
+    fn add(&mut self, offset: u64, len: u64, hint: bool) -> u64 {
+        let r = offset / GARBAGE_REGION;
+        let before = self.region_garbage(r);
+        let counts = if hint {
+            &mut self.hinted
+        } else {
+            &mut self.noted
+        };
+        let added = counts.add(offset, len, self.valid_len);
+        self.garbage += self.region_garbage(r) - before;
+        added
+    }
+
+    /// Removes the garbage taken for `[start, end)`, which GC collected
+    /// (see [`RegionCounts::take`]), from both estimates. Returns the bytes
+    /// of [`FileInfo::garbage`] removed.
+    fn take_garbage(&mut self, start: u64, end: u64) -> u64 {
+        let before = self.garbage;
+        self.noted.take(start, end, self.valid_len);
+        self.hinted.take(start, end, self.valid_len);
+        let regions: std::collections::BTreeSet<u64> = self
+            .noted
+            .regions
+            .keys()
+            .chain(self.hinted.regions.keys())
+            .copied()
+            .collect();
+        self.garbage = regions.into_iter().map(|r| self.region_garbage(r)).sum();
+        before.saturating_sub(self.garbage)
     }
 }
 
@@ -341,14 +418,7 @@ impl VlogStore {
                 continue;
             }
             let len = fs.file_size(&path).ctx(&path)?;
-            files.insert(
-                id,
-                FileInfo {
-                    valid_len: len,
-                    garbage: 0,
-                    regions: BTreeMap::new(),
-                },
-            );
+            files.insert(id, FileInfo::new(len));
         }
         // The newest file may end in a torn append: fix its valid length at
         // the last intact record. If it is intact, appends continue in it;
@@ -373,14 +443,7 @@ impl VlogStore {
                 let path = vlog_path(dir, id);
                 let file = fs.create(&path).ctx(&path)?;
                 fs.sync_dir(dir).ctx(dir)?;
-                files.insert(
-                    id,
-                    FileInfo {
-                        valid_len: 0,
-                        garbage: 0,
-                        regions: BTreeMap::new(),
-                    },
-                );
+                files.insert(id, FileInfo::new(0));
                 (id, file, 0)
             }
         };
@@ -452,14 +515,7 @@ impl VlogStore {
             .ctx(&self.reader.dir)?;
         {
             let mut st = self.state.lock();
-            st.files.insert(
-                id,
-                FileInfo {
-                    valid_len: 0,
-                    garbage: 0,
-                    regions: BTreeMap::new(),
-                },
-            );
+            st.files.insert(id, FileInfo::new(0));
             st.head_file = id;
         }
         *a = Active {
@@ -572,15 +628,27 @@ impl VlogStore {
     }
 
     /// `(file << 26 | region, garbage bytes)` of every region of every
-    /// file at or after the tail ([`GARBAGE_REGION`]).
+    /// file at or after the tail ([`GARBAGE_REGION`]): the reported
+    /// garbage ([`ValueStore::note_garbage`]).
     pub fn garbage_entries(&self) -> Vec<(u64, u64)> {
+        self.region_entries(false)
+    }
+
+    /// The same for the inferred garbage ([`VlogStore::hint_garbage`]).
+    pub fn hint_entries(&self) -> Vec<(u64, u64)> {
+        self.region_entries(true)
+    }
+
+    fn region_entries(&self, hints: bool) -> Vec<(u64, u64)> {
         let st = self.state.lock();
         // Files numbered 2^22 and beyond (ids past 2^48) keep their
         // estimate in memory only.
         st.files
             .range(st.tail.0..(1 << (48 - REGION_BITS)))
             .flat_map(|(&id, f)| {
-                f.regions
+                let counts = if hints { &f.hinted } else { &f.noted };
+                counts
+                    .regions
                     .iter()
                     .map(move |(&r, &g)| ((id << REGION_BITS) | r, g))
             })
@@ -591,6 +659,16 @@ impl VlogStore {
     /// files at or after the tail (capped at each file's valid length);
     /// other entries are ignored.
     pub fn restore_garbage_entries(&self, entries: &[(u64, u64)]) {
+        self.restore_entries(entries, false)
+    }
+
+    /// Restores what [`VlogStore::hint_entries`] returned, as
+    /// [`VlogStore::restore_garbage_entries`] does.
+    pub fn restore_hint_entries(&self, entries: &[(u64, u64)]) {
+        self.restore_entries(entries, true)
+    }
+
+    fn restore_entries(&self, entries: &[(u64, u64)], hints: bool) {
         let mut st = self.state.lock();
         let tail = st.tail.0;
         let mask = (1u64 << REGION_BITS) - 1;
@@ -600,8 +678,24 @@ impl VlogStore {
                 continue;
             }
             if let Some(f) = st.files.get_mut(&id) {
-                f.add_garbage(r * GARBAGE_REGION, g);
+                f.add(r * GARBAGE_REGION, g, hints);
             }
+        }
+    }
+
+    /// Notes `ptr`'s record as garbage that a layout inferred without the
+    /// index (HashKV's GC: a cold value's tag followed by a newer version
+    /// of the key). The index reports the same bytes when compaction drops
+    /// the pointer, so a region counts the larger of the reported and the
+    /// inferred bytes ([`FileInfo::garbage`]), never their sum. Only the
+    /// estimate changes: GC still asks the index before it drops a record.
+    pub fn hint_garbage(&self, ptr: &ValuePointer) {
+        let mut st = self.state.lock();
+        if (ptr.file_id, ptr.offset) < st.tail {
+            return;
+        }
+        if let Some(f) = st.files.get_mut(&ptr.file_id) {
+            f.add_hint(ptr.offset, ptr.length as u64);
         }
     }
 }
@@ -1028,7 +1122,6 @@ impl ValueStore for VlogStore {
 #[cfg(test)]
 mod tests {
     use super::{FileInfo, GARBAGE_REGION};
-    use std::collections::BTreeMap;
 
     /// GC takes the garbage reported inside its chunk, not the file's: a
     /// chunk nobody reported garbage in leaves the rest of the file's
@@ -1036,11 +1129,7 @@ mod tests {
     #[test]
     fn garbage_is_taken_by_region() {
         let r = GARBAGE_REGION;
-        let mut f = FileInfo {
-            valid_len: 10 * r,
-            garbage: 0,
-            regions: BTreeMap::new(),
-        };
+        let mut f = FileInfo::new(10 * r);
         assert_eq!(f.add_garbage(0, 1000), 1000);
         assert_eq!(f.add_garbage(5 * r + 10, 3000), 3000);
         assert_eq!(f.add_garbage(9 * r, 500), 500);
@@ -1057,5 +1146,34 @@ mod tests {
         // Reports never pass the valid length.
         f.valid_len = 1500;
         assert_eq!(f.add_garbage(0, 1000), 500);
+    }
+
+    /// Inferred garbage and reported garbage may name the same bytes: a
+    /// region counts the larger, and GC takes both.
+    #[test]
+    fn hints_and_reports_of_the_same_region_count_once() {
+        let r = GARBAGE_REGION;
+        let mut f = FileInfo::new(10 * r);
+        assert_eq!(f.add_hint(10, 3000), 3000);
+        assert_eq!(f.garbage, 3000);
+        // Compaction reports 2000 of the same bytes: no change.
+        assert_eq!(f.add_garbage(20, 2000), 2000);
+        assert_eq!(f.garbage, 3000);
+        // It reports more than was inferred: the report counts.
+        assert_eq!(f.add_garbage(30, 1500), 1500);
+        assert_eq!(f.garbage, 3500);
+        // Another region adds.
+        assert_eq!(f.add_hint(2 * r, 700), 700);
+        assert_eq!(f.garbage, 4200);
+        // GC of region 0 takes both estimates there, and only there.
+        assert_eq!(f.take_garbage(0, r), 3500);
+        assert_eq!(f.garbage, 700);
+        assert_eq!(f.noted.total, 0);
+        assert_eq!(f.hinted.total, 700);
+        // Each estimate is capped at the valid length on its own.
+        f.valid_len = 1000;
+        assert_eq!(f.add_hint(0, 1000), 300);
+        assert_eq!(f.add_garbage(0, 5000), 1000);
+        assert_eq!(f.garbage, 1000 + 700);
     }
 }
