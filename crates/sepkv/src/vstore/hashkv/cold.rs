@@ -188,6 +188,11 @@ impl ColdLog {
         self.log.restore_hint_entries(entries)
     }
 
+    /// See [`VlogStore::tail_chunk_garbage_ratio`].
+    pub fn tail_chunk_garbage_ratio(&self) -> f64 {
+        self.log.tail_chunk_garbage_ratio()
+    }
+
     /// `(file, garbage bytes)` of the cold log's files.
     pub fn garbage_entries(&self) -> Vec<(u64, u64)> {
         self.log.garbage_entries()

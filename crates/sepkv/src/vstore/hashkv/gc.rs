@@ -2,7 +2,9 @@
 //!
 //! One step:
 //! 1. free retired segments no reader can reach any more; when the cold
-//!    data log is mostly garbage, run one of its (vLog) GC steps instead;
+//!    data log's known garbage reaches the GC ratio, or the reserve runs
+//!    low and the chunk at its tail holds a log segment of garbage, run
+//!    one of its (vLog) GC steps instead;
 //! 2. pick the groups with the largest write volume since their last GC
 //!    (plus the garbage the engine reported in them) — a sort of the
 //!    segment table, cheap next to reading a group — up to
@@ -20,9 +22,11 @@
 //!    among the writes that arrive meanwhile; a copy is journaled (where it
 //!    comes from) and cached like a write. A key written once is cold (with
 //!    `hashkv_hotness`): its value goes to the cold data log. A latest
-//!    record that is a tag is carried over. A group whose copies would not
-//!    fit in the fresh main segment and the free reserved space is left
-//!    alone;
+//!    record that is a tag is carried over; an older tag names a cold
+//!    value a newer version replaced, which the cold log counts as garbage
+//!    when the step commits (before compaction drops the tag's pointer).
+//!    A group whose copies would not fit in the fresh main segment and the
+//!    free reserved space is left alone;
 //! 4. install the new pointers with the index's compare-and-set (which
 //!    syncs the journal first: from then on the copies survive a crash). A
 //!    failed compare-and-set means the user wrote or deleted the key
@@ -136,25 +140,26 @@ pub fn step(
         ..Default::default()
     };
 
-    // The cold data log is collected as a vLog, by the policy of the
-    // groups: when its known garbage reaches the engine's ratio, when it
-    // holds more known garbage than all the groups together (GC goes where
-    // the garbage is), or when the reserved space it shares with the log
-    // segments runs low and it holds at least a log segment of it.
+    // The cold data log is collected as a vLog, from its tail: when its
+    // known garbage reaches the engine's ratio, or when the reserved space
+    // it shares with the log segments runs low and the chunk at its tail
+    // holds at least a log segment of known garbage, so that the step
+    // gives back a unit of the reserve. A tail chunk with less is left to
+    // age: with the garbage a group's GC infers from superseded tags
+    // counted (step 3), taking the cold log whenever it held a log
+    // segment of garbage anywhere had writers wait behind steps that
+    // copied three quarters of what they read.
     let cold = s.cold.space();
-    let (low, log_size, groups_noted) = {
+    let (low, log_size) = {
         let st = s.state.lock();
         let t = &st.table;
         (
             t.free_units() < HashKvStore::low_watermark(t),
             t.geo.log_size,
-            t.groups.iter().map(|g| g.noted_garbage).sum::<u64>(),
         )
     };
-    if cold.garbage_ratio() >= s.opts.cold_gc_ratio
-        || (cold.garbage_bytes >= log_size && cold.garbage_bytes > groups_noted)
-        || (low && cold.garbage_bytes >= log_size)
-    {
+    let tail_garbage = s.cold.tail_chunk_garbage_ratio() * s.opts.cold_gc_chunk_size as f64;
+    if cold.garbage_ratio() >= s.opts.cold_gc_ratio || (low && tail_garbage >= log_size as f64) {
         let persist = |c: &[u8]| s.persist_table(relocator, Some(c));
         let o = s.cold.gc_step(index, relocator, &persist)?;
         if o.did_work {

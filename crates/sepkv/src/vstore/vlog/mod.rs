@@ -591,6 +591,35 @@ impl VlogStore {
     }
 
     /// Bytes from the tail to the head.
+    /// The share of the next GC chunk (`gc_chunk_size` bytes from the
+    /// tail) known to be garbage, by the regions it covers (a region cut
+    /// by the chunk's end counts in proportion); 0 when the tail file is
+    /// empty. What a GC step there would free per byte it reads.
+    pub fn tail_chunk_garbage_ratio(&self) -> f64 {
+        let st = self.state.lock();
+        let (id, start) = st.tail;
+        let Some(f) = st.files.get(&id) else {
+            return 0.0;
+        };
+        let end = f
+            .valid_len
+            .min(start.saturating_add(self.opts.gc_chunk_size));
+        if end <= start {
+            return 0.0;
+        }
+        let mut garbage = 0.0;
+        for r in start / GARBAGE_REGION..end.div_ceil(GARBAGE_REGION) {
+            let (lo, hi) = (
+                r * GARBAGE_REGION,
+                ((r + 1) * GARBAGE_REGION).min(f.valid_len),
+            );
+            let covered = hi.min(end).saturating_sub(lo.max(start));
+            let rest = hi.saturating_sub(lo.max(start)).max(1);
+            garbage += f.region_garbage(r) as f64 * (covered as f64 / rest as f64).min(1.0);
+        }
+        (garbage / (end - start) as f64).min(1.0)
+    }
+
     fn span_locked(st: &State) -> u64 {
         st.files
             .range(st.tail.0..)
