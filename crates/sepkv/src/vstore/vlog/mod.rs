@@ -1177,6 +1177,71 @@ mod tests {
         assert_eq!(f.add_garbage(0, 1000), 500);
     }
 
+    /// The next chunk's garbage share comes from the regions it covers:
+    /// garbage elsewhere in the file does not count, and a hint of bytes
+    /// already reported adds nothing.
+    #[test]
+    fn tail_chunk_garbage_ratio_reads_the_regions_of_the_next_chunk() {
+        use super::{VlogOptions, VlogStore};
+        use crate::fs::{FileSystem, IoStats, MemFs};
+        use crate::vstore::{ValueRecord, ValueStore};
+        use std::path::Path;
+        use std::sync::Arc;
+        let fs = Arc::new(MemFs::new());
+        fs.create_dir_all(Path::new("/db")).unwrap();
+        let vlog = VlogStore::open(
+            Path::new("/db"),
+            fs,
+            Arc::new(IoStats::default()),
+            VlogOptions {
+                value_threshold: 1,
+                file_size: 8 << 20,
+                gc_chunk_size: GARBAGE_REGION,
+                prefetch_threads: 0,
+                log_mode: false,
+                capacity: None,
+            },
+            None,
+        )
+        .unwrap();
+        let value = vec![3u8; 1000];
+        let keys: Vec<Vec<u8>> = (0..3000).map(|i| format!("k{i:05}").into_bytes()).collect();
+        let recs: Vec<ValueRecord<'_>> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| ValueRecord {
+                key: k,
+                seq: i as u64 + 1,
+                value: &value,
+            })
+            .collect();
+        let ptrs = vlog.append(&recs).unwrap();
+        vlog.sync().unwrap();
+        assert_eq!(vlog.tail_chunk_garbage_ratio(), 0.0);
+        // Garbage in the second region only: not in the next chunk.
+        let second: Vec<_> = ptrs
+            .iter()
+            .filter(|p| p.offset / GARBAGE_REGION == 1)
+            .collect();
+        for p in &second {
+            vlog.note_garbage(p);
+        }
+        assert_eq!(vlog.tail_chunk_garbage_ratio(), 0.0);
+        // Every record starting in the first region, hinted, then reported.
+        let first: Vec<_> = ptrs.iter().filter(|p| p.offset < GARBAGE_REGION).collect();
+        for p in &first {
+            vlog.hint_garbage(p);
+        }
+        let r = vlog.tail_chunk_garbage_ratio();
+        assert!(r > 0.99, "{r}");
+        let before = vlog.space().garbage_bytes;
+        for p in &first {
+            vlog.note_garbage(p);
+        }
+        assert_eq!(vlog.space().garbage_bytes, before, "counted once");
+        assert_eq!(vlog.tail_chunk_garbage_ratio(), r);
+    }
+
     /// Inferred garbage and reported garbage may name the same bytes: a
     /// region counts the larger, and GC takes both.
     #[test]
