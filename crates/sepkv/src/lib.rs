@@ -103,6 +103,7 @@
 
 mod batch;
 mod commit;
+mod counter;
 mod db;
 pub mod error;
 pub mod format;

@@ -82,7 +82,8 @@ use std::thread::JoinHandle;
 #[derive(Default)]
 struct Counters {
     user_bytes_written: AtomicU64,
-    user_bytes_read: AtomicU64,
+    /// Sharded: every read adds to it.
+    user_bytes_read: crate::counter::ShardedCounter,
     write_gc_steps: AtomicU64,
     write_reader_waits: AtomicU64,
 }

@@ -122,10 +122,7 @@ impl Db {
             }
         };
         if let Some(v) = &v {
-            inner
-                .counters
-                .user_bytes_read
-                .fetch_add(v.len() as u64, Ordering::Relaxed);
+            inner.counters.user_bytes_read.add(v.len() as u64);
         }
         Ok(v)
     }

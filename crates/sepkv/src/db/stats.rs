@@ -260,7 +260,7 @@ impl DbInner {
             immutable_memtable: ix.immutable_memtable,
             io: shared.stats.snapshot(),
             user_bytes_written: c.user_bytes_written.load(Ordering::Relaxed),
-            user_bytes_read: c.user_bytes_read.load(Ordering::Relaxed),
+            user_bytes_read: c.user_bytes_read.get(),
             flushes: ix.flushes,
             compactions: ix.compactions,
             trivial_moves: ix.trivial_moves,

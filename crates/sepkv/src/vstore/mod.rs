@@ -67,8 +67,11 @@ impl SpaceStats {
 /// of µs and more). Parallel reads (WiscKey §3.3.1) and read-ahead hints
 /// (HashKV §3.6) pay off only on the device; on cached data their thread
 /// hand-offs and system calls cost more than the reads, so scans skip them
-/// while reads are fast. Every read updates the estimate, so a scan that
-/// starts missing the cache switches back within a few reads.
+/// while reads are fast. One read in [`ReadLatency::SAMPLE_EVERY`] of each
+/// thread updates the estimate (a store to one shared cache line on every
+/// read would cost readers on other cores more than the estimate is
+/// worth), so a scan that starts missing the cache switches back within a
+/// few dozen reads.
 #[derive(Debug, Default)]
 pub struct ReadLatency {
     /// Exponentially weighted mean (weight 1/8) in nanoseconds.
@@ -88,8 +91,23 @@ impl ReadLatency {
         self.mean_ns.store(new, Ordering::Relaxed);
     }
 
-    /// Times `f` and records it.
+    /// Reads of a thread per one timed by [`ReadLatency::time`].
+    pub const SAMPLE_EVERY: u32 = 4;
+
+    /// Runs `f`; times it and records the time for one call in
+    /// [`ReadLatency::SAMPLE_EVERY`] of the calling thread.
     pub fn time<T>(&self, f: impl FnOnce() -> T) -> T {
+        thread_local! {
+            static CALLS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+        }
+        let n = CALLS.with(|c| {
+            let n = c.get().wrapping_add(1);
+            c.set(n);
+            n
+        });
+        if n % Self::SAMPLE_EVERY != 1 {
+            return f();
+        }
         let t = std::time::Instant::now();
         let r = f();
         self.record(t.elapsed().as_nanos().min(u64::MAX as u128) as u64);
