@@ -12,9 +12,19 @@ use std::sync::Arc;
 
 /// Merges children in internal-key order. On equal keys the child listed
 /// first wins (children are given newest first).
+///
+/// Moving forward, it remembers the runner-up (the child that would be
+/// current if the current one were gone). A `next` that leaves the current
+/// child still ahead of the runner-up — the common case in a scan, where
+/// one child, usually the bottom level, supplies run after run of keys —
+/// costs one comparison instead of one per child; otherwise every child is
+/// compared again.
 pub struct MergingIterator {
     children: Vec<Box<dyn InternalIterator>>,
     current: Option<usize>,
+    /// Moving forward: the runner-up (`None` inside when no other child is
+    /// valid); `None` when not known.
+    runner_up: Option<Option<usize>>,
     forward: bool,
 }
 
@@ -24,25 +34,47 @@ impl MergingIterator {
         MergingIterator {
             children,
             current: None,
+            runner_up: None,
             forward: true,
+        }
+    }
+
+    /// True when child `a` comes before child `b`: a smaller key, or an
+    /// equal one from a child listed earlier.
+    fn before(&self, a: usize, b: usize) -> bool {
+        match compare_internal(self.children[a].key(), self.children[b].key()) {
+            Ordering::Less => true,
+            Ordering::Equal => a < b,
+            Ordering::Greater => false,
         }
     }
 
     fn find_smallest(&mut self) {
         let mut best: Option<usize> = None;
-        for (i, c) in self.children.iter().enumerate() {
-            if c.valid()
-                && best.is_none_or(|b| {
-                    compare_internal(c.key(), self.children[b].key()) == Ordering::Less
-                })
-            {
-                best = Some(i);
+        let mut second: Option<usize> = None;
+        for i in 0..self.children.len() {
+            if !self.children[i].valid() {
+                continue;
+            }
+            match best {
+                None => best = Some(i),
+                Some(b) if self.before(i, b) => {
+                    second = best;
+                    best = Some(i);
+                }
+                Some(_) => {
+                    if second.is_none_or(|s| self.before(i, s)) {
+                        second = Some(i);
+                    }
+                }
             }
         }
         self.current = best;
+        self.runner_up = Some(second);
     }
 
     fn find_largest(&mut self) {
+        self.runner_up = None;
         let mut best: Option<usize> = None;
         for (i, c) in self.children.iter().enumerate().rev() {
             if c.valid()
@@ -104,8 +136,16 @@ impl InternalIterator for MergingIterator {
                 }
             }
             self.forward = true;
+            self.runner_up = None;
         }
         self.children[cur].next();
+        // Still ahead of the runner-up (whose key has not moved): still
+        // the smallest.
+        if let Some(runner) = self.runner_up {
+            if self.children[cur].valid() && runner.is_none_or(|r| self.before(cur, r)) {
+                return;
+            }
+        }
         self.find_smallest();
     }
 
@@ -354,6 +394,41 @@ pub(crate) mod tests {
                 if fwd && pos + 1 < all.len() { m.next(); pos += 1; }
                 else if !fwd && pos > 0 { m.prev(); pos -= 1; }
             }
+        }
+
+        /// Going forward from a seek, with the same internal key in several
+        /// children: every entry comes out, in key order, and of equal keys
+        /// the one of the child listed first comes first (the runner-up
+        /// shortcut must keep that order). (A change of direction assumes
+        /// internal keys unique across children, as a sequence number is
+        /// given once; `merge_matches_sorted_union` covers it.)
+        #[test]
+        fn forward_merge_orders_equal_keys_by_child(
+            keys in proptest::collection::vec((0u8..12, 1u64..4, 0usize..4), 0..120),
+            target in (0u8..14, 0u64..5),
+        ) {
+            let mut children: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![Vec::new(); 4];
+            for (k, s, c) in &keys {
+                let ik = internal_key(&[*k], *s, ValueType::Value);
+                if !children[*c].iter().any(|e| e.0 == ik) {
+                    children[*c].push((ik, vec![*c as u8]));
+                }
+            }
+            for c in &mut children { c.sort_by(|a, b| compare_internal(&a.0, &b.0)); }
+            let mut want: Vec<(Vec<u8>, Vec<u8>)> = children.iter().flatten().cloned().collect();
+            // Stable: equal keys keep the children's order.
+            want.sort_by(|a, b| compare_internal(&a.0, &b.0));
+            let mut m = MergingIterator::new(children.into_iter()
+                .map(|e| Box::new(VecIter { entries: e, pos: None }) as Box<dyn InternalIterator>).collect());
+            let t = internal_key(&[target.0], target.1, ValueType::Value);
+            let pos = want.partition_point(|e| compare_internal(&e.0, &t) == Ordering::Less);
+            m.seek(&t);
+            let mut got = Vec::new();
+            while m.valid() {
+                got.push((m.key().to_vec(), m.value().to_vec()));
+                m.next();
+            }
+            prop_assert_eq!(&got[..], &want[pos..]);
         }
     }
 }
