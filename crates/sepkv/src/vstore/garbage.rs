@@ -17,8 +17,10 @@
 //! section := nentries:varint (id:varint garbage_bytes:varint)*
 //! ```
 //! A layout decides what its sections and ids are: the value log has one
-//! section keyed by file number; HashKV one keyed by group index and one for
-//! its cold data log's files; the trie layout one keyed by table id. The
+//! section keyed by file and region (`file << 26 | region`); HashKV one
+//! keyed by group index, one for its cold data log's regions, and one for
+//! the cold log's garbage its GC inferred from superseded tags (a table
+//! without it restores none); the trie layout one keyed by table id. The
 //! manifest record around it is checksummed.
 
 use crate::format::coding::{get_varint64, put_varint64};
