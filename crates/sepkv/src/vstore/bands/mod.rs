@@ -1055,7 +1055,9 @@ impl ValueStore for BandStore {
             let upto = o.len;
             let path = self.path(band);
             if let Err(e) = sync_unlocked(&mut o, |o| &mut o.file) {
-                o.failed = Some(format!("an fsync failed: {e}"));
+                o.failed = Some(format!(
+                    "writing out or syncing its buffered records failed: {e}"
+                ));
                 return Err(Error::io(&path, e));
             }
             if o.band == band && o.len == upto {

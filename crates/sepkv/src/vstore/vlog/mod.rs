@@ -808,7 +808,9 @@ impl ValueStore for VlogStore {
         let path = self.path(id);
         if let Err(e) = sync_unlocked(&mut a, |a| &mut a.file) {
             // Retrying an fsync after a failure is unsafe.
-            a.failed = Some(format!("an fsync failed: {e}"));
+            a.failed = Some(format!(
+                "writing out or syncing its buffered records failed: {e}"
+            ));
             return Err(Error::io(&path, e));
         }
         if a.id == id && a.flushed == upto {
