@@ -81,3 +81,27 @@ fn stats_carry_the_index_figures_and_file_groups() {
     assert_eq!(group("value store").files, 0);
     db.close().unwrap();
 }
+
+/// `wait_idle` returns only once the files a finished flush or compaction
+/// made obsolete are gone: the directory then holds exactly the SSTables
+/// the levels list, and a space figure taken then is not inflated.
+#[test]
+fn wait_idle_leaves_no_obsolete_tables() {
+    let fs = MemFs::new();
+    let db = Db::open("/db", small(&fs)).unwrap();
+    for round in 0..30u32 {
+        for i in 0..2_000u32 {
+            db.put(
+                format!("k{:08}", (i * 7919 + round * 13) % 50_000),
+                format!("v{round}-{i}"),
+            )
+            .unwrap();
+        }
+        db.wait_idle().unwrap();
+        let s = db.stats().unwrap();
+        let listed: u64 = s.levels.iter().map(|l| l.files as u64).sum();
+        let on_disk = s.files.iter().find(|g| g.kind == "sstables").unwrap().files;
+        assert_eq!(on_disk, listed, "round {round}");
+    }
+    db.close().unwrap();
+}

@@ -42,6 +42,11 @@ pub(super) struct BgState {
     /// writes end (its flush checkpoints it).
     pub(super) imm_log_position: Option<(u64, u64)>,
     manual: Option<ManualCompaction>,
+    /// True while the background thread runs a step (a flush or a
+    /// compaction, with the obsolete-file pass that ends it), so that
+    /// `wait_idle` does not return between a step's new version and the
+    /// removal of the files it made obsolete.
+    step_running: bool,
 }
 
 impl LsmIndex {
@@ -53,8 +58,18 @@ impl LsmIndex {
         let mut allow_delay = !force;
         loop {
             self.shared.background_failed()?;
-            let sv = self.sv.read().clone();
-            let l0 = sv.version.files[0].len();
+            // Only the figures are kept: a super-version held across the
+            // waits below would keep the files of its version alive past
+            // the delete pass of the compaction being waited for.
+            let (l0, mem_bytes, mem_empty, has_imm) = {
+                let sv = self.sv.read();
+                (
+                    sv.version.files[0].len(),
+                    sv.mem.approximate_bytes(),
+                    sv.mem.is_empty(),
+                    sv.imm.is_some(),
+                )
+            };
             if allow_delay && l0 >= opts.l0_slowdown_writes_trigger {
                 // Spread the delay over writes instead of stalling one for
                 // seconds when level 0 hits the stop trigger.
@@ -64,13 +79,13 @@ impl LsmIndex {
                 allow_delay = false;
                 continue;
             }
-            if !force && sv.mem.approximate_bytes() < opts.write_buffer_size {
+            if !force && mem_bytes < opts.write_buffer_size {
                 return Ok(());
             }
-            if force && sv.mem.is_empty() {
+            if force && mem_empty {
                 return Ok(());
             }
-            if sv.imm.is_some() || l0 >= opts.l0_stop_writes_trigger {
+            if has_imm || l0 >= opts.l0_stop_writes_trigger {
                 let t = Instant::now();
                 let mut bg = self.bg.lock();
                 // Once `close` has begun the background thread stops
@@ -191,18 +206,30 @@ impl LsmIndex {
         }
     }
 
-    /// Waits until no memtable waits for its flush and no level needs
-    /// compaction.
+    /// Waits until no memtable waits for its flush, no level needs
+    /// compaction and no step is running (the files a finished step made
+    /// obsolete are gone).
     pub(super) fn wait_bg_idle(&self) -> Result<()> {
         let mut bg = self.bg.lock();
         loop {
             self.shared.background_failed()?;
-            let sv = self.sv.read().clone();
-            let busy = sv.imm.is_some()
-                || picker::scores(&sv.version, &self.picker)
-                    .iter()
-                    .any(|&s| s >= 1.0);
+            // The super-version is let go before the wait: held across it,
+            // its version would keep alive the files the running step
+            // makes obsolete, past that step's delete pass.
+            let busy = bg.step_running || {
+                let sv = self.sv.read().clone();
+                sv.imm.is_some()
+                    || picker::scores(&sv.version, &self.picker)
+                        .iter()
+                        .any(|&s| s >= 1.0)
+            };
             if !busy {
+                // A reader (an iterator, a writer waiting for room) may
+                // have held an old version through the last step's delete
+                // pass; with the background thread idle — it starts no
+                // step while this thread holds `bg` — no table is being
+                // made, so one more pass here is safe.
+                self.delete_obsolete_files();
                 return Ok(());
             }
             if bg.shutting_down {
@@ -321,6 +348,7 @@ impl LsmIndex {
                             .iter()
                             .any(|&s| s >= 1.0);
                         if sv.imm.is_some() || manual || auto {
+                            bg.step_running = true;
                             break;
                         }
                     }
@@ -335,7 +363,7 @@ impl LsmIndex {
             if let Err(e) = step {
                 self.shared.set_background_error(e);
             }
-            let _g = self.bg.lock();
+            self.bg.lock().step_running = false;
             self.bg_cv.notify_all();
         }
     }
