@@ -61,9 +61,11 @@ impl Db {
         self.inner.flush_memtable()
     }
 
-    /// Waits until background work is done: no memtable waits for its flush
-    /// and no level needs compaction. Benchmarks call it between phases so
-    /// one phase's compaction debt is not billed to the next.
+    /// Waits until background work is done: no memtable waits for its
+    /// flush, no level needs compaction, and the files finished work made
+    /// obsolete are removed (so the directory's size then counts only live
+    /// files). Benchmarks call it between phases so one phase's compaction
+    /// debt is not billed to the next. Value-store GC is not waited for.
     ///
     /// # Errors
     /// `Closed`; `Poisoned` when background work failed.

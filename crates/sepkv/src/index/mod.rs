@@ -330,7 +330,8 @@ pub(crate) trait Index: Send + Sync {
     fn wait_flushed(&self) -> Result<()>;
 
     /// Waits until background work is done (nothing to flush, no
-    /// compaction due). No lock held.
+    /// compaction due, no step running) and the files finished work made
+    /// obsolete are removed. No lock held.
     ///
     /// # Errors
     /// `Poisoned` after a background failure; `Closed` once `close` began.
