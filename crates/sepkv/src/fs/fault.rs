@@ -512,6 +512,33 @@ mod tests {
         assert_eq!(content(&fs, "/db/f"), b"new");
     }
 
+    /// `sync_unlocked` makes the flushed bytes durable with the lock let
+    /// go, and marks the file failed when the sync fails (a retried fsync
+    /// could report success for data the failed one lost).
+    #[test]
+    fn a_failed_sync_outside_the_lock_marks_the_file_failed() {
+        struct Owner {
+            file: Box<dyn WritableFile>,
+            failed: Option<String>,
+        }
+        let fs = with_durable_file(b"durable");
+        let owner = parking_lot::Mutex::new(Owner {
+            file: fs.open_append(p("/db/f")).unwrap(),
+            failed: None,
+        });
+        let mut g = owner.lock();
+        g.file.append(b"+x").unwrap();
+        crate::fs::sync_unlocked(&mut g, |o| (&mut o.file, &mut o.failed)).unwrap();
+        assert!(g.failed.is_none());
+        g.file.append(b"+y").unwrap();
+        fs.add_rule(FaultRule::new(FaultOp::Sync, FaultKind::Eio));
+        assert!(crate::fs::sync_unlocked(&mut g, |o| (&mut o.file, &mut o.failed)).is_err());
+        assert!(g.failed.as_deref().is_some_and(|m| m.contains("syncing")));
+        drop(g);
+        fs.crash();
+        assert_eq!(content(&fs, "/db/f"), b"durable+x");
+    }
+
     #[test]
     fn handles_die_in_a_crash() {
         let fs = with_durable_file(b"abc");

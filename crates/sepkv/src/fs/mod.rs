@@ -58,25 +58,39 @@ pub trait WritableFile: Send {
     }
 }
 
-/// Syncs the file `file` picks out of the state behind `guard` with the
+/// Syncs the file `parts` picks out of the state behind `guard` with the
 /// lock let go while the fsync runs: under the lock the file is flushed
 /// (every appended byte handed to the OS) and its [`SyncHandle`] taken,
 /// then the lock is released until the sync returns, so appends go on
 /// meanwhile. A file without a handle syncs under the lock. `guard` is
 /// locked again when this returns; the state may have changed meanwhile.
 ///
+/// `parts` also picks the file's failure mark: on an error it is set,
+/// since the file's durable end is then unknown and retrying an fsync
+/// after a failure is unsafe; its owner refuses further appends and syncs
+/// while it is set.
+///
 /// # Errors
-/// The flush's or the sync's error (the caller treats the file as failed).
+/// The flush's or the sync's error.
 pub fn sync_unlocked<T>(
     guard: &mut parking_lot::MutexGuard<'_, T>,
-    file: impl Fn(&mut T) -> &mut Box<dyn WritableFile>,
+    parts: impl Fn(&mut T) -> (&mut Box<dyn WritableFile>, &mut Option<String>),
 ) -> io::Result<()> {
-    let f = file(guard);
-    f.flush()?;
-    match f.sync_handle() {
-        Some(h) => parking_lot::MutexGuard::unlocked(guard, || h.sync()),
-        None => file(guard).sync(),
+    let handle = {
+        let f = parts(guard).0;
+        f.flush().map(|()| f.sync_handle())
+    };
+    let res = match handle {
+        Ok(Some(h)) => parking_lot::MutexGuard::unlocked(guard, || h.sync()),
+        Ok(None) => parts(guard).0.sync(),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = &res {
+        *parts(guard).1 = Some(format!(
+            "writing out or syncing its buffered records failed: {e}"
+        ));
     }
+    res
 }
 
 /// See [`WritableFile::sync_handle`].

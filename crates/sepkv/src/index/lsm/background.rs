@@ -217,7 +217,7 @@ impl LsmIndex {
             // its version would keep alive the files the running step
             // makes obsolete, past that step's delete pass.
             let busy = bg.step_running || {
-                let sv = self.sv.read().clone();
+                let sv = self.sv.read();
                 sv.imm.is_some()
                     || picker::scores(&sv.version, &self.picker)
                         .iter()

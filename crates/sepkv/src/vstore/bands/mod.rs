@@ -1054,12 +1054,7 @@ impl ValueStore for BandStore {
             let band = o.band;
             let upto = o.len;
             let path = self.path(band);
-            if let Err(e) = sync_unlocked(&mut o, |o| &mut o.file) {
-                o.failed = Some(format!(
-                    "writing out or syncing its buffered records failed: {e}"
-                ));
-                return Err(Error::io(&path, e));
-            }
+            sync_unlocked(&mut o, |o| (&mut o.file, &mut o.failed)).ctx(&path)?;
             if o.band == band && o.len == upto {
                 o.dirty = false;
             }

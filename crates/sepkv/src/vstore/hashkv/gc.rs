@@ -158,8 +158,8 @@ pub fn step(
             t.geo.log_size,
         )
     };
-    let tail_garbage = s.cold.tail_chunk_garbage_ratio() * s.opts.cold_gc_chunk_size as f64;
-    if cold.garbage_ratio() >= s.opts.cold_gc_ratio || (low && tail_garbage >= log_size as f64) {
+    let tail_garbage = || s.cold.tail_chunk_garbage_ratio() * s.opts.cold_gc_chunk_size as f64;
+    if cold.garbage_ratio() >= s.opts.cold_gc_ratio || (low && tail_garbage() >= log_size as f64) {
         let persist = |c: &[u8]| s.persist_table(relocator, Some(c));
         let o = s.cold.gc_step(index, relocator, &persist)?;
         if o.did_work {
@@ -360,8 +360,9 @@ fn scan_and_copy(
         };
         let mut bufs: Vec<Vec<u8>> = Vec::with_capacity(v.old.len());
         let mut keys: HashMap<Vec<u8>, Latest> = HashMap::new();
-        // Every tag: `(key, seq, segment index, offset, length)`.
-        let mut tags_seen: Vec<(Vec<u8>, u64, usize, usize, usize)> = Vec::new();
+        // Tags a newer record of their key supersedes: `(segment index,
+        // offset, length)`.
+        let mut stale_tags: Vec<(usize, u64, u32)> = Vec::new();
         for (si, &(id, len)) in v.old.iter().enumerate() {
             let mut buf = vec![0u8; len as usize];
             if len > 0 {
@@ -391,38 +392,44 @@ fn scan_and_copy(
                     count: 0,
                 });
                 e.count += 1;
-                if r.kind == Kind::Tag {
-                    tags_seen.push((r.key.to_vec(), r.seq, si, pos, r.len));
-                }
                 // Records come in position order: on a tie the later wins.
                 if e.count == 1 || r.seq >= e.seq {
+                    // A tag copied by an unfinished step keeps its
+                    // original's sequence number: a tie is no newer version.
+                    if e.count > 1 && e.kind == Kind::Tag && r.seq > e.seq {
+                        stale_tags.push((e.seg_idx, e.off, e.len));
+                    }
                     e.seg_idx = si;
                     e.off = pos as u64;
                     e.len = r.len as u32;
                     e.kind = r.kind;
                     e.seq = r.seq;
+                } else if r.kind == Kind::Tag {
+                    stale_tags.push((si, pos as u64, r.len as u32));
                 }
                 pos += r.len;
             }
             bufs.push(buf);
         }
-        // A tag older than its key's latest record in the group names a
-        // cold value a newer version replaced (HashKV §3.4: the update
-        // lands after the tag). The index reports it only when compaction
-        // drops the tag's pointer; noting it now keeps the cold log's
-        // garbage, and so the space figures and its GC, current. A tag
-        // copied by an unfinished step has its original's sequence number
-        // and so is not older.
-        for (key, seq, si, pos, len) in tags_seen {
-            if keys.get(&key).is_some_and(|l| l.seq > seq) {
-                let r = record::decode(&bufs[si][pos..pos + len]).map_err(|e| {
-                    Error::corruption(s.path(v.old[si].0), pos as u64, format!("{e:?}"))
-                })?;
-                if let Some(p) = ValuePointer::decode(r.value).filter(is_cold) {
-                    v.stale_cold.push(p);
-                }
-            }
+        // A superseded tag names a cold value a newer version replaced
+        // (HashKV §3.4: the update lands after the tag). The index reports
+        // it only when compaction drops the tag's pointer; noting it now
+        // keeps the cold log's garbage, and so the space figures and its
+        // GC, current. A tag and its copy from an unfinished step name the
+        // same value: it is noted once.
+        let mut stale_cold: HashSet<ValuePointer> = HashSet::new();
+        for (si, off, len) in stale_tags {
+            let tag = ValuePointer {
+                file_id: v.old[si].0,
+                offset: off,
+                length: len,
+                aux: 0,
+            };
+            let r = record::decode(slice(&bufs, v, &tag))
+                .map_err(|e| Error::corruption(s.path(tag.file_id), off, format!("{e:?}")))?;
+            stale_cold.extend(ValuePointer::decode(r.value).filter(is_cold));
         }
+        v.stale_cold = stale_cold.into_iter().collect();
         // Copy in the old order.
         let mut ordered: Vec<(Vec<u8>, Latest)> = keys.into_iter().collect();
         ordered.sort_unstable_by_key(|(_, l)| (l.seg_idx, l.off));

@@ -140,22 +140,16 @@ impl RegionCounts {
         add
     }
 
-    /// Removes what lies in `[start, end)` (collected front to back, so
-    /// nothing before `start` is left): all of each region inside, and of a
-    /// region cut by `end` the share of its rest (`[start, region end)`,
-    /// the region ending at `valid_len` at the latest, since nothing past
-    /// it can be garbage) that the range covers. Returns the bytes removed.
+    /// Removes what lies in `[start, end)`: all of each region inside, and
+    /// of a region cut by the range its share ([`region_cut`]). Returns the
+    /// bytes removed.
     fn take(&mut self, start: u64, end: u64, valid_len: u64) -> u64 {
         let mut taken = 0;
         let first = start / GARBAGE_REGION;
         let last = end.div_ceil(GARBAGE_REGION);
         let keys: Vec<u64> = self.regions.range(first..last).map(|(&r, _)| r).collect();
         for r in keys {
-            let (lo, hi) = (r * GARBAGE_REGION, (r + 1) * GARBAGE_REGION);
-            let hi = hi.min(valid_len.max(end)).max(lo + 1);
-            let from = lo.max(start);
-            let overlap = hi.min(end).saturating_sub(from);
-            let rest = hi - from.min(hi);
+            let (overlap, rest) = region_cut(r, start, end, valid_len);
             let g = self.regions[&r];
             let t = if overlap >= rest {
                 g
@@ -172,6 +166,21 @@ impl RegionCounts {
         self.total = self.total.saturating_sub(taken);
         taken
     }
+}
+
+/// How much of region `r` a range `[start, end)` of its file covers, when
+/// the file is collected front to back (nothing before `start` is left)
+/// and nothing past `valid_len` can be garbage: `(covered, rest)` bytes,
+/// `rest` being the region's part from `start` on. The region's garbage is
+/// taken to lie evenly over `rest`, so `covered / rest` of it is in the
+/// range.
+fn region_cut(r: u64, start: u64, end: u64, valid_len: u64) -> (u64, u64) {
+    let lo = r * GARBAGE_REGION;
+    let hi = ((r + 1) * GARBAGE_REGION)
+        .min(valid_len.max(end))
+        .max(lo + 1);
+    let from = lo.max(start);
+    (hi.min(end).saturating_sub(from), hi - from.min(hi))
 }
 
 /// Granularity of the garbage the value log tracks within a file (bytes).
@@ -590,7 +599,6 @@ impl VlogStore {
         Ok(ptrs)
     }
 
-    /// Bytes from the tail to the head.
     /// The share of the next GC chunk (`gc_chunk_size` bytes from the
     /// tail) known to be garbage, by the regions it covers (a region cut
     /// by the chunk's end counts in proportion); 0 when the tail file is
@@ -609,17 +617,14 @@ impl VlogStore {
         }
         let mut garbage = 0.0;
         for r in start / GARBAGE_REGION..end.div_ceil(GARBAGE_REGION) {
-            let (lo, hi) = (
-                r * GARBAGE_REGION,
-                ((r + 1) * GARBAGE_REGION).min(f.valid_len),
-            );
-            let covered = hi.min(end).saturating_sub(lo.max(start));
-            let rest = hi.saturating_sub(lo.max(start)).max(1);
-            garbage += f.region_garbage(r) as f64 * (covered as f64 / rest as f64).min(1.0);
+            let (covered, rest) = region_cut(r, start, end, f.valid_len);
+            let share = (covered as f64 / rest.max(1) as f64).min(1.0);
+            garbage += f.region_garbage(r) as f64 * share;
         }
         (garbage / (end - start) as f64).min(1.0)
     }
 
+    /// Bytes from the tail to the head.
     fn span_locked(st: &State) -> u64 {
         st.files
             .range(st.tail.0..)
@@ -806,13 +811,7 @@ impl ValueStore for VlogStore {
         let id = a.id;
         let upto = a.flushed;
         let path = self.path(id);
-        if let Err(e) = sync_unlocked(&mut a, |a| &mut a.file) {
-            // Retrying an fsync after a failure is unsafe.
-            a.failed = Some(format!(
-                "writing out or syncing its buffered records failed: {e}"
-            ));
-            return Err(Error::io(&path, e));
-        }
+        sync_unlocked(&mut a, |a| (&mut a.file, &mut a.failed)).ctx(&path)?;
         if a.id == id && a.flushed == upto {
             a.dirty = false;
         }
