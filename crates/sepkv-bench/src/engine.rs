@@ -237,10 +237,13 @@ pub struct Tuning {
     /// ratio, `lwc_max_table_bytes` = 8 × `target_file_size`): fewer
     /// divisions and less compaction I/O, more index blocks per lookup.
     pub wide_dtables: bool,
+    /// `+nosort`: KT-Store's sealed TrieTables stay in write order
+    /// (`trie_sort_sealed` off), as in the paper (§3.2).
+    pub no_sort: bool,
 }
 
 /// The `+flag`s of [`Tuning`] and what each does, for `--list-engines`.
-pub const TUNING_HELP: [(&str, &str); 8] = [
+pub const TUNING_HELP: [(&str, &str); 9] = [
     (
         "+nowal",
         "the value log replaces the index WAL (WiscKey §3.4.2)",
@@ -260,6 +263,10 @@ pub const TUNING_HELP: [(&str, &str); 8] = [
     (
         "+wide",
         "LWC-tree DTables take 2x the segments and bytes before division",
+    ),
+    (
+        "+nosort",
+        "sealed TrieTables stay in write order (KT-Store as in its paper)",
     ),
 ];
 
@@ -288,6 +295,9 @@ impl fmt::Display for Tuning {
         }
         if self.wide_dtables {
             f.write_str("+wide")?;
+        }
+        if self.no_sort {
+            f.write_str("+nosort")?;
         }
         Ok(())
     }
@@ -437,6 +447,12 @@ impl EngineSpec {
                          use it with sepkv:lwc or with +lwc"
                     )));
                 }
+                if t.no_sort && o.layout() != sepkv::ValueLayout::Trie {
+                    return Err(BenchError::Unavailable(format!(
+                        "engine {self} is unavailable: +nosort concerns KT-Store's TrieTables; \
+                         use it with sepkv:ktstore"
+                    )));
+                }
                 o.validate().map_err(|e| {
                     BenchError::Unavailable(format!("engine {self} is unavailable: {e}"))
                 })
@@ -496,6 +512,7 @@ impl FromStr for EngineSpec {
                             "diskhash" => tuning.disk_hash = true,
                             "lwc" => tuning.lwc_index = true,
                             "wide" => tuning.wide_dtables = true,
+                            "nosort" => tuning.no_sort = true,
                             _ => {
                                 let flags: Vec<&str> = TUNING_HELP.iter().map(|f| f.0).collect();
                                 return Err(BenchError::InvalidArgument(format!(
@@ -628,6 +645,9 @@ impl SepkvEngine {
         if tuning.wide_dtables {
             options.lwc_max_segments = 2 * options.level_size_multiplier as usize;
             options.lwc_max_table_bytes = 8 * options.target_file_size;
+        }
+        if tuning.no_sort {
+            options.trie_sort_sealed = false;
         }
         if let Some((capacity, reserved)) = opts.value_capacity {
             options.value_capacity = Some(capacity);
@@ -815,6 +835,8 @@ impl Engine for SepkvEngine {
             "num_levels": o.num_levels,
             "lwc_max_segments": o.lwc_max_segments,
             "lwc_max_table_bytes": o.lwc_max_table_bytes,
+            "trie_table_size": o.trie_table_size,
+            "trie_sort_sealed": o.trie_sort_sealed,
             "l0_compaction_trigger": o.l0_compaction_trigger,
             "l0_slowdown_writes_trigger": o.l0_slowdown_writes_trigger,
             "l0_stop_writes_trigger": o.l0_stop_writes_trigger,

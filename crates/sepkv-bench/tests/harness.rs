@@ -500,7 +500,7 @@ fn wide_dtables_apply_to_the_lwc_index_only() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("+broad"), "{err}");
-    for flag in ["+nowal", "+nosep", "+diskhash", "+lwc", "+wide"] {
+    for flag in ["+nowal", "+nosep", "+diskhash", "+lwc", "+wide", "+nosort"] {
         assert!(err.contains(flag), "{flag}: {err}");
     }
     for other in ["sepkv:wisckey+wide", "sepkv:leveldb+wide"] {
@@ -510,6 +510,28 @@ fn wide_dtables_apply_to_the_lwc_index_only() {
             sepkv_bench::run_engines(&[spec], &cfg, &root, &mut reports, &mut |_| {}).unwrap_err();
         assert!(err.to_string().contains("+wide"), "{other}: {err}");
     }
+    root.finish(false).unwrap();
+}
+
+/// `+nosort` keeps KT-Store's sealed TrieTables in write order; it is
+/// refused on a preset without TrieTables.
+#[test]
+fn nosort_turns_off_sorting_of_sealed_trie_tables_only_on_ktstore() {
+    let root = DbRoot::prepare(None).unwrap();
+    let cfg = config(&[Workload::FillSeq], 10);
+    let mut reports = Vec::new();
+    let specs: Vec<EngineSpec> = ["sepkv:ktstore", "sepkv:ktstore+nosort"]
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect();
+    assert_eq!(specs[1].to_string(), "sepkv:ktstore+nosort");
+    sepkv_bench::run_engines(&specs, &cfg, &root, &mut reports, &mut |_| {}).unwrap();
+    assert_eq!(reports[0].engine_options["trie_sort_sealed"], true);
+    assert_eq!(reports[1].engine_options["trie_sort_sealed"], false);
+    let spec: EngineSpec = "sepkv:wisckey+nosort".parse().unwrap();
+    let err = sepkv_bench::run_engines(&[spec], &cfg, &root, &mut Vec::new(), &mut |_| {})
+        .unwrap_err();
+    assert!(err.to_string().contains("+nosort"), "{err}");
     root.finish(false).unwrap();
 }
 

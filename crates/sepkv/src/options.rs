@@ -386,6 +386,16 @@ pub struct Options {
     /// rule off (no leaf can take more than all). May change between opens.
     /// Default 0.5.
     pub trie_split_skew: f64,
+    /// Whether background GC rewrites each sealed `trie` TrieTable whose
+    /// records are in write order into a new table in key order, even when
+    /// it holds no garbage (beyond KT-Store: the paper keeps tables in write
+    /// order, §3.2). A table is sealed when its leaf splits or it rolls, so
+    /// every value is sorted at most once more (write amplification about
+    /// one more) and scans then read the sealed part of a key range as one
+    /// dense span. Steps run only while background GC is on
+    /// (`gc_garbage_ratio` > 0), after any GC the garbage calls for. May
+    /// change between opens. Default true.
+    pub trie_sort_sealed: bool,
     /// Entries after which a `bands` logical band is closed and the next
     /// opened (FlashKey §V-A2). May change between opens. Default 1000.
     pub band_entries: u32,
@@ -488,6 +498,7 @@ impl Default for Options {
             hashkv_journal_size: 64 << 20,
             trie_table_size: 4 << 20,
             trie_split_skew: 0.5,
+            trie_sort_sealed: true,
             band_entries: 1000,
             hash_index_mode: HashIndexMode::Memory,
             hash_cache_size: 16 << 20,

@@ -202,6 +202,9 @@ fn options(v: Variant) -> Options {
         // checkpoints move and GC collects bands within a run.
         band_entries: 64,
         hash_checkpoint_bands: 4,
+        // Small TrieTables: leaves split, and background GC sorts the
+        // sealed tables while writers append to their children.
+        trie_table_size: 64 << 10,
         ..Options::preset(v.preset)
     }
 }

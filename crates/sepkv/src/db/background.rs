@@ -157,12 +157,14 @@ impl DbInner {
     /// Background value-store GC, until `close`: runs steps while the
     /// store says GC is due ([`crate::vstore::ValueStore::gc_due`]; a write
     /// wakes the thread then) — checkpointing the index when that is what
-    /// keeps GC from the garbage — or while the
-    /// estimated garbage ratio is at or above `Options::gc_garbage_ratio`,
-    /// and, paced by the write rate and the distance to the target, while
-    /// the space amplification is in the target's GC band
-    /// ([`crate::space`]); compacts the index first when most of what is
-    /// over the line may be garbage compaction has not reported yet.
+    /// keeps GC from the garbage — or while the estimated garbage ratio is
+    /// at or above `Options::gc_garbage_ratio`, and, paced by the write
+    /// rate and the distance to the target, while the space amplification
+    /// is in the target's GC band ([`crate::space`]); otherwise while the
+    /// store has work that makes reads cheaper
+    /// ([`crate::vstore::ValueStore::reorganize_due`]). Compacts the index
+    /// first when most of what is over the line may be garbage compaction
+    /// has not reported yet.
     pub(super) fn gc_loop(self: Arc<Self>) {
         let closed = || self.shared.closed.load(Ordering::Acquire);
         let policy = *self.space.policy();
@@ -212,6 +214,9 @@ impl DbInner {
                         Ok(out)
                     }),
                     Some(p) if p.is_zero() => self.gc_step(),
+                    // Nothing frees room yet: work that makes reads cheaper
+                    // (KT-Store's sorting of sealed tables).
+                    _ if self.vstore.reorganize_due() => self.gc_step(),
                     Some(p) => {
                         pause = p;
                         continue;

@@ -207,6 +207,7 @@ mod tests {
                         value_threshold: 1,
                         table_size: 8 << 10,
                         split_skew: 0.5,
+                        sort_sealed: true,
                         prefetch_threads: 0,
                         max_open_writers: 500,
                         capacity: None,

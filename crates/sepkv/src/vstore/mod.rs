@@ -415,6 +415,17 @@ pub trait ValueStore: Send + Sync {
         false
     }
 
+    /// True when the store has GC work that frees no room but makes reads
+    /// cheaper: the `trie` layout's sealed TrieTables still in write order,
+    /// which a GC step rewrites in key order (`Options::trie_sort_sealed`).
+    /// Background GC runs such steps when neither [`ValueStore::gc_due`]
+    /// nor the garbage ratio nor the space target calls for one; the store's
+    /// GC victim choice puts garbage first. Takes the store's state lock
+    /// at most; asked once per background GC round. The default: never.
+    fn reorganize_due(&self) -> bool {
+        false
+    }
+
     /// Runs one garbage-collection step.
     fn gc_step(&self, index: &dyn IndexReader, relocator: &dyn IndexRelocator)
         -> Result<GcOutcome>;

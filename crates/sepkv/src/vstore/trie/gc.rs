@@ -5,8 +5,10 @@
 //! 1. free the tables earlier steps retired, if no reader can reach them;
 //! 2. [`pick`] a victim: the table with the most garbage known
 //!    ([`crate::vstore::ValueStore::note_garbage`]); when no table has any
-//!    known garbage (estimates start at zero on open, and compaction feeds
-//!    them late), the table GC has gone longest without visiting — the
+//!    known garbage, the oldest sealed table still in write order, if
+//!    `Options::trie_sort_sealed` asks for sealed tables to be sorted
+//!    (see below); else (estimates start at zero on open, and compaction
+//!    feeds them late) the table GC has gone longest without visiting — the
 //!    smallest id, since GC's output always takes a new id — so that
 //!    repeated steps sweep every table;
 //! 3. fix its range: an active victim is sealed first (its place gets a new
@@ -27,7 +29,19 @@
 //!    is removed).
 //!
 //! So GC leaves tables sorted by key, and scans over them read dense
-//! spans. A crash between any two steps loses nothing: before 5 the new
+//! spans.
+//!
+//! # Sorting sealed tables
+//! A table written in random key order makes a short scan's values lie
+//! scattered over the whole table, too thin for a span read. A sealed
+//! table takes no more writes (its leaf split, or it rolled), so sorting
+//! it once leaves it sorted for good. With `trie_sort_sealed`, the store
+//! reports such tables through
+//! [`crate::vstore::ValueStore::reorganize_due`], and background GC runs
+//! steps on them when no garbage calls for one: the same step as above,
+//! with a victim that may hold no garbage at all. Each value is then
+//! written about twice — once on the write, once sorted — against an
+//! LSM-tree's once per level. A crash between any two steps loses nothing: before 5 the new
 //! table is unlisted and deleted on open; before 6 the victim's records are
 //! no longer current and a later step finds them dead.
 //!
@@ -52,6 +66,9 @@ pub struct Candidate {
     pub len: u64,
     /// Known garbage bytes.
     pub garbage: u64,
+    /// Sealed, in write order, and due to be sorted
+    /// (`Options::trie_sort_sealed`).
+    pub to_sort: bool,
 }
 
 /// What to collect.
@@ -73,7 +90,9 @@ pub fn pick(tables: &[Candidate]) -> Choice {
         return Choice::Collect(c.id);
     }
     nonempty()
+        .filter(|c| c.to_sort)
         .min_by_key(|c| c.id)
+        .or_else(|| nonempty().min_by_key(|c| c.id))
         .map_or(Choice::Nothing, |c| Choice::Collect(c.id))
 }
 
@@ -98,6 +117,7 @@ pub fn step(
                 id,
                 len: t.valid_len,
                 garbage: t.garbage.min(t.valid_len),
+                to_sort: store.opts.sort_sealed && t.state == TableState::Sealed && !t.sorted,
             })
             .collect();
         let Choice::Collect(id) = pick(&cands) else {
@@ -309,7 +329,12 @@ mod tests {
     use super::*;
 
     fn c(id: u64, len: u64, garbage: u64) -> Candidate {
-        Candidate { id, len, garbage }
+        Candidate {
+            id,
+            len,
+            garbage,
+            to_sort: false,
+        }
     }
 
     #[test]
@@ -327,5 +352,19 @@ mod tests {
             pick(&[c(1, 0, 0), c(5, 10, 0), c(3, 10, 0)]),
             Choice::Collect(3)
         );
+    }
+
+    #[test]
+    fn sorts_the_oldest_unsorted_sealed_table_when_no_garbage_is_known() {
+        let sort = |id, len| Candidate {
+            to_sort: true,
+            ..c(id, len, 0)
+        };
+        assert_eq!(
+            pick(&[c(1, 10, 0), sort(7, 10), sort(4, 10), sort(2, 0)]),
+            Choice::Collect(4)
+        );
+        // Garbage comes first.
+        assert_eq!(pick(&[sort(4, 10), c(9, 10, 1)]), Choice::Collect(9));
     }
 }

@@ -101,6 +101,9 @@ pub struct TrieOptions {
     /// Write share past which a leaf splits early (adaptive splitting by
     /// write skew; `1.0` = never; see [`TrieStore`]'s module docs).
     pub split_skew: f64,
+    /// Background GC sorts sealed tables in write order by key (see
+    /// [`TrieStore`]'s module docs, "Sorting sealed tables").
+    pub sort_sealed: bool,
     /// Threads reading spans and values in parallel for scans (0 = none).
     pub prefetch_threads: usize,
     /// Most active tables kept open for appending (clean ones beyond are
@@ -118,6 +121,7 @@ impl TrieOptions {
             value_threshold: o.value_threshold,
             table_size: o.trie_table_size,
             split_skew: o.trie_split_skew,
+            sort_sealed: o.trie_sort_sealed,
             prefetch_threads: o.prefetch_threads,
             max_open_writers: o.max_open_files,
             capacity: o.value_capacity,
@@ -1081,6 +1085,13 @@ impl ValueStore for TrieStore {
         s
     }
 
+    fn reorganize_due(&self) -> bool {
+        self.opts.sort_sealed
+            && self.state.lock().tables.values().any(|t| {
+                t.state == TableState::Sealed && !t.sorted && t.valid_len > 0
+            })
+    }
+
     fn gc_step(
         &self,
         index: &dyn IndexReader,
@@ -1162,6 +1173,7 @@ impl ValueStore for TrieStore {
         let mut quartiles = [0u64; 4];
         let mut max_garbage = 0;
         let mut sealed = 0;
+        let mut to_sort = 0;
         let mut retired = 0;
         for info in st.tables.values() {
             match info.state {
@@ -1169,7 +1181,12 @@ impl ValueStore for TrieStore {
                     retired += 1;
                     continue;
                 }
-                TableState::Sealed => sealed += 1,
+                TableState::Sealed => {
+                    sealed += 1;
+                    if !info.sorted && info.valid_len > 0 {
+                        to_sort += 1;
+                    }
+                }
                 TableState::Active => {}
             }
             let g = info.garbage.min(info.valid_len);
@@ -1191,6 +1208,7 @@ impl ValueStore for TrieStore {
                 st.writers.values().filter(|w| w.file.is_some()).count() as u64,
             ),
             ("trie_tables_sealed", sealed),
+            ("trie_tables_sealed_unsorted", to_sort),
             ("trie_tables_retired", retired as u64),
             ("trie_file_bytes", st.log.len()),
             ("trie_sorted_permille", st.sorted_permille()),
