@@ -529,8 +529,8 @@ fn nosort_turns_off_sorting_of_sealed_trie_tables_only_on_ktstore() {
     assert_eq!(reports[0].engine_options["trie_sort_sealed"], true);
     assert_eq!(reports[1].engine_options["trie_sort_sealed"], false);
     let spec: EngineSpec = "sepkv:wisckey+nosort".parse().unwrap();
-    let err = sepkv_bench::run_engines(&[spec], &cfg, &root, &mut Vec::new(), &mut |_| {})
-        .unwrap_err();
+    let err =
+        sepkv_bench::run_engines(&[spec], &cfg, &root, &mut Vec::new(), &mut |_| {}).unwrap_err();
     assert!(err.to_string().contains("+nosort"), "{err}");
     root.finish(false).unwrap();
 }

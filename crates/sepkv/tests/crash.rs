@@ -11,7 +11,11 @@
 //! - no corruption is reported by open, reads, scans or `verify`.
 //!
 //! `SEPKV_CRASH_SEEDS=N` sets the number of seeds (default 100, 10 crashes
-//! each = 1000 crash/reopen iterations); `SEPKV_CRASH_SEED=S` runs one seed.
+//! each = 1000 crash/reopen iterations); `SEPKV_CRASH_SEED=S` runs one seed;
+//! `SEPKV_CRASH_PRESET=P` one preset (`wisckey-nowal` for log mode);
+//! `SEPKV_CRASH_HASHKV_NOJOURNAL=1` runs `hashkv` with `hashkv_journal`
+//! off (values straight to the segments; not in the default run, whose
+//! time it would double).
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -59,6 +63,7 @@ fn opts(fs: &FaultFs, (preset, wal): (Preset, bool)) -> Options {
         // lands before, during and after them.
         band_entries: 32,
         hash_checkpoint_bands: 2,
+        hashkv_journal: std::env::var("SEPKV_CRASH_HASHKV_NOJOURNAL").is_err(),
         ..Options::preset(preset)
     }
 }

@@ -1087,9 +1087,12 @@ impl ValueStore for TrieStore {
 
     fn reorganize_due(&self) -> bool {
         self.opts.sort_sealed
-            && self.state.lock().tables.values().any(|t| {
-                t.state == TableState::Sealed && !t.sorted && t.valid_len > 0
-            })
+            && self
+                .state
+                .lock()
+                .tables
+                .values()
+                .any(|t| t.state == TableState::Sealed && !t.sorted && t.valid_len > 0)
     }
 
     fn gc_step(
