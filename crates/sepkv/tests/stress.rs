@@ -68,6 +68,8 @@
 //!   printed).
 //! - `SEPKV_STRESS_PRESET=P[,P...]`: only these presets (`leveldb`,
 //!   `wisckey`, `wisckey-nowal`, `hashkv`, ...).
+//! - `SEPKV_STRESS_HASHKV_NOJOURNAL=1`: `hashkv` with `hashkv_journal` off
+//!   (values straight to the segments).
 
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
@@ -205,6 +207,7 @@ fn options(v: Variant) -> Options {
         // Small TrieTables: leaves split, and background GC sorts the
         // sealed tables while writers append to their children.
         trie_table_size: 64 << 10,
+        hashkv_journal: std::env::var("SEPKV_STRESS_HASHKV_NOJOURNAL").is_err(),
         ..Options::preset(v.preset)
     }
 }
