@@ -45,6 +45,20 @@ fn ycsb_key(n: u64) -> Vec<u8> {
     format!("user{}", h.wrapping_abs()).into_bytes()
 }
 
+/// `0..n` in an order shuffled by `seed` (Fisher–Yates over a 64-bit
+/// LCG), the same on every run.
+fn shuffled(n: usize, seed: u64) -> Vec<usize> {
+    let mut x = seed;
+    let mut order: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        order.swap(i, (x >> 33) as usize % (i + 1));
+    }
+    order
+}
+
 fn figure(db: &Db, name: &str) -> u64 {
     db.stats().unwrap().value_store_figures[name]
 }
@@ -103,14 +117,7 @@ fn a_span_read_returns_exactly_what_per_pointer_reads_return() {
     // 2000 keys in shuffled order, then overwrite 90 % of them twice: the
     // table is mostly garbage, and the live records of a key range are
     // spread between garbage.
-    let mut order: Vec<usize> = (0..2000).collect();
-    let mut x = 7u64;
-    for i in (1..order.len()).rev() {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        order.swap(i, (x >> 33) as usize % (i + 1));
-    }
+    let order = shuffled(2000, 7);
     for round in 0..3 {
         for &i in &order {
             if round > 0 && i % 10 == 0 {
@@ -495,14 +502,7 @@ fn gc_rewrites_tables_in_key_order_and_respects_snapshots() {
     let fs = MemFs::new();
     let db = Db::open("/db", opts(Arc::new(fs.clone()))).unwrap();
     const N: usize = 2000;
-    let mut x = 11u64;
-    let mut order: Vec<usize> = (0..N).collect();
-    for i in (1..N).rev() {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        order.swap(i, (x >> 33) as usize % (i + 1));
-    }
+    let order = shuffled(N, 11);
     for &i in &order {
         db.put(key(i), value(i, 0)).unwrap();
     }
@@ -571,14 +571,7 @@ fn gc_rewrites_tables_in_key_order_and_respects_snapshots() {
 #[test]
 fn background_gc_sorts_sealed_tables() {
     const N: usize = 1500;
-    let mut x = 5u64;
-    let mut order: Vec<usize> = (0..N).collect();
-    for i in (1..N).rev() {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        order.swap(i, (x >> 33) as usize % (i + 1));
-    }
+    let order = shuffled(N, 5);
     for sort in [true, false] {
         let fs = MemFs::new();
         let o = Options {

@@ -117,7 +117,7 @@ pub fn step(
                 id,
                 len: t.valid_len,
                 garbage: t.garbage.min(t.valid_len),
-                to_sort: store.opts.sort_sealed && t.state == TableState::Sealed && !t.sorted,
+                to_sort: store.opts.sort_sealed && t.unsorted_sealed(),
             })
             .collect();
         let Choice::Collect(id) = pick(&cands) else {

@@ -1092,7 +1092,7 @@ impl ValueStore for TrieStore {
                 .lock()
                 .tables
                 .values()
-                .any(|t| t.state == TableState::Sealed && !t.sorted && t.valid_len > 0)
+                .any(TableInfo::unsorted_sealed)
     }
 
     fn gc_step(
@@ -1186,9 +1186,7 @@ impl ValueStore for TrieStore {
                 }
                 TableState::Sealed => {
                     sealed += 1;
-                    if !info.sorted && info.valid_len > 0 {
-                        to_sort += 1;
-                    }
+                    to_sort += u64::from(info.unsorted_sealed());
                 }
                 TableState::Active => {}
             }

@@ -110,6 +110,12 @@ impl TableInfo {
         }
     }
 
+    /// Sealed, holding records, and not in key order: what sorting sealed
+    /// tables (`Options::trie_sort_sealed`) would rewrite.
+    pub fn unsorted_sealed(&self) -> bool {
+        self.state == TableState::Sealed && !self.sorted && self.valid_len > 0
+    }
+
     /// Widens the key bounds with `key`, appended after every key noted so
     /// far.
     pub fn note_key(&mut self, key: &[u8]) {
