@@ -240,10 +240,13 @@ pub struct Tuning {
     /// `+nosort`: KT-Store's sealed TrieTables stay in write order
     /// (`trie_sort_sealed` off), as in the paper (§3.2).
     pub no_sort: bool,
+    /// `+noroll`: a KT-Store leaf keeps one TrieTable until it splits
+    /// (`trie_roll_size` = `trie_table_size`), as in the paper (§3.2).
+    pub no_roll: bool,
 }
 
 /// The `+flag`s of [`Tuning`] and what each does, for `--list-engines`.
-pub const TUNING_HELP: [(&str, &str); 9] = [
+pub const TUNING_HELP: [(&str, &str); 10] = [
     (
         "+nowal",
         "the value log replaces the index WAL (WiscKey §3.4.2)",
@@ -267,6 +270,10 @@ pub const TUNING_HELP: [(&str, &str); 9] = [
     (
         "+nosort",
         "sealed TrieTables stay in write order (KT-Store as in its paper)",
+    ),
+    (
+        "+noroll",
+        "a KT-Store leaf keeps one TrieTable until it splits, as in its paper",
     ),
 ];
 
@@ -298,6 +305,9 @@ impl fmt::Display for Tuning {
         }
         if self.no_sort {
             f.write_str("+nosort")?;
+        }
+        if self.no_roll {
+            f.write_str("+noroll")?;
         }
         Ok(())
     }
@@ -447,9 +457,10 @@ impl EngineSpec {
                          use it with sepkv:lwc or with +lwc"
                     )));
                 }
-                if t.no_sort && o.layout() != sepkv::ValueLayout::Trie {
+                if (t.no_sort || t.no_roll) && o.layout() != sepkv::ValueLayout::Trie {
+                    let flag = if t.no_sort { "+nosort" } else { "+noroll" };
                     return Err(BenchError::Unavailable(format!(
-                        "engine {self} is unavailable: +nosort concerns KT-Store's TrieTables; \
+                        "engine {self} is unavailable: {flag} concerns KT-Store's TrieTables; \
                          use it with sepkv:ktstore"
                     )));
                 }
@@ -513,6 +524,7 @@ impl FromStr for EngineSpec {
                             "lwc" => tuning.lwc_index = true,
                             "wide" => tuning.wide_dtables = true,
                             "nosort" => tuning.no_sort = true,
+                            "noroll" => tuning.no_roll = true,
                             _ => {
                                 let flags: Vec<&str> = TUNING_HELP.iter().map(|f| f.0).collect();
                                 return Err(BenchError::InvalidArgument(format!(
@@ -586,6 +598,10 @@ impl EngineFactory for EngineSpec {
     }
 }
 
+/// Longest wait, between phases, for KT-Store's background sorting of
+/// sealed TrieTables.
+const SORT_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// sepkv behind the [`Engine`] trait.
 pub struct SepkvEngine {
     db: Db,
@@ -648,6 +664,9 @@ impl SepkvEngine {
         }
         if tuning.no_sort {
             options.trie_sort_sealed = false;
+        }
+        if tuning.no_roll {
+            options.trie_roll_size = options.trie_table_size;
         }
         if let Some((capacity, reserved)) = opts.value_capacity {
             options.value_capacity = Some(capacity);
@@ -754,7 +773,29 @@ impl Engine for SepkvEngine {
         // Also let background compaction finish, so the phase that caused it
         // is the one billed for it.
         self.db.flush().map_err(|e| self.err(e))?;
-        self.db.wait_idle().map_err(|e| self.err(e))
+        self.db.wait_idle().map_err(|e| self.err(e))?;
+        // KT-Store's sorting of sealed tables is debt of the same kind: wait
+        // for background GC to sort them (bounded, in case it cannot run).
+        if self.options.trie_sort_sealed && self.options.gc_garbage_ratio > 0.0 {
+            let unsorted = || -> Result<u64> {
+                let s = self.db.stats().map_err(|e| self.err(e))?;
+                Ok(s.value_store_figures
+                    .get("trie_tables_sealed_unsorted")
+                    .copied()
+                    .unwrap_or(0))
+            };
+            let deadline = std::time::Instant::now() + SORT_WAIT;
+            let mut waited = false;
+            while unsorted()? > 0 && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                waited = true;
+            }
+            if waited {
+                // The sorting's relocations went into the index.
+                self.db.wait_idle().map_err(|e| self.err(e))?;
+            }
+        }
+        Ok(())
     }
 
     fn stats(&self) -> Result<EngineStats> {
@@ -836,6 +877,7 @@ impl Engine for SepkvEngine {
             "lwc_max_segments": o.lwc_max_segments,
             "lwc_max_table_bytes": o.lwc_max_table_bytes,
             "trie_table_size": o.trie_table_size,
+            "trie_roll_size": o.trie_roll_size,
             "trie_sort_sealed": o.trie_sort_sealed,
             "l0_compaction_trigger": o.l0_compaction_trigger,
             "l0_slowdown_writes_trigger": o.l0_slowdown_writes_trigger,

@@ -516,22 +516,33 @@ fn wide_dtables_apply_to_the_lwc_index_only() {
 /// `+nosort` keeps KT-Store's sealed TrieTables in write order; it is
 /// refused on a preset without TrieTables.
 #[test]
-fn nosort_turns_off_sorting_of_sealed_trie_tables_only_on_ktstore() {
+fn nosort_and_noroll_change_trie_tables_only_on_ktstore() {
     let root = DbRoot::prepare(None).unwrap();
     let cfg = config(&[Workload::FillSeq], 10);
     let mut reports = Vec::new();
-    let specs: Vec<EngineSpec> = ["sepkv:ktstore", "sepkv:ktstore+nosort"]
-        .iter()
-        .map(|s| s.parse().unwrap())
-        .collect();
+    let specs: Vec<EngineSpec> = [
+        "sepkv:ktstore",
+        "sepkv:ktstore+nosort",
+        "sepkv:ktstore+noroll",
+    ]
+    .iter()
+    .map(|s| s.parse().unwrap())
+    .collect();
     assert_eq!(specs[1].to_string(), "sepkv:ktstore+nosort");
+    assert_eq!(specs[2].to_string(), "sepkv:ktstore+noroll");
     sepkv_bench::run_engines(&specs, &cfg, &root, &mut reports, &mut |_| {}).unwrap();
-    assert_eq!(reports[0].engine_options["trie_sort_sealed"], true);
-    assert_eq!(reports[1].engine_options["trie_sort_sealed"], false);
-    let spec: EngineSpec = "sepkv:wisckey+nosort".parse().unwrap();
-    let err =
-        sepkv_bench::run_engines(&[spec], &cfg, &root, &mut Vec::new(), &mut |_| {}).unwrap_err();
-    assert!(err.to_string().contains("+nosort"), "{err}");
+    let o = |i: usize, k: &str| reports[i].engine_options[k].clone();
+    assert_eq!(o(0, "trie_sort_sealed"), true);
+    assert_eq!(o(1, "trie_sort_sealed"), false);
+    assert_eq!(o(2, "trie_sort_sealed"), true);
+    assert!(o(0, "trie_roll_size").as_u64() < o(0, "trie_table_size").as_u64());
+    assert_eq!(o(2, "trie_roll_size"), o(2, "trie_table_size"));
+    for flag in ["+nosort", "+noroll"] {
+        let spec: EngineSpec = format!("sepkv:wisckey{flag}").parse().unwrap();
+        let err = sepkv_bench::run_engines(&[spec], &cfg, &root, &mut Vec::new(), &mut |_| {})
+            .unwrap_err();
+        assert!(err.to_string().contains(flag), "{err}");
+    }
     root.finish(false).unwrap();
 }
 

@@ -371,12 +371,25 @@ pub struct Options {
     /// Size in bytes at which the `hashkv` write journal is checkpointed
     /// and started afresh. Default 64 MiB.
     pub hashkv_journal_size: u64,
-    /// Size in bytes at which a `trie` leaf's TrieTable splits the leaf
-    /// into children by the next key byte (or, where keys cannot split,
-    /// the table is closed and a new one begun); also the most a GC step
-    /// holds in memory. Smaller tables make scans' span reads denser and
-    /// cost more files. May change between opens. Default 4 MiB.
+    /// Bytes a `trie` leaf takes (over all its TrieTables) before it
+    /// splits into children by the next key byte (or, where keys cannot
+    /// split, its table is closed and a new one begun); also the size at
+    /// which TT_IN's table rolls, and the most a GC step holds in memory.
+    /// Smaller values make more leaves, hence narrower tables and denser
+    /// scans, at the cost of more files. May change between opens.
+    /// Default 4 MiB.
     pub trie_table_size: u64,
+    /// Size in bytes at which a `trie` leaf's active TrieTable is sealed
+    /// and a new one begun, before the leaf has taken `trie_table_size`
+    /// (beyond KT-Store, whose leaves keep one table each, §3.2). The
+    /// active table is the one part of a key range in write order, which
+    /// a scan reads whole; a sealed one is sorted by background GC
+    /// (`trie_sort_sealed`) and then read as a dense span. So this bounds
+    /// what a scan reads beyond the values it asked for, at the cost of
+    /// more, smaller tables per leaf. Values at or above `trie_table_size`
+    /// turn rolling off. At least 64 KiB. May change between opens.
+    /// Default 512 KiB.
+    pub trie_roll_size: u64,
     /// Write share past which a `trie` leaf splits before its table is
     /// full (adaptive splitting by write skew, beyond KT-Store §3.5): every
     /// `trie_table_size / 4` bytes appended to the tables, a leaf that took
@@ -497,6 +510,7 @@ impl Default for Options {
             hashkv_journal: true,
             hashkv_journal_size: 64 << 20,
             trie_table_size: 4 << 20,
+            trie_roll_size: 512 << 10,
             trie_split_skew: 0.5,
             trie_sort_sealed: true,
             band_entries: 1000,
@@ -760,6 +774,12 @@ impl Options {
             return bad(format!(
                 "trie_table_size {} must be between 64 KiB and 1 GiB",
                 self.trie_table_size
+            ));
+        }
+        if self.trie_roll_size < 64 << 10 {
+            return bad(format!(
+                "trie_roll_size {} must be at least 64 KiB",
+                self.trie_roll_size
             ));
         }
         if !(self.trie_split_skew > 0.0 && self.trie_split_skew <= 1.0) {

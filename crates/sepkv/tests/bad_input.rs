@@ -264,6 +264,7 @@ fn invalid_options_are_rejected_naming_the_option() {
         }),
         ("trie_table_size", |o| o.trie_table_size = (64 << 10) - 1),
         ("trie_table_size", |o| o.trie_table_size = (1 << 30) + 1),
+        ("trie_roll_size", |o| o.trie_roll_size = (64 << 10) - 1),
         ("trie_split_skew", |o| o.trie_split_skew = 0.0),
         ("trie_split_skew", |o| o.trie_split_skew = 1.01),
         ("trie_split_skew", |o| o.trie_split_skew = f64::NAN),
@@ -308,6 +309,8 @@ fn invalid_options_are_rejected_naming_the_option() {
         |o| o.num_levels = 12,
         |o| o.trie_table_size = 64 << 10,
         |o| o.trie_table_size = 1 << 30,
+        |o| o.trie_roll_size = 64 << 10,
+        |o| o.trie_roll_size = u64::MAX,
         |o| o.trie_split_skew = 0.01,
         |o| o.trie_split_skew = 1.0,
         |o| {

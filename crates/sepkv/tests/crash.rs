@@ -53,9 +53,10 @@ fn opts(fs: &FaultFs, (preset, wal): (Preset, bool)) -> Options {
         // themselves, racing the background GC thread and memtable flushes.
         value_capacity: (preset == Preset::WiscKey || preset == Preset::KtStore)
             .then_some(512 << 10),
-        // Small TrieTables: the trie splits and tables are sealed and
-        // collected within a seed.
-        trie_table_size: 64 << 10,
+        // Small TrieTables: leaves roll and split, and tables are sealed
+        // and collected within a seed.
+        trie_table_size: 128 << 10,
+        trie_roll_size: 64 << 10,
         // Few open files: TrieTables' append handles are closed past the
         // cap and reopened on their next append.
         max_open_files: if preset == Preset::KtStore { 16 } else { 500 },

@@ -69,6 +69,11 @@ fn store(fs: &MemFs, table_size: u64) -> TrieStore {
 
 /// [`store`] with the write-skew rule at `split_skew`.
 fn store_with(fs: &MemFs, table_size: u64, split_skew: f64) -> TrieStore {
+    store_rolling(fs, table_size, table_size, split_skew)
+}
+
+/// [`store_with`] whose leaves roll their tables at `roll_size`.
+fn store_rolling(fs: &MemFs, table_size: u64, roll_size: u64, split_skew: f64) -> TrieStore {
     let dir = Path::new("/ts");
     fs.create_dir_all(dir).unwrap();
     TrieStore::open(
@@ -78,6 +83,7 @@ fn store_with(fs: &MemFs, table_size: u64, split_skew: f64) -> TrieStore {
         TrieOptions {
             value_threshold: 1,
             table_size,
+            roll_size,
             split_skew,
             sort_sealed: true,
             prefetch_threads: 4,
@@ -359,6 +365,67 @@ fn trie_splits_on_zero_padded_decimal_keys() {
     }
 }
 
+/// A leaf rolls its active table every `roll_size` bytes and splits only
+/// once it has taken `table_size` over all its tables, so it splits where
+/// a leaf with one table would; the bytes it rolled survive a reopen, so
+/// it still splits there afterwards. Every value reads back.
+#[test]
+fn leaves_roll_tables_before_they_split() {
+    let (roll, table) = (32u64 << 10, 128u64 << 10);
+    let (fs_roll, fs_one) = (MemFs::new(), MemFs::new());
+    let mut x = 11u64;
+    let mut seq = 0u64;
+    let mut batch = |n: usize| -> Vec<(Vec<u8>, u64, Vec<u8>)> {
+        (0..n)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                seq += 1;
+                let k = key((x >> 33) as usize % 100_000);
+                let v = format!("v{seq}").repeat(40).into_bytes();
+                (k, seq, v)
+            })
+            .collect()
+    };
+    let mut written = Vec::new();
+    let mut round = |rolling: &TrieStore, one: &TrieStore, n: usize| {
+        for (k, seq, v) in batch(n) {
+            let p = put(rolling, &k, seq, &v);
+            put(one, &k, seq, &v);
+            written.push((k, p, v));
+        }
+    };
+    let rolling = store_rolling(&fs_roll, table, roll, 1.0);
+    let one = store(&fs_one, table);
+    round(&rolling, &one, 6000);
+    let (fr, fo) = (figures(&rolling), figures(&one));
+    assert!(fr["trie_rolls"] >= 10, "{fr:?}");
+    assert_eq!(fo["trie_rolls"], 0, "{fo:?}");
+    assert!(fr["trie_splits"] >= 2, "{fr:?}");
+    assert_eq!(fr["trie_splits"], fo["trie_splits"]);
+    assert_eq!(rolling.leaf_prefixes(), one.leaf_prefixes());
+    for (_, len, _, active) in rolling.tables() {
+        if active {
+            assert!(len < roll + 512, "an active table of {len} bytes");
+        }
+    }
+    // After a reopen each leaf still counts what it rolled: the two tries
+    // keep splitting at the same points.
+    rolling.sync().unwrap();
+    one.sync().unwrap();
+    drop((rolling, one));
+    let rolling = store_rolling(&fs_roll, table, roll, 1.0);
+    let one = store(&fs_one, table);
+    round(&rolling, &one, 6000);
+    let (fr, fo) = (figures(&rolling), figures(&one));
+    assert!(fr["trie_splits"] > 0 && fo["trie_splits"] > 0);
+    assert_eq!(rolling.leaf_prefixes(), one.leaf_prefixes());
+    for (k, p, v) in &written {
+        assert_eq!(rolling.read(k, p).unwrap().as_ref(), Some(v));
+    }
+}
+
 /// Adaptive splitting by write skew: once writes crowd into one leaf, it
 /// splits at a fraction of the table size — and only then: with the rule
 /// off, or with writes spread evenly, the same tables do not split early.
@@ -442,6 +509,7 @@ fn open_append_handles_stay_under_the_cap() {
             TrieOptions {
                 value_threshold: 1,
                 table_size: 64 << 10,
+                roll_size: 64 << 10,
                 split_skew: 1.0,
                 sort_sealed: true,
                 prefetch_threads: 0,

@@ -80,7 +80,8 @@ fn opts(fs: &MemFs, (preset, wal): (Preset, bool)) -> Options {
         max_bytes_for_level_base: 128 << 10,
         block_size: 512,
         l0_compaction_trigger: 2,
-        trie_table_size: 64 << 10,
+        trie_table_size: 128 << 10,
+        trie_roll_size: 64 << 10,
         band_entries: 32,
         hash_checkpoint_bands: 2,
         ..Options::preset(preset)

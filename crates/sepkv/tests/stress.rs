@@ -204,9 +204,10 @@ fn options(v: Variant) -> Options {
         // checkpoints move and GC collects bands within a run.
         band_entries: 64,
         hash_checkpoint_bands: 4,
-        // Small TrieTables: leaves split, and background GC sorts the
-        // sealed tables while writers append to their children.
-        trie_table_size: 64 << 10,
+        // Small TrieTables: leaves roll and split, and background GC sorts
+        // the sealed tables while writers append to their children.
+        trie_table_size: 128 << 10,
+        trie_roll_size: 64 << 10,
         hashkv_journal: std::env::var("SEPKV_STRESS_HASHKV_NOJOURNAL").is_err(),
         ..Options::preset(v.preset)
     }

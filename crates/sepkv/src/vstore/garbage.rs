@@ -206,6 +206,7 @@ mod tests {
                     crate::vstore::trie::TrieOptions {
                         value_threshold: 1,
                         table_size: 8 << 10,
+                        roll_size: 8 << 10,
                         split_skew: 0.5,
                         sort_sealed: true,
                         prefetch_threads: 0,

@@ -11,6 +11,10 @@
 //!    feeds them late) the table GC has gone longest without visiting — the
 //!    smallest id, since GC's output always takes a new id — so that
 //!    repeated steps sweep every table;
+//!    when the pick is a table to sort, other tables due to be sorted join
+//!    it, oldest first, up to `trie_table_size` bytes in all
+//!    ([`sort_batch`]), so that one step sorts several rolled tables into
+//!    one;
 //! 3. fix its range: an active victim is sealed first (its place gets a new
 //!    table on its next write), so its length is final; then wait until
 //!    every write that appended into it has published its pointers
@@ -45,8 +49,8 @@
 //! table is unlisted and deleted on open; before 6 the victim's records are
 //! no longer current and a later step finds them dead.
 //!
-//! A step holds the victim's live values in memory (at most one table,
-//! about `trie_table_size` bytes).
+//! A step holds its victims' live values in memory: at most
+//! `trie_table_size` bytes, or one table when a single victim is larger.
 
 use super::table::{self, TableInfo, TableState};
 use super::trie::{Edit, Persisted};
@@ -96,6 +100,36 @@ pub fn pick(tables: &[Candidate]) -> Choice {
         .map_or(Choice::Nothing, |c| Choice::Collect(c.id))
 }
 
+/// The victims of a step whose pick is `first`: when `first` was picked
+/// to be sorted (it holds no known garbage), the other sealed tables due
+/// to be sorted join it, oldest first, while their lengths together stay
+/// within `max_bytes`, so that one step (its syncs, its index write, its
+/// deletions) sorts several small tables into one. Otherwise `first`
+/// alone. Pure.
+pub fn sort_batch(tables: &[Candidate], first: u64, max_bytes: u64) -> Vec<u64> {
+    let mut out = vec![first];
+    let Some(f) = tables.iter().find(|c| c.id == first) else {
+        return out;
+    };
+    if !f.to_sort || f.garbage > 0 {
+        return out;
+    }
+    let mut more: Vec<&Candidate> = tables
+        .iter()
+        .filter(|c| c.to_sort && c.len > 0 && c.id != first)
+        .collect();
+    more.sort_by_key(|c| c.id);
+    let mut total = f.len;
+    for c in more {
+        if total + c.len > max_bytes {
+            break;
+        }
+        total += c.len;
+        out.push(c.id);
+    }
+    out
+}
+
 /// Runs one GC step on `store`.
 pub fn step(
     store: &TrieStore,
@@ -106,8 +140,8 @@ pub fn step(
     let mut out = GcOutcome::default();
     out.bytes_freed += free_pending(store, index.oldest_visible_seq())?;
 
-    // Pick and fix the victim's range.
-    let (victim, len) = {
+    // Pick and fix the victims' ranges.
+    let victims: Vec<(u64, u64)> = {
         let mut st = store.state.lock();
         let cands: Vec<Candidate> = st
             .tables
@@ -125,47 +159,55 @@ pub fn step(
             return Ok(out);
         };
         if let Some(place) = st.owners.get(&id).cloned() {
+            // The leaf took the table's bytes: they count towards its split.
             let mut edits = Vec::new();
-            st.cat.trie.set_table(&place, None, &mut edits);
+            let taken = store.taken(&st, id, &place);
+            st.cat.trie.roll(&place, taken, &mut edits);
             store.seal_locked(&mut st, id, &mut edits);
             st.commit(&edits)?;
         }
-        (id, st.tables.get(&id).map_or(0, |t| t.valid_len))
+        sort_batch(&cands, id, store.opts.table_size)
+            .into_iter()
+            .map(|id| (id, st.tables.get(&id).map_or(0, |t| t.valid_len)))
+            .collect()
     };
     // Records in the range may belong to writes that have not inserted
     // their pointers yet; judged now they would look dead.
     index.wait_in_flight_writes()?;
 
     // Judge every record.
-    let path = store.path(victim);
     let mut live: Vec<(Vec<u8>, u64, Vec<u8>, ValuePointer)> = Vec::new();
-    let end = table::scan(
-        store.reader.fs.as_ref(),
-        &path,
-        0,
-        len,
-        &store.reader.stats,
-        IoCategory::Gc,
-        |off, r| {
-            let ptr = ValuePointer {
-                file_id: victim,
-                offset: off,
-                length: r.len as u32,
-                aux: 0,
-            };
-            if r.kind.holds_value() && index.current_pointer(r.key)? == Some(ptr) {
-                live.push((r.key.to_vec(), r.seq, r.value.to_vec(), ptr));
-            }
-            Ok(())
-        },
-    )?;
-    if end.torn {
-        return Err(Error::corruption(
+    for &(victim, len) in &victims {
+        let path = store.path(victim);
+        let end = table::scan(
+            store.reader.fs.as_ref(),
             &path,
-            end.valid_len,
-            "TrieTable record damaged inside the valid range",
-        ));
+            0,
+            len,
+            &store.reader.stats,
+            IoCategory::Gc,
+            |off, r| {
+                let ptr = ValuePointer {
+                    file_id: victim,
+                    offset: off,
+                    length: r.len as u32,
+                    aux: 0,
+                };
+                if r.kind.holds_value() && index.current_pointer(r.key)? == Some(ptr) {
+                    live.push((r.key.to_vec(), r.seq, r.value.to_vec(), ptr));
+                }
+                Ok(())
+            },
+        )?;
+        if end.torn {
+            return Err(Error::corruption(
+                &path,
+                end.valid_len,
+                "TrieTable record damaged inside the valid range",
+            ));
+        }
     }
+    let len: u64 = victims.iter().map(|(_, len)| len).sum();
     out.bytes_read = len;
     store
         .counters
@@ -208,19 +250,23 @@ pub fn step(
     relocator.make_durable(index.last_sequence())?;
     {
         let mut st = store.state.lock();
-        if let Some(t) = st.tables.get_mut(&victim) {
-            t.state = TableState::Retired;
-            // Dead bytes no report had named.
-            let dead = t.valid_len.saturating_sub(out.bytes_rewritten);
-            store
-                .counters
-                .garbage_found
-                .fetch_add(dead - dead.min(t.garbage), Ordering::Relaxed);
+        let mut known = 0;
+        for &(victim, _) in &victims {
+            if let Some(t) = st.tables.get_mut(&victim) {
+                t.state = TableState::Retired;
+                known += t.garbage.min(t.valid_len);
+            }
+            st.pending.push(PendingFree {
+                seq: visible_from,
+                table: victim,
+            });
         }
-        st.pending.push(PendingFree {
-            seq: visible_from,
-            table: victim,
-        });
+        // Dead bytes no report had named.
+        let dead = len.saturating_sub(out.bytes_rewritten);
+        store
+            .counters
+            .garbage_found
+            .fetch_add(dead - dead.min(known), Ordering::Relaxed);
     }
     out.bytes_freed += free_pending(store, index.oldest_visible_seq())?;
     store.counters.gc_runs.fetch_add(1, Ordering::Relaxed);
@@ -366,5 +412,38 @@ mod tests {
         );
         // Garbage comes first.
         assert_eq!(pick(&[sort(4, 10), c(9, 10, 1)]), Choice::Collect(9));
+    }
+
+    #[test]
+    fn a_sort_pick_takes_more_tables_to_sort_up_to_the_bound() {
+        let sort = |id, len| Candidate {
+            to_sort: true,
+            ..c(id, len, 0)
+        };
+        let cands = [
+            sort(9, 40),
+            sort(3, 30),
+            c(1, 50, 0),
+            sort(5, 30),
+            sort(7, 0),
+            sort(8, 50),
+        ];
+        // Oldest first, while the total stays within the bound; empty
+        // tables and tables not due to be sorted stay out.
+        assert_eq!(sort_batch(&cands, 3, 150), vec![3, 5, 8, 9]);
+        assert_eq!(sort_batch(&cands, 3, 110), vec![3, 5, 8]);
+        assert_eq!(sort_batch(&cands, 3, 109), vec![3, 5]);
+        assert_eq!(sort_batch(&cands, 3, 10), vec![3]);
+        // A pick made for its garbage, or of a table not due to be sorted,
+        // goes alone.
+        let garbage = [
+            Candidate {
+                garbage: 5,
+                ..sort(3, 30)
+            },
+            sort(5, 30),
+        ];
+        assert_eq!(sort_batch(&garbage, 3, 100), vec![3]);
+        assert_eq!(sort_batch(&cands, 1, 1000), vec![1]);
     }
 }

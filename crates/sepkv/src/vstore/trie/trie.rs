@@ -40,8 +40,8 @@
 //!
 //! ```text
 //! TRIE    := record*                         (format::record framing)
-//! payload := version:u8=1  count:varint32  edit*
-//! edit    := 1 prefix:varint32-prefixed  kind:u8 (0 leaf, 1 internal)  table:varint64 (0 = none)
+//! payload := version:u8 (1 or 2)  count:varint32  edit*
+//! edit    := 1 prefix:varint32-prefixed  kind:u8  table:varint64 (0 = none)  [rolled:varint64]
 //!          | 2 table:varint64                (TT_IN's active table, 0 = none)
 //!          | 3 id:varint64  state:u8 (0 active, 1 sealed, 2 sealed in key order)  len:varint64
 //!          | 4 id:varint64                   (table deleted)
@@ -49,7 +49,12 @@
 //! ```
 //! For an active table `len` is a length known to be durable (recovery
 //! scans on from there); for a sealed one it is the table's final length.
-//! Frozen: format version 1.
+//! Node kinds: 0 a leaf that has rolled nothing, 1 internal, 2 a leaf with
+//! `rolled` bytes in tables it sealed by rolling (only in version 2
+//! payloads). A payload is written as version 1 unless it holds a kind 2
+//! node, so files of stores that never roll a leaf stay readable by
+//! binaries that know only version 1; those refuse a version 2 record as
+//! malformed. Frozen: format versions 1 and 2.
 
 use crate::error::{Error, IoContext, Result};
 use crate::format::coding::{
@@ -74,9 +79,21 @@ pub enum Node {
     Leaf {
         /// The active table.
         table: Option<u64>,
+        /// Bytes of the tables this leaf sealed by rolling them (its
+        /// earlier runs); with the active table's length, what the leaf
+        /// took since it was made, which decides when it splits.
+        rolled: u64,
     },
     /// Routes to children; keys ending here go to TT_IN.
     Internal,
+}
+
+impl Node {
+    /// A new leaf: no table yet, nothing rolled.
+    pub const EMPTY_LEAF: Node = Node::Leaf {
+        table: None,
+        rolled: 0,
+    };
 }
 
 /// Where a key's value goes.
@@ -109,7 +126,7 @@ impl Trie {
     /// A trie of one empty leaf, the root.
     pub fn new() -> Self {
         let mut nodes = BTreeMap::new();
-        nodes.insert(Vec::new(), Node::Leaf { table: None });
+        nodes.insert(Vec::new(), Node::EMPTY_LEAF);
         Trie {
             nodes,
             internal_table: None,
@@ -140,7 +157,7 @@ impl Trie {
                 // The root always exists and every walk step lands on a
                 // node; treat a missing one as a leaf to create.
                 None => {
-                    self.set_node(&key[..p], Node::Leaf { table: None }, edits);
+                    self.set_node(&key[..p], Node::EMPTY_LEAF, edits);
                     return Place::Leaf(key[..p].to_vec());
                 }
                 Some(Node::Internal) => {}
@@ -150,7 +167,7 @@ impl Trie {
             }
             match self.child(&key[..p + 1]) {
                 None => {
-                    self.set_node(&key[..p + 1], Node::Leaf { table: None }, edits);
+                    self.set_node(&key[..p + 1], Node::EMPTY_LEAF, edits);
                     return Place::Leaf(key[..p + 1].to_vec());
                 }
                 Some(c) if key.starts_with(c) => p = c.len(),
@@ -197,20 +214,43 @@ impl Trie {
         match place {
             Place::Internal => self.internal_table,
             Place::Leaf(p) => match self.nodes.get(p) {
-                Some(Node::Leaf { table }) => *table,
+                Some(Node::Leaf { table, .. }) => *table,
                 _ => None,
             },
         }
     }
 
-    /// Sets the active table of `place`.
+    /// Bytes leaf `prefix` sealed by rolling its tables (0 for TT_IN or a
+    /// node that is not a leaf).
+    pub fn rolled(&self, place: &Place) -> u64 {
+        match place {
+            Place::Leaf(p) => match self.nodes.get(p) {
+                Some(Node::Leaf { rolled, .. }) => *rolled,
+                _ => 0,
+            },
+            Place::Internal => 0,
+        }
+    }
+
+    /// Sets the active table of `place`; a leaf keeps its rolled bytes.
     pub fn set_table(&mut self, place: &Place, table: Option<u64>, edits: &mut Vec<Edit>) {
+        let rolled = self.rolled(place);
+        self.set_place(place, table, rolled, edits);
+    }
+
+    /// Detaches the active table of `place` (the caller seals it), so the
+    /// next write makes a new one; a leaf's rolled bytes become `rolled`.
+    pub fn roll(&mut self, place: &Place, rolled: u64, edits: &mut Vec<Edit>) {
+        self.set_place(place, None, rolled, edits);
+    }
+
+    fn set_place(&mut self, place: &Place, table: Option<u64>, rolled: u64, edits: &mut Vec<Edit>) {
         match place {
             Place::Internal => {
                 self.internal_table = table;
                 edits.push(Edit::InternalTable(table));
             }
-            Place::Leaf(p) => self.set_node(p, Node::Leaf { table }, edits),
+            Place::Leaf(p) => self.set_node(p, Node::Leaf { table, rolled }, edits),
         }
     }
 
@@ -220,7 +260,7 @@ impl Trie {
             return Some(Place::Internal);
         }
         self.nodes.iter().find_map(|(p, n)| match n {
-            Node::Leaf { table: Some(t) } if *t == id => Some(Place::Leaf(p.clone())),
+            Node::Leaf { table: Some(t), .. } if *t == id => Some(Place::Leaf(p.clone())),
             _ => None,
         })
     }
@@ -253,7 +293,7 @@ impl Trie {
     /// The leaves: `(prefix, active table)`, in key order.
     pub fn leaves(&self) -> impl Iterator<Item = (&[u8], Option<u64>)> {
         self.nodes.iter().filter_map(|(p, n)| match n {
-            Node::Leaf { table } => Some((p.as_slice(), *table)),
+            Node::Leaf { table, .. } => Some((p.as_slice(), *table)),
             Node::Internal => None,
         })
     }
@@ -334,7 +374,10 @@ pub enum Edit {
     NextId(u64),
 }
 
+/// Payload version without rolled leaves.
 const VERSION: u8 = 1;
+/// Payload version that may hold leaves with rolled bytes (node kind 2).
+const VERSION_ROLLED: u8 = 2;
 
 fn put_table(dst: &mut Vec<u8>, t: Option<u64>) {
     put_varint64(dst, t.unwrap_or(0));
@@ -347,7 +390,16 @@ fn get_table(src: &mut &[u8]) -> Option<Option<u64>> {
 
 /// Encodes a group of edits as one record payload.
 pub fn encode_edits(edits: &[Edit]) -> Vec<u8> {
-    let mut v = vec![VERSION];
+    let rolled = edits.iter().any(|e| {
+        matches!(
+            e,
+            Edit::Node {
+                node: Node::Leaf { rolled: 1.., .. },
+                ..
+            }
+        )
+    });
+    let mut v = vec![if rolled { VERSION_ROLLED } else { VERSION }];
     put_varint32(&mut v, edits.len() as u32);
     for e in edits {
         match e {
@@ -355,9 +407,14 @@ pub fn encode_edits(edits: &[Edit]) -> Vec<u8> {
                 v.push(1);
                 put_length_prefixed(&mut v, prefix);
                 match node {
-                    Node::Leaf { table } => {
+                    Node::Leaf { table, rolled: 0 } => {
                         v.push(0);
                         put_table(&mut v, *table);
+                    }
+                    Node::Leaf { table, rolled } => {
+                        v.push(2);
+                        put_table(&mut v, *table);
+                        put_varint64(&mut v, *rolled);
                     }
                     Node::Internal => {
                         v.push(1);
@@ -395,7 +452,7 @@ pub fn encode_edits(edits: &[Edit]) -> Vec<u8> {
 /// Decodes a record payload; `None` when malformed.
 pub fn decode_edits(mut src: &[u8]) -> Option<Vec<Edit>> {
     let (&ver, rest) = src.split_first()?;
-    if ver != VERSION {
+    if ver != VERSION && ver != VERSION_ROLLED {
         return None;
     }
     src = rest;
@@ -411,8 +468,15 @@ pub fn decode_edits(mut src: &[u8]) -> Option<Vec<Edit>> {
                 src = rest;
                 let table = get_table(&mut src)?;
                 let node = match (kind, table) {
-                    (0, table) => Node::Leaf { table },
+                    (0, table) => Node::Leaf { table, rolled: 0 },
                     (1, None) => Node::Internal,
+                    (2, table) if ver == VERSION_ROLLED => {
+                        let rolled = get_varint64(&mut src)?;
+                        if rolled == 0 {
+                            return None;
+                        }
+                        Node::Leaf { table, rolled }
+                    }
                     _ => return None,
                 };
                 Edit::Node { prefix, node }
@@ -824,7 +888,10 @@ mod tests {
             Edit::NextId(9),
             Edit::Node {
                 prefix: b"ab".to_vec(),
-                node: Node::Leaf { table: Some(3) },
+                node: Node::Leaf {
+                    table: Some(3),
+                    rolled: 0,
+                },
             },
             Edit::Node {
                 prefix: vec![],
@@ -832,7 +899,7 @@ mod tests {
             },
             Edit::Node {
                 prefix: b"x".to_vec(),
-                node: Node::Leaf { table: None },
+                node: Node::EMPTY_LEAF,
             },
             Edit::InternalTable(Some(4)),
             Edit::InternalTable(None),
@@ -850,13 +917,35 @@ mod tests {
             Edit::DropTable(5),
         ];
         let b = encode_edits(&edits);
-        assert_eq!(decode_edits(&b), Some(edits));
+        assert_eq!(decode_edits(&b), Some(edits.clone()));
         for cut in 0..b.len() {
             assert_eq!(decode_edits(&b[..cut]), None, "cut {cut}");
         }
         let mut extra = b.clone();
         extra.push(0);
         assert_eq!(decode_edits(&extra), None);
+        // Without a rolled leaf the payload stays version 1, which older
+        // binaries read.
+        assert_eq!(b[0], VERSION);
+        // A leaf with rolled bytes makes it version 2; a kind 2 node in a
+        // version 1 payload is malformed.
+        let mut rolled = edits.clone();
+        rolled.push(Edit::Node {
+            prefix: b"r".to_vec(),
+            node: Node::Leaf {
+                table: None,
+                rolled: 1 << 33,
+            },
+        });
+        let b = encode_edits(&rolled);
+        assert_eq!(b[0], VERSION_ROLLED);
+        assert_eq!(decode_edits(&b), Some(rolled));
+        for cut in 0..b.len() {
+            assert_eq!(decode_edits(&b[..cut]), None, "cut {cut}");
+        }
+        let mut as_v1 = b.clone();
+        as_v1[0] = VERSION;
+        assert_eq!(decode_edits(&as_v1), None);
     }
 
     #[test]
