@@ -366,7 +366,7 @@ pub struct Options {
     /// last GC move to a cold data log (HashKV §3.4). Default true.
     pub hashkv_hotness: bool,
     /// `hashkv` write journal, which records writes and GC copies (HashKV
-    /// §3.7). Default true.
+    /// §3.7). May change between opens. Default true.
     pub hashkv_journal: bool,
     /// Size in bytes at which the `hashkv` write journal is checkpointed
     /// and started afresh. Default 64 MiB.

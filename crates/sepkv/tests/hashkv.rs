@@ -645,6 +645,38 @@ fn without_journal_synced_writes_survive_a_crash() {
     assert!(db.verify().unwrap().faults.is_empty());
 }
 
+/// The journal can be switched between opens, also after a crash: a
+/// store that wrote without it and lost power keeps its synced writes
+/// when it is reopened with the journal on, and the other way round.
+#[test]
+fn synced_writes_survive_a_crash_and_a_switch_of_the_journal() {
+    for first in [false, true] {
+        let fs = FaultFs::new();
+        let with = |journal: bool| Options {
+            hashkv_journal: journal,
+            ..opts(Arc::new(fs.clone()))
+        };
+        let dir = Path::new("/switch");
+        {
+            let db = Db::open(dir, with(first)).unwrap();
+            for i in 0..300 {
+                db.write(&single(i, 0), WriteOptions { sync: true })
+                    .unwrap();
+            }
+            fs.crash();
+        }
+        let db = Db::open(dir, with(!first)).unwrap();
+        for i in 0..300 {
+            assert!(
+                db.get(key(i)).unwrap() == Some(value(i, 0)),
+                "key {i} lost or wrong, first opened with the journal {}",
+                if first { "on" } else { "off" }
+            );
+        }
+        assert!(db.verify().unwrap().faults.is_empty());
+    }
+}
+
 /// A `MemFs` that counts read-ahead requests on segment files and, with
 /// `device`, makes every segment read take at least 50 µs, like a read
 /// that reaches a device rather than the page cache.

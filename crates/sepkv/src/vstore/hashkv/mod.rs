@@ -41,7 +41,8 @@
 //!   `hashkv_journal`. Without the journal appends and copies go straight to
 //!   the segment files, the table is checkpointed whenever a segment is
 //!   allocated, and open scans each group's last segment for records written
-//!   after the checkpoint.
+//!   after the checkpoint. Open does that scan whatever the setting, so the
+//!   journal can be switched on or off between opens, after a crash too.
 //! - **Range scans** (§3.6): [`ValueStore::read_many`] issues read-ahead
 //!   (`advise(WillNeed)` on the open segment file) for every value, then
 //!   reads them; while reads are served from memory ([`ReadLatency`]) the
@@ -477,8 +478,12 @@ impl HashKvStore {
                     continue;
                 }
                 let new_len = if fl > len {
-                    let keep = if last && !opts.journal {
-                        // Records appended after the last checkpoint.
+                    // Records appended after the last checkpoint, when
+                    // the store last ran without its journal; kept whatever
+                    // the journal setting now, since it may change between
+                    // opens. With the journal they can only be records whose
+                    // journal entry was lost, which the WAL then decides.
+                    let keep = if last {
                         let mut buf = vec![0u8; (fl - len) as usize];
                         files.read_exact(id, len, &mut buf, IoCategory::ValueStore)?;
                         len + intact_prefix(&buf) as u64
