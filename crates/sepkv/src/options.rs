@@ -359,14 +359,21 @@ pub struct Options {
     /// Bytes of recently written values the `hashkv` write cache holds
     /// before it writes them to their segments in one batch per segment;
     /// 0 disables the cache (every write goes to its segment at once).
-    /// Ignored without `hashkv_journal`, which the cache relies on for
+    /// Used only with `hashkv_journal`, which the cache relies on for
     /// crash safety. Default 4 MiB.
     pub hashkv_write_cache_size: usize,
     /// `hashkv` hot/cold separation in GC: values written once since the
     /// last GC move to a cold data log (HashKV §3.4). Default true.
     pub hashkv_hotness: bool,
-    /// `hashkv` write journal, which records writes and GC copies (HashKV
-    /// §3.7). May change between opens. Default true.
+    /// `hashkv` write journal (HashKV §3.7). On, every value is written to
+    /// the journal first and then to its group's segment (twice in all),
+    /// which lets the write cache (§3.2, `hashkv_write_cache_size`) batch
+    /// segment writes. Off, each append writes its values straight to
+    /// their groups' segments, once; the segment table is checkpointed
+    /// when a segment is allocated, and open recovers what was appended
+    /// after the checkpoint from each group's last segment. Both keep every
+    /// acknowledged write across a process crash and every synced one
+    /// across a power loss. May change between opens. Default true.
     pub hashkv_journal: bool,
     /// Size in bytes at which the `hashkv` write journal is checkpointed
     /// and started afresh. Default 64 MiB.

@@ -476,6 +476,7 @@ fn crash_at_every_step_of_a_cache_flush() {
         // The batch fills the cache (one flush) and the journal (one
         // checkpoint that recycles it).
         let o = Options {
+            hashkv_journal: true,
             hashkv_write_cache_size: 64 << 10,
             hashkv_journal_size: 64 << 10,
             ..opts(Arc::new(fs.clone()))
@@ -824,6 +825,7 @@ fn range_scans_read_ahead_every_value_on_a_device() {
 fn gc_cycles_recycle_the_journal_and_everything_survives_a_crash() {
     let fs = FaultFs::new();
     let o = Options {
+        hashkv_journal: true,
         hashkv_journal_size: 64 << 10,
         ..opts(Arc::new(fs.clone()))
     };

@@ -90,7 +90,9 @@
 //!   promises that an acknowledged write survives a process crash, and the
 //!   cache may not be its only copy. With the journal every value is thus
 //!   written twice (journal, then segment); `hashkv_journal = false` — the
-//!   paper's evaluation setting, crash consistency off — writes once.
+//!   paper's evaluation setting — writes once and drops the write cache,
+//!   and takes its crash consistency from the table checkpoints and the
+//!   scan of the groups' last segments on open.
 //! - The write cache does not update pairs in place (see [`cache`]).
 //! - A GC step collects several groups (greedy order, up to
 //!   `max(main segment size, 4 MiB)` of group bytes and at most a quarter
