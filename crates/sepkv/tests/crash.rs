@@ -90,7 +90,7 @@ fn run_seed(preset: (Preset, bool), seed: u64) -> Result<(), String> {
             hashkv_journal: match std::env::var("SEPKV_CRASH_HASHKV_JOURNAL").as_deref() {
                 Ok("on") => true,
                 Ok("off") => false,
-                _ => (seed + cycle as u64) % 2 == 0,
+                _ => (seed + cycle as u64).is_multiple_of(2),
             },
             ..opts(&fs, preset)
         };

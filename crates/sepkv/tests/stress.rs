@@ -824,7 +824,7 @@ fn run_variant(v: Variant, index: usize, s: &Settings, dir: &Path) -> Outcome {
         hashkv_journal: match std::env::var("SEPKV_STRESS_HASHKV_JOURNAL").as_deref() {
             Ok("on") => true,
             Ok("off") => false,
-            _ => s.seed % 2 == 1,
+            _ => !s.seed.is_multiple_of(2),
         },
         ..options(v)
     };
