@@ -160,11 +160,8 @@ pub fn step(
         };
         if let Some(place) = st.owners.get(&id).cloned() {
             // The leaf took the table's bytes: they count towards its split.
-            let mut edits = Vec::new();
             let taken = store.taken(&st, id, &place);
-            st.cat.trie.roll(&place, taken, &mut edits);
-            store.seal_locked(&mut st, id, &mut edits);
-            st.commit(&edits)?;
+            store.roll_locked(&mut st, id, &place, taken)?;
         }
         sort_batch(&cands, id, store.opts.table_size)
             .into_iter()

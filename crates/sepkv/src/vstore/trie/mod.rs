@@ -667,7 +667,8 @@ impl TrieStore {
         match place {
             Place::Leaf(_) => {
                 info.valid_len >= self.opts.roll_size.min(self.opts.table_size)
-                    || self.taken(st, id, place) >= self.opts.table_size
+                    || st.cat.trie.rolled(place).saturating_add(info.valid_len)
+                        >= self.opts.table_size
             }
             Place::Internal => info.valid_len >= self.opts.table_size,
         }
@@ -699,13 +700,22 @@ impl TrieStore {
             if skewed {
                 self.counters.skew_splits.fetch_add(1, Ordering::Relaxed);
             }
-        } else if skewed {
-            return Ok(());
-        } else {
-            let rolled = if wants_split { 0 } else { taken };
-            st.cat.trie.roll(&place, rolled, &mut edits);
-            self.counters.rolls.fetch_add(1, Ordering::Relaxed);
+            self.seal_locked(st, id, &mut edits);
+            return st.commit(&edits);
         }
+        if skewed {
+            return Ok(());
+        }
+        self.counters.rolls.fetch_add(1, Ordering::Relaxed);
+        self.roll_locked(st, id, &place, if wants_split { 0 } else { taken })
+    }
+
+    /// Detaches active table `id` from `place`, whose rolled bytes (a
+    /// leaf's) become `rolled`, seals it and logs both in one edit group;
+    /// the place's next write makes a new table. State locked.
+    fn roll_locked(&self, st: &mut State, id: u64, place: &Place, rolled: u64) -> Result<()> {
+        let mut edits = Vec::new();
+        st.cat.trie.roll(place, rolled, &mut edits);
         self.seal_locked(st, id, &mut edits);
         st.commit(&edits)
     }

@@ -220,8 +220,8 @@ impl Trie {
         }
     }
 
-    /// Bytes leaf `prefix` sealed by rolling its tables (0 for TT_IN or a
-    /// node that is not a leaf).
+    /// Bytes the leaf at `place` sealed by rolling its tables (0 for TT_IN
+    /// or a node that is not a leaf).
     pub fn rolled(&self, place: &Place) -> u64 {
         match place {
             Place::Leaf(p) => match self.nodes.get(p) {
