@@ -64,6 +64,115 @@ impl ScanResult {
     }
 }
 
+/// The kinds of [`ChunkOp`].
+pub mod chunk_kind {
+    /// Set the key to the value.
+    pub const PUT: u32 = 1;
+    /// Remove the key.
+    pub const DELETE: u32 = 2;
+    /// Read the key's value.
+    pub const GET: u32 = 3;
+    /// Read up to `scan_len` entries from the first key at or after the key.
+    pub const SCAN: u32 = 4;
+}
+
+/// One operation of a [`Chunk`]: its kind ([`chunk_kind`]) and where its
+/// key and value lie in the chunk's bytes. `repr(C)`: engines driven
+/// through a C ABI read it as it is.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ChunkOp {
+    /// One of [`chunk_kind`].
+    pub kind: u32,
+    /// Entries to read ([`chunk_kind::SCAN`] only).
+    pub scan_len: u32,
+    /// Offset of the key in [`Chunk::bytes`].
+    pub key_off: u64,
+    /// Key length in bytes.
+    pub key_len: u64,
+    /// Offset of the value in [`Chunk::bytes`] ([`chunk_kind::PUT`] only).
+    pub value_off: u64,
+    /// Value length in bytes.
+    pub value_len: u64,
+}
+
+/// What one [`ChunkOp`] did. `repr(C)`, as [`ChunkOp`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChunkOutcome {
+    /// How long the operation took, in nanoseconds.
+    pub nanos: u64,
+    /// 1 when a get found its key, else 0.
+    pub found: u64,
+    /// Bytes read: the value of a get, keys and values of a scan.
+    pub bytes: u64,
+    /// Entries a scan read.
+    pub entries: u64,
+}
+
+/// A run of operations handed to an engine at once
+/// ([`Engine::run_chunk`]): their keys and values side by side in one
+/// buffer.
+#[derive(Debug, Default)]
+pub struct Chunk {
+    bytes: Vec<u8>,
+    ops: Vec<ChunkOp>,
+}
+
+impl Chunk {
+    /// The operations, in order.
+    pub fn ops(&self) -> &[ChunkOp] {
+        &self.ops
+    }
+
+    /// The buffer the operations' keys and values lie in.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The key of `op`.
+    pub fn key(&self, op: &ChunkOp) -> &[u8] {
+        &self.bytes[op.key_off as usize..(op.key_off + op.key_len) as usize]
+    }
+
+    /// The value of `op` (empty but for puts).
+    pub fn value(&self, op: &ChunkOp) -> &[u8] {
+        &self.bytes[op.value_off as usize..(op.value_off + op.value_len) as usize]
+    }
+
+    /// Operations in the chunk.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// True when the chunk holds no operation.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Empties the chunk, keeping its buffers.
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.ops.clear();
+    }
+
+    /// Appends an operation of `kind` on `key` (and `value`).
+    pub fn push(&mut self, kind: u32, key: &[u8], value: &[u8], scan_len: u32) {
+        let key_off = self.bytes.len() as u64;
+        self.bytes.extend_from_slice(key);
+        let value_off = self.bytes.len() as u64;
+        self.bytes.extend_from_slice(value);
+        self.ops.push(ChunkOp {
+            kind,
+            scan_len,
+            key_off,
+            key_len: key.len() as u64,
+            value_off,
+            value_len: value.len() as u64,
+        });
+    }
+}
+
 /// Bytes an engine read from and wrote to its files since it was opened,
 /// by the engine's own categories (for sepkv: `wal`, `manifest`, `flush`,
 /// `compaction`, `user_read`, `value_store`, `gc`).
@@ -175,6 +284,50 @@ pub trait Engine: Send + Sync {
         Vec::new()
     }
 
+    /// How many operations the harness hands this engine at once through
+    /// [`Engine::run_chunk`]; 1 (the default) means one call per
+    /// operation, timed by the harness.
+    fn chunk_len(&self) -> usize {
+        1
+    }
+
+    /// Runs the chunk's operations in order, pushing one outcome per
+    /// operation onto `out` (cleared first), each timed by the engine.
+    /// The default runs each through the per-operation calls.
+    fn run_chunk(&self, chunk: &Chunk, out: &mut Vec<ChunkOutcome>) -> Result<()> {
+        out.clear();
+        let mut buf = Vec::new();
+        let mut res = ScanResult::default();
+        for op in chunk.ops() {
+            let key = chunk.key(op);
+            let t0 = std::time::Instant::now();
+            let mut o = ChunkOutcome::default();
+            match op.kind {
+                chunk_kind::PUT => self.put(key, chunk.value(op))?,
+                chunk_kind::DELETE => self.delete(key)?,
+                chunk_kind::GET => {
+                    if self.get(key, &mut buf)? {
+                        o.found = 1;
+                        o.bytes = buf.len() as u64;
+                    }
+                }
+                chunk_kind::SCAN => {
+                    self.scan(key, op.scan_len as usize, &mut res)?;
+                    o.bytes = res.key_bytes + res.value_bytes;
+                    o.entries = res.entries;
+                }
+                k => {
+                    return Err(BenchError::InvalidArgument(format!(
+                        "internal: unknown chunk operation {k}"
+                    )))
+                }
+            }
+            o.nanos = t0.elapsed().as_nanos() as u64;
+            out.push(o);
+        }
+        Ok(())
+    }
+
     /// Shuts the engine down cleanly.
     fn close(self: Box<Self>) -> Result<()>;
 }
@@ -190,7 +343,8 @@ pub trait EngineFactory: Send + Sync {
 
 /// An engine named on the command line: `sepkv:<preset>` (or `sepkv`,
 /// meaning `sepkv:leveldb`), `fjall`, `fjall-kv`, `rocksdb`,
-/// `rocksdb-blob`, `leveldb` (Google's LevelDB, not the sepkv preset).
+/// `rocksdb-blob`, `leveldb` (Google's LevelDB, not the sepkv preset),
+/// `badger`, `badger-kv`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EngineSpec {
     /// sepkv with one of its presets, plus tuning flags
@@ -209,6 +363,12 @@ pub enum EngineSpec {
     },
     /// Google's LevelDB 1.22 (cargo feature `leveldb`, release builds).
     LevelDb,
+    /// Badger v4 (cargo feature `badger`, release builds); `kv`: value
+    /// threshold 128 B (`badger-kv`) instead of Badger's default 1 MiB.
+    Badger {
+        /// Values of at least 128 bytes in Badger's value log.
+        kv: bool,
+    },
 }
 
 /// Flags that vary a sepkv preset, written `+flag` after the preset.
@@ -313,11 +473,8 @@ impl fmt::Display for Tuning {
     }
 }
 
-/// Peers the harness knows by name but does not build yet.
-const PLANNED_PEERS: [&str; 1] = ["badger"];
-
 /// Peer engine specs and what they are.
-const PEERS: [(&str, EngineSpec, &str); 5] = [
+const PEERS: [(&str, EngineSpec, &str); 7] = [
     (
         "fjall",
         EngineSpec::Fjall { kv: false },
@@ -343,9 +500,19 @@ const PEERS: [(&str, EngineSpec, &str); 5] = [
         EngineSpec::LevelDb,
         "LevelDB 1.22 (C++, bundled), no compression, 32 MiB block cache",
     ),
+    (
+        "badger",
+        EngineSpec::Badger { kv: false },
+        "Badger v4 (Go, in-process), default ValueThreshold (1 MiB: values stay in its LSM-tree), no compression",
+    ),
+    (
+        "badger-kv",
+        EngineSpec::Badger { kv: true },
+        "Badger v4 with ValueThreshold 128 B (values in its value log), value-log GC every second and at each phase's flush",
+    ),
 ];
 
-/// Why this build cannot run a C++ peer built behind a cargo feature, if
+/// Why this build cannot run a native peer built behind a cargo feature, if
 /// it cannot: the feature is off (`not_built` says how to build it), or
 /// this is a debug build (the peer would be measured unoptimised).
 fn native_peer_unavailable(built: bool, not_built: &'static str) -> Option<&'static str> {
@@ -363,6 +530,14 @@ fn leveldb_unavailable() -> Option<&'static str> {
     native_peer_unavailable(
         cfg!(feature = "leveldb"),
         "not built: rebuild with `--release --features leveldb` (with CC=clang CXX=clang++: LevelDB 1.22's build fails under GCC)",
+    )
+}
+
+/// Why this build cannot run Badger, if it cannot.
+fn badger_unavailable() -> Option<&'static str> {
+    native_peer_unavailable(
+        cfg!(feature = "badger"),
+        "not built: rebuild with `--release --features badger` (needs Go 1.24 or newer)",
     )
 }
 
@@ -394,6 +569,7 @@ impl EngineSpec {
             let why = match spec {
                 EngineSpec::RocksDb { .. } => rocksdb_unavailable(),
                 EngineSpec::LevelDb => leveldb_unavailable(),
+                EngineSpec::Badger { .. } => badger_unavailable(),
                 _ => None,
             };
             v.push((
@@ -403,13 +579,6 @@ impl EngineSpec {
                     Some(why) => format!("{what}: {why}"),
                     None => what.to_string(),
                 },
-            ));
-        }
-        for peer in PLANNED_PEERS {
-            v.push((
-                peer.to_string(),
-                false,
-                "peer engine not built into this harness yet".into(),
             ));
         }
         v
@@ -441,6 +610,10 @@ impl EngineSpec {
                 Some(why) => Err(BenchError::Unavailable(format!("engine {self}: {why}"))),
             },
             EngineSpec::LevelDb => match leveldb_unavailable() {
+                None => Ok(()),
+                Some(why) => Err(BenchError::Unavailable(format!("engine {self}: {why}"))),
+            },
+            EngineSpec::Badger { .. } => match badger_unavailable() {
                 None => Ok(()),
                 Some(why) => Err(BenchError::Unavailable(format!("engine {self}: {why}"))),
             },
@@ -494,6 +667,8 @@ impl fmt::Display for EngineSpec {
             EngineSpec::RocksDb { blob: false } => f.write_str("rocksdb"),
             EngineSpec::RocksDb { blob: true } => f.write_str("rocksdb-blob"),
             EngineSpec::LevelDb => f.write_str("leveldb"),
+            EngineSpec::Badger { kv: false } => f.write_str("badger"),
+            EngineSpec::Badger { kv: true } => f.write_str("badger-kv"),
         }
     }
 }
@@ -556,11 +731,8 @@ impl FromStr for EngineSpec {
             k if PEERS.iter().any(|(n, _, _)| *n == k) => Err(BenchError::InvalidArgument(format!(
                 "engine {k} takes no configuration (got {s:?})"
             ))),
-            k if PLANNED_PEERS.contains(&k) => Err(BenchError::Unavailable(format!(
-                "engine {k} is not built into this harness yet (see --list-engines)"
-            ))),
             _ => Err(BenchError::InvalidArgument(format!(
-                "unknown engine {s:?}; expected sepkv:<preset>, fjall, fjall-kv, rocksdb, rocksdb-blob or leveldb (see --list-engines)"
+                "unknown engine {s:?}; expected sepkv:<preset>, fjall, fjall-kv, rocksdb, rocksdb-blob, leveldb, badger or badger-kv (see --list-engines)"
             ))),
         }
     }
@@ -593,6 +765,14 @@ impl EngineFactory for EngineSpec {
             #[cfg(not(feature = "leveldb"))]
             EngineSpec::LevelDb => Err(BenchError::Unavailable(format!(
                 "engine {self} is not built: rebuild with `--release --features leveldb`"
+            ))),
+            #[cfg(feature = "badger")]
+            EngineSpec::Badger { kv } => Ok(Box::new(crate::peers::badger::BadgerEngine::open(
+                dir, kv, opts,
+            )?)),
+            #[cfg(not(feature = "badger"))]
+            EngineSpec::Badger { .. } => Err(BenchError::Unavailable(format!(
+                "engine {self} is not built: rebuild with `--release --features badger`"
             ))),
         }
     }
@@ -950,10 +1130,13 @@ mod tests {
             l.check_available().is_ok(),
             cfg!(feature = "leveldb") && !cfg!(debug_assertions)
         );
-        assert!(matches!(
-            "badger".parse::<EngineSpec>(),
-            Err(BenchError::Unavailable(_))
-        ));
+        // So does Badger's.
+        let b = "badger-kv".parse::<EngineSpec>().unwrap();
+        assert_eq!(b, EngineSpec::Badger { kv: true });
+        assert_eq!(
+            b.check_available().is_ok(),
+            cfg!(feature = "badger") && !cfg!(debug_assertions)
+        );
         assert!("whatever".parse::<EngineSpec>().is_err());
     }
 

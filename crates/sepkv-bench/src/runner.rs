@@ -9,7 +9,9 @@
 //! database (the previous one is closed and its files deleted).
 
 use crate::config::{BenchConfig, Workload, WorkloadRun};
-use crate::engine::{Engine, EngineFactory, EngineIo, EngineOptions, ScanResult};
+use crate::engine::{
+    chunk_kind, Chunk, ChunkOutcome, Engine, EngineFactory, EngineIo, EngineOptions, ScanResult,
+};
 use crate::error::{BenchError, Result};
 use crate::gen::{bench_key, rng, Permutation, ValueSource};
 use crate::live::{DenseLive, KeyedLive};
@@ -62,6 +64,171 @@ impl Outcome {
         if n > 0 {
             *self.counts.entry(name.to_string()).or_insert(0) += n;
         }
+    }
+}
+
+/// One operation of a phase's loop, as [`Exec::op`] takes it.
+#[derive(Debug, Clone, Copy)]
+enum Op<'a> {
+    Put(&'a [u8], &'a [u8]),
+    Delete(&'a [u8]),
+    Get(&'a [u8]),
+    Scan(&'a [u8], usize),
+}
+
+/// Runs one thread's operations against an engine and accounts for their
+/// latencies and reads in an [`Outcome`]. An engine with a
+/// [`Engine::chunk_len`] of 1 gets each operation at once, timed here; an
+/// engine that takes chunks gets them [`Engine::chunk_len`] at a time
+/// and times each operation itself.
+struct Exec<'e> {
+    eng: &'e dyn Engine,
+    chunked: bool,
+    chunk_len: usize,
+    chunk: Chunk,
+    /// Per queued operation: its latency joins the next one's (the read of
+    /// a read-modify-write).
+    joins: Vec<bool>,
+    outcomes: Vec<ChunkOutcome>,
+    buf: Vec<u8>,
+    res: ScanResult,
+    /// Nanoseconds of joined operations waiting for the one they join.
+    pending_ns: u64,
+    /// Operations run so far (queued ones not counted).
+    done: u64,
+    scan_entries: u64,
+    empty_scans: u64,
+    o: Outcome,
+}
+
+impl<'e> Exec<'e> {
+    fn new(eng: &'e dyn Engine) -> Self {
+        let chunk_len = eng.chunk_len().max(1);
+        Exec {
+            eng,
+            chunked: chunk_len > 1,
+            chunk_len,
+            chunk: Chunk::default(),
+            joins: Vec::new(),
+            outcomes: Vec::new(),
+            buf: Vec::new(),
+            res: ScanResult::default(),
+            pending_ns: 0,
+            done: 0,
+            scan_entries: 0,
+            empty_scans: 0,
+            o: Outcome::default(),
+        }
+    }
+
+    /// Runs `op`, or queues it in the chunk (running the chunk once it is
+    /// full). `join`: its latency is added to the next operation's, which
+    /// counts as one operation with it.
+    fn op(&mut self, op: Op<'_>, join: bool) -> Result<()> {
+        if self.chunked {
+            match op {
+                Op::Put(k, v) => self.chunk.push(chunk_kind::PUT, k, v, 0),
+                Op::Delete(k) => self.chunk.push(chunk_kind::DELETE, k, &[], 0),
+                Op::Get(k) => self.chunk.push(chunk_kind::GET, k, &[], 0),
+                Op::Scan(k, n) => {
+                    let n = u32::try_from(n).map_err(|_| {
+                        BenchError::InvalidArgument(format!("scan length {n} is too long"))
+                    })?;
+                    self.chunk.push(chunk_kind::SCAN, k, &[], n)
+                }
+            }
+            self.joins.push(join);
+            if self.chunk.len() >= self.chunk_len {
+                self.run_chunk()?;
+            }
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        let mut out = ChunkOutcome::default();
+        match op {
+            Op::Put(k, v) => self.eng.put(k, v)?,
+            Op::Delete(k) => self.eng.delete(k)?,
+            Op::Get(k) => {
+                if self.eng.get(k, &mut self.buf)? {
+                    out.found = 1;
+                    out.bytes = self.buf.len() as u64;
+                }
+            }
+            Op::Scan(k, n) => {
+                self.eng.scan(k, n, &mut self.res)?;
+                out.bytes = self.res.key_bytes + self.res.value_bytes;
+                out.entries = self.res.entries;
+            }
+        }
+        out.nanos = t0.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+        let kind = match op {
+            Op::Put(..) => chunk_kind::PUT,
+            Op::Delete(_) => chunk_kind::DELETE,
+            Op::Get(_) => chunk_kind::GET,
+            Op::Scan(..) => chunk_kind::SCAN,
+        };
+        self.account(kind, &out, join);
+        Ok(())
+    }
+
+    fn account(&mut self, kind: u32, out: &ChunkOutcome, join: bool) {
+        self.done += 1;
+        match kind {
+            chunk_kind::GET if out.found != 0 => self.o.user_read += out.bytes,
+            chunk_kind::GET => self.o.not_found += 1,
+            chunk_kind::SCAN => {
+                self.o.user_read += out.bytes;
+                self.scan_entries += out.entries;
+                self.empty_scans += u64::from(out.entries == 0);
+            }
+            _ => {}
+        }
+        if join {
+            self.pending_ns += out.nanos;
+        } else {
+            self.o.lat.record_ns(self.pending_ns + out.nanos);
+            self.pending_ns = 0;
+        }
+    }
+
+    /// Runs the queued operations.
+    fn run_chunk(&mut self) -> Result<()> {
+        if self.chunk.is_empty() {
+            return Ok(());
+        }
+        self.eng.run_chunk(&self.chunk, &mut self.outcomes)?;
+        if self.outcomes.len() != self.chunk.len() {
+            return Err(BenchError::InvalidArgument(format!(
+                "internal: engine {} returned {} outcomes for {} operations",
+                self.eng.label(),
+                self.outcomes.len(),
+                self.chunk.len()
+            )));
+        }
+        let outcomes = std::mem::take(&mut self.outcomes);
+        for (i, out) in outcomes.iter().enumerate() {
+            let (kind, join) = (self.chunk.ops()[i].kind, self.joins[i]);
+            self.account(kind, out, join);
+        }
+        self.outcomes = outcomes;
+        self.chunk.clear();
+        self.joins.clear();
+        Ok(())
+    }
+
+    /// Operations run so far; queued ones are not counted.
+    fn done(&self) -> u64 {
+        self.done
+    }
+
+    /// Runs what is queued and returns the outcome (scan counts included).
+    fn finish(mut self) -> Result<Outcome> {
+        self.run_chunk()?;
+        let (entries, empty) = (self.scan_entries, self.empty_scans);
+        let mut o = self.o;
+        o.count("scan_entries", entries);
+        o.count("empty_scans", empty);
+        Ok(o)
     }
 }
 
@@ -652,21 +819,19 @@ impl EngineRun<'_> {
             let out = parallel(cfg.threads, num, |t, range| {
                 let mut vs = values.fork(stream + t as u64);
                 let mut key = Vec::with_capacity(cfg.key_size);
-                let mut o = Outcome::default();
+                let mut ex = Exec::new(eng);
                 let mut tick = pb.ticker();
                 for i in range {
                     let n = if random { perm.get(i) } else { i };
                     bench_key(n, cfg.key_size, &mut key);
                     let v = vs.next(cfg.value_len(n));
-                    let t0 = Instant::now();
-                    eng.put(&key, v)?;
-                    o.lat.record_since(t0);
+                    ex.op(Op::Put(&key, v), false)?;
                     dense.put(n, key.len(), v.len());
-                    o.user_written += (key.len() + v.len()) as u64;
-                    o.ops += 1;
+                    ex.o.user_written += (key.len() + v.len()) as u64;
+                    ex.o.ops += 1;
                     tick.tick(1);
                 }
-                Ok(o)
+                ex.finish()
             });
             pb.finish();
             out
@@ -691,7 +856,7 @@ impl EngineRun<'_> {
                 let mut zipfian = ScrambledZipfian::new(0, num - 1);
                 let mut vs = values.fork(stream + t as u64);
                 let mut key = Vec::with_capacity(cfg.key_size);
-                let mut o = Outcome::default();
+                let mut ex = Exec::new(eng);
                 let mut tick = pb.ticker();
                 for _ in range {
                     let n = if zipf {
@@ -701,15 +866,13 @@ impl EngineRun<'_> {
                     };
                     bench_key(n, cfg.key_size, &mut key);
                     let v = vs.next(cfg.value_len(n));
-                    let t0 = Instant::now();
-                    eng.put(&key, v)?;
-                    o.lat.record_since(t0);
+                    ex.op(Op::Put(&key, v), false)?;
                     dense.put(n, key.len(), v.len());
-                    o.user_written += (key.len() + v.len()) as u64;
-                    o.ops += 1;
+                    ex.o.user_written += (key.len() + v.len()) as u64;
+                    ex.o.ops += 1;
                     tick.tick(1);
                 }
-                Ok(o)
+                ex.finish()
             });
             pb.finish();
             out
@@ -730,23 +893,15 @@ impl EngineRun<'_> {
             let out = parallel(cfg.threads, ops, |t, range| {
                 let mut rng = rng(cfg.seed, stream + t as u64);
                 let mut key = Vec::with_capacity(cfg.key_size);
-                let mut buf = Vec::new();
-                let mut o = Outcome::default();
+                let mut ex = Exec::new(eng);
                 let mut tick = pb.ticker();
                 for _ in range {
                     bench_key(rng.gen_range(0..num), cfg.key_size, &mut key);
-                    let t0 = Instant::now();
-                    let found = eng.get(&key, &mut buf)?;
-                    o.lat.record_since(t0);
-                    if found {
-                        o.user_read += buf.len() as u64;
-                    } else {
-                        o.not_found += 1;
-                    }
-                    o.ops += 1;
+                    ex.op(Op::Get(&key), false)?;
+                    ex.o.ops += 1;
                     tick.tick(1);
                 }
-                Ok(o)
+                ex.finish()
             });
             pb.finish();
             out
@@ -815,25 +970,15 @@ impl EngineRun<'_> {
             let out = parallel(cfg.threads, ops, |t, range| {
                 let mut rng = rng(cfg.seed, stream + t as u64);
                 let mut key = Vec::with_capacity(cfg.key_size);
-                let mut res = ScanResult::default();
-                let mut o = Outcome::default();
-                let mut entries = 0;
-                let mut empty = 0;
+                let mut ex = Exec::new(eng);
                 let mut tick = pb.ticker();
                 for _ in range {
                     bench_key(rng.gen_range(0..num), cfg.key_size, &mut key);
-                    let t0 = Instant::now();
-                    eng.scan(&key, cfg.scan_length, &mut res)?;
-                    o.lat.record_since(t0);
-                    entries += res.entries;
-                    empty += u64::from(res.entries == 0);
-                    o.user_read += res.key_bytes + res.value_bytes;
-                    o.ops += 1;
+                    ex.op(Op::Scan(&key, cfg.scan_length), false)?;
+                    ex.o.ops += 1;
                     tick.tick(1);
                 }
-                o.count("scan_entries", entries);
-                o.count("empty_scans", empty);
-                Ok(o)
+                ex.finish()
             });
             pb.finish();
             out
@@ -924,20 +1069,18 @@ impl EngineRun<'_> {
             );
             let out = parallel(cfg.threads, ops, |_, range| {
                 let mut key = Vec::with_capacity(cfg.key_size);
-                let mut o = Outcome::default();
+                let mut ex = Exec::new(eng);
                 let mut tick = pb.ticker();
                 for i in range {
                     let n = perm.get(i % num);
                     bench_key(n, cfg.key_size, &mut key);
-                    let t0 = Instant::now();
-                    eng.delete(&key)?;
-                    o.lat.record_since(t0);
+                    ex.op(Op::Delete(&key), false)?;
                     dense.delete(n);
-                    o.user_written += key.len() as u64;
-                    o.ops += 1;
+                    ex.o.user_written += key.len() as u64;
+                    ex.o.ops += 1;
                     tick.tick(1);
                 }
-                Ok(o)
+                ex.finish()
             });
             pb.finish();
             out
@@ -963,19 +1106,18 @@ impl EngineRun<'_> {
             let out = parallel(cfg.threads, num, |t, range| {
                 let mut vs = values.fork(stream + t as u64);
                 let mut key = Vec::with_capacity(32);
-                let mut o = Outcome::default();
+                let mut ex = Exec::new(eng);
                 let mut tick = pb.ticker();
                 for n in range {
                     ycsb::key_name(n, &mut key);
                     let v = vs.next(record);
-                    let t0 = Instant::now();
-                    eng.put(&key, v)?;
-                    o.lat.record_since(t0);
+                    ex.op(Op::Put(&key, v), false)?;
                     dense.put(n, key.len(), v.len());
-                    o.user_written += (key.len() + v.len()) as u64;
-                    o.ops += 1;
+                    ex.o.user_written += (key.len() + v.len()) as u64;
+                    ex.o.ops += 1;
                     tick.tick(1);
                 }
+                let mut o = ex.finish()?;
                 o.count("inserts", o.ops);
                 Ok(o)
             });
@@ -1010,10 +1152,12 @@ impl EngineRun<'_> {
                 let mut rng = rng(cfg.seed, stream + t as u64);
                 let mut vs = values.fork(stream + t as u64);
                 let mut key = Vec::with_capacity(32);
-                let mut buf = Vec::new();
-                let mut res = ScanResult::default();
-                let mut o = Outcome::default();
-                let mut c = [0u64; 6]; // read, update, insert, scan, rmw, scan entries
+                let mut ex = Exec::new(eng);
+                // Inserted records not acknowledged yet (queued in a
+                // chunk): (operations run once it has run, record).
+                let mut unacked: std::collections::VecDeque<(u64, u64)> = Default::default();
+                let mut queued = 0u64;
+                let mut c = [0u64; 5]; // read, update, insert, scan, rmw
                 let mut tick = pb.ticker();
                 for _ in range {
                     let op = gen.next_op(&mut rng);
@@ -1023,64 +1167,58 @@ impl EngineRun<'_> {
                     | YcsbOp::Scan(k, _)
                     | YcsbOp::ReadModifyWrite(k)) = op;
                     ycsb::key_name(k, &mut key);
-                    let t0 = Instant::now();
                     match op {
                         YcsbOp::Read(_) => {
                             c[0] += 1;
-                            if eng.get(&key, &mut buf)? {
-                                o.user_read += buf.len() as u64;
-                            } else {
-                                o.not_found += 1;
-                            }
+                            ex.op(Op::Get(&key), false)?;
                         }
                         YcsbOp::Update(_) => {
                             c[1] += 1;
                             let v = vs.next(cfg.field_length);
-                            eng.put(&key, v)?;
+                            ex.op(Op::Put(&key, v), false)?;
                             dense.put(k, key.len(), v.len());
-                            o.user_written += (key.len() + v.len()) as u64;
+                            ex.o.user_written += (key.len() + v.len()) as u64;
                         }
                         YcsbOp::Insert(_) => {
                             c[2] += 1;
                             let v = vs.next(record);
-                            eng.put(&key, v)?;
+                            ex.op(Op::Put(&key, v), false)?;
                             dense.put(k, key.len(), v.len());
-                            seq.acknowledge(k);
-                            o.user_written += (key.len() + v.len()) as u64;
+                            unacked.push_back((queued + 1, k));
+                            ex.o.user_written += (key.len() + v.len()) as u64;
                         }
                         YcsbOp::Scan(_, len) => {
                             c[3] += 1;
-                            eng.scan(&key, len as usize, &mut res)?;
-                            c[5] += res.entries;
-                            o.user_read += res.key_bytes + res.value_bytes;
+                            ex.op(Op::Scan(&key, len as usize), false)?;
                         }
                         YcsbOp::ReadModifyWrite(_) => {
                             c[4] += 1;
-                            if eng.get(&key, &mut buf)? {
-                                o.user_read += buf.len() as u64;
-                            } else {
-                                o.not_found += 1;
-                            }
+                            ex.op(Op::Get(&key), true)?;
+                            queued += 1;
                             let v = vs.next(cfg.field_length);
-                            eng.put(&key, v)?;
+                            ex.op(Op::Put(&key, v), false)?;
                             dense.put(k, key.len(), v.len());
-                            o.user_written += (key.len() + v.len()) as u64;
+                            ex.o.user_written += (key.len() + v.len()) as u64;
                         }
                     }
-                    o.lat.record_since(t0);
-                    o.ops += 1;
+                    queued += 1;
+                    // An insert is acknowledged (readers may pick its key)
+                    // once it has run.
+                    while unacked.front().is_some_and(|&(at, _)| at <= ex.done()) {
+                        if let Some((_, k)) = unacked.pop_front() {
+                            seq.acknowledge(k);
+                        }
+                    }
+                    ex.o.ops += 1;
                     tick.tick(1);
                 }
-                for (name, n) in [
-                    "reads",
-                    "updates",
-                    "inserts",
-                    "scans",
-                    "read_modify_writes",
-                    "scan_entries",
-                ]
-                .iter()
-                .zip(c)
+                let mut o = ex.finish()?;
+                for (_, k) in unacked {
+                    seq.acknowledge(k);
+                }
+                for (name, n) in ["reads", "updates", "inserts", "scans", "read_modify_writes"]
+                    .iter()
+                    .zip(c)
                 {
                     o.count(name, n);
                 }
@@ -1222,6 +1360,128 @@ mod tests {
             }
             assert_eq!(next, total);
         }
+    }
+}
+
+#[cfg(test)]
+mod exec_tests {
+    use super::*;
+    use crate::engine::{BatchOp, EngineStats};
+    use std::collections::BTreeMap;
+
+    /// A map behind the engine trait, handed operations one at a time or
+    /// in chunks of `chunk` (run by the trait's default `run_chunk`).
+    struct MapEngine {
+        map: Mutex<BTreeMap<Vec<u8>, Vec<u8>>>,
+        chunk: usize,
+    }
+
+    impl Engine for MapEngine {
+        fn label(&self) -> &str {
+            "map"
+        }
+        fn put(&self, k: &[u8], v: &[u8]) -> Result<()> {
+            self.map.lock().unwrap().insert(k.to_vec(), v.to_vec());
+            Ok(())
+        }
+        fn get(&self, k: &[u8], buf: &mut Vec<u8>) -> Result<bool> {
+            buf.clear();
+            match self.map.lock().unwrap().get(k) {
+                Some(v) => {
+                    buf.extend_from_slice(v);
+                    Ok(true)
+                }
+                None => Ok(false),
+            }
+        }
+        fn delete(&self, k: &[u8]) -> Result<()> {
+            self.map.lock().unwrap().remove(k);
+            Ok(())
+        }
+        fn write_batch(&self, _: &[BatchOp<'_>]) -> Result<()> {
+            unimplemented!("not used by Exec")
+        }
+        fn scan(&self, start: &[u8], n: usize, out: &mut ScanResult) -> Result<()> {
+            out.clear();
+            for (k, v) in self.map.lock().unwrap().range(start.to_vec()..).take(n) {
+                out.entries += 1;
+                out.key_bytes += k.len() as u64;
+                out.value_bytes += v.len() as u64;
+                out.last_key = k.clone();
+            }
+            Ok(())
+        }
+        fn flush(&self) -> Result<()> {
+            Ok(())
+        }
+        fn stats(&self) -> Result<EngineStats> {
+            Ok(EngineStats::default())
+        }
+        fn path(&self) -> &Path {
+            Path::new(".")
+        }
+        fn settings(&self) -> serde_json::Value {
+            serde_json::Value::Null
+        }
+        fn chunk_len(&self) -> usize {
+            self.chunk
+        }
+        fn close(self: Box<Self>) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Runs one script of operations, returning the outcome, the map left
+    /// behind, and how many operations had run after each of the first 50.
+    fn run(chunk: usize) -> (Outcome, BTreeMap<Vec<u8>, Vec<u8>>, Vec<u64>) {
+        let eng = MapEngine {
+            map: Mutex::new(BTreeMap::new()),
+            chunk,
+        };
+        let mut ex = Exec::new(&eng);
+        let mut done_after = Vec::new();
+        for i in 0..50u8 {
+            ex.op(Op::Put(&[b'k', i], &[i; 3]), false).unwrap();
+            done_after.push(ex.done());
+        }
+        for i in 0..10u8 {
+            ex.op(Op::Delete(&[b'k', i * 5]), false).unwrap();
+        }
+        for i in 40..60u8 {
+            ex.op(Op::Get(&[b'k', i]), false).unwrap();
+        }
+        ex.op(Op::Scan(b"k", 7), false).unwrap();
+        ex.op(Op::Scan(b"z", 7), false).unwrap();
+        // A read-modify-write: one latency for two operations.
+        ex.op(Op::Get(&[b'k', 1]), true).unwrap();
+        ex.op(Op::Put(&[b'k', 1], b"new"), false).unwrap();
+        let o = ex.finish().unwrap();
+        let map = eng.map.into_inner().unwrap();
+        (o, map, done_after)
+    }
+
+    #[test]
+    fn chunks_account_as_single_operations_do() {
+        let (one, map1, done1) = run(1);
+        let (many, map64, done64) = run(16);
+        assert_eq!(map1, map64);
+        assert_eq!(map1.get(&b"k\x01"[..]), Some(&b"new".to_vec()));
+        // 20 gets: 40..50 found but 40 and 45 (deleted), 50..60 missing.
+        for o in [&one, &many] {
+            assert_eq!(o.not_found, 12, "{o:?}");
+            // 8 found gets, 7 scanned entries, the read of the last write.
+            assert_eq!(o.user_read, 8 * 3 + 7 * (2 + 3) + 3, "{o:?}");
+            assert_eq!(o.counts.get("scan_entries"), Some(&7));
+            assert_eq!(o.counts.get("empty_scans"), Some(&1));
+            // 50 + 10 + 20 + 2 latencies, the read-modify-write one.
+            assert_eq!(o.lat.count(), 83);
+        }
+        // Operations count as done when they have run, not when queued:
+        // at once one at a time, sixteen at a time in chunks.
+        assert_eq!(done1, (1..=50).collect::<Vec<u64>>());
+        assert_eq!(done64[14], 0);
+        assert_eq!(done64[15], 16);
+        assert_eq!(done64[49], 48);
     }
 }
 

@@ -25,10 +25,13 @@ fn peer_specs_parse_and_print() {
         "fjall:x".parse::<EngineSpec>(),
         Err(BenchError::InvalidArgument(_))
     ));
-    assert!(matches!(
-        "badger".parse::<EngineSpec>(),
-        Err(BenchError::Unavailable(_))
-    ));
+    // Badger parses; tests neither build it (feature off) nor run it
+    // (debug builds), and it says how to build it.
+    let b: EngineSpec = "badger".parse().unwrap();
+    assert_eq!(b, EngineSpec::Badger { kv: false });
+    let e = b.check_available().unwrap_err();
+    assert!(matches!(e, BenchError::Unavailable(_)), "{e}");
+    assert!(e.to_string().contains("badger"), "{e}");
     assert!("blobdb".parse::<EngineSpec>().is_err());
     // Tests never build RocksDB (feature off) and run in debug builds.
     let e = EngineSpec::RocksDb { blob: true }
@@ -53,6 +56,10 @@ fn catalogue_lists_peers() {
     );
     assert!(!find("leveldb").1);
     assert!(!find("badger").1);
+    assert!(!find("badger-kv").1);
+    assert!(
+        find("badger-kv").2.contains("--features badger") || find("badger-kv").2.contains("debug")
+    );
     let avail = EngineSpec::available();
     assert!(avail.contains(&EngineSpec::Fjall { kv: false }));
     assert!(avail.contains(&EngineSpec::Fjall { kv: true }));

@@ -1,9 +1,12 @@
-//! Peer engines: fjall (always built), RocksDB (cargo feature `rocksdb`)
-//! and LevelDB (cargo feature `leveldb`). They keep sepkv's defaults where the engines have a
-//! matching knob (128-byte separation threshold, 32 MiB block cache, no
-//! compression) and report their I/O through the process's counters, as
-//! neither has per-category accounting comparable to sepkv's.
+//! Peer engines: fjall (always built), RocksDB (cargo feature `rocksdb`),
+//! LevelDB (cargo feature `leveldb`) and Badger (cargo feature `badger`).
+//! They keep sepkv's defaults where the engines have a matching knob
+//! (128-byte separation threshold, 32 MiB block cache, no compression;
+//! RocksDB and Badger also take its 8 MiB memtable) and report their I/O through the process's counters, as
+//! none has per-category accounting comparable to sepkv's.
 
+#[cfg(feature = "badger")]
+pub mod badger;
 pub mod fjall;
 #[cfg(feature = "leveldb")]
 pub mod leveldb;
