@@ -34,7 +34,11 @@
 #   --plot           also write OUT/plots/*.svg and OUT/plots/*.png
 #   --sync           sync every write
 #   --features F     cargo features of the build (e.g. rocksdb or
-#                    rocksdb,leveldb)
+#                    rocksdb,leveldb); badger is added when Go 1.24 or
+#                    newer is present (scripts/setup-deps.sh badger)
+#   --no-badger      do not add the badger feature
+#   --scale-threads N  also run readrandom, ycsb-a and readwhilewriting with
+#                    N client threads (default 4; 0: skip), see below
 #   --bin PATH       use this sepkv binary instead of building one
 #   --no-direct      skip the direct-I/O read runs (see below)
 #   --memory-limit B also run the device-bound set (see below) with the
@@ -46,6 +50,11 @@
 # and LevelDB read through the page cache only): those engines run
 # readrandom, seekrandom and ycsb-c once more with --direct-io, labelled
 # ENGINE+direct.
+#
+# Scaling: every engine also runs readrandom, ycsb-a and readwhilewriting
+# with --scale-threads client threads (results in OUT/threads-N/), and
+# OUT/scaling.md sets each engine's throughput there beside its figure
+# from the main set (run with --threads), with the ratio.
 #
 # With --memory-limit, every engine also runs the device-bound set —
 # fillrandom, readrandom, seekrandom, ycsb-c, ycsb-e and the update
@@ -68,6 +77,8 @@ features=""
 bin=""
 direct=1
 memory_limit=""
+badger=1
+scale_threads=4
 while [ $# -gt 0 ]; do
     case "$1" in
         --num) num="$2"; shift 2 ;;
@@ -83,11 +94,23 @@ while [ $# -gt 0 ]; do
         --bin) bin="$2"; shift 2 ;;
         --no-direct) direct=0; shift ;;
         --memory-limit) memory_limit="$2"; shift 2 ;;
-        -h|--help) sed -n '2,56p' "$0"; exit 0 ;;
+        --no-badger) badger=0; shift ;;
+        --scale-threads) scale_threads="$2"; shift 2 ;;
+        -h|--help) sed -n '2,63p' "$0"; exit 0 ;;
         *) echo "compare.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
 [ -n "$ops" ] || ops=$(( num / 10 > 0 ? num / 10 : 1 ))
+
+if [ -z "$bin" ] && [ "$badger" = 1 ] && [[ "$features" != *badger* ]]; then
+    # Badger runs through a Go driver linked into sepkv: build it when Go
+    # is here.
+    if "$here/scripts/setup-deps.sh" badger; then
+        features="${features:+$features,}badger"
+    else
+        echo "compare.sh: no Go 1.24 or newer: the Badger peers are left out" >&2
+    fi
+fi
 
 if [ -z "$bin" ] && [[ "$features" == *rocksdb* ]]; then
     # The directory of libclang goes to LIBCLANG_PATH only where clang-sys
@@ -127,7 +150,7 @@ if [ -z "$engines" ]; then
 fi
 [ -n "$engines" ] || { echo "compare.sh: no engine available" >&2; exit 2; }
 
-workloads="fillrandom,overwrite,readrandom,seekrandom,ycsb-load,ycsb-a,ycsb-b,ycsb-c,ycsb-d,ycsb-e,ycsb-f,update"
+workloads="fillrandom,overwrite,readrandom,seekrandom,readwhilewriting,ycsb-load,ycsb-a,ycsb-b,ycsb-c,ycsb-d,ycsb-e,ycsb-f,update"
 mkdir -p "$out"
 echo "compare.sh: engines $engines; num $num; ops $ops; value $value_size B; threads $threads" >&2
 
@@ -199,12 +222,59 @@ if [ -n "$memory_limit" ]; then
     fi
 fi
 
+if [ "$scale_threads" -gt 0 ] 2>/dev/null; then
+    sdir="$out/threads-$scale_threads"
+    mkdir -p "$sdir"
+    sjsons=()
+    for e in "${list[@]}"; do
+        name="${e//[:+]/-}"
+        args=(bench --engine "$e" --workload readrandom,ycsb-a,readwhilewriting --num "$num"
+              --ops "$ops" --value-size "$value_size" --threads "$scale_threads" --no-progress
+              --json "$sdir/$name.json")
+        [ -z "$sync" ] || args+=("$sync")
+        dbargs=()
+        [ -z "$db" ] || dbargs=(--db "$db/$name-threads")
+        echo "== $e ($scale_threads threads)" >&2
+        if ! "$bin" "${dbargs[@]}" "${args[@]}" > "$sdir/$name.txt"; then
+            failed+=("$e ($scale_threads threads)")
+            echo "compare.sh: $e with $scale_threads threads failed" >&2
+        fi
+        [ -f "$sdir/$name.json" ] && sjsons+=("$sdir/$name.json")
+    done
+    if [ ${#sjsons[@]} -gt 0 ]; then
+        "$bin" bench --from-json "$(IFS=,; echo "${sjsons[*]}")" --markdown "$sdir/results.md" \
+            --json "$sdir/results.json" > "$sdir/results.txt"
+        # The scaling table: each engine's run phases at both thread counts.
+        if command -v python3 > /dev/null 2>&1; then
+            python3 - "$out" "$sdir" "$threads" "$scale_threads" > "$out/scaling.md" <<'PY'
+import json, os, sys
+out, sdir, base, scaled = sys.argv[1:5]
+def load(d):
+    rows = {}
+    for f in sorted(os.listdir(d)):
+        if f.endswith(".json") and f != "results.json":
+            for r in json.load(open(os.path.join(d, f))):
+                if r["phase"] == "run":
+                    rows[(r["engine"], r["workload"])] = r["ops_per_sec"]
+    return rows
+one, many = load(out), load(sdir)
+print(f"| engine | workload | {base} thread(s), kops/s | {scaled} threads, kops/s | ratio |")
+print("| --- | --- | ---: | ---: | ---: |")
+for (e, w), v in sorted(many.items()):
+    b = one.get((e, w))
+    ratio = f"{v / b:.2f}x" if b else "-"
+    print(f"| {e} | {w} | {b / 1e3:.1f} | {v / 1e3:.1f} | {ratio} |" if b else f"| {e} | {w} | - | {v / 1e3:.1f} | - |")
+PY
+        fi
+    fi
+fi
+
 [ ${#jsons[@]} -gt 0 ] || { echo "compare.sh: no results" >&2; exit 1; }
 combine=(bench --from-json "$(IFS=,; echo "${jsons[*]}")" --markdown "$out/results.md" --json "$out/results.json")
 [ "$plot" = 0 ] || combine+=(--plot "$out/plots")
 "$bin" "${combine[@]}" > "$out/results.txt"
 cat "$out/results.txt"
-echo "compare.sh: results in $out (results.md, results.json, per-engine .json and .txt)" >&2
+echo "compare.sh: results in $out (results.md, results.json, per-engine .json and .txt; scaling.md)" >&2
 if [ ${#failed[@]} -gt 0 ]; then
     echo "compare.sh: failed engines: ${failed[*]}" >&2
     exit 1

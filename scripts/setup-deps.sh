@@ -11,6 +11,9 @@
 #             (leveldb-sys builds the bundled LevelDB 1.22 with cmake; under
 #             GCC its build fails, so the build runs with CC=clang
 #             CXX=clang++).
+#   badger    what the `badger` cargo feature needs: Go 1.24 or newer (not
+#             installed here: distributions often ship older releases; get
+#             one from the Go project) and a C compiler for cgo.
 #   fonts     a TrueType font for the PNG charts of `sepkv bench --plot`
 #             (DejaVu Sans); without one only SVG charts are written.
 #
@@ -111,6 +114,25 @@ setup_leveldb() {
     say "leveldb build dependencies present (cmake, clang)"
 }
 
+# Go 1.24 or newer on PATH (or $GO) and a C compiler for cgo.
+setup_badger() {
+    local go="${GO:-go}" v
+    if ! command -v "$go" > /dev/null 2>&1; then
+        say "the badger feature needs Go 1.24 or newer; no '$go' on PATH"
+        return 1
+    fi
+    v="$(GOTOOLCHAIN=local "$go" env GOVERSION 2>/dev/null | sed 's/^go//')"
+    if ! printf '1.24\n%s\n' "$v" | sort -C -V; then
+        say "the badger feature needs Go 1.24 or newer; '$go' is ${v:-of unknown version}"
+        return 1
+    fi
+    if ! command -v cc > /dev/null 2>&1 && ! command -v gcc > /dev/null 2>&1; then
+        say "the badger feature needs a C compiler for cgo"
+        apt_install gcc || return 1
+    fi
+    say "badger build dependencies present (Go $v, a C compiler)"
+}
+
 # Where sepkv bench looks for a font first (see crates/sepkv-bench/src/plot.rs).
 font_paths=(
     /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
@@ -138,15 +160,16 @@ setup_fonts() {
     font_ok || { say "still no font found"; return 1; }
 }
 
-[ $# -gt 0 ] || { sed -n '2,20p' "$0" >&2; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,24p' "$0" >&2; exit 2; }
 status=0
 for what in "$@"; do
     case "$what" in
         rocksdb) setup_rocksdb || status=1 ;;
         leveldb) setup_leveldb || status=1 ;;
+        badger) setup_badger || status=1 ;;
         fonts) setup_fonts || status=1 ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
-        *) say "unknown dependency '$what' (rocksdb, leveldb, fonts)"; exit 2 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        *) say "unknown dependency '$what' (rocksdb, leveldb, badger, fonts)"; exit 2 ;;
     esac
 done
 exit "$status"

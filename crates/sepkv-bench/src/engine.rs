@@ -350,7 +350,7 @@ pub enum EngineSpec {
     /// sepkv with one of its presets, plus tuning flags
     /// (`sepkv:wisckey+nowal+noprefetch`).
     Sepkv(Preset, Tuning),
-    /// fjall 2.x; `kv`: key-value separation (`fjall-kv`).
+    /// fjall 3.x; `kv`: key-value separation (`fjall-kv`).
     Fjall {
         /// Key-value separation with a 128-byte threshold.
         kv: bool,
@@ -478,12 +478,12 @@ const PEERS: [(&str, EngineSpec, &str); 7] = [
     (
         "fjall",
         EngineSpec::Fjall { kv: false },
-        "fjall 2.x LSM-tree, no compression, 32 MiB cache",
+        "fjall 3.x LSM-tree, no compression, 32 MiB cache",
     ),
     (
         "fjall-kv",
         EngineSpec::Fjall { kv: true },
-        "fjall 2.x with key-value separation at 128 B, blob GC at each phase's flush",
+        "fjall 3.x with key-value separation at 128 B, blob GC in compactions (staleness 0.5)",
     ),
     (
         "rocksdb",
