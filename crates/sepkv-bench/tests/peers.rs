@@ -103,6 +103,12 @@ fn phase<'a>(reports: &'a [PhaseReport], workload: &str, phase: &str) -> &'a Pha
 }
 
 fn check_peer_run(reports: &[PhaseReport], label: &str) {
+    check_run(reports, label, "fjall");
+}
+
+/// What every peer's small run must show: every record written and read
+/// back, scans that read entries, and the process's I/O as the engine's.
+fn check_run(reports: &[PhaseReport], label: &str, engine: &str) {
     let fill = phase(reports, "fillrandom", "run");
     assert_eq!(fill.ops, 2000);
     assert_eq!(fill.live_records, 2000);
@@ -117,7 +123,7 @@ fn check_peer_run(reports: &[PhaseReport], label: &str) {
     phase(reports, "update", "update-1");
     for r in reports {
         assert_eq!(r.engine, label);
-        assert_eq!(r.engine_options["engine"], "fjall");
+        assert_eq!(r.engine_options["engine"], engine);
         assert_eq!(r.engine_options["compression"], "none");
         assert!(
             r.notes.iter().any(|n| n.contains("/proc/self/io")),
@@ -195,4 +201,22 @@ fn fjall_kv_end_to_end_small_separates_values() {
         "1000-byte values go to blob files: {:?}",
         r.engine_counters
     );
+}
+
+/// Badger's small runs, through its Go driver and the chunked operations:
+/// only in a release build with the feature `badger`
+/// (`cargo test --release --features badger -p sepkv-bench --test peers`).
+#[cfg(all(feature = "badger", not(debug_assertions)))]
+#[test]
+fn badger_end_to_end_small() {
+    for (kv, label) in [(false, "badger"), (true, "badger-kv")] {
+        let reports = run_small(EngineSpec::Badger { kv });
+        check_run(&reports, label, "badger");
+        let r = phase(&reports, "fillrandom", "run");
+        let threshold = if kv { 128 } else { 1 << 20 };
+        assert_eq!(r.engine_options["value_threshold"], threshold);
+        assert!(r.engine_counters.contains_key("vlog_gc_runs"));
+        // Chunked operations are timed one by one, in the driver.
+        assert!(r.latency_us.p50 > 0.0 && r.latency_us.p50 <= r.latency_us.max);
+    }
 }
