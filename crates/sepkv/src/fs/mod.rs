@@ -177,6 +177,22 @@ pub trait FileSystem: Send + Sync + 'static {
     /// Makes the entries of directory `dir` durable (creations, renames,
     /// removals).
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Makes durable, in one call, everything already handed to the OS
+    /// (appended and flushed, see [`WritableFile::flush`]) in every file
+    /// of the file system holding `dir`, with their sizes and the
+    /// directory entries of `dir`; `Ok(false)` when this file system
+    /// cannot (the default), and the caller then syncs file by file.
+    /// Worth it where many files were written since their last sync: one
+    /// call in place of a sync (and, on a journaling file system, a
+    /// journal commit) per file.
+    ///
+    /// # Errors
+    /// The sync's I/O error; durability is then unknown, as after a
+    /// failed [`WritableFile::sync`].
+    fn sync_file_system(&self, dir: &Path) -> io::Result<bool> {
+        let _ = dir;
+        Ok(false)
+    }
     /// Length of a file in bytes.
     fn file_size(&self, path: &Path) -> io::Result<u64>;
     /// Bytes the file occupies on the device (allocated blocks, as `du`

@@ -291,6 +291,9 @@ impl FileSystem for DirectReadFs {
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         StdFs.sync_dir(dir)
     }
+    fn sync_file_system(&self, dir: &Path) -> io::Result<bool> {
+        StdFs.sync_file_system(dir)
+    }
     fn file_size(&self, path: &Path) -> io::Result<u64> {
         StdFs.file_size(path)
     }
@@ -400,6 +403,22 @@ impl FileSystem for StdFs {
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
+    }
+
+    /// `syncfs(2)` on `dir`: the data, sizes and directory entries of
+    /// every file of its file system (Linux reports writeback errors
+    /// through it since 5.8).
+    fn sync_file_system(&self, dir: &Path) -> io::Result<bool> {
+        use std::os::unix::io::AsRawFd;
+        let d = File::open(dir)?;
+        // SAFETY: a plain system call on a descriptor that stays open for
+        // its duration.
+        #[allow(unsafe_code)]
+        let r = unsafe { libc::syncfs(d.as_raw_fd()) };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(true)
     }
 
     fn file_size(&self, path: &Path) -> io::Result<u64> {
