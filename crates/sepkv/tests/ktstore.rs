@@ -1,7 +1,7 @@
 //! TrieTable (`ktstore` preset) scenarios: span reads against point reads,
 //! splitting on real key shapes, GC per table, reopen and recovery, damage.
 
-use sepkv::fs::{FaultFs, FaultKind, FaultOp, FaultRule, FileSystem, IoStats, MemFs};
+use sepkv::fs::{FaultFs, FaultKind, FaultOp, FaultRule, FileSystem, IoStats, MemFs, StdFs};
 use sepkv::vstore::trie::{TrieOptions, TrieStore};
 use sepkv::vstore::{ValuePointer, ValueRecord, ValueStore};
 use sepkv::{Db, Error, Options, Preset, ReadOptions, WriteOptions};
@@ -979,5 +979,98 @@ fn capacity_runs_gc_first_and_refuses_only_live_data() {
     }
     for i in 0..(n - 2) / 4 {
         assert_eq!(db.get(key(20_000 + i)).unwrap(), Some(value(i, 1)));
+    }
+}
+
+/// The std file system, counting the file-system-wide syncs asked of it.
+struct SyncCountingFs(std::sync::atomic::AtomicU64);
+
+impl FileSystem for SyncCountingFs {
+    fn create(&self, p: &Path) -> std::io::Result<Box<dyn sepkv::fs::WritableFile>> {
+        StdFs.create(p)
+    }
+    fn open_append(&self, p: &Path) -> std::io::Result<Box<dyn sepkv::fs::WritableFile>> {
+        StdFs.open_append(p)
+    }
+    fn open_read(&self, p: &Path) -> std::io::Result<Box<dyn sepkv::fs::RandomAccessFile>> {
+        StdFs.open_read(p)
+    }
+    fn exists(&self, p: &Path) -> bool {
+        StdFs.exists(p)
+    }
+    fn is_dir(&self, p: &Path) -> bool {
+        StdFs.is_dir(p)
+    }
+    fn list(&self, d: &Path) -> std::io::Result<Vec<String>> {
+        StdFs.list(d)
+    }
+    fn remove(&self, p: &Path) -> std::io::Result<()> {
+        StdFs.remove(p)
+    }
+    fn rename(&self, a: &Path, b: &Path) -> std::io::Result<()> {
+        StdFs.rename(a, b)
+    }
+    fn create_dir_all(&self, d: &Path) -> std::io::Result<()> {
+        StdFs.create_dir_all(d)
+    }
+    fn sync_dir(&self, d: &Path) -> std::io::Result<()> {
+        StdFs.sync_dir(d)
+    }
+    fn sync_file_system(&self, d: &Path) -> std::io::Result<bool> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        StdFs.sync_file_system(d)
+    }
+    fn file_size(&self, p: &Path) -> std::io::Result<u64> {
+        StdFs.file_size(p)
+    }
+    fn lock(&self, p: &Path) -> std::io::Result<Box<dyn sepkv::fs::FileLock>> {
+        StdFs.lock(p)
+    }
+}
+
+/// A sync with many leaves' tables written syncs them with one
+/// file-system sync, and what it made durable reads back after a reopen.
+#[test]
+fn many_written_tables_sync_in_one_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = Arc::new(SyncCountingFs(Default::default()));
+    let topts = TrieOptions {
+        value_threshold: 1,
+        table_size: 64 << 10,
+        roll_size: 64 << 10,
+        split_skew: 1.0,
+        sort_sealed: false,
+        prefetch_threads: 4,
+        max_open_writers: 500,
+        capacity: None,
+    };
+    let open = || {
+        TrieStore::open(
+            dir.path(),
+            fs.clone(),
+            Arc::new(IoStats::default()),
+            topts.clone(),
+        )
+        .unwrap()
+    };
+    let s = open();
+    let mut ptrs = Vec::new();
+    for (seq, i) in shuffled(4000, 7).into_iter().enumerate() {
+        ptrs.push((i, put(&s, &key(i), seq as u64 + 1, &value(i, 0))));
+    }
+    let leaves = figures(&s)["trie_leaves"];
+    assert!(leaves >= 16, "{leaves} leaves");
+    let before = fs.0.load(Ordering::Relaxed);
+    // One value into every leaf's table, then a sync.
+    for (seq, i) in (0..4000).step_by(40).enumerate() {
+        ptrs.push((i, put(&s, &key(i), 10_000 + seq as u64, &value(i, 1))));
+    }
+    s.sync().unwrap();
+    assert!(fs.0.load(Ordering::Relaxed) > before);
+    drop(s);
+    let s = open();
+    for (i, p) in ptrs.iter().rev().take(100) {
+        let got = s.read(&key(*i), p).unwrap().unwrap();
+        assert!(got == value(*i, 0) || got == value(*i, 1));
     }
 }
