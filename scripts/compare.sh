@@ -154,96 +154,71 @@ workloads="fillrandom,overwrite,readrandom,seekrandom,readwhilewriting,ycsb-load
 mkdir -p "$out"
 echo "compare.sh: engines $engines; num $num; ops $ops; value $value_size B; threads $threads" >&2
 
-jsons=()
 failed=()
 IFS=',' read -ra list <<< "$engines"
-for e in "${list[@]}"; do
-    name="${e//[:+]/-}"
-    args=(bench --engine "$e" --workload "$workloads" --num "$num" --ops "$ops"
-          --value-size "$value_size" --threads "$threads" --no-progress
-          --json "$out/$name.json")
-    [ -z "$sync" ] || args+=("$sync")
-    dbargs=()
-    if [ -n "$db" ]; then
-        mkdir -p "$db"
-        dbargs=(--db "$db/$name")
-    fi
-    echo "== $e" >&2
-    if "$bin" "${dbargs[@]}" "${args[@]}" > "$out/$name.txt"; then
-        :
-    else
-        failed+=("$e")
-        echo "compare.sh: $e failed (partial results, if any, are in $out/$name.json)" >&2
-    fi
-    [ -f "$out/$name.json" ] && jsons+=("$out/$name.json")
-done
+[ -z "$db" ] || mkdir -p "$db"
 
-if [ "$direct" = 1 ]; then
+# run_set DIR SUFFIX WHAT WORKLOADS [ARG...]: one `sepkv bench` per engine
+# of the list (with SUFFIX -direct: only those with direct reads) running
+# WORKLOADS with ARGs, into DIR/<engine>SUFFIX.json and .txt. The JSON
+# files made go to the array set_jsons; a failed engine to failed.
+run_set() {
+    local dir="$1" suffix="$2" what="$3" wl="$4"
+    shift 4
+    local e name args dbargs tag="${dir#"$out"}"
+    tag="${tag//\//-}"
+    set_jsons=()
+    mkdir -p "$dir"
     for e in "${list[@]}"; do
-        case "$e" in rocksdb|rocksdb-blob|sepkv:*) ;; *) continue ;; esac
-        name="${e//[:+]/-}-direct"
-        args=(bench --engine "$e" --workload readrandom,seekrandom,ycsb-c --num "$num"
-              --ops "$ops" --value-size "$value_size" --threads "$threads" --no-progress
-              --direct-io --json "$out/$name.json")
+        if [ "$suffix" = -direct ]; then
+            case "$e" in rocksdb|rocksdb-blob|sepkv:*) ;; *) continue ;; esac
+        fi
+        name="${e//[:+]/-}$suffix"
+        args=(bench --engine "$e" --workload "$wl" --num "$num" --ops "$ops"
+              --value-size "$value_size" --no-progress --json "$dir/$name.json" "$@")
         [ -z "$sync" ] || args+=("$sync")
         dbargs=()
-        [ -z "$db" ] || dbargs=(--db "$db/$name")
-        echo "== $e (direct reads)" >&2
-        if ! "$bin" "${dbargs[@]}" "${args[@]}" > "$out/$name.txt"; then
-            failed+=("$e+direct")
-            echo "compare.sh: $e with direct reads failed" >&2
+        [ -z "$db" ] || dbargs=(--db "$db/$name$tag")
+        echo "== $e${what:+ ($what)}" >&2
+        if ! "$bin" "${dbargs[@]}" "${args[@]}" > "$dir/$name.txt"; then
+            failed+=("$e${what:+ ($what)}")
+            echo "compare.sh: $e${what:+ ($what)} failed (partial results, if any, are in $dir/$name.json)" >&2
         fi
-        [ -f "$out/$name.json" ] && jsons+=("$out/$name.json")
+        if [ -f "$dir/$name.json" ]; then
+            set_jsons+=("$dir/$name.json")
+        fi
     done
+}
+
+# combine DIR JSON...: the tables (and charts) of one set.
+combine() {
+    local dir="$1"
+    shift
+    local c=(bench --from-json "$(IFS=,; echo "$*")" --markdown "$dir/results.md" --json "$dir/results.json")
+    [ "$plot" = 0 ] || c+=(--plot "$dir/plots")
+    "$bin" "${c[@]}" > "$dir/results.txt"
+}
+
+run_set "$out" "" "" "$workloads" --threads "$threads"
+jsons=("${set_jsons[@]}")
+if [ "$direct" = 1 ]; then
+    run_set "$out" -direct "direct reads" readrandom,seekrandom,ycsb-c --threads "$threads" --direct-io
+    jsons+=("${set_jsons[@]}")
 fi
 
 if [ -n "$memory_limit" ]; then
-    mkdir -p "$out/device"
-    djsons=()
-    for e in "${list[@]}"; do
-        name="${e//[:+]/-}"
-        args=(bench --engine "$e" --workload fillrandom,readrandom,seekrandom,ycsb-c,ycsb-e,update
-              --num "$num" --ops "$ops" --value-size "$value_size" --threads "$threads"
-              --memory-limit "$memory_limit" --no-progress --json "$out/device/$name.json")
-        [ -z "$sync" ] || args+=("$sync")
-        dbargs=()
-        [ -z "$db" ] || dbargs=(--db "$db/$name-device")
-        echo "== $e (device-bound, memory limit $memory_limit)" >&2
-        if ! "$bin" "${dbargs[@]}" "${args[@]}" > "$out/device/$name.txt"; then
-            failed+=("$e (device-bound)")
-            echo "compare.sh: $e device-bound failed" >&2
-        fi
-        [ -f "$out/device/$name.json" ] && djsons+=("$out/device/$name.json")
-    done
-    if [ ${#djsons[@]} -gt 0 ]; then
-        dcombine=(bench --from-json "$(IFS=,; echo "${djsons[*]}")" --markdown "$out/device/results.md" --json "$out/device/results.json")
-        [ "$plot" = 0 ] || dcombine+=(--plot "$out/device/plots")
-        "$bin" "${dcombine[@]}" > "$out/device/results.txt"
-    fi
+    run_set "$out/device" "" "device-bound, memory limit $memory_limit" \
+        fillrandom,readrandom,seekrandom,ycsb-c,ycsb-e,update --threads "$threads" \
+        --memory-limit "$memory_limit"
+    [ ${#set_jsons[@]} -eq 0 ] || combine "$out/device" "${set_jsons[@]}"
 fi
 
 if [ "$scale_threads" -gt 0 ] 2>/dev/null; then
     sdir="$out/threads-$scale_threads"
-    mkdir -p "$sdir"
-    sjsons=()
-    for e in "${list[@]}"; do
-        name="${e//[:+]/-}"
-        args=(bench --engine "$e" --workload readrandom,ycsb-a,readwhilewriting --num "$num"
-              --ops "$ops" --value-size "$value_size" --threads "$scale_threads" --no-progress
-              --json "$sdir/$name.json")
-        [ -z "$sync" ] || args+=("$sync")
-        dbargs=()
-        [ -z "$db" ] || dbargs=(--db "$db/$name-threads")
-        echo "== $e ($scale_threads threads)" >&2
-        if ! "$bin" "${dbargs[@]}" "${args[@]}" > "$sdir/$name.txt"; then
-            failed+=("$e ($scale_threads threads)")
-            echo "compare.sh: $e with $scale_threads threads failed" >&2
-        fi
-        [ -f "$sdir/$name.json" ] && sjsons+=("$sdir/$name.json")
-    done
-    if [ ${#sjsons[@]} -gt 0 ]; then
-        "$bin" bench --from-json "$(IFS=,; echo "${sjsons[*]}")" --markdown "$sdir/results.md" \
-            --json "$sdir/results.json" > "$sdir/results.txt"
+    run_set "$sdir" "" "$scale_threads threads" readrandom,ycsb-a,readwhilewriting \
+        --threads "$scale_threads"
+    if [ ${#set_jsons[@]} -gt 0 ]; then
+        combine "$sdir" "${set_jsons[@]}"
         # The scaling table: each engine's run phases at both thread counts.
         if command -v python3 > /dev/null 2>&1; then
             python3 - "$out" "$sdir" "$threads" "$scale_threads" > "$out/scaling.md" <<'PY'
@@ -252,7 +227,8 @@ out, sdir, base, scaled = sys.argv[1:5]
 def load(d):
     rows = {}
     for f in sorted(os.listdir(d)):
-        if f.endswith(".json") and f != "results.json":
+        # The main set's page-cache runs only (not the direct-read ones).
+        if f.endswith(".json") and f != "results.json" and not f.endswith("-direct.json"):
             for r in json.load(open(os.path.join(d, f))):
                 if r["phase"] == "run":
                     rows[(r["engine"], r["workload"])] = r["ops_per_sec"]
@@ -270,9 +246,7 @@ PY
 fi
 
 [ ${#jsons[@]} -gt 0 ] || { echo "compare.sh: no results" >&2; exit 1; }
-combine=(bench --from-json "$(IFS=,; echo "${jsons[*]}")" --markdown "$out/results.md" --json "$out/results.json")
-[ "$plot" = 0 ] || combine+=(--plot "$out/plots")
-"$bin" "${combine[@]}" > "$out/results.txt"
+combine "$out" "${jsons[@]}"
 cat "$out/results.txt"
 echo "compare.sh: results in $out (results.md, results.json, per-engine .json and .txt; scaling.md)" >&2
 if [ ${#failed[@]} -gt 0 ]; then
