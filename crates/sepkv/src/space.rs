@@ -49,7 +49,10 @@
 //! the larger share of what stands between the store and its target, GC
 //! alone cannot say what is dead cheaply; the engine then compacts the
 //! whole index (which is small: keys and pointers), and compaction reports
-//! it ([`Decision::discover`]).
+//! it ([`Decision::discover`]). Until [`SETTLED_SAMPLES`] writes have
+//! been sampled, the share is mostly its prior (every write may
+//! overwrite), and the estimate drives background GC only: it holds no
+//! writer and asks for no index compaction ([`SpaceView::hidden_settled`]).
 //!
 //! # Target, reserve and GC thresholds
 //! - `space_amp_target` is relative: disk ≤ `T` × live. It applies to every
@@ -103,6 +106,11 @@ pub struct SpaceView {
     /// Value bytes that may be garbage compaction has not reported yet
     /// ([`SpaceGovernor::hidden_garbage`]).
     pub hidden_garbage: u64,
+    /// The overwrite share behind `hidden_garbage` rests on at least
+    /// [`SETTLED_SAMPLES`] sampled writes ([`SpaceGovernor::hidden_settled`]);
+    /// before that it is mostly the prior (every write may overwrite), and
+    /// it drives background GC but holds no writer.
+    pub hidden_settled: bool,
     /// The value store's figures.
     pub value: SpaceStats,
     /// The value store's use of `value_capacity` (`None`: unbounded).
@@ -190,10 +198,35 @@ impl SpacePolicy {
         1.0 + (self.target - 1.0) * 0.9
     }
 
-    /// Judges `v`.
+    /// Judges `v`. Hidden garbage that is not settled
+    /// ([`SpaceView::hidden_settled`]) counts for background GC (up to the
+    /// GC band) but neither slows nor stops writers, nor asks for an index
+    /// compaction: at the start of a load the prior alone would call every
+    /// byte written garbage, and writers would run GC over a store with
+    /// nothing to collect.
     pub fn decide(&self, v: &SpaceView) -> Decision {
+        let d = self.decide_with(v, v.hidden_garbage);
+        if v.hidden_settled || d.hidden == 0 {
+            return d;
+        }
+        let w = self.decide_with(v, 0);
+        let bg = |full: Pressure, writers: Pressure| writers.max(full.min(Pressure::Gc));
+        Decision {
+            pressure: bg(d.pressure, w.pressure),
+            target_pressure: bg(d.target_pressure, w.target_pressure),
+            capacity_pressure: bg(d.capacity_pressure, w.capacity_pressure),
+            depth: w.depth,
+            discover: false,
+            collectable: w.collectable,
+            ..d
+        }
+    }
+
+    /// [`SpacePolicy::decide`] with `hidden` bytes of possibly hidden
+    /// garbage.
+    fn decide_with(&self, v: &SpaceView, hidden: u64) -> Decision {
         let span = v.value.live_bytes + v.value.garbage_bytes;
-        let hidden = v.hidden_garbage.min(v.value.live_bytes);
+        let hidden = hidden.min(v.value.live_bytes);
         let live = (v.value.live_bytes - hidden).max(1) as f64;
         let disk = (v.index_bytes + v.value.file_bytes) as f64;
         let amp = disk / live;
@@ -400,6 +433,10 @@ const MIN_REFRESH_BYTES: u64 = 64 << 10;
 /// One write in this many looks its key up to learn whether it overwrites
 /// a separated value.
 pub const OVERWRITE_SAMPLE_EVERY: u64 = 16;
+
+/// Sampled writes from which the hidden-garbage estimate may hold writers
+/// ([`SpaceView::hidden_settled`]).
+pub const SETTLED_SAMPLES: u64 = 32;
 
 impl SpaceGovernor {
     /// A governor for `target` with no view yet (writers are asked to take
@@ -639,6 +676,11 @@ impl SpaceGovernor {
         c.found_base = found;
     }
 
+    /// True once [`SETTLED_SAMPLES`] writes have been sampled since open.
+    pub fn hidden_settled(&self) -> bool {
+        self.cached.lock().samples >= SETTLED_SAMPLES
+    }
+
     /// The share of writes that overwrite a separated value: 1 until
     /// samples say otherwise.
     pub fn overwrite_share(&self) -> f64 {
@@ -686,6 +728,7 @@ mod tests {
         SpaceView {
             index_bytes: index,
             hidden_garbage: hidden,
+            hidden_settled: true,
             value: SpaceStats {
                 live_bytes: live,
                 garbage_bytes: garbage,
@@ -847,6 +890,37 @@ mod tests {
             assert_eq!(a, WriteAction::Go);
             g.wrote(4096);
         }
+    }
+
+    #[test]
+    fn unsettled_hidden_garbage_drives_gc_but_holds_no_writer() {
+        let p = SpacePolicy::new(1.5);
+        // As in hidden_garbage_counts_and_asks_for_an_index_compaction, but
+        // the estimate rests on the prior alone.
+        let v = SpaceView {
+            hidden_settled: false,
+            ..view(2 << 20, 20 << 20, 40 << 20, 0, 40 << 20)
+        };
+        let d = p.decide(&v);
+        assert_eq!(d.pressure, Pressure::Gc);
+        assert_eq!(d.target_pressure, Pressure::Gc);
+        assert!(!d.discover && !d.collectable);
+        assert_eq!(d.hidden, 20 << 20, "still reported");
+        assert_eq!(p.write_delay(&d), Duration::ZERO);
+        // Known garbage past the target stops writers all the same.
+        let v = SpaceView {
+            hidden_settled: false,
+            ..view(1 << 20, 20 << 20, 25 << 20, 15 << 20, 40 << 20)
+        };
+        assert_eq!(p.decide(&v).pressure, Pressure::Stop);
+        // The governor settles after SETTLED_SAMPLES sampled writes.
+        let g = SpaceGovernor::new(1.5, false);
+        for _ in 0..SETTLED_SAMPLES - 1 {
+            g.sampled(false);
+        }
+        assert!(!g.hidden_settled());
+        g.sampled(false);
+        assert!(g.hidden_settled());
     }
 
     #[test]

@@ -33,6 +33,7 @@ impl DbInner {
             // The WAL holds about what the memtables hold.
             index_bytes: levels.iter().sum::<u64>() + mem,
             hidden_garbage: self.space.hidden_garbage(self.vstore.garbage_found()),
+            hidden_settled: self.space.hidden_settled(),
             value: self.vstore.space(),
             capacity: if self.space.active() {
                 self.vstore.capacity_use()
