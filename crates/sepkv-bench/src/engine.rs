@@ -255,11 +255,12 @@ pub trait Engine: Send + Sync {
     /// The engine's I/O accounting and counters.
     fn stats(&self) -> Result<EngineStats>;
 
-    /// False when [`EngineStats::io`] is not measured by the engine (the
-    /// peers): the harness then bills the process's storage I/O
-    /// (`/proc/self/io`) as the engine's, under the category `process`.
+    /// True when [`EngineStats::io`] is measured by the engine itself
+    /// (sepkv). False, the default (the peers): the harness then bills the
+    /// process's storage I/O (`/proc/self/io`) as the engine's, under the
+    /// category `process`.
     fn io_accounting(&self) -> bool {
-        true
+        false
     }
 
     /// The database directory.
@@ -1030,6 +1031,10 @@ impl Engine for SepkvEngine {
             },
             counters,
         })
+    }
+
+    fn io_accounting(&self) -> bool {
+        true
     }
 
     fn path(&self) -> &Path {

@@ -29,6 +29,8 @@ struct FakeEngine {
     written: Mutex<u64>,
     read: Mutex<u64>,
     path: PathBuf,
+    /// Operations handed over at once ([`Engine::chunk_len`]).
+    chunk: usize,
 }
 
 impl Engine for FakeEngine {
@@ -92,6 +94,12 @@ impl Engine for FakeEngine {
             counters: BTreeMap::new(),
         })
     }
+    fn io_accounting(&self) -> bool {
+        true
+    }
+    fn chunk_len(&self) -> usize {
+        self.chunk
+    }
     fn path(&self) -> &Path {
         &self.path
     }
@@ -119,12 +127,26 @@ impl EngineFactory for FakeFactory {
     fn label(&self) -> String {
         "fake".into()
     }
+    fn open(&self, dir: &Path, o: &EngineOptions) -> Result<Box<dyn Engine>> {
+        ChunkedFactory(1).open(dir, o)
+    }
+}
+
+/// [`FakeFactory`] whose engines take operations `.0` at a time (run by
+/// the trait's default `run_chunk`).
+struct ChunkedFactory(usize);
+
+impl EngineFactory for ChunkedFactory {
+    fn label(&self) -> String {
+        "fake".into()
+    }
     fn open(&self, dir: &Path, _: &EngineOptions) -> Result<Box<dyn Engine>> {
         Ok(Box::new(FakeEngine {
             map: Mutex::new(BTreeMap::new()),
             written: Mutex::new(0),
             read: Mutex::new(0),
             path: dir.to_path_buf(),
+            chunk: self.0,
         }))
     }
 }
@@ -612,4 +634,48 @@ fn default_suite_plan_uses_the_bundled_traces() {
         bad.plan(None),
         Err(BenchError::InvalidArgument(_))
     ));
+}
+
+/// Operations handed to an engine in chunks are accounted for as those
+/// handed over one at a time: the same data, reads, misses, scans and
+/// bytes, phase by phase.
+#[test]
+fn chunked_operations_account_as_single_ones() {
+    let mut cfg = config(
+        &[
+            Workload::FillRandom,
+            Workload::ReadRandom,
+            Workload::SeekRandom,
+            Workload::DeleteRandom,
+            Workload::ReadRandom,
+            Workload::Ycsb('a'),
+        ],
+        2000,
+    );
+    cfg.ops = Some(700);
+    let one = run(&FakeFactory, &cfg).unwrap();
+    let many = run(&ChunkedFactory(16), &cfg).unwrap();
+    assert_eq!(one.len(), many.len());
+    for (a, b) in one.iter().zip(&many) {
+        let what = format!("{}/{}", a.workload, a.phase);
+        assert_eq!((&a.workload, &a.phase), (&b.workload, &b.phase));
+        assert_eq!(a.ops, b.ops, "{what}");
+        assert_eq!(a.not_found, b.not_found, "{what}");
+        assert_eq!(a.user_bytes_read, b.user_bytes_read, "{what}");
+        assert_eq!(a.user_bytes_written, b.user_bytes_written, "{what}");
+        assert_eq!(a.bytes_written, b.bytes_written, "{what}");
+        assert_eq!(a.db_bytes, b.db_bytes, "{what}");
+        assert_eq!(a.counts, b.counts, "{what}");
+        assert!(b.latency_us.p50 > 0.0, "{what}: timed per operation");
+    }
+    // Deletes were applied: the second readrandom misses some keys.
+    let misses: Vec<u64> = many
+        .iter()
+        .filter(|r| r.workload == "readrandom")
+        .map(|r| r.not_found)
+        .collect();
+    assert_eq!(misses[0], 0);
+    assert!(misses[1] > 0, "{misses:?}");
+    let seek = phase(&many, "seekrandom", "run");
+    assert!(seek.counts["scan_entries"] > 700);
 }

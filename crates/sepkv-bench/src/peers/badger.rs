@@ -366,10 +366,6 @@ impl Engine for BadgerEngine {
         })
     }
 
-    fn io_accounting(&self) -> bool {
-        false
-    }
-
     fn path(&self) -> &Path {
         &self.path
     }

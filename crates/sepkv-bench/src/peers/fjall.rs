@@ -234,10 +234,6 @@ impl Engine for FjallEngine {
         })
     }
 
-    fn io_accounting(&self) -> bool {
-        false
-    }
-
     fn path(&self) -> &Path {
         &self.path
     }

@@ -160,10 +160,6 @@ impl Engine for LevelDbEngine {
         })
     }
 
-    fn io_accounting(&self) -> bool {
-        false
-    }
-
     fn path(&self) -> &Path {
         &self.path
     }

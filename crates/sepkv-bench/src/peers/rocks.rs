@@ -192,10 +192,6 @@ impl Engine for RocksEngine {
         })
     }
 
-    fn io_accounting(&self) -> bool {
-        false
-    }
-
     fn path(&self) -> &Path {
         &self.path
     }
