@@ -43,7 +43,8 @@ use std::path::Path;
 pub enum FaultOp {
     /// [`WritableFile::append`].
     Write,
-    /// [`WritableFile::sync`].
+    /// [`WritableFile::sync`], and [`FileSystem::sync_file_system`]
+    /// (whose path is the directory it was given).
     Sync,
     /// [`FileSystem::create`].
     Create,
@@ -285,6 +286,10 @@ impl FileSystem for FaultFs {
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         self.mem.sync_dir(dir)
+    }
+
+    fn sync_file_system(&self, dir: &Path) -> io::Result<bool> {
+        self.mem.sync_file_system(dir)
     }
 
     fn file_size(&self, path: &Path) -> io::Result<u64> {

@@ -564,6 +564,20 @@ impl FileSystem for MemFs {
         })
     }
 
+    /// As `syncfs(2)`: every file's content and every directory entry
+    /// become durable.
+    fn sync_file_system(&self, dir: &Path) -> io::Result<bool> {
+        self.with(FaultOp::Sync, &[dir], |st| {
+            st.dir(dir)?;
+            for inode in st.inodes.values_mut() {
+                inode.sync();
+            }
+            st.durable = st.live.clone();
+            st.collect_all();
+            Ok(true)
+        })
+    }
+
     fn file_size(&self, path: &Path) -> io::Result<u64> {
         self.with(OTHER, &[path], |st| {
             let ino = st.file(path)?;

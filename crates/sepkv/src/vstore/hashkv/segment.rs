@@ -823,84 +823,51 @@ impl SegFiles {
 mod tests {
     use super::*;
 
-    /// The std file system, counting the file-system-wide syncs asked of it.
-    struct SyncCounting(std::sync::atomic::AtomicU64);
-
-    impl FileSystem for SyncCounting {
-        fn create(&self, p: &Path) -> std::io::Result<Box<dyn crate::fs::WritableFile>> {
-            crate::fs::StdFs.create(p)
-        }
-        fn open_append(&self, p: &Path) -> std::io::Result<Box<dyn crate::fs::WritableFile>> {
-            crate::fs::StdFs.open_append(p)
-        }
-        fn open_read(&self, p: &Path) -> std::io::Result<Box<dyn RandomAccessFile>> {
-            crate::fs::StdFs.open_read(p)
-        }
-        fn exists(&self, p: &Path) -> bool {
-            crate::fs::StdFs.exists(p)
-        }
-        fn is_dir(&self, p: &Path) -> bool {
-            crate::fs::StdFs.is_dir(p)
-        }
-        fn list(&self, d: &Path) -> std::io::Result<Vec<String>> {
-            crate::fs::StdFs.list(d)
-        }
-        fn remove(&self, p: &Path) -> std::io::Result<()> {
-            crate::fs::StdFs.remove(p)
-        }
-        fn rename(&self, a: &Path, b: &Path) -> std::io::Result<()> {
-            crate::fs::StdFs.rename(a, b)
-        }
-        fn create_dir_all(&self, d: &Path) -> std::io::Result<()> {
-            crate::fs::StdFs.create_dir_all(d)
-        }
-        fn sync_dir(&self, d: &Path) -> std::io::Result<()> {
-            crate::fs::StdFs.sync_dir(d)
-        }
-        fn sync_file_system(&self, d: &Path) -> std::io::Result<bool> {
-            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            crate::fs::StdFs.sync_file_system(d)
-        }
-        fn file_size(&self, p: &Path) -> std::io::Result<u64> {
-            crate::fs::StdFs.file_size(p)
-        }
-        fn lock(&self, p: &Path) -> std::io::Result<Box<dyn crate::fs::FileLock>> {
-            crate::fs::StdFs.lock(p)
-        }
+    /// Segment files on a file system whose per-file syncs of segments
+    /// all fail, so that a sync of the segments succeeds only in one call.
+    fn files_without_segment_syncs() -> (crate::fs::FaultFs, SegFiles) {
+        use crate::fs::{FaultFs, FaultKind, FaultOp, FaultRule};
+        let fs = FaultFs::new();
+        let dir = Path::new("/segs");
+        fs.create_dir_all(dir).unwrap();
+        fs.add_rule(FaultRule {
+            path_contains: Some(".hseg".into()),
+            ..FaultRule::new(FaultOp::Sync, FaultKind::Eio)
+        });
+        let files = SegFiles::new(dir, Arc::new(fs.clone()), Arc::new(IoStats::default()));
+        (fs, files)
     }
 
     #[test]
     fn many_dirty_segments_sync_in_one_call() {
-        let dir = tempfile::tempdir().unwrap();
-        let fs = Arc::new(SyncCounting(Default::default()));
-        let files = SegFiles::new(dir.path(), fs.clone(), Arc::new(IoStats::default()));
-        let calls = || fs.0.load(std::sync::atomic::Ordering::Relaxed);
-        // A few segments: synced one by one.
-        for id in 0..3u64 {
-            files.append(id, 0, b"abc", IoCategory::ValueStore).unwrap();
-        }
-        files.sync_dirty().unwrap();
-        assert_eq!(calls(), 0);
-        assert!(files.writers.lock().dirty.is_empty());
-        // More than the writers kept open: one file-system sync for all.
-        for id in 0..(MAX_WRITERS as u64 + 8) {
-            let off = if id < 3 { 3 } else { 0 };
+        let (fs, files) = files_without_segment_syncs();
+        // More segments than writers kept open: one file-system sync for
+        // all of them, which a power loss then keeps.
+        let n = MAX_WRITERS as u64 + 8;
+        for id in 0..n {
             files
-                .append(id, off, b"defg", IoCategory::ValueStore)
+                .append(id, 0, b"abcd", IoCategory::ValueStore)
                 .unwrap();
         }
-        assert_eq!(files.writers.lock().dirty.len(), MAX_WRITERS + 8);
         files.sync_dirty().unwrap();
-        assert_eq!(calls(), 1);
         let w = files.writers.lock();
         assert!(w.dirty.is_empty() && !w.dir_dirty);
         drop(w);
-        // Nothing left to sync: no call.
-        files.sync_dirty().unwrap();
-        assert_eq!(calls(), 1);
-        let mut buf = [0u8; 7];
-        files.reader(1).unwrap().read_exact_at(0, &mut buf).unwrap();
-        assert_eq!(&buf, b"abcdefg");
+        fs.crash();
+        for id in 0..n {
+            assert_eq!(fs.durable_len(&files.path(id)), Some(4), "segment {id}");
+        }
+    }
+
+    #[test]
+    fn a_few_dirty_segments_sync_one_by_one() {
+        let (_fs, files) = files_without_segment_syncs();
+        for id in 0..3u64 {
+            files.append(id, 0, b"abc", IoCategory::ValueStore).unwrap();
+        }
+        // The per-segment sync is taken, and fails.
+        assert!(files.sync_dirty().is_err());
+        assert_eq!(files.writers.lock().dirty.len(), 3);
     }
 
     #[test]

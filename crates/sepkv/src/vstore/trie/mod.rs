@@ -996,8 +996,6 @@ impl TrieStore {
     }
 }
 
-/// Syncs the files of `tables` in parallel (at most 16 threads); returns
-/// one result per table, in order.
 /// Tables to sync from which [`TrieStore`] syncs the file system in one
 /// call, where it can.
 const SYNC_FILE_SYSTEM_AT: usize = 16;
@@ -1007,7 +1005,8 @@ const SYNC_FILE_SYSTEM_AT: usize = 16;
 /// records to the OS, when there are [`SYNC_FILE_SYSTEM_AT`] or more of
 /// them and the file system can: a memtable switch with a thousand
 /// leaves' tables written would otherwise take a sync (and a journal
-/// commit) per table. `None`: not done, sync them one by one.
+/// commit) per table. One result per table, in order; `None`: not done,
+/// sync them one by one.
 fn sync_file_system(
     tables: &mut [(u64, &mut TableWriter)],
     fs: &dyn FileSystem,
@@ -1016,39 +1015,29 @@ fn sync_file_system(
     if tables.len() < SYNC_FILE_SYSTEM_AT {
         return None;
     }
-    let flushed: Vec<Result<()>> = tables
-        .iter_mut()
-        .map(|(id, w)| match &mut w.file {
-            Some(f) => f.flush().ctx(&table_path(dir, *id)),
-            None => Ok(()),
-        })
-        .collect();
-    if flushed.iter().any(Result::is_err) {
-        // A table whose records did not reach the OS reports it (its
-        // buffer is gone); the others are synced one by one.
-        return Some(
-            tables
-                .iter_mut()
-                .zip(flushed)
-                .map(|((id, w), r)| {
-                    r.and_then(|()| match &mut w.file {
-                        Some(f) => f.sync().ctx(&table_path(dir, *id)),
-                        None => Ok(()),
-                    })
-                })
-                .collect(),
-        );
-    }
-    match fs.sync_file_system(dir) {
-        Ok(true) => Some(tables.iter().map(|_| Ok(())).collect()),
-        Ok(false) => None,
-        Err(e) => {
-            let e = Error::io(dir, e);
-            Some(tables.iter().map(|_| Err(e.clone())).collect())
+    let mut failed = None;
+    for (id, w) in tables.iter_mut() {
+        if let Some(f) = &mut w.file {
+            if let Err(e) = f.flush().ctx(&table_path(dir, *id)) {
+                failed = Some(e);
+                break;
+            }
         }
+    }
+    let all = |r: Result<()>| Some(vec![r; tables.len()]);
+    match failed {
+        // Nothing was synced: every table stays due.
+        Some(e) => all(Err(e)),
+        None => match fs.sync_file_system(dir) {
+            Ok(true) => all(Ok(())),
+            Ok(false) => None,
+            Err(e) => all(Err(Error::io(dir, e))),
+        },
     }
 }
 
+/// Syncs the files of `tables` in parallel (at most 16 threads); returns
+/// one result per table, in order.
 fn sync_all(tables: &mut [(u64, &mut TableWriter)], dir: &Path) -> Vec<Result<()>> {
     let sync = |(id, w): &mut (u64, &mut TableWriter)| -> Result<()> {
         match &mut w.file {
