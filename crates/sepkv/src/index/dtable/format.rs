@@ -217,13 +217,20 @@ impl BlockFilters {
         Ok(bf)
     }
 
-    /// False when the data block at `offset` certainly lacks `user_key`
-    /// (true for a block without a filter).
-    pub(crate) fn may_contain(&self, offset: u64, user_key: &[u8]) -> bool {
+    /// False when the data block at `offset` certainly lacks the user key
+    /// whose filter hash ([`key_hash`](crate::index::sstable::filter::key_hash))
+    /// is `hash` (true for a block without a filter).
+    pub(crate) fn may_contain_hash(&self, offset: u64, hash: u64) -> bool {
         match self.offsets.binary_search(&offset) {
-            Ok(i) => self.filters[i].may_contain(user_key),
+            Ok(i) => self.filters[i].may_contain_hash(hash),
             Err(_) => true,
         }
+    }
+
+    /// True when no block has a filter.
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.filters.is_empty()
     }
 
     /// Bytes held.

@@ -5,8 +5,15 @@
 //! bytes written before are never modified. A segment is laid out exactly as
 //! an SSTable of [`crate::index::sstable`] (data blocks with their 5-byte
 //! trailer and CRC-32C, metaindex, index block, 56-byte SSTable footer),
-//! except that its bloom filter is **one filter per data block** (the meta
-//! block `filter.blocks`) instead of one per table. The tail that follows
+//! with **one bloom filter per data block** (the meta block
+//! `filter.blocks`, §3.3) beside the SSTable's whole-table filter
+//! (`filter.bloom`, here one per segment). A lookup probes the segment
+//! filter first, so that a segment without its key costs one filter probe
+//! and no index search; the per-block filter then rules out the one block
+//! the index picks (Algorithm 4). Segments written before the segment
+//! filter was added have none and are searched by index and block filters
+//! alone; older readers use the segment filter as any SSTable filter. The
+//! tail that follows
 //! the segment holds the table's metadata as of this append:
 //!
 //! - the **segment directory**: one entry per segment, in append order, each
@@ -26,8 +33,9 @@
 //! ```text
 //! dtable   := append+
 //! append   := [garbage] segment directory_block overlapped_block dfooter
-//! segment  := data_block+ block_filters metaindex index sst_footer
-//!             -- an SSTable whose metaindex names "filter.blocks"
+//! segment  := data_block+ block_filters [bloom] metaindex index sst_footer
+//!             -- an SSTable whose metaindex names "filter.blocks" and,
+//!             -- when written with one, "filter.bloom"
 //! block_filters := (offset:varint64 lenprefixed bloom)*   one per data block
 //!
 //! directory_block  := count:varint64 (seq:varint64 end:varint64

@@ -9,7 +9,8 @@ use crate::index::iter::InternalIterator;
 use crate::index::key::user_key;
 use crate::index::merger::MergingIterator;
 use crate::index::sstable::{
-    check_trailer, BlockHandle, ReadCtx, Table, BLOCK_FILTERS_META_NAME, BLOCK_TRAILER_LEN,
+    check_trailer, key_hash, BlockHandle, ReadCtx, Table, BLOCK_FILTERS_META_NAME,
+    BLOCK_TRAILER_LEN,
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -217,23 +218,35 @@ impl DTable {
     }
 
     /// Point lookup (Algorithm 4): segments from the newest to the oldest;
-    /// in each, the index picks the one data block that may hold the key,
-    /// its bloom filter is consulted, and only then is the block read. The
+    /// in each, the whole-segment filter is probed (a segment written before
+    /// it existed has none), then the index picks the one data block that
+    /// may hold the key, its bloom filter is consulted, and only then is the
+    /// block read. The key is hashed once for every filter. The
     /// first segment holding a version of the user key with sequence
     /// `<=` that of `ikey` answers: later segments hold newer versions.
     /// Returns `(internal key, value)` as [`Table::get`] does.
     pub fn get(&self, ikey: &[u8], ctx: ReadCtx) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        let uk = user_key(ikey);
+        let hash = key_hash(user_key(ikey));
         for s in self.segments.iter().rev() {
             let filters = &s.filters;
             if let Some(hit) = s
                 .table
-                .get_filtered(ikey, ctx, &|off| filters.may_contain(off, uk))?
+                .get_filtered(ikey, hash, ctx, &|off| filters.may_contain_hash(off, hash))?
             {
                 return Ok(Some(hit));
             }
         }
         Ok(None)
+    }
+
+    /// Number of segments carrying both the whole-segment filter and
+    /// per-block filters (tests).
+    #[cfg(test)]
+    pub(crate) fn segments_with_both_filters(&self) -> usize {
+        self.segments
+            .iter()
+            .filter(|s| s.table.has_filter() && !s.filters.is_empty())
+            .count()
     }
 
     /// A cursor over every entry of every segment, merged in internal-key

@@ -194,6 +194,7 @@ mod tests {
         assert_eq!(a2.directory.segments.len(), 2);
         let t1 = open(&fs, path, a1.size).unwrap();
         let t2 = open(&fs, path, a2.size).unwrap();
+        assert_eq!(t2.segments_with_both_filters(), 2);
         let mut model = BTreeMap::new();
         for i in 0..50 {
             let k = format!("k{i:03}");

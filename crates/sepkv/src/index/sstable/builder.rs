@@ -173,12 +173,14 @@ impl TableBuilder {
         }
     }
 
-    /// Switches the builder to one bloom filter per data block, written as
-    /// the meta block [`BLOCK_FILTERS_META_NAME`] instead of the table-wide
-    /// filter (the segments of a DTable, LWC-tree §3.3). No effect when
-    /// `bloom_bits_per_key == 0`.
+    /// Adds one bloom filter per data block, written as the meta block
+    /// [`BLOCK_FILTERS_META_NAME`] (the segments of a DTable, LWC-tree
+    /// §3.3), beside the table-wide filter. The table-wide one lets a
+    /// lookup pass a segment that lacks its key with one filter probe,
+    /// before any index search; a per-block one then rules out the data
+    /// block the index picks. No effect when `bloom_bits_per_key == 0`.
     pub(crate) fn with_block_filters(mut self) -> Self {
-        if self.filter.take().is_some() {
+        if self.filter.is_some() {
             self.block_filters =
                 Some((FilterBuilder::new(self.opts.bloom_bits_per_key), Vec::new()));
         }
@@ -305,11 +307,9 @@ impl TableBuilder {
         self.check()?;
         self.flush_data_block()?;
 
+        // The metaindex names its blocks in bytewise order:
+        // BLOCK_FILTERS_META_NAME ("filter.blocks") before FILTER_META_NAME.
         let mut metaindex = BlockBuilder::new(1);
-        if let Some(f) = self.filter.take() {
-            let handle = self.write_block(&f.finish())?;
-            metaindex.add(FILTER_META_NAME.as_bytes(), &handle.encode());
-        }
         if let Some((_, done)) = self.block_filters.take() {
             let mut contents = Vec::new();
             for (offset, f) in &done {
@@ -318,6 +318,10 @@ impl TableBuilder {
             }
             let handle = self.write_block(&contents)?;
             metaindex.add(BLOCK_FILTERS_META_NAME.as_bytes(), &handle.encode());
+        }
+        if let Some(f) = self.filter.take() {
+            let handle = self.write_block(&f.finish())?;
+            metaindex.add(FILTER_META_NAME.as_bytes(), &handle.encode());
         }
         let metaindex_handle = self.write_block(&metaindex.finish())?;
 

@@ -34,6 +34,11 @@ fn positions(hash: u64, k: usize, m: u64) -> impl Iterator<Item = u64> {
     (0..k as u64).map(move |i| hash.wrapping_add(i.wrapping_mul(delta)) % m)
 }
 
+/// The hash a filter keeps of `user_key` (XXH3-64).
+pub(crate) fn key_hash(user_key: &[u8]) -> u64 {
+    xxh3_64(user_key)
+}
+
 /// Collects key hashes while a table is written.
 #[derive(Debug)]
 pub(crate) struct FilterBuilder {
@@ -54,7 +59,7 @@ impl FilterBuilder {
     /// Adds a user key. Consecutive repeats (versions of one key) are stored
     /// once.
     pub(crate) fn add_key(&mut self, user_key: &[u8]) {
-        let h = xxh3_64(user_key);
+        let h = key_hash(user_key);
         if self.hashes.last() != Some(&h) {
             self.hashes.push(h);
         }
@@ -112,8 +117,14 @@ impl BloomFilter {
 
     /// False when `user_key` is certainly not in the table.
     pub(crate) fn may_contain(&self, user_key: &[u8]) -> bool {
+        self.may_contain_hash(key_hash(user_key))
+    }
+
+    /// [`BloomFilter::may_contain`] for a key whose [`key_hash`] is known,
+    /// so that a lookup probing many filters hashes its key once.
+    pub(crate) fn may_contain_hash(&self, hash: u64) -> bool {
         let m = self.bits.len() as u64 * 8;
-        positions(xxh3_64(user_key), self.k, m).all(|bit| {
+        positions(hash, self.k, m).all(|bit| {
             self.bits
                 .get((bit / 8) as usize)
                 .is_some_and(|b| b & (1 << (bit % 8)) != 0)

@@ -75,7 +75,7 @@ pub(crate) use block::{
     block_trailer, check_trailer, Block, BlockBuilder, BlockIter, Cmp, BLOCK_TRAILER_LEN,
 };
 pub use builder::{TableBuilder, TableOptions, TableSummary};
-pub(crate) use filter::{BloomFilter, FilterBuilder};
+pub(crate) use filter::{key_hash, BloomFilter, FilterBuilder};
 pub(crate) use footer::{BlockHandle, Footer, FOOTER_LEN};
 pub use table::{ReadCtx, Table, TableIterator};
 

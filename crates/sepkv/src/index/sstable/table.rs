@@ -215,6 +215,12 @@ impl Table {
         })
     }
 
+    /// True when the table has a table-wide bloom filter (tests).
+    #[cfg(test)]
+    pub(crate) fn has_filter(&self) -> bool {
+        self.filter.is_some()
+    }
+
     /// Path of the table file.
     pub fn path(&self) -> &Path {
         &self.src.path
@@ -268,21 +274,25 @@ impl Table {
     /// user key equals `user_key(ikey)`; `None` otherwise (including when the
     /// bloom filter rules the user key out). Returns `(internal key, value)`.
     pub fn get(&self, ikey: &[u8], ctx: ReadCtx) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        self.get_filtered(ikey, ctx, &|_| true)
+        let hash = super::filter::key_hash(user_key(ikey));
+        self.get_filtered(ikey, hash, ctx, &|_| true)
     }
 
-    /// [`Table::get`], with `block_may_contain(offset)` consulted after the
-    /// index chose the data block at `offset` and before it is read: false
-    /// skips the block (a per-block bloom filter, LWC-tree Algorithm 4).
+    /// [`Table::get`] for a key whose filter hash
+    /// ([`key_hash`](super::filter::key_hash) of its user key) is `hash`,
+    /// with `block_may_contain(offset)` consulted after the index chose the
+    /// data block at `offset` and before it is read: false skips the block
+    /// (a per-block bloom filter, LWC-tree Algorithm 4).
     pub(crate) fn get_filtered(
         &self,
         ikey: &[u8],
+        hash: u64,
         ctx: ReadCtx,
         block_may_contain: &dyn Fn(u64) -> bool,
     ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         let target_user_key = user_key(ikey);
         if let Some(filter) = &self.filter {
-            if !filter.may_contain(target_user_key) {
+            if !filter.may_contain_hash(hash) {
                 return Ok(None);
             }
         }
