@@ -306,6 +306,9 @@ impl sepkv::fs::FileSystem for GateFs {
     fn file_size(&self, p: &std::path::Path) -> std::io::Result<u64> {
         self.inner.file_size(p)
     }
+    fn truncate_synced(&self, p: &std::path::Path, len: u64) -> std::io::Result<()> {
+        self.inner.truncate_synced(p, len)
+    }
     fn lock(&self, p: &std::path::Path) -> std::io::Result<Box<dyn sepkv::fs::FileLock>> {
         self.inner.lock(p)
     }

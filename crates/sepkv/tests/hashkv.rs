@@ -753,6 +753,9 @@ impl FileSystem for CountingFs {
     fn file_size(&self, p: &Path) -> std::io::Result<u64> {
         self.inner.file_size(p)
     }
+    fn truncate_synced(&self, p: &Path, len: u64) -> std::io::Result<()> {
+        self.inner.truncate_synced(p, len)
+    }
     fn advise(&self, p: &Path, off: u64, len: u64, advice: sepkv::fs::Advice) {
         if advice == sepkv::fs::Advice::WillNeed
             && p.extension().is_some_and(|e| e == "hseg")
@@ -921,6 +924,9 @@ impl FileSystem for GateFs {
     }
     fn file_size(&self, p: &Path) -> std::io::Result<u64> {
         self.inner.file_size(p)
+    }
+    fn truncate_synced(&self, p: &Path, len: u64) -> std::io::Result<()> {
+        self.inner.truncate_synced(p, len)
     }
     fn advise(&self, p: &Path, off: u64, len: u64, advice: Advice) {
         if advice == Advice::Sequential

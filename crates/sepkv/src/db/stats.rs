@@ -51,7 +51,9 @@ pub struct FileGroupStats {
     /// Sum of the file lengths: what `ls -l` shows (bytes).
     pub size_bytes: u64,
     /// Device space the files occupy: what `du` shows (bytes). Smaller than
-    /// the size where value-store GC punched holes into a file.
+    /// the size where value-store GC punched holes into a file, and where a
+    /// WAL or the active value-log file is preallocated (its size is set
+    /// ahead of its data, so that syncing it logs no size change).
     pub allocated_bytes: u64,
 }
 

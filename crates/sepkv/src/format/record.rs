@@ -15,8 +15,12 @@
 //! - fewer than 12 bytes left, a header whose length runs past the end of the
 //!   file, or a run of zero bytes to the end of the file: a **torn tail** —
 //!   a write that the crash interrupted; reading stops cleanly there;
-//! - a payload whose checksum fails and which ends exactly at the end of the
-//!   file: also a torn tail (the last write was only partly persisted);
+//! - a payload whose checksum fails and which is followed by nothing but
+//!   zero bytes up to the end of the file: also a torn tail (the last write
+//!   was only partly persisted); likewise a header whose checksum fails when
+//!   only zero bytes follow it. Zero bytes past the last record are what a
+//!   preallocated log ([`WritableFile::preallocate`]) holds, and what a
+//!   crash leaves where a write did not reach the disk;
 //! - any other checksum failure: **corruption**, reported with file and
 //!   offset, because valid data follows it and dropping it silently would
 //!   lose acknowledged writes.
@@ -149,6 +153,11 @@ impl RecordWriter {
     }
 }
 
+/// True when every byte of `b` is zero (true for an empty slice).
+fn all_zero(b: &[u8]) -> bool {
+    b.iter().all(|&x| x == 0)
+}
+
 /// How a log ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogEnd {
@@ -183,6 +192,16 @@ impl<'a> RecordReader<'a> {
         self.end
     }
 
+    /// True when the log ended torn and every byte from the torn offset to
+    /// the end of the file is zero: the unused tail of a preallocated log,
+    /// or a write of which nothing persisted. No record was cut there.
+    pub fn zero_tail(&self) -> bool {
+        match self.end {
+            Some(LogEnd::Torn(off)) => all_zero(&self.data[off as usize..]),
+            _ => false,
+        }
+    }
+
     /// Returns the next record as `(offset, payload)`, `None` at the end of
     /// the log (clean or torn, see [`Self::end`]).
     ///
@@ -203,13 +222,16 @@ impl<'a> RecordReader<'a> {
             me.end = Some(LogEnd::Torn(start as u64));
             Ok(None)
         };
-        if rest.len() < HEADER_LEN || rest.iter().all(|&b| b == 0) {
+        if rest.len() < HEADER_LEN || all_zero(rest) {
             return torn(self);
         }
         let len = u32::from_le_bytes(rest[0..4].try_into().expect("4 bytes")) as usize;
         let pcrc = unmask(u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes")));
         let hcrc = unmask(u32::from_le_bytes(rest[8..12].try_into().expect("4 bytes")));
         if crc(&rest[..8]) != hcrc {
+            if all_zero(&rest[HEADER_LEN..]) {
+                return torn(self);
+            }
             return Err(Error::corruption(
                 self.file,
                 start as u64,
@@ -221,7 +243,7 @@ impl<'a> RecordReader<'a> {
         }
         let payload = &rest[HEADER_LEN..HEADER_LEN + len];
         if crc(payload) != pcrc {
-            if HEADER_LEN + len == rest.len() {
+            if all_zero(&rest[HEADER_LEN + len..]) {
                 return torn(self);
             }
             return Err(Error::corruption(
@@ -292,6 +314,35 @@ mod tests {
         let (recs, end) = read_all(&data);
         assert_eq!(recs.unwrap().len(), 1);
         assert_eq!(end, Some(LogEnd::Torn(good)));
+    }
+
+    /// A preallocated log: records, then zeros to the end. Every prefix of
+    /// the records, the rest zeroed (what a crash can leave), reads as the
+    /// complete records of the prefix, ends torn, and says whether a record
+    /// was cut (`zero_tail` false) or not.
+    #[test]
+    fn preallocated_log_reads_every_crash_state() {
+        let data = log(&[b"first", b"second record", b"third"]);
+        let bounds = [0, HEADER_LEN + 5, 2 * HEADER_LEN + 18, data.len()];
+        for cut in 0..=data.len() {
+            let mut d = data[..cut].to_vec();
+            d.resize(data.len() + 64, 0);
+            let p = Path::new("LOG");
+            let mut r = RecordReader::new(&d, p);
+            let mut n = 0;
+            while r.next_record().expect("never corruption").is_some() {
+                n += 1;
+            }
+            let whole = bounds.iter().filter(|&&b| b > 0 && b <= cut).count();
+            assert_eq!(n, whole, "cut {cut}");
+            let at_bound = bounds.contains(&cut);
+            assert_eq!(
+                r.end(),
+                Some(LogEnd::Torn(bounds[whole] as u64)),
+                "cut {cut}"
+            );
+            assert_eq!(r.zero_tail(), at_bound, "cut {cut}");
+        }
     }
 
     #[test]

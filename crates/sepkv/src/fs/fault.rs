@@ -300,6 +300,10 @@ impl FileSystem for FaultFs {
         self.mem.allocated_size(path)
     }
 
+    fn truncate_synced(&self, path: &Path, len: u64) -> io::Result<()> {
+        self.mem.truncate_synced(path, len)
+    }
+
     fn punch_hole(&self, path: &Path, offset: u64, len: u64) -> io::Result<()> {
         self.mem.punch_hole(path, offset, len)
     }

@@ -87,12 +87,24 @@ struct Inode {
     /// Durable content that an unsynced truncation (a `create` over the file)
     /// removed from `data`; `synced_len` is 0 while this is set.
     old_durable: Option<Vec<u8>>,
+    /// Size set by `WritableFile::preallocate`: reads see `data` followed
+    /// by zeros up to it, and appends still land at `data.len()`.
+    reserved: u64,
+    /// `reserved` as of the last sync (what a crash keeps).
+    synced_reserved: u64,
     /// Handles of the current epoch open on this inode.
     open: usize,
 }
 
 impl Inode {
-    /// The content a crash now would leave.
+    /// The size readers see: the content, or the preallocated size when
+    /// larger.
+    fn size(&self) -> u64 {
+        (self.data.len() as u64).max(self.reserved)
+    }
+
+    /// The content a crash now would leave (without the zeros of a
+    /// preallocation).
     fn durable(&self) -> &[u8] {
         match &self.old_durable {
             Some(old) => old,
@@ -110,12 +122,14 @@ impl Inode {
             self.data.clear();
         }
         self.synced_len = 0;
+        self.reserved = 0;
     }
 
     /// Makes the visible content durable.
     fn sync(&mut self) {
         self.synced_len = self.data.len();
         self.old_durable = None;
+        self.synced_reserved = self.reserved;
     }
 
     /// Drops everything not durable.
@@ -125,6 +139,7 @@ impl Inode {
             None => self.data.truncate(self.synced_len),
         }
         self.synced_len = self.data.len();
+        self.reserved = self.synced_reserved;
     }
 }
 
@@ -412,6 +427,8 @@ impl MemFs {
             })?;
         inode.data.truncate(len);
         inode.synced_len = inode.synced_len.min(len);
+        inode.reserved = inode.reserved.min(len as u64);
+        inode.synced_reserved = inode.synced_reserved.min(len as u64);
         if let Some(old) = &mut inode.old_durable {
             old.truncate(len);
         }
@@ -581,7 +598,7 @@ impl FileSystem for MemFs {
     fn file_size(&self, path: &Path) -> io::Result<u64> {
         self.with(OTHER, &[path], |st| {
             let ino = st.file(path)?;
-            Ok(st.inode(ino).data.len() as u64)
+            Ok(st.inode(ino).size())
         })
     }
 
@@ -590,6 +607,25 @@ impl FileSystem for MemFs {
             let ino = st.file(path)?;
             let inode = st.inode(ino);
             Ok((inode.data.len() as u64).saturating_sub(inode.punched))
+        })
+    }
+
+    fn truncate_synced(&self, path: &Path, len: u64) -> io::Result<()> {
+        self.with(FaultOp::Sync, &[path], |st| {
+            let ino = st.file(path)?;
+            let inode = st.inode(ino);
+            if len > inode.size() {
+                return Err(error(
+                    io::ErrorKind::InvalidInput,
+                    &format!("cannot truncate to {len} bytes, past the end"),
+                    path,
+                ));
+            }
+            // Within the preallocation, the zeros up to `len` become data.
+            inode.data.resize(len as usize, 0);
+            inode.reserved = inode.reserved.min(len);
+            inode.sync();
+            Ok(())
         })
     }
 
@@ -704,6 +740,14 @@ impl WritableFile for MemWritable {
         self.handle.sync()
     }
 
+    fn preallocate(&mut self, bytes: u64) -> io::Result<()> {
+        self.handle.with(OTHER, |st, ino| {
+            let inode = st.inode(ino);
+            inode.reserved = inode.reserved.max(bytes);
+            Ok(())
+        })
+    }
+
     fn len(&self) -> u64 {
         let mut st = self.handle.state.lock();
         if st.epoch == self.handle.epoch {
@@ -746,17 +790,24 @@ struct MemRandom {
 impl RandomAccessFile for MemRandom {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
         self.handle.with(FaultOp::Read, |st, ino| {
-            let data = &st.inode(ino).data;
+            let inode = st.inode(ino);
+            let data = &inode.data;
             let start = usize::try_from(offset).map_or(data.len(), |o| o.min(data.len()));
             let n = buf.len().min(data.len() - start);
             buf[..n].copy_from_slice(&data[start..start + n]);
-            Ok(n)
+            // Past the content, a preallocated file reads as zeros.
+            let size = usize::try_from(inode.size()).unwrap_or(usize::MAX);
+            let from = usize::try_from(offset)
+                .unwrap_or(usize::MAX)
+                .max(data.len());
+            let zeros = buf.len().saturating_sub(n).min(size.saturating_sub(from));
+            buf[n..n + zeros].fill(0);
+            Ok(n + zeros)
         })
     }
 
     fn len(&self) -> io::Result<u64> {
-        self.handle
-            .with(OTHER, |st, ino| Ok(st.inode(ino).data.len() as u64))
+        self.handle.with(OTHER, |st, ino| Ok(st.inode(ino).size()))
     }
 }
 
@@ -790,6 +841,35 @@ mod tests {
     fn write(fs: &MemFs, path: &str, data: &[u8]) {
         let mut f = fs.create(p(path)).unwrap();
         f.append(data).unwrap();
+    }
+
+    /// A preallocated file reads as its data then zeros; appends land after
+    /// the data; a crash keeps the preallocation only once synced, and the
+    /// synced data only.
+    #[test]
+    fn preallocation_reads_zeros_and_survives_a_crash_once_synced() {
+        let fs = MemFs::new();
+        fs.create_dir_all(p("/d")).unwrap();
+        let mut f = fs.create(p("/d/a")).unwrap();
+        f.preallocate(16).unwrap();
+        assert_eq!(fs.file_size(p("/d/a")).unwrap(), 16);
+        f.append(b"abc").unwrap();
+        assert_eq!(f.len(), 3);
+        let mut want = b"abc".to_vec();
+        want.resize(16, 0);
+        assert_eq!(read_all(&fs, p("/d/a")).unwrap(), want);
+        fs.sync_dir(p("/d")).unwrap();
+        fs.crash();
+        // Nothing synced: neither the data nor the size.
+        assert_eq!(fs.file_size(p("/d/a")).unwrap(), 0);
+        let mut f = fs.create(p("/d/a")).unwrap();
+        f.preallocate(16).unwrap();
+        f.append(b"abc").unwrap();
+        f.sync().unwrap();
+        f.append(b"def").unwrap();
+        fs.crash();
+        assert_eq!(read_all(&fs, p("/d/a")).unwrap(), want);
+        assert_eq!(fs.allocated_size(p("/d/a")).unwrap(), 3);
     }
 
     fn kind<T>(r: io::Result<T>) -> ErrorKind {

@@ -47,6 +47,23 @@ pub trait WritableFile: Send {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Sets the file's size to at least `bytes` (zero-filled, sparse where
+    /// the file system allows) without moving where appends land, so that
+    /// appends within it do not change the size and a data sync need not
+    /// log a size change. For files written from the start after
+    /// [`FileSystem::create`]; a file opened with
+    /// [`FileSystem::open_append`] ignores it, and a preallocated file must
+    /// not be reopened that way (appends would land after its zeros).
+    /// Readers see zeros past the
+    /// appended data ([`crate::format::record`] reads them as the log's
+    /// end). The default does nothing.
+    ///
+    /// # Errors
+    /// The OS error of the size change; the file stays usable.
+    fn preallocate(&mut self, bytes: u64) -> io::Result<()> {
+        let _ = bytes;
+        Ok(())
+    }
     /// A handle that makes this file's data durable without `&mut self`,
     /// so that its owner can sync outside the lock that orders its
     /// appends: the data handed to the OS ([`WritableFile::flush`]) before
@@ -200,6 +217,12 @@ pub trait FileSystem: Send + Sync + 'static {
     fn allocated_size(&self, path: &Path) -> io::Result<u64> {
         self.file_size(path)
     }
+    /// Shrinks file `path` to `len` bytes (at most its size) and makes the
+    /// new size and the data before it durable (`ftruncate` then `fsync`).
+    /// Used to cut a preallocated file's unused tail at recovery, so every
+    /// file system must provide it (a value-log file whose tail stayed would
+    /// be read past its last record at a later open).
+    fn truncate_synced(&self, path: &Path, len: u64) -> io::Result<()>;
     /// Frees the device space of bytes `[offset, offset + len)` of a file
     /// without changing its length (`fallocate` with
     /// `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`); the range then reads as
@@ -231,6 +254,25 @@ pub trait FileSystem: Send + Sync + 'static {
             "direct reads are not supported by this file system",
         ))
     }
+}
+
+/// Creates file `path` and preallocates `bytes` of it
+/// ([`WritableFile::preallocate`]): the logs whose syncs are waited on (the
+/// WAL, the active value-log file, HashKV's write journal) are made this
+/// way, so that a synced write's fdatasync logs no size change (on ext4
+/// that roughly halves its cost). A failed preallocation is ignored: the
+/// file then grows as it is written.
+///
+/// # Errors
+/// The error of [`FileSystem::create`].
+pub fn create_preallocated(
+    fs: &dyn FileSystem,
+    path: &Path,
+    bytes: u64,
+) -> io::Result<Box<dyn WritableFile>> {
+    let mut file = fs.create(path)?;
+    let _ = file.preallocate(bytes);
+    Ok(file)
 }
 
 /// Reads a whole file into memory.

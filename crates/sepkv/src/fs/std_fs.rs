@@ -40,6 +40,9 @@ struct StdWritable {
     len: u64,
     /// Offset up to which writeback was started.
     hinted: u64,
+    /// Opened with `O_APPEND` (writes land at the end of the file, so a
+    /// preallocation would put them past its zeros).
+    appending: bool,
 }
 
 impl StdWritable {
@@ -103,6 +106,15 @@ impl WritableFile for StdWritable {
 
     fn len(&self) -> u64 {
         self.len
+    }
+
+    fn preallocate(&mut self, bytes: u64) -> io::Result<()> {
+        // ftruncate(2) to a larger size: the new range is a hole. The file
+        // position (where `write` lands) does not move.
+        if !self.appending && bytes > self.len && bytes > self.file.metadata()?.len() {
+            self.file.set_len(bytes)?;
+        }
+        Ok(())
     }
 
     fn sync_handle(&self) -> Option<Box<dyn SyncHandle>> {
@@ -300,6 +312,9 @@ impl FileSystem for DirectReadFs {
     fn allocated_size(&self, path: &Path) -> io::Result<u64> {
         StdFs.allocated_size(path)
     }
+    fn truncate_synced(&self, path: &Path, len: u64) -> io::Result<()> {
+        StdFs.truncate_synced(path, len)
+    }
     fn punch_hole(&self, path: &Path, offset: u64, len: u64) -> io::Result<()> {
         StdFs.punch_hole(path, offset, len)
     }
@@ -349,6 +364,7 @@ impl FileSystem for StdFs {
             buf: Vec::with_capacity(WRITE_BUFFER),
             len: 0,
             hinted: 0,
+            appending: false,
         }))
     }
 
@@ -360,6 +376,7 @@ impl FileSystem for StdFs {
             buf: Vec::with_capacity(WRITE_BUFFER),
             len,
             hinted: len,
+            appending: true,
         }))
     }
 
@@ -427,6 +444,21 @@ impl FileSystem for StdFs {
 
     fn allocated_size(&self, path: &Path) -> io::Result<u64> {
         Ok(std::fs::metadata(path)?.blocks() * 512)
+    }
+
+    fn truncate_synced(&self, path: &Path, len: u64) -> io::Result<()> {
+        let file = OpenOptions::new().write(true).open(path)?;
+        if len > file.metadata()?.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{}: cannot truncate to {len} bytes, past its end",
+                    path.display()
+                ),
+            ));
+        }
+        file.set_len(len)?;
+        file.sync_all()
     }
 
     fn punch_hole(&self, path: &Path, offset: u64, len: u64) -> io::Result<()> {

@@ -6,7 +6,7 @@
 use super::{LsmIndex, SuperVersion};
 use crate::error::{Error, IoContext, Result};
 use crate::format::record::RecordWriter;
-use crate::fs::IoCategory;
+use crate::fs::{create_preallocated, IoCategory};
 use crate::index::compaction::lightweight;
 use crate::index::compaction::picker::{self, Choice};
 use crate::index::compaction::{flush_to_tables, run_compaction, CompactionStats};
@@ -175,7 +175,12 @@ impl LsmIndex {
         w.synced_seq = shared.last_seq.load(Ordering::Acquire);
         let number = self.versions.lock().new_file_number();
         let path = filename::wal_path(&shared.dir, number);
-        let file = shared.fs.create(&path).ctx(&path)?;
+        let file = create_preallocated(
+            shared.fs.as_ref(),
+            &path,
+            super::wal_preallocation(&shared.opts),
+        )
+        .ctx(&path)?;
         shared.fs.sync_dir(&shared.dir).ctx(&shared.dir)?;
         w.log = RecordWriter::new(file, path, shared.stats.clone(), IoCategory::Wal);
         let mut bg = self.bg.lock();

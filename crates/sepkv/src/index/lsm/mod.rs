@@ -44,6 +44,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
+/// Bytes a new WAL is preallocated to (`crate::fs::create_preallocated`):
+/// one memtable's worth, `write_buffer_size`, which holds its records in
+/// the common case; a WAL that outgrows it grows as it is written.
+/// Recovery takes the zeros past the last record as the WAL's end
+/// ([`crate::format::record::RecordReader::zero_tail`]).
+fn wal_preallocation(opts: &crate::options::Options) -> u64 {
+    opts.write_buffer_size as u64
+}
+
 /// The memtables and SSTable version a reader works against.
 struct SuperVersion {
     mem: Arc<MemTable>,

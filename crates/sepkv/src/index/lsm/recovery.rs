@@ -1,11 +1,11 @@
 //! Recovery of the LSM-tree at open: WAL replay, and in log mode the value
 //! log's replay from the manifest's checkpoint (WiscKey §3.4.2).
 
-use super::{LsmIndex, SuperVersion, Wal};
+use super::{wal_preallocation, LsmIndex, SuperVersion, Wal};
 use crate::batch::decode_batch;
 use crate::error::{Error, IoContext, Result};
 use crate::format::record::{LogEnd, RecordReader, RecordWriter};
-use crate::fs::{read_all, IoCategory};
+use crate::fs::{create_preallocated, read_all, IoCategory};
 use crate::index::compaction::flush_to_tables;
 use crate::index::filename::{self, FileKind};
 use crate::index::key::{SeqNum, ValueType};
@@ -103,13 +103,19 @@ impl LsmIndex {
                     }
                 }
                 if let Some(LogEnd::Torn(off)) = r.end() {
-                    // A torn tail ends the history. Only the newest WAL with
-                    // data can have one: an older WAL is synced before the
-                    // next one starts, so a torn older WAL followed by data
-                    // means damage.
+                    // Zeros to the end are the WAL's preallocated space
+                    // (or a write of which nothing persisted): no record
+                    // was cut, and the next WAL continues the history.
+                    if r.zero_tail() {
+                        continue 'replay;
+                    }
+                    // A torn record ends the history. Only the newest WAL
+                    // with data can have one: an older WAL is synced before
+                    // the next one starts, so a torn older WAL followed by
+                    // data means damage.
                     let later_data = wals[i + 1..].iter().any(|&m| {
                         let p = filename::wal_path(dir, m);
-                        fs.file_size(&p).map_or(true, |len| len > 0)
+                        read_all(fs.as_ref(), &p).map_or(true, |d| d.iter().any(|&b| b != 0))
                     });
                     if later_data {
                         return Err(Error::corruption(
@@ -151,7 +157,8 @@ impl LsmIndex {
         if let Some(p) = log_pos {
             self.vstore.checkpoint_committed(p);
         }
-        let file = fs.create(&path).ctx(&path)?;
+        let file = create_preallocated(fs.as_ref(), &path, wal_preallocation(&self.shared.opts))
+            .ctx(&path)?;
         fs.sync_dir(dir).ctx(dir)?;
         *self.sv.write() = Arc::new(SuperVersion {
             mem: Arc::new(MemTable::new()),

@@ -123,7 +123,7 @@ use super::{
 };
 use crate::error::{Error, IoContext, Result};
 use crate::format::record::{RecordReader, RecordWriter};
-use crate::fs::{read_all, Advice, FileSystem, IoCategory, IoStats};
+use crate::fs::{create_preallocated, read_all, Advice, FileSystem, IoCategory, IoStats};
 use crate::options::Options;
 use cache::WriteCache;
 use cold::{is_cold, ColdLog};
@@ -431,7 +431,9 @@ impl HashKvStore {
                     }
                 }
             }
-            if matches!(r.end(), Some(crate::format::record::LogEnd::Torn(_))) {
+            // Zeros to the end are the journal's preallocated space (no
+            // entry was cut): the next journal, if any, goes on.
+            if matches!(r.end(), Some(crate::format::record::LogEnd::Torn(_))) && !r.zero_tail() {
                 break 'read;
             }
         }
@@ -568,9 +570,11 @@ impl HashKvStore {
                 Err(e) => return Err(Error::io(&p, e)),
             }
         }
+        let journal_limit = Self::journal_limit(&opts, &table);
         let journal = if opts.journal {
             let p = journal_path(dir, new_num);
-            let f = fs.create(&p).ctx(&p)?;
+            // Preallocated to the length at which it is recycled.
+            let f = create_preallocated(fs.as_ref(), &p, journal_limit).ctx(&p)?;
             Some(RecordWriter::new(
                 f,
                 p,
@@ -586,7 +590,6 @@ impl HashKvStore {
         }
         fs.sync_dir(dir).ctx(dir)?;
 
-        let journal_limit = Self::journal_limit(&opts, &table);
         let store = HashKvStore {
             files,
             state: Mutex::new(State {
@@ -790,7 +793,7 @@ impl HashKvStore {
     /// Checkpoint that lets the write journal be recycled: flush the cache,
     /// sync the written segments, start a new journal, persist the table
     /// naming it, delete the old journal. Called with the state locked.
-    /// See `State::journal_limit`.
+    /// See `State::journal_limit` (the journal file is preallocated to it).
     fn journal_limit(opts: &HashKvOptions, t: &Table) -> u64 {
         let held: u64 = t
             .groups
@@ -808,7 +811,7 @@ impl HashKvStore {
         let dir = &self.files.dir;
         let num = st.journal_num + 1;
         let p = journal_path(dir, num);
-        let f = fs.create(&p).ctx(&p)?;
+        let f = create_preallocated(fs, &p, Self::journal_limit(&self.opts, &st.table)).ctx(&p)?;
         fs.sync_dir(dir).ctx(dir)?;
         st.table.journal_pos = (num, 0);
         st.table.epoch += 1;

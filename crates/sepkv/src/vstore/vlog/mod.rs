@@ -50,7 +50,9 @@ use super::{
 };
 use crate::error::{Error, IoContext, Result};
 use crate::fs::sync_unlocked;
-use crate::fs::{Advice, FileSystem, IoCategory, IoStats, RandomAccessFile, WritableFile};
+use crate::fs::{
+    create_preallocated, Advice, FileSystem, IoCategory, IoStats, RandomAccessFile, WritableFile,
+};
 use crate::vstore::prefetch::Prefetcher;
 use parking_lot::{Mutex, RwLock};
 use record::Kind;
@@ -429,17 +431,22 @@ impl VlogStore {
             let len = fs.file_size(&path).ctx(&path)?;
             files.insert(id, FileInfo::new(len));
         }
-        // The newest file may end in a torn append: fix its valid length at
-        // the last intact record. If it is intact, appends continue in it;
-        // otherwise they go to a new file and the torn bytes are never read.
+        // The newest file may end in a torn append, or in the zeros of its
+        // preallocation: fix its valid length at the last intact record. If
+        // that is its end, appends continue in it. Otherwise the file is cut
+        // there (durably, so that its size is its valid length at every
+        // later open, when it is no longer scanned) and appends go to a new
+        // file: the torn bytes are never read.
         let mut reuse = None;
         if let Some((&last, info)) = files.iter_mut().next_back() {
             let start = if last == tail.0 { tail.1 } else { 0 };
             let len = info.valid_len;
-            info.valid_len =
-                scan_valid_len(fs.as_ref(), &vlog_path(dir, last), start, len, &stats)?;
+            let path = vlog_path(dir, last);
+            info.valid_len = scan_valid_len(fs.as_ref(), &path, start, len, &stats)?;
             if info.valid_len == len && len < opts.file_size {
                 reuse = Some((last, len));
+            } else if info.valid_len < len {
+                fs.truncate_synced(&path, info.valid_len).ctx(&path)?;
             }
         }
         let (next_id, file, flushed) = match reuse {
@@ -450,7 +457,8 @@ impl VlogStore {
             None => {
                 let id = files.keys().next_back().map_or(tail.0.max(1), |l| l + 1);
                 let path = vlog_path(dir, id);
-                let file = fs.create(&path).ctx(&path)?;
+                // Preallocated to its roll size.
+                let file = create_preallocated(fs.as_ref(), &path, opts.file_size).ctx(&path)?;
                 fs.sync_dir(dir).ctx(dir)?;
                 files.insert(id, FileInfo::new(0));
                 (id, file, 0)
@@ -517,7 +525,8 @@ impl VlogStore {
         a.dirty = false;
         let id = a.id + 1;
         let path = self.path(id);
-        let file = self.reader.fs.create(&path).ctx(&path)?;
+        let file =
+            create_preallocated(self.reader.fs.as_ref(), &path, self.opts.file_size).ctx(&path)?;
         self.reader
             .fs
             .sync_dir(&self.reader.dir)
@@ -1176,6 +1185,71 @@ mod tests {
         // Reports never pass the valid length.
         f.valid_len = 1500;
         assert_eq!(f.add_garbage(0, 1000), 500);
+    }
+
+    /// A value-log file is preallocated to its roll size; a reopen cuts the
+    /// zeros after the last record durably (so that the file's size is its
+    /// valid length at every later open) and appends go to a new file.
+    /// Every value reads back, and a crash after the reopen loses none.
+    #[test]
+    fn preallocated_files_are_cut_at_their_last_record_on_reopen() {
+        use super::{vlog_path, VlogOptions, VlogStore};
+        use crate::fs::{FaultFs, FileSystem, IoStats};
+        use crate::vstore::{ValueRecord, ValueStore};
+        use std::path::Path;
+        use std::sync::Arc;
+        let fs = FaultFs::new();
+        let dir = Path::new("/db");
+        fs.create_dir_all(dir).unwrap();
+        let open = || {
+            VlogStore::open(
+                dir,
+                Arc::new(fs.clone()),
+                Arc::new(IoStats::default()),
+                VlogOptions {
+                    value_threshold: 1,
+                    file_size: 1 << 20,
+                    gc_chunk_size: GARBAGE_REGION,
+                    prefetch_threads: 0,
+                    log_mode: false,
+                    capacity: None,
+                },
+                None,
+            )
+            .unwrap()
+        };
+        let value = vec![7u8; 100];
+        let mut written = Vec::new();
+        for round in 0..3u64 {
+            let vlog = open();
+            let key = format!("k{round}").into_bytes();
+            let rec = ValueRecord {
+                key: &key,
+                seq: round + 1,
+                value: &value,
+            };
+            let ptr = vlog.append(&[rec]).unwrap()[0];
+            vlog.sync().unwrap();
+            // The active file is preallocated: its size is the roll size.
+            let active = vlog_path(dir, ptr.file_id);
+            assert_eq!(fs.file_size(&active).unwrap(), 1 << 20, "round {round}");
+            written.push((key, ptr));
+            drop(vlog);
+            fs.crash();
+        }
+        let vlog = open();
+        for (key, ptr) in &written {
+            assert!(vlog.contains(ptr));
+            assert_eq!(vlog.read(key, ptr).unwrap(), Some(value.clone()));
+            // Cut at the record's end: exactly one record per file.
+            let path = vlog_path(dir, ptr.file_id);
+            assert_eq!(
+                fs.file_size(&path).unwrap(),
+                ptr.offset + u64::from(ptr.length)
+            );
+        }
+        let ids: Vec<u64> = written.iter().map(|(_, p)| p.file_id).collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
     }
 
     /// The next chunk's garbage share comes from the regions it covers:
