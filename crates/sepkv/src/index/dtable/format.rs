@@ -220,7 +220,13 @@ impl BlockFilters {
     /// False when the data block at `offset` certainly lacks the user key
     /// whose filter hash ([`key_hash`](crate::index::sstable::filter::key_hash))
     /// is `hash` (true for a block without a filter).
-    pub(crate) fn may_contain_hash(&self, offset: u64, hash: u64) -> bool {
+    /// `n` is the block's ordinal in its segment: the filters are stored one
+    /// per block in block order, so the `n`-th is the block's when its
+    /// offset matches (then no search); otherwise the offset is searched.
+    pub(crate) fn may_contain_hash(&self, n: usize, offset: u64, hash: u64) -> bool {
+        if self.offsets.get(n) == Some(&offset) {
+            return self.filters[n].may_contain_hash(hash);
+        }
         match self.offsets.binary_search(&offset) {
             Ok(i) => self.filters[i].may_contain_hash(hash),
             Err(_) => true,
@@ -255,6 +261,35 @@ mod tests {
             if bytes.len() >= DFOOTER_LEN {
                 let _ = DFooter::decode(&bytes[..DFOOTER_LEN]);
             }
+        }
+    }
+
+    /// A block's filter is found by its ordinal when that matches the
+    /// offset, and by the offset otherwise; an unknown offset has none.
+    #[test]
+    fn block_filter_found_by_ordinal_or_by_offset() {
+        use crate::format::coding::{put_length_prefixed, put_varint64};
+        use crate::index::sstable::{key_hash, FilterBuilder};
+        let keys: Vec<Vec<u8>> = (0..3).map(|i| format!("key{i}").into_bytes()).collect();
+        let mut contents = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            let mut f = FilterBuilder::new(10);
+            f.add_key(k);
+            put_varint64(&mut contents, i as u64 * 100);
+            put_length_prefixed(&mut contents, &f.finish());
+        }
+        let bf = BlockFilters::decode(&contents).unwrap();
+        for (i, k) in keys.iter().enumerate() {
+            let h = key_hash(k);
+            let off = i as u64 * 100;
+            assert!(bf.may_contain_hash(i, off, h), "block {i}");
+            for other in keys.iter().map(|k| key_hash(k)) {
+                let want = bf.may_contain_hash(i, off, other);
+                for n in 0..5 {
+                    assert_eq!(bf.may_contain_hash(n, off, other), want, "block {i} as {n}");
+                }
+            }
+            assert!(bf.may_contain_hash(i, off + 1, h), "no filter: maybe");
         }
     }
 

@@ -229,10 +229,9 @@ impl DTable {
         let hash = key_hash(user_key(ikey));
         for s in self.segments.iter().rev() {
             let filters = &s.filters;
-            if let Some(hit) = s
-                .table
-                .get_filtered(ikey, hash, ctx, &|off| filters.may_contain_hash(off, hash))?
-            {
+            if let Some(hit) = s.table.get_filtered(ikey, hash, ctx, &|n, off| {
+                filters.may_contain_hash(n, off, hash)
+            })? {
                 return Ok(Some(hit));
             }
         }

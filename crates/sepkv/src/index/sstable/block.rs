@@ -267,6 +267,13 @@ impl BlockIter {
         }
     }
 
+    /// Index of the restart point at or before the current entry: in a
+    /// block written with restart interval 1 (index blocks), the current
+    /// entry's ordinal.
+    pub(crate) fn restart_index(&self) -> usize {
+        self.restart_index
+    }
+
     /// True when positioned at an entry.
     pub(crate) fn valid(&self) -> bool {
         self.err.is_none() && self.current < self.block.restarts_offset

@@ -275,20 +275,22 @@ impl Table {
     /// bloom filter rules the user key out). Returns `(internal key, value)`.
     pub fn get(&self, ikey: &[u8], ctx: ReadCtx) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         let hash = super::filter::key_hash(user_key(ikey));
-        self.get_filtered(ikey, hash, ctx, &|_| true)
+        self.get_filtered(ikey, hash, ctx, &|_, _| true)
     }
 
     /// [`Table::get`] for a key whose filter hash
     /// ([`key_hash`](super::filter::key_hash) of its user key) is `hash`,
-    /// with `block_may_contain(offset)` consulted after the index chose the
-    /// data block at `offset` and before it is read: false skips the block
-    /// (a per-block bloom filter, LWC-tree Algorithm 4).
+    /// with `block_may_contain(n, offset)` consulted after the index chose
+    /// the data block at `offset`, the table's `n`-th, and before it is
+    /// read: false skips the block (a per-block bloom filter, LWC-tree
+    /// Algorithm 4). `n` is the index entry's ordinal: index blocks are
+    /// written with one restart point per entry.
     pub(crate) fn get_filtered(
         &self,
         ikey: &[u8],
         hash: u64,
         ctx: ReadCtx,
-        block_may_contain: &dyn Fn(u64) -> bool,
+        block_may_contain: &dyn Fn(usize, u64) -> bool,
     ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         let target_user_key = user_key(ikey);
         if let Some(filter) = &self.filter {
@@ -305,7 +307,7 @@ impl Table {
             };
         }
         let handle = self.data_handle(index.value())?;
-        if !block_may_contain(handle.offset) {
+        if !block_may_contain(index.restart_index(), handle.offset) {
             return Ok(None);
         }
         let mut it = BlockIter::new(self.data_block(handle, ctx)?, compare_internal);
