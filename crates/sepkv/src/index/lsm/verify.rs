@@ -46,14 +46,18 @@ impl LsmIndex {
                 }
             }
         }
-        // Current WAL (only what is already handed to the OS).
+        // Current WAL: only the records already handed to the OS, up to the
+        // length it had then. Past it, writers append while the file is
+        // read (and a preallocated WAL has its size already), so a record
+        // there may be caught half-copied.
         let wal = self.wal.lock().as_mut().map(|w| {
             let _ = w.log.flush();
-            w.log.path().to_path_buf()
+            (w.log.path().to_path_buf(), w.log.len())
         });
-        if let Some(path) = wal {
+        if let Some((path, len)) = wal {
             if let Ok(data) = read_all(fs.as_ref(), &path) {
-                let mut r = RecordReader::new(&data, &path);
+                let data = &data[..usize::try_from(len).map_or(data.len(), |l| l.min(data.len()))];
+                let mut r = RecordReader::new(data, &path);
                 loop {
                     match r.next_record() {
                         Ok(Some((off, rec))) => {
