@@ -6,9 +6,16 @@
 //! ```text
 //! batch   := seq:u64le  count:u32le  entry*
 //! entry   := type:u8  key:lenprefixed  [value:lenprefixed]   (no value for deletions)
+//!          | 3  key:lenprefixed  pointer:lenprefixed  value:lenprefixed
 //! type    := 0 delete | 1 put (inline value) | 2 put (encoded value pointer)
+//!          | 3 put (encoded value pointer, and the value it points to)
 //! ```
-//! Frozen: format version 1.
+//! Frozen: format version 1. Type 3 exists only in WAL records of synced
+//! writes whose values are carried in the WAL (see
+//! [`crate::Options::sync_values_in_wal`]); it is read as a pointer entry,
+//! and recovery falls back to the carried value when the value store lost
+//! the record. Binaries older than type 3 report such a record as
+//! corruption rather than misread it.
 
 use crate::error::{Error, Result};
 use crate::format::coding::{get_fixed32, get_fixed64, get_length_prefixed, put_length_prefixed};
@@ -16,6 +23,9 @@ use crate::index::key::{SeqNum, ValueType};
 use crate::options::{MAX_KEY_SIZE, MAX_VALUE_SIZE};
 
 const HEADER: usize = 12;
+
+/// Entry type byte of a pointer entry that also carries its value (WAL only).
+const CARRIED: u8 = 3;
 
 /// A group of puts and deletes applied atomically by [`crate::Db::write`].
 ///
@@ -36,6 +46,11 @@ pub struct WriteBatch {
     user_bytes: u64,
     /// Longest value of a put, kept as entries are added.
     max_value_len: usize,
+    /// Pointer entries that do not carry their value (type 2): a WAL
+    /// holding them depends on the value store's durability.
+    bare_pointers: u32,
+    /// Pointer entries that carry their value (type 3).
+    carried: u32,
 }
 
 impl Default for WriteBatch {
@@ -86,6 +101,8 @@ impl WriteBatch {
             count: 0,
             user_bytes: 0,
             max_value_len: 0,
+            bare_pointers: 0,
+            carried: 0,
         }
     }
 
@@ -122,9 +139,35 @@ impl WriteBatch {
         }
         self.count += 1;
         self.user_bytes += (key.len() + value.len()) as u64;
-        if vtype == ValueType::Value {
-            self.max_value_len = self.max_value_len.max(value.len());
+        match vtype {
+            ValueType::Value => self.max_value_len = self.max_value_len.max(value.len()),
+            ValueType::Pointer => self.bare_pointers += 1,
+            ValueType::Deletion => {}
         }
+    }
+
+    /// Adds a pointer entry that carries its value too (type 3, WAL only):
+    /// the index takes `pointer`, and recovery falls back to `value` when
+    /// the value store lost the record (`Options::sync_values_in_wal`).
+    pub(crate) fn push_carried(&mut self, key: &[u8], pointer: &[u8], value: &[u8]) {
+        self.rep.push(CARRIED);
+        put_length_prefixed(&mut self.rep, key);
+        put_length_prefixed(&mut self.rep, pointer);
+        put_length_prefixed(&mut self.rep, value);
+        self.count += 1;
+        self.user_bytes += (key.len() + value.len()) as u64;
+        self.carried += 1;
+    }
+
+    /// Number of pointer entries without their value: a WAL record of this
+    /// batch is replayable only while the value store holds their records.
+    pub(crate) fn bare_pointers(&self) -> usize {
+        self.bare_pointers as usize
+    }
+
+    /// Number of pointer entries that carry their value.
+    pub(crate) fn carried(&self) -> usize {
+        self.carried as usize
     }
 
     /// Number of entries.
@@ -143,6 +186,8 @@ impl WriteBatch {
         self.count = 0;
         self.user_bytes = 0;
         self.max_value_len = 0;
+        self.bare_pointers = 0;
+        self.carried = 0;
     }
 
     /// Encoded size in bytes.
@@ -168,20 +213,25 @@ impl WriteBatch {
         self.count += other.count;
         self.user_bytes += other.user_bytes;
         self.max_value_len = self.max_value_len.max(other.max_value_len);
+        self.bare_pointers += other.bare_pointers;
+        self.carried += other.carried;
     }
 
     /// Splits the batch into consecutive batches of `counts` entries each
     /// (the inverse of [`WriteBatch::append`]).
     pub(crate) fn split(&self, counts: &[u32]) -> Result<Vec<WriteBatch>> {
-        let mut entries = self.entries();
+        let mut entries = self.entry_iter();
         let mut out = Vec::with_capacity(counts.len());
         for &n in counts {
             let mut b = WriteBatch::new();
             for _ in 0..n {
-                let e = entries
+                let (e, carried) = entries
                     .next()
                     .ok_or_else(|| Error::InvalidArgument("batch split past its end".into()))??;
-                b.push(e.vtype, e.key, e.value);
+                match carried {
+                    Some(v) => b.push_carried(e.key, e.value, v),
+                    None => b.push(e.vtype, e.key, e.value),
+                }
             }
             out.push(b);
         }
@@ -197,8 +247,13 @@ impl WriteBatch {
         dst.extend_from_slice(&self.rep[HEADER..]);
     }
 
-    /// Iterates over the entries.
+    /// Iterates over the entries. A pointer entry that carries its value
+    /// is yielded as a pointer entry (the index's view of it).
     pub fn entries(&self) -> impl Iterator<Item = Result<BatchEntry<'_>>> {
+        self.entry_iter().map(|r| r.map(|(e, _)| e))
+    }
+
+    fn entry_iter(&self) -> EntryIter<'_> {
         EntryIter {
             rest: &self.rep[HEADER..],
             left: self.count,
@@ -212,7 +267,7 @@ struct EntryIter<'a> {
 }
 
 impl<'a> Iterator for EntryIter<'a> {
-    type Item = Result<BatchEntry<'a>>;
+    type Item = Result<(BatchEntry<'a>, Option<&'a [u8]>)>;
     fn next(&mut self) -> Option<Self::Item> {
         if self.left == 0 {
             return None;
@@ -226,9 +281,22 @@ impl<'a> Iterator for EntryIter<'a> {
     }
 }
 
-fn decode_entry<'a>(src: &mut &'a [u8]) -> Option<BatchEntry<'a>> {
+/// Decodes one entry: the index's view of it, and the value a type-3
+/// entry carries beside its pointer.
+fn decode_entry<'a>(src: &mut &'a [u8]) -> Option<(BatchEntry<'a>, Option<&'a [u8]>)> {
     let (&t, rest) = src.split_first()?;
     *src = rest;
+    if t == CARRIED {
+        let key = get_length_prefixed(src)?;
+        let value = get_length_prefixed(src)?;
+        let carried = get_length_prefixed(src)?;
+        let e = BatchEntry {
+            vtype: ValueType::Pointer,
+            key,
+            value,
+        };
+        return Some((e, Some(carried)));
+    }
     let vtype = ValueType::from_u8(t)?;
     let key = get_length_prefixed(src)?;
     let value = if vtype == ValueType::Deletion {
@@ -236,13 +304,15 @@ fn decode_entry<'a>(src: &mut &'a [u8]) -> Option<BatchEntry<'a>> {
     } else {
         get_length_prefixed(src)?
     };
-    Some(BatchEntry { vtype, key, value })
+    Some((BatchEntry { vtype, key, value }, None))
 }
 
 /// A batch decoded from a WAL record.
 pub(crate) struct DecodedBatch<'a> {
     pub seq: SeqNum,
     pub entries: Vec<BatchEntry<'a>>,
+    /// Per entry, the value a pointer entry carries (type 3), if any.
+    pub carried: Vec<Option<&'a [u8]>>,
 }
 
 /// Decodes a WAL record payload; `None` when malformed.
@@ -250,10 +320,17 @@ pub(crate) fn decode_batch(mut data: &[u8]) -> Option<DecodedBatch<'_>> {
     let seq = get_fixed64(&mut data)?;
     let count = get_fixed32(&mut data)?;
     let mut entries = Vec::with_capacity(count.min(1 << 16) as usize);
+    let mut carried = Vec::with_capacity(count.min(1 << 16) as usize);
     for _ in 0..count {
-        entries.push(decode_entry(&mut data)?);
+        let (e, c) = decode_entry(&mut data)?;
+        entries.push(e);
+        carried.push(c);
     }
-    data.is_empty().then_some(DecodedBatch { seq, entries })
+    data.is_empty().then_some(DecodedBatch {
+        seq,
+        entries,
+        carried,
+    })
 }
 
 #[cfg(test)]
@@ -291,6 +368,30 @@ mod tests {
         assert_eq!(g.max_value_len(), 3);
         assert_eq!(g.split(&[1, 2]).unwrap(), vec![a, b]);
         assert!(g.split(&[4]).is_err());
+    }
+
+    #[test]
+    fn carried_values_round_trip_and_read_as_pointers() {
+        let mut b = WriteBatch::new();
+        b.push(ValueType::Pointer, b"a", b"ptr-a");
+        b.push_carried(b"b", b"ptr-b", b"value of b");
+        b.delete(b"c").unwrap();
+        assert_eq!((b.bare_pointers(), b.carried()), (1, 1));
+        let seen: Vec<_> = b.entries().map(|e| e.unwrap()).collect();
+        assert_eq!(seen[1].vtype, ValueType::Pointer);
+        assert_eq!((seen[1].key, seen[1].value), (&b"b"[..], &b"ptr-b"[..]));
+        let mut rec = Vec::new();
+        b.encode_into(7, &mut rec);
+        let d = decode_batch(&rec).unwrap();
+        assert_eq!(d.carried, vec![None, Some(&b"value of b"[..]), None]);
+        assert_eq!(d.entries[1].value, b"ptr-b");
+        assert!(decode_batch(&rec[..rec.len() - 2]).is_none());
+        // Split keeps the carried value.
+        let parts = b.split(&[2, 1]).unwrap();
+        assert_eq!((parts[0].bare_pointers(), parts[0].carried()), (1, 1));
+        let mut g = parts[0].clone();
+        g.append(&parts[1]);
+        assert_eq!(g, b);
     }
 
     #[test]

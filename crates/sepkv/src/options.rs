@@ -12,7 +12,7 @@
 //! | [`Options::wal`] (`false`: WiscKey's log mode) | in `IDENTITY` | follows the record when no index or layout is named; otherwise it must match (`ConfigMismatch`) |
 //! | `hashkv_main_segment_size`, `hashkv_log_segment_size`, `hashkv_reserved_ratio`, and `value_capacity` of a `hashkv` store | in the segment table | ignored: the store keeps its geometry |
 //! | `num_levels` | no | may grow; below the deepest level holding files the open fails |
-//! | everything else: cache sizes (`block_cache_size`, `max_open_files`), `write_buffer_size`, table format knobs (`block_size`, `block_restart_interval`, `bloom_bits_per_key`, `target_file_size`), level sizes and level-0 triggers, the LWC-tree's DTable bounds (`lwc_max_segments`, `lwc_max_table_bytes`), `value_threshold`, GC knobs (`gc_garbage_ratio`, `gc_chunk_size`, `space_amp_target`), `value_capacity` of a value log, `vlog_file_size`, prefetch, the `hashkv` cache, hotness and journal switches, `create_if_missing`, `error_if_exists`, `fs` | no | may change at every open; tables and value files written under older values stay readable |
+//! | everything else: cache sizes (`block_cache_size`, `max_open_files`), `write_buffer_size`, table format knobs (`block_size`, `block_restart_interval`, `bloom_bits_per_key`, `target_file_size`), level sizes and level-0 triggers, `sync_values_in_wal`, the LWC-tree's DTable bounds (`lwc_max_segments`, `lwc_max_table_bytes`), `value_threshold`, GC knobs (`gc_garbage_ratio`, `gc_chunk_size`, `space_amp_target`), `value_capacity` of a value log, `vlog_file_size`, prefetch, the `hashkv` cache, hotness and journal switches, `create_if_missing`, `error_if_exists`, `fs` | no | may change at every open; tables and value files written under older values stay readable |
 //!
 //! So `Db::open(path, Options::default())` opens any existing database as
 //! it was created, and `Options::preset(p)` both creates a `p` database and
@@ -291,6 +291,19 @@ pub struct Options {
     /// mode whatever this field says; when they name one, it must match
     /// the record ([`crate::Error::ConfigMismatch`]).
     pub wal: bool,
+    /// Carry the separated values of a synced write in its WAL record too
+    /// (default true; only with `wal`, and only under the LSM-tree and
+    /// LWC-tree indexes). A synced write then waits for one fsync, the
+    /// WAL's, instead of the WAL's and the value store's: the value store's
+    /// copy is made durable later (at the next memtable switch or flush,
+    /// or the next sync that needs it), and recovery takes a value the
+    /// store lost from the WAL, as an inline value. Costs each synced
+    /// value a second write (into the WAL); a memtable is switched once
+    /// its WAL reaches `write_buffer_size`, so the WAL stays within its
+    /// preallocation. `false` syncs the value store beside the WAL at every
+    /// synced write (two fsyncs, each value written once). Unsynced writes
+    /// are not affected.
+    pub sync_values_in_wal: bool,
     /// Size at which a value-log file is closed and the next begun
     /// (default 256 MiB).
     pub vlog_file_size: u64,
@@ -469,6 +482,7 @@ impl fmt::Debug for Options {
             .field("lwc_max_table_bytes", &self.lwc_max_table_bytes)
             .field("max_bytes_for_level_base", &self.max_bytes_for_level_base)
             .field("wal", &self.wal)
+            .field("sync_values_in_wal", &self.sync_values_in_wal)
             .field("vlog_file_size", &self.vlog_file_size)
             .field("gc_garbage_ratio", &self.gc_garbage_ratio)
             .field("space_amp_target", &self.space_amp_target)
@@ -500,6 +514,7 @@ impl Default for Options {
             l0_slowdown_writes_trigger: 8,
             l0_stop_writes_trigger: 12,
             wal: true,
+            sync_values_in_wal: true,
             vlog_file_size: 256 << 20,
             gc_chunk_size: 4 << 20,
             gc_garbage_ratio: 0.5,

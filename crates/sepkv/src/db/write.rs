@@ -168,7 +168,11 @@ impl DbInner {
             let prepared = if !self.shared.opts.wal {
                 Some(self.log_entries(batch))
             } else if self.vstore.separates(batch.max_value_len()) {
-                Some(self.separate_values(batch))
+                // A synced batch carries its values in the WAL record too,
+                // so that its sync waits for the WAL's fsync alone.
+                let carry =
+                    sync && self.shared.opts.sync_values_in_wal && self.index.carries_values();
+                Some(self.separate_values(batch, carry))
             } else {
                 None
             };
@@ -320,7 +324,13 @@ impl DbInner {
         Ok(out)
     }
 
-    fn separate_values(&self, batch: &WriteBatch) -> Result<WriteBatch> {
+    /// Appends the values `batch` separates to the value store and returns
+    /// the index batch: those values replaced by pointers that, with
+    /// `carry`, carry the value beside them for the WAL (type 3 entries,
+    /// see [`Index::carries_values`]). Writer lock held.
+    ///
+    /// [`Index::carries_values`]: crate::index::Index::carries_values
+    fn separate_values(&self, batch: &WriteBatch, carry: bool) -> Result<WriteBatch> {
         let entries: Vec<_> = batch.entries().collect::<Result<_>>()?;
         let seq0 = self.shared.last_seq.load(Ordering::Relaxed) + 1;
         let records: Vec<ValueRecord<'_>> = entries
@@ -341,7 +351,11 @@ impl DbInner {
                 let p = ptrs.next().ok_or_else(|| {
                     Error::InvalidArgument("value store returned too few pointers".into())
                 })?;
-                out.push(ValueType::Pointer, e.key, &p.encode());
+                if carry {
+                    out.push_carried(e.key, &p.encode(), e.value);
+                } else {
+                    out.push(ValueType::Pointer, e.key, &p.encode());
+                }
             } else {
                 out.push(e.vtype, e.key, e.value);
             }

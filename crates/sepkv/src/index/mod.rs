@@ -281,6 +281,16 @@ pub(crate) trait Index: Send + Sync {
     /// database: the batch may be half logged).
     fn apply(&self, batch: &WriteBatch, first_seq: SeqNum, sync: bool) -> Result<()>;
 
+    /// Whether [`Index::apply`] takes pointer entries that carry their
+    /// value (`Options::sync_values_in_wal`): its log keeps the value, so a
+    /// synced batch made only of such entries (and inline values and
+    /// tombstones) is durable once the log is, whatever the value store
+    /// holds, and recovery falls back to the carried value for a record the
+    /// store lost. Default: no (the entries are then never built).
+    fn carries_values(&self) -> bool {
+        false
+    }
+
     /// Makes every applied write up to sequence number `seq` durable: the
     /// value store's records, then the index's WAL (in log mode the value
     /// store alone). Cheap when they already are. Called *without* the

@@ -70,6 +70,12 @@ impl LsmIndex {
                     sv.imm.is_some(),
                 )
             };
+            // Synced writes that carry their values in the WAL
+            // (`Options::sync_values_in_wal`) grow it faster than the
+            // memtable: a WAL past its preallocation switches the memtable
+            // too, which bounds the WAL's size and its replay.
+            let wal_bytes = self.wal.lock().as_ref().map_or(0, |w| w.log.len());
+            let mem_bytes = mem_bytes.max(wal_bytes as usize);
             if allow_delay && l0 >= opts.l0_slowdown_writes_trigger {
                 // Spread the delay over writes instead of stalling one for
                 // seconds when level 0 hits the stop trigger.
@@ -170,9 +176,11 @@ impl LsmIndex {
         let Some(w) = guard.as_mut() else {
             return Err(Error::Closed);
         };
+        let bare = w.bare_logged;
         self.vstore.sync()?;
         w.log.sync()?;
         w.synced_seq = shared.last_seq.load(Ordering::Acquire);
+        w.bare_synced = bare;
         let number = self.versions.lock().new_file_number();
         let path = filename::wal_path(&shared.dir, number);
         let file = create_preallocated(

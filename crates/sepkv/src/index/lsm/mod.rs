@@ -66,6 +66,15 @@ struct Wal {
     scratch: Vec<u8>,
     /// Every write up to this sequence number is durable.
     synced_seq: SeqNum,
+    /// Batches logged with pointers that do not carry their value (bumped
+    /// at each): their WAL records replay only while the value store holds
+    /// those values.
+    bare_logged: u64,
+    /// `bare_logged` as it was when the last value-store sync began that
+    /// has completed: every bare batch counted up to it has its values
+    /// durable. A synced write whose batch carries its values needs no
+    /// value-store sync while the two are equal.
+    bare_synced: u64,
     /// Syncs the value store beside the WAL's sync; started at the first
     /// synced write.
     vsync: Option<ParallelSync>,
@@ -137,6 +146,14 @@ impl LsmIndex {
         if !self.vstore.needs_sync() {
             return w.log.sync();
         }
+        let bare = w.bare_logged;
+        self.sync_both(w)?;
+        w.bare_synced = w.bare_synced.max(bare);
+        Ok(())
+    }
+
+    /// The two syncs of [`LsmIndex::sync_vstore_and_wal`].
+    fn sync_both(&self, w: &mut Wal) -> Result<()> {
         if w.vsync.is_none() {
             w.vsync = ParallelSync::start(self.vstore.clone());
         }
@@ -163,6 +180,8 @@ impl Wal {
             log,
             scratch,
             synced_seq,
+            bare_logged: 0,
+            bare_synced: 0,
             vsync: None,
         }
     }
@@ -179,6 +198,12 @@ struct Counters {
     segments_appended: AtomicU64,
     divisions: AtomicU64,
     metadata_from_victim: AtomicU64,
+    /// Synced writes made durable by the WAL's fsync alone, their values
+    /// carried in the WAL (`Options::sync_values_in_wal`).
+    wal_only_syncs: AtomicU64,
+    /// Carried values restored inline at open because the value store had
+    /// lost their records.
+    wal_values_restored: AtomicU64,
 }
 
 /// The LSM-tree behind the [`Index`] seam.
@@ -344,6 +369,10 @@ impl Index for LsmIndex {
         self.make_room_locked(force)
     }
 
+    fn carries_values(&self) -> bool {
+        self.shared.opts.wal
+    }
+
     fn apply(&self, batch: &WriteBatch, seq: SeqNum, sync: bool) -> Result<()> {
         let mut guard = self.wal.lock();
         let Some(w) = guard.as_mut() else {
@@ -353,8 +382,22 @@ impl Index for LsmIndex {
         batch.encode_into(seq, &mut w.scratch);
         if self.shared.opts.wal {
             w.log.add_record(&w.scratch)?;
+            if batch.bare_pointers() > 0 {
+                w.bare_logged += 1;
+            }
             if sync {
-                self.sync_vstore_and_wal(w)?;
+                if w.bare_logged == w.bare_synced {
+                    // Every pointer in the WAL whose value is not carried
+                    // beside it points at a durable record: the WAL's
+                    // fsync alone makes this write and all before it
+                    // recoverable (`Options::sync_values_in_wal`).
+                    w.log.sync()?;
+                    if batch.carried() > 0 {
+                        self.counters.wal_only_syncs.fetch_add(1, Ordering::Relaxed);
+                    }
+                } else {
+                    self.sync_vstore_and_wal(w)?;
+                }
             } else {
                 w.log.flush()?;
             }
@@ -380,7 +423,7 @@ impl Index for LsmIndex {
     /// and its values were in the value store before that. A WAL switched
     /// in between was synced by the switch.
     fn make_durable(&self, seq: SeqNum) -> Result<()> {
-        let (last, pending) = {
+        let (last, bare, pending) = {
             let mut guard = self.wal.lock();
             let Some(w) = guard.as_mut() else {
                 return Err(Error::Closed);
@@ -391,10 +434,10 @@ impl Index for LsmIndex {
             let last = self.shared.last_seq.load(Ordering::Acquire);
             if !self.shared.opts.wal {
                 // Log mode: the value log holds every write.
-                (last, None)
+                (last, w.bare_logged, None)
             } else {
                 match w.log.start_sync()? {
-                    Some(p) => (last, Some(p)),
+                    Some(p) => (last, w.bare_logged, Some(p)),
                     None => {
                         self.sync_vstore_and_wal(w)?;
                         w.synced_seq = last;
@@ -410,6 +453,7 @@ impl Index for LsmIndex {
         let mut guard = self.wal.lock();
         if let Some(w) = guard.as_mut() {
             w.synced_seq = w.synced_seq.max(last);
+            w.bare_synced = w.bare_synced.max(bare);
         }
         Ok(())
     }
@@ -510,6 +554,11 @@ impl Index for LsmIndex {
         let mut figures = vec![
             ("sstables", levels.iter().map(|l| l.files as u64).sum()),
             ("sstable_bytes", levels.iter().map(|l| l.bytes).sum()),
+            ("wal_only_syncs", c.wal_only_syncs.load(Ordering::Relaxed)),
+            (
+                "wal_values_restored",
+                c.wal_values_restored.load(Ordering::Relaxed),
+            ),
         ];
         if self.lightweight {
             figures.extend([

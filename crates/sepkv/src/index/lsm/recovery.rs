@@ -53,6 +53,8 @@ impl LsmIndex {
         }
         let mut edit = VersionEdit::default();
         let mut mem = Arc::new(MemTable::new());
+        // Carried values whose record the value store lost.
+        let mut restored_inline = 0u64;
         let mut next = || self.versions.lock().new_file_number();
         {
             let mut ctx = self.job_context(&mut next);
@@ -82,17 +84,30 @@ impl LsmIndex {
                     };
                     // A batch whose values did not survive the crash ends
                     // the history (WiscKey §3.3.3): nothing after it is
-                    // replayed, so the state stays a prefix.
-                    let lost = b.entries.iter().any(|e| {
-                        e.vtype == ValueType::Pointer
-                            && ValuePointer::decode(e.value)
-                                .is_none_or(|p| !self.vstore.contains(&p))
-                    });
+                    // replayed, so the state stays a prefix. A pointer that
+                    // carries its value (a synced write under
+                    // `Options::sync_values_in_wal`) is never lost: when
+                    // the store did not keep the record, the value carried
+                    // in the WAL is restored inline.
+                    let held = |e: &crate::batch::BatchEntry<'_>| {
+                        ValuePointer::decode(e.value).is_some_and(|p| self.vstore.contains(&p))
+                    };
+                    let lost = b
+                        .entries
+                        .iter()
+                        .zip(&b.carried)
+                        .any(|(e, c)| e.vtype == ValueType::Pointer && c.is_none() && !held(e));
                     if lost {
                         break 'replay;
                     }
-                    for (j, e) in b.entries.iter().enumerate() {
-                        mem.add(b.seq + j as u64, e.vtype, e.key, e.value);
+                    for (j, (e, c)) in b.entries.iter().zip(&b.carried).enumerate() {
+                        match c {
+                            Some(v) if !held(e) => {
+                                restored_inline += 1;
+                                mem.add(b.seq + j as u64, ValueType::Value, e.key, v)
+                            }
+                            _ => mem.add(b.seq + j as u64, e.vtype, e.key, e.value),
+                        }
                     }
                     max_seq = max_seq.max(last);
                     if mem.approximate_bytes() >= self.shared.opts.write_buffer_size {
@@ -140,6 +155,9 @@ impl LsmIndex {
                 }
             }
         }
+        self.counters
+            .wal_values_restored
+            .fetch_add(restored_inline, std::sync::atomic::Ordering::Relaxed);
         // Commit the replayed state before the new WAL exists: an open that
         // fails or crashes after this point finds the old WALs obsolete, and
         // before it finds no new WAL, so a torn tail stays in the newest WAL.
