@@ -995,6 +995,9 @@ impl Engine for SepkvEngine {
         );
         counters.insert("write_stall_micros".into(), s.write_stall_micros);
         counters.insert("write_gc_steps".into(), s.write_gc_steps);
+        counters.insert("write_groups".into(), s.write_groups);
+        counters.insert("write_synced_groups".into(), s.write_synced_groups);
+        counters.insert("write_batches".into(), s.write_batches);
         counters.insert("space_slowdowns".into(), s.space_slowdowns);
         counters.insert("space_stops".into(), s.space_stops);
         counters.insert("space_discoveries".into(), s.space_discoveries);
@@ -1007,8 +1010,15 @@ impl Engine for SepkvEngine {
             counters.insert(format!("level{}_files", l.level), l.files as u64);
             counters.insert(format!("level{}_segments", l.level), l.segments);
         }
-        // The LWC-tree's tallies (segments appended, divisions, ...).
-        for name in ["segments_appended", "divisions", "metadata_from_victim"] {
+        // The LWC-tree's tallies (segments appended, divisions, ...), and
+        // the syncs that needed the WAL alone.
+        for name in [
+            "segments_appended",
+            "divisions",
+            "metadata_from_victim",
+            "wal_only_syncs",
+            "wal_values_restored",
+        ] {
             if let Some(&v) = s.index_figures.get(name) {
                 counters.insert(name.into(), v);
             }

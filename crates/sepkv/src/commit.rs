@@ -23,6 +23,7 @@ use crate::error::{Error, Result};
 use crate::index::key::SeqNum;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Largest encoded group a writer joins (bytes); a batch alone may be
@@ -54,6 +55,8 @@ struct Finished {
 struct State {
     open: Option<OpenGroup>,
     leader_busy: bool,
+    /// Members of the last group written, when it was synced (else 0).
+    last_synced: usize,
     next_id: u64,
     finished: HashMap<u64, Finished>,
 }
@@ -63,9 +66,27 @@ struct State {
 pub(crate) struct CommitQueue {
     state: Mutex<State>,
     cv: Condvar,
+    groups: AtomicU64,
+    synced_groups: AtomicU64,
+    batches: AtomicU64,
 }
 
 impl CommitQueue {
+    /// Groups written so far.
+    pub(crate) fn groups(&self) -> u64 {
+        self.groups.load(Ordering::Relaxed)
+    }
+
+    /// Groups written so far that asked for a sync.
+    pub(crate) fn synced_groups(&self) -> u64 {
+        self.synced_groups.load(Ordering::Relaxed)
+    }
+
+    /// Batches committed so far (members of every group).
+    pub(crate) fn batches(&self) -> u64 {
+        self.batches.load(Ordering::Relaxed)
+    }
+
     /// Commits `batch` as part of a group and returns the sequence number of
     /// its last entry. `lead` writes a whole group and returns one result
     /// per member; it runs in the thread of the group's first writer, with
@@ -108,6 +129,9 @@ impl CommitQueue {
             },
         });
         self.wait_until(&mut st, |st| !st.leader_busy);
+        if st.last_synced > 1 {
+            self.gather(&mut st);
+        }
         let group = st
             .open
             .take()
@@ -118,6 +142,11 @@ impl CommitQueue {
         // Writers waiting for room may open the next group now.
         self.cv.notify_all();
         let n = group.members.len();
+        self.groups.fetch_add(1, Ordering::Relaxed);
+        self.batches.fetch_add(n as u64, Ordering::Relaxed);
+        if group.sync {
+            self.synced_groups.fetch_add(1, Ordering::Relaxed);
+        }
         let mut results = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lead(&group)))
             .unwrap_or_else(|_| vec![Err(Error::Poisoned("the write path panicked".into())); n]);
         if results.len() != n {
@@ -126,6 +155,7 @@ impl CommitQueue {
         let mine = std::mem::replace(&mut results[0], Err(Error::Closed));
         let mut st = self.state.lock();
         st.leader_busy = false;
+        st.last_synced = if group.sync { n } else { 0 };
         if n > 1 {
             st.finished.insert(
                 id,
@@ -138,6 +168,26 @@ impl CommitQueue {
         drop(st);
         self.cv.notify_all();
         mine
+    }
+
+    /// Lets the members of a synced group that just finished join the open
+    /// group before its leader takes it. They were blocked in the fsync
+    /// and are waking up now; without the wait the writers split into two
+    /// cohorts that take turns, each group holding about half of them, and
+    /// every fsync serves half the writers it could. The leader yields its
+    /// core while the open group keeps growing — at most [`GATHER_WAIT`],
+    /// and no longer once two looks in a row see no new member — so a lone
+    /// writer pays a yield or two.
+    fn gather(&self, st: &mut MutexGuard<'_, State>) {
+        let members = |st: &State| st.open.as_ref().map_or(0, |o| o.group.members.len());
+        let start = Instant::now();
+        let (mut seen, mut idle) = (members(st), 0);
+        while idle < 2 && start.elapsed() < GATHER_WAIT {
+            MutexGuard::unlocked(st, std::thread::yield_now);
+            let now = members(st);
+            idle = if now > seen { 0 } else { idle + 1 };
+            seen = now;
+        }
     }
 
     /// Waits, the queue lock held between looks, until `done` holds. An
@@ -166,6 +216,10 @@ impl CommitQueue {
 /// How long a writer waiting in the queue yields its core before it
 /// sleeps (see [`CommitQueue::wait_until`]).
 const YIELD_WAIT: Duration = Duration::from_micros(100);
+
+/// Longest a leader waits for the members of the synced group before it to
+/// join its own (see [`CommitQueue::gather`]); a fraction of an fsync.
+const GATHER_WAIT: Duration = Duration::from_micros(50);
 
 #[cfg(test)]
 mod tests {

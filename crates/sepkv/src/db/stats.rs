@@ -63,7 +63,7 @@ pub struct FileGroupStats {
 /// levels, files, memtable, value-store space) is read from what is on
 /// disk and in memory now, and is the same after a reopen; the *counters*
 /// (`io`, `user_bytes_*`, `flushes`, `compactions`, `trivial_moves`,
-/// `compaction_*`, `write_stall_micros`, `write_gc_steps`) count what this
+/// `compaction_*`, `write_*`) count what this
 /// handle did since it was opened and are not persisted: a freshly opened
 /// database (every `sepkv` command) starts them at 0.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -114,6 +114,16 @@ pub struct DbStats {
     /// GC steps run by writes the value store refused for want of space
     /// (`Options::value_capacity`; counter since open).
     pub write_gc_steps: u64,
+    /// Commit groups written (counter since open): each is one value-store
+    /// append and one WAL record for all of its members' batches.
+    pub write_groups: u64,
+    /// Commit groups that asked for a sync (counter since open): writes
+    /// per synced group is how many synced writes share one round of
+    /// fsyncs.
+    pub write_synced_groups: u64,
+    /// Writes (batches) that went through the commit queue (counter since
+    /// open).
+    pub write_batches: u64,
     /// Times such a write waited for readers (snapshots, iterators) older
     /// than a GC step to release the space the step retired (counter since
     /// open).
@@ -276,6 +286,9 @@ impl DbInner {
                 .collect(),
             write_stall_micros: shared.stall_micros.load(Ordering::Relaxed),
             write_gc_steps: c.write_gc_steps.load(Ordering::Relaxed),
+            write_groups: self.commit.groups(),
+            write_synced_groups: self.commit.synced_groups(),
+            write_batches: self.commit.batches(),
             write_waits_for_readers: c.write_reader_waits.load(Ordering::Relaxed),
             space_amp_target: self.space.policy().target(),
             space_amp_estimate: space.amp,

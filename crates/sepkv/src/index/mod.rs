@@ -243,7 +243,8 @@ pub(crate) trait Index: Send + Sync {
     ///
     /// A history that ends in a batch whose separated values did not
     /// survive ([`ValueStore::contains`] false) ends before it, so the
-    /// state stays a prefix of the write history (WiscKey §3.3.3).
+    /// state stays a prefix of the write history (WiscKey §3.3.3); a value
+    /// carried beside its pointer is restored inline instead.
     ///
     /// # Errors
     /// `Corruption` for damage in the index's logs or manifest (a torn
@@ -271,8 +272,11 @@ pub(crate) trait Index: Send + Sync {
     /// Logs (if the index has a WAL) and inserts `batch`, whose entries get
     /// the consecutive sequence numbers from `first_seq`; the entries hold
     /// inline values, tombstones, or encoded value pointers
-    /// (`ValueType::Pointer`). With `sync`, every applied write (this batch
-    /// and all before) is durable on return — value store first. Does not
+    /// (`ValueType::Pointer`), some of which may carry their value too
+    /// ([`Index::carries_values`]). With `sync`, every applied write (this
+    /// batch and all before) is durable on return — value store first,
+    /// unless every pointer logged since the value store's last sync carries
+    /// its value, when the log's sync suffices. Does not
     /// publish: the facade stores `last_seq` after it returns. Writer lock
     /// held, room made.
     ///

@@ -97,6 +97,15 @@ struct Wal {
 /// history that still holds every acknowledged synced write, and no pointer
 /// to a lost value is ever read. Both results are waited for: a failure of
 /// either fails the write (and poisons the database).
+///
+/// Most synced writes need neither the thread nor the value store's sync:
+/// with `Options::sync_values_in_wal` their WAL record carries the values
+/// beside the pointers (batch entry type 3), and recovery restores a value
+/// the store lost from there. The value store is synced beside the WAL only
+/// while the WAL holds *bare* pointers (of unsynced writes or GC
+/// relocations) whose values may not be durable yet (`Wal::bare_logged`
+/// against `Wal::bare_synced`): a lost bare pointer ends the replay, and the
+/// synced write behind it would go with it.
 struct ParallelSync {
     /// `None` only while dropping.
     req: Option<mpsc::Sender<()>>,
