@@ -301,8 +301,9 @@ pub struct Options {
     /// value a second write (into the WAL); a memtable is switched once
     /// its WAL reaches `write_buffer_size`, so the WAL stays within its
     /// preallocation. `false` syncs the value store beside the WAL at every
-    /// synced write (two fsyncs, each value written once). Unsynced writes
-    /// are not affected.
+    /// synced write (two fsyncs, each value written once). Unsynced writes,
+    /// and synced batches over 1 MiB (a commit group's bound; writing them
+    /// twice would cost more than the fsync saved), are not affected.
     pub sync_values_in_wal: bool,
     /// Size at which a value-log file is closed and the next begun
     /// (default 256 MiB).

@@ -20,6 +20,10 @@ use std::time::{Duration, Instant};
 /// release space GC retired (see `DbInner::wait_for_readers`).
 const ROOM_WAIT: Duration = Duration::from_secs(10);
 
+/// Largest encoded batch whose separated values a synced write carries in
+/// its WAL record (`Options::sync_values_in_wal`): a commit group's bound.
+const CARRY_BYTES: usize = crate::commit::GROUP_BYTES;
+
 /// Progress of the GC a refused write runs (see `DbInner::gc_for_room`).
 #[derive(Default)]
 struct RoomGc {
@@ -169,9 +173,13 @@ impl DbInner {
                 Some(self.log_entries(batch))
             } else if self.vstore.separates(batch.max_value_len()) {
                 // A synced batch carries its values in the WAL record too,
-                // so that its sync waits for the WAL's fsync alone.
-                let carry =
-                    sync && self.shared.opts.sync_values_in_wal && self.index.carries_values();
+                // so that its sync waits for the WAL's fsync alone — up to
+                // `CARRY_BYTES`: past that, writing the values twice costs
+                // more than the value store's fsync it saves.
+                let carry = sync
+                    && self.shared.opts.sync_values_in_wal
+                    && batch.approximate_size() <= CARRY_BYTES
+                    && self.index.carries_values();
                 Some(self.separate_values(batch, carry))
             } else {
                 None
