@@ -354,25 +354,7 @@ fn synced_writes_survive_a_lost_value_log_tail_through_their_wal() {
 fn a_synced_write_makes_earlier_unsynced_pointers_durable() {
     let fs = FaultFs::new();
     let dir = Path::new("/mixed");
-    {
-        let db = Db::open(dir, opts(Arc::new(fs.clone()))).unwrap();
-        for i in 0..50 {
-            db.put(key(i), value(i, 0)).unwrap();
-        }
-        db.write(&single(50, 0), WriteOptions { sync: true })
-            .unwrap();
-        assert_eq!(db.stats().unwrap().index_figures["wal_only_syncs"], 0);
-        db.write(&single(51, 0), WriteOptions { sync: true })
-            .unwrap();
-        assert_eq!(db.stats().unwrap().index_figures["wal_only_syncs"], 1);
-        // A synced batch over 1 MiB is not carried: its values are synced
-        // in the value log, beside the WAL.
-        let mut big = sepkv::WriteBatch::new();
-        for i in 52..1200 {
-            big.put(key(i), value(i, 0)).unwrap();
-        }
-        db.write(&big, WriteOptions { sync: true }).unwrap();
-        assert_eq!(db.stats().unwrap().index_figures["wal_only_syncs"], 1);
+    let power_cut = |db: Db| {
         fs.add_rule(FaultRule {
             op: FaultOp::Any,
             path_contains: None,
@@ -383,7 +365,31 @@ fn a_synced_write_makes_earlier_unsynced_pointers_durable() {
         drop(db);
         fs.crash();
         fs.clear_rules();
+    };
+    let db = Db::open(dir, opts(Arc::new(fs.clone()))).unwrap();
+    for i in 0..50 {
+        db.put(key(i), value(i, 0)).unwrap();
     }
+    db.write(&single(50, 0), WriteOptions { sync: true })
+        .unwrap();
+    assert_eq!(db.stats().unwrap().index_figures["wal_only_syncs"], 0);
+    db.write(&single(51, 0), WriteOptions { sync: true })
+        .unwrap();
+    assert_eq!(db.stats().unwrap().index_figures["wal_only_syncs"], 1);
+    power_cut(db);
+    let db = Db::open(dir, opts(Arc::new(fs.clone()))).unwrap();
+    for i in 0..52 {
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 0)), "key {i}");
+    }
+    // A synced batch over 1 MiB is not carried: its values are synced in
+    // the value log, beside the WAL.
+    let mut big = sepkv::WriteBatch::new();
+    for i in 52..1200 {
+        big.put(key(i), value(i, 0)).unwrap();
+    }
+    db.write(&big, WriteOptions { sync: true }).unwrap();
+    assert_eq!(db.stats().unwrap().index_figures["wal_only_syncs"], 0);
+    power_cut(db);
     let db = Db::open(dir, opts(Arc::new(fs.clone()))).unwrap();
     for i in 0..1200 {
         assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 0)), "key {i}");
