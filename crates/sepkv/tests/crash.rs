@@ -26,6 +26,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+mod common;
+use common::power_cut;
+
 /// Opens per seed; every open after the first follows a crash.
 const CYCLES: usize = 11;
 
@@ -219,17 +222,41 @@ fn run_seed(preset: (Preset, bool), seed: u64) -> Result<(), String> {
 /// Power cut: from this instant no operation reaches the disk — not even
 /// those the old instance's background threads start while it is being
 /// dropped — and then everything unsynced is gone.
-fn power_cut(fs: &FaultFs, db: Db) {
+/// Value `i` of the lost-values tests, tagged by the write that made it.
+fn lost_value(i: u32, tag: u8) -> Vec<u8> {
+    vec![tag; 300 + i as usize]
+}
+
+/// The lost-values tests' setup: 40 keys `k000`.. with values tagged `a`,
+/// made durable by a synced empty batch (its sequence number is returned);
+/// then every sync of the value store's files (`files` in their path)
+/// fails. Returns the batch the tests write next: keys `k000`–`k004`
+/// tagged `b` and new keys `n000`–`n004` tagged `c`.
+fn load_then_fail_syncs(db: &Db, fs: &FaultFs, files: &str) -> (u64, WriteBatch) {
+    for i in 0..40u32 {
+        db.put(format!("k{i:03}"), lost_value(i, b'a')).unwrap();
+    }
+    let before = db
+        .write_with_sequence(&WriteBatch::new(), WriteOptions { sync: true })
+        .unwrap();
+    fail_syncs_of(fs, files);
+    let mut b = WriteBatch::new();
+    for i in 0..5u32 {
+        b.put(format!("k{i:03}"), lost_value(i, b'b')).unwrap();
+        b.put(format!("n{i:03}"), lost_value(i, b'c')).unwrap();
+    }
+    (before, b)
+}
+
+/// Every later sync of a file whose path holds `files` fails.
+fn fail_syncs_of(fs: &FaultFs, files: &str) {
     fs.add_rule(FaultRule {
-        op: FaultOp::Any,
-        path_contains: None,
+        op: FaultOp::Sync,
+        path_contains: Some(files.into()),
         skip: 0,
         times: None,
         kind: FaultKind::Eio,
     });
-    drop(db);
-    fs.crash();
-    fs.clear_rules();
 }
 
 #[test]
@@ -361,7 +388,7 @@ fn a_wal_record_whose_values_were_lost_is_dropped_whole() {
     ] {
         let fs = FaultFs::new();
         let dir = Path::new("/lostvalues");
-        let value = |i: u32, tag: u8| vec![tag; 300 + i as usize];
+        let value = lost_value;
         let before;
         // Values carried in the WAL would make the value store's sync
         // unneeded; this is the path without them.
@@ -371,24 +398,8 @@ fn a_wal_record_whose_values_were_lost_is_dropped_whole() {
         };
         {
             let db = Db::open(dir, o()).unwrap();
-            for i in 0..40u32 {
-                db.put(format!("k{i:03}"), value(i, b'a')).unwrap();
-            }
-            before = db
-                .write_with_sequence(&WriteBatch::new(), WriteOptions { sync: true })
-                .unwrap();
-            fs.add_rule(FaultRule {
-                op: FaultOp::Sync,
-                path_contains: Some(files.into()),
-                skip: 0,
-                times: None,
-                kind: FaultKind::Eio,
-            });
-            let mut b = WriteBatch::new();
-            for i in 0..5u32 {
-                b.put(format!("k{i:03}"), value(i, b'b')).unwrap();
-                b.put(format!("n{i:03}"), value(i, b'c')).unwrap();
-            }
+            let b;
+            (before, b) = load_then_fail_syncs(&db, &fs, files);
             let r = db.write(&b, WriteOptions { sync: true });
             assert!(
                 r.is_err(),
@@ -428,7 +439,7 @@ fn a_synced_batch_whose_values_the_store_lost_is_restored_from_the_wal() {
     ] {
         let fs = FaultFs::new();
         let dir = Path::new("/carried");
-        let value = |i: u32, tag: u8| vec![tag; 300 + i as usize];
+        let value = lost_value;
         let o = || {
             let mut o = opts(&fs, (preset, true));
             if preset == Preset::Lwc {
@@ -439,23 +450,7 @@ fn a_synced_batch_whose_values_the_store_lost_is_restored_from_the_wal() {
         };
         {
             let db = Db::open(dir, o()).unwrap();
-            for i in 0..40u32 {
-                db.put(format!("k{i:03}"), value(i, b'a')).unwrap();
-            }
-            db.write(&WriteBatch::new(), WriteOptions { sync: true })
-                .unwrap();
-            fs.add_rule(FaultRule {
-                op: FaultOp::Sync,
-                path_contains: Some(files.into()),
-                skip: 0,
-                times: None,
-                kind: FaultKind::Eio,
-            });
-            let mut b = WriteBatch::new();
-            for i in 0..5u32 {
-                b.put(format!("k{i:03}"), value(i, b'b')).unwrap();
-                b.put(format!("n{i:03}"), value(i, b'c')).unwrap();
-            }
+            let (_, b) = load_then_fail_syncs(&db, &fs, files);
             let last = db
                 .write_with_sequence(&b, WriteOptions { sync: true })
                 .unwrap_or_else(|e| panic!("{preset:?}: {e}"));

@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+mod common;
+use common::power_cut;
+
 fn opts(fs: Arc<dyn FileSystem>) -> Options {
     Options {
         fs,
@@ -726,19 +729,6 @@ fn gc_never_loses_a_racing_overwrite() {
     }
     assert!(figure(&db, "gc_bytes_rewritten") > 0);
     assert!(db.verify().unwrap().faults.is_empty());
-}
-
-fn power_cut(fs: &FaultFs, db: Db) {
-    fs.add_rule(FaultRule {
-        op: FaultOp::Any,
-        path_contains: None,
-        skip: 0,
-        times: None,
-        kind: FaultKind::Eio,
-    });
-    drop(db);
-    fs.crash();
-    fs.clear_rules();
 }
 
 /// Crashes a GC cycle at its k-th file-system operation, for every k until

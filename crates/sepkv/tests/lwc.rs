@@ -12,6 +12,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+mod common;
+use common::power_cut;
+
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 /// Segments lightweight compactions appended since open.
@@ -227,19 +230,6 @@ fn snapshots_survive_lightweight_compaction() {
         };
         assert_eq!(now, want, "{k}");
     }
-}
-
-fn power_cut(fs: &FaultFs, db: Db) {
-    fs.add_rule(FaultRule {
-        op: FaultOp::Any,
-        path_contains: None,
-        skip: 0,
-        times: None,
-        kind: FaultKind::Eio,
-    });
-    drop(db);
-    fs.crash();
-    fs.clear_rules();
 }
 
 fn crash_opts(fs: &FaultFs) -> Options {

@@ -7,6 +7,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+mod common;
+use common::power_cut;
+
 fn opts(fs: Arc<dyn FileSystem>) -> Options {
     Options {
         fs,
@@ -158,18 +161,7 @@ fn crash_at_every_step_of_a_gc_cycle() {
                 kind: FaultKind::Eio,
             });
             let done = db.gc(None).is_ok();
-            // Power cut: nothing more reaches the disk (background threads
-            // included) until the crash has dropped every unsynced byte.
-            fs.add_rule(FaultRule {
-                op: FaultOp::Any,
-                path_contains: None,
-                skip: 0,
-                times: None,
-                kind: FaultKind::Eio,
-            });
-            drop(db);
-            fs.crash();
-            fs.clear_rules();
+            power_cut(&fs, db);
             let db = Db::open(dir, opts(Arc::new(fs.clone())))
                 .unwrap_or_else(|e| panic!("reopen after crash at op {k}: {e}"));
             // Everything was flushed (synced) before GC began: nothing may be lost.
@@ -304,17 +296,7 @@ fn synced_writes_survive_a_lost_value_log_tail_through_their_wal() {
             } else {
                 assert_eq!(wal_only, 0);
             }
-            // Power cut: whatever was not synced is gone.
-            fs.add_rule(FaultRule {
-                op: FaultOp::Any,
-                path_contains: None,
-                skip: 0,
-                times: None,
-                kind: FaultKind::Eio,
-            });
-            drop(db);
-            fs.crash();
-            fs.clear_rules();
+            power_cut(&fs, db);
         }
         let db = Db::open(dir, o()).unwrap();
         let restored = db.stats().unwrap().index_figures["wal_values_restored"];
@@ -354,18 +336,6 @@ fn synced_writes_survive_a_lost_value_log_tail_through_their_wal() {
 fn a_synced_write_makes_earlier_unsynced_pointers_durable() {
     let fs = FaultFs::new();
     let dir = Path::new("/mixed");
-    let power_cut = |db: Db| {
-        fs.add_rule(FaultRule {
-            op: FaultOp::Any,
-            path_contains: None,
-            skip: 0,
-            times: None,
-            kind: FaultKind::Eio,
-        });
-        drop(db);
-        fs.crash();
-        fs.clear_rules();
-    };
     let db = Db::open(dir, opts(Arc::new(fs.clone()))).unwrap();
     for i in 0..50 {
         db.put(key(i), value(i, 0)).unwrap();
@@ -376,7 +346,7 @@ fn a_synced_write_makes_earlier_unsynced_pointers_durable() {
     db.write(&single(51, 0), WriteOptions { sync: true })
         .unwrap();
     assert_eq!(db.stats().unwrap().index_figures["wal_only_syncs"], 1);
-    power_cut(db);
+    power_cut(&fs, db);
     let db = Db::open(dir, opts(Arc::new(fs.clone()))).unwrap();
     for i in 0..52 {
         assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 0)), "key {i}");
@@ -389,7 +359,7 @@ fn a_synced_write_makes_earlier_unsynced_pointers_durable() {
     }
     db.write(&big, WriteOptions { sync: true }).unwrap();
     assert_eq!(db.stats().unwrap().index_figures["wal_only_syncs"], 0);
-    power_cut(db);
+    power_cut(&fs, db);
     let db = Db::open(dir, opts(Arc::new(fs.clone()))).unwrap();
     for i in 0..1200 {
         assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 0)), "key {i}");
