@@ -149,16 +149,23 @@ impl ParallelSync {
 }
 
 impl LsmIndex {
-    /// Makes the value store and the WAL durable, the two syncs running at
-    /// once (see [`ParallelSync`] for why that is safe).
-    fn sync_vstore_and_wal(&self, w: &mut Wal) -> Result<()> {
-        if !self.vstore.needs_sync() {
-            return w.log.sync();
-        }
+    /// Makes every logged write durable: the WAL, and the value store beside
+    /// it, the two syncs running at once (see [`ParallelSync`] for why that
+    /// is safe) — unless every bare pointer logged is known durable, when
+    /// the WAL's fsync alone makes the writes recoverable (values carried
+    /// in the WAL are restored from there, `Options::sync_values_in_wal`).
+    /// A store with nothing to sync holds every bare pointer's value
+    /// durably already. Returns whether the value store was left out.
+    fn sync_vstore_and_wal(&self, w: &mut Wal) -> Result<bool> {
         let bare = w.bare_logged;
+        if bare == w.bare_synced || !self.vstore.needs_sync() {
+            w.bare_synced = bare;
+            w.log.sync()?;
+            return Ok(true);
+        }
         self.sync_both(w)?;
-        w.bare_synced = w.bare_synced.max(bare);
-        Ok(())
+        w.bare_synced = bare;
+        Ok(false)
     }
 
     /// The two syncs of [`LsmIndex::sync_vstore_and_wal`].
@@ -395,17 +402,8 @@ impl Index for LsmIndex {
                 w.bare_logged += 1;
             }
             if sync {
-                if w.bare_logged == w.bare_synced {
-                    // Every pointer in the WAL whose value is not carried
-                    // beside it points at a durable record: the WAL's
-                    // fsync alone makes this write and all before it
-                    // recoverable (`Options::sync_values_in_wal`).
-                    w.log.sync()?;
-                    if batch.carried() > 0 {
-                        self.counters.wal_only_syncs.fetch_add(1, Ordering::Relaxed);
-                    }
-                } else {
-                    self.sync_vstore_and_wal(w)?;
+                if self.sync_vstore_and_wal(w)? && batch.carried() > 0 {
+                    self.counters.wal_only_syncs.fetch_add(1, Ordering::Relaxed);
                 }
             } else {
                 w.log.flush()?;
