@@ -24,6 +24,31 @@
 //! - any other checksum failure: **corruption**, reported with file and
 //!   offset, because valid data follows it and dropping it silently would
 //!   lose acknowledged writes.
+//!
+//! **Log records** (write-ahead logs, so that a log file can be recycled):
+//! ```text
+//! header := len:u32le  payload_crc:u32le  log:u32le  header_crc:u32le   (16 bytes)
+//!   len          payload length, with bit 31 set (what tells the two
+//!                headers apart; a payload is at most 2^30 bytes)
+//!   log          the low 32 bits of the number of the log the record was
+//!                written to
+//!   header_crc   masked CRC-32C of the first 12 header bytes
+//! ```
+//! A recycled file (RocksDB's `recycle_log_file_num` does the same) is
+//! written over from its start, so past the last record of its new use lie
+//! the records of an older one, whole or cut anywhere. A reader that knows
+//! the log's number ([`RecordReader::for_log`]) takes a record of another
+//! log, a header that fails its checksum, or a short header followed by
+//! anything but zeros as the **stale tail** of a recycled file
+//! ([`LogEnd::Stale`]) — unless a valid record of its own log follows
+//! further on, which makes it **corruption** at that offset as before. A
+//! valid header of its own log whose payload is cut or fails its checksum,
+//! with no own record after it, is a torn tail. What such a reader gives up:
+//! damage to the header of a log's last record is taken as the log's end,
+//! as damage to the last payload already is. Log records were added in
+//! format version 1 without a version change: a reader that predates them
+//! fails the first one's header checksum with data after it, and so reports
+//! corruption; it never misreads one.
 
 use super::checksum::{crc, mask, unmask};
 use crate::error::{Error, IoContext, Result};
@@ -35,12 +60,32 @@ use std::sync::Arc;
 pub const HEADER_LEN: usize = 12;
 /// Largest payload a record may carry (bytes).
 pub const MAX_PAYLOAD: usize = 1 << 30;
+/// Bytes of a log record's header (see the module docs).
+pub const LOG_HEADER_LEN: usize = 16;
+/// Bit of a header's length field that marks a log record.
+const LOG_FLAG: u32 = 1 << 31;
+
+/// The log field of a log record written to log `number`.
+fn log_tag(number: u64) -> u32 {
+    number as u32
+}
 
 /// Frames `payload` as one record appended to `dst`.
 pub fn encode_record(dst: &mut Vec<u8>, payload: &[u8]) {
     let mut head = [0u8; 8];
     head[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
     head[4..].copy_from_slice(&mask(crc(payload)).to_le_bytes());
+    dst.extend_from_slice(&head);
+    dst.extend_from_slice(&mask(crc(&head)).to_le_bytes());
+    dst.extend_from_slice(payload);
+}
+
+/// Frames `payload` as one log record of log `log` appended to `dst`.
+pub fn encode_log_record(dst: &mut Vec<u8>, log: u64, payload: &[u8]) {
+    let mut head = [0u8; 12];
+    head[..4].copy_from_slice(&(payload.len() as u32 | LOG_FLAG).to_le_bytes());
+    head[4..8].copy_from_slice(&mask(crc(payload)).to_le_bytes());
+    head[8..].copy_from_slice(&log_tag(log).to_le_bytes());
     dst.extend_from_slice(&head);
     dst.extend_from_slice(&mask(crc(&head)).to_le_bytes());
     dst.extend_from_slice(payload);
@@ -71,6 +116,8 @@ pub struct RecordWriter {
     stats: Arc<IoStats>,
     category: IoCategory,
     scratch: Vec<u8>,
+    /// The log number written into each record's header (log records).
+    log: Option<u64>,
 }
 
 impl RecordWriter {
@@ -87,6 +134,22 @@ impl RecordWriter {
             stats,
             category,
             scratch: Vec::new(),
+            log: None,
+        }
+    }
+
+    /// Wraps `file` to write log records of log `number` (see the module
+    /// docs): `file` may be a recycled file written over from its start.
+    pub fn for_log(
+        file: Box<dyn WritableFile>,
+        path: PathBuf,
+        stats: Arc<IoStats>,
+        category: IoCategory,
+        number: u64,
+    ) -> Self {
+        RecordWriter {
+            log: Some(number),
+            ..RecordWriter::new(file, path, stats, category)
         }
     }
 
@@ -104,7 +167,10 @@ impl RecordWriter {
         }
         let offset = self.file.len();
         self.scratch.clear();
-        encode_record(&mut self.scratch, payload);
+        match self.log {
+            Some(n) => encode_log_record(&mut self.scratch, n, payload),
+            None => encode_record(&mut self.scratch, payload),
+        }
         self.file.append(&self.scratch).ctx(&self.path)?;
         self.stats
             .add_written(self.category, self.scratch.len() as u64);
@@ -166,6 +232,10 @@ pub enum LogEnd {
     /// A torn write starts at this offset; the bytes from here on are not
     /// part of the log.
     Torn(u64),
+    /// The log's records end at this offset, and what follows is an older
+    /// use's data in a recycled file ([`RecordReader::for_log`]): no record
+    /// of the log was cut there.
+    Stale(u64),
 }
 
 /// Reads the records of an in-memory copy of a log.
@@ -174,6 +244,21 @@ pub struct RecordReader<'a> {
     pos: usize,
     file: &'a Path,
     end: Option<LogEnd>,
+    /// The log field its log records carry (readers made by `for_log`).
+    log: Option<u32>,
+    /// A log record was read: a plain record after it is stale.
+    read_log_record: bool,
+}
+
+/// Why a log reader could not read a record of its own at an offset.
+#[derive(Clone, Copy)]
+enum Miss {
+    /// A valid header of the log whose payload is cut or fails its checksum.
+    Cut,
+    /// A header that fails its checksum, or one too short to check.
+    BadHeader,
+    /// A valid record of another log (or a plain one after log records).
+    Stale,
 }
 
 impl<'a> RecordReader<'a> {
@@ -184,6 +269,19 @@ impl<'a> RecordReader<'a> {
             pos: 0,
             file,
             end: None,
+            log: None,
+            read_log_record: false,
+        }
+    }
+
+    /// Reads `data`, the contents of log `number` at `file`, which may be
+    /// a recycled file (see the module docs). Plain records are read as
+    /// well until the first log record, so that a log written before log
+    /// records existed still reads.
+    pub fn for_log(data: &'a [u8], file: &'a Path, number: u64) -> Self {
+        RecordReader {
+            log: Some(log_tag(number)),
+            ..RecordReader::new(data, file)
         }
     }
 
@@ -223,7 +321,19 @@ impl<'a> RecordReader<'a> {
             Ok(None)
         };
         if rest.len() < HEADER_LEN || all_zero(rest) {
+            if self.log.is_some() && !all_zero(rest) {
+                return self.missed(Miss::BadHeader);
+            }
             return torn(self);
+        }
+        if let Some(log) = self.log {
+            let flagged = rest[3] & 0x80 != 0;
+            if flagged {
+                return self.next_log_record(log);
+            }
+            if self.read_log_record {
+                return self.missed(Miss::Stale);
+            }
         }
         let len = u32::from_le_bytes(rest[0..4].try_into().expect("4 bytes")) as usize;
         let pcrc = unmask(u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes")));
@@ -255,6 +365,98 @@ impl<'a> RecordReader<'a> {
         self.pos = start + HEADER_LEN + len;
         Ok(Some((start as u64, payload)))
     }
+
+    /// Reads the log record at the current offset (its length field is
+    /// flagged), of log field `log`.
+    fn next_log_record(&mut self, log: u32) -> Result<Option<(u64, &'a [u8])>> {
+        let start = self.pos;
+        match log_record_at(self.data, start) {
+            LogRecord::Valid { log: l, .. } if l != log => self.missed(Miss::Stale),
+            LogRecord::Valid { payload, .. } => {
+                self.pos = start + LOG_HEADER_LEN + payload.len();
+                self.read_log_record = true;
+                Ok(Some((start as u64, payload)))
+            }
+            LogRecord::Cut { log: l } if l == log => self.missed(Miss::Cut),
+            LogRecord::Cut { .. } => self.missed(Miss::Stale),
+            LogRecord::BadHeader => self.missed(Miss::BadHeader),
+        }
+    }
+
+    /// Ends a log reader's log at the current offset, where no record of
+    /// its own could be read: corruption when a record of its own follows
+    /// further on, else a torn or stale tail (see the module docs).
+    fn missed(&mut self, why: Miss) -> Result<Option<(u64, &'a [u8])>> {
+        let start = self.pos;
+        let log = self.log.expect("only log readers miss");
+        // The flag and the log field are tested before any checksum.
+        let tag = log.to_le_bytes();
+        let data = self.data;
+        let later = (start + 1..data.len().saturating_sub(LOG_HEADER_LEN - 1)).any(|at| {
+            data[at + 3] & 0x80 != 0
+                && data[at + 8..at + 12] == tag
+                && matches!(log_record_at(data, at), LogRecord::Valid { log: l, .. } if l == log)
+        });
+        if later {
+            let what = match why {
+                Miss::Cut => "record payload checksum mismatch",
+                Miss::BadHeader => "record header checksum mismatch",
+                Miss::Stale => "record of another log",
+            };
+            return Err(Error::corruption(
+                self.file,
+                start as u64,
+                format!("{what} before valid records of this log"),
+            ));
+        }
+        let rest = &self.data[start..];
+        let header = rest.len().min(LOG_HEADER_LEN);
+        self.end = Some(match why {
+            Miss::Cut => LogEnd::Torn(start as u64),
+            // A header cut by the crash, zeros after it.
+            _ if all_zero(&rest[header..]) => LogEnd::Torn(start as u64),
+            _ => LogEnd::Stale(start as u64),
+        });
+        Ok(None)
+    }
+}
+
+/// What lies at an offset of a log, read as a log record.
+enum LogRecord<'a> {
+    /// A whole record whose checksums hold.
+    Valid { log: u32, payload: &'a [u8] },
+    /// A header whose checksum holds, with its payload cut short by the end
+    /// of the data or failing its checksum.
+    Cut { log: u32 },
+    /// No log record header: too short, not flagged, or failing its checksum.
+    BadHeader,
+}
+
+/// Reads `data[at..]` as a log record.
+fn log_record_at(data: &[u8], at: usize) -> LogRecord<'_> {
+    let Some(head) = data.get(at..at + LOG_HEADER_LEN) else {
+        return LogRecord::BadHeader;
+    };
+    let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
+    let len_field = word(0);
+    if len_field & LOG_FLAG == 0 || crc(&head[..12]) != unmask(word(12)) {
+        return LogRecord::BadHeader;
+    }
+    let log = word(8);
+    let len = (len_field & !LOG_FLAG) as usize;
+    match data.get(at + LOG_HEADER_LEN..).and_then(|d| d.get(..len)) {
+        Some(payload) if crc(payload) == unmask(word(4)) => LogRecord::Valid { log, payload },
+        _ => LogRecord::Cut { log },
+    }
+}
+
+/// True when `data` (log `number`, see [`RecordReader::for_log`]) holds at
+/// least one record of that log, or damage a reader would report.
+pub fn log_has_records(data: &[u8], file: &Path, number: u64) -> bool {
+    !matches!(
+        RecordReader::for_log(data, file, number).next_record(),
+        Ok(None)
+    )
 }
 
 #[cfg(test)]
@@ -361,5 +563,120 @@ mod tests {
         // A flipped bit in a header length is caught by the header checksum.
         data[second as usize] ^= 0x40;
         assert!(read_all(&data).0.unwrap_err().is_corruption());
+    }
+
+    fn log_of(number: u64, records: &[&[u8]]) -> Vec<u8> {
+        let mut v = Vec::new();
+        for r in records {
+            encode_log_record(&mut v, number, r);
+        }
+        v
+    }
+
+    /// Reads `data` as log `number`: the records, or the error.
+    fn read_log(data: &[u8], number: u64) -> (Result<Vec<Vec<u8>>>, Option<LogEnd>) {
+        let p = Path::new("LOG");
+        let mut r = RecordReader::for_log(data, p, number);
+        let mut out = Vec::new();
+        loop {
+            match r.next_record() {
+                Ok(Some((_, rec))) => out.push(rec.to_vec()),
+                Ok(None) => return (Ok(out), r.end()),
+                Err(e) => return (Err(e), r.end()),
+            }
+        }
+    }
+
+    #[test]
+    fn log_records_roundtrip_and_plain_logs_still_read() {
+        let data = log_of(7, &[b"a", b"", b"hello world"]);
+        let (recs, end) = read_log(&data, 7);
+        assert_eq!(
+            recs.unwrap(),
+            vec![b"a".to_vec(), vec![], b"hello world".to_vec()]
+        );
+        assert_eq!(end, Some(LogEnd::Clean));
+        // A log of plain records (written before log records existed).
+        let (recs, end) = read_log(&log(&[b"x", b"y"]), 7);
+        assert_eq!(recs.unwrap().len(), 2);
+        assert_eq!(end, Some(LogEnd::Clean));
+        // A reader without a log number reports a log record as damage,
+        // never as data.
+        let mut tail = data.clone();
+        tail.resize(data.len() + 32, 0);
+        assert!(read_all(&tail).0.unwrap_err().is_corruption());
+    }
+
+    /// A recycled file: log 9's records written over log 4's, the write
+    /// cut at every byte (what a crash can leave). Every state reads as
+    /// the whole records of log 9 written before the cut, never one of
+    /// log 4, and never as corruption.
+    #[test]
+    fn recycled_log_reads_every_crash_state() {
+        let old = log_of(
+            4,
+            &[b"old one", b"old record two", b"old three", b"old four!"],
+        );
+        let new = log_of(9, &[b"new first", b"second"]);
+        let bounds = [0, LOG_HEADER_LEN + 9, new.len()];
+        assert!(old.len() > new.len());
+        for cut in 0..=new.len() {
+            let mut d = old.clone();
+            d[..cut].copy_from_slice(&new[..cut]);
+            let (recs, end) = read_log(&d, 9);
+            let recs = recs.unwrap_or_else(|e| panic!("cut {cut}: {e}"));
+            let whole = bounds.iter().filter(|&&b| b > 0 && b <= cut).count();
+            assert_eq!(recs.len(), whole, "cut {cut}");
+            assert!(recs.iter().all(|r| !r.starts_with(b"old")), "cut {cut}");
+            let at = bounds[whole] as u64;
+            assert!(
+                matches!(end, Some(LogEnd::Stale(o) | LogEnd::Torn(o)) if o == at),
+                "cut {cut}: {end:?}"
+            );
+        }
+        // The new records end on an old record's boundary.
+        let mut d = old.clone();
+        let first = log_of(9, &[b"x"]);
+        let at = LOG_HEADER_LEN + 7 - first.len();
+        d[..at].fill(0xaa);
+        let (recs, end) = read_log(&d, 9);
+        assert!(recs.unwrap().is_empty());
+        assert_eq!(end, Some(LogEnd::Stale(0)));
+    }
+
+    #[test]
+    fn damage_before_records_of_the_same_log_is_corruption() {
+        let old = log_of(4, &[&[7u8; 200]]);
+        let new = log_of(9, &[b"first", b"second", b"third"]);
+        let second = LOG_HEADER_LEN + 5;
+        let mut base = old.clone();
+        base[..new.len()].copy_from_slice(&new);
+        for at in [second, second + 3, second + 9, second + LOG_HEADER_LEN + 1] {
+            let mut d = base.clone();
+            d[at] ^= 0x10;
+            match read_log(&d, 9).0 {
+                Err(Error::Corruption { offset, .. }) => assert_eq!(offset, second as u64),
+                other => panic!("byte {at}: expected corruption, got {other:?}"),
+            }
+        }
+        // Damage in the last record, with only another log's bytes after
+        // it, ends the log there (the module docs' stated limit).
+        let mut d = base.clone();
+        d[second + LOG_HEADER_LEN + 6 + LOG_HEADER_LEN + 1] ^= 0x10;
+        let (recs, _) = read_log(&d, 9);
+        assert_eq!(recs.unwrap().len(), 2);
+    }
+
+    #[test]
+    fn plain_records_after_log_records_are_stale() {
+        let mut d = log_of(3, &[b"new"]);
+        let end = d.len() as u64;
+        d.extend_from_slice(&log(&[b"plain, older"]));
+        let (recs, e) = read_log(&d, 3);
+        assert_eq!(recs.unwrap(), vec![b"new".to_vec()]);
+        assert_eq!(e, Some(LogEnd::Stale(end)));
+        assert!(log_has_records(&d, Path::new("LOG"), 3));
+        // Only another log's records: none of its own.
+        assert!(!log_has_records(&log_of(2, &[b"a"]), Path::new("LOG"), 3));
     }
 }

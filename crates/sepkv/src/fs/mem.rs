@@ -331,6 +331,7 @@ impl MemFs {
         Box::new(MemWritable {
             handle: self.handle(st, ino, path),
             len,
+            at: None,
         })
     }
 
@@ -463,6 +464,18 @@ impl FileSystem for MemFs {
         self.with(OTHER, &[path], |st| {
             let ino = st.file(path)?;
             Ok(self.writable(st, ino, path))
+        })
+    }
+
+    fn reuse(&self, from: &Path, to: &Path) -> io::Result<Box<dyn WritableFile>> {
+        self.rename(from, to)?;
+        self.with(OTHER, &[to], |st| {
+            let ino = st.file(to)?;
+            Ok(Box::new(MemWritable {
+                handle: self.handle(st, ino, to),
+                len: 0,
+                at: Some(0),
+            }) as Box<dyn WritableFile>)
         })
     }
 
@@ -714,21 +727,50 @@ struct MemWritable {
     handle: Handle,
     /// Length at the last successful operation (reported once dead).
     len: u64,
+    /// Where the next write lands in a reused file (`FileSystem::reuse`),
+    /// which is written over from its start; `None` when writes append.
+    at: Option<u64>,
 }
 
 impl WritableFile for MemWritable {
     fn append(&mut self, data: &[u8]) -> io::Result<()> {
+        let at = self.at;
         let len = self.handle.with(FaultOp::Write, |st, ino| {
+            let start = at.map_or(usize::MAX, |a| a as usize);
+            let grows = {
+                let inode = st.inode(ino);
+                let end = start.min(inode.data.len()).saturating_add(data.len());
+                end.saturating_sub(inode.data.len())
+            };
             if let Some(limit) = st.faults.space_limit {
-                if st.live_bytes().saturating_add(data.len() as u64) > limit {
+                if st.live_bytes().saturating_add(grows as u64) > limit {
                     return Err(FaultKind::Enospc.error());
                 }
             }
             let inode = st.inode(ino);
-            inode.data.extend_from_slice(data);
-            Ok(inode.data.len() as u64)
+            if start >= inode.data.len() {
+                inode.data.extend_from_slice(data);
+                return Ok(inode.data.len() as u64);
+            }
+            // Written over: the durable content stays what it was until
+            // the next sync (as after a truncation), so a crash brings the
+            // old bytes back.
+            if start < inode.synced_len && inode.old_durable.is_none() {
+                let old = inode.data[..inode.synced_len].to_vec();
+                inode.old_durable = Some(old);
+                inode.synced_len = 0;
+            }
+            let end = start + data.len();
+            if end > inode.data.len() {
+                inode.data.resize(end, 0);
+            }
+            inode.data[start..end].copy_from_slice(data);
+            Ok(end as u64)
         })?;
         self.len = len;
+        if self.at.is_some() {
+            self.at = Some(len);
+        }
         Ok(())
     }
 
@@ -749,6 +791,9 @@ impl WritableFile for MemWritable {
     }
 
     fn len(&self) -> u64 {
+        if let Some(at) = self.at {
+            return at;
+        }
         let mut st = self.handle.state.lock();
         if st.epoch == self.handle.epoch {
             st.inode(self.handle.ino).data.len() as u64

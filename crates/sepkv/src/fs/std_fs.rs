@@ -261,6 +261,9 @@ impl FileSystem for DirectReadFs {
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
         StdFs.open_append(path)
     }
+    fn reuse(&self, from: &Path, to: &Path) -> io::Result<Box<dyn WritableFile>> {
+        StdFs.reuse(from, to)
+    }
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn RandomAccessFile>> {
         use std::os::unix::fs::OpenOptionsExt;
         let file = OpenOptions::new()
@@ -377,6 +380,19 @@ impl FileSystem for StdFs {
             len,
             hinted: len,
             appending: true,
+        }))
+    }
+
+    fn reuse(&self, from: &Path, to: &Path) -> io::Result<Box<dyn WritableFile>> {
+        std::fs::rename(from, to)?;
+        // Neither truncated nor appending: writes land from offset 0.
+        let file = OpenOptions::new().write(true).open(to)?;
+        Ok(Box::new(StdWritable {
+            file: Arc::new(file),
+            buf: Vec::with_capacity(WRITE_BUFFER),
+            len: 0,
+            hinted: 0,
+            appending: false,
         }))
     }
 

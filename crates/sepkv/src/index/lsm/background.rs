@@ -181,16 +181,15 @@ impl LsmIndex {
         w.log.sync()?;
         w.synced_seq = shared.last_seq.load(Ordering::Acquire);
         w.bare_synced = bare;
+        if w.synced {
+            self.wal_pool.lock().synced.push(w.number);
+        }
         let number = self.versions.lock().new_file_number();
-        let path = filename::wal_path(&shared.dir, number);
-        let file = create_preallocated(
-            shared.fs.as_ref(),
-            &path,
-            super::wal_preallocation(&shared.opts),
-        )
-        .ctx(&path)?;
+        let (path, file) = self.new_wal_file(number)?;
         shared.fs.sync_dir(&shared.dir).ctx(&shared.dir)?;
-        w.log = RecordWriter::new(file, path, shared.stats.clone(), IoCategory::Wal);
+        w.log = RecordWriter::for_log(file, path, shared.stats.clone(), IoCategory::Wal, number);
+        w.number = number;
+        w.synced = false;
         let mut bg = self.bg.lock();
         bg.imm_log_number = number;
         bg.imm_log_position = self.vstore.log_position();
@@ -201,6 +200,39 @@ impl LsmIndex {
             version: cur.version.clone(),
         });
         Ok(())
+    }
+
+    /// Creates the file of WAL `number`, written over a spare WAL when one
+    /// is kept ([`super::WalPool`]), and preallocated. The caller syncs the
+    /// directory.
+    pub(super) fn new_wal_file(
+        &self,
+        number: u64,
+    ) -> Result<(std::path::PathBuf, Box<dyn crate::fs::WritableFile>)> {
+        let shared = &self.shared;
+        let path = filename::wal_path(&shared.dir, number);
+        let size = super::wal_preallocation(&shared.opts);
+        let spare = {
+            // Held across the rename, so that the obsolete-file pass does
+            // not remove the spare meanwhile.
+            let mut pool = self.wal_pool.lock();
+            pool.spare.pop().map(|m| {
+                let old = filename::wal_path(&shared.dir, m);
+                let reused = shared.fs.reuse(&old, &path);
+                if reused.is_err() {
+                    let _ = shared.fs.remove(&old);
+                }
+                reused
+            })
+        };
+        if let Some(Ok(mut file)) = spare {
+            // A spare smaller than a memtable's worth grows to it.
+            let _ = file.preallocate(size);
+            self.counters.wals_recycled.fetch_add(1, Ordering::Relaxed);
+            return Ok((path, file));
+        }
+        let file = create_preallocated(shared.fs.as_ref(), &path, size).ctx(&path)?;
+        Ok((path, file))
     }
 
     /// Waits until no immutable memtable waits for its flush.
@@ -610,7 +642,23 @@ impl LsmIndex {
                     }
                     dead
                 }
-                Some(FileKind::Wal(n)) => n < log_number,
+                Some(FileKind::Wal(n)) if n < log_number => {
+                    // Judged and removed under the pool's lock, which a
+                    // WAL switch holds while it renames a spare.
+                    let mut pool = self.wal_pool.lock();
+                    if pool.spare.contains(&n) {
+                        continue;
+                    }
+                    if let Some(i) = pool.synced.iter().position(|&m| m == n) {
+                        pool.synced.swap_remove(i);
+                        if pool.spare.len() < super::WAL_SPARES {
+                            pool.spare.push(n);
+                            continue;
+                        }
+                    }
+                    let _ = fs.remove(&dir.join(&name));
+                    continue;
+                }
                 Some(kind @ (FileKind::Manifest(_) | FileKind::Temp)) => {
                     locked.push((kind, name.clone()));
                     false

@@ -53,6 +53,28 @@ fn wal_preallocation(opts: &crate::options::Options) -> u64 {
     opts.write_buffer_size as u64
 }
 
+/// Obsolete WALs kept to be written over by later WALs (recycled, as
+/// RocksDB's `recycle_log_file_num` does). A new file's blocks are
+/// allocated as its appends reach them, so nearly every `fdatasync` of a
+/// synced write into a new file also commits that allocation to the file
+/// system's journal; written over, a recycled file's blocks are allocated
+/// already and the sync writes the data alone. Only WALs that took synced
+/// writes are kept, at most [`WAL_SPARES`] of them, so that a database
+/// written without syncs holds no spare file. Spares live until reused or
+/// until the next open removes them as obsolete. Records name their log
+/// (`crate::format::record`'s log records), so that the older use's
+/// records past the new ones are never replayed.
+#[derive(Default)]
+struct WalPool {
+    /// WALs of this open that took a synced write: kept once obsolete.
+    synced: Vec<u64>,
+    /// Obsolete WALs ready to be reused.
+    spare: Vec<u64>,
+}
+
+/// Most spare WALs kept (each about `write_buffer_size` bytes on disk).
+const WAL_SPARES: usize = 1;
+
 /// The memtables and SSTable version a reader works against.
 struct SuperVersion {
     mem: Arc<MemTable>,
@@ -63,6 +85,11 @@ struct SuperVersion {
 /// The current write-ahead log.
 struct Wal {
     log: RecordWriter,
+    /// The WAL's file number.
+    number: u64,
+    /// A synced write went to this WAL (it is then recycled when obsolete,
+    /// see [`WalPool`]).
+    synced: bool,
     scratch: Vec<u8>,
     /// Every write up to this sequence number is durable.
     synced_seq: SeqNum,
@@ -191,9 +218,11 @@ impl LsmIndex {
 }
 
 impl Wal {
-    fn new(log: RecordWriter, scratch: Vec<u8>, synced_seq: SeqNum) -> Wal {
+    fn new(log: RecordWriter, number: u64, scratch: Vec<u8>, synced_seq: SeqNum) -> Wal {
         Wal {
             log,
+            number,
+            synced: false,
             scratch,
             synced_seq,
             bare_logged: 0,
@@ -220,6 +249,8 @@ struct Counters {
     /// Carried values restored inline at open because the value store had
     /// lost their records.
     wal_values_restored: AtomicU64,
+    /// WALs started on a recycled file.
+    wals_recycled: AtomicU64,
 }
 
 /// The LSM-tree behind the [`Index`] seam.
@@ -232,6 +263,8 @@ pub(crate) struct LsmIndex {
     /// The WAL; `None` before recovery and after close. Used under the
     /// facade's writer lock (and briefly by `verify`).
     wal: Mutex<Option<Wal>>,
+    /// Obsolete WALs kept for reuse.
+    wal_pool: Mutex<WalPool>,
     sv: RwLock<Arc<SuperVersion>>,
     versions: Mutex<VersionSet>,
     /// One manifest write at a time; the version-set lock is released
@@ -327,6 +360,7 @@ impl LsmIndex {
             picker,
             table_options,
             wal: Mutex::new(None),
+            wal_pool: Mutex::new(WalPool::default()),
             bg: Mutex::new(BgState::default()),
             bg_cv: Condvar::new(),
             bg_thread: Mutex::new(None),
@@ -414,6 +448,7 @@ impl Index for LsmIndex {
         }
         if sync {
             w.synced_seq = seq + n - 1;
+            w.synced = true;
         }
         let mem = self.sv.read().mem.clone();
         for (i, e) in batch.entries().enumerate() {
@@ -439,6 +474,7 @@ impl Index for LsmIndex {
                 return Ok(());
             }
             let last = self.shared.last_seq.load(Ordering::Acquire);
+            w.synced = true;
             if !self.shared.opts.wal {
                 // Log mode: the value log holds every write.
                 (last, w.bare_logged, None)
@@ -566,6 +602,7 @@ impl Index for LsmIndex {
                 "wal_values_restored",
                 c.wal_values_restored.load(Ordering::Relaxed),
             ),
+            ("wals_recycled", c.wals_recycled.load(Ordering::Relaxed)),
         ];
         if self.lightweight {
             figures.extend([

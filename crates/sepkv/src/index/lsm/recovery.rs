@@ -4,7 +4,7 @@
 use super::{wal_preallocation, LsmIndex, SuperVersion, Wal};
 use crate::batch::decode_batch;
 use crate::error::{Error, IoContext, Result};
-use crate::format::record::{LogEnd, RecordReader, RecordWriter};
+use crate::format::record::{log_has_records, LogEnd, RecordReader, RecordWriter};
 use crate::fs::{create_preallocated, read_all, IoCategory};
 use crate::index::compaction::flush_to_tables;
 use crate::index::filename::{self, FileKind};
@@ -62,7 +62,7 @@ impl LsmIndex {
                 let path = filename::wal_path(dir, n);
                 let data = read_all(fs.as_ref(), &path).ctx(&path)?;
                 stats.add_read(IoCategory::Wal, data.len() as u64);
-                let mut r = RecordReader::new(&data, &path);
+                let mut r = RecordReader::for_log(&data, &path, n);
                 while let Some((off, rec)) = r.next_record()? {
                     let b = decode_batch(rec).ok_or_else(|| {
                         Error::corruption(&path, off, "malformed write batch in WAL")
@@ -117,6 +117,11 @@ impl LsmIndex {
                         mem = Arc::new(MemTable::new());
                     }
                 }
+                if let Some(LogEnd::Stale(_)) = r.end() {
+                    // The WAL's records end where a recycled file's older
+                    // records begin: no record was cut.
+                    continue 'replay;
+                }
                 if let Some(LogEnd::Torn(off)) = r.end() {
                     // Zeros to the end are the WAL's preallocated space
                     // (or a write of which nothing persisted): no record
@@ -130,7 +135,7 @@ impl LsmIndex {
                     // data means damage.
                     let later_data = wals[i + 1..].iter().any(|&m| {
                         let p = filename::wal_path(dir, m);
-                        read_all(fs.as_ref(), &p).map_or(true, |d| d.iter().any(|&b| b != 0))
+                        read_all(fs.as_ref(), &p).map_or(true, |d| log_has_records(&d, &p, m))
                     });
                     if later_data {
                         return Err(Error::corruption(
@@ -184,7 +189,8 @@ impl LsmIndex {
             version: v,
         });
         *self.wal.lock() = Some(Wal::new(
-            RecordWriter::new(file, path, stats.clone(), IoCategory::Wal),
+            RecordWriter::for_log(file, path, stats.clone(), IoCategory::Wal, number),
+            number,
             Vec::new(),
             max_seq,
         ));

@@ -52,12 +52,12 @@ impl LsmIndex {
         // there may be caught half-copied.
         let wal = self.wal.lock().as_mut().map(|w| {
             let _ = w.log.flush();
-            (w.log.path().to_path_buf(), w.log.len())
+            (w.log.path().to_path_buf(), w.log.len(), w.number)
         });
-        if let Some((path, len)) = wal {
+        if let Some((path, len, number)) = wal {
             if let Ok(data) = read_all(fs.as_ref(), &path) {
                 let data = &data[..usize::try_from(len).map_or(data.len(), |l| l.min(data.len()))];
-                let mut r = RecordReader::new(data, &path);
+                let mut r = RecordReader::for_log(data, &path, number);
                 loop {
                     match r.next_record() {
                         Ok(Some((off, rec))) => {
