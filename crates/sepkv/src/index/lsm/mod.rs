@@ -661,6 +661,14 @@ impl Index for LsmIndex {
             _ => Ok(()),
         };
         *self.wal.lock() = None;
+        // Spare WALs are obsolete: best effort, as the next open's pass
+        // removes what is left.
+        for m in self.wal_pool.lock().spare.drain(..) {
+            let _ = self
+                .shared
+                .fs
+                .remove(&filename::wal_path(&self.shared.dir, m));
+        }
         res
     }
 }
