@@ -233,8 +233,10 @@ pub fn table(data: &[u8]) -> Result<usize> {
     Ok(keys.len())
 }
 
-/// Reads every record of a log (WAL or manifest framing) up to its end or
-/// torn tail. Returns the number of records.
+/// Reads every record of a log (manifest framing) up to its end or torn
+/// tail, then reads it again as a WAL (log records, which a recycled file
+/// follows with an older log's). Returns the number of records of the
+/// first reading.
 ///
 /// # Errors
 /// `Corruption` with the offset of a damaged record.
@@ -245,6 +247,9 @@ pub fn log_records(data: &[u8]) -> Result<usize> {
     while r.next_record()?.is_some() {
         n += 1;
     }
+    // Read again as WAL 1, which may be a recycled file (log records).
+    let mut r = RecordReader::for_log(data, path, 1);
+    while r.next_record()?.is_some() {}
     Ok(n)
 }
 
