@@ -36,16 +36,20 @@
 //! ```
 //! A recycled file (RocksDB's `recycle_log_file_num` does the same) is
 //! written over from its start, so past the last record of its new use lie
-//! the records of an older one, whole or cut anywhere. A reader that knows
-//! the log's number ([`RecordReader::for_log`]) takes a record of another
-//! log, a header that fails its checksum, or a short header followed by
-//! anything but zeros as the **stale tail** of a recycled file
+//! the records of an older one, whole or cut anywhere. Only recycled files
+//! are written in log records, and the first one — an empty record — is
+//! synced before the file takes the log's name, so a log that does not
+//! start with a log record of its own number is read by the plain rules
+//! above. In a recycled log, a reader that knows the log's number
+//! ([`RecordReader::for_log`]) takes a record of another
+//! log, a plain record, or a header that fails its checksum or is cut
+//! short, as the **stale tail** of a recycled file
 //! ([`LogEnd::Stale`]) — unless a valid record of its own log follows
 //! further on, which makes it **corruption** at that offset as before. A
 //! valid header of its own log whose payload is cut or fails its checksum,
-//! with no own record after it, is a torn tail. What such a reader gives up:
-//! damage to the header of a log's last record is taken as the log's end,
-//! as damage to the last payload already is. Log records were added in
+//! with no own record after it, is a torn tail. What such a reader gives up,
+//! in recycled logs only: damage to the header of the last record is taken
+//! as the log's end, as damage to the last payload already is. Log records were added in
 //! format version 1 without a version change: a reader that predates them
 //! fails the first one's header checksum with data after it, and so reports
 //! corruption; it never misreads one.
@@ -275,9 +279,8 @@ impl<'a> RecordReader<'a> {
     }
 
     /// Reads `data`, the contents of log `number` at `file`, which may be
-    /// a recycled file (see the module docs). Plain records are read as
-    /// well until the first log record, so that a log written before log
-    /// records existed still reads.
+    /// a recycled file (see the module docs): one whose first record is a
+    /// log record of `number`. Any other file is read by the plain rules.
     pub fn for_log(data: &'a [u8], file: &'a Path, number: u64) -> Self {
         RecordReader {
             log: Some(log_tag(number)),
@@ -325,6 +328,15 @@ impl<'a> RecordReader<'a> {
                 return self.missed(Miss::BadHeader);
             }
             return torn(self);
+        }
+        if start == 0 && self.log.is_some() {
+            // A recycled log starts with a record of its own, synced
+            // before the file took the log's name; any other log is read
+            // by the plain rules.
+            let own = matches!(log_record_at(self.data, 0), LogRecord::Valid { log, .. } if Some(log) == self.log);
+            if !own {
+                self.log = None;
+            }
         }
         if let Some(log) = self.log {
             let flagged = rest[3] & 0x80 != 0;
@@ -409,13 +421,13 @@ impl<'a> RecordReader<'a> {
                 format!("{what} before valid records of this log"),
             ));
         }
-        let rest = &self.data[start..];
-        let header = rest.len().min(LOG_HEADER_LEN);
+        // No header of this log here: whatever follows — an older record,
+        // a piece of one, zeros — is the older use's (a header of this log
+        // cut by the crash is no different: nothing after it is of this
+        // log either).
         self.end = Some(match why {
             Miss::Cut => LogEnd::Torn(start as u64),
-            // A header cut by the crash, zeros after it.
-            _ if all_zero(&rest[header..]) => LogEnd::Torn(start as u64),
-            _ => LogEnd::Stale(start as u64),
+            Miss::BadHeader | Miss::Stale => LogEnd::Stale(start as u64),
         });
         Ok(None)
     }
@@ -451,12 +463,17 @@ fn log_record_at(data: &[u8], at: usize) -> LogRecord<'_> {
 }
 
 /// True when `data` (log `number`, see [`RecordReader::for_log`]) holds at
-/// least one record of that log, or damage a reader would report.
+/// least one non-empty record of that log, or damage a reader would
+/// report. (An empty record is a recycled log's first.)
 pub fn log_has_records(data: &[u8], file: &Path, number: u64) -> bool {
-    !matches!(
-        RecordReader::for_log(data, file, number).next_record(),
-        Ok(None)
-    )
+    let mut r = RecordReader::for_log(data, file, number);
+    loop {
+        match r.next_record() {
+            Ok(Some((_, []))) => {}
+            Ok(None) => return false,
+            _ => return true,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -617,31 +634,28 @@ mod tests {
             4,
             &[b"old one", b"old record two", b"old three", b"old four!"],
         );
-        let new = log_of(9, &[b"new first", b"second"]);
-        let bounds = [0, LOG_HEADER_LEN + 9, new.len()];
+        // The first, empty record is synced before the file is renamed.
+        let new = log_of(9, &[b"", b"new first", b"second"]);
+        let first = LOG_HEADER_LEN;
+        let bounds = [first, first + LOG_HEADER_LEN + 9, new.len()];
         assert!(old.len() > new.len());
-        for cut in 0..=new.len() {
+        for cut in first..=new.len() {
             let mut d = old.clone();
             d[..cut].copy_from_slice(&new[..cut]);
             let (recs, end) = read_log(&d, 9);
             let recs = recs.unwrap_or_else(|e| panic!("cut {cut}: {e}"));
-            let whole = bounds.iter().filter(|&&b| b > 0 && b <= cut).count();
+            let whole = bounds.iter().filter(|&&b| b <= cut).count();
             assert_eq!(recs.len(), whole, "cut {cut}");
             assert!(recs.iter().all(|r| !r.starts_with(b"old")), "cut {cut}");
-            let at = bounds[whole] as u64;
+            let at = bounds[whole - 1] as u64;
             assert!(
                 matches!(end, Some(LogEnd::Stale(o) | LogEnd::Torn(o)) if o == at),
                 "cut {cut}: {end:?}"
             );
         }
-        // The new records end on an old record's boundary.
-        let mut d = old.clone();
-        let first = log_of(9, &[b"x"]);
-        let at = LOG_HEADER_LEN + 7 - first.len();
-        d[..at].fill(0xaa);
-        let (recs, end) = read_log(&d, 9);
-        assert!(recs.unwrap().is_empty());
-        assert_eq!(end, Some(LogEnd::Stale(0)));
+        // A file that does not start with a record of its own log is read
+        // by the plain rules: another log's records there are damage.
+        assert!(read_log(&old, 9).0.unwrap_err().is_corruption());
     }
 
     #[test]
@@ -676,7 +690,12 @@ mod tests {
         assert_eq!(recs.unwrap(), vec![b"new".to_vec()]);
         assert_eq!(e, Some(LogEnd::Stale(end)));
         assert!(log_has_records(&d, Path::new("LOG"), 3));
-        // Only another log's records: none of its own.
-        assert!(!log_has_records(&log_of(2, &[b"a"]), Path::new("LOG"), 3));
+        // Another log's records are damage unless a record of its own
+        // comes first; a recycled log's first, empty record is no data.
+        assert!(log_has_records(&log_of(2, &[b"a"]), Path::new("LOG"), 3));
+        let mut d = log_of(3, &[b""]);
+        d.extend_from_slice(&log_of(2, &[b"older"]));
+        assert!(!log_has_records(&d, Path::new("LOG"), 3));
+        assert!(!log_has_records(&[0u8; 64], Path::new("LOG"), 3));
     }
 }

@@ -185,9 +185,9 @@ impl LsmIndex {
             self.wal_pool.lock().synced.push(w.number);
         }
         let number = self.versions.lock().new_file_number();
-        let (path, file) = self.new_wal_file(number)?;
+        let log = self.new_wal(number)?;
         shared.fs.sync_dir(&shared.dir).ctx(&shared.dir)?;
-        w.log = RecordWriter::for_log(file, path, shared.stats.clone(), IoCategory::Wal, number);
+        w.log = log;
         w.number = number;
         w.synced = false;
         let mut bg = self.bg.lock();
@@ -202,37 +202,59 @@ impl LsmIndex {
         Ok(())
     }
 
-    /// Creates the file of WAL `number`, written over a spare WAL when one
-    /// is kept ([`super::WalPool`]), and preallocated. The caller syncs the
-    /// directory.
-    pub(super) fn new_wal_file(
-        &self,
-        number: u64,
-    ) -> Result<(std::path::PathBuf, Box<dyn crate::fs::WritableFile>)> {
+    /// Starts WAL `number`: written over a spare WAL when one is kept
+    /// ([`super::WalPool`]), else a new preallocated file. The caller
+    /// syncs the directory.
+    ///
+    /// A recycled WAL is written in log records (`crate::format::record`),
+    /// and its first, empty record is synced before the spare takes the
+    /// WAL's name: recovery then knows the file for a recycled one by
+    /// that record, and reads a WAL without it by the plain rules. A
+    /// crash before the rename leaves an obsolete file, removed at open.
+    pub(super) fn new_wal(&self, number: u64) -> Result<RecordWriter> {
         let shared = &self.shared;
         let path = filename::wal_path(&shared.dir, number);
         let size = super::wal_preallocation(&shared.opts);
-        let spare = {
+        {
             // Held across the rename, so that the obsolete-file pass does
             // not remove the spare meanwhile.
             let mut pool = self.wal_pool.lock();
-            pool.spare.pop().map(|m| {
+            if let Some(m) = pool.spare.pop() {
                 let old = filename::wal_path(&shared.dir, m);
-                let reused = shared.fs.reuse(&old, &path);
-                if reused.is_err() {
-                    let _ = shared.fs.remove(&old);
+                let recycled = shared.fs.reuse(&old, &old).ctx(&old).and_then(|mut file| {
+                    // A spare smaller than a memtable's worth grows to it.
+                    let _ = file.preallocate(size);
+                    let mut log = RecordWriter::for_log(
+                        file,
+                        path.clone(),
+                        shared.stats.clone(),
+                        IoCategory::Wal,
+                        number,
+                    );
+                    log.add_record(&[])?;
+                    log.sync()?;
+                    shared.fs.rename(&old, &path).ctx(&old)?;
+                    Ok(log)
+                });
+                match recycled {
+                    Ok(log) => {
+                        self.counters.wals_recycled.fetch_add(1, Ordering::Relaxed);
+                        return Ok(log);
+                    }
+                    // Best effort: a new file takes its place.
+                    Err(_) => {
+                        let _ = shared.fs.remove(&old);
+                    }
                 }
-                reused
-            })
-        };
-        if let Some(Ok(mut file)) = spare {
-            // A spare smaller than a memtable's worth grows to it.
-            let _ = file.preallocate(size);
-            self.counters.wals_recycled.fetch_add(1, Ordering::Relaxed);
-            return Ok((path, file));
+            }
         }
         let file = create_preallocated(shared.fs.as_ref(), &path, size).ctx(&path)?;
-        Ok((path, file))
+        Ok(RecordWriter::new(
+            file,
+            path,
+            shared.stats.clone(),
+            IoCategory::Wal,
+        ))
     }
 
     /// Waits until no immutable memtable waits for its flush.

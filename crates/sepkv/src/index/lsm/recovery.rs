@@ -64,6 +64,10 @@ impl LsmIndex {
                 stats.add_read(IoCategory::Wal, data.len() as u64);
                 let mut r = RecordReader::for_log(&data, &path, n);
                 while let Some((off, rec)) = r.next_record()? {
+                    if rec.is_empty() {
+                        // A recycled WAL's first record.
+                        continue;
+                    }
                     let b = decode_batch(rec).ok_or_else(|| {
                         Error::corruption(&path, off, "malformed write batch in WAL")
                     })?;
@@ -189,7 +193,7 @@ impl LsmIndex {
             version: v,
         });
         *self.wal.lock() = Some(Wal::new(
-            RecordWriter::for_log(file, path, stats.clone(), IoCategory::Wal, number),
+            RecordWriter::new(file, path, stats.clone(), IoCategory::Wal),
             number,
             Vec::new(),
             max_seq,
