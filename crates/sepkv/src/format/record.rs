@@ -489,8 +489,11 @@ mod tests {
     }
 
     fn read_all(data: &[u8]) -> (Result<Vec<Vec<u8>>>, Option<LogEnd>) {
-        let p = Path::new("LOG");
-        let mut r = RecordReader::new(data, p);
+        drain(RecordReader::new(data, Path::new("LOG")))
+    }
+
+    /// Every record `r` reads, or the error, and how the log ended.
+    fn drain(mut r: RecordReader<'_>) -> (Result<Vec<Vec<u8>>>, Option<LogEnd>) {
         let mut out = Vec::new();
         loop {
             match r.next_record() {
@@ -592,16 +595,7 @@ mod tests {
 
     /// Reads `data` as log `number`: the records, or the error.
     fn read_log(data: &[u8], number: u64) -> (Result<Vec<Vec<u8>>>, Option<LogEnd>) {
-        let p = Path::new("LOG");
-        let mut r = RecordReader::for_log(data, p, number);
-        let mut out = Vec::new();
-        loop {
-            match r.next_record() {
-                Ok(Some((_, rec))) => out.push(rec.to_vec()),
-                Ok(None) => return (Ok(out), r.end()),
-                Err(e) => return (Err(e), r.end()),
-            }
-        }
+        drain(RecordReader::for_log(data, Path::new("LOG"), number))
     }
 
     #[test]

@@ -46,6 +46,17 @@ struct StdWritable {
 }
 
 impl StdWritable {
+    /// Writes to `file` from `len` bytes on (where its position is).
+    fn boxed(file: File, len: u64, appending: bool) -> Box<dyn WritableFile> {
+        Box::new(StdWritable {
+            file: Arc::new(file),
+            buf: Vec::with_capacity(WRITE_BUFFER),
+            len,
+            hinted: len,
+            appending,
+        })
+    }
+
     /// Starts the writeback of what was handed to the OS since the last
     /// start, up to [`WRITEBACK_LAG`] behind the end and on a page boundary,
     /// once that is [`WRITEBACK_EVERY`] bytes. A hint: failures are
@@ -362,38 +373,20 @@ impl FileSystem for StdFs {
             .create(true)
             .truncate(true)
             .open(path)?;
-        Ok(Box::new(StdWritable {
-            file: Arc::new(file),
-            buf: Vec::with_capacity(WRITE_BUFFER),
-            len: 0,
-            hinted: 0,
-            appending: false,
-        }))
+        Ok(StdWritable::boxed(file, 0, false))
     }
 
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
         let file = OpenOptions::new().append(true).open(path)?;
         let len = file.metadata()?.len();
-        Ok(Box::new(StdWritable {
-            file: Arc::new(file),
-            buf: Vec::with_capacity(WRITE_BUFFER),
-            len,
-            hinted: len,
-            appending: true,
-        }))
+        Ok(StdWritable::boxed(file, len, true))
     }
 
     fn reuse(&self, from: &Path, to: &Path) -> io::Result<Box<dyn WritableFile>> {
         std::fs::rename(from, to)?;
         // Neither truncated nor appending: writes land from offset 0.
         let file = OpenOptions::new().write(true).open(to)?;
-        Ok(Box::new(StdWritable {
-            file: Arc::new(file),
-            buf: Vec::with_capacity(WRITE_BUFFER),
-            len: 0,
-            hinted: 0,
-            appending: false,
-        }))
+        Ok(StdWritable::boxed(file, 0, false))
     }
 
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn RandomAccessFile>> {
