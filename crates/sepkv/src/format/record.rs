@@ -248,10 +248,9 @@ pub struct RecordReader<'a> {
     pos: usize,
     file: &'a Path,
     end: Option<LogEnd>,
-    /// The log field its log records carry (readers made by `for_log`).
+    /// The log field of a recycled log's records: set by `for_log`, and
+    /// kept only when the file starts with a record of that log.
     log: Option<u32>,
-    /// A log record was read: a plain record after it is stale.
-    read_log_record: bool,
 }
 
 /// Why a log reader could not read a record of its own at an offset.
@@ -261,7 +260,7 @@ enum Miss {
     Cut,
     /// A header that fails its checksum, or one too short to check.
     BadHeader,
-    /// A valid record of another log (or a plain one after log records).
+    /// A valid record of another log, or a plain one.
     Stale,
 }
 
@@ -274,13 +273,13 @@ impl<'a> RecordReader<'a> {
             file,
             end: None,
             log: None,
-            read_log_record: false,
         }
     }
 
     /// Reads `data`, the contents of log `number` at `file`, which may be
     /// a recycled file (see the module docs): one whose first record is a
     /// log record of `number`. Any other file is read by the plain rules.
+    /// The recycled log's first record, an empty one, is not returned.
     pub fn for_log(data: &'a [u8], file: &'a Path, number: u64) -> Self {
         RecordReader {
             log: Some(log_tag(number)),
@@ -323,29 +322,30 @@ impl<'a> RecordReader<'a> {
             me.end = Some(LogEnd::Torn(start as u64));
             Ok(None)
         };
+        if start == 0 && self.log.is_some() {
+            // A recycled log starts with an empty record of its own,
+            // synced before the file took the log's name; any other log is
+            // read by the plain rules.
+            match log_record_at(self.data, 0) {
+                LogRecord::Valid { log, payload: [] } if Some(log) == self.log => {
+                    self.pos = LOG_HEADER_LEN;
+                    return self.next_record();
+                }
+                _ => self.log = None,
+            }
+        }
         if rest.len() < HEADER_LEN || all_zero(rest) {
             if self.log.is_some() && !all_zero(rest) {
                 return self.missed(Miss::BadHeader);
             }
             return torn(self);
         }
-        if start == 0 && self.log.is_some() {
-            // A recycled log starts with a record of its own, synced
-            // before the file took the log's name; any other log is read
-            // by the plain rules.
-            let own = matches!(log_record_at(self.data, 0), LogRecord::Valid { log, .. } if Some(log) == self.log);
-            if !own {
-                self.log = None;
-            }
-        }
         if let Some(log) = self.log {
-            let flagged = rest[3] & 0x80 != 0;
-            if flagged {
-                return self.next_log_record(log);
-            }
-            if self.read_log_record {
+            // A plain record in a recycled log is an older use's.
+            if rest[3] & 0x80 == 0 {
                 return self.missed(Miss::Stale);
             }
+            return self.next_log_record(log);
         }
         let len = u32::from_le_bytes(rest[0..4].try_into().expect("4 bytes")) as usize;
         let pcrc = unmask(u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes")));
@@ -386,7 +386,6 @@ impl<'a> RecordReader<'a> {
             LogRecord::Valid { log: l, .. } if l != log => self.missed(Miss::Stale),
             LogRecord::Valid { payload, .. } => {
                 self.pos = start + LOG_HEADER_LEN + payload.len();
-                self.read_log_record = true;
                 Ok(Some((start as u64, payload)))
             }
             LogRecord::Cut { log: l } if l == log => self.missed(Miss::Cut),
@@ -463,17 +462,12 @@ fn log_record_at(data: &[u8], at: usize) -> LogRecord<'_> {
 }
 
 /// True when `data` (log `number`, see [`RecordReader::for_log`]) holds at
-/// least one non-empty record of that log, or damage a reader would
-/// report. (An empty record is a recycled log's first.)
+/// least one record of that log, or damage a reader would report.
 pub fn log_has_records(data: &[u8], file: &Path, number: u64) -> bool {
-    let mut r = RecordReader::for_log(data, file, number);
-    loop {
-        match r.next_record() {
-            Ok(Some((_, []))) => {}
-            Ok(None) => return false,
-            _ => return true,
-        }
-    }
+    !matches!(
+        RecordReader::for_log(data, file, number).next_record(),
+        Ok(None)
+    )
 }
 
 #[cfg(test)]
@@ -585,6 +579,14 @@ mod tests {
         assert!(read_all(&data).0.unwrap_err().is_corruption());
     }
 
+    /// A recycled log as the writer makes it: an empty record of its own
+    /// first, then `records`.
+    fn recycled(number: u64, records: &[&[u8]]) -> Vec<u8> {
+        let mut v = log_of(number, &[b""]);
+        v.extend_from_slice(&log_of(number, records));
+        v
+    }
+
     fn log_of(number: u64, records: &[&[u8]]) -> Vec<u8> {
         let mut v = Vec::new();
         for r in records {
@@ -600,7 +602,7 @@ mod tests {
 
     #[test]
     fn log_records_roundtrip_and_plain_logs_still_read() {
-        let data = log_of(7, &[b"a", b"", b"hello world"]);
+        let data = recycled(7, &[b"a", b"", b"hello world"]);
         let (recs, end) = read_log(&data, 7);
         assert_eq!(
             recs.unwrap(),
@@ -629,7 +631,7 @@ mod tests {
             &[b"old one", b"old record two", b"old three", b"old four!"],
         );
         // The first, empty record is synced before the file is renamed.
-        let new = log_of(9, &[b"", b"new first", b"second"]);
+        let new = recycled(9, &[b"new first", b"second"]);
         let first = LOG_HEADER_LEN;
         let bounds = [first, first + LOG_HEADER_LEN + 9, new.len()];
         assert!(old.len() > new.len());
@@ -638,8 +640,9 @@ mod tests {
             d[..cut].copy_from_slice(&new[..cut]);
             let (recs, end) = read_log(&d, 9);
             let recs = recs.unwrap_or_else(|e| panic!("cut {cut}: {e}"));
+            // The first, empty record is not returned.
             let whole = bounds.iter().filter(|&&b| b <= cut).count();
-            assert_eq!(recs.len(), whole, "cut {cut}");
+            assert_eq!(recs.len(), whole - 1, "cut {cut}");
             assert!(recs.iter().all(|r| !r.starts_with(b"old")), "cut {cut}");
             let at = bounds[whole - 1] as u64;
             assert!(
@@ -655,8 +658,8 @@ mod tests {
     #[test]
     fn damage_before_records_of_the_same_log_is_corruption() {
         let old = log_of(4, &[&[7u8; 200]]);
-        let new = log_of(9, &[b"first", b"second", b"third"]);
-        let second = LOG_HEADER_LEN + 5;
+        let new = recycled(9, &[b"first", b"second", b"third"]);
+        let second = 2 * LOG_HEADER_LEN + 5;
         let mut base = old.clone();
         base[..new.len()].copy_from_slice(&new);
         for at in [second, second + 3, second + 9, second + LOG_HEADER_LEN + 1] {
@@ -677,7 +680,7 @@ mod tests {
 
     #[test]
     fn plain_records_after_log_records_are_stale() {
-        let mut d = log_of(3, &[b"new"]);
+        let mut d = recycled(3, &[b"new"]);
         let end = d.len() as u64;
         d.extend_from_slice(&log(&[b"plain, older"]));
         let (recs, e) = read_log(&d, 3);
@@ -687,7 +690,7 @@ mod tests {
         // Another log's records are damage unless a record of its own
         // comes first; a recycled log's first, empty record is no data.
         assert!(log_has_records(&log_of(2, &[b"a"]), Path::new("LOG"), 3));
-        let mut d = log_of(3, &[b""]);
+        let mut d = recycled(3, &[]);
         d.extend_from_slice(&log_of(2, &[b"older"]));
         assert!(!log_has_records(&d, Path::new("LOG"), 3));
         assert!(!log_has_records(&[0u8; 64], Path::new("LOG"), 3));

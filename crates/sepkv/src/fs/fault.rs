@@ -256,8 +256,8 @@ impl FileSystem for FaultFs {
         self.mem.open_append(path)
     }
 
-    fn reuse(&self, from: &Path, to: &Path) -> io::Result<Box<dyn WritableFile>> {
-        self.mem.reuse(from, to)
+    fn reuse(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        self.mem.reuse(path)
     }
 
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn RandomAccessFile>> {
@@ -393,12 +393,13 @@ mod tests {
     }
 
     /// A reused file is written over from its start; a crash before the
-    /// next sync brings its old bytes back, and its new name stays only
+    /// next sync brings its old bytes back, and a rename of it stays only
     /// once the directory is synced.
     #[test]
     fn a_reused_file_is_written_over_and_a_crash_brings_the_old_bytes_back() {
         let fs = with_durable_file(b"old content");
-        let mut f = fs.reuse(p("/db/f"), p("/db/g")).unwrap();
+        let mut f = fs.reuse(p("/db/f")).unwrap();
+        fs.rename(p("/db/f"), p("/db/g")).unwrap();
         assert_eq!(f.len(), 0);
         f.append(b"NEW").unwrap();
         assert_eq!(f.len(), 3);
@@ -407,7 +408,8 @@ mod tests {
         fs.crash();
         assert_eq!(content(&fs, "/db/g"), b"old content");
 
-        let mut f = fs.reuse(p("/db/g"), p("/db/h")).unwrap();
+        let mut f = fs.reuse(p("/db/g")).unwrap();
+        fs.rename(p("/db/g"), p("/db/h")).unwrap();
         f.append(b"new").unwrap();
         f.sync().unwrap();
         f.append(b" and longer").unwrap();

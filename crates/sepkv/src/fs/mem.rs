@@ -467,12 +467,11 @@ impl FileSystem for MemFs {
         })
     }
 
-    fn reuse(&self, from: &Path, to: &Path) -> io::Result<Box<dyn WritableFile>> {
-        self.rename(from, to)?;
-        self.with(OTHER, &[to], |st| {
-            let ino = st.file(to)?;
+    fn reuse(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        self.with(OTHER, &[path], |st| {
+            let ino = st.file(path)?;
             Ok(Box::new(MemWritable {
-                handle: self.handle(st, ino, to),
+                handle: self.handle(st, ino, path),
                 len: 0,
                 at: Some(0),
             }) as Box<dyn WritableFile>)

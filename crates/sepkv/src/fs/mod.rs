@@ -177,17 +177,15 @@ pub trait FileSystem: Send + Sync + 'static {
     fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>>;
     /// Opens an existing file for appending at its end.
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn WritableFile>>;
-    /// Renames the existing file `from` to `to` and opens it for writing
-    /// from its start, over its old content, without shortening it: a
-    /// recycled log, whose blocks are allocated already, so that a data
-    /// sync of writes within them need not commit file-system metadata
-    /// (block allocation, size) as well. The writer's length starts at 0.
-    /// The rename is durable after [`FileSystem::sync_dir`]; the old bytes
-    /// stay wherever no synced write covers them. `ErrorKind::Unsupported`
-    /// (the default) where the file system cannot; callers then create a
-    /// new file.
-    fn reuse(&self, from: &Path, to: &Path) -> io::Result<Box<dyn WritableFile>> {
-        let _ = (from, to);
+    /// Opens the existing file `path` for writing from its start, over its
+    /// old content, without shortening it: a recycled log, whose blocks
+    /// are allocated already, so that a data sync of writes within them
+    /// need not commit file-system metadata (block allocation, size) as
+    /// well. The writer's length starts at 0; the old bytes stay wherever
+    /// no synced write covers them. `ErrorKind::Unsupported` (the default)
+    /// where the file system cannot; callers then create a new file.
+    fn reuse(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        let _ = path;
         Err(io::Error::new(
             io::ErrorKind::Unsupported,
             "reusing a file is not supported",

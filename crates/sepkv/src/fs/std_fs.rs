@@ -272,8 +272,8 @@ impl FileSystem for DirectReadFs {
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
         StdFs.open_append(path)
     }
-    fn reuse(&self, from: &Path, to: &Path) -> io::Result<Box<dyn WritableFile>> {
-        StdFs.reuse(from, to)
+    fn reuse(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        StdFs.reuse(path)
     }
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn RandomAccessFile>> {
         use std::os::unix::fs::OpenOptionsExt;
@@ -382,10 +382,9 @@ impl FileSystem for StdFs {
         Ok(StdWritable::boxed(file, len, true))
     }
 
-    fn reuse(&self, from: &Path, to: &Path) -> io::Result<Box<dyn WritableFile>> {
-        std::fs::rename(from, to)?;
+    fn reuse(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
         // Neither truncated nor appending: writes land from offset 0.
-        let file = OpenOptions::new().write(true).open(to)?;
+        let file = OpenOptions::new().write(true).open(path)?;
         Ok(StdWritable::boxed(file, 0, false))
     }
 

@@ -221,7 +221,7 @@ impl LsmIndex {
             let mut pool = self.wal_pool.lock();
             if let Some(m) = pool.spare.pop() {
                 let old = filename::wal_path(&shared.dir, m);
-                let recycled = shared.fs.reuse(&old, &old).ctx(&old).and_then(|mut file| {
+                let recycled = shared.fs.reuse(&old).ctx(&old).and_then(|mut file| {
                     // A spare smaller than a memtable's worth grows to it.
                     let _ = file.preallocate(size);
                     let mut log = RecordWriter::for_log(

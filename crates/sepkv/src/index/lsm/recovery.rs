@@ -64,10 +64,6 @@ impl LsmIndex {
                 stats.add_read(IoCategory::Wal, data.len() as u64);
                 let mut r = RecordReader::for_log(&data, &path, n);
                 while let Some((off, rec)) = r.next_record()? {
-                    if rec.is_empty() {
-                        // A recycled WAL's first record.
-                        continue;
-                    }
                     let b = decode_batch(rec).ok_or_else(|| {
                         Error::corruption(&path, off, "malformed write batch in WAL")
                     })?;

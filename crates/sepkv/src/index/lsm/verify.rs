@@ -60,8 +60,6 @@ impl LsmIndex {
                 let mut r = RecordReader::for_log(data, &path, number);
                 loop {
                     match r.next_record() {
-                        // A recycled WAL's first record.
-                        Ok(Some((_, []))) => {}
                         Ok(Some((off, rec))) => {
                             if decode_batch(rec).is_none() {
                                 rep.faults.push(Error::corruption(
