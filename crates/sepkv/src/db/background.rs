@@ -62,16 +62,19 @@ impl Db {
     }
 
     /// Waits until background work is done: no memtable waits for its
-    /// flush, no level needs compaction, and the files finished work made
+    /// flush, no level needs compaction, the files finished work made
     /// obsolete are removed (so the directory's size then counts only live
-    /// files). Benchmarks call it between phases so one phase's compaction
-    /// debt is not billed to the next. Value-store GC is not waited for.
+    /// files), and the value store's own background writes are done
+    /// (HashKV's write-cache batches and journal checkpoints). Benchmarks
+    /// call it between phases so one phase's compaction debt is not billed
+    /// to the next. Value-store GC is not waited for.
     ///
     /// # Errors
     /// `Closed`; `Poisoned` when background work failed.
     pub fn wait_idle(&self) -> Result<()> {
         self.check_open()?;
-        self.inner.index.wait_idle()
+        self.inner.index.wait_idle()?;
+        self.inner.vstore.wait_idle()
     }
 
     /// Compacts the keys of `range` (any Rust range of keys, `..` for all;

@@ -407,6 +407,16 @@ pub trait ValueStore: Send + Sync {
         0
     }
 
+    /// Waits until the store's own background work (HashKV's write-cache
+    /// batches and journal checkpoints) is done. The default: nothing to
+    /// wait for.
+    ///
+    /// # Errors
+    /// `Poisoned` when that work failed.
+    fn wait_idle(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// True when the store is running out of room and GC should run now,
     /// whatever the garbage ratio (FlashKey §V-B5: empty bands below a
     /// threshold). Cheap: the write path asks after every write. The

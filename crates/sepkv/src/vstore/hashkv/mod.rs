@@ -108,7 +108,16 @@
 //! table updates, cache operations and journal appends); the write journal
 //! has its own lock, taken after the state lock, so that its fsync holds
 //! neither reads nor the table; GC steps are serialised; reads of files
-//! run without the lock.
+//! run without the lock. A full write cache is *sealed* under the state
+//! lock (its batches stay readable in memory) and written by the store's
+//! background worker; a full journal is switched for the next one under
+//! the lock, and the worker finishes the checkpoint — segment fsyncs, the
+//! table file, removing the old journal — outside it. So neither readers
+//! nor the writer whose append filled the cache or the journal wait for
+//! that I/O. Until the checkpoint's table is durable, `sync` syncs the old
+//! journal beside the new one, and the live table keeps naming the old
+//! journal (open replays both); GC, `verify` and close write every sealed
+//! batch themselves before they go on.
 
 pub mod cache;
 pub mod cold;
@@ -123,18 +132,21 @@ use super::{
 };
 use crate::error::{Error, IoContext, Result};
 use crate::format::record::{RecordReader, RecordWriter};
-use crate::fs::{create_preallocated, read_all, Advice, FileSystem, IoCategory, IoStats};
+use crate::fs::{
+    create_preallocated, read_all, Advice, FileSystem, IoCategory, IoStats, WritableFile,
+};
 use crate::options::Options;
-use cache::WriteCache;
+use cache::{Pending, WriteCache};
 use cold::{is_cold, ColdLog};
 use journal::{journal_path, parse_journal_name, Entry, GroupIntent, Place, GC_JOURNAL};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use record::Kind;
 use segment::{parse_seg_name, Alloc, Geometry, PlaceError, SegFiles, Table};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
 /// Knobs of the HashKV value store (from [`Options`]).
 #[derive(Debug, Clone)]
@@ -223,6 +235,8 @@ pub(crate) struct State {
     /// more than an eighth to a small store's size (set at open and at
     /// every recycle).
     journal_limit: u64,
+    /// A journal checkpoint is in flight (at most one at a time).
+    checkpointing: bool,
 }
 
 #[derive(Default)]
@@ -244,7 +258,26 @@ struct Counters {
 }
 
 /// The HashKV value store. See the module docs.
+///
+/// The store's parts live in a [`StoreCore`] shared with its background
+/// worker, which hands sealed write-cache batches to their segment files
+/// and finishes journal checkpoints (segment fsyncs, the table file) off
+/// the write path and outside the state lock; the store derefs to it.
 pub struct HashKvStore {
+    core: Arc<StoreCore>,
+    /// The background worker (with the journal only); joined on drop.
+    worker: Option<JoinHandle<()>>,
+}
+
+impl std::ops::Deref for HashKvStore {
+    type Target = StoreCore;
+    fn deref(&self) -> &StoreCore {
+        &self.core
+    }
+}
+
+/// What a HashKV store shares with its background worker.
+pub struct StoreCore {
     opts: HashKvOptions,
     files: SegFiles,
     state: Mutex<State>,
@@ -253,12 +286,56 @@ pub struct HashKvStore {
     /// that [`ValueStore::sync`] fsyncs it without the state lock and a
     /// segment read never waits for a journal sync.
     journal: Mutex<Option<RecordWriter>>,
+    /// The journal a checkpoint in flight retires: its records may not be
+    /// in synced segments yet, so [`ValueStore::sync`] syncs it beside the
+    /// current one. Set and read under the journal's lock, taken after it.
+    retiring: Mutex<Option<RecordWriter>>,
+    /// The next journal, created, preallocated and with its directory
+    /// entry synced by the worker after a checkpoint, so that switching
+    /// journals costs no I/O under the state lock: `(number, file)`.
+    spare: Mutex<Option<(u64, Box<dyn WritableFile>)>>,
+    /// Write-cache batches sealed but not yet in their files, oldest
+    /// first, with their sizes; reads look here after the cache. Taken
+    /// after `state` and `flush_lock`.
+    flushing: Mutex<VecDeque<(Sealed, usize)>>,
+    /// Held while batches of `flushing` are written, in queue order (a
+    /// segment's batches must reach its file in offset order). Taken after
+    /// `state` (GC drains with the table locked), never before it.
+    flush_lock: Mutex<()>,
+    /// Work handed to the background worker.
+    work: Mutex<Work>,
+    work_cv: Condvar,
     /// Serialises GC steps.
     gc_lock: Mutex<()>,
     cold: ColdLog,
     counters: Counters,
     /// How long segment reads take (steers scans' read-ahead hints).
     latency: ReadLatency,
+}
+
+/// A sealed write-cache batch: the buffered records of each segment.
+type Sealed = Arc<Vec<(u64, Pending)>>;
+
+/// A journal checkpoint begun by a switch of journals: the table as of the
+/// switch, naming the new journal from its start.
+struct Checkpoint {
+    /// Number of the journal retired.
+    old: u64,
+    /// Number of the journal switched to.
+    new: u64,
+    /// The encoded table to write once the segments are synced.
+    table: Vec<u8>,
+}
+
+/// The background worker's queue.
+#[derive(Default)]
+struct Work {
+    /// Sealed cache batches wait in `flushing`.
+    flush: bool,
+    checkpoint: Option<Checkpoint>,
+    /// The worker is running a round.
+    busy: bool,
+    shutdown: bool,
 }
 
 /// Writes the table checkpoint atomically (temporary file, sync, rename,
@@ -570,7 +647,7 @@ impl HashKvStore {
                 Err(e) => return Err(Error::io(&p, e)),
             }
         }
-        let journal_limit = Self::journal_limit(&opts, &table);
+        let journal_limit = HashKvStore::journal_limit(&opts, &table);
         let journal = if opts.journal {
             let p = journal_path(dir, new_num);
             // Preallocated to the length at which it is recycled.
@@ -590,7 +667,7 @@ impl HashKvStore {
         }
         fs.sync_dir(dir).ctx(dir)?;
 
-        let store = HashKvStore {
+        let core = StoreCore {
             files,
             state: Mutex::new(State {
                 table,
@@ -602,14 +679,34 @@ impl HashKvStore {
                 stalled: HashMap::new(),
                 poisoned: None,
                 journal_limit,
+                checkpointing: false,
             }),
             journal: Mutex::new(journal),
+            retiring: Mutex::new(None),
+            spare: Mutex::new(None),
+            flushing: Mutex::new(VecDeque::new()),
+            flush_lock: Mutex::new(()),
+            work: Mutex::new(Work::default()),
+            work_cv: Condvar::new(),
             gc_lock: Mutex::new(()),
             cold,
             counters: Counters::default(),
             latency: ReadLatency::default(),
             opts,
         };
+        let core = Arc::new(core);
+        let worker = if core.opts.journal {
+            let c = core.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("sepkv-hashkv".into())
+                    .spawn(move || c.work_loop())
+                    .map_err(|e| Error::io(dir, e))?,
+            )
+        } else {
+            None
+        };
+        let store = HashKvStore { core, worker };
         store.refresh_cold_units();
         Ok(store)
     }
@@ -760,10 +857,6 @@ fn replay_copies(
 }
 
 impl HashKvStore {
-    fn path(&self, id: u64) -> PathBuf {
-        self.files.path(id)
-    }
-
     fn check_poisoned(st: &State) -> Result<()> {
         match &st.poisoned {
             Some(p) => Err(Error::Poisoned(p.clone())),
@@ -771,29 +864,8 @@ impl HashKvStore {
         }
     }
 
-    /// Writes every cached batch to its segment: one sequential write per
-    /// segment (§3.8 batch writes). Called with the state locked.
-    fn flush_cache(&self, st: &mut State) -> Result<()> {
-        if st.cache.is_empty() {
-            return Ok(());
-        }
-        for (seg, p) in st.cache.take_all() {
-            if let Err(e) = self
-                .files
-                .append(seg, p.start, &p.buf, IoCategory::ValueStore)
-            {
-                st.poisoned = Some(e.to_string());
-                return Err(e);
-            }
-        }
-        self.counters.cache_flushes.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Checkpoint that lets the write journal be recycled: flush the cache,
-    /// sync the written segments, start a new journal, persist the table
-    /// naming it, delete the old journal. Called with the state locked.
-    /// See `State::journal_limit` (the journal file is preallocated to it).
+    /// Journal length at which it is checkpointed and recycled: see
+    /// `State::journal_limit` (the journal file is preallocated to it).
     fn journal_limit(opts: &HashKvOptions, t: &Table) -> u64 {
         let held: u64 = t
             .groups
@@ -804,36 +876,231 @@ impl HashKvStore {
         opts.journal_size.min((held / 8).max(1 << 20))
     }
 
-    fn recycle(&self, st: &mut State) -> Result<()> {
-        self.flush_cache(st)?;
-        self.files.sync_dirty()?;
+    /// Free log segments below which GC is pressing (§3.3 trigger).
+    pub(crate) fn low_watermark(t: &Table) -> u64 {
+        (t.geo.reserved_units / 4).max(2).min(t.geo.reserved_units)
+    }
+}
+
+impl StoreCore {
+    fn path(&self, id: u64) -> PathBuf {
+        self.files.path(id)
+    }
+
+    /// Seals the write cache: its batches move to `flushing`, where reads
+    /// still find them, for the worker or [`Self::drain_flushing`] to
+    /// write. Returns false when the cache was empty. State locked.
+    fn seal_cache(&self, st: &mut State) -> bool {
+        if st.cache.is_empty() {
+            return false;
+        }
+        let parts = st.cache.take_all();
+        let bytes = parts.iter().map(|(_, p)| p.buf.len()).sum();
+        self.flushing.lock().push_back((Arc::new(parts), bytes));
+        true
+    }
+
+    /// Bytes sealed and not yet in their files.
+    fn flushing_bytes(&self) -> usize {
+        self.flushing.lock().iter().map(|(_, n)| n).sum()
+    }
+
+    /// Writes every sealed batch to its segments, oldest first: one
+    /// sequential write per segment (§3.8 batch writes). Takes the flush
+    /// lock; the state lock may be held (never taken here).
+    fn drain_flushing(&self) -> Result<()> {
+        let _g = self.flush_lock.lock();
+        loop {
+            let Some((batch, _)) = self.flushing.lock().front().cloned() else {
+                return Ok(());
+            };
+            for (seg, p) in batch.iter() {
+                self.files
+                    .append(*seg, p.start, &p.buf, IoCategory::ValueStore)?;
+            }
+            // Popped only once written: a read that misses the cache finds
+            // the records here or in the file.
+            self.flushing.lock().pop_front();
+            self.counters.cache_flushes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Hands every cached record to its file before returning (GC, verify,
+    /// `flush`, close). Called with the state locked; a failure poisons.
+    fn flush_cache(&self, st: &mut State) -> Result<()> {
+        self.seal_cache(st);
+        if let Err(e) = self.drain_flushing() {
+            st.poisoned = Some(e.to_string());
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The record `ptr` names while it is still in memory (the cache, or a
+    /// sealed batch not yet written); its value bytes. State locked.
+    fn cached(&self, st: &State, key: &[u8], ptr: &ValuePointer) -> Result<Option<Vec<u8>>> {
+        let len = ptr.length as usize;
+        let found = match st.cache.get(ptr.file_id, ptr.offset, len) {
+            Some(b) => Some(b.to_vec()),
+            None => self.flushing.lock().iter().rev().find_map(|(batch, _)| {
+                batch.iter().find_map(|(seg, p)| {
+                    let rel = ptr.offset.checked_sub(p.start)? as usize;
+                    (*seg == ptr.file_id)
+                        .then(|| p.buf.get(rel..rel.checked_add(len)?))
+                        .flatten()
+                        .map(<[u8]>::to_vec)
+                })
+            }),
+        };
+        match found {
+            Some(b) => {
+                let range = check_record(|| self.path(ptr.file_id), ptr, key, &b)?;
+                Ok(Some(b[range].to_vec()))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Starts a journal checkpoint (§3.7): the cache is sealed, appends go
+    /// to the next journal from now on, and the worker is handed the table
+    /// naming that journal, to write once the segments holding the old
+    /// journal's records are synced; then it removes the old journal. Until
+    /// then the live table keeps naming the old journal (a GC persisting it
+    /// meanwhile makes open replay both), and `sync` syncs both journals.
+    /// The next journal is the worker's spare when there is one; otherwise
+    /// it is created here. State locked; no checkpoint may be in flight.
+    fn switch_journal(&self, st: &mut State) -> Result<()> {
         let fs = self.files.fs.as_ref();
         let dir = &self.files.dir;
         let num = st.journal_num + 1;
         let p = journal_path(dir, num);
-        let f = create_preallocated(fs, &p, Self::journal_limit(&self.opts, &st.table)).ctx(&p)?;
-        fs.sync_dir(dir).ctx(dir)?;
-        st.table.journal_pos = (num, 0);
+        let f = match self.spare.lock().take() {
+            Some((n, f)) if n == num => f,
+            _ => {
+                let limit = HashKvStore::journal_limit(&self.opts, &st.table);
+                let f = create_preallocated(fs, &p, limit).ctx(&p)?;
+                fs.sync_dir(dir).ctx(dir)?;
+                f
+            }
+        };
+        self.seal_cache(st);
         st.table.epoch += 1;
-        let encoded = self.encode(&st.table)?;
-        write_table_file(fs, dir, &self.files.stats, &encoded)?;
-        let old = journal_path(dir, st.journal_num);
-        *self.journal.lock() = Some(RecordWriter::new(
-            f,
-            p,
-            self.files.stats.clone(),
-            IoCategory::ValueStore,
-        ));
+        let live = st.table.journal_pos;
+        st.table.journal_pos = (num, 0);
+        let table = self.encode(&st.table);
+        st.table.journal_pos = live;
+        let table = table?;
+        {
+            let mut j = self.journal.lock();
+            let old = j.replace(RecordWriter::new(
+                f,
+                p,
+                self.files.stats.clone(),
+                IoCategory::ValueStore,
+            ));
+            *self.retiring.lock() = old;
+        }
+        let old = st.journal_num;
         st.journal_len = 0;
         st.journal_num = num;
-        st.journal_limit = Self::journal_limit(&self.opts, &st.table);
+        st.journal_limit = HashKvStore::journal_limit(&self.opts, &st.table);
+        st.checkpointing = true;
+        self.work.lock().checkpoint = Some(Checkpoint {
+            old,
+            new: num,
+            table,
+        });
+        self.work_cv.notify_all();
+        Ok(())
+    }
+
+    /// Asks the worker to write the sealed batches.
+    fn request_flush(&self) {
+        self.work.lock().flush = true;
+        self.work_cv.notify_all();
+    }
+
+    /// The background worker: writes sealed batches and finishes
+    /// checkpoints until the store is dropped (pending work is done first).
+    /// A failure poisons the store: appends, syncs and GC then fail.
+    fn work_loop(&self) {
+        loop {
+            let checkpoint = {
+                let mut w = self.work.lock();
+                w.busy = false;
+                while !w.flush && w.checkpoint.is_none() {
+                    if w.shutdown {
+                        self.work_cv.notify_all();
+                        return;
+                    }
+                    self.work_cv.notify_all();
+                    self.work_cv.wait(&mut w);
+                }
+                w.busy = true;
+                w.flush = false;
+                w.checkpoint.take()
+            };
+            let mut r = self.drain_flushing();
+            if let (Ok(()), Some(c)) = (&r, checkpoint) {
+                r = self.finish_checkpoint(c);
+            }
+            if let Err(e) = r {
+                let mut st = self.state.lock();
+                if st.poisoned.is_none() {
+                    st.poisoned = Some(e.to_string());
+                }
+            }
+        }
+    }
+
+    /// The I/O of a checkpoint [`Self::switch_journal`] began, under no
+    /// state lock: sync the written segments, write the table naming the
+    /// new journal, drop the old journal, prepare the spare.
+    fn finish_checkpoint(&self, c: Checkpoint) -> Result<()> {
+        let fs = self.files.fs.as_ref();
+        let dir = &self.files.dir;
+        self.files.sync_dirty()?;
+        write_table_file(fs, dir, &self.files.stats, &c.table)?;
+        // The new table is durable: the old journal is needed no more.
+        self.retiring.lock().take();
+        let old = journal_path(dir, c.old);
         match fs.remove(&old) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::io(&old, e)),
         }
+        // The spare, for the next switch. Best effort: without one the
+        // switch creates the journal itself.
+        let next = c.new + 1;
+        let p = journal_path(dir, next);
+        let limit = {
+            let st = self.state.lock();
+            HashKvStore::journal_limit(&self.opts, &st.table)
+        };
+        match create_preallocated(fs, &p, limit).and_then(|f| fs.sync_dir(dir).map(|_| f)) {
+            Ok(f) => *self.spare.lock() = Some((next, f)),
+            Err(_) => {
+                let _ = fs.remove(&p);
+            }
+        }
+        let mut st = self.state.lock();
+        if st.table.journal_pos < (c.new, 0) {
+            st.table.journal_pos = (c.new, 0);
+        }
+        st.checkpointing = false;
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Waits until the worker has nothing left to do.
+    pub(crate) fn wait_worker_idle(&self) {
+        let mut w = self.work.lock();
+        while w.busy || w.flush || w.checkpoint.is_some() {
+            if w.shutdown {
+                return;
+            }
+            self.work_cv.wait(&mut w);
+        }
     }
 
     /// Makes placed records survive a process crash; `sources` says where
@@ -863,11 +1130,13 @@ impl HashKvStore {
                 st.cache.add(p.seg, p.off, &data[at..at + n]);
                 at += n;
             }
-            if st.cache.is_full() {
-                self.flush_cache(st)?;
+            // The cache's batches and the checkpoint's fsyncs go to the
+            // worker: neither readers nor this writer wait for them.
+            if st.cache.is_full() && self.seal_cache(st) {
+                self.request_flush();
             }
-            if st.journal_len >= st.journal_limit {
-                self.recycle(st)?;
+            if st.journal_len >= st.journal_limit && !st.checkpointing {
+                self.switch_journal(st)?;
             }
         } else {
             drop(journal);
@@ -937,7 +1206,7 @@ impl HashKvStore {
         sources: Option<&[(u64, u64)]>,
     ) -> Result<Option<Vec<ValuePointer>>> {
         let mut st = self.state.lock();
-        Self::check_poisoned(&st)?;
+        HashKvStore::check_poisoned(&st)?;
         let mut allocs = Vec::new();
         let mut undo = Vec::new();
         let mut places = Vec::with_capacity(recs.len());
@@ -984,7 +1253,7 @@ impl HashKvStore {
     pub(crate) fn sync_segments(&self, ids: &[u64]) -> Result<()> {
         {
             let mut st = self.state.lock();
-            Self::check_poisoned(&st)?;
+            HashKvStore::check_poisoned(&st)?;
             self.flush_cache(&mut st)?;
         }
         let r = ids
@@ -1066,11 +1335,6 @@ impl HashKvStore {
         Ok(freed)
     }
 
-    /// Free log segments below which GC is pressing (§3.3 trigger).
-    pub(crate) fn low_watermark(t: &Table) -> u64 {
-        (t.geo.reserved_units / 4).max(2).min(t.geo.reserved_units)
-    }
-
     /// The segment table's geometry.
     pub fn geometry(&self) -> Geometry {
         self.state.lock().table.geo
@@ -1092,7 +1356,7 @@ impl HashKvStore {
     /// `Io`; `Poisoned` after an earlier write failure.
     pub fn flush(&self) -> Result<()> {
         let mut st = self.state.lock();
-        Self::check_poisoned(&st)?;
+        HashKvStore::check_poisoned(&st)?;
         self.flush_cache(&mut st)
     }
 
@@ -1103,9 +1367,8 @@ impl HashKvStore {
                 Some(s) if ptr.end() <= s.len => {}
                 _ => return Ok(None),
             }
-            if let Some(b) = st.cache.get(ptr.file_id, ptr.offset, ptr.length as usize) {
-                let range = check_record(|| self.path(ptr.file_id), ptr, key, b)?;
-                return Ok(Some(b[range].to_vec()));
+            if let Some(v) = self.cached(&st, key, ptr)? {
+                return Ok(Some(v));
             }
         }
         let mut buf = vec![0u8; ptr.length as usize];
@@ -1142,7 +1405,7 @@ impl ValueStore for HashKvStore {
             return Ok(Vec::new());
         }
         let mut st = self.state.lock();
-        Self::check_poisoned(&st)?;
+        HashKvStore::check_poisoned(&st)?;
         let mut allocs = Vec::new();
         let mut undo = Vec::new();
         let mut places = Vec::with_capacity(records.len());
@@ -1193,6 +1456,15 @@ impl ValueStore for HashKvStore {
         for (p, g) in places.iter().zip(groups) {
             st.table.groups[g as usize].write_volume += p.len as u64;
         }
+        drop(st);
+        // The worker fell behind by two caches' worth: this writer helps,
+        // so that sealed batches never pile up in memory.
+        if self.flushing_bytes() >= 2 * self.opts.write_cache_size.max(1) {
+            if let Err(e) = self.drain_flushing() {
+                self.state.lock().poisoned = Some(e.to_string());
+                return Err(e);
+            }
+        }
         Ok(places
             .iter()
             .map(|p| ValuePointer {
@@ -1212,21 +1484,25 @@ impl ValueStore for HashKvStore {
     /// under the state lock.
     fn sync(&self) -> Result<()> {
         let mut st = self.state.lock();
-        Self::check_poisoned(&st)?;
+        HashKvStore::check_poisoned(&st)?;
         let r = if self.opts.journal {
             drop(st);
-            let r = {
+            // The journal a checkpoint in flight retires holds records
+            // that may not be in synced segments yet: synced too.
+            let r = (|| {
                 let mut j = self.journal.lock();
-                match j.as_mut().map(RecordWriter::start_sync) {
-                    Some(Ok(Some(pending))) => {
-                        drop(j);
-                        pending.sync()
+                let mut r = self.retiring.lock();
+                let mut pending = Vec::with_capacity(2);
+                for w in [j.as_mut(), r.as_mut()].into_iter().flatten() {
+                    match w.start_sync()? {
+                        Some(p) => pending.push(p),
+                        None => w.sync()?,
                     }
-                    Some(Ok(None)) => j.as_mut().map_or(Ok(()), RecordWriter::sync),
-                    Some(Err(e)) => Err(e),
-                    None => Ok(()),
                 }
-            };
+                drop(r);
+                drop(j);
+                pending.into_iter().try_for_each(|p| p.sync())
+            })();
             st = self.state.lock();
             r
         } else {
@@ -1263,11 +1539,8 @@ impl ValueStore for HashKvStore {
                     Some(s) if p.end() <= s.len => {}
                     _ => continue,
                 }
-                match st.cache.get(p.file_id, p.offset, p.length as usize) {
-                    Some(b) => {
-                        let range = check_record(|| self.path(p.file_id), p, k, b)?;
-                        out[i] = Some(b[range].to_vec());
-                    }
+                match self.cached(&st, k, p)? {
+                    Some(v) => out[i] = Some(v),
                     None => from_files.push(i),
                 }
             }
@@ -1404,7 +1677,7 @@ impl ValueStore for HashKvStore {
                 used,
                 st.cache.bytes() as u64,
                 st.journal_len,
-                (t.free_units() < Self::low_watermark(t)) as u64,
+                (t.free_units() < HashKvStore::low_watermark(t)) as u64,
             )
         };
         let cold = self.cold.space();
@@ -1518,11 +1791,16 @@ impl ValueStore for HashKvStore {
         }
     }
 
+    fn wait_idle(&self) -> Result<()> {
+        self.wait_worker_idle();
+        HashKvStore::check_poisoned(&self.state.lock())
+    }
+
     /// Free log segments below a quarter of the reserve (HashKV §3.3: GC
     /// runs when the reserved space runs low).
     fn gc_due(&self) -> bool {
         let st = self.state.lock();
-        st.table.free_units() < Self::low_watermark(&st.table)
+        st.table.free_units() < HashKvStore::low_watermark(&st.table)
     }
 
     /// The reserved space held by retired log segments (main segments are
@@ -1553,6 +1831,11 @@ impl ValueStore for HashKvStore {
 
 impl Drop for HashKvStore {
     fn drop(&mut self) {
+        if let Some(w) = self.worker.take() {
+            self.work.lock().shutdown = true;
+            self.work_cv.notify_all();
+            let _ = w.join();
+        }
         let mut st = self.state.lock();
         if st.poisoned.is_none() {
             let _ = self.flush_cache(&mut st);
