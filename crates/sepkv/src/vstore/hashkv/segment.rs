@@ -601,6 +601,8 @@ pub struct SegFiles {
     /// I/O accounting.
     pub stats: Arc<IoStats>,
     writers: Mutex<Writers>,
+    /// Serialises syncs (held across their fsyncs; appends never take it).
+    sync_lock: Mutex<()>,
     readers: RwLock<HashMap<u64, Arc<dyn RandomAccessFile>>>,
 }
 
@@ -616,6 +618,7 @@ impl SegFiles {
                 dirty: HashSet::new(),
                 dir_dirty: false,
             }),
+            sync_lock: Mutex::new(()),
             readers: RwLock::new(HashMap::new()),
         }
     }
@@ -680,16 +683,11 @@ impl SegFiles {
         self.writers.lock().dirty.insert(id);
     }
 
-    /// Makes segment `id` durable.
+    /// Makes segment `id` durable. The fsync runs without the handles'
+    /// lock, so appends to other segments (and this one) go on meanwhile.
     pub fn sync(&self, id: u64) -> Result<()> {
-        let path = self.path(id);
-        let mut w = self.writers.lock();
-        if !w.dirty.contains(&id) {
-            return Ok(());
-        }
-        self.writer(&mut w, id)?.sync().ctx(&path)?;
-        w.dirty.remove(&id);
-        Ok(())
+        let _order = self.sync_lock.lock();
+        self.sync_ids(&[id], false)
     }
 
     /// Makes every written segment durable, and the directory entries of
@@ -698,38 +696,90 @@ impl SegFiles {
     /// ([`FileSystem::sync_file_system`]): every append was handed to the
     /// OS when it was made. A store of many groups writes to hundreds of
     /// segments between two checkpoints of its journal, and syncing them
-    /// one by one took most of a load's time.
+    /// one by one took most of a load's time. The fsyncs run without the
+    /// handles' lock: appends go on meanwhile (a segment appended to during
+    /// its sync stays counted as written).
     pub fn sync_dirty(&self) -> Result<()> {
-        let mut w = self.writers.lock();
-        if w.dirty.len() >= SYNC_FILE_SYSTEM_AT
-            && self.fs.sync_file_system(&self.dir).ctx(&self.dir)?
-        {
-            w.dirty.clear();
-            w.dir_dirty = false;
-            return Ok(());
+        let _order = self.sync_lock.lock();
+        let ids: Vec<u64> = {
+            let w = self.writers.lock();
+            let mut ids: Vec<u64> = w.dirty.iter().copied().collect();
+            ids.sort_unstable();
+            ids
+        };
+        if ids.len() >= SYNC_FILE_SYSTEM_AT {
+            let dir_dirty = {
+                let mut w = self.writers.lock();
+                for id in &ids {
+                    w.dirty.remove(id);
+                }
+                std::mem::take(&mut w.dir_dirty)
+            };
+            match self.fs.sync_file_system(&self.dir) {
+                Ok(true) => return Ok(()),
+                r => {
+                    let mut w = self.writers.lock();
+                    w.dirty.extend(ids.iter().copied());
+                    w.dir_dirty |= dir_dirty;
+                    r.ctx(&self.dir)?;
+                }
+            }
         }
-        let mut ids: Vec<u64> = w.dirty.iter().copied().collect();
-        ids.sort_unstable();
-        for id in ids {
-            let path = self.path(id);
-            self.writer(&mut w, id)?.sync().ctx(&path)?;
-            w.dirty.remove(&id);
-        }
-        Self::sync_dir_locked(self, &mut w)
+        self.sync_ids(&ids, true)
     }
 
-    fn sync_dir_locked(&self, w: &mut Writers) -> Result<()> {
-        if w.dir_dirty {
-            self.fs.sync_dir(&self.dir).ctx(&self.dir)?;
-            w.dir_dirty = false;
+    /// Syncs the segments of `ids` still counted as written (and the
+    /// directory when `dir` says so and it has new entries): under the
+    /// handles' lock each file's handle is taken and the segment counted
+    /// clean; the fsyncs run after it is let go; a failed one counts its
+    /// segment written again. Called under `sync_lock`, so that no other
+    /// sync returns while a segment it counted on is still being synced.
+    fn sync_ids(&self, ids: &[u64], dir: bool) -> Result<()> {
+        let mut handles = Vec::with_capacity(ids.len());
+        let dir_dirty = {
+            let mut w = self.writers.lock();
+            for &id in ids {
+                if !w.dirty.contains(&id) {
+                    continue;
+                }
+                let path = self.path(id);
+                let f = self.writer(&mut w, id)?;
+                f.flush().ctx(&path)?;
+                match f.sync_handle() {
+                    Some(h) => handles.push((id, h)),
+                    // No handle: synced under the lock.
+                    None => f.sync().ctx(&path)?,
+                }
+                w.dirty.remove(&id);
+            }
+            dir && std::mem::take(&mut w.dir_dirty)
+        };
+        let mut failed = None;
+        for (id, h) in &handles {
+            if let Err(e) = h.sync() {
+                failed = Some((*id, e));
+                break;
+            }
+        }
+        if let Some((id, e)) = failed {
+            let mut w = self.writers.lock();
+            w.dirty.extend(handles.iter().map(|(id, _)| *id));
+            w.dir_dirty |= dir_dirty;
+            return Err(Error::io(self.path(id), e));
+        }
+        if dir_dirty {
+            if let Err(e) = self.fs.sync_dir(&self.dir) {
+                self.writers.lock().dir_dirty = true;
+                return Err(Error::io(&self.dir, e));
+            }
         }
         Ok(())
     }
 
     /// Makes the directory entries of new segments durable.
     pub fn sync_dir(&self) -> Result<()> {
-        let mut w = self.writers.lock();
-        self.sync_dir_locked(&mut w)
+        let _order = self.sync_lock.lock();
+        self.sync_ids(&[], true)
     }
 
     /// A reader of segment `id`.
@@ -836,6 +886,39 @@ mod tests {
         });
         let files = SegFiles::new(dir, Arc::new(fs.clone()), Arc::new(IoStats::default()));
         (fs, files)
+    }
+
+    /// The fsyncs of `sync_dirty` run outside the handles' lock; one that
+    /// fails counts its segments written again, so the next sync makes them
+    /// durable, as a power loss then shows.
+    #[test]
+    fn a_failed_segment_sync_leaves_its_segments_to_the_next() {
+        use crate::fs::{FaultFs, FaultKind, FaultOp, FaultRule};
+        let fs = FaultFs::new();
+        let dir = Path::new("/segs");
+        fs.create_dir_all(dir).unwrap();
+        let files = SegFiles::new(dir, Arc::new(fs.clone()), Arc::new(IoStats::default()));
+        for id in 0..3 {
+            files
+                .append(id, 0, b"abcd", IoCategory::ValueStore)
+                .unwrap();
+        }
+        fs.add_rule(FaultRule {
+            path_contains: Some(".hseg".into()),
+            skip: 1,
+            times: Some(1),
+            ..FaultRule::new(FaultOp::Sync, FaultKind::Eio)
+        });
+        assert!(files.sync_dirty().is_err());
+        assert!(!files.writers.lock().dirty.is_empty());
+        files.sync_dirty().unwrap();
+        let w = files.writers.lock();
+        assert!(w.dirty.is_empty() && !w.dir_dirty);
+        drop(w);
+        fs.crash();
+        for id in 0..3 {
+            assert_eq!(fs.durable_len(&files.path(id)), Some(4), "segment {id}");
+        }
     }
 
     #[test]
