@@ -371,10 +371,12 @@ pub struct Options {
     /// Fixed at creation. Default 0.3.
     pub hashkv_reserved_ratio: f64,
     /// Bytes of recently written values the `hashkv` write cache holds
-    /// before it writes them to their segments in one batch per segment;
-    /// 0 disables the cache (every write goes to its segment at once).
-    /// Used only with `hashkv_journal`, which the cache relies on for
-    /// crash safety. Default 4 MiB.
+    /// before it writes them to their segments in one batch per segment
+    /// (a full cache is sealed and written by the store's background
+    /// worker, at most two caches' worth being in flight before a writer
+    /// helps); 0 disables the cache (every write goes to its segment at
+    /// once). Used only with `hashkv_journal`, which the cache relies on
+    /// for crash safety. Default 4 MiB.
     pub hashkv_write_cache_size: usize,
     /// `hashkv` hot/cold separation in GC: values written once since the
     /// last GC move to a cold data log (HashKV §3.4). Default true.
@@ -390,7 +392,9 @@ pub struct Options {
     /// across a power loss. May change between opens. Default true.
     pub hashkv_journal: bool,
     /// Size in bytes at which the `hashkv` write journal is checkpointed
-    /// and started afresh. Default 64 MiB.
+    /// and started afresh (the store's worker finishes the checkpoint in
+    /// the background, so the disk may hold the journal being retired and
+    /// a preallocated spare beside the current one). Default 64 MiB.
     pub hashkv_journal_size: u64,
     /// Bytes a `trie` leaf takes (over all its TrieTables) before it
     /// splits into children by the next key byte (or, where keys cannot

@@ -51,7 +51,8 @@
 //! # Durability
 //! `append` returns once its records are handed to the OS (journal, or the
 //! segment files without a journal); [`ValueStore::sync`] makes them durable
-//! (one `fsync` of the journal, or of every written segment without one).
+//! (one `fsync` of the journal — two while a checkpoint is in flight, see
+//! below — or of every written segment without one).
 //! The segment table is persisted in the manifest by GC
 //! ([`IndexRelocator::persist_state`]) and in the store's own checkpoint
 //! file `HASHKV-TABLE`; open takes the newer (by epoch) and replays the
