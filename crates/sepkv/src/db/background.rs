@@ -140,6 +140,7 @@ impl DbInner {
     /// rate ([`crate::space::SpaceGovernor::gc_ran`]).
     pub(super) fn gc_step(&self) -> Result<GcOutcome> {
         let t = Instant::now();
+        self.gc_steps.lock().running += 1;
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.vstore.gc_step(self, self)
         }))
@@ -148,6 +149,12 @@ impl DbInner {
             self.shared.set_poison(&e);
             Err(e)
         });
+        {
+            let mut g = self.gc_steps.lock();
+            g.running -= 1;
+            g.done += 1;
+        }
+        self.gc_step_cv.notify_all();
         if let Ok(o) = &out {
             if o.did_work && o.bytes_freed > 0 {
                 self.space
@@ -155,6 +162,25 @@ impl DbInner {
             }
         }
         out
+    }
+
+    /// Waits until a GC step already running — the GC thread's or another
+    /// writer's — has ended; false at once when none is. A writer that
+    /// finds no room first waits for that step, which may well free what
+    /// it needs, instead of queueing a step of its own behind it (steps
+    /// are serialised): its stall is then the rest of one step, not that
+    /// plus a whole step.
+    pub(super) fn wait_for_running_gc(&self) -> bool {
+        let mut g = self.gc_steps.lock();
+        if g.running == 0 {
+            return false;
+        }
+        let done = g.done;
+        while g.done == done {
+            self.gc_step_cv.wait(&mut g);
+        }
+        self.counters.write_gc_waits.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// Background value-store GC, until `close`: runs steps while the
@@ -246,5 +272,48 @@ impl DbInner {
                 Err(_) => pause = idle,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::fs::MemFs;
+    use crate::{Db, Options};
+    use std::path::Path;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    /// A writer finding a GC step running waits for exactly that step to
+    /// end (never less), and does not wait when none runs.
+    #[test]
+    fn a_refused_write_waits_for_the_running_gc_step() {
+        let o = Options {
+            fs: Arc::new(MemFs::new()),
+            ..Options::preset(crate::Preset::WiscKey)
+        };
+        let db = Db::open(Path::new("/db"), o).unwrap();
+        let inner = db.inner.clone();
+        assert!(!inner.wait_for_running_gc(), "no step runs");
+        // A step in flight, as `gc_step` marks it.
+        inner.gc_steps.lock().running += 1;
+        let ended = Arc::new(AtomicBool::new(false));
+        let waiter = {
+            let (inner, ended) = (inner.clone(), ended.clone());
+            std::thread::spawn(move || {
+                let waited = inner.wait_for_running_gc();
+                (waited, ended.load(Ordering::SeqCst))
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        ended.store(true, Ordering::SeqCst);
+        {
+            let mut g = inner.gc_steps.lock();
+            g.running -= 1;
+            g.done += 1;
+        }
+        inner.gc_step_cv.notify_all();
+        let (waited, after_end) = waiter.join().unwrap();
+        assert!(waited && after_end, "returned before the step ended");
+        assert_eq!(db.stats().unwrap().write_gc_waits, 1);
     }
 }

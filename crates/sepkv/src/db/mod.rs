@@ -85,7 +85,15 @@ struct Counters {
     /// Sharded: every read adds to it.
     user_bytes_read: crate::counter::ShardedCounter,
     write_gc_steps: AtomicU64,
+    write_gc_waits: AtomicU64,
     write_reader_waits: AtomicU64,
+}
+
+/// GC steps running and finished (see `DbInner::wait_for_running_gc`).
+#[derive(Default)]
+struct GcSteps {
+    running: u32,
+    done: u64,
 }
 
 /// The state behind a [`Db`] handle, shared with its GC thread.
@@ -109,6 +117,10 @@ struct DbInner {
     /// Wakes the GC thread at `close`, and when GC becomes due.
     gc_wake: Mutex<()>,
     gc_cv: Condvar,
+    /// GC steps in flight, whoever runs them; `gc_step_cv` is notified as
+    /// each ends.
+    gc_steps: Mutex<GcSteps>,
+    gc_step_cv: Condvar,
     lock: Mutex<Option<Box<dyn FileLock>>>,
     /// The space-amplification target's state ([`crate::space`]).
     space: crate::space::SpaceGovernor,
@@ -327,6 +339,8 @@ impl Db {
             gc_was_due: AtomicBool::new(false),
             gc_wake: Mutex::new(()),
             gc_cv: Condvar::new(),
+            gc_steps: Mutex::new(GcSteps::default()),
+            gc_step_cv: Condvar::new(),
             lock: Mutex::new(Some(lock)),
             space: crate::space::SpaceGovernor::new(space_target, bounded),
         });

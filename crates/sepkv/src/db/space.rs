@@ -114,6 +114,10 @@ impl DbInner {
                             self.discover_garbage()?;
                             return Ok(true);
                         }
+                        // A step already running: its end is news enough.
+                        if self.wait_for_running_gc() {
+                            return Ok(true);
+                        }
                         let out = self.gc_step()?;
                         self.counters.write_gc_steps.fetch_add(1, Ordering::Relaxed);
                         Ok(out.did_work)

@@ -114,6 +114,10 @@ pub struct DbStats {
     /// GC steps run by writes the value store refused for want of space
     /// (`Options::value_capacity`; counter since open).
     pub write_gc_steps: u64,
+    /// Times a write that found no room (or met the space target's stop)
+    /// waited for a GC step already running instead of running one itself
+    /// (counter since open).
+    pub write_gc_waits: u64,
     /// Commit groups written (counter since open): each is one value-store
     /// append and one WAL record for all of its members' batches.
     pub write_groups: u64,
@@ -286,6 +290,7 @@ impl DbInner {
                 .collect(),
             write_stall_micros: shared.stall_micros.load(Ordering::Relaxed),
             write_gc_steps: c.write_gc_steps.load(Ordering::Relaxed),
+            write_gc_waits: c.write_gc_waits.load(Ordering::Relaxed),
             write_groups: self.commit.groups(),
             write_synced_groups: self.commit.synced_groups(),
             write_batches: self.commit.batches(),

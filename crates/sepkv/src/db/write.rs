@@ -33,6 +33,8 @@ struct RoomGc {
     read: u64,
     /// A memtable flush was forced to let GC go on.
     flushed: bool,
+    /// The write waited once for a GC step it found running.
+    waited: bool,
 }
 
 impl Db {
@@ -239,6 +241,12 @@ impl DbInner {
         });
         if room.read > start {
             return self.wait_for_readers(room);
+        }
+        if !room.waited {
+            room.waited = true;
+            if self.wait_for_running_gc() {
+                return Ok(true);
+            }
         }
         let out = self.gc_step()?;
         self.counters.write_gc_steps.fetch_add(1, Ordering::Relaxed);
