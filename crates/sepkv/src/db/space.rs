@@ -84,6 +84,7 @@ impl DbInner {
     ) -> Result<()> {
         let mut rounds = 0u32;
         let mut fruitless = 0u32;
+        let mut waited = false;
         loop {
             match self.space.before_write(bytes) {
                 WriteAction::Go => return Ok(()),
@@ -114,9 +115,15 @@ impl DbInner {
                             self.discover_garbage()?;
                             return Ok(true);
                         }
-                        // A step already running: its end is news enough.
-                        if self.wait_for_running_gc() {
-                            return Ok(true);
+                        // A step already running: its end is news enough,
+                        // once per write (the GC thread may start the next
+                        // at once, and waiting through several steps holds
+                        // the writer longer than running one).
+                        if !waited {
+                            waited = true;
+                            if self.wait_for_running_gc() {
+                                return Ok(true);
+                            }
                         }
                         let out = self.gc_step()?;
                         self.counters.write_gc_steps.fetch_add(1, Ordering::Relaxed);
