@@ -29,8 +29,14 @@
 //! (idempotently: bytes already there are skipped; a missing copy is read
 //! again from its source). A checkpoint — flush the cache, sync the written
 //! segments, persist the table with a new journal position — lets old
-//! journal files be deleted ("marking the flush free"). `sync` syncs only
-//! the journal: one `fsync` whatever the number of groups written.
+//! journal files be deleted ("marking the flush free"). Appends switch to
+//! the next journal when the checkpoint begins, and the store's worker
+//! finishes it in the background (see the store's thread-safety notes);
+//! until then open replays the retired journal and the new one, in number
+//! order, and a preallocated, empty spare journal may lie beyond them (all
+//! zeros: no entries). `sync` syncs only the journal — and the retired one
+//! while a checkpoint is in flight: one or two `fsync`s whatever the number
+//! of groups written.
 //!
 //! # GC journal (`hashkv-gc.jnl`, read only)
 //! Earlier versions wrote GC copies to segments outside their group and
