@@ -1092,8 +1092,31 @@ impl StoreCore {
             st.table.journal_pos = (c.new, 0);
         }
         st.checkpointing = false;
+        drop(st);
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        self.work_cv.notify_all();
         Ok(())
+    }
+
+    /// Waits until no checkpoint is in flight (or the store is poisoned,
+    /// when the one in flight will never end). Looks again at least every
+    /// millisecond: the worker's notification needs no lock order with the
+    /// state lock then.
+    fn wait_checkpoint(&self) {
+        loop {
+            {
+                let st = self.state.lock();
+                if !st.checkpointing || st.poisoned.is_some() {
+                    return;
+                }
+            }
+            let mut w = self.work.lock();
+            if w.shutdown {
+                return;
+            }
+            self.work_cv
+                .wait_for(&mut w, std::time::Duration::from_millis(1));
+        }
     }
 
     /// Waits until the worker has nothing left to do.
@@ -1460,7 +1483,16 @@ impl ValueStore for HashKvStore {
         for (p, g) in places.iter().zip(groups) {
             st.table.groups[g as usize].write_volume += p.len as u64;
         }
+        let journal_behind = st.checkpointing && st.journal_len >= 2 * st.journal_limit;
         drop(st);
+        // The journal passed twice its limit while the last checkpoint is
+        // still in flight: wait for it (it cannot be waited for under the
+        // state lock), so that the journal — disk space, and replay time
+        // after a crash — stays bounded however far the worker falls
+        // behind.
+        if journal_behind {
+            self.wait_checkpoint();
+        }
         // The worker fell behind by two caches' worth: this writer helps,
         // so that sealed batches never pile up in memory.
         if self.flushing_bytes() >= 2 * self.opts.write_cache_size.max(1) {
@@ -1967,6 +1999,46 @@ mod tests {
         let s = open(&fs);
         check(&s, &puts);
         assert!(s.verify().1.is_empty());
+    }
+
+    /// With the worker held mid-checkpoint, an append that takes the new
+    /// journal past twice its limit waits until the checkpoint ends: the
+    /// journal never grows without bound behind a slow worker.
+    #[test]
+    fn appends_wait_for_a_checkpoint_once_the_journal_doubles() {
+        let fs = fresh();
+        let s = Arc::new(open(&fs));
+        s.work.lock().paused = true;
+        let mut n = 0;
+        while !s.state.lock().checkpointing {
+            put(&s, n);
+            n += 1;
+        }
+        let (limit, num) = {
+            let st = s.state.lock();
+            (st.journal_limit, st.journal_num)
+        };
+        let writer = {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                (0..2 * limit / 1000 + 16)
+                    .map(|i| put(&s, n + i))
+                    .collect::<Vec<_>>()
+            })
+        };
+        // The writer stops at twice the limit and stays there.
+        while s.state.lock().journal_len < 2 * limit {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(s.state.lock().checkpointing);
+        assert!(s.state.lock().journal_len < 2 * limit + 2048);
+        resume(&s);
+        let puts = writer.join().unwrap();
+        s.wait_idle().unwrap();
+        // Past the checkpoint the journal was switched again.
+        assert!(s.state.lock().journal_num > num);
+        check(&s, &puts);
     }
 
     /// The worker finishes a checkpoint: the table names the new journal,
