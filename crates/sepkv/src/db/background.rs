@@ -287,8 +287,11 @@ mod tests {
     /// end (never less), and does not wait when none runs.
     #[test]
     fn a_refused_write_waits_for_the_running_gc_step() {
+        // No background GC step of its own may start meanwhile.
         let o = Options {
             fs: Arc::new(MemFs::new()),
+            gc_garbage_ratio: 0.0,
+            space_amp_target: f64::INFINITY,
             ..Options::preset(crate::Preset::WiscKey)
         };
         let db = Db::open(Path::new("/db"), o).unwrap();
