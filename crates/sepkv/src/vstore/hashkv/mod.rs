@@ -145,7 +145,7 @@ use record::Kind;
 use segment::{parse_seg_name, Alloc, Geometry, PlaceError, SegFiles, Table};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -299,6 +299,10 @@ pub struct StoreCore {
     /// first, with their sizes; reads look here after the cache. Taken
     /// after `state` and `flush_lock`.
     flushing: Mutex<VecDeque<(Sealed, usize)>>,
+    /// Bytes in `flushing`: raised under the state lock when a batch is
+    /// sealed, lowered once it is in its files, so a read (or an append)
+    /// that sees 0 needs not take the queue's lock.
+    flushing_len: AtomicUsize,
     /// Held while batches of `flushing` are written, in queue order (a
     /// segment's batches must reach its file in offset order). Taken after
     /// `state` (GC drains with the table locked), never before it.
@@ -689,6 +693,7 @@ impl HashKvStore {
             retiring: Mutex::new(None),
             spare: Mutex::new(None),
             flushing: Mutex::new(VecDeque::new()),
+            flushing_len: AtomicUsize::new(0),
             flush_lock: Mutex::new(()),
             work: Mutex::new(Work::default()),
             work_cv: Condvar::new(),
@@ -901,12 +906,13 @@ impl StoreCore {
         let parts = st.cache.take_all();
         let bytes = parts.iter().map(|(_, p)| p.buf.len()).sum();
         self.flushing.lock().push_back((Arc::new(parts), bytes));
+        self.flushing_len.fetch_add(bytes, Ordering::AcqRel);
         true
     }
 
     /// Bytes sealed and not yet in their files.
     fn flushing_bytes(&self) -> usize {
-        self.flushing.lock().iter().map(|(_, n)| n).sum()
+        self.flushing_len.load(Ordering::Acquire)
     }
 
     /// Writes every sealed batch to its segments, oldest first: one
@@ -924,7 +930,9 @@ impl StoreCore {
             }
             // Popped only once written: a read that misses the cache finds
             // the records here or in the file.
-            self.flushing.lock().pop_front();
+            if let Some((_, n)) = self.flushing.lock().pop_front() {
+                self.flushing_len.fetch_sub(n, Ordering::AcqRel);
+            }
             self.counters.cache_flushes.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -946,6 +954,9 @@ impl StoreCore {
         let len = ptr.length as usize;
         let found = match st.cache.get(ptr.file_id, ptr.offset, len) {
             Some(b) => Some(b.to_vec()),
+            // Nothing sealed and unwritten (the count rises under the
+            // state lock, held here): the queue's lock is not taken.
+            None if self.flushing_bytes() == 0 => None,
             None => self.flushing.lock().iter().rev().find_map(|(batch, _)| {
                 batch.iter().find_map(|(seg, p)| {
                     let rel = ptr.offset.checked_sub(p.start)? as usize;
@@ -1941,6 +1952,22 @@ mod tests {
         fs
     }
 
+    /// A fresh store whose worker is held.
+    fn held(fs: &Arc<FaultFs>) -> HashKvStore {
+        let s = open(fs);
+        s.work.lock().paused = true;
+        s
+    }
+
+    /// Appends values from key `from` on until `done` holds.
+    fn put_until(s: &HashKvStore, from: u64, done: impl Fn(&HashKvStore) -> bool) -> Vec<Put> {
+        let mut puts = Vec::new();
+        while !done(s) {
+            puts.push(put(s, from + puts.len() as u64));
+        }
+        puts
+    }
+
     fn resume(s: &HashKvStore) {
         s.work.lock().paused = false;
         s.work_cv.notify_all();
@@ -1952,12 +1979,8 @@ mod tests {
     #[test]
     fn sealed_batches_are_read_before_they_reach_their_files() {
         let fs = fresh();
-        let s = open(&fs);
-        s.work.lock().paused = true;
-        let mut puts = Vec::new();
-        while s.flushing_bytes() == 0 {
-            puts.push(put(&s, puts.len() as u64));
-        }
+        let s = held(&fs);
+        let puts = put_until(&s, 0, |s| s.flushing_bytes() > 0);
         let missing = |s: &HashKvStore| {
             puts.iter()
                 .filter(|(_, p, _)| s.files.file_len(p.file_id).unwrap() < p.end())
@@ -1983,12 +2006,8 @@ mod tests {
     #[test]
     fn sync_covers_the_journal_a_checkpoint_in_flight_retires() {
         let fs = fresh();
-        let s = open(&fs);
-        s.work.lock().paused = true;
-        let mut puts = Vec::new();
-        while !s.state.lock().checkpointing {
-            puts.push(put(&s, puts.len() as u64));
-        }
+        let s = held(&fs);
+        let mut puts = put_until(&s, 0, |s| s.state.lock().checkpointing);
         assert!(s.retiring.lock().is_some());
         for _ in 0..5 {
             puts.push(put(&s, puts.len() as u64));
@@ -2007,13 +2026,8 @@ mod tests {
     #[test]
     fn appends_wait_for_a_checkpoint_once_the_journal_doubles() {
         let fs = fresh();
-        let s = Arc::new(open(&fs));
-        s.work.lock().paused = true;
-        let mut n = 0;
-        while !s.state.lock().checkpointing {
-            put(&s, n);
-            n += 1;
-        }
+        let s = Arc::new(held(&fs));
+        let n = put_until(&s, 0, |s| s.state.lock().checkpointing).len() as u64;
         let (limit, num) = {
             let st = s.state.lock();
             (st.journal_limit, st.journal_num)
