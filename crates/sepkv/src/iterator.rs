@@ -234,7 +234,10 @@ impl DbIterator {
                         skipping = true;
                     }
                     _ => {
-                        if !(skipping && p.user_key <= self.saved_key.as_slice()) {
+                        if !(skipping
+                            && crate::index::key::compare_bytes(p.user_key, &self.saved_key)
+                                != std::cmp::Ordering::Greater)
+                        {
                             self.valid = true;
                             return;
                         }
@@ -304,7 +307,11 @@ impl DbIterator {
 
     /// Applies bounds and resolves the current value.
     fn finish_move(&mut self) {
-        if self.err.is_some() || self.inner.status().is_err() {
+        // An iterator that met an error is invalid (the contract of
+        // `InternalIterator`), so its status needs asking only once it is;
+        // moving backward, the entry found may lie behind an inner
+        // iterator that has run off the end or failed.
+        if self.err.is_some() || (!self.inner.valid() && self.inner.status().is_err()) {
             self.valid = false;
         }
         if !self.valid {
@@ -473,6 +480,22 @@ impl Scan {
         }
     }
 
+    /// The next entry with its value, read on its own; `None` at the end
+    /// (the iterator's error, if it stopped on one, comes first).
+    fn one(&mut self) -> Option<Result<(Vec<u8>, Vec<u8>)>> {
+        self.advance();
+        if !self.it.valid() {
+            self.done = true;
+            return self.it.status().err().map(Err);
+        }
+        let (t, raw) = self.it.raw();
+        let key = self.it.key().to_vec();
+        if t != ValueType::Pointer {
+            return Some(Ok((key, raw.to_vec())));
+        }
+        Some(resolve(self.it.vstore.as_ref(), &key, raw).map(|v| (key, v)))
+    }
+
     /// Reads `reqs` in one batch and puts each value in place at the
     /// matching `at` of `ready`; the first read that fails replaces its
     /// entry, and nothing after it is kept.
@@ -524,6 +547,15 @@ impl Iterator for Scan {
                 None if self.yielded >= 2 && pays() => self.yielded.clamp(1, self.depth.max(1)),
                 _ => 1,
             };
+            if n == 1 {
+                // One entry: straight to the caller, not through the queue.
+                let item = self.one()?;
+                self.yielded += 1;
+                if item.is_err() {
+                    self.done = true;
+                }
+                return Some(item);
+            }
             self.fill(n);
         }
         let item = self.ready.pop_front()?;

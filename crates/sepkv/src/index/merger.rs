@@ -13,79 +13,135 @@ use std::sync::Arc;
 /// Merges children in internal-key order. On equal keys the child listed
 /// first wins (children are given newest first).
 ///
-/// Moving forward, it remembers the runner-up (the child that would be
-/// current if the current one were gone). A `next` that leaves the current
-/// child still ahead of the runner-up — the common case in a scan, where
-/// one child, usually the bottom level, supplies run after run of keys —
-/// costs one comparison instead of one per child; otherwise every child is
-/// compared again.
+/// Each valid child's current key is copied when the child moves, so that
+/// comparisons read flat buffers instead of calling down through the
+/// child's layers (level, table, block) for every comparison. Moving
+/// forward, the valid children form a binary min-heap ordered by (key,
+/// child index): a `next` compares the moved child with at most two
+/// children per level of the heap, and not at all with the others (Pebble
+/// and RocksDB keep a heap for the same reason; LevelDB compares every
+/// child). Moving backward, which scans rarely do, every child is compared.
+///
+/// A child that stops on an error stops the merge: the iterator becomes
+/// invalid and [`InternalIterator::status`] reports the error, so no entry
+/// of the other children is returned past the point where the failed
+/// child's entries went missing.
 pub struct MergingIterator {
     children: Vec<Box<dyn InternalIterator>>,
+    /// `keys[i]`: child `i`'s current key while it is valid.
+    keys: Vec<Vec<u8>>,
+    /// Moving forward: the valid children as a min-heap, smallest first.
+    heap: Vec<usize>,
     current: Option<usize>,
-    /// Moving forward: the runner-up (`None` inside when no other child is
-    /// valid); `None` when not known.
-    runner_up: Option<Option<usize>>,
     forward: bool,
+    err: Option<Error>,
 }
 
 impl MergingIterator {
     /// Merges `children`, given newest source first.
     pub fn new(children: Vec<Box<dyn InternalIterator>>) -> Self {
+        let n = children.len();
         MergingIterator {
             children,
+            keys: vec![Vec::new(); n],
+            heap: Vec::with_capacity(n),
             current: None,
-            runner_up: None,
             forward: true,
+            err: None,
         }
     }
 
     /// True when child `a` comes before child `b`: a smaller key, or an
     /// equal one from a child listed earlier.
     fn before(&self, a: usize, b: usize) -> bool {
-        match compare_internal(self.children[a].key(), self.children[b].key()) {
+        match compare_internal(&self.keys[a], &self.keys[b]) {
             Ordering::Less => true,
             Ordering::Equal => a < b,
             Ordering::Greater => false,
         }
     }
 
-    fn find_smallest(&mut self) {
-        let mut best: Option<usize> = None;
-        let mut second: Option<usize> = None;
-        for i in 0..self.children.len() {
-            if !self.children[i].valid() {
-                continue;
-            }
-            match best {
-                None => best = Some(i),
-                Some(b) if self.before(i, b) => {
-                    second = best;
-                    best = Some(i);
-                }
-                Some(_) => {
-                    if second.is_none_or(|s| self.before(i, s)) {
-                        second = Some(i);
-                    }
-                }
+    /// Records child `i`'s position after it moved: copies its key when it
+    /// is valid; otherwise keeps its error, if it stopped on one. True when
+    /// the child is valid.
+    fn refresh(&mut self, i: usize) -> bool {
+        let c = &self.children[i];
+        if c.valid() {
+            let k = &mut self.keys[i];
+            k.clear();
+            k.extend_from_slice(c.key());
+            return true;
+        }
+        if self.err.is_none() {
+            if let Err(e) = c.status() {
+                self.err = Some(e);
             }
         }
-        self.current = best;
-        self.runner_up = Some(second);
+        false
     }
 
+    /// Refreshes every child after all moved, then orders them for the
+    /// direction.
+    fn refresh_all(&mut self) {
+        self.heap.clear();
+        for i in 0..self.children.len() {
+            if self.refresh(i) {
+                self.heap.push(i);
+            }
+        }
+        if self.forward {
+            // Heapify: sift down every inner node, the last first.
+            for at in (0..self.heap.len() / 2).rev() {
+                self.sift_down(at);
+            }
+            self.set_current(self.heap.first().copied());
+        } else {
+            self.find_largest();
+        }
+    }
+
+    /// Restores the heap order below `at`.
+    fn sift_down(&mut self, mut at: usize) {
+        let n = self.heap.len();
+        loop {
+            let l = 2 * at + 1;
+            if l >= n {
+                return;
+            }
+            let r = l + 1;
+            let child = if r < n && self.before(self.heap[r], self.heap[l]) {
+                r
+            } else {
+                l
+            };
+            if !self.before(self.heap[child], self.heap[at]) {
+                return;
+            }
+            self.heap.swap(at, child);
+            at = child;
+        }
+    }
+
+    /// The current child, unless an error stopped the merge.
+    fn set_current(&mut self, c: Option<usize>) {
+        self.current = if self.err.is_some() { None } else { c };
+    }
+
+    /// Moving backward: the child with the largest key (of equal keys, the
+    /// one listed last, mirroring the forward order).
     fn find_largest(&mut self) {
-        self.runner_up = None;
+        self.heap.clear();
         let mut best: Option<usize> = None;
-        for (i, c) in self.children.iter().enumerate().rev() {
-            if c.valid()
+        for i in (0..self.children.len()).rev() {
+            if self.children[i].valid()
                 && best.is_none_or(|b| {
-                    compare_internal(c.key(), self.children[b].key()) == Ordering::Greater
+                    compare_internal(&self.keys[i], &self.keys[b]) == Ordering::Greater
                 })
             {
                 best = Some(i);
             }
         }
-        self.current = best;
+        self.set_current(best);
     }
 
     fn cur(&self) -> &dyn InternalIterator {
@@ -99,34 +155,37 @@ impl InternalIterator for MergingIterator {
     }
 
     fn seek_to_first(&mut self) {
+        self.err = None;
         for c in &mut self.children {
             c.seek_to_first();
         }
         self.forward = true;
-        self.find_smallest();
+        self.refresh_all();
     }
 
     fn seek_to_last(&mut self) {
+        self.err = None;
         for c in &mut self.children {
             c.seek_to_last();
         }
         self.forward = false;
-        self.find_largest();
+        self.refresh_all();
     }
 
     fn seek(&mut self, target: &[u8]) {
+        self.err = None;
         for c in &mut self.children {
             c.seek(target);
         }
         self.forward = true;
-        self.find_smallest();
+        self.refresh_all();
     }
 
     fn next(&mut self) {
         let cur = self.current.expect("valid iterator");
         if !self.forward {
             // Every other child must be positioned after key().
-            let key = self.children[cur].key().to_vec();
+            let key = self.keys[cur].clone();
             for (i, c) in self.children.iter_mut().enumerate() {
                 if i != cur {
                     c.seek(&key);
@@ -135,25 +194,29 @@ impl InternalIterator for MergingIterator {
                     }
                 }
             }
+            self.children[cur].next();
             self.forward = true;
-            self.runner_up = None;
+            self.refresh_all();
+            return;
         }
+        // `cur` is the heap's root.
         self.children[cur].next();
-        // Still ahead of the runner-up (whose key has not moved): still
-        // the smallest.
-        if let Some(runner) = self.runner_up {
-            if self.children[cur].valid() && runner.is_none_or(|r| self.before(cur, r)) {
-                return;
-            }
+        if self.refresh(cur) {
+            self.sift_down(0);
+        } else {
+            let last = self.heap.len() - 1;
+            self.heap.swap(0, last);
+            self.heap.pop();
+            self.sift_down(0);
         }
-        self.find_smallest();
+        self.set_current(self.heap.first().copied());
     }
 
     fn prev(&mut self) {
         let cur = self.current.expect("valid iterator");
         if self.forward {
             // Every other child must be positioned before key().
-            let key = self.children[cur].key().to_vec();
+            let key = self.keys[cur].clone();
             for (i, c) in self.children.iter_mut().enumerate() {
                 if i != cur {
                     c.seek(&key);
@@ -164,14 +227,18 @@ impl InternalIterator for MergingIterator {
                     }
                 }
             }
+            self.children[cur].prev();
             self.forward = false;
+            self.refresh_all();
+            return;
         }
         self.children[cur].prev();
+        self.refresh(cur);
         self.find_largest();
     }
 
     fn key(&self) -> &[u8] {
-        self.cur().key()
+        &self.keys[self.current.expect("valid iterator")]
     }
 
     fn value(&self) -> &[u8] {
@@ -179,10 +246,10 @@ impl InternalIterator for MergingIterator {
     }
 
     fn status(&self) -> Result<()> {
-        for c in &self.children {
-            c.status()?;
+        match &self.err {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -367,6 +434,84 @@ pub(crate) mod tests {
 
     use crate::index::key::{internal_key, ValueType};
     use proptest::prelude::*;
+
+    /// A child that fails once it is moved past `fail_at` entries.
+    struct FailingIter {
+        inner: VecIter,
+        fail_at: usize,
+        failed: bool,
+    }
+
+    impl InternalIterator for FailingIter {
+        fn valid(&self) -> bool {
+            !self.failed && self.inner.valid()
+        }
+        fn seek_to_first(&mut self) {
+            self.inner.seek_to_first();
+        }
+        fn seek_to_last(&mut self) {
+            self.inner.seek_to_last();
+        }
+        fn seek(&mut self, t: &[u8]) {
+            self.inner.seek(t);
+        }
+        fn next(&mut self) {
+            self.inner.next();
+            if self.inner.pos.is_some_and(|p| p >= self.fail_at) {
+                self.failed = true;
+            }
+        }
+        fn prev(&mut self) {
+            self.inner.prev();
+        }
+        fn key(&self) -> &[u8] {
+            self.inner.key()
+        }
+        fn value(&self) -> &[u8] {
+            self.inner.value()
+        }
+        fn status(&self) -> Result<()> {
+            if self.failed {
+                return Err(Error::corruption("child", 0, "test failure"));
+            }
+            Ok(())
+        }
+    }
+
+    /// A failed child stops the merge where its entries go missing: no
+    /// entry of the other children past that point comes out, and the
+    /// merge reports the child's error.
+    #[test]
+    fn a_failed_child_stops_the_merge() {
+        let entries = |keys: &[u8]| -> Vec<(Vec<u8>, Vec<u8>)> {
+            keys.iter()
+                .map(|&k| (internal_key(&[k], 1, ValueType::Value), vec![k]))
+                .collect()
+        };
+        let failing = FailingIter {
+            inner: VecIter {
+                entries: entries(&[1, 3, 5, 7]),
+                pos: None,
+            },
+            fail_at: 2,
+            failed: false,
+        };
+        let healthy = VecIter {
+            entries: entries(&[2, 4, 6, 8]),
+            pos: None,
+        };
+        let mut m = MergingIterator::new(vec![Box::new(failing), Box::new(healthy)]);
+        m.seek_to_first();
+        let mut got = Vec::new();
+        while m.valid() {
+            got.push(m.value()[0]);
+            m.next();
+        }
+        // The child fails as it moves past 3: what it would have returned
+        // next is unknown, so nothing more comes out (6 must never follow 4).
+        assert_eq!(got, [1, 2, 3]);
+        assert!(m.status().is_err());
+    }
 
     proptest! {
         #[test]
