@@ -110,8 +110,9 @@ impl Source {
             }
         };
         let mut buf = self.read(handle.offset, len + BLOCK_TRAILER_LEN, category)?;
-        let trailer = buf.split_off(len);
-        check_trailer(&buf, &trailer).map_err(|r| self.corruption(handle.offset, r))?;
+        let (contents, trailer) = buf.split_at(len);
+        check_trailer(contents, trailer).map_err(|r| self.corruption(handle.offset, r))?;
+        buf.truncate(len);
         Ok(buf)
     }
 
