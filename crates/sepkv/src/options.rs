@@ -326,7 +326,12 @@ pub struct Options {
     /// Values fetched ahead of a scan (`Scan` iterators) once it reads a
     /// contiguous run; 0 disables prefetch (default 32, WiscKey §3.3.1).
     pub scan_prefetch_depth: usize,
-    /// Threads that read prefetched values in parallel (default 8).
+    /// Most threads that read prefetched values in parallel, i.e. the reads
+    /// a scan keeps in flight (default 32: on an SSD that serves 20k 4 KiB
+    /// reads per second at queue depth 1, 66k at 8 and 90k at 32,
+    /// device-bound 100-value scans of `wisckey` ran 1.26x faster with 32
+    /// threads than with 8, and no faster with 64). Threads start with the
+    /// first batch of reads that reaches the device; 0 reads inline.
     pub prefetch_threads: usize,
     /// File system under all I/O (default: the operating system's).
     pub fs: Arc<dyn FileSystem>,
@@ -525,7 +530,7 @@ impl Default for Options {
             gc_garbage_ratio: 0.5,
             space_amp_target: 1.5,
             scan_prefetch_depth: 32,
-            prefetch_threads: 8,
+            prefetch_threads: 32,
             fs: Arc::new(StdFs),
             use_direct_reads: false,
             value_capacity: None,

@@ -4,7 +4,10 @@
 //! value log, TrieTables and FlashKey's scan lookups.
 //!
 //! Workers take boxed jobs from one shared queue and live until the pool is
-//! dropped. Safe to share between threads.
+//! dropped. They are started on demand: a batch of `n` reads starts
+//! workers until `min(n, threads)` exist, so a database whose reads never
+//! reach the device — where scans resolve values one by one — runs none.
+//! Safe to share between threads.
 
 use parking_lot::Mutex;
 use std::sync::mpsc;
@@ -16,41 +19,50 @@ type Job = Box<dyn FnOnce() + Send + 'static>;
 /// The pool.
 pub struct Prefetcher {
     tx: Mutex<Option<mpsc::Sender<Job>>>,
+    rx: Arc<Mutex<mpsc::Receiver<Job>>>,
     workers: Mutex<Vec<JoinHandle<()>>>,
     threads: usize,
 }
 
 impl Prefetcher {
-    /// A pool of `threads` workers (0 = no pool: callers read inline).
+    /// A pool of at most `threads` workers (0 = no pool: callers read
+    /// inline). No worker starts until the first batch.
     pub fn new(threads: usize) -> Self {
         let (tx, rx) = mpsc::channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
-        let workers = (0..threads)
-            .filter_map(|i| {
-                let rx = rx.clone();
-                std::thread::Builder::new()
-                    .name(format!("sepkv-prefetch-{i}"))
-                    .spawn(move || loop {
-                        let job = rx.lock().recv();
-                        match job {
-                            Ok(job) => job(),
-                            Err(_) => return,
-                        }
-                    })
-                    .ok()
-            })
-            .collect::<Vec<_>>();
-        let threads = workers.len();
         Prefetcher {
             tx: Mutex::new((threads > 0).then_some(tx)),
-            workers: Mutex::new(workers),
+            rx: Arc::new(Mutex::new(rx)),
+            workers: Mutex::new(Vec::new()),
             threads,
         }
     }
 
-    /// Number of worker threads.
+    /// Most worker threads.
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// Starts workers until `want` run (at most `threads`); returns how
+    /// many run (fewer when the system refuses a thread).
+    fn start_workers(&self, want: usize) -> usize {
+        let mut workers = self.workers.lock();
+        while workers.len() < want.min(self.threads) {
+            let rx = self.rx.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("sepkv-prefetch-{}", workers.len()))
+                .spawn(move || loop {
+                    let job = rx.lock().recv();
+                    match job {
+                        Ok(job) => job(),
+                        Err(_) => return,
+                    }
+                });
+            match spawned {
+                Ok(h) => workers.push(h),
+                Err(_) => break,
+            }
+        }
+        workers.len()
     }
 
     /// Runs `f(i)` for every `i < n` on the workers and returns the results
@@ -61,7 +73,8 @@ impl Prefetcher {
         F: Fn(usize) -> T + Send + Sync + 'static,
     {
         let sender = self.tx.lock().clone();
-        let Some(sender) = sender.filter(|_| n > 1) else {
+        let sender = sender.filter(|_| n > 1 && self.start_workers(n) > 0);
+        let Some(sender) = sender else {
             return (0..n).map(f).collect();
         };
         let f = Arc::new(f);
@@ -104,6 +117,20 @@ impl Drop for Prefetcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Workers start with the first batch, no more than it can use and
+    /// never more than the bound.
+    #[test]
+    fn workers_start_on_demand() {
+        let p = Prefetcher::new(4);
+        assert_eq!(p.workers.lock().len(), 0);
+        assert_eq!(p.map(1, |i| i), vec![0]);
+        assert_eq!(p.workers.lock().len(), 0, "one read runs inline");
+        assert_eq!(p.map(2, |i| i + 1), vec![1, 2]);
+        assert_eq!(p.workers.lock().len(), 2);
+        assert_eq!(p.map(50, |i| i).len(), 50);
+        assert_eq!(p.workers.lock().len(), 4);
+    }
 
     #[test]
     fn map_keeps_order() {
