@@ -362,6 +362,14 @@ pub(crate) fn lost(ptr: &ValuePointer) -> Error {
     )
 }
 
+/// An entry a scan pulled from the index, before its value is read.
+enum Pulled {
+    /// Key and value, stored in the index.
+    Inline(Vec<u8>, Vec<u8>),
+    /// Key and the pointer to its value in the value store.
+    Behind(Vec<u8>, ValuePointer),
+}
+
 /// A Rust iterator over `(key, value)` pairs of a key range, forward or
 /// backward. An error ends the iteration after being yielded once.
 ///
@@ -440,6 +448,33 @@ impl Scan {
         }
     }
 
+    /// Moves to the next entry and takes its key and what the index holds
+    /// for its value; `None` (with `done` set) after the last entry or the
+    /// first that failed.
+    // Inlined into both callers: on the one-entry path this is the whole
+    // of a scan step, and as a call (returning the entry through memory)
+    // `seekrandom` ran 5-8 % slower in four pairs of runs.
+    #[inline(always)]
+    fn pull(&mut self) -> Option<Pulled> {
+        self.advance();
+        if !self.it.valid() {
+            self.done = true;
+            return None;
+        }
+        let (t, raw) = self.it.raw();
+        let key = self.it.key().to_vec();
+        Some(if t == ValueType::Pointer {
+            // A malformed pointer names no file: its read reports it lost.
+            let p = ValuePointer::decode(raw).unwrap_or(ValuePointer {
+                file_id: u64::MAX,
+                ..Default::default()
+            });
+            Pulled::Behind(key, p)
+        } else {
+            Pulled::Inline(key, raw.to_vec())
+        })
+    }
+
     /// Pulls the next `n` entries into `ready`: an inline value as it is,
     /// an entry behind a pointer in place with its value to come, and the
     /// values behind pointers read in one batch. After the iterator's last
@@ -451,23 +486,14 @@ impl Scan {
         let mut at: Vec<usize> = Vec::new();
         let mut reqs: Vec<(Vec<u8>, ValuePointer)> = Vec::new();
         while self.ready.len() - start < n {
-            self.advance();
-            if !self.it.valid() {
-                self.done = true;
-                break;
-            }
-            let (t, raw) = self.it.raw();
-            let key = self.it.key().to_vec();
-            if t == ValueType::Pointer {
-                let p = ValuePointer::decode(raw).unwrap_or(ValuePointer {
-                    file_id: u64::MAX,
-                    ..Default::default()
-                });
-                at.push(self.ready.len());
-                reqs.push((key.clone(), p));
-                self.ready.push_back(Ok((key, Vec::new())));
-            } else {
-                self.ready.push_back(Ok((key, raw.to_vec())));
+            match self.pull() {
+                None => break,
+                Some(Pulled::Inline(key, value)) => self.ready.push_back(Ok((key, value))),
+                Some(Pulled::Behind(key, p)) => {
+                    at.push(self.ready.len());
+                    reqs.push((key.clone(), p));
+                    self.ready.push_back(Ok((key, Vec::new())));
+                }
             }
         }
         if !reqs.is_empty() {
@@ -480,20 +506,19 @@ impl Scan {
         }
     }
 
-    /// The next entry with its value, read on its own; `None` at the end
-    /// (the iterator's error, if it stopped on one, comes first).
+    /// The next entry with its value, read on its own and handed over
+    /// without the queue; `None` at the end (the iterator's error, if it
+    /// stopped on one, comes first).
     fn one(&mut self) -> Option<Result<(Vec<u8>, Vec<u8>)>> {
-        self.advance();
-        if !self.it.valid() {
-            self.done = true;
-            return self.it.status().err().map(Err);
+        match self.pull() {
+            None => self.it.status().err().map(Err),
+            Some(Pulled::Inline(key, value)) => Some(Ok((key, value))),
+            Some(Pulled::Behind(key, p)) => Some(match self.it.vstore.read(&key, &p) {
+                Ok(Some(value)) => Ok((key, value)),
+                Ok(None) => Err(lost(&p)),
+                Err(e) => Err(e),
+            }),
         }
-        let (t, raw) = self.it.raw();
-        let key = self.it.key().to_vec();
-        if t != ValueType::Pointer {
-            return Some(Ok((key, raw.to_vec())));
-        }
-        Some(resolve(self.it.vstore.as_ref(), &key, raw).map(|v| (key, v)))
     }
 
     /// Reads `reqs` in one batch and puts each value in place at the
@@ -534,7 +559,7 @@ impl Iterator for Scan {
             self.ready.clear();
             return None;
         }
-        if self.ready.is_empty() && !self.done {
+        let item = if self.ready.is_empty() && !self.done {
             // One entry at a time until the access looks like a scan, then a
             // window that grows with the scan up to the depth, so a short
             // scan does not read far past its end. A limited scan knows its
@@ -548,17 +573,14 @@ impl Iterator for Scan {
                 _ => 1,
             };
             if n == 1 {
-                // One entry: straight to the caller, not through the queue.
-                let item = self.one()?;
-                self.yielded += 1;
-                if item.is_err() {
-                    self.done = true;
-                }
-                return Some(item);
+                self.one()?
+            } else {
+                self.fill(n);
+                self.ready.pop_front()?
             }
-            self.fill(n);
-        }
-        let item = self.ready.pop_front()?;
+        } else {
+            self.ready.pop_front()?
+        };
         self.yielded += 1;
         if item.is_err() {
             self.done = true;
