@@ -132,6 +132,9 @@ impl WriteBatch {
     }
 
     pub(crate) fn push(&mut self, vtype: ValueType, key: &[u8], value: &[u8]) {
+        // Tag, two varint lengths (at most 5 bytes each) and the bytes: one
+        // reservation instead of a reallocation per part.
+        self.rep.reserve(11 + key.len() + value.len());
         self.rep.push(vtype as u8);
         put_length_prefixed(&mut self.rep, key);
         if vtype != ValueType::Deletion {

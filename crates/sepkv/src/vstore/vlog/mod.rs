@@ -577,7 +577,8 @@ impl VlogStore {
                 }
             }
         }
-        let mut buf = Vec::new();
+        let mut buf =
+            Vec::with_capacity(records.iter().map(|r| record::record_len(r.1, r.3)).sum());
         let mut ptrs = Vec::with_capacity(records.len());
         for (i, &(kind, key, seq, value)) in records.iter().enumerate() {
             let before = buf.len();
@@ -589,10 +590,9 @@ impl VlogStore {
                 aux: 0,
             });
         }
-        let path = self.path(a.id);
         if let Err(e) = a.file.append(&buf).and_then(|_| a.file.flush()) {
             a.failed = Some(format!("a write failed: {e}"));
-            return Err(Error::io(&path, e));
+            return Err(Error::io(self.path(a.id), e));
         }
         self.reader.stats.add_written(cat, buf.len() as u64);
         a.flushed += buf.len() as u64;
