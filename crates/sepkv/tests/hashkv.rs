@@ -687,12 +687,15 @@ fn synced_writes_survive_a_crash_and_a_switch_of_the_journal() {
 struct CountingFs {
     inner: MemFs,
     will_need: Arc<std::sync::atomic::AtomicU64>,
+    /// Random-access hints given on segment readers.
+    random: Arc<std::sync::atomic::AtomicU64>,
     device: bool,
 }
 
 struct CountingFile {
     inner: Box<dyn sepkv::fs::RandomAccessFile>,
     will_need: Arc<std::sync::atomic::AtomicU64>,
+    random: Arc<std::sync::atomic::AtomicU64>,
     device: bool,
 }
 
@@ -709,6 +712,9 @@ impl sepkv::fs::RandomAccessFile for CountingFile {
     fn advise(&self, off: u64, len: u64, advice: sepkv::fs::Advice) {
         if advice == sepkv::fs::Advice::WillNeed && len > 0 {
             self.will_need.fetch_add(1, Ordering::Relaxed);
+        }
+        if advice == sepkv::fs::Advice::Random {
+            self.random.fetch_add(1, Ordering::Relaxed);
         }
         self.inner.advise(off, len, advice)
     }
@@ -729,6 +735,7 @@ impl FileSystem for CountingFs {
         Ok(Box::new(CountingFile {
             inner,
             will_need: self.will_need.clone(),
+            random: self.random.clone(),
             device: self.device,
         }))
     }
@@ -780,6 +787,7 @@ fn read_ahead_hints_of_a_scan(device: bool) -> u64 {
     let fs = Arc::new(CountingFs {
         inner: MemFs::new(),
         will_need: will_need.clone(),
+        random: Arc::default(),
         device,
     });
     {
@@ -821,6 +829,35 @@ fn range_scans_read_ahead_every_value_on_a_device() {
     assert!(
         from_memory < 30,
         "{from_memory} read-ahead requests for 60 values served from memory"
+    );
+}
+
+/// Point reads of segments are random: the store says so on the handle it
+/// reads through (read-ahead is a property of one open file, so a hint
+/// given on another descriptor of the same file would change nothing).
+#[test]
+fn segment_readers_are_hinted_random_access() {
+    let random = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let fs = Arc::new(CountingFs {
+        inner: MemFs::new(),
+        will_need: Arc::default(),
+        random: random.clone(),
+        device: false,
+    });
+    {
+        let db = Db::open("/db", opts(fs.clone())).unwrap();
+        for i in 0..100 {
+            db.put(key(i), value(i, 0)).unwrap();
+        }
+        db.close().unwrap();
+    }
+    let db = Db::open("/db", opts(fs)).unwrap();
+    for i in 0..100 {
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 0)));
+    }
+    assert!(
+        random.load(Ordering::Relaxed) >= 1,
+        "no segment reader was hinted random access"
     );
 }
 
@@ -875,7 +912,7 @@ enum GateState {
 }
 
 /// A `MemFs` that, while armed, stops the thread named `gated-gc` at its
-/// first sequential-read hint on a segment file — a GC step that has sealed
+/// first read-ahead hint on a segment file — a GC step that has sealed
 /// its groups and is about to scan them — until the test opens the gate.
 struct GateFs {
     inner: MemFs,
@@ -934,7 +971,7 @@ impl FileSystem for GateFs {
         self.inner.truncate_synced(p, len)
     }
     fn advise(&self, p: &Path, off: u64, len: u64, advice: Advice) {
-        if advice == Advice::Sequential
+        if advice == Advice::WillNeed
             && p.extension().is_some_and(|e| e == "hseg")
             && std::thread::current().name() == Some("gated-gc")
         {

@@ -249,8 +249,12 @@ pub trait FileSystem: Send + Sync + 'static {
         ))
     }
     /// Hints that `[offset, offset + len)` of a file will be read soon
-    /// (`posix_fadvise(WILLNEED)`) or read sequentially; a no-op where the
-    /// notion does not apply.
+    /// (`posix_fadvise(WILLNEED)`: the page cache is shared, so the hint
+    /// helps every reader of the file); a no-op where the notion does not
+    /// apply. `Sequential` and `Random` change the read-ahead of one open
+    /// file only, so given here (on a file opened for the call) they have
+    /// no effect: give them to the reading handle
+    /// ([`RandomAccessFile::advise`]).
     fn advise(&self, path: &Path, offset: u64, len: u64, advice: Advice) {
         let _ = (path, offset, len, advice);
     }

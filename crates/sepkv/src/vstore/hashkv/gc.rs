@@ -363,10 +363,15 @@ fn scan_and_copy(
         // Tags a newer record of their key supersedes: `(segment index,
         // offset, length)`.
         let mut stale_tags: Vec<(usize, u64, u32)> = Vec::new();
+        // The group's segments are read whole, one after another: ask for
+        // all of them first, so that the device reads them in parallel
+        // (§3.8 retrieves a group's segments with several threads).
+        for &(id, len) in v.old.iter().filter(|&&(_, len)| len > 0) {
+            s.files.fs.advise(&s.path(id), 0, len, Advice::WillNeed);
+        }
         for (si, &(id, len)) in v.old.iter().enumerate() {
             let mut buf = vec![0u8; len as usize];
             if len > 0 {
-                s.files.fs.advise(&s.path(id), 0, len, Advice::Sequential);
                 s.files.read_exact(id, 0, &mut buf, IoCategory::Gc)?;
             }
             bytes_read += len;

@@ -789,7 +789,9 @@ impl SegFiles {
         }
         let path = self.path(id);
         let h: Arc<dyn RandomAccessFile> = Arc::from(self.fs.open_read(&path).ctx(&path)?);
-        self.fs.advise(&path, 0, 0, Advice::Random);
+        // On the handle itself: a random-access hint holds for the open
+        // file it is given on only.
+        h.advise(0, 0, Advice::Random);
         let mut r = self.readers.write();
         if r.len() >= MAX_READERS {
             r.clear();

@@ -22,7 +22,7 @@
 
 use super::{encode_state, record, PendingFree, VlogStore};
 use crate::error::{Error, IoContext, Result};
-use crate::fs::{Advice, IoCategory};
+use crate::fs::IoCategory;
 use crate::vstore::{
     GcOutcome, IndexReader, IndexRelocator, Relocation, ValuePointer, ValueRecord, ValueStore,
 };
@@ -87,10 +87,8 @@ pub fn step(
     let handle = vlog.reader.handle(file)?;
     let want = (end - start).min(vlog.opts.gc_chunk_size.max(record::HEADER_LEN as u64));
     let mut buf = vec![0u8; want as usize];
-    // The tail is read front to back (WiscKey §3.5).
-    vlog.reader
-        .fs
-        .advise(&path, start, want, Advice::Sequential);
+    // The tail is read front to back (WiscKey §3.5), in one read of the
+    // whole chunk, so no read-ahead hint is needed.
     handle.read_exact_at(start, &mut buf).ctx(&path)?;
     let mut pos = 0usize;
     let mut live: Vec<(Vec<u8>, u64, Vec<u8>, ValuePointer)> = Vec::new();

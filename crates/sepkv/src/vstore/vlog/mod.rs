@@ -297,7 +297,9 @@ impl Reader {
         }
         let path = vlog_path(&self.dir, id);
         let h: Arc<dyn RandomAccessFile> = Arc::from(self.fs.open_read(&path).ctx(&path)?);
-        self.fs.advise(&path, 0, 0, Advice::Random);
+        // On the handle itself: a random-access hint holds for the open
+        // file it is given on only.
+        h.advise(0, 0, Advice::Random);
         self.handles.write().insert(id, h.clone());
         Ok(h)
     }
@@ -754,7 +756,7 @@ fn scan_valid_len(
 ) -> Result<u64> {
     const CHUNK: u64 = 4 << 20;
     let f = fs.open_read(path).ctx(path)?;
-    fs.advise(path, start, 0, Advice::Sequential);
+    f.advise(start, 0, Advice::Sequential);
     let mut pos = start;
     let mut batch_end = start;
     let mut buf: Vec<u8> = Vec::new();
