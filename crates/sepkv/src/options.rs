@@ -326,12 +326,15 @@ pub struct Options {
     /// Values fetched ahead of a scan (`Scan` iterators) once it reads a
     /// contiguous run; 0 disables prefetch (default 32, WiscKey §3.3.1).
     pub scan_prefetch_depth: usize,
-    /// Most threads that read prefetched values in parallel, i.e. the reads
-    /// a scan keeps in flight (default 32: on an SSD that serves 20k 4 KiB
-    /// reads per second at queue depth 1, 66k at 8 and 90k at 32,
+    /// Most threads that read prefetched values in parallel, i.e. the most
+    /// reads a scan keeps in flight (default 32: on an SSD that serves 20k
+    /// 4 KiB reads per second at queue depth 1, 66k at 8 and 90k at 32,
     /// device-bound 100-value scans of `wisckey` ran 1.26x faster with 32
-    /// threads than with 8, and no faster with 64). Threads start with the
-    /// first batch of reads that reaches the device; 0 reads inline.
+    /// threads than with 8, and no faster with 64). Within this bound the
+    /// depth adapts: batches run at the power-of-two depth that served the
+    /// most reads per second, a deeper one only when it serves 10 % more
+    /// (see `vstore::prefetch`). Threads start with the first batch of
+    /// reads that reaches the device; 0 reads inline.
     pub prefetch_threads: usize,
     /// File system under all I/O (default: the operating system's).
     pub fs: Arc<dyn FileSystem>,
