@@ -1348,6 +1348,7 @@ impl ValueStore for TrieStore {
             ("gc_bytes_read", ld(&c.gc_bytes_read)),
             ("gc_bytes_rewritten", ld(&c.gc_bytes_rewritten)),
             ("gc_bytes_freed", ld(&c.gc_bytes_freed)),
+            ("prefetch_depth", self.prefetch.depth() as u64),
         ]
     }
 }

@@ -1156,6 +1156,7 @@ impl ValueStore for VlogStore {
                 c.gc_bytes_rewritten.load(Ordering::Relaxed),
             ),
             ("gc_bytes_freed", c.gc_bytes_freed.load(Ordering::Relaxed)),
+            ("prefetch_depth", self.prefetch.depth() as u64),
         ]
     }
 }
