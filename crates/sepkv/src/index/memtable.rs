@@ -7,7 +7,9 @@
 //! [`super::skiplist`]).
 
 use super::iter::InternalIterator;
-use super::key::{append_internal_key, parse_internal_key, seek_key, SeqNum, ValueType};
+use super::key::{
+    append_internal_key, pack_trailer, parse_internal_key, seek_key, SeqNum, ValueType, TRAILER_LEN,
+};
 use super::skiplist::{SkipIter, SkipList};
 use crate::error::Result;
 use std::sync::Arc;
@@ -52,9 +54,20 @@ impl MemTable {
 
     /// Adds one entry. One writer at a time.
     pub fn add(&self, seq: SeqNum, vtype: ValueType, user_key: &[u8], value: &[u8]) {
-        let mut k = Vec::with_capacity(user_key.len() + 8);
-        append_internal_key(&mut k, user_key, seq, vtype as u8);
-        self.list.insert(&k, value);
+        // The internal key is built on the stack when short (most keys):
+        // the skiplist copies it into its arena anyway.
+        let klen = user_key.len() + TRAILER_LEN;
+        let mut short = [0u8; 128];
+        if klen <= short.len() {
+            short[..user_key.len()].copy_from_slice(user_key);
+            short[user_key.len()..klen]
+                .copy_from_slice(&pack_trailer(seq, vtype as u8).to_le_bytes());
+            self.list.insert(&short[..klen], value);
+        } else {
+            let mut k = Vec::with_capacity(klen);
+            append_internal_key(&mut k, user_key, seq, vtype as u8);
+            self.list.insert(&k, value);
+        }
         self.max_seq
             .fetch_max(seq, std::sync::atomic::Ordering::Relaxed);
     }
@@ -156,5 +169,22 @@ mod tests {
         );
         assert_eq!(m.get(b"j", 9), Lookup::NotFound);
         assert_eq!(m.get(b"kk", 9), Lookup::NotFound);
+    }
+
+    #[test]
+    fn keys_of_any_length_read_back() {
+        // Internal keys up to 128 bytes are built on the stack, longer ones
+        // on the heap: both sides of the bound, and the bound itself.
+        let m = Arc::new(MemTable::new());
+        let keys: Vec<Vec<u8>> = [1usize, 119, 120, 121, 500]
+            .iter()
+            .map(|&n| vec![b'a' + (n % 26) as u8; n])
+            .collect();
+        for (i, k) in keys.iter().enumerate() {
+            m.add(i as u64 + 1, ValueType::Value, k, k);
+        }
+        for k in &keys {
+            assert_eq!(m.get(k, 99), Lookup::Found(ValueType::Value, k.clone()));
+        }
     }
 }
