@@ -59,35 +59,54 @@ impl Node {
     fn size(height: usize, entry: usize) -> usize {
         (height * SLOT + HEADER + entry).next_multiple_of(NODE_ALIGN)
     }
+}
 
+/// A linked node, borrowed for as long as its list. It keeps the raw
+/// pointer `Arena::node` returned — whose provenance is the arena block —
+/// rather than a `&Node`, because the tower and the entry lie outside the
+/// header a `&Node` covers.
+#[derive(Clone, Copy)]
+struct NodeRef<'a> {
+    p: *mut Node,
+    _list: std::marker::PhantomData<&'a SkipList>,
+}
+
+impl<'a> NodeRef<'a> {
     /// Level `level`'s next-pointer. The caller guarantees `level` is below
     /// the node's height.
-    fn slot(&self, level: usize) -> &AtomicPtr<Node> {
+    fn slot(self, level: usize) -> &'a AtomicPtr<Node> {
         // SAFETY: a node is built by `Arena::node`, which lays out `height`
         // pointer slots, aligned, directly before the header; `level <
         // height` (callers only follow levels the node was linked at, and
         // the head has all `MAX_HEIGHT`), so the slot is inside the node's
-        // allocation, initialised, and lives as long as the node.
-        unsafe { &*(self as *const Node as *const AtomicPtr<Node>).sub(level + 1) }
+        // allocation, initialised, and lives as long as the list ('a).
+        unsafe { &*(self.p as *const AtomicPtr<Node>).sub(level + 1) }
     }
 
-    fn entry(&self) -> &[u8] {
-        // SAFETY: `Arena::node` copied `key_len + value_len` bytes directly
-        // after the header; they are never written again.
+    fn entry(self) -> &'a [u8] {
+        // SAFETY: the header was written before the node was published and
+        // `Arena::node` copied `key_len + value_len` bytes directly after
+        // it; neither is written again, and both live as long as the list.
         unsafe {
+            let h = &*self.p;
             std::slice::from_raw_parts(
-                (self as *const Node as *const u8).add(HEADER),
-                self.key_len as usize + self.value_len as usize,
+                (self.p as *const u8).add(HEADER),
+                h.key_len as usize + h.value_len as usize,
             )
         }
     }
 
-    fn key(&self) -> &[u8] {
-        &self.entry()[..self.key_len as usize]
+    fn key_len(self) -> usize {
+        // SAFETY: as in `entry`.
+        unsafe { (*self.p).key_len as usize }
     }
 
-    fn value(&self) -> &[u8] {
-        &self.entry()[self.key_len as usize..]
+    fn key(self) -> &'a [u8] {
+        &self.entry()[..self.key_len()]
+    }
+
+    fn value(self) -> &'a [u8] {
+        &self.entry()[self.key_len()..]
     }
 }
 
@@ -216,12 +235,16 @@ impl SkipList {
         }
     }
 
-    fn node(&self, p: *mut Node) -> &Node {
-        // SAFETY: `p` is non-null and was produced by `Arena::node` for this
-        // list (head or a linked node); the arena is freed only when the
-        // list is dropped, which needs `&mut self`, so the node outlives
-        // `&self`.
-        unsafe { &*p }
+    /// The node `p` points to. `p` is non-null and was produced by
+    /// `Arena::node` for this list (head or a linked node); the arena is
+    /// freed only when the list is dropped, which needs `&mut self`, so the
+    /// node outlives `&self`.
+    fn node(&self, p: *mut Node) -> NodeRef<'_> {
+        debug_assert!(!p.is_null());
+        NodeRef {
+            p,
+            _list: std::marker::PhantomData,
+        }
     }
 
     fn next(&self, p: *mut Node, level: usize) -> *mut Node {
