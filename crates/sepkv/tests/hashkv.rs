@@ -780,16 +780,10 @@ impl FileSystem for CountingFs {
     }
 }
 
-/// Scans of 60 values after a reopen (values in their segment files, not
-/// the write cache): how many read-ahead hints the store gave.
-fn read_ahead_hints_of_a_scan(device: bool) -> u64 {
-    let will_need = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let fs = Arc::new(CountingFs {
-        inner: MemFs::new(),
-        will_need: will_need.clone(),
-        random: Arc::default(),
-        device,
-    });
+/// A database on `fs` holding keys 0..100, closed and opened again, so
+/// that its values are read from their segment files.
+fn hundred_values_reopened(fs: CountingFs) -> Db {
+    let fs = Arc::new(fs);
     {
         let db = Db::open("/db", opts(fs.clone())).unwrap();
         for i in 0..100 {
@@ -797,7 +791,19 @@ fn read_ahead_hints_of_a_scan(device: bool) -> u64 {
         }
         db.close().unwrap();
     }
-    let db = Db::open("/db", opts(fs)).unwrap();
+    Db::open("/db", opts(fs)).unwrap()
+}
+
+/// Scans of 60 values after a reopen (values in their segment files, not
+/// the write cache): how many read-ahead hints the store gave.
+fn read_ahead_hints_of_a_scan(device: bool) -> u64 {
+    let will_need = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let db = hundred_values_reopened(CountingFs {
+        inner: MemFs::new(),
+        will_need: will_need.clone(),
+        random: Arc::default(),
+        device,
+    });
     // Point reads first: they teach the store how long a read takes.
     for i in 0..10 {
         assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 0)));
@@ -838,20 +844,12 @@ fn range_scans_read_ahead_every_value_on_a_device() {
 #[test]
 fn segment_readers_are_hinted_random_access() {
     let random = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let fs = Arc::new(CountingFs {
+    let db = hundred_values_reopened(CountingFs {
         inner: MemFs::new(),
         will_need: Arc::default(),
         random: random.clone(),
         device: false,
     });
-    {
-        let db = Db::open("/db", opts(fs.clone())).unwrap();
-        for i in 0..100 {
-            db.put(key(i), value(i, 0)).unwrap();
-        }
-        db.close().unwrap();
-    }
-    let db = Db::open("/db", opts(fs)).unwrap();
     for i in 0..100 {
         assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 0)));
     }
