@@ -389,6 +389,11 @@ pub fn run(args: &BenchArgs, db: Option<PathBuf>) -> Result<()> {
                 limit.group().display(),
                 limit.usage().unwrap_or(0) >> 20
             );
+            if engines.len() > 1 {
+                eprintln!(
+                    "note: --memory-limit bounds the whole process: memory an engine's run leaves in the heap counts against the engines after it (run one engine per process, as scripts/compare.sh does, to give each the whole limit)"
+                );
+            }
             Some(limit)
         }
         None => None,
