@@ -8,7 +8,7 @@
 
 use super::iter::InternalIterator;
 use super::key::{
-    append_internal_key, pack_trailer, parse_internal_key, seek_key, SeqNum, ValueType, TRAILER_LEN,
+    append_internal_key, parse_internal_key, seek_key, SeqNum, ValueType, TRAILER_LEN,
 };
 use super::skiplist::{SkipIter, SkipList};
 use crate::error::Result;
@@ -54,20 +54,9 @@ impl MemTable {
 
     /// Adds one entry. One writer at a time.
     pub fn add(&self, seq: SeqNum, vtype: ValueType, user_key: &[u8], value: &[u8]) {
-        // The internal key is built on the stack when short (most keys):
-        // the skiplist copies it into its arena anyway.
-        let klen = user_key.len() + TRAILER_LEN;
-        let mut short = [0u8; 128];
-        if klen <= short.len() {
-            short[..user_key.len()].copy_from_slice(user_key);
-            short[user_key.len()..klen]
-                .copy_from_slice(&pack_trailer(seq, vtype as u8).to_le_bytes());
-            self.list.insert(&short[..klen], value);
-        } else {
-            let mut k = Vec::with_capacity(klen);
-            append_internal_key(&mut k, user_key, seq, vtype as u8);
-            self.list.insert(&k, value);
-        }
+        let mut k = Vec::with_capacity(user_key.len() + TRAILER_LEN);
+        append_internal_key(&mut k, user_key, seq, vtype as u8);
+        self.list.insert(&k, value);
         self.max_seq
             .fetch_max(seq, std::sync::atomic::Ordering::Relaxed);
     }
@@ -173,8 +162,7 @@ mod tests {
 
     #[test]
     fn keys_of_any_length_read_back() {
-        // Internal keys up to 128 bytes are built on the stack, longer ones
-        // on the heap: both sides of the bound, and the bound itself.
+        // Keys from 1 to 500 bytes, each its own value.
         let m = Arc::new(MemTable::new());
         let keys: Vec<Vec<u8>> = [1usize, 119, 120, 121, 500]
             .iter()

@@ -561,15 +561,15 @@ impl VlogStore {
     ) -> Result<Vec<ValuePointer>> {
         let mut a = self.io.lock();
         self.check_failed(&a)?;
+        // Bytes the batch's records take: checked against the capacity and
+        // reserved for the buffer they are encoded into.
+        let len: usize = records.iter().map(|r| record::record_len(r.1, r.3)).sum();
         if let Some(cap) = self.opts.capacity {
             // Only new user values are refused: GC copies must go through to
             // free space, and tombstones, inline values and relocations of
             // log mode are small and what lets space be freed at all.
             if records.iter().any(|r| r.0 == Kind::Value) {
-                let need: u64 = records
-                    .iter()
-                    .map(|r| record::record_len(r.1, r.3) as u64)
-                    .sum();
+                let need = len as u64;
                 let span = Self::span_locked(&self.state.lock());
                 if span + need > cap {
                     return Err(Error::ValueStoreFull(format!(
@@ -579,8 +579,7 @@ impl VlogStore {
                 }
             }
         }
-        let mut buf =
-            Vec::with_capacity(records.iter().map(|r| record::record_len(r.1, r.3)).sum());
+        let mut buf = Vec::with_capacity(len);
         let mut ptrs = Vec::with_capacity(records.len());
         for (i, &(kind, key, seq, value)) in records.iter().enumerate() {
             let before = buf.len();
