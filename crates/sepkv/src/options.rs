@@ -12,7 +12,7 @@
 //! | [`Options::wal`] (`false`: WiscKey's log mode) | in `IDENTITY` | follows the record when no index or layout is named; otherwise it must match (`ConfigMismatch`) |
 //! | `hashkv_main_segment_size`, `hashkv_log_segment_size`, `hashkv_reserved_ratio`, and `value_capacity` of a `hashkv` store | in the segment table | ignored: the store keeps its geometry |
 //! | `num_levels` | no | may grow; below the deepest level holding files the open fails |
-//! | everything else: cache sizes (`block_cache_size`, `max_open_files`), `write_buffer_size`, table format knobs (`block_size`, `block_restart_interval`, `bloom_bits_per_key`, `target_file_size`), level sizes and level-0 triggers, `sync_values_in_wal`, the LWC-tree's DTable bounds (`lwc_max_segments`, `lwc_max_table_bytes`), `value_threshold`, GC knobs (`gc_garbage_ratio`, `gc_chunk_size`, `space_amp_target`), `value_capacity` of a value log, `vlog_file_size`, prefetch, the `hashkv` cache, hotness and journal switches, `create_if_missing`, `error_if_exists`, `fs` | no | may change at every open; tables and value files written under older values stay readable |
+//! | everything else: cache sizes (`block_cache_size`, `max_open_files`), `write_buffer_size`, table format knobs (`block_size`, `block_restart_interval`, `bloom_bits_per_key`, `target_file_size`), level sizes and level-0 triggers, `sync_values_in_wal`, `mmap_reads`, the LWC-tree's DTable bounds (`lwc_max_segments`, `lwc_max_table_bytes`), `value_threshold`, GC knobs (`gc_garbage_ratio`, `gc_chunk_size`, `space_amp_target`), `value_capacity` of a value log, `vlog_file_size`, prefetch, the `hashkv` cache, hotness and journal switches, `create_if_missing`, `error_if_exists`, `fs` | no | may change at every open; tables and value files written under older values stay readable |
 //!
 //! So `Db::open(path, Options::default())` opens any existing database as
 //! it was created, and `Options::preset(p)` both creates a `p` database and
@@ -348,6 +348,22 @@ pub struct Options {
     /// ([`FileSystem::with_direct_reads`]; the in-memory ones, or an
     /// operating-system file system without `O_DIRECT` such as older tmpfs).
     pub use_direct_reads: bool,
+    /// Map SSTable and DTable files into memory (`mmap`) and serve point
+    /// reads, user scans and GC's lookups from the mapping in place, as
+    /// LevelDB does with its tables on 64-bit systems (default true). A
+    /// block is then checksummed where it lies, never copied, and not put
+    /// in the block cache: the page cache holds it. Compactions and
+    /// flushes still read with system calls. Ignored with
+    /// `use_direct_reads`, and by file systems that cannot map (the
+    /// in-memory ones). Takes effect per open and is not recorded.
+    ///
+    /// Turn it off when the tables are much larger than memory and the
+    /// device is slow: a block read through the mapping that is not in the
+    /// page cache costs one device read per 4 KiB page it spans, where a
+    /// system call reads it in one. Never truncate a table file of an open
+    /// database: reading a lost page of a mapping kills the process
+    /// (`SIGBUS`).
+    pub mmap_reads: bool,
     /// Capacity of the value store in bytes, or `None` for the default.
     ///
     /// - `hashkv`: main segments plus reserved space (HashKV §3.2), fixed
@@ -536,6 +552,7 @@ impl Default for Options {
             prefetch_threads: 32,
             fs: Arc::new(StdFs),
             use_direct_reads: false,
+            mmap_reads: true,
             value_capacity: None,
             hashkv_main_segment_size: 64 << 20,
             hashkv_log_segment_size: 1 << 20,

@@ -130,6 +130,22 @@ pub trait RandomAccessFile: Send + Sync {
     /// An access-pattern hint for `len` bytes at `offset` on this open file
     /// (`posix_fadvise`); it changes no data and may be ignored.
     fn advise(&self, _offset: u64, _len: u64, _advice: Advice) {}
+    /// Maps the whole file, at its length now, read-only into memory
+    /// (`mmap`); `Ok(None)` where this handle cannot (in-memory and
+    /// direct-read files, an empty file). Wrap the handle in a
+    /// [`MappedFile`] to read through the mapping.
+    ///
+    /// # Errors
+    /// The operating system's, when the mapping fails.
+    fn map(&self) -> io::Result<Option<std::sync::Arc<Mapping>>> {
+        Ok(None)
+    }
+    /// The mapping this handle's reads are served from ([`MappedFile`]);
+    /// `None` for a handle that reads with system calls. Readers that find
+    /// one may use its bytes in place instead of copying them out.
+    fn mapping(&self) -> Option<&std::sync::Arc<Mapping>> {
+        None
+    }
     /// True when the file is empty.
     fn is_empty(&self) -> io::Result<bool> {
         Ok(self.len()? == 0)
@@ -154,6 +170,83 @@ pub trait RandomAccessFile: Send + Sync {
             }
         }
         Ok(())
+    }
+}
+
+/// A read-only memory map of a whole file, made by
+/// [`RandomAccessFile::map`]. It covers the file's length when it was made;
+/// bytes appended later are outside it.
+///
+/// Only files that are never rewritten in place are mapped (SSTables and
+/// DTables, which only grow): a mapping whose file is truncated under it by
+/// another program makes a read of the lost pages fault (`SIGBUS`), as in
+/// every engine that maps its tables.
+pub struct Mapping {
+    map: memmap2::Mmap,
+}
+
+impl Mapping {
+    /// The mapped bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// Length of the mapping in bytes.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// True when the mapping is empty (never: empty files are not mapped).
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mapping").field("len", &self.len()).finish()
+    }
+}
+
+/// A [`RandomAccessFile`] that also hands out a [`Mapping`] of its file
+/// ([`RandomAccessFile::mapping`]) to readers that can use the bytes in
+/// place. Its own reads stay system calls on the file: one request per
+/// read, with the kernel's read-ahead, where a copy out of the mapping would
+/// fault a page at a time on data not in memory.
+pub struct MappedFile {
+    file: Box<dyn RandomAccessFile>,
+    map: std::sync::Arc<Mapping>,
+}
+
+impl MappedFile {
+    /// `file` with a mapping of it, or `file` itself where it cannot be
+    /// mapped ([`RandomAccessFile::map`] returns `None`).
+    ///
+    /// # Errors
+    /// The error of [`RandomAccessFile::map`].
+    pub fn wrap(file: Box<dyn RandomAccessFile>) -> io::Result<Box<dyn RandomAccessFile>> {
+        Ok(match file.map()? {
+            Some(map) => Box::new(MappedFile { file, map }),
+            None => file,
+        })
+    }
+}
+
+impl RandomAccessFile for MappedFile {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.file.read_at(offset, buf)
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        self.file.len()
+    }
+
+    fn advise(&self, offset: u64, len: u64, advice: Advice) {
+        self.file.advise(offset, len, advice);
+    }
+
+    fn mapping(&self) -> Option<&std::sync::Arc<Mapping>> {
+        Some(&self.map)
     }
 }
 

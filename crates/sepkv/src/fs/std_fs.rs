@@ -164,6 +164,23 @@ impl RandomAccessFile for StdRandom {
     fn advise(&self, offset: u64, len: u64, advice: super::Advice) {
         fadvise(&self.file, offset, len, advice);
     }
+
+    fn map(&self) -> io::Result<Option<Arc<super::Mapping>>> {
+        if self.file.metadata()?.len() == 0 {
+            return Ok(None);
+        }
+        // SAFETY: the mapping is read-only and private to this process's
+        // readers; sepkv maps only files it never rewrites in place (tables,
+        // which only grow), and readers use no byte past the length a table
+        // was recorded at. Another program truncating the file would make a
+        // read of the lost pages fault, as `Mapping` documents.
+        #[allow(unsafe_code)]
+        let map = unsafe { memmap2::MmapOptions::new().map(&self.file)? };
+        // Point reads touch one block: no read-around on a fault. A no-op
+        // where unsupported.
+        let _ = map.advise(memmap2::Advice::Random);
+        Ok(Some(Arc::new(super::Mapping { map })))
+    }
 }
 
 /// Alignment of direct reads: file offset, length and buffer address (bytes).

@@ -12,8 +12,12 @@
 //! `Arc` by every table of a database; it is a sharded, lock-per-shard
 //! S3-FIFO cache (`quick_cache`). Two readers missing the same block at the
 //! same time may both read it; the second insert replaces the first.
+//!
+//! Beside the blocks, the cache holds the [`MapGauge`] that decides, for all
+//! tables of the database, whether the blocks of mapped tables are read in
+//! place or with system calls.
 
-use crate::index::sstable::Block;
+use crate::index::sstable::{Block, MapGauge};
 use quick_cache::sync::Cache;
 use quick_cache::Weighter;
 use std::sync::Arc;
@@ -36,6 +40,7 @@ impl Weighter<BlockKey, Arc<Block>> for BlockWeighter {
 pub struct BlockCache {
     inner: Cache<BlockKey, Arc<Block>, BlockWeighter>,
     capacity: usize,
+    map_gauge: MapGauge,
 }
 
 impl std::fmt::Debug for BlockCache {
@@ -59,7 +64,14 @@ impl BlockCache {
         BlockCache {
             inner: Cache::with_weighter(items, capacity_bytes as u64, BlockWeighter),
             capacity: capacity_bytes,
+            map_gauge: MapGauge::default(),
         }
+    }
+
+    /// Whether mapped tables' blocks are read in place (shared by every
+    /// table that reads through this cache).
+    pub(crate) fn map_gauge(&self) -> &MapGauge {
+        &self.map_gauge
     }
 
     /// The cached block at `offset` of table `file_number`.

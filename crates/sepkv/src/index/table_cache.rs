@@ -17,7 +17,7 @@ use super::filename::table_path;
 use super::iter::InternalIterator;
 use super::sstable::{ReadCtx, Table, TableIterator};
 use crate::error::{Error, IoContext, Result};
-use crate::fs::{FileSystem, IoCategory, IoStats, RandomAccessFile};
+use crate::fs::{FileSystem, IoCategory, IoStats, MappedFile, RandomAccessFile};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -167,6 +167,9 @@ pub struct TableCache {
     stats: Arc<IoStats>,
     blocks: Arc<BlockCache>,
     tables: quick_cache::sync::Cache<u64, Arc<AnyTable>>,
+    /// Read tables through a mapping of their files
+    /// ([`Options::mmap_reads`](crate::Options::mmap_reads)).
+    mmap: bool,
 }
 
 impl TableCache {
@@ -184,7 +187,15 @@ impl TableCache {
             stats,
             blocks,
             tables: quick_cache::sync::Cache::new(capacity),
+            mmap: false,
         }
+    }
+
+    /// Reads tables through a mapping of their files where the file system
+    /// can map them ([`RandomAccessFile::map`](crate::fs::RandomAccessFile::map)).
+    pub fn with_mmap(mut self, mmap: bool) -> Self {
+        self.mmap = mmap;
+        self
     }
 
     /// The open table `number` read at `size` bytes, opening it if needed.
@@ -200,7 +211,10 @@ impl TableCache {
             }
         }
         let path = table_path(&self.dir, number);
-        let file = self.fs.open_read(&path).ctx(&path)?;
+        let mut file = self.fs.open_read(&path).ctx(&path)?;
+        if self.mmap {
+            file = MappedFile::wrap(file).ctx(&path)?;
+        }
         let t = Arc::new(AnyTable::open(
             Arc::from(file),
             path,

@@ -317,7 +317,8 @@ impl LsmIndex {
             stats.clone(),
             block_cache,
             opts.max_open_files,
-        ));
+        )
+        .with_mmap(opts.mmap_reads));
         let picker = PickerConfig {
             levels: opts.num_levels,
             l0_trigger: opts.l0_compaction_trigger,

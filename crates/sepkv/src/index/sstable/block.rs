@@ -134,10 +134,42 @@ impl BlockBuilder {
     }
 }
 
+/// Where a block's contents live: a buffer of its own (read with a system
+/// call, or built in memory), or a range of a mapped table file
+/// ([`Options::mmap_reads`](crate::Options::mmap_reads)), used in place.
+#[derive(Debug)]
+pub(crate) enum BlockBytes {
+    /// An owned buffer.
+    Heap(Vec<u8>),
+    /// Bytes `[start, start + len)` of a mapping.
+    Mapped {
+        map: Arc<crate::fs::Mapping>,
+        start: usize,
+        len: usize,
+    },
+}
+
+impl std::ops::Deref for BlockBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            BlockBytes::Heap(v) => v,
+            // The range was checked against the mapping when the value was
+            // made; an empty slice would read as a corrupt block, never as
+            // data.
+            BlockBytes::Mapped { map, start, len } => map
+                .bytes()
+                .get(*start..start.saturating_add(*len))
+                .unwrap_or(&[]),
+        }
+    }
+}
+
 /// A decoded, immutable block (contents without trailer).
 #[derive(Debug)]
 pub(crate) struct Block {
-    data: Vec<u8>,
+    data: BlockBytes,
     /// Offset of the restart array = end of the entry region.
     restarts_offset: usize,
     num_restarts: usize,
@@ -147,6 +179,11 @@ impl Block {
     /// Validates the restart array of `data`; the error is the reason of the
     /// corruption.
     pub(crate) fn new(data: Vec<u8>) -> Result<Block, String> {
+        Block::from_bytes(BlockBytes::Heap(data))
+    }
+
+    /// [`Block::new`] over contents that may live in a mapping.
+    pub(crate) fn from_bytes(data: BlockBytes) -> Result<Block, String> {
         let len = data.len();
         let Some(count_bytes) = len.checked_sub(4).and_then(|p| data.get(p..)) else {
             return Err(format!(
@@ -195,6 +232,12 @@ impl Block {
     /// Memory charged for the block in the cache.
     pub(crate) fn charge(&self) -> usize {
         self.data.len() + std::mem::size_of::<Block>()
+    }
+
+    /// True when the contents are used in place from a mapped file.
+    #[cfg(test)]
+    pub(crate) fn is_mapped(&self) -> bool {
+        matches!(self.data, BlockBytes::Mapped { .. })
     }
 
     /// Offset of restart point `i` (validated in `new`).
@@ -524,7 +567,7 @@ mod tests {
         assert!(!it.valid() && it.corruption().is_none());
 
         // A first entry claiming more value bytes than the block holds.
-        let mut data = build(&[(b"a".to_vec(), b"b".to_vec())], 1).data.clone();
+        let mut data = build(&[(b"a".to_vec(), b"b".to_vec())], 1).data.to_vec();
         data[2] = 0x7f;
         let mut it = BlockIter::new(Arc::new(Block::new(data).unwrap()), bytewise);
         it.seek_to_first();

@@ -69,6 +69,7 @@ mod block;
 mod builder;
 mod filter;
 mod footer;
+mod map_gauge;
 mod table;
 
 pub(crate) use block::{
@@ -77,6 +78,7 @@ pub(crate) use block::{
 pub use builder::{TableBuilder, TableOptions, TableSummary};
 pub(crate) use filter::{key_hash, BloomFilter, FilterBuilder};
 pub(crate) use footer::{BlockHandle, Footer, FOOTER_LEN};
+pub(crate) use map_gauge::MapGauge;
 pub use table::{ReadCtx, Table, TableIterator};
 
 /// Name of the bloom filter's entry in the metaindex block.

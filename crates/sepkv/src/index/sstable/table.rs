@@ -21,12 +21,12 @@
 //! lookups from many threads run in parallel. A [`TableIterator`] is used by
 //! one thread at a time and keeps its table alive.
 
-use super::block::{check_trailer, Block, BlockIter, BLOCK_TRAILER_LEN};
+use super::block::{check_trailer, Block, BlockBytes, BlockIter, BLOCK_TRAILER_LEN};
 use super::filter::BloomFilter;
 use super::footer::{BlockHandle, Footer, FOOTER_LEN};
 use super::FILTER_META_NAME;
 use crate::error::{Error, Result};
-use crate::fs::{IoCategory, IoStats, RandomAccessFile};
+use crate::fs::{IoCategory, IoStats, Mapping, RandomAccessFile};
 use crate::index::cache::BlockCache;
 use crate::index::iter::InternalIterator;
 use crate::index::key::{compare_internal, parse_internal_key, user_key};
@@ -55,6 +55,10 @@ struct Source {
     stats: Arc<IoStats>,
     /// Offset of the footer: every block must end at or before it.
     footer_offset: u64,
+    /// The file's mapping, when it is read through one
+    /// ([`Options::mmap_reads`](crate::Options::mmap_reads)): data blocks of
+    /// point reads and user scans are then used in place.
+    map: Option<Arc<Mapping>>,
 }
 
 impl Source {
@@ -93,27 +97,67 @@ impl Source {
         referrer: u64,
         category: IoCategory,
     ) -> Result<Vec<u8>> {
-        let end = handle
-            .offset
-            .checked_add(handle.size)
-            .and_then(|e| e.checked_add(BLOCK_TRAILER_LEN as u64));
-        let len = match (end, usize::try_from(handle.size)) {
-            (Some(end), Ok(len)) if end <= self.footer_offset => len,
-            _ => {
-                return Err(self.corruption(
-                    referrer,
-                    format!(
-                        "block handle (offset {}, size {}) out of range of the {}-byte data region",
-                        handle.offset, handle.size, self.footer_offset
-                    ),
-                ))
-            }
-        };
+        let len = self.checked_len(handle, referrer)?;
         let mut buf = self.read(handle.offset, len + BLOCK_TRAILER_LEN, category)?;
         let (contents, trailer) = buf.split_at(len);
         check_trailer(contents, trailer).map_err(|r| self.corruption(handle.offset, r))?;
         buf.truncate(len);
         Ok(buf)
+    }
+
+    /// Length of the contents of the block at `handle`, checked to end (with
+    /// its trailer) at or before the footer; an out-of-range handle is
+    /// reported at `referrer`.
+    fn checked_len(&self, handle: BlockHandle, referrer: u64) -> Result<usize> {
+        let end = handle
+            .offset
+            .checked_add(handle.size)
+            .and_then(|e| e.checked_add(BLOCK_TRAILER_LEN as u64));
+        match (end, usize::try_from(handle.size)) {
+            (Some(end), Ok(len)) if end <= self.footer_offset => Ok(len),
+            _ => Err(self.corruption(
+                referrer,
+                format!(
+                    "block handle (offset {}, size {}) out of range of the {}-byte data region",
+                    handle.offset, handle.size, self.footer_offset
+                ),
+            )),
+        }
+    }
+
+    /// [`Source::block`] served from `map` in place: the contents are
+    /// checksummed and validated where they lie, and not copied.
+    fn mapped_block(
+        &self,
+        map: &Arc<Mapping>,
+        handle: BlockHandle,
+        referrer: u64,
+        category: IoCategory,
+    ) -> Result<Block> {
+        let len = self.checked_len(handle, referrer)?;
+        let with_trailer = len + BLOCK_TRAILER_LEN;
+        let start = usize::try_from(handle.offset).unwrap_or(usize::MAX);
+        let Some(bytes) = start
+            .checked_add(with_trailer)
+            .and_then(|end| map.bytes().get(start..end))
+        else {
+            return Err(self.corruption(
+                handle.offset,
+                format!(
+                    "file truncated: cannot read {with_trailer} bytes at offset {}",
+                    handle.offset
+                ),
+            ));
+        };
+        self.stats.add_read(category, with_trailer as u64);
+        let (contents, trailer) = bytes.split_at(len);
+        check_trailer(contents, trailer).map_err(|r| self.corruption(handle.offset, r))?;
+        Block::from_bytes(BlockBytes::Mapped {
+            map: map.clone(),
+            start,
+            len,
+        })
+        .map_err(|r| self.corruption(handle.offset, r))
     }
 
     /// Reads, checksums and validates the block at `handle`.
@@ -193,6 +237,7 @@ impl Table {
             ));
         };
         let src = Source {
+            map: file.mapping().cloned(),
             file,
             path,
             stats,
@@ -254,6 +299,26 @@ impl Table {
 
     /// The data block at `handle`, through the cache.
     fn data_block(&self, handle: BlockHandle, ctx: ReadCtx) -> Result<Arc<Block>> {
+        // A mapped table serves reads of blocks in memory in place, as
+        // LevelDB's mapped tables do: no copy, and no block cache (the page
+        // cache holds the bytes). While such reads keep reaching the device
+        // (the gauge), blocks are read with system calls: one device request
+        // per block, and read-ahead for a scan, where faults would read a
+        // page at a time. Compactions and flushes stream whole tables: they
+        // always read with system calls, whose read-ahead suits them.
+        if let Some(map) = &self.src.map {
+            let streaming = matches!(ctx.category, IoCategory::Compaction | IoCategory::Flush);
+            let gauge = self.cache.as_ref().map(|c| c.map_gauge());
+            if !streaming && gauge.is_none_or(|g| g.read_in_place()) {
+                let referrer = self.footer.index.offset;
+                let started = std::time::Instant::now();
+                let block = self.src.mapped_block(map, handle, referrer, ctx.category)?;
+                if let Some(g) = gauge {
+                    g.record(started.elapsed().as_nanos() as u64);
+                }
+                return Ok(Arc::new(block));
+            }
+        }
         if let Some(cache) = &self.cache {
             if let Some(block) = cache.get(self.file_number, handle.offset) {
                 return Ok(block);
@@ -859,6 +924,111 @@ mod tests {
                 (k, v)
             })
             .collect()
+    }
+
+    /// Writes `bytes` to a file of a fresh directory and opens it as a table
+    /// recorded at `size` bytes, read through a mapping of the file (the
+    /// operating system's file system), with a block cache.
+    fn open_mapped(
+        bytes: &[u8],
+        size: u64,
+    ) -> (tempfile::TempDir, Result<Arc<Table>>, Arc<IoStats>) {
+        use crate::fs::{FileSystem, MappedFile, StdFs};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(NAME);
+        std::fs::write(&path, bytes).unwrap();
+        let file = MappedFile::wrap(StdFs.open_read(&path).unwrap()).unwrap();
+        assert!(file.mapping().is_some());
+        let stats = Arc::new(IoStats::default());
+        let t = Table::open(
+            Arc::from(file),
+            path,
+            42,
+            size,
+            Some(Arc::new(BlockCache::new(1 << 20))),
+            stats.clone(),
+            IoCategory::UserRead,
+        );
+        (dir, t.map(Arc::new), stats)
+    }
+
+    #[test]
+    fn a_mapped_table_serves_blocks_in_place_and_compaction_by_system_calls() {
+        let entries = value_entries(2_000, 7);
+        let bytes = build(&entries, topts(1024, 4, 10));
+        let (_dir, t, stats) = open_mapped(&bytes, bytes.len() as u64);
+        let t = t.unwrap();
+        let read = || stats.snapshot().read_in(IoCategory::UserRead);
+        let before = read();
+        assert_eq!(ok(scan(&t)), entries);
+        assert_eq!(ok(scan_back(&t)), entries);
+        // Every block read in place is still counted as read.
+        assert!(read() - before >= 2 * (bytes.len() as u64 / 2), "{}", read() - before);
+        for (k, v) in entries.iter().step_by(97) {
+            assert_eq!(t.get(k, CTX).unwrap(), Some((k.clone(), v.clone())));
+        }
+        let mut idx = BlockIter::new(t.index.clone(), compare_internal);
+        idx.seek_to_first();
+        let h = BlockHandle::decode_exact(idx.value()).unwrap();
+        assert!(t.data_block(h, CTX).unwrap().is_mapped());
+        // Not cached: the page cache holds the bytes.
+        assert!(t.cache.as_ref().unwrap().get(42, h.offset).is_none());
+        for category in [IoCategory::Compaction, IoCategory::Flush] {
+            let ctx = ReadCtx {
+                category,
+                fill_cache: false,
+            };
+            assert!(!t.data_block(h, ctx).unwrap().is_mapped(), "{category:?}");
+        }
+    }
+
+    #[test]
+    fn damage_in_a_mapped_table_is_corruption_with_file_and_offset() {
+        let entries = value_entries(500, 8);
+        let bytes = build(&entries, topts(1024, 4, 10));
+        let l = layout(&bytes);
+        let (h, _) = l.data[l.data.len() / 2];
+        let mut damaged = bytes.clone();
+        damaged[h.offset as usize + 3] ^= 0x10;
+        let (_dir, t, _) = open_mapped(&damaged, damaged.len() as u64);
+        let t = t.unwrap();
+        let e = scan(&t).1.unwrap_err();
+        match &e {
+            Error::Corruption { file, offset, .. } => {
+                assert!(file.ends_with(NAME), "{e}");
+                assert_eq!(*offset, h.offset, "{e}");
+            }
+            other => panic!("expected corruption, got {other}"),
+        }
+    }
+
+    #[test]
+    fn a_mapped_table_shorter_than_recorded_is_corruption_not_a_fault() {
+        // The file lost its tail (and with it the pages a mapping would
+        // fault on) but the table is opened at its recorded size: the footer
+        // is then read with a system call and found missing.
+        let entries = value_entries(500, 9);
+        let bytes = build(&entries, topts(1024, 4, 10));
+        let cut = bytes.len() / 2;
+        let (_dir, t, _) = open_mapped(&bytes[..cut], bytes.len() as u64);
+        assert!(matches!(t, Err(Error::Corruption { .. })), "{:?}", t.err());
+        // A block handle past the mapping's end is caught before any byte of
+        // it is touched.
+        let (_dir, t, _) = open_mapped(&bytes, bytes.len() as u64);
+        let t = t.unwrap();
+        let map = t.src.map.clone().unwrap();
+        let far = BlockHandle {
+            offset: map.len() as u64 - 10,
+            size: 4,
+        };
+        let e = t
+            .src
+            .mapped_block(&map, far, 0, IoCategory::UserRead)
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::Corruption { .. }) && e.to_string().contains("out of range"),
+            "{e}"
+        );
     }
 
     fn assert_corruption_at(e: &Error, lo: u64, hi: u64) {
