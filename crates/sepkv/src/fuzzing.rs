@@ -608,6 +608,7 @@ fn vlog_opts() -> VlogOptions {
         prefetch_threads: 0,
         log_mode: false,
         capacity: None,
+        mmap_reads: false,
     }
 }
 

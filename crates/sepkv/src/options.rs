@@ -348,21 +348,31 @@ pub struct Options {
     /// ([`FileSystem::with_direct_reads`]; the in-memory ones, or an
     /// operating-system file system without `O_DIRECT` such as older tmpfs).
     pub use_direct_reads: bool,
-    /// Map SSTable and DTable files into memory (`mmap`) and serve point
-    /// reads, user scans and GC's lookups from the mapping in place, as
-    /// LevelDB does with its tables on 64-bit systems (default true). A
-    /// block is then checksummed where it lies, never copied, and not put
-    /// in the block cache: the page cache holds it. Compactions and
-    /// flushes still read with system calls. Ignored with
-    /// `use_direct_reads`, and by file systems that cannot map (the
-    /// in-memory ones). Takes effect per open and is not recorded.
+    /// Map SSTable, DTable and value-log files into memory (`mmap`) and
+    /// serve reads from the mappings while they come from memory (default
+    /// true).
     ///
-    /// Turn it off when the tables are much larger than memory and the
-    /// device is slow: a block read through the mapping that is not in the
-    /// page cache costs one device read per 4 KiB page it spans, where a
-    /// system call reads it in one. Never truncate a table file of an open
-    /// database: reading a lost page of a mapping kills the process
-    /// (`SIGBUS`).
+    /// - Tables: point reads, user scans and GC's lookups use a data block
+    ///   in place, as LevelDB does with its tables on 64-bit systems: it is
+    ///   checksummed where it lies, never copied, and not put in the block
+    ///   cache (the page cache holds it). Compactions and flushes read with
+    ///   system calls.
+    /// - Value log (`wisckey`): a value is copied out of the mapping, with
+    ///   no system call. Records appended after a file was mapped are read
+    ///   with system calls.
+    ///
+    /// How long mapped reads take is watched: while they reach the device
+    /// (20 µs or more), reads go back to system calls — one request per
+    /// block or record, and the kernel's read-ahead for scans, where faults
+    /// on a mapping would read one 4 KiB page at a time — and a share of
+    /// them still tries the mapping, to see when the data is in memory
+    /// again. Ignored with `use_direct_reads`, and by file systems that
+    /// cannot map (the in-memory ones). Takes effect per open and is not
+    /// recorded.
+    ///
+    /// Never truncate a file of an open database: reading a lost page of a
+    /// mapping kills the process (`SIGBUS`). sepkv itself only ever
+    /// truncates files before it reads them, at open.
     pub mmap_reads: bool,
     /// Capacity of the value store in bytes, or `None` for the default.
     ///

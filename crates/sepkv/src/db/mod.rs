@@ -142,6 +142,7 @@ fn open_value_store(shared: &Shared, state: Option<&[u8]>) -> Result<Arc<dyn Val
                 prefetch_threads: opts.prefetch_threads,
                 log_mode: !opts.wal,
                 capacity: opts.value_capacity,
+                mmap_reads: opts.mmap_reads,
             },
             state,
         )?),

@@ -164,6 +164,7 @@ mod tests {
                         prefetch_threads: 0,
                         log_mode: false,
                         capacity: None,
+                        mmap_reads: false,
                     },
                     None,
                 )

@@ -311,14 +311,16 @@ impl LsmIndex {
             }
         }
         let block_cache = Arc::new(BlockCache::new(opts.block_cache_size));
-        let table_cache = Arc::new(TableCache::new(
-            dir.clone(),
-            fs.clone(),
-            stats.clone(),
-            block_cache,
-            opts.max_open_files,
-        )
-        .with_mmap(opts.mmap_reads));
+        let table_cache = Arc::new(
+            TableCache::new(
+                dir.clone(),
+                fs.clone(),
+                stats.clone(),
+                block_cache,
+                opts.max_open_files,
+            )
+            .with_mmap(opts.mmap_reads),
+        );
         let picker = PickerConfig {
             levels: opts.num_levels,
             l0_trigger: opts.l0_compaction_trigger,

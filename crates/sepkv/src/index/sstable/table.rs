@@ -963,7 +963,11 @@ mod tests {
         assert_eq!(ok(scan(&t)), entries);
         assert_eq!(ok(scan_back(&t)), entries);
         // Every block read in place is still counted as read.
-        assert!(read() - before >= 2 * (bytes.len() as u64 / 2), "{}", read() - before);
+        assert!(
+            read() - before >= 2 * (bytes.len() as u64 / 2),
+            "{}",
+            read() - before
+        );
         for (k, v) in entries.iter().step_by(97) {
             assert_eq!(t.get(k, CTX).unwrap(), Some((k.clone(), v.clone())));
         }

@@ -132,6 +132,7 @@ impl ColdLog {
                 prefetch_threads: 0,
                 log_mode: false,
                 capacity: None,
+                mmap_reads: false,
             },
             state,
         )?;

@@ -51,7 +51,8 @@ use super::{
 use crate::error::{Error, IoContext, Result};
 use crate::fs::sync_unlocked;
 use crate::fs::{
-    create_preallocated, Advice, FileSystem, IoCategory, IoStats, RandomAccessFile, WritableFile,
+    create_preallocated, Advice, FileSystem, IoCategory, IoStats, MappedFile, RandomAccessFile,
+    WritableFile,
 };
 use crate::vstore::prefetch::Prefetcher;
 use parking_lot::{Mutex, RwLock};
@@ -78,6 +79,9 @@ pub struct VlogOptions {
     /// is refused with `ValueStoreFull` (the engine then runs GC and
     /// retries); `None` = unbounded. GC copies are exempt.
     pub capacity: Option<u64>,
+    /// Serve value reads from a mapping of each file while reads come from
+    /// memory (`Options::mmap_reads`).
+    pub mmap_reads: bool,
 }
 
 /// Path of vLog file `id`.
@@ -286,8 +290,11 @@ struct Reader {
     fs: Arc<dyn FileSystem>,
     stats: Arc<IoStats>,
     handles: RwLock<HashMap<u64, Arc<dyn RandomAccessFile>>>,
-    /// How long value reads take (steers scans' parallel reads).
+    /// How long value reads take (steers scans' parallel reads, and reads
+    /// through a mapping).
     latency: ReadLatency,
+    /// Map the files ([`VlogOptions::mmap_reads`]).
+    mmap: bool,
 }
 
 impl Reader {
@@ -296,7 +303,13 @@ impl Reader {
             return Ok(h.clone());
         }
         let path = vlog_path(&self.dir, id);
-        let h: Arc<dyn RandomAccessFile> = Arc::from(self.fs.open_read(&path).ctx(&path)?);
+        let mut file = self.fs.open_read(&path).ctx(&path)?;
+        if self.mmap {
+            // The mapping covers the file as it is now: records appended
+            // later (to the file being written) are read with system calls.
+            file = MappedFile::wrap(file).ctx(&path)?;
+        }
+        let h: Arc<dyn RandomAccessFile> = Arc::from(file);
         // On the handle itself: a random-access hint holds for the open
         // file it is given on only.
         h.advise(0, 0, Advice::Random);
@@ -306,11 +319,28 @@ impl Reader {
 
     fn read_record(&self, key: &[u8], ptr: &ValuePointer, cat: IoCategory) -> Result<Vec<u8>> {
         let h = self.handle(ptr.file_id)?;
-        let mut buf = vec![0u8; ptr.length as usize];
         let path = || vlog_path(&self.dir, ptr.file_id);
-        self.latency
-            .time(|| h.read_exact_at(ptr.offset, &mut buf))
-            .map_err(|e| Error::io(path(), e))?;
+        // While reads come from memory, a record inside the mapping is
+        // copied out of it, with no system call; otherwise (or when the
+        // mapping does not hold it) it is read with one request. Both are
+        // timed, so that mapped reads that start reaching the device send
+        // reads back to system calls.
+        let mapped = h
+            .mapping()
+            .filter(|_| self.latency.from_memory())
+            .and_then(|m| {
+                let start = usize::try_from(ptr.offset).ok()?;
+                m.bytes()
+                    .get(start..start.checked_add(ptr.length as usize)?)
+            });
+        let buf = match mapped {
+            Some(bytes) => self.latency.time(|| Ok(bytes.to_vec())),
+            None => self.latency.time(|| {
+                let mut buf = vec![0u8; ptr.length as usize];
+                h.read_exact_at(ptr.offset, &mut buf).map(|()| buf)
+            }),
+        }
+        .map_err(|e| Error::io(path(), e))?;
         self.stats.add_read(cat, buf.len() as u64);
         let range = check_record(path, ptr, key, &buf)?;
         Ok(into_value(buf, range))
@@ -476,6 +506,7 @@ impl VlogStore {
             stats,
             handles: RwLock::new(HashMap::new()),
             latency: ReadLatency::default(),
+            mmap: opts.mmap_reads,
         });
         Ok(VlogStore {
             prefetch: Prefetcher::new(opts.prefetch_threads),
@@ -1215,6 +1246,7 @@ mod tests {
                     prefetch_threads: 0,
                     log_mode: false,
                     capacity: None,
+                    mmap_reads: false,
                 },
                 None,
             )
@@ -1254,6 +1286,80 @@ mod tests {
         assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
     }
 
+    /// With `mmap_reads`, a file's records read back through its mapping;
+    /// records appended after the mapping was made are read with system
+    /// calls; a damaged record is reported as corruption at its offset.
+    #[test]
+    fn mapped_reads_return_every_value_and_report_damage() {
+        use super::{vlog_path, VlogOptions, VlogStore};
+        use crate::error::Error;
+        use crate::fs::{IoStats, StdFs};
+        use crate::vstore::{ValueRecord, ValueStore};
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let vlog = VlogStore::open(
+            dir.path(),
+            Arc::new(StdFs),
+            Arc::new(IoStats::default()),
+            VlogOptions {
+                value_threshold: 1,
+                file_size: 64 << 10,
+                gc_chunk_size: GARBAGE_REGION,
+                prefetch_threads: 0,
+                log_mode: false,
+                capacity: None,
+                mmap_reads: true,
+            },
+            None,
+        )
+        .unwrap();
+        let keys: Vec<Vec<u8>> = (0..400).map(|i| format!("k{i:04}").into_bytes()).collect();
+        let value = |i: usize| vec![i as u8; 300 + i % 7];
+        let mut ptrs = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            let v = value(i);
+            let rec = ValueRecord {
+                key: k,
+                seq: i as u64 + 1,
+                value: &v,
+            };
+            ptrs.push(vlog.append(&[rec]).unwrap()[0]);
+            vlog.sync().unwrap();
+            // Read the first records early, so that their file is mapped
+            // before the rest of it is written.
+            if i < 3 {
+                assert_eq!(vlog.read(k, &ptrs[i]).unwrap(), Some(v));
+            }
+        }
+        assert!(
+            ptrs.last().unwrap().file_id > ptrs[0].file_id,
+            "several files"
+        );
+        for (i, (k, p)) in keys.iter().zip(&ptrs).enumerate() {
+            assert_eq!(vlog.read(k, p).unwrap(), Some(value(i)), "record {i}");
+        }
+        let h = vlog.reader.handle(ptrs[0].file_id).unwrap();
+        assert!(h.mapping().is_some());
+        // Damage one record of a mapped file (the page cache is shared, so
+        // the mapping sees the write).
+        let p = ptrs[5];
+        let path = vlog_path(dir.path(), p.file_id);
+        let at = p.offset + u64::from(p.length) - 2;
+        let mut byte = [0u8];
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut byte, at).unwrap();
+        byte[0] ^= 0x40;
+        std::os::unix::fs::FileExt::write_all_at(&file, &byte, at).unwrap();
+        match vlog.read(&keys[5], &p) {
+            Err(Error::Corruption { offset, .. }) => assert_eq!(offset, p.offset),
+            other => panic!("expected corruption, got {other:?}"),
+        }
+    }
+
     /// The next chunk's garbage share comes from the regions it covers:
     /// garbage elsewhere in the file does not count, and a hint of bytes
     /// already reported adds nothing.
@@ -1277,6 +1383,7 @@ mod tests {
                 prefetch_threads: 0,
                 log_mode: false,
                 capacity: None,
+                mmap_reads: false,
             },
             None,
         )
