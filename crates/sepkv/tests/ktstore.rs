@@ -92,6 +92,7 @@ fn store_rolling(fs: &MemFs, table_size: u64, roll_size: u64, split_skew: f64) -
             prefetch_threads: 4,
             max_open_writers: 500,
             capacity: None,
+            mmap_reads: false,
         },
     )
     .unwrap()
@@ -521,6 +522,7 @@ fn open_append_handles_stay_under_the_cap() {
                 prefetch_threads: 0,
                 max_open_writers: cap,
                 capacity: None,
+                mmap_reads: false,
             },
         )
         .unwrap()
@@ -989,6 +991,7 @@ fn many_written_tables_sync_in_one_call() {
         prefetch_threads: 4,
         max_open_writers: 500,
         capacity: None,
+        mmap_reads: false,
     };
     let open = || {
         TrieStore::open(
@@ -1023,5 +1026,76 @@ fn many_written_tables_sync_in_one_call() {
     let s = open();
     for (i, p) in ptrs.iter().rev().take(100) {
         assert_eq!(s.read(&key(*i), p).unwrap(), Some(value(*i, 1)));
+    }
+}
+
+/// On the operating system's files, with `mmap_reads` (the default): gets
+/// and scans read values through the tables' mappings and return every
+/// value; after damage to the tables, every read returns the right value or
+/// `Corruption`, never a wrong value.
+#[test]
+fn mapped_tables_read_back_and_report_damage() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = Options {
+        fs: Arc::new(sepkv::fs::StdFs),
+        ..opts(Arc::new(MemFs::new()))
+    };
+    assert!(o.mmap_reads);
+    let db = Db::open(tmp.path(), o.clone()).unwrap();
+    let n = 2_000;
+    for i in 0..n {
+        db.put(key(i), value(i, 0)).unwrap();
+    }
+    db.flush().unwrap();
+    for i in shuffled(n, 3) {
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 0)), "key {i}");
+    }
+    // A scan reads its values in spans of the tables.
+    let got: Vec<(Vec<u8>, Vec<u8>)> = db.scan(.., false).unwrap().map(|r| r.unwrap()).collect();
+    assert_eq!(got.len(), n);
+    for (i, (k, v)) in got.iter().enumerate() {
+        assert_eq!((k, v), (&key(i), &value(i, 0)));
+    }
+    db.close().unwrap();
+
+    // Damage a byte in the middle of every table (in place: a file of an
+    // open database is never truncated).
+    let tables: Vec<PathBuf> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".tt"))
+        .collect();
+    assert!(!tables.is_empty());
+    for t in &tables {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(t)
+            .unwrap();
+        let len = f.metadata().unwrap().len();
+        let mut b = [0u8];
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, len / 2).unwrap();
+        b[0] ^= 0x20;
+        std::os::unix::fs::FileExt::write_all_at(&f, &b, len / 2).unwrap();
+    }
+    let db = Db::open(tmp.path(), o).unwrap();
+    let mut damaged = 0;
+    for i in 0..n {
+        match db.get(key(i)) {
+            Ok(v) => assert_eq!(v, Some(value(i, 0)), "key {i}"),
+            Err(Error::Corruption { .. }) => damaged += 1,
+            Err(e) => panic!("key {i}: {e}"),
+        }
+    }
+    assert!(damaged > 0, "the damage is found");
+    for r in db.scan(.., false).unwrap() {
+        match r {
+            Ok((k, v)) => {
+                let i: usize = std::str::from_utf8(&k).unwrap().parse().unwrap();
+                assert_eq!(v, value(i, 0));
+            }
+            Err(Error::Corruption { .. }) => break,
+            Err(e) => panic!("{e}"),
+        }
     }
 }

@@ -118,6 +118,58 @@ impl ReadLatency {
     pub fn from_memory(&self) -> bool {
         self.mean_ns.load(std::sync::atomic::Ordering::Relaxed) < Self::MEMORY_NS
     }
+
+    /// Reads the `len` bytes at `offset` of `file`, timed ([`Self::time`]).
+    /// While reads come from memory and `file` has a mapping that holds the
+    /// range ([`crate::fs::MappedFile`], `Options::mmap_reads`), they are
+    /// copied out of it with no system call; otherwise they are read with
+    /// one. A mapped read that reaches the device is timed like any other,
+    /// so reads go back to system calls — one request per record, where
+    /// faults would read a page at a time — once they are slow.
+    ///
+    /// # Errors
+    /// The file's, for a read with a system call (`UnexpectedEof` past its
+    /// end).
+    pub fn read(
+        &self,
+        file: &dyn crate::fs::RandomAccessFile,
+        offset: u64,
+        len: usize,
+    ) -> std::io::Result<Vec<u8>> {
+        let mapped = file.mapping().filter(|_| self.from_memory()).and_then(|m| {
+            let start = usize::try_from(offset).ok()?;
+            m.bytes().get(start..start.checked_add(len)?)
+        });
+        match mapped {
+            Some(bytes) => self.time(|| Ok(bytes.to_vec())),
+            None => self.time(|| {
+                let mut buf = vec![0u8; len];
+                file.read_exact_at(offset, &mut buf).map(|()| buf)
+            }),
+        }
+    }
+}
+
+/// Opens `path` for value reads: mapped when `mmap` (`Options::mmap_reads`)
+/// and the file system can map it (the mapping covers the file as it is
+/// now: records appended later are read with system calls), and hinted for
+/// random access on the handle itself, the only one a random-access hint
+/// holds for.
+///
+/// # Errors
+/// `Io` when the file cannot be opened or mapped.
+pub(crate) fn open_for_reads(
+    fs: &dyn crate::fs::FileSystem,
+    path: &std::path::Path,
+    mmap: bool,
+) -> Result<std::sync::Arc<dyn crate::fs::RandomAccessFile>> {
+    use crate::error::IoContext;
+    let mut file = fs.open_read(path).ctx(path)?;
+    if mmap {
+        file = crate::fs::MappedFile::wrap(file).ctx(path)?;
+    }
+    file.advise(0, 0, crate::fs::Advice::Random);
+    Ok(std::sync::Arc::from(file))
 }
 
 /// Receiver of replayed log entries: `(sequence, type, key, value)`.

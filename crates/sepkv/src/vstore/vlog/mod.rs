@@ -51,9 +51,9 @@ use super::{
 use crate::error::{Error, IoContext, Result};
 use crate::fs::sync_unlocked;
 use crate::fs::{
-    create_preallocated, Advice, FileSystem, IoCategory, IoStats, MappedFile, RandomAccessFile,
-    WritableFile,
+    create_preallocated, Advice, FileSystem, IoCategory, IoStats, RandomAccessFile, WritableFile,
 };
+use crate::vstore::open_for_reads;
 use crate::vstore::prefetch::Prefetcher;
 use parking_lot::{Mutex, RwLock};
 use record::Kind;
@@ -302,17 +302,7 @@ impl Reader {
         if let Some(h) = self.handles.read().get(&id) {
             return Ok(h.clone());
         }
-        let path = vlog_path(&self.dir, id);
-        let mut file = self.fs.open_read(&path).ctx(&path)?;
-        if self.mmap {
-            // The mapping covers the file as it is now: records appended
-            // later (to the file being written) are read with system calls.
-            file = MappedFile::wrap(file).ctx(&path)?;
-        }
-        let h: Arc<dyn RandomAccessFile> = Arc::from(file);
-        // On the handle itself: a random-access hint holds for the open
-        // file it is given on only.
-        h.advise(0, 0, Advice::Random);
+        let h = open_for_reads(&*self.fs, &vlog_path(&self.dir, id), self.mmap)?;
         self.handles.write().insert(id, h.clone());
         Ok(h)
     }
@@ -320,27 +310,10 @@ impl Reader {
     fn read_record(&self, key: &[u8], ptr: &ValuePointer, cat: IoCategory) -> Result<Vec<u8>> {
         let h = self.handle(ptr.file_id)?;
         let path = || vlog_path(&self.dir, ptr.file_id);
-        // While reads come from memory, a record inside the mapping is
-        // copied out of it, with no system call; otherwise (or when the
-        // mapping does not hold it) it is read with one request. Both are
-        // timed, so that mapped reads that start reaching the device send
-        // reads back to system calls.
-        let mapped = h
-            .mapping()
-            .filter(|_| self.latency.from_memory())
-            .and_then(|m| {
-                let start = usize::try_from(ptr.offset).ok()?;
-                m.bytes()
-                    .get(start..start.checked_add(ptr.length as usize)?)
-            });
-        let buf = match mapped {
-            Some(bytes) => self.latency.time(|| Ok(bytes.to_vec())),
-            None => self.latency.time(|| {
-                let mut buf = vec![0u8; ptr.length as usize];
-                h.read_exact_at(ptr.offset, &mut buf).map(|()| buf)
-            }),
-        }
-        .map_err(|e| Error::io(path(), e))?;
+        let buf = self
+            .latency
+            .read(&*h, ptr.offset, ptr.length as usize)
+            .map_err(|e| Error::io(path(), e))?;
         self.stats.add_read(cat, buf.len() as u64);
         let range = check_record(path, ptr, key, &buf)?;
         Ok(into_value(buf, range))
