@@ -92,7 +92,6 @@ fn store_rolling(fs: &MemFs, table_size: u64, roll_size: u64, split_skew: f64) -
             prefetch_threads: 4,
             max_open_writers: 500,
             capacity: None,
-            mmap_reads: false,
         },
     )
     .unwrap()
@@ -522,7 +521,6 @@ fn open_append_handles_stay_under_the_cap() {
                 prefetch_threads: 0,
                 max_open_writers: cap,
                 capacity: None,
-                mmap_reads: false,
             },
         )
         .unwrap()
@@ -991,7 +989,6 @@ fn many_written_tables_sync_in_one_call() {
         prefetch_threads: 4,
         max_open_writers: 500,
         capacity: None,
-        mmap_reads: false,
     };
     let open = || {
         TrieStore::open(
@@ -1029,12 +1026,12 @@ fn many_written_tables_sync_in_one_call() {
     }
 }
 
-/// On the operating system's files, with `mmap_reads` (the default): gets
-/// and scans read values through the tables' mappings and return every
-/// value; after damage to the tables, every read returns the right value or
+/// On the operating system's files (the index's SSTables read through
+/// their mappings, `mmap_reads`): gets and scans return every value; after
+/// damage to the TrieTables, every read returns the right value or
 /// `Corruption`, never a wrong value.
 #[test]
-fn mapped_tables_read_back_and_report_damage() {
+fn tables_on_disk_read_back_and_report_damage() {
     let tmp = tempfile::tempdir().unwrap();
     let o = Options {
         fs: Arc::new(sepkv::fs::StdFs),

@@ -213,7 +213,6 @@ mod tests {
                         prefetch_threads: 0,
                         max_open_writers: 500,
                         capacity: None,
-                        mmap_reads: false,
                     },
                 )
                 .unwrap(),

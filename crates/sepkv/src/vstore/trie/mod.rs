@@ -125,9 +125,6 @@ pub struct TrieOptions {
     /// Most bytes the tables may hold before a user append is refused with
     /// `ValueStoreFull`; `None` = unbounded. GC copies are exempt.
     pub capacity: Option<u64>,
-    /// Serve value reads from mappings of the tables while reads come from
-    /// memory (`Options::mmap_reads`).
-    pub mmap_reads: bool,
 }
 
 impl TrieOptions {
@@ -142,7 +139,6 @@ impl TrieOptions {
             prefetch_threads: o.prefetch_threads,
             max_open_writers: o.max_open_files,
             capacity: o.value_capacity,
-            mmap_reads: o.mmap_reads,
         }
     }
 }
@@ -299,9 +295,9 @@ impl Reader {
     /// Reads and checks the record at `ptr` (known inside its table).
     fn read_record(&self, key: &[u8], ptr: &ValuePointer) -> Result<Vec<u8>> {
         let h = self.handles.get(ptr.file_id)?;
-        let buf = self
-            .latency
-            .read(&*h, ptr.offset, ptr.length as usize)
+        let mut buf = vec![0u8; ptr.length as usize];
+        self.latency
+            .time(|| h.read_exact_at(ptr.offset, &mut buf))
             .map_err(|e| Error::io(self.path(ptr.file_id), e))?;
         self.stats
             .add_read(IoCategory::ValueStore, buf.len() as u64);
@@ -522,13 +518,12 @@ impl TrieStore {
         if removed {
             fs.sync_dir(dir).ctx(dir)?;
         }
-        let mmap = opts.mmap_reads;
         Ok(TrieStore {
             prefetch: Prefetcher::new(opts.prefetch_threads),
             opts,
             reader: Arc::new(Reader {
                 dir: dir.to_path_buf(),
-                handles: Handles::new(dir, fs.clone(), mmap),
+                handles: Handles::new(dir, fs.clone()),
                 fs,
                 stats,
                 latency: ReadLatency::default(),

@@ -166,58 +166,38 @@ fn run(reader: &Reader, reqs: &[(Vec<u8>, ValuePointer)], read: &Read) -> Served
             start,
             end,
             members,
-        } => {
-            let path = || reader.path(*table);
+        } => SPAN_BUF.with(|cell| {
+            // A span buffer per thread, kept between reads: a fresh
+            // allocation of this size would be mapped and faulted in anew
+            // each time. Only its first `n` bytes are used, all of them
+            // overwritten by the read.
+            let mut scratch = cell.borrow_mut();
             let n = (end - start) as usize;
-            let h = match reader.handles.get(*table) {
-                Ok(h) => h,
-                Err(e) => return members.iter().map(|&i| (i, Err(e.clone()))).collect(),
-            };
-            let check = |buf: &[u8]| -> Vec<(usize, Result<Option<Vec<u8>>>)> {
-                reader.stats.add_read(IoCategory::ValueStore, n as u64);
-                members
-                    .iter()
-                    .map(|&i| {
-                        let (k, p) = &reqs[i];
-                        let at = (p.offset - start) as usize;
-                        let rec = &buf[at..at + p.length as usize];
-                        let r = table::check_record(path, p, k, rec).map(|r| Some(rec[r].to_vec()));
-                        (i, r)
-                    })
-                    .collect()
-            };
-            // While reads come from memory, the span is checked where it
-            // lies in the table's mapping (`Options::mmap_reads`).
-            let mapped = h
-                .mapping()
-                .filter(|_| reader.latency.from_memory())
-                .and_then(|m| {
-                    let at = usize::try_from(*start).ok()?;
-                    m.bytes().get(at..at.checked_add(n)?)
-                });
-            if let Some(bytes) = mapped {
-                return check(bytes);
+            if scratch.len() < n {
+                scratch.resize(n, 0);
             }
-            SPAN_BUF.with(|cell| {
-                // A span buffer per thread, kept between reads: a fresh
-                // allocation of this size would be mapped and faulted in
-                // anew each time. Only its first `n` bytes are used, all of
-                // them overwritten by the read.
-                let mut scratch = cell.borrow_mut();
-                if scratch.len() < n {
-                    scratch.resize(n, 0);
-                }
-                let buf = &mut scratch[..n];
+            let buf = &mut scratch[..n];
+            let path = || reader.path(*table);
+            let got = reader.handles.get(*table).and_then(|h| {
                 h.advise(*start, end - start, Advice::WillNeed);
-                match h.read_exact_at(*start, buf) {
-                    Ok(()) => check(buf),
-                    Err(e) => {
-                        let e = Error::io(path(), e);
-                        members.iter().map(|&i| (i, Err(e.clone()))).collect()
-                    }
-                }
-            })
-        }
+                h.read_exact_at(*start, buf)
+                    .map_err(|e| Error::io(path(), e))
+            });
+            if let Err(e) = got {
+                return members.iter().map(|&i| (i, Err(e.clone()))).collect();
+            }
+            reader.stats.add_read(IoCategory::ValueStore, n as u64);
+            members
+                .iter()
+                .map(|&i| {
+                    let (k, p) = &reqs[i];
+                    let at = (p.offset - start) as usize;
+                    let rec = &buf[at..at + p.length as usize];
+                    let r = table::check_record(path, p, k, rec).map(|r| Some(rec[r].to_vec()));
+                    (i, r)
+                })
+                .collect()
+        }),
     }
 }
 

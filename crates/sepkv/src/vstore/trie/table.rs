@@ -270,19 +270,15 @@ pub struct Handles {
     dir: PathBuf,
     fs: Arc<dyn FileSystem>,
     map: RwLock<HashMap<u64, Arc<dyn RandomAccessFile>>>,
-    /// Map the tables (`Options::mmap_reads`).
-    mmap: bool,
 }
 
 impl Handles {
-    /// An empty cache for the tables in `dir`, whose handles are mapped
-    /// when `mmap` (`Options::mmap_reads`).
-    pub fn new(dir: &Path, fs: Arc<dyn FileSystem>, mmap: bool) -> Self {
+    /// An empty cache for the tables in `dir`.
+    pub fn new(dir: &Path, fs: Arc<dyn FileSystem>) -> Self {
         Handles {
             dir: dir.to_path_buf(),
             fs,
             map: RwLock::new(HashMap::new()),
-            mmap,
         }
     }
 
@@ -294,9 +290,11 @@ impl Handles {
         if let Some(h) = self.map.read().get(&id) {
             return Ok(h.clone());
         }
+        let path = table_path(&self.dir, id);
+        let h: Arc<dyn RandomAccessFile> = Arc::from(self.fs.open_read(&path).ctx(&path)?);
         // Point reads land anywhere in a table; span reads ask for
         // read-ahead themselves.
-        let h = crate::vstore::open_for_reads(&*self.fs, &table_path(&self.dir, id), self.mmap)?;
+        h.advise(0, 0, Advice::Random);
         let mut m = self.map.write();
         if m.len() >= MAX_HANDLES {
             m.clear();
