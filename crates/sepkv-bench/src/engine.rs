@@ -1085,6 +1085,7 @@ impl Engine for SepkvEngine {
             "gc_garbage_ratio": o.gc_garbage_ratio,
             "sync": self.write.sync,
             "direct_io": o.use_direct_reads,
+            "mmap_reads": o.mmap_reads && !o.use_direct_reads,
         })
     }
 
