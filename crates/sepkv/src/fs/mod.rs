@@ -230,6 +230,24 @@ impl MappedFile {
             None => file,
         })
     }
+
+    /// Opens `path` for reading ([`FileSystem::open_read`]) and, when
+    /// `map` (`Options::mmap_reads`), [wraps](Self::wrap) it.
+    ///
+    /// # Errors
+    /// The error of the open or of the mapping.
+    pub fn open(
+        fs: &dyn FileSystem,
+        path: &Path,
+        map: bool,
+    ) -> io::Result<Box<dyn RandomAccessFile>> {
+        let file = fs.open_read(path)?;
+        if map {
+            Self::wrap(file)
+        } else {
+            Ok(file)
+        }
+    }
 }
 
 impl RandomAccessFile for MappedFile {

@@ -211,10 +211,7 @@ impl TableCache {
             }
         }
         let path = table_path(&self.dir, number);
-        let mut file = self.fs.open_read(&path).ctx(&path)?;
-        if self.mmap {
-            file = MappedFile::wrap(file).ctx(&path)?;
-        }
+        let file = MappedFile::open(&*self.fs, &path, self.mmap).ctx(&path)?;
         let t = Arc::new(AnyTable::open(
             Arc::from(file),
             path,

@@ -164,10 +164,7 @@ pub(crate) fn open_for_reads(
     mmap: bool,
 ) -> Result<std::sync::Arc<dyn crate::fs::RandomAccessFile>> {
     use crate::error::IoContext;
-    let mut file = fs.open_read(path).ctx(path)?;
-    if mmap {
-        file = crate::fs::MappedFile::wrap(file).ctx(path)?;
-    }
+    let file = crate::fs::MappedFile::open(fs, path, mmap).ctx(path)?;
     file.advise(0, 0, crate::fs::Advice::Random);
     Ok(std::sync::Arc::from(file))
 }
