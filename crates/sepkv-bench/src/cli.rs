@@ -72,6 +72,15 @@ pub struct BenchArgs {
     /// 1GB. Engines run one after another in the same bound.
     #[arg(long, value_name = "BYTES")]
     pub memory_limit: Option<String>,
+    /// Emulate a slower device: bound the process's reads and writes to the
+    /// disk holding the databases to RATE bytes per second each, or READ and
+    /// WRITE apart (`169MB:155MB`, a hard drive's), with the block layer's
+    /// throttle (cgroup v1 blkio or v2 io; needs root). On cgroup v1 only
+    /// I/O the engines send themselves (reads, fsync, sync_file_range) is
+    /// bounded, not the kernel's own writeback; the run reports the bytes
+    /// the bound saw.
+    #[arg(long, value_name = "RATE|READ:WRITE")]
+    pub device_bandwidth: Option<String>,
     /// Also write the results as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -245,6 +254,17 @@ impl BenchArgs {
                     }
                     e => e,
                 })?,
+            device_bandwidth: self
+                .device_bandwidth
+                .as_deref()
+                .map(crate::cgroup::parse_bandwidth)
+                .transpose()
+                .map_err(|e| match e {
+                    BenchError::InvalidArgument(m) => {
+                        BenchError::InvalidArgument(format!("--device-bandwidth {m}"))
+                    }
+                    e => e,
+                })?,
             phases: self.phases,
             field_count: self.field_count,
             field_length: self.field_length,
@@ -398,6 +418,25 @@ pub fn run(args: &BenchArgs, db: Option<PathBuf>) -> Result<()> {
         }
         None => None,
     };
+    // After the memory limit: on cgroup v2 it bounds the same group.
+    let io_limit = match cfg.device_bandwidth {
+        Some((r, w)) => {
+            let limit = crate::cgroup::IoLimit::apply(root.path(), r, w)?;
+            let (major, minor) = limit.device();
+            eprintln!(
+                "device bandwidth: reads {:.1} MB/s, writes {:.1} MB/s on device {major}:{minor} (bytes only, no seek time)",
+                r as f64 / 1e6,
+                w as f64 / 1e6
+            );
+            if engines.len() > 1 {
+                eprintln!(
+                    "note: --device-bandwidth: writes an engine leaves dirty may be written back while the next engine runs; run one engine per process for a clean account"
+                );
+            }
+            Some(limit)
+        }
+        None => None,
+    };
     let started = std::time::Instant::now();
     let mut reports: Vec<PhaseReport> = Vec::new();
     let res = run_engines(&plan.engines, cfg, &root, &mut reports, &mut |r| {
@@ -408,6 +447,14 @@ pub fn run(args: &BenchArgs, db: Option<PathBuf>) -> Result<()> {
     });
     let kept = root.finish(plan.keep);
     eprintln!("total {:.1} s", started.elapsed().as_secs_f64());
+    if let Some((read, written)) = io_limit.as_ref().and_then(|l| l.charged()) {
+        eprintln!(
+            "device bandwidth: the bound saw {:.1} MB read and {:.1} MB written",
+            read as f64 / 1e6,
+            written as f64 / 1e6
+        );
+    }
+    drop(io_limit);
     {
         let mut out = stdout.lock();
         if !reports.is_empty() {

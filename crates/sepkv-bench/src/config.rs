@@ -168,6 +168,10 @@ pub struct BenchConfig {
     /// caller with [`crate::cgroup::MemoryLimit`] and recorded here for the
     /// reports).
     pub memory_limit: Option<u64>,
+    /// The emulated device's bandwidth (`--device-bandwidth`, bytes per
+    /// second: reads, writes; applied by the caller with
+    /// [`crate::cgroup::IoLimit`] and recorded here for the reports).
+    pub device_bandwidth: Option<(u64, u64)>,
     /// Update phases of `update`.
     pub phases: usize,
     /// YCSB fields per record.
@@ -228,6 +232,7 @@ impl Default for BenchConfig {
             sync: false,
             direct_io: false,
             memory_limit: None,
+            device_bandwidth: None,
             phases: 3,
             field_count: 10,
             field_length: 100,

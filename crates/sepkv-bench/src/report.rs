@@ -52,6 +52,10 @@ pub struct Settings {
     /// bytes; `null` = none).
     #[serde(default)]
     pub memory_limit: Option<u64>,
+    /// The emulated device's bandwidth (`--device-bandwidth`, bytes per
+    /// second: `[reads, writes]`; `null` = the device's own).
+    #[serde(default)]
+    pub device_bandwidth: Option<[u64; 2]>,
     /// Trace files (names only) of the `trace` workload.
     pub traces: Vec<String>,
     /// Small-value mix (`--small-values`), if any.
@@ -68,8 +72,21 @@ pub struct Settings {
 
 impl Settings {
     /// Where the phase's reads could be served from: `page cache`,
-    /// `device-bound (memory limit N MiB)`, `direct reads`, or both bounds.
+    /// `device-bound (memory limit N MiB)`, `direct reads`, or both bounds;
+    /// with `, device bandwidth R/W MB/s` after it under `--device-bandwidth`.
     pub fn mode(&self) -> String {
+        let mode = self.read_mode();
+        match self.device_bandwidth {
+            None => mode,
+            Some([r, w]) => format!(
+                "{mode}, device bandwidth {:.0}/{:.0} MB/s",
+                r as f64 / 1e6,
+                w as f64 / 1e6
+            ),
+        }
+    }
+
+    fn read_mode(&self) -> String {
         match (self.memory_limit, self.direct_io) {
             (None, false) => "page cache".into(),
             (None, true) => "device-bound (direct reads)".into(),
@@ -97,6 +114,7 @@ impl Settings {
             direct_io_requested: cfg.direct_io,
             direct_io,
             memory_limit: cfg.memory_limit,
+            device_bandwidth: cfg.device_bandwidth.map(|(r, w)| [r, w]),
             traces: cfg
                 .traces
                 .iter()
