@@ -1016,6 +1016,7 @@ impl Engine for SepkvEngine {
         for name in [
             "segments_appended",
             "divisions",
+            "pushdowns",
             "metadata_from_victim",
             "wal_only_syncs",
             "wal_values_restored",

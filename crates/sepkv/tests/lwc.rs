@@ -1,5 +1,6 @@
 //! The LWC-tree index (`lwc`): lightweight compaction appends segments to
-//! DTables (LWC-tree §3.1), divides tables past their bounds (§4.4), keeps
+//! DTables (LWC-tree §3.1), pushes full tables down to the next level or
+//! divides them (§4.4), keeps
 //! every value readable under each value layout, and survives a crash at
 //! every file-system operation of a flush and the lightweight compaction
 //! that follows it.
@@ -53,7 +54,8 @@ fn check(db: &Db, model: &Model) {
 }
 
 /// A random load with overwrites and deletes under every value layout:
-/// lightweight compactions append segments, tables are divided, reads see
+/// lightweight compactions append segments, full tables are pushed down
+/// (where a level below holds their keys) or divided, reads see
 /// the model before and after a reopen, and `verify` finds nothing.
 #[test]
 fn appends_divides_and_reads_back_under_every_layout() {
@@ -98,7 +100,13 @@ fn appends_divides_and_reads_back_under_every_layout() {
             fig("segments_appended") > 0,
             "{layout}: no segment appended"
         );
-        assert!(fig("divisions") > 0, "{layout}: no DTable divided");
+        // Whether a full table is divided or pushed down depends on the
+        // levels below it at that moment; both have their own tests
+        // (`dtable_bounds_follow_the_options`, the push-down crash test).
+        assert!(
+            fig("divisions") + fig("pushdowns") > 0,
+            "{layout}: no full DTable divided or pushed down"
+        );
         assert!(
             fig("metadata_from_victim") > 0,
             "{layout}: no append took its target's metadata from the victim"
@@ -243,10 +251,27 @@ fn crash_opts(fs: &FaultFs) -> Options {
     }
 }
 
+/// Options under which a DTable holds one target file (64 KiB, so that an
+/// append finds its target full) and level 1 holds 64 KiB, so that part of
+/// level 1 moves to level 2 and the flush's compaction pushes its level-1
+/// target down onto level 2, where the full targets are divided.
+fn push_opts(fs: &FaultFs) -> Options {
+    Options {
+        lwc_max_table_bytes: 64 << 10,
+        max_bytes_for_level_base: 64 << 10,
+        ..crash_opts(fs)
+    }
+}
+
 /// Builds level 1 (DTables), then writes a synced batch of overwrites,
 /// deletes and new keys that the next flush and compaction will append.
-fn setup(fs: &FaultFs, dir: &Path) -> (Db, Model) {
-    let db = Db::open(dir, crash_opts(fs)).unwrap();
+///
+/// With `mid` > 0, a second wave of `mid` overwrites across the key range
+/// is flushed and compacted before the batch: the first wave's tables lie
+/// in level 2 then (a flush with nothing under it goes there), the second
+/// wave's in level 1 above them.
+fn setup(fs: &FaultFs, dir: &Path, opts: fn(&FaultFs) -> Options, mid: usize) -> (Db, Model) {
+    let db = Db::open(dir, opts(fs)).unwrap();
     let mut model = Model::new();
     for i in 0..2000u32 {
         let (k, v) = (format!("k{i:05}"), format!("first-{i}-{}", "x".repeat(40)));
@@ -255,6 +280,15 @@ fn setup(fs: &FaultFs, dir: &Path) -> (Db, Model) {
     }
     db.flush().unwrap();
     db.wait_idle().unwrap();
+    if mid > 0 {
+        for i in (0..2000u32).step_by(2).take(mid) {
+            let (k, v) = (format!("k{i:05}"), format!("mid-{i}-{}", "y".repeat(30)));
+            db.put(&k, &v).unwrap();
+            model.insert(k.into_bytes(), v.into_bytes());
+        }
+        db.flush().unwrap();
+        db.wait_idle().unwrap();
+    }
     let mut b = WriteBatch::new();
     for i in (0..2400u32).step_by(3) {
         let k = format!("k{i:05}");
@@ -278,13 +312,29 @@ fn setup(fs: &FaultFs, dir: &Path) -> (Db, Model) {
 /// completes.
 #[test]
 fn crash_at_every_operation_of_a_lightweight_compaction() {
+    crash_at_every_operation(crash_opts, 0, "segments_appended");
+}
+
+/// The same, where the compaction pushes a full level-1 DTable down onto
+/// level 2 and divides the level-2 tables it fills.
+#[test]
+fn crash_at_every_operation_of_a_push_down() {
+    crash_at_every_operation(push_opts, 1000, "pushdowns");
+}
+
+/// A figure of the LWC-tree's `index_figures`.
+fn figure(st: &sepkv::DbStats, name: &str) -> u64 {
+    st.index_figures.get(name).copied().unwrap_or(0)
+}
+
+fn crash_at_every_operation(opts: fn(&FaultFs) -> Options, mid: usize, done_figure: &str) {
     let dir = Path::new("/crash");
     let mut i = 0u64;
-    let mut appended_runs = 0;
+    let mut completed_runs = 0;
     loop {
         let fs = FaultFs::new();
-        let (db, model) = setup(&fs, dir);
-        let before = appended(&db.stats().unwrap());
+        let (db, model) = setup(&fs, dir, opts, mid);
+        let before = figure(&db.stats().unwrap(), done_figure);
         let base = fs.op_count();
         fs.add_rule(FaultRule {
             op: FaultOp::Any,
@@ -297,12 +347,12 @@ fn crash_at_every_operation_of_a_lightweight_compaction() {
         let used = fs.op_count() - base;
         if done {
             assert!(
-                appended(&db.stats().unwrap()) > before,
-                "the compaction appended no segment"
+                figure(&db.stats().unwrap(), done_figure) > before,
+                "the compaction did not raise {done_figure}"
             );
         }
         power_cut(&fs, db);
-        let db = Db::open(dir, crash_opts(&fs))
+        let db = Db::open(dir, opts(&fs))
             .unwrap_or_else(|e| panic!("reopen after a crash at operation {i}: {e}"));
         check(&db, &model);
         let rep = db.verify().unwrap();
@@ -310,8 +360,8 @@ fn crash_at_every_operation_of_a_lightweight_compaction() {
         db.flush().unwrap();
         db.wait_idle().unwrap();
         check(&db, &model);
-        if appended(&db.stats().unwrap()) > 0 {
-            appended_runs += 1;
+        if figure(&db.stats().unwrap(), done_figure) > 0 {
+            completed_runs += 1;
         }
         db.close().unwrap();
         if done && i >= used {
@@ -320,6 +370,6 @@ fn crash_at_every_operation_of_a_lightweight_compaction() {
         i += 1;
     }
     assert!(i > 20, "only {i} operations");
-    assert!(appended_runs > 0);
+    assert!(completed_runs > 0);
     eprintln!("crashed at each of {i} operations");
 }

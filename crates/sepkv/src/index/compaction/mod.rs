@@ -62,6 +62,10 @@ pub struct CompactionStats {
     pub segments_appended: u64,
     /// DTables divided because they passed a bound (§4.4).
     pub divisions: u64,
+    /// DTables that would have passed a bound and were instead merged with
+    /// their new entries and appended to the next level (see
+    /// `lightweight`'s module docs: push-down).
+    pub pushdowns: u64,
     /// Appends whose target's metadata came from the victim's overlapped
     /// metaindex (§3.2), without reading the target.
     pub metadata_from_victim: u64,
@@ -84,6 +88,7 @@ impl CompactionStats {
         self.bytes_out += o.bytes_out;
         self.segments_appended += o.segments_appended;
         self.divisions += o.divisions;
+        self.pushdowns += o.pushdowns;
         self.metadata_from_victim += o.metadata_from_victim;
         self.metadata_reads += o.metadata_reads;
     }

@@ -566,6 +566,7 @@ impl LsmIndex {
         c.segments_appended
             .fetch_add(st.segments_appended, Ordering::Relaxed);
         c.divisions.fetch_add(st.divisions, Ordering::Relaxed);
+        c.pushdowns.fetch_add(st.pushdowns, Ordering::Relaxed);
         c.metadata_from_victim
             .fetch_add(st.metadata_from_victim, Ordering::Relaxed);
         self.delete_obsolete_files();

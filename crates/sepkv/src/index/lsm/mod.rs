@@ -242,6 +242,7 @@ struct Counters {
     compaction_entries_dropped: AtomicU64,
     segments_appended: AtomicU64,
     divisions: AtomicU64,
+    pushdowns: AtomicU64,
     metadata_from_victim: AtomicU64,
     /// Synced writes made durable by the WAL's fsync alone, their values
     /// carried in the WAL (`Options::sync_values_in_wal`).
@@ -615,6 +616,7 @@ impl Index for LsmIndex {
                     c.segments_appended.load(Ordering::Relaxed),
                 ),
                 ("divisions", c.divisions.load(Ordering::Relaxed)),
+                ("pushdowns", c.pushdowns.load(Ordering::Relaxed)),
                 (
                     "metadata_from_victim",
                     c.metadata_from_victim.load(Ordering::Relaxed),
