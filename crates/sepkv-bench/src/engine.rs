@@ -1020,6 +1020,7 @@ impl Engine for SepkvEngine {
             "metadata_from_victim",
             "wal_only_syncs",
             "wal_values_restored",
+            "flushes_in_compaction",
         ] {
             if let Some(&v) = s.index_figures.get(name) {
                 counters.insert(name.into(), v);

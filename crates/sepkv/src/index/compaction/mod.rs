@@ -112,6 +112,11 @@ pub struct JobContext<'a> {
     pub vstore: &'a dyn ValueStore,
     /// Hands out file numbers.
     pub new_file_number: &'a mut dyn FnMut() -> u64,
+    /// Called by a compaction between two outputs (files written, segments
+    /// appended): the background thread flushes a waiting memtable there,
+    /// as LevelDB's compaction loop does, so that writers do not wait a
+    /// whole compaction for room. `None` in a flush.
+    pub between_outputs: Option<&'a dyn Fn() -> Result<()>>,
 }
 
 /// Writes the entries of `iter` (already positioned or not) into SSTables,
@@ -159,6 +164,9 @@ fn write_tables(
                 let (n, b) = builder.take().expect("builder");
                 finish_output(n, b, &mut outputs, stats)?;
                 gp_overlap = 0;
+                if let Some(between) = ctx.between_outputs {
+                    between()?;
+                }
             }
             last_user_key = Some(p.user_key.to_vec());
         }

@@ -13,7 +13,7 @@ use crate::index::compaction::{flush_to_tables, run_compaction, CompactionStats}
 use crate::index::filename::{self, FileKind};
 use crate::index::memtable::MemTable;
 use crate::index::version::{log_and_apply, Version, VersionEdit};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -537,8 +537,15 @@ impl LsmIndex {
             return Ok(total);
         }
         let smallest = self.shared.smallest_snapshot();
+        // From here until the edit is installed, tables numbered from
+        // `first` on that no version names are this job's outputs.
+        let first = self.versions.lock().next_file_number;
+        self.pending_outputs_from.store(first, Ordering::SeqCst);
+        let _pending = PendingOutputs(&self.pending_outputs_from);
         let mut next = || self.versions.lock().new_file_number();
+        let flush_waiting = || self.flush_in_compaction();
         let mut ctx = self.job_context(&mut next);
+        ctx.between_outputs = Some(&flush_waiting);
         let (mut edit, st): (VersionEdit, CompactionStats) =
             if lwc && inputs.output_level == inputs.level + 1 {
                 let o = &self.shared.opts;
@@ -573,7 +580,33 @@ impl LsmIndex {
         Ok(st)
     }
 
+    /// Flushes the immutable memtable, if one waits, in the middle of a
+    /// compaction (between two of its outputs), into level 0 — never
+    /// deeper, where the compaction is writing — and wakes the writers
+    /// waiting for room. Level 0 may then pass its stop trigger while the
+    /// compaction runs; writers wait for that instead of for the whole
+    /// compaction at the first full memtable.
+    fn flush_in_compaction(&self) -> Result<()> {
+        let imm = self.sv.read().imm.clone();
+        let Some(imm) = imm else {
+            return Ok(());
+        };
+        self.flush_imm_to(&imm, true)?;
+        self.counters
+            .flushes_in_compaction
+            .fetch_add(1, Ordering::Relaxed);
+        let _bg = self.bg.lock();
+        self.bg_cv.notify_all();
+        Ok(())
+    }
+
     fn flush_imm(&self, imm: &Arc<MemTable>) -> Result<()> {
+        self.flush_imm_to(imm, false)
+    }
+
+    /// Writes `imm` into tables of level 0 (with `level0_only`, or for the
+    /// LWC-tree) or of the level [`picker::level_for_flush`] picks.
+    fn flush_imm_to(&self, imm: &Arc<MemTable>, level0_only: bool) -> Result<()> {
         let (log_number, log_pos) = {
             let bg = self.bg.lock();
             (bg.imm_log_number, bg.imm_log_position)
@@ -589,7 +622,7 @@ impl LsmIndex {
         for f in files {
             // The LWC-tree takes flushes in level 0 only: deeper levels hold
             // DTables, which grow by lightweight compaction.
-            let level = if self.lightweight {
+            let level = if self.lightweight || level0_only {
                 0
             } else {
                 picker::level_for_flush(
@@ -642,6 +675,9 @@ impl LsmIndex {
     /// Tables and WALs are judged from a copy of the version set's state:
     /// only the background thread (and recovery, before it starts) creates
     /// tables, and a WAL created meanwhile is numbered above the log number.
+    /// A flush run in the middle of a compaction (the same thread) leaves
+    /// alone the tables numbered from the compaction's first output on
+    /// (`pending_outputs_from`): no version names them before its edit.
     /// Manifests and temporary files are judged and removed under the
     /// version-set lock, because a value-store GC may roll the manifest (a
     /// new `MANIFEST-n` and a `CURRENT.tmp`) at any moment: judged from a
@@ -657,9 +693,10 @@ impl LsmIndex {
         };
         let mut locked = Vec::new();
         for name in names {
+            let pending_from = self.pending_outputs_from.load(Ordering::SeqCst);
             let remove = match filename::parse(&name) {
                 Some(FileKind::Table(n)) => {
-                    let dead = !live.contains(&n);
+                    let dead = !live.contains(&n) && n < pending_from;
                     if dead {
                         self.table_cache.evict(n);
                     }
@@ -705,5 +742,15 @@ impl LsmIndex {
                 let _ = fs.remove(&dir.join(&name));
             }
         }
+    }
+}
+
+/// Clears [`LsmIndex::pending_outputs_from`] when a compaction ends, by
+/// its edit installed or by an error.
+struct PendingOutputs<'a>(&'a AtomicU64);
+
+impl Drop for PendingOutputs<'_> {
+    fn drop(&mut self) {
+        self.0.store(u64::MAX, Ordering::SeqCst);
     }
 }

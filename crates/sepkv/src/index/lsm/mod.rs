@@ -252,6 +252,8 @@ struct Counters {
     wal_values_restored: AtomicU64,
     /// WALs started on a recycled file.
     wals_recycled: AtomicU64,
+    /// Flushes run in the middle of a compaction.
+    flushes_in_compaction: AtomicU64,
 }
 
 /// The LSM-tree behind the [`Index`] seam.
@@ -277,6 +279,10 @@ pub(crate) struct LsmIndex {
     counters: Counters,
     /// Index `lwc`: lightweight compaction over DTables.
     lightweight: bool,
+    /// The first file number a running compaction may have used, or
+    /// `u64::MAX`: tables from there on that no version names yet may be
+    /// its outputs, which a flush run in the middle of it must not delete.
+    pending_outputs_from: AtomicU64,
 }
 
 impl LsmIndex {
@@ -370,6 +376,7 @@ impl LsmIndex {
             bg_thread: Mutex::new(None),
             counters: Counters::default(),
             lightweight: shared.opts.index_kind() == IndexKind::Lwc,
+            pending_outputs_from: AtomicU64::new(u64::MAX),
             shared,
         });
         Ok((index, vstore))
@@ -385,6 +392,7 @@ impl LsmIndex {
             picker: self.picker,
             vstore: self.vstore.as_ref(),
             new_file_number: next,
+            between_outputs: None,
         }
     }
 
@@ -607,6 +615,10 @@ impl Index for LsmIndex {
                 c.wal_values_restored.load(Ordering::Relaxed),
             ),
             ("wals_recycled", c.wals_recycled.load(Ordering::Relaxed)),
+            (
+                "flushes_in_compaction",
+                c.flushes_in_compaction.load(Ordering::Relaxed),
+            ),
         ];
         if self.lightweight {
             figures.extend([
