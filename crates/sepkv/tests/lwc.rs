@@ -257,6 +257,7 @@ fn crash_opts(fs: &FaultFs) -> Options {
 /// target down onto level 2, where the full targets are divided.
 fn push_opts(fs: &FaultFs) -> Options {
     Options {
+        lwc_push_down: true,
         lwc_max_table_bytes: 64 << 10,
         max_bytes_for_level_base: 64 << 10,
         ..crash_opts(fs)

@@ -549,11 +549,14 @@ impl LsmIndex {
         let (mut edit, st): (VersionEdit, CompactionStats) =
             if lwc && inputs.output_level == inputs.level + 1 {
                 let o = &self.shared.opts;
-                let bounds = lightweight::LwcConfig::new(
-                    &self.picker,
-                    o.lwc_max_segments,
-                    o.lwc_max_table_bytes,
-                );
+                let bounds = lightweight::LwcConfig {
+                    push_down: o.lwc_push_down,
+                    ..lightweight::LwcConfig::new(
+                        &self.picker,
+                        o.lwc_max_segments,
+                        o.lwc_max_table_bytes,
+                    )
+                };
                 lightweight::run_lightweight(&mut ctx, &v, inputs, smallest, &bounds)?
             } else if lwc {
                 lightweight::run_in_place(&mut ctx, &v, inputs, smallest)?
