@@ -248,23 +248,13 @@ impl BenchArgs {
                 .as_deref()
                 .map(crate::cgroup::parse_bytes)
                 .transpose()
-                .map_err(|e| match e {
-                    BenchError::InvalidArgument(m) => {
-                        BenchError::InvalidArgument(format!("--memory-limit {m}"))
-                    }
-                    e => e,
-                })?,
+                .map_err(|e| flag_error("--memory-limit", e))?,
             device_bandwidth: self
                 .device_bandwidth
                 .as_deref()
                 .map(crate::cgroup::parse_bandwidth)
                 .transpose()
-                .map_err(|e| match e {
-                    BenchError::InvalidArgument(m) => {
-                        BenchError::InvalidArgument(format!("--device-bandwidth {m}"))
-                    }
-                    e => e,
-                })?,
+                .map_err(|e| flag_error("--device-bandwidth", e))?,
             phases: self.phases,
             field_count: self.field_count,
             field_length: self.field_length,
@@ -476,4 +466,12 @@ pub fn run(args: &BenchArgs, db: Option<PathBuf>) -> Result<()> {
     }
     res?;
     kept.map(|_| ())
+}
+
+/// Names `flag` in an `InvalidArgument` from parsing its value.
+fn flag_error(flag: &str, e: BenchError) -> BenchError {
+    match e {
+        BenchError::InvalidArgument(m) => BenchError::InvalidArgument(format!("{flag} {m}")),
+        e => e,
+    }
 }
