@@ -100,6 +100,14 @@ struct State {
     leader_busy: bool,
     /// Members of the last group written, when it was synced (else 0).
     last_synced: usize,
+    /// Groups taken by a leader so far; the last one's number is the
+    /// count.
+    taken: u64,
+}
+
+thread_local! {
+    /// The number of the last group this thread wrote or was a member of.
+    static LAST_GROUP: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// The queue of writers. See the module docs.
@@ -153,7 +161,9 @@ impl CommitQueue {
             g.sync |= sync;
             let slot = Slot::new();
             open.slots.push(slot.clone());
+            let number = st.taken + 1;
             drop(st);
+            LAST_GROUP.with(|l| l.set(number));
             return slot.take();
         }
         st.open = Some(OpenGroup {
@@ -166,10 +176,16 @@ impl CommitQueue {
         });
         self.wait_until(&mut st, |st| !st.leader_busy);
         if st.last_synced > 1 {
-            self.gather(&mut st);
+            // This opener is one of the synced group's members when it
+            // wrote that group or was in it.
+            let was_member = LAST_GROUP.with(|l| l.get()) == st.taken;
+            let coming = st.last_synced - usize::from(was_member);
+            self.gather(&mut st, coming);
         }
         let OpenGroup { group, slots } = st.open.take().expect("only its opener takes a group");
         st.leader_busy = true;
+        st.taken += 1;
+        LAST_GROUP.with(|l| l.set(st.taken));
         drop(st);
         // Writers waiting for room may open the next group now.
         self.cv.notify_all();
@@ -203,17 +219,22 @@ impl CommitQueue {
     /// and are waking up now; without the wait the writers split into two
     /// cohorts that take turns, each group holding about half of them, and
     /// every fsync serves half the writers it could. The leader yields its
-    /// core while the open group keeps growing — at most [`GATHER_WAIT`],
-    /// and no longer once two looks in a row see no new member — so a lone
-    /// writer pays a yield or two.
-    fn gather(&self, st: &mut MutexGuard<'_, State>) {
+    /// core until the `coming` members (that group's, less this leader if
+    /// it was one of them) have joined, for at most [`GATHER_WAIT`], and
+    /// gives up once [`GATHER_IDLE`] passes without a new member: a writer
+    /// that does not come straight back costs the group that much.
+    fn gather(&self, st: &mut MutexGuard<'_, State>, coming: usize) {
         let members = |st: &State| st.open.as_ref().map_or(0, |o| o.group.members.len());
         let start = Instant::now();
-        let (mut seen, mut idle) = (members(st), 0);
-        while idle < 2 && start.elapsed() < GATHER_WAIT {
+        let mut seen = members(st);
+        let target = seen + coming;
+        let mut last_new = start;
+        while seen < target && start.elapsed() < GATHER_WAIT && last_new.elapsed() < GATHER_IDLE {
             MutexGuard::unlocked(st, std::thread::yield_now);
             let now = members(st);
-            idle = if now > seen { 0 } else { idle + 1 };
+            if now > seen {
+                last_new = Instant::now();
+            }
             seen = now;
         }
     }
@@ -248,6 +269,9 @@ const YIELD_WAIT: Duration = Duration::from_micros(100);
 /// Longest a leader waits for the members of the synced group before it to
 /// join its own (see [`CommitQueue::gather`]); a fraction of an fsync.
 const GATHER_WAIT: Duration = Duration::from_micros(50);
+
+/// Longest a gathering leader waits for the next member.
+const GATHER_IDLE: Duration = Duration::from_micros(15);
 
 #[cfg(test)]
 mod tests {
