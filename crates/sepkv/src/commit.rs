@@ -21,7 +21,7 @@
 //! variable for all of them, a finished group's members woke one after
 //! another, each taking the queue lock in turn before the next was woken
 //! (`notify_all` moves the sleepers onto the lock's queue); with slots,
-//! synced groups of 8 writers ran 8–27 % faster on two cores.
+//! synced groups of 8 writers ran 5–30 % faster on two cores.
 //!
 //! Thread-safety: [`CommitQueue`] is shared by every writer of a `Db`.
 
