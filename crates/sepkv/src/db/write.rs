@@ -423,7 +423,14 @@ impl DbInner {
         let mut batch = WriteBatch::new();
         for (m, ok) in moves.iter().zip(installed.iter_mut()) {
             if *ok && recheck {
-                *ok = self.current_pointer(&m.key)? == Some(m.old);
+                // The lookup above saw `old` at `seen` or later, so the key
+                // still points there unless a version newer than `seen` was
+                // written — which the index can often tell from its
+                // memtables alone, without a table read under the lock.
+                *ok = match self.index.written_after(&m.key, seen) {
+                    Some(written) => !written,
+                    None => self.current_pointer(&m.key)? == Some(m.old),
+                };
             }
             if *ok {
                 batch.push(ValueType::Pointer, &m.key, &m.new.encode());
@@ -446,8 +453,10 @@ impl DbInner {
 impl IndexRelocator for DbInner {
     /// The index lookups run before the writer lock is taken, so that
     /// writers do not wait for them; under the lock only the moves found
-    /// current are looked up again, and only when a write was published
-    /// since. A move found stale stays stale: its old record was published
+    /// current are checked again, and only when a write was published
+    /// since: the index says whether the key was written since
+    /// ([`crate::index::Index::written_after`], from the memtables), or
+    /// else the key is looked up again. A move found stale stays stale: its old record was published
     /// before the GC judged it (`wait_in_flight_writes`), and a key never
     /// points back at a place it has moved from — every write and every
     /// relocation gives it a new one.
@@ -496,5 +505,49 @@ impl IndexRelocator for DbInner {
             self.shared.set_poison(e);
         }
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::fs::MemFs;
+    use crate::{Db, Options, Preset};
+    use std::path::Path;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    /// GC's compare-and-set re-checks a key under the writer lock from the
+    /// memtables when every write since its lookup is still there, and
+    /// falls back to a lookup once a flush has taken some of them away.
+    #[test]
+    fn written_after_answers_from_the_memtables_or_not_at_all() {
+        let o = Options {
+            fs: Arc::new(MemFs::new()),
+            ..Options::preset(Preset::LevelDb)
+        };
+        let db = Db::open(Path::new("/db"), o).unwrap();
+        let inner = db.inner.clone();
+        let last = || inner.shared.last_seq.load(Ordering::Acquire);
+        db.put("a", "1").unwrap();
+        db.put("b", "1").unwrap();
+        let seen = last();
+        assert_eq!(inner.index.written_after(b"a", seen), Some(false));
+        db.put("a", "2").unwrap();
+        db.delete("b").unwrap();
+        assert_eq!(inner.index.written_after(b"a", seen), Some(true));
+        assert_eq!(inner.index.written_after(b"b", seen), Some(true));
+        assert_eq!(inner.index.written_after(b"c", seen), Some(false));
+        // Not after the newest write.
+        assert_eq!(inner.index.written_after(b"a", last()), Some(false));
+        // The writes after `seen` left the memtables for a table.
+        db.flush().unwrap();
+        db.put("c", "1").unwrap();
+        assert_eq!(inner.index.written_after(b"a", seen), None);
+        assert_eq!(inner.index.written_after(b"c", seen), None);
+        // Writes after the flush are answered again.
+        let seen = last();
+        db.put("d", "1").unwrap();
+        assert_eq!(inner.index.written_after(b"d", seen), Some(true));
+        assert_eq!(inner.index.written_after(b"c", seen), Some(false));
     }
 }

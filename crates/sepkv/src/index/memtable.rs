@@ -29,6 +29,8 @@ pub enum Lookup {
 pub struct MemTable {
     list: SkipList,
     max_seq: std::sync::atomic::AtomicU64,
+    /// Smallest sequence number added (`u64::MAX` when empty).
+    min_seq: std::sync::atomic::AtomicU64,
 }
 
 impl AsRef<SkipList> for Arc<MemTable> {
@@ -49,6 +51,7 @@ impl MemTable {
         MemTable {
             list: SkipList::new(),
             max_seq: std::sync::atomic::AtomicU64::new(0),
+            min_seq: std::sync::atomic::AtomicU64::new(u64::MAX),
         }
     }
 
@@ -59,6 +62,25 @@ impl MemTable {
         self.list.insert(&k, value);
         self.max_seq
             .fetch_max(seq, std::sync::atomic::Ordering::Relaxed);
+        self.min_seq
+            .fetch_min(seq, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Smallest sequence number added (`None` when empty).
+    pub fn min_seq(&self) -> Option<SeqNum> {
+        Some(self.min_seq.load(std::sync::atomic::Ordering::Relaxed)).filter(|&s| s != u64::MAX)
+    }
+
+    /// Sequence number of the newest version of `user_key` held, if any.
+    pub fn newest_seq(self: &Arc<Self>, user_key: &[u8]) -> Option<SeqNum> {
+        let mut it = SkipIter::new(self.clone());
+        it.seek(&seek_key(user_key, super::key::MAX_SEQ));
+        if !it.valid() {
+            return None;
+        }
+        parse_internal_key(it.key())
+            .filter(|p| p.user_key == user_key)
+            .map(|p| p.seq)
     }
 
     /// Largest sequence number added (0 when empty).
@@ -139,6 +161,21 @@ impl InternalIterator for MemTableIterator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn newest_and_smallest_sequence_numbers() {
+        let m = Arc::new(MemTable::new());
+        assert_eq!(m.min_seq(), None);
+        assert_eq!(m.newest_seq(b"k"), None);
+        m.add(7, ValueType::Value, b"k", b"v1");
+        m.add(8, ValueType::Value, b"ka", b"v");
+        m.add(9, ValueType::Deletion, b"k", b"");
+        assert_eq!(m.min_seq(), Some(7));
+        assert_eq!(m.newest_seq(b"k"), Some(9));
+        assert_eq!(m.newest_seq(b"ka"), Some(8));
+        assert_eq!(m.newest_seq(b"j"), None);
+        assert_eq!(m.newest_seq(b"kb"), None);
+    }
 
     #[test]
     fn get_respects_sequence_and_tombstones() {

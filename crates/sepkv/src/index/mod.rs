@@ -306,6 +306,17 @@ pub(crate) trait Index: Send + Sync {
     /// `Io` when a sync fails (the facade poisons the database).
     fn make_durable(&self, seq: SeqNum) -> Result<()>;
 
+    /// Whether a version of `key` newer than sequence number `seq` has
+    /// been applied, when the index can tell without reading a table:
+    /// `Some(true)` or `Some(false)`; `None` when it cannot (the caller then
+    /// asks [`Index::get`]). GC's compare-and-set asks it under the writer
+    /// lock, for keys it looked up after `seq` was published. Default:
+    /// `None`.
+    fn written_after(&self, key: &[u8], seq: SeqNum) -> Option<bool> {
+        let _ = (key, seq);
+        None
+    }
+
     /// The newest version of `key` at sequence number `seq`, or — with
     /// `None` — in the latest state. No lock held.
     ///
