@@ -419,22 +419,30 @@ impl DbInner {
         self.index.make_room(false)?;
         // Under the writer lock no user write can slip between the check
         // and the install.
-        let recheck = self.shared.last_seq.load(Ordering::Acquire) != seen;
+        if self.shared.last_seq.load(Ordering::Acquire) != seen {
+            // The lookups above saw `old` at `seen` or later, so a key still
+            // points there unless a version newer than `seen` was written —
+            // which the index can often tell from its memtables alone,
+            // without a table read under the lock.
+            let keys: Vec<&[u8]> = moves
+                .iter()
+                .zip(&installed)
+                .filter(|(_, ok)| **ok)
+                .map(|(m, _)| m.key.as_slice())
+                .collect();
+            let mut written = self.index.written_after(&keys, seen).map(Vec::into_iter);
+            for (m, ok) in moves.iter().zip(installed.iter_mut()) {
+                if *ok {
+                    *ok = match written.as_mut() {
+                        Some(w) => !w.next().expect("one answer per key"),
+                        None => self.current_pointer(&m.key)? == Some(m.old),
+                    };
+                }
+            }
+        }
         let mut batch = WriteBatch::new();
-        for (m, ok) in moves.iter().zip(installed.iter_mut()) {
-            if *ok && recheck {
-                // The lookup above saw `old` at `seen` or later, so the key
-                // still points there unless a version newer than `seen` was
-                // written — which the index can often tell from its
-                // memtables alone, without a table read under the lock.
-                *ok = match self.index.written_after(&m.key, seen) {
-                    Some(written) => !written,
-                    None => self.current_pointer(&m.key)? == Some(m.old),
-                };
-            }
-            if *ok {
-                batch.push(ValueType::Pointer, &m.key, &m.new.encode());
-            }
+        for (m, _) in moves.iter().zip(&installed).filter(|(_, ok)| **ok) {
+            batch.push(ValueType::Pointer, &m.key, &m.new.encode());
         }
         if batch.is_empty() {
             return Ok((installed, None));
@@ -454,12 +462,13 @@ impl IndexRelocator for DbInner {
     /// The index lookups run before the writer lock is taken, so that
     /// writers do not wait for them; under the lock only the moves found
     /// current are checked again, and only when a write was published
-    /// since: the index says whether the key was written since
+    /// since: the index says whether the keys were written since
     /// ([`crate::index::Index::written_after`], from the memtables), or
-    /// else the key is looked up again. A move found stale stays stale: its old record was published
-    /// before the GC judged it (`wait_in_flight_writes`), and a key never
-    /// points back at a place it has moved from — every write and every
-    /// relocation gives it a new one.
+    /// else each is looked up again. A move found stale stays stale: its
+    /// old record was published before the GC judged it
+    /// (`wait_in_flight_writes`), and a key never points back at a place it
+    /// has moved from — every write and every relocation gives it a new
+    /// one.
     ///
     /// The moves are installed in groups of [`RELOCATE_GROUP`], each under
     /// the writer lock on its own and written without a sync, then made
@@ -528,26 +537,35 @@ mod tests {
         let db = Db::open(Path::new("/db"), o).unwrap();
         let inner = db.inner.clone();
         let last = || inner.shared.last_seq.load(Ordering::Acquire);
+        let wa = |keys: &[&str], seq| {
+            let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+            inner.index.written_after(&keys, seq)
+        };
         db.put("a", "1").unwrap();
         db.put("b", "1").unwrap();
         let seen = last();
-        assert_eq!(inner.index.written_after(b"a", seen), Some(false));
+        assert_eq!(wa(&["a"], seen), Some(vec![false]));
         db.put("a", "2").unwrap();
         db.delete("b").unwrap();
-        assert_eq!(inner.index.written_after(b"a", seen), Some(true));
-        assert_eq!(inner.index.written_after(b"b", seen), Some(true));
-        assert_eq!(inner.index.written_after(b"c", seen), Some(false));
+        assert_eq!(wa(&["a"], seen), Some(vec![true]));
+        assert_eq!(wa(&["b"], seen), Some(vec![true]));
+        assert_eq!(wa(&["c"], seen), Some(vec![false]));
+        assert_eq!(
+            wa(&["a", "b", "c"], seen),
+            Some(vec![true, true, false]),
+            "one answer per key, in order"
+        );
         // Not after the newest write.
-        assert_eq!(inner.index.written_after(b"a", last()), Some(false));
+        assert_eq!(wa(&["a"], last()), Some(vec![false]));
         // The writes after `seen` left the memtables for a table.
         db.flush().unwrap();
         db.put("c", "1").unwrap();
-        assert_eq!(inner.index.written_after(b"a", seen), None);
-        assert_eq!(inner.index.written_after(b"c", seen), None);
+        assert_eq!(wa(&["a"], seen), None);
+        assert_eq!(wa(&["c"], seen), None);
         // Writes after the flush are answered again.
         let seen = last();
         db.put("d", "1").unwrap();
-        assert_eq!(inner.index.written_after(b"d", seen), Some(true));
-        assert_eq!(inner.index.written_after(b"c", seen), Some(false));
+        assert_eq!(wa(&["d"], seen), Some(vec![true]));
+        assert_eq!(wa(&["c"], seen), Some(vec![false]));
     }
 }

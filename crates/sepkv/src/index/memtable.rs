@@ -62,8 +62,11 @@ impl MemTable {
         self.list.insert(&k, value);
         self.max_seq
             .fetch_max(seq, std::sync::atomic::Ordering::Relaxed);
-        self.min_seq
-            .fetch_min(seq, std::sync::atomic::Ordering::Relaxed);
+        // One writer at a time: a load and a store suffice.
+        if seq < self.min_seq.load(std::sync::atomic::Ordering::Relaxed) {
+            self.min_seq
+                .store(seq, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// Smallest sequence number added (`None` when empty).
@@ -73,14 +76,24 @@ impl MemTable {
 
     /// Sequence number of the newest version of `user_key` held, if any.
     pub fn newest_seq(self: &Arc<Self>, user_key: &[u8]) -> Option<SeqNum> {
+        self.newest(user_key, super::key::MAX_SEQ, |seq, _, _| seq)
+    }
+
+    /// `f(sequence number, type, value)` of the newest version of
+    /// `user_key` with sequence number `<= seq`, if one is held.
+    fn newest<T>(
+        self: &Arc<Self>,
+        user_key: &[u8],
+        seq: SeqNum,
+        f: impl FnOnce(SeqNum, ValueType, &[u8]) -> T,
+    ) -> Option<T> {
         let mut it = SkipIter::new(self.clone());
-        it.seek(&seek_key(user_key, super::key::MAX_SEQ));
+        it.seek(&seek_key(user_key, seq));
         if !it.valid() {
             return None;
         }
-        parse_internal_key(it.key())
-            .filter(|p| p.user_key == user_key)
-            .map(|p| p.seq)
+        let p = parse_internal_key(it.key()).filter(|p| p.user_key == user_key)?;
+        Some(f(p.seq, p.vtype, it.value()))
     }
 
     /// Largest sequence number added (0 when empty).
@@ -90,18 +103,11 @@ impl MemTable {
 
     /// Newest version of `user_key` with sequence number `<= seq`.
     pub fn get(self: &Arc<Self>, user_key: &[u8], seq: SeqNum) -> Lookup {
-        let mut it = SkipIter::new(self.clone());
-        it.seek(&seek_key(user_key, seq));
-        if !it.valid() {
-            return Lookup::NotFound;
-        }
-        match parse_internal_key(it.key()) {
-            Some(p) if p.user_key == user_key => match p.vtype {
-                ValueType::Deletion => Lookup::Deleted,
-                t => Lookup::Found(t, it.value().to_vec()),
-            },
-            _ => Lookup::NotFound,
-        }
+        self.newest(user_key, seq, |_, vtype, value| match vtype {
+            ValueType::Deletion => Lookup::Deleted,
+            t => Lookup::Found(t, value.to_vec()),
+        })
+        .unwrap_or(Lookup::NotFound)
     }
 
     /// Approximate memory used (bytes).

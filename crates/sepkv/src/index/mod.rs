@@ -306,14 +306,13 @@ pub(crate) trait Index: Send + Sync {
     /// `Io` when a sync fails (the facade poisons the database).
     fn make_durable(&self, seq: SeqNum) -> Result<()>;
 
-    /// Whether a version of `key` newer than sequence number `seq` has
-    /// been applied, when the index can tell without reading a table:
-    /// `Some(true)` or `Some(false)`; `None` when it cannot (the caller then
-    /// asks [`Index::get`]). GC's compare-and-set asks it under the writer
-    /// lock, for keys it looked up after `seq` was published. Default:
-    /// `None`.
-    fn written_after(&self, key: &[u8], seq: SeqNum) -> Option<bool> {
-        let _ = (key, seq);
+    /// For each of `keys`, whether a version newer than sequence number
+    /// `seq` has been applied, when the index can tell without reading a
+    /// table; `None` when it cannot (the caller then asks [`Index::get`]).
+    /// GC's compare-and-set asks it under the writer lock, for keys it
+    /// looked up after `seq` was published. Default: `None`.
+    fn written_after(&self, keys: &[&[u8]], seq: SeqNum) -> Option<Vec<bool>> {
+        let _ = (keys, seq);
         None
     }
 

@@ -285,9 +285,7 @@ fn write_new_tables(
     let n = total.div_ceil(ctx.picker.target_file_size.max(1)).max(1) as usize;
     let mut out = Vec::new();
     for part in divide(entries, n) {
-        if let Some(between) = ctx.between_outputs {
-            between()?;
-        }
+        ctx.output_done()?;
         let number = (ctx.new_file_number)();
         let path = table_path(ctx.dir, number);
         let (lo, hi) = (&part[0].0, &part[part.len() - 1].0);
@@ -585,9 +583,7 @@ impl Sink<'_> {
             let end = start + routes[start..].iter().take_while(|&&r| r == j).count();
             let slice = &entries[start..end];
             start = end;
-            if let Some(between) = ctx.between_outputs {
-                between()?;
-            }
+            ctx.output_done()?;
             if let Some((kept, overlapped)) =
                 self.append(ctx, &targets[j], slice, level, aggregated, edit, st)?
             {

@@ -119,6 +119,17 @@ pub struct JobContext<'a> {
     pub between_outputs: Option<&'a dyn Fn() -> Result<()>>,
 }
 
+impl JobContext<'_> {
+    /// Runs [`JobContext::between_outputs`], if set: a compaction calls it
+    /// once an output is written.
+    pub fn output_done(&self) -> Result<()> {
+        match self.between_outputs {
+            Some(between) => between(),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Writes the entries of `iter` (already positioned or not) into SSTables,
 /// cutting files per the rules in the module docs. `drop_rule` decides, per
 /// entry, whether it is kept.
@@ -164,9 +175,7 @@ fn write_tables(
                 let (n, b) = builder.take().expect("builder");
                 finish_output(n, b, &mut outputs, stats)?;
                 gp_overlap = 0;
-                if let Some(between) = ctx.between_outputs {
-                    between()?;
-                }
+                ctx.output_done()?;
             }
             last_user_key = Some(p.user_key.to_vec());
         }

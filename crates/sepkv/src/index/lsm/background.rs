@@ -695,8 +695,8 @@ impl LsmIndex {
             return;
         };
         let mut locked = Vec::new();
+        let pending_from = self.pending_outputs_from.load(Ordering::SeqCst);
         for name in names {
-            let pending_from = self.pending_outputs_from.load(Ordering::SeqCst);
             let remove = match filename::parse(&name) {
                 Some(FileKind::Table(n)) => {
                     let dead = !live.contains(&n) && n < pending_from;

@@ -513,6 +513,24 @@ impl Index for LsmIndex {
         Ok(())
     }
 
+    /// Memtables take consecutive runs of sequence numbers, in order (the
+    /// writer lock applies every write, and a switch starts a new run): when
+    /// the oldest memtable held begins at or before `seq + 1`, every write
+    /// after `seq` is in the memtables held, and the answer reads no table.
+    fn written_after(&self, keys: &[&[u8]], seq: SeqNum) -> Option<Vec<bool>> {
+        let sv = self.sv.read().clone();
+        let oldest = sv.imm.as_ref().unwrap_or(&sv.mem);
+        if oldest.min_seq()? > seq.saturating_add(1) {
+            return None;
+        }
+        let newer = |m: &Arc<MemTable>, key: &[u8]| m.newest_seq(key).is_some_and(|s| s > seq);
+        Some(
+            keys.iter()
+                .map(|k| newer(&sv.mem, k) || sv.imm.as_ref().is_some_and(|m| newer(m, k)))
+                .collect(),
+        )
+    }
+
     /// The super-version is taken before the latest sequence number is
     /// loaded: the other order lets a compaction installed in between drop
     /// the version visible at the loaded sequence (it keeps only what the
@@ -520,20 +538,6 @@ impl Index for LsmIndex {
     /// would miss the key. Pinned first, the version's files stay as they
     /// were, and a newer sequence only adds writes the pinned memtables may
     /// or may not hold — writes that raced the read.
-    /// Memtables take consecutive runs of sequence numbers, in order (the
-    /// writer lock applies every write, and a switch starts a new run): when
-    /// the oldest memtable held begins at or before `seq + 1`, every write
-    /// after `seq` is in the memtables held, and the answer reads no table.
-    fn written_after(&self, key: &[u8], seq: SeqNum) -> Option<bool> {
-        let sv = self.sv.read().clone();
-        let oldest = sv.imm.as_ref().unwrap_or(&sv.mem);
-        if oldest.min_seq()? > seq.saturating_add(1) {
-            return None;
-        }
-        let newer = |m: &Arc<MemTable>| m.newest_seq(key).is_some_and(|s| s > seq);
-        Some(newer(&sv.mem) || sv.imm.as_ref().is_some_and(newer))
-    }
-
     fn get(&self, key: &[u8], seq: Option<SeqNum>, ctx: ReadCtx) -> Result<Lookup> {
         let sv = self.sv.read().clone();
         let seq = seq.unwrap_or_else(|| self.shared.last_seq.load(Ordering::Acquire));
