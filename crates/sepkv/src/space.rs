@@ -51,8 +51,9 @@
 //! whole index (which is small: keys and pointers), and compaction reports
 //! it ([`Decision::discover`]). Until [`SETTLED_SAMPLES`] writes have
 //! been sampled, the share is mostly its prior (every write may
-//! overwrite), and the estimate drives background GC only: it holds no
-//! writer and asks for no index compaction ([`SpaceView::hidden_settled`]).
+//! overwrite), and the estimate counts for nothing: it starts no GC,
+//! holds no writer and asks for no index compaction
+//! ([`SpaceView::hidden_settled`]).
 //!
 //! # Target, reserve and GC thresholds
 //! - `space_amp_target` is relative: disk ≤ `T` × live. It applies to every
@@ -109,7 +110,7 @@ pub struct SpaceView {
     /// The overwrite share behind `hidden_garbage` rests on at least
     /// [`SETTLED_SAMPLES`] sampled writes ([`SpaceGovernor::hidden_settled`]);
     /// before that it is mostly the prior (every write may overwrite), and
-    /// it drives background GC but holds no writer.
+    /// [`SpacePolicy::decide`] leaves it out.
     pub hidden_settled: bool,
     /// The value store's figures.
     pub value: SpaceStats,
@@ -145,10 +146,11 @@ pub struct Decision {
     /// How deep into the slowdown band the store is: 0 at its start (or
     /// outside it), 1 at its end; the deeper of the two bounds.
     pub depth: f64,
-    /// Estimated space amplification (conservative: hidden garbage counted
-    /// as garbage).
+    /// Estimated space amplification (conservative: settled hidden
+    /// garbage counted as garbage).
     pub amp: f64,
-    /// Garbage possibly hidden in the index (bytes).
+    /// Garbage possibly hidden in the index that the decision counted
+    /// (bytes; 0 while the estimate is not settled).
     pub hidden: u64,
     /// Compact the index before (or instead of) GC: most of what is over
     /// the line may be garbage compaction has not reported yet.
@@ -199,27 +201,21 @@ impl SpacePolicy {
     }
 
     /// Judges `v`. Hidden garbage that is not settled
-    /// ([`SpaceView::hidden_settled`]) counts for background GC (up to the
-    /// GC band) but neither slows nor stops writers, nor asks for an index
-    /// compaction: at the start of a load the prior alone would call every
-    /// byte written garbage, and writers would run GC over a store with
-    /// nothing to collect.
+    /// ([`SpaceView::hidden_settled`]) counts for nothing: at
+    /// the start of a load the prior alone calls every byte written
+    /// garbage, and background GC then rewrote a store with nothing to
+    /// collect (HashKV collected a quarter of its groups twice in a load
+    /// of unique keys), and writers would have run GC themselves. Known
+    /// garbage acts at once, and the estimate once it is settled, which
+    /// takes [`SETTLED_SAMPLES`] × [`OVERWRITE_SAMPLE_EVERY`] write batches
+    /// (commit groups) with separated values.
     pub fn decide(&self, v: &SpaceView) -> Decision {
-        let d = self.decide_with(v, v.hidden_garbage);
-        if v.hidden_settled || d.hidden == 0 {
-            return d;
-        }
-        let w = self.decide_with(v, 0);
-        let bg = |full: Pressure, writers: Pressure| writers.max(full.min(Pressure::Gc));
-        Decision {
-            pressure: bg(d.pressure, w.pressure),
-            target_pressure: bg(d.target_pressure, w.target_pressure),
-            capacity_pressure: bg(d.capacity_pressure, w.capacity_pressure),
-            depth: w.depth,
-            discover: false,
-            collectable: w.collectable,
-            ..d
-        }
+        let hidden = if v.hidden_settled {
+            v.hidden_garbage
+        } else {
+            0
+        };
+        self.decide_with(v, hidden)
     }
 
     /// [`SpacePolicy::decide`] with `hidden` bytes of possibly hidden
@@ -893,7 +889,7 @@ mod tests {
     }
 
     #[test]
-    fn unsettled_hidden_garbage_drives_gc_but_holds_no_writer() {
+    fn unsettled_hidden_garbage_acts_on_nothing() {
         let p = SpacePolicy::new(1.5);
         // As in hidden_garbage_counts_and_asks_for_an_index_compaction, but
         // the estimate rests on the prior alone.
@@ -902,11 +898,17 @@ mod tests {
             ..view(2 << 20, 20 << 20, 40 << 20, 0, 40 << 20)
         };
         let d = p.decide(&v);
-        assert_eq!(d.pressure, Pressure::Gc);
-        assert_eq!(d.target_pressure, Pressure::Gc);
+        assert_eq!(d.pressure, Pressure::Normal);
+        assert_eq!(d.target_pressure, Pressure::Normal);
         assert!(!d.discover && !d.collectable);
-        assert_eq!(d.hidden, 20 << 20, "still reported");
+        assert_eq!(d.hidden, 0);
         assert_eq!(p.write_delay(&d), Duration::ZERO);
+        // Settled, the same estimate presses.
+        let settled = p.decide(&SpaceView {
+            hidden_settled: true,
+            ..v
+        });
+        assert_eq!(settled.pressure, Pressure::Stop);
         // Known garbage past the target stops writers all the same.
         let v = SpaceView {
             hidden_settled: false,

@@ -137,7 +137,8 @@ pub struct DbStats {
     pub space_amp_target: f64,
     /// Estimated space amplification the target is judged by: index and
     /// value-store bytes on disk ÷ live value bytes, garbage the index may
-    /// still hide counted as garbage (state; see [`crate::space`]).
+    /// still hide counted as garbage once its estimate is settled (state;
+    /// see [`crate::space`]).
     pub space_amp_estimate: f64,
     /// Value bytes the index may hide as garbage: overwritten pointers
     /// compaction has not dropped yet (state, estimate).
@@ -297,7 +298,7 @@ impl DbInner {
             write_waits_for_readers: c.write_reader_waits.load(Ordering::Relaxed),
             space_amp_target: self.space.policy().target(),
             space_amp_estimate: space.amp,
-            space_hidden_garbage: space.hidden,
+            space_hidden_garbage: self.space.hidden_garbage(self.vstore.garbage_found()),
             space_slowdowns: sc.slowdowns.load(Ordering::Relaxed),
             space_stops: sc.stops.load(Ordering::Relaxed),
             space_discoveries: sc.discoveries.load(Ordering::Relaxed),
