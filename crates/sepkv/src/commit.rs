@@ -17,7 +17,8 @@
 //! member order, so every reader sees a prefix of the commit order.
 //!
 //! Each member waits on a slot of its own ([`Slot`]): the leader puts the
-//! member's result there and wakes that thread alone. With one condition
+//! member's result there and wakes that thread alone (or the member, still
+//! yielding its core, sees it first). With one condition
 //! variable for all of them, a finished group's members woke one after
 //! another, each taking the queue lock in turn before the next was woken
 //! (`notify_all` moves the sleepers onto the lock's queue); with slots,
@@ -76,11 +77,13 @@ impl Slot {
     }
 
     /// Waits for the result: yields the core and looks again for up to
-    /// [`YIELD_WAIT`] (an unsynced group is written in a few microseconds,
-    /// less than a sleep and a wake-up cost), then parks until filled.
+    /// [`SLOT_YIELD_WAIT`] (an unsynced group is written in a few
+    /// microseconds, a synced one in about an fsync: both less than a
+    /// park and its wake-up cost the group's next round), then parks until
+    /// filled.
     fn take(&self) -> Result<SeqNum> {
         let start = Instant::now();
-        while self.result.get().is_none() && start.elapsed() < YIELD_WAIT {
+        while self.result.get().is_none() && start.elapsed() < SLOT_YIELD_WAIT {
             std::thread::yield_now();
         }
         loop {
@@ -265,6 +268,16 @@ impl CommitQueue {
 /// How long a writer waiting in the queue yields its core before it
 /// sleeps (see [`CommitQueue::wait_until`]).
 const YIELD_WAIT: Duration = Duration::from_micros(100);
+
+/// How long a group's member yields its core before it parks (see
+/// [`Slot::take`]): a few fsyncs of a flash device without power-loss
+/// protection (about 100–150 µs each here). A member that parked is woken
+/// by the scheduler tens of microseconds after its slot is filled, and the
+/// next group waits for it (see [`CommitQueue::gather`]): with 100 µs,
+/// most members of a synced group had parked by the time its fsync ended,
+/// and synced `fillrandom` ran 6–25 % slower at 2, 4 and 8 threads on two
+/// cores. A yielding member leaves its core to any other runnable thread.
+const SLOT_YIELD_WAIT: Duration = Duration::from_micros(400);
 
 /// Longest a leader waits for the members of the synced group before it to
 /// join its own (see [`CommitQueue::gather`]); a fraction of an fsync.
