@@ -265,7 +265,8 @@ impl DbInner {
         let c = &self.counters;
         let files = self.file_groups();
         let disk_bytes = files.iter().map(|g| g.allocated_bytes).sum();
-        let space = self.space.policy().decide(&self.space_view());
+        let view = self.space_view();
+        let space = self.space.policy().decide(&view);
         let sc = &self.space.counters;
         DbStats {
             index: shared.opts.index_kind().to_string(),
@@ -298,7 +299,7 @@ impl DbInner {
             write_waits_for_readers: c.write_reader_waits.load(Ordering::Relaxed),
             space_amp_target: self.space.policy().target(),
             space_amp_estimate: space.amp,
-            space_hidden_garbage: self.space.hidden_garbage(self.vstore.garbage_found()),
+            space_hidden_garbage: view.hidden_garbage,
             space_slowdowns: sc.slowdowns.load(Ordering::Relaxed),
             space_stops: sc.stops.load(Ordering::Relaxed),
             space_discoveries: sc.discoveries.load(Ordering::Relaxed),
