@@ -63,6 +63,13 @@ impl MapGauge {
             .is_multiple_of(PROBE_EVERY)
     }
 
+    /// True while recent mapped reads mostly reached the device (the share
+    /// at or above [`MISS_SHARE_LIMIT`]); reads nothing else and counts
+    /// nothing.
+    pub(crate) fn reaching_device(&self) -> bool {
+        self.miss_share.load(Ordering::Relaxed) >= MISS_SHARE_LIMIT
+    }
+
     /// Records that a mapped read took `nanos`. Concurrent updates may lose
     /// one another's step: the share is an estimate.
     pub(crate) fn record(&self, nanos: u64) {

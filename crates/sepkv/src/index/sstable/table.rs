@@ -26,7 +26,7 @@ use super::filter::BloomFilter;
 use super::footer::{BlockHandle, Footer, FOOTER_LEN};
 use super::FILTER_META_NAME;
 use crate::error::{Error, Result};
-use crate::fs::{IoCategory, IoStats, Mapping, RandomAccessFile};
+use crate::fs::{Advice, IoCategory, IoStats, Mapping, RandomAccessFile};
 use crate::index::cache::BlockCache;
 use crate::index::iter::InternalIterator;
 use crate::index::key::{compare_internal, parse_internal_key, user_key};
@@ -437,6 +437,7 @@ impl Table {
             data: None,
             data_offset: 0,
             err: None,
+            ahead: ReadAhead::default(),
         }
     }
 
@@ -566,6 +567,52 @@ impl Table {
     }
 }
 
+/// First read-ahead window of a scan (bytes), issued when a cursor loads
+/// the data block after [`READ_AHEAD_AFTER`] loaded in file order. Device
+/// bound (400 MB memory limit, 1 M × 1 KiB, 20,000 `seekrandom` scans of
+/// 100 entries), starting at 64 KiB after one block scanned 1.05–1.10× as
+/// fast as starting at 16 KiB after two.
+pub(crate) const READ_AHEAD_MIN: u64 = 64 << 10;
+
+/// Largest read-ahead window of a scan (bytes); each window issued doubles
+/// the next, up to this.
+pub(crate) const READ_AHEAD_MAX: u64 = 256 << 10;
+
+/// Data blocks a cursor loads one after another in file order before it
+/// reads ahead: a seek that reads one block issues no hint.
+pub(crate) const READ_AHEAD_AFTER: u32 = 1;
+
+/// A scan's read-ahead over one table (user scans only; flushes and
+/// compactions stream whole tables with the kernel's own read-ahead).
+///
+/// While blocks of mapped tables are read from the device (the map gauge,
+/// [`super::map_gauge`]), a cursor that walks data blocks in file order
+/// asks the kernel to read the bytes after the current block
+/// (`POSIX_FADV_WILLNEED`) in one request, as RocksDB's iterators read
+/// ahead (8 KiB doubling to 256 KiB there): the blocks a scan reaches next
+/// then come from memory instead of one device read each. A window is
+/// issued when the scan reaches halfway into the last one. When mapped
+/// reads are served from memory no hint is issued (a system call that
+/// would find every page cached); neither without a mapping
+/// (`mmap_reads` off: buffered reads get the kernel's own read-ahead, and
+/// direct reads bypass the page cache the hint would fill).
+#[derive(Debug, Default)]
+struct ReadAhead {
+    /// File offset just past the last data block loaded (its trailer
+    /// included): where the next block starts when the scan goes on in
+    /// file order.
+    next: u64,
+    /// Data blocks loaded one after another in file order.
+    run: u32,
+    /// Window of the next hint (bytes).
+    window: u64,
+    /// File offset the hints issued so far reach.
+    until: u64,
+    /// File offset a loaded block must reach for the next hint: halfway
+    /// into the last window hinted (0: none hinted yet).
+    trigger: u64,
+}
+
 /// A two-level cursor over a table: the index block selects a data block,
 /// loaded lazily through the block cache; empty blocks are skipped.
 pub struct TableIterator {
@@ -578,6 +625,8 @@ pub struct TableIterator {
     data_offset: u64,
     /// The first error met; the iterator stays invalid once set.
     err: Option<Error>,
+    /// Read-ahead state of forward scans.
+    ahead: ReadAhead,
 }
 
 impl TableIterator {
@@ -626,6 +675,7 @@ impl TableIterator {
         if self.data.is_some() && self.data_offset == handle.offset {
             return;
         }
+        self.read_ahead(handle);
         match self.table.data_block(handle, self.ctx) {
             Ok(block) => {
                 self.data = Some(BlockIter::new(block, compare_internal));
@@ -633,6 +683,49 @@ impl TableIterator {
             }
             Err(e) => self.fail(e),
         }
+    }
+
+    /// Before the block at `handle` is loaded: counts blocks loaded in
+    /// file order and, past [`READ_AHEAD_AFTER`] of them while mapped reads
+    /// reach the device, hints the kernel to read the next window ahead
+    /// ([`ReadAhead`]). Any other block starts the count again.
+    fn read_ahead(&mut self, handle: BlockHandle) {
+        if self.ctx.category != IoCategory::UserRead {
+            return;
+        }
+        let a = &mut self.ahead;
+        let end = handle
+            .offset
+            .saturating_add(handle.size)
+            .saturating_add(BLOCK_TRAILER_LEN as u64);
+        if handle.offset == a.next && a.run > 0 {
+            a.run += 1;
+        } else {
+            a.run = 1;
+            a.window = READ_AHEAD_MIN;
+            a.until = 0;
+            a.trigger = 0;
+        }
+        a.next = end;
+        if a.run <= READ_AHEAD_AFTER || end < a.trigger {
+            return;
+        }
+        let src = &self.table.src;
+        if src.map.is_none() {
+            return;
+        }
+        let device = self.table.cache.as_ref().map(|c| c.map_gauge());
+        if !device.is_some_and(|g| g.reaching_device()) {
+            return;
+        }
+        let from = a.until.max(end);
+        let to = end.saturating_add(a.window).min(src.footer_offset);
+        if to > from {
+            src.file.advise(from, to - from, Advice::WillNeed);
+        }
+        a.until = a.until.max(to);
+        a.trigger = from + (to.saturating_sub(from)) / 2;
+        a.window = (a.window * 2).min(READ_AHEAD_MAX);
     }
 
     /// Moves forward over exhausted or empty data blocks.
@@ -984,6 +1077,97 @@ mod tests {
             };
             assert!(!t.data_block(h, ctx).unwrap().is_mapped(), "{category:?}");
         }
+    }
+
+    /// A file that records the read-ahead hints it is given.
+    struct HintedFile {
+        inner: Box<dyn RandomAccessFile>,
+        hints: Arc<parking_lot::Mutex<Vec<(u64, u64)>>>,
+    }
+
+    impl RandomAccessFile for HintedFile {
+        fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+            self.inner.read_at(offset, buf)
+        }
+        fn len(&self) -> io::Result<u64> {
+            self.inner.len()
+        }
+        fn advise(&self, offset: u64, len: u64, advice: Advice) {
+            assert_eq!(advice, Advice::WillNeed);
+            self.hints.lock().push((offset, len));
+        }
+        fn map(&self) -> io::Result<Option<Arc<Mapping>>> {
+            self.inner.map()
+        }
+    }
+
+    #[test]
+    fn a_scan_reads_ahead_only_while_mapped_reads_reach_the_device() {
+        use crate::fs::{FileSystem, MappedFile, StdFs};
+        let entries = value_entries(3_000, 11);
+        let bytes = build(&entries, topts(1024, 4, 10));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(NAME);
+        std::fs::write(&path, &bytes).unwrap();
+        let hints = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let file = MappedFile::wrap(Box::new(HintedFile {
+            inner: StdFs.open_read(&path).unwrap(),
+            hints: hints.clone(),
+        }))
+        .unwrap();
+        let cache = Arc::new(BlockCache::new(1 << 20));
+        let t = Arc::new(
+            Table::open(
+                Arc::from(file),
+                path,
+                42,
+                bytes.len() as u64,
+                Some(cache.clone()),
+                Arc::new(IoStats::default()),
+                IoCategory::UserRead,
+            )
+            .unwrap(),
+        );
+        // Served from memory: no hint.
+        assert_eq!(ok(scan(&t)), entries);
+        assert!(hints.lock().is_empty());
+
+        // Mapped reads now take as long as device reads.
+        for _ in 0..64 {
+            cache
+                .map_gauge()
+                .record(crate::index::sstable::map_gauge::SLOW_READ_NANOS);
+        }
+        assert!(cache.map_gauge().reaching_device());
+        assert_eq!(ok(scan(&t)), entries);
+        let h = hints.lock().clone();
+        assert!(h.len() >= 2, "{h:?}");
+        // Windows in file order, not overlapping, growing to the cap, and
+        // within the data blocks.
+        assert_eq!(h[0].1, READ_AHEAD_MIN);
+        for w in h.windows(2) {
+            assert!(w[1].0 >= w[0].0 + w[0].1, "{h:?}");
+            assert!(w[1].1 <= READ_AHEAD_MAX, "{h:?}");
+        }
+        assert!(h.iter().all(|&(o, l)| o + l <= t.footer_offset()));
+        // The scan reached the last block: the hints reach the table's end.
+        let (o, l) = *h.last().unwrap();
+        assert_eq!(o + l, t.footer_offset(), "{h:?}");
+
+        // A seek reading one block, and compaction reads, hint nothing.
+        hints.lock().clear();
+        let mut it = t.iter(CTX);
+        it.seek(&entries[1_500].0);
+        assert!(it.valid());
+        let mut it = t.iter(ReadCtx {
+            category: IoCategory::Compaction,
+            fill_cache: false,
+        });
+        it.seek_to_first();
+        while it.valid() {
+            it.next();
+        }
+        assert!(hints.lock().is_empty(), "{:?}", hints.lock());
     }
 
     #[test]
