@@ -75,7 +75,7 @@ impl Engine for FakeEngine {
         for (k, v) in self.map.lock().unwrap().range(start.to_vec()..).take(n) {
             out.entries += 1;
             out.key_bytes += k.len() as u64;
-            out.value_bytes += v.len() as u64;
+            out.add_value(v);
             out.last_key.clear();
             out.last_key.extend_from_slice(k);
         }

@@ -186,7 +186,7 @@ impl Engine for FjallEngine {
             let (k, v) = guard.into_inner().map_err(|e| self.err(e))?;
             out.entries += 1;
             out.key_bytes += k.len() as u64;
-            out.value_bytes += v.len() as u64;
+            out.add_value(&v);
             out.last_key.clear();
             out.last_key.extend_from_slice(&k);
         }

@@ -276,10 +276,10 @@ impl Engine for LevelDbEngine {
                 // The binding declares the length out-parameters `const`;
                 // LevelDB writes them, so they come from mutable places.
                 let k = c::leveldb_iter_key(it.0, (&raw mut klen).cast_const());
-                c::leveldb_iter_value(it.0, (&raw mut vlen).cast_const());
+                let v = c::leveldb_iter_value(it.0, (&raw mut vlen).cast_const());
                 out.entries += 1;
                 out.key_bytes += klen as u64;
-                out.value_bytes += vlen as u64;
+                out.add_value(std::slice::from_raw_parts(v.cast::<u8>(), vlen));
                 out.last_key.clear();
                 out.last_key
                     .extend_from_slice(std::slice::from_raw_parts(k.cast::<u8>(), klen));

@@ -137,7 +137,7 @@ impl Engine for RocksEngine {
             if let (Some(k), Some(v)) = (it.key(), it.value()) {
                 out.entries += 1;
                 out.key_bytes += k.len() as u64;
-                out.value_bytes += v.len() as u64;
+                out.add_value(v);
                 out.last_key.clear();
                 out.last_key.extend_from_slice(k);
             }
