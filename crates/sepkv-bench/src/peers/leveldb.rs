@@ -242,10 +242,11 @@ impl Engine for LevelDbEngine {
     }
 
     fn write_batch(&self, ops: &[BatchOp<'_>]) -> Result<()> {
-        // SAFETY: the batch copies every key and value it is given.
+        // SAFETY: a new batch, destroyed by `Batch`'s drop.
         let b = Batch(unsafe { c::leveldb_writebatch_create() });
         for op in ops {
             match *op {
+                // SAFETY: `b.0` is live; the batch copies the key and value.
                 BatchOp::Put(k, v) => unsafe {
                     c::leveldb_writebatch_put(
                         b.0,
@@ -255,6 +256,7 @@ impl Engine for LevelDbEngine {
                         v.len(),
                     )
                 },
+                // SAFETY: `b.0` is live; the batch copies the key.
                 BatchOp::Delete(k) => unsafe {
                     c::leveldb_writebatch_delete(b.0, k.as_ptr().cast(), k.len())
                 },

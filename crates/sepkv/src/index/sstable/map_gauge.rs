@@ -63,9 +63,9 @@ impl MapGauge {
             .is_multiple_of(PROBE_EVERY)
     }
 
-    /// True while recent mapped reads mostly reached the device (the share
-    /// at or above [`MISS_SHARE_LIMIT`]); reads nothing else and counts
-    /// nothing.
+    /// True while at least a quarter of recent mapped reads reached the
+    /// device (the share at or above [`MISS_SHARE_LIMIT`]); reads nothing
+    /// else and counts nothing.
     pub(crate) fn reaching_device(&self) -> bool {
         self.miss_share.load(Ordering::Relaxed) >= MISS_SHARE_LIMIT
     }

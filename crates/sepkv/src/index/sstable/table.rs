@@ -574,8 +574,8 @@ impl Table {
 /// fast as starting at 16 KiB after two.
 pub(crate) const READ_AHEAD_MIN: u64 = 64 << 10;
 
-/// Largest read-ahead window of a scan (bytes); each window issued doubles
-/// the next, up to this.
+/// Farthest a scan reads ahead of the block it loads (bytes): each hint
+/// reaches twice as far past that block as the last one, up to this.
 pub(crate) const READ_AHEAD_MAX: u64 = 256 << 10;
 
 /// Data blocks a cursor loads one after another in file order before it
@@ -590,8 +590,12 @@ pub(crate) const READ_AHEAD_AFTER: u32 = 1;
 /// asks the kernel to read the bytes after the current block
 /// (`POSIX_FADV_WILLNEED`) in one request, as RocksDB's iterators read
 /// ahead (8 KiB doubling to 256 KiB there): the blocks a scan reaches next
-/// then come from memory instead of one device read each. A window is
-/// issued when the scan reaches halfway into the last one. When mapped
+/// then come from memory instead of one system call each on a file handle
+/// every reader shares. A hint is issued when the scan reaches halfway
+/// into the range the last one covered, and covers what lies between that
+/// range's end and [`READ_AHEAD_MIN`] past the block, doubled at each
+/// hint up to [`READ_AHEAD_MAX`]; it may reach past the data blocks into
+/// the filter and index blocks, never past the footer. When mapped
 /// reads are served from memory no hint is issued (a system call that
 /// would find every page cached); neither without a mapping
 /// (`mmap_reads` off: buffered reads get the kernel's own read-ahead, and
@@ -604,7 +608,7 @@ struct ReadAhead {
     next: u64,
     /// Data blocks loaded one after another in file order.
     run: u32,
-    /// Window of the next hint (bytes).
+    /// How far past the loaded block the next hint reaches (bytes).
     window: u64,
     /// File offset the hints issued so far reach.
     until: u64,
@@ -1142,8 +1146,8 @@ mod tests {
         assert_eq!(ok(scan(&t)), entries);
         let h = hints.lock().clone();
         assert!(h.len() >= 2, "{h:?}");
-        // Windows in file order, not overlapping, growing to the cap, and
-        // within the data blocks.
+        // Hints in file order, not overlapping, none longer than the cap,
+        // and none past the footer.
         assert_eq!(h[0].1, READ_AHEAD_MIN);
         for w in h.windows(2) {
             assert!(w[1].0 >= w[0].0 + w[0].1, "{h:?}");
