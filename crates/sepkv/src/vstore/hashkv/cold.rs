@@ -1,12 +1,20 @@
 //! Hotness awareness (HashKV §3.4): the cold data log and tags.
 //!
-//! GC classifies the pairs of a segment group: a pair written more than once
-//! since the group's last GC (or since its insert) is **hot** and its latest
-//! version goes back to the group; a pair written once is **cold**: its
-//! value moves to the **cold data log** and the group keeps only a **tag**
-//! (key and metadata, the value replaced by the cold-log pointer). A later
-//! update of the key lands after the tag in the group, so the next GC sees
-//! two records and treats the pair as hot again, without asking the index.
+//! GC classifies the pairs of a segment group as the paper does: a pair
+//! updated at least once since its insert is **hot** and its latest version
+//! goes back to the group; a pair written once is **cold**: its value moves
+//! to the **cold data log** and the group keeps only a **tag** (key and
+//! metadata, the value replaced by the cold-log pointer). A later update of
+//! the key lands after the tag in the group, so the next GC sees two
+//! records and treats the pair as hot again, without asking the index.
+//! A hot pair stays hot at later GCs although its group then holds only
+//! the copy: the group's `hot_seq` (the highest sequence number GC copied
+//! back as hot, kept in the segment table) marks every value at most that
+//! old as one an earlier GC kept hot. Classifying afresh at every GC — hot
+//! only when written twice *since the last GC* — sends a pair that is
+//! updated now and then, but less often than its group is collected, to
+//! the cold log again and again, where every update leaves a dead value
+//! that only the cold log's GC reclaims.
 //!
 //! The cold data log is the WiscKey value log ([`VlogStore`]) in the same
 //! directory (`NNNNNN.vlog`), collected "as in vLog" (§3.4): its GC checks

@@ -17,14 +17,19 @@
 //! 3. scan each group's sealed segments sequentially and build an in-memory
 //!    table of its keys: the record with the highest sequence number (the
 //!    later one on a tie) is the live version; **no index queries**. A key
-//!    written more than once in the group is hot: its latest record is
-//!    copied to the group's end (the fresh main segment, then log segments),
-//!    among the writes that arrive meanwhile; a copy is journaled (where it
-//!    comes from) and cached like a write. A key written once is cold (with
-//!    `hashkv_hotness`): its value goes to the cold data log. A latest
-//!    record that is a tag is carried over; an older tag names a cold
-//!    value a newer version replaced, which the cold log counts as garbage
-//!    when the step commits (before compaction drops the tag's pointer).
+//!    updated at least once since its insert is hot (§3.4): it has more
+//!    than one record in the group (a tag and the update that followed it
+//!    count), or its value was kept hot by an earlier GC of the group (its
+//!    sequence number is at most the group's `hot_seq`, the highest one
+//!    that GC copied back as hot). A hot key's latest record is copied to
+//!    the group's end (the fresh main segment, then log segments), among
+//!    the writes that arrive meanwhile; a copy is journaled (where it comes
+//!    from) and cached like a write. A key written once since its insert is
+//!    cold (with `hashkv_hotness`): its value goes to the cold data log. A
+//!    latest record that is a tag is carried over; an older tag names a
+//!    cold value a newer version replaced, which the cold log counts as
+//!    garbage when the step commits (before compaction drops the tag's
+//!    pointer).
 //!    A group whose copies would not fit in the fresh main segment and the
 //!    free reserved space is left alone;
 //! 4. install the new pointers with the index's compare-and-set (which
@@ -88,6 +93,12 @@ struct Victim {
     /// Cold pointers of tags a newer version of their key superseded in
     /// the group: cold-log garbage, noted when the step commits.
     stale_cold: Vec<ValuePointer>,
+    /// The group's `hot_seq` when sealed: a value at most this old was
+    /// kept hot by an earlier GC.
+    hot_seq: u64,
+    /// The highest sequence number among the values this step copies back
+    /// as hot: the group's next `hot_seq`.
+    copied_hot_seq: u64,
 }
 
 impl Victim {
@@ -265,6 +276,8 @@ fn seal(s: &HashKvStore) -> Result<Vec<Victim>> {
             installed: HashSet::new(),
             skipped: false,
             stale_cold: Vec::new(),
+            hot_seq: g.hot_seq,
+            copied_hot_seq: 0,
         });
     }
     Ok(victims)
@@ -435,6 +448,20 @@ fn scan_and_copy(
             stale_cold.extend(ValuePointer::decode(r.value).filter(is_cold));
         }
         v.stale_cold = stale_cold.into_iter().collect();
+        // The cold data log may grow only into free reserved space, less
+        // the headroom GC's copies need: it shares the reserve with the
+        // groups' log segments, and `value_capacity` bounds both. Cold
+        // values beyond that stay in their group, copied like hot ones.
+        let mut cold_room = if s.opts.hotness {
+            let st = s.state.lock();
+            let t = &st.table;
+            let chosen: u64 = cold_vals.iter().map(|c| c.old.length as u64).sum();
+            (t.free_units().saturating_sub(t.geo.gc_headroom()) * t.geo.log_size)
+                .saturating_sub(chosen)
+        } else {
+            0
+        };
+        let mut kept_cold = 0u64;
         // Copy in the old order.
         let mut ordered: Vec<(Vec<u8>, Latest)> = keys.into_iter().collect();
         ordered.sort_unstable_by_key(|(_, l)| (l.seg_idx, l.off));
@@ -449,7 +476,15 @@ fn scan_and_copy(
             };
             match l.kind {
                 Kind::Tag => tags.push(old),
-                Kind::Value if s.opts.hotness && l.count == 1 => {
+                // Written once since its insert: neither a second record
+                // in the group nor a value an earlier GC kept hot.
+                Kind::Value
+                    if s.opts.hotness
+                        && l.count == 1
+                        && l.seq > v.hot_seq
+                        && cold_room >= l.len as u64 =>
+                {
+                    cold_room -= l.len as u64;
                     let bytes = slice(&bufs, v, &old);
                     let r = record::decode(bytes).map_err(|e| {
                         Error::corruption(s.path(old.file_id), old.offset, format!("{e:?}"))
@@ -462,9 +497,19 @@ fn scan_and_copy(
                         old,
                     });
                 }
-                Kind::Value => hot.push((key, l.seq, old)),
+                Kind::Value => {
+                    if l.count > 1 || l.seq <= v.hot_seq {
+                        v.copied_hot_seq = v.copied_hot_seq.max(l.seq);
+                    } else if s.opts.hotness {
+                        kept_cold += l.len as u64;
+                    }
+                    hot.push((key, l.seq, old));
+                }
             }
         }
+        s.counters
+            .gc_cold_kept
+            .fetch_add(kept_cold, Ordering::Relaxed);
         let need: u64 = hot.iter().map(|h| h.2.length as u64).sum();
         let max_rec = hot.iter().map(|h| h.2.length as u64).max().unwrap_or(0);
         if !copies_fit(s, v.group, need, max_rec)? {
@@ -726,6 +771,7 @@ fn relocate_and_commit(
             g.sealed = false;
             g.write_volume = g.write_volume.saturating_sub(v.volume);
             g.noted_garbage = 0;
+            g.hot_seq = g.hot_seq.max(v.copied_hot_seq);
             retired.extend(v.old.iter().map(|x| x.0));
         }
         st.table.epoch += 1;

@@ -28,9 +28,10 @@
 //!   relocations go through the index's compare-and-set; old segments are
 //!   freed after the relocations and the new segment table are durable and
 //!   no reader can reach them.
-//! - **Hotness awareness** (§3.4, [`cold`]): pairs written once since the
-//!   last GC are cold; their values move to a cold data log and the group
-//!   keeps a tag. The cold log lives inside `value_capacity`: its span
+//! - **Hotness awareness** (§3.4, [`cold`]): pairs not updated since
+//!   their insert are cold; at their group's GC their values move to a
+//!   cold data log and the group keeps a tag. A pair once updated stays
+//!   hot (the group's `hot_seq` remembers it across GCs and reopens). The cold log lives inside `value_capacity`: its span
 //!   (tail to head) takes log-segment units of the reserved space, so a
 //!   growing cold log leaves fewer log segments and brings on GC like any
 //!   group would; a GC step collects it when its known garbage reaches
@@ -248,6 +249,9 @@ struct Counters {
     gc_bytes_rewritten: AtomicU64,
     gc_bytes_freed: AtomicU64,
     gc_cold_bytes: AtomicU64,
+    /// Cold values kept in their group because the reserve had no room
+    /// for the cold data log to grow.
+    gc_cold_kept: AtomicU64,
     /// See [`ValueStore::garbage_found`] (segment groups only).
     garbage_found: AtomicU64,
     gc_tags: AtomicU64,
@@ -1744,6 +1748,7 @@ impl ValueStore for HashKvStore {
             ("gc_bytes_rewritten", l(&c.gc_bytes_rewritten)),
             ("gc_bytes_freed", l(&c.gc_bytes_freed)),
             ("gc_cold_bytes_moved", l(&c.gc_cold_bytes)),
+            ("gc_cold_bytes_kept", l(&c.gc_cold_kept)),
             ("gc_tags_written", l(&c.gc_tags)),
             ("gc_index_lookups", l(&c.gc_lookups)),
             ("gc_stalled_full", l(&c.gc_stalls)),

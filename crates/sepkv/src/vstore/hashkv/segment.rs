@@ -41,16 +41,19 @@
 //! lookup. The table is persisted with [`Table::encode`]:
 //!
 //! ```text
-//! table := "HKVT" version:u8=1 epoch:u64 next_seg:u64
+//! table := "HKVT" version:u8=2 epoch:u64 next_seg:u64
 //!          journal_num:u64 journal_off:u64
 //!          groups:u32 main_size:u64 log_size:u64 reserved_units:u64
 //!          has_cold:u8 [cold_len:varint cold_state]
 //!          group*  crc:u32
-//! group := nsegs:varint write_volume:varint seg*
+//! group := nsegs:varint write_volume:varint hot_seq:varint seg*
 //! seg   := id:varint kind:u8 (0 main, 1 log) units:varint cap:varint len:varint
 //! crc   := masked CRC-32C of every byte before it (all fixed-width ints LE)
 //! ```
-//! `journal_num/journal_off` is where write-journal replay starts; the
+//! Version 1 tables (written before `hot_seq` existed) have no `hot_seq`
+//! and are read with 0 there: the first GC of each group then classifies
+//! by the records alone. `journal_num/journal_off` is where write-journal
+//! replay starts; the
 //! `epoch` orders the copies kept in the manifest and in the store's own
 //! checkpoint file (the newer wins on open).
 
@@ -138,6 +141,12 @@ pub struct Group {
     pub write_volume: u64,
     /// Bytes the engine reported as garbage in the group since its last GC.
     pub noted_garbage: u64,
+    /// The highest sequence number among the values GC copied back to the
+    /// group as hot. A value record of the group with a sequence number at
+    /// most this survived an earlier GC as hot, so its pair was updated
+    /// since its insert and stays hot (HashKV §3.4); 0 before the group's
+    /// first GC that kept a hot value.
+    pub hot_seq: u64,
 }
 
 /// The fixed geometry of a store.
@@ -430,7 +439,7 @@ impl Table {
     pub fn encode(&self) -> std::result::Result<Vec<u8>, u64> {
         let mut v = Vec::with_capacity(64 + self.groups.len() * 16);
         v.extend_from_slice(b"HKVT");
-        v.push(1);
+        v.push(2);
         for x in [
             self.epoch,
             self.next_seg,
@@ -458,6 +467,7 @@ impl Table {
         for g in &self.groups {
             put_varint64(&mut v, g.segs.len() as u64);
             put_varint64(&mut v, g.write_volume);
+            put_varint64(&mut v, g.hot_seq);
             for &id in &g.segs {
                 let s = self.seg(id)?;
                 put_varint64(&mut v, id);
@@ -474,13 +484,14 @@ impl Table {
 
     /// Decodes a table; `None` when malformed.
     pub fn decode(b: &[u8]) -> Option<Table> {
-        if b.len() < 4 + 1 + 32 + 28 + 1 + 4 || &b[..4] != b"HKVT" || b[4] != 1 {
+        if b.len() < 4 + 1 + 32 + 28 + 1 + 4 || &b[..4] != b"HKVT" || !(1..=2).contains(&b[4]) {
             return None;
         }
         let (body, tail) = b.split_at(b.len() - 4);
         if unmask(u32::from_le_bytes(tail.try_into().ok()?)) != crc(body) {
             return None;
         }
+        let version = b[4];
         let mut src = &body[5..];
         let u64f = |s: &mut &[u8]| -> Option<u64> {
             let (h, t) = s.split_at_checked(8)?;
@@ -539,10 +550,16 @@ impl Table {
         for gi in 0..groups {
             let n = get_varint64(&mut src)?;
             let wv = get_varint64(&mut src)?;
+            let hot_seq = if version >= 2 {
+                get_varint64(&mut src)?
+            } else {
+                0
+            };
             if wv > MAX_SEG_BYTES {
                 return None;
             }
             t.groups[gi as usize].write_volume = wv;
+            t.groups[gi as usize].hot_seq = hot_seq;
             for _ in 0..n {
                 let id = get_varint64(&mut src)?;
                 let (&k, r) = src.split_first()?;
@@ -985,6 +1002,46 @@ mod tests {
         let mut bad = enc.clone();
         bad[10] ^= 1;
         assert!(Table::decode(&bad).is_none());
+    }
+
+    /// Groups keep the hotness bound their last GC set; a version 1 table,
+    /// which has none, reads with 0.
+    #[test]
+    fn hot_seq_roundtrips_and_version_1_reads_without_it() {
+        let geo = Geometry::new(1 << 20, 64 << 10, 16 << 10, 0.25);
+        let mut t = Table::new(geo);
+        t.groups[5].hot_seq = 123_456;
+        t.groups[5].write_volume = 7;
+        let d = Table::decode(&t.encode().unwrap()).unwrap();
+        assert_eq!(
+            (d.groups[5].hot_seq, d.groups[5].write_volume),
+            (123_456, 7)
+        );
+        assert!(d
+            .groups
+            .iter()
+            .enumerate()
+            .all(|(i, g)| i == 5 || g.hot_seq == 0));
+
+        // The same table as version 1 wrote it: no hot_seq per group.
+        t.groups[5].hot_seq = 0;
+        let v2 = t.encode().unwrap();
+        let groups_at = v2.len() - 4 - 3 * geo.groups as usize;
+        let mut v1 = v2[..groups_at].to_vec();
+        v1[4] = 1;
+        for g in &t.groups {
+            put_varint64(&mut v1, g.segs.len() as u64);
+            put_varint64(&mut v1, g.write_volume);
+        }
+        let c = mask(crc(&v1));
+        v1.extend_from_slice(&c.to_le_bytes());
+        let d = Table::decode(&v1).unwrap();
+        assert_eq!(d.groups[5].write_volume, 7);
+        assert!(d.groups.iter().all(|g| g.hot_seq == 0));
+        // A version this build does not know is refused.
+        let mut v3 = v2.clone();
+        v3[4] = 3;
+        assert!(Table::decode(&v3).is_none());
     }
 
     #[test]
