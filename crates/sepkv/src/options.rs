@@ -435,7 +435,9 @@ pub struct Options {
     /// Size in bytes at which the `hashkv` write journal is checkpointed
     /// and started afresh (the store's worker finishes the checkpoint in
     /// the background, so the disk may hold the journal being retired and
-    /// a preallocated spare beside the current one). Default 64 MiB.
+    /// a preallocated spare beside the current one). A store whose groups
+    /// hold less than 32 times this uses a thirty-second of their bytes
+    /// (at least 1 MiB). Default 64 MiB.
     pub hashkv_journal_size: u64,
     /// Bytes a `trie` leaf takes (over all its TrieTables) before it
     /// splits into children by the next key byte (or, where keys cannot

@@ -231,11 +231,13 @@ pub(crate) struct State {
     /// changes or log segments are freed.
     stalled: HashMap<u32, (u64, u64)>,
     poisoned: Option<String>,
-    /// Journal length at which it is recycled: `journal_size`, or an
-    /// eighth of the groups' bytes when that is smaller (at least 1 MiB),
-    /// so that a journal holding second copies of the values never adds
-    /// more than an eighth to a small store's size (set at open and at
-    /// every recycle).
+    /// Journal length at which it is recycled: `journal_size`, or a
+    /// thirty-second of the groups' bytes when that is smaller (at least
+    /// 1 MiB), so that the journals holding second copies of the values —
+    /// up to two on disk while a checkpoint runs, and a preallocated spare —
+    /// add little to a store's size (set at open and at every recycle). An
+    /// eighth held the update experiment's space amplification 0.04–0.09
+    /// higher, at the same throughput.
     journal_limit: u64,
     /// A journal checkpoint is in flight (at most one at a time).
     checkpointing: bool,
@@ -886,7 +888,7 @@ impl HashKvStore {
             .flat_map(|g| g.segs.iter())
             .map(|id| t.segs.get(id).map_or(0, |s| s.len))
             .sum();
-        opts.journal_size.min((held / 8).max(1 << 20))
+        opts.journal_size.min((held / 32).max(1 << 20))
     }
 
     /// Free log segments below which GC is pressing (§3.3 trigger).
