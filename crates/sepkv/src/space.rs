@@ -42,9 +42,8 @@
 //! the upper levels). Like Scavenger+'s compensated sizes, sepkv estimates
 //! it ([`SpaceGovernor::hidden_garbage`]): the value bytes written since the
 //! index was last compacted whole, times the share of writes that
-//! overwrite a separated value (sampled: every write looks its key up
-//! until [`SETTLED_SAMPLES`] have, then one in [`OVERWRITE_SAMPLE_EVERY`]),
-//! less the garbage
+//! overwrite a separated value (sampled: one write in
+//! [`OVERWRITE_SAMPLE_EVERY`] looks its key up), less the garbage
 //! compaction has reported since. The bound is judged against the live
 //! bytes *without* it — the conservative figure. When the hidden part is
 //! the larger share of what stands between the store and its target, GC
@@ -208,8 +207,8 @@ impl SpacePolicy {
     /// collect (HashKV collected a quarter of its groups twice in a load
     /// of unique keys), and writers would have run GC themselves. Known
     /// garbage acts at once, and the estimate once it is settled, which
-    /// takes [`SETTLED_SAMPLES`] write batches (commit groups) with
-    /// separated values after each open.
+    /// takes [`SETTLED_SAMPLES`] × [`OVERWRITE_SAMPLE_EVERY`] write batches
+    /// (commit groups) with separated values.
     pub fn decide(&self, v: &SpaceView) -> Decision {
         let hidden = if v.hidden_settled {
             v.hidden_garbage
@@ -646,17 +645,14 @@ impl SpaceGovernor {
     }
 
     /// True when the write about to be made should be sampled: look its
-    /// key up and report with [`SpaceGovernor::sampled`]. Every write is
-    /// sampled until the estimate is settled, then one in
-    /// [`OVERWRITE_SAMPLE_EVERY`]: a short-lived process (a CLI import, a
-    /// service that restarts) otherwise ended before its estimate settled,
-    /// and the garbage its overwrites left behind drove nothing.
+    /// key up and report with [`SpaceGovernor::sampled`].
     pub fn sample_due(&self) -> bool {
-        if !self.active() {
-            return false;
-        }
-        let c = self.cached.lock();
-        c.samples < SETTLED_SAMPLES || c.writes.is_multiple_of(OVERWRITE_SAMPLE_EVERY)
+        self.active()
+            && self
+                .cached
+                .lock()
+                .writes
+                .is_multiple_of(OVERWRITE_SAMPLE_EVERY)
     }
 
     /// Reports a sampled write: whether it overwrote a separated value.
@@ -927,29 +923,6 @@ mod tests {
         assert!(!g.hidden_settled());
         g.sampled(false);
         assert!(g.hidden_settled());
-    }
-
-    /// Every write is sampled until the estimate settles, so that a
-    /// process of a few hundred writes settles it too; one in
-    /// `OVERWRITE_SAMPLE_EVERY` after that.
-    #[test]
-    fn every_write_is_sampled_until_the_estimate_settles() {
-        assert!(!SpaceGovernor::new(f64::INFINITY, false).sample_due());
-        let g = SpaceGovernor::new(1.5, false);
-        for _ in 0..SETTLED_SAMPLES {
-            assert!(g.sample_due());
-            g.sampled(true);
-            g.wrote(1000);
-        }
-        assert!(g.hidden_settled());
-        let due = (0..4 * OVERWRITE_SAMPLE_EVERY)
-            .filter(|_| {
-                let d = g.sample_due();
-                g.wrote(1000);
-                d
-            })
-            .count();
-        assert_eq!(due, 4);
     }
 
     #[test]
