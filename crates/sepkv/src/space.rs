@@ -42,18 +42,21 @@
 //! the upper levels). Like Scavenger+'s compensated sizes, sepkv estimates
 //! it ([`SpaceGovernor::hidden_garbage`]): the value bytes written since the
 //! index was last compacted whole, times the share of writes that
-//! overwrite a separated value (sampled: one write in
-//! [`OVERWRITE_SAMPLE_EVERY`] looks its key up), less the garbage
+//! overwrite a separated value (sampled: every write looks its key up
+//! until [`SETTLED_SAMPLES`] have, then one in [`OVERWRITE_SAMPLE_EVERY`]),
+//! less the garbage
 //! compaction has reported since. The bound is judged against the live
 //! bytes *without* it — the conservative figure. When the hidden part is
 //! the larger share of what stands between the store and its target, GC
 //! alone cannot say what is dead cheaply; the engine then compacts the
 //! whole index (which is small: keys and pointers), and compaction reports
 //! it ([`Decision::discover`]). Until [`SETTLED_SAMPLES`] writes have
-//! been sampled, the share is mostly its prior (every write may
-//! overwrite), and the estimate counts for nothing: it starts no GC,
-//! holds no writer and asks for no index compaction
-//! ([`SpaceView::hidden_settled`]).
+//! been sampled since open, one of them an overwrite, the share is mostly
+//! its prior (every write may overwrite), and the estimate counts for
+//! nothing: it starts no GC, holds no writer and asks for no index
+//! compaction ([`SpaceView::hidden_settled`]). Sampling every write until
+//! then lets a short-lived process (a CLI import, a service that
+//! restarts) settle it within its first 32 write batches.
 //!
 //! # Target, reserve and GC thresholds
 //! - `space_amp_target` is relative: disk ≤ `T` × live. It applies to every
@@ -207,8 +210,8 @@ impl SpacePolicy {
     /// collect (HashKV collected a quarter of its groups twice in a load
     /// of unique keys), and writers would have run GC themselves. Known
     /// garbage acts at once, and the estimate once it is settled, which
-    /// takes [`SETTLED_SAMPLES`] × [`OVERWRITE_SAMPLE_EVERY`] write batches
-    /// (commit groups) with separated values.
+    /// takes [`SETTLED_SAMPLES`] write batches (commit groups) with
+    /// separated values after each open.
     pub fn decide(&self, v: &SpaceView) -> Decision {
         let hidden = if v.hidden_settled {
             v.hidden_garbage
@@ -645,14 +648,17 @@ impl SpaceGovernor {
     }
 
     /// True when the write about to be made should be sampled: look its
-    /// key up and report with [`SpaceGovernor::sampled`].
+    /// key up and report with [`SpaceGovernor::sampled`]. Every write is
+    /// sampled until the estimate is settled, then one in
+    /// [`OVERWRITE_SAMPLE_EVERY`]: a short-lived process (a CLI import, a
+    /// service that restarts) otherwise ended before its estimate settled,
+    /// and the garbage its overwrites left behind drove nothing.
     pub fn sample_due(&self) -> bool {
-        self.active()
-            && self
-                .cached
-                .lock()
-                .writes
-                .is_multiple_of(OVERWRITE_SAMPLE_EVERY)
+        if !self.active() {
+            return false;
+        }
+        let c = self.cached.lock();
+        c.samples < SETTLED_SAMPLES || c.writes.is_multiple_of(OVERWRITE_SAMPLE_EVERY)
     }
 
     /// Reports a sampled write: whether it overwrote a separated value.
@@ -672,9 +678,16 @@ impl SpaceGovernor {
         c.found_base = found;
     }
 
-    /// True once [`SETTLED_SAMPLES`] writes have been sampled since open.
+    /// True once [`SETTLED_SAMPLES`] writes have been sampled since open
+    /// and one of them overwrote a separated value. Without an overwrite
+    /// the estimate is the prior's leftover (`1 / (samples + 1)` of what
+    /// was written): at the start of a load of new keys, when the memtable
+    /// and the files' last pages are a large share of a small store, that
+    /// leftover made the store look collectable above its target, and GC
+    /// rewrote live values.
     pub fn hidden_settled(&self) -> bool {
-        self.cached.lock().samples >= SETTLED_SAMPLES
+        let c = self.cached.lock();
+        c.samples >= SETTLED_SAMPLES && c.overwrites > 0
     }
 
     /// The share of writes that overwrite a separated value: 1 until
@@ -915,14 +928,40 @@ mod tests {
             ..view(1 << 20, 20 << 20, 25 << 20, 15 << 20, 40 << 20)
         };
         assert_eq!(p.decide(&v).pressure, Pressure::Stop);
-        // The governor settles after SETTLED_SAMPLES sampled writes.
+        // The governor settles after SETTLED_SAMPLES sampled writes, one of
+        // which overwrote a separated value.
         let g = SpaceGovernor::new(1.5, false);
         for _ in 0..SETTLED_SAMPLES - 1 {
             g.sampled(false);
         }
         assert!(!g.hidden_settled());
         g.sampled(false);
+        assert!(!g.hidden_settled(), "no overwrite: a load of new keys");
+        g.sampled(true);
         assert!(g.hidden_settled());
+    }
+
+    /// Every write is sampled until the estimate settles, so that a
+    /// process of a few hundred writes settles it too; one in
+    /// `OVERWRITE_SAMPLE_EVERY` after that.
+    #[test]
+    fn every_write_is_sampled_until_the_estimate_settles() {
+        assert!(!SpaceGovernor::new(f64::INFINITY, false).sample_due());
+        let g = SpaceGovernor::new(1.5, false);
+        for _ in 0..SETTLED_SAMPLES {
+            assert!(g.sample_due());
+            g.sampled(true);
+            g.wrote(1000);
+        }
+        assert!(g.hidden_settled());
+        let due = (0..4 * OVERWRITE_SAMPLE_EVERY)
+            .filter(|_| {
+                let d = g.sample_due();
+                g.wrote(1000);
+                d
+            })
+            .count();
+        assert_eq!(due, 4);
     }
 
     #[test]
