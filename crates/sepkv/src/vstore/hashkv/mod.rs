@@ -31,10 +31,13 @@
 //! - **Hotness awareness** (§3.4, [`cold`]): pairs not updated since
 //!   their insert are cold; at their group's GC their values move to a
 //!   cold data log and the group keeps a tag. A pair once updated stays
-//!   hot (the group's `hot_seq` remembers it across GCs and reopens). The cold log lives inside `value_capacity`: its span
-//!   (tail to head) takes log-segment units of the reserved space, so a
-//!   growing cold log leaves fewer log segments and brings on GC like any
-//!   group would; a GC step collects it when its known garbage reaches
+//!   hot (the group's `hot_seq` remembers it across GCs and reopens).
+//!   The cold log lives inside `value_capacity`: its span (tail to head)
+//!   takes log-segment units of the reserved space, and GC moves cold
+//!   values only while the reserve has free units beyond its own
+//!   headroom (the rest are copied back to their group like hot ones), so
+//!   the cold log and the groups' log segments together never pass the
+//!   reserve; a GC step collects the cold log when its known garbage reaches
 //!   `gc_garbage_ratio` (0.5 when background GC is off), or when the
 //!   reserved space runs low and it holds a log segment of known garbage.
 //! - **Crash consistency** (§3.7, [`journal`]): the write journal records
