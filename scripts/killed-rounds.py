@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Space after short-lived, killed writers (issue: space that stays bounded).
 
-Overwrites the same keys in ROUNDS separate `sepkv import` processes; every
-second one is killed with SIGKILL once KILL_AT records were acknowledged.
+Overwrites the same keys in ROUNDS separate `sepkv import` processes; rounds
+2, 4, ..., 12 are killed with SIGKILL once KILL_AT records were acknowledged.
 No manual `gc` runs. Prints the directory's allocated size (as `du` counts
 it) over the live key and value bytes: the last round runs to its end, so
 its records are the live ones.
@@ -54,18 +54,17 @@ def run_round(binary, preset, db, data, sync, kill):
     p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL)
     if not kill:
-        out, _ = p.communicate(data)
+        p.communicate(data)
         if p.returncode != 0:
             sys.exit(f"import failed with status {p.returncode}")
         return KEYS
-    # Feed stdin from a thread, so the kill comes while records are still
-    # arriving, not after the process has read them all.
+    # Feed from a thread, and keep stdin open after the records: the
+    # process cannot finish on its own, so the kill is what ends it.
     def feed():
         try:
             for off in range(0, len(data), 16 << 10):
                 p.stdin.write(data[off:off + (16 << 10)])
                 p.stdin.flush()
-            p.stdin.close()
         except (BrokenPipeError, ValueError):
             pass
 
@@ -80,6 +79,14 @@ def run_round(binary, preset, db, data, sync, kill):
                 p.send_signal(signal.SIGKILL)
                 break
     p.wait()
+    feeder.join()
+    try:
+        p.stdin.close()
+    except BrokenPipeError:
+        pass
+    if p.returncode != -signal.SIGKILL:
+        sys.exit(f"import ended with status {p.returncode} after {acked} acked records, "
+                 "not by the kill")
     return acked
 
 

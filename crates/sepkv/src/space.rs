@@ -111,9 +111,10 @@ pub struct SpaceView {
     /// ([`SpaceGovernor::hidden_garbage`]).
     pub hidden_garbage: u64,
     /// The overwrite share behind `hidden_garbage` rests on at least
-    /// [`SETTLED_SAMPLES`] sampled writes ([`SpaceGovernor::hidden_settled`]);
-    /// before that it is mostly the prior (every write may overwrite), and
-    /// [`SpacePolicy::decide`] leaves it out.
+    /// [`SETTLED_SAMPLES`] sampled writes, one of them an overwrite
+    /// ([`SpaceGovernor::hidden_settled`]); before that it is mostly the
+    /// prior (every write may overwrite), and [`SpacePolicy::decide`]
+    /// leaves it out.
     pub hidden_settled: bool,
     /// The value store's figures.
     pub value: SpaceStats,
@@ -429,12 +430,13 @@ pub struct SpaceGovernor {
 /// Least bytes between two fresh views taken for writers.
 const MIN_REFRESH_BYTES: u64 = 64 << 10;
 
-/// One write in this many looks its key up to learn whether it overwrites
-/// a separated value.
+/// Once [`SETTLED_SAMPLES`] writes have been sampled, one write in this many
+/// looks its key up to learn whether it overwrites a separated value
+/// (every write before).
 pub const OVERWRITE_SAMPLE_EVERY: u64 = 16;
 
-/// Sampled writes from which the hidden-garbage estimate may hold writers
-/// ([`SpaceView::hidden_settled`]).
+/// Sampled writes from which the hidden-garbage estimate may act, once one
+/// of them was an overwrite ([`SpaceView::hidden_settled`]).
 pub const SETTLED_SAMPLES: u64 = 32;
 
 impl SpaceGovernor {
@@ -649,7 +651,7 @@ impl SpaceGovernor {
 
     /// True when the write about to be made should be sampled: look its
     /// key up and report with [`SpaceGovernor::sampled`]. Every write is
-    /// sampled until the estimate is settled, then one in
+    /// sampled until [`SETTLED_SAMPLES`] have been, then one in
     /// [`OVERWRITE_SAMPLE_EVERY`]: a short-lived process (a CLI import, a
     /// service that restarts) otherwise ended before its estimate settled,
     /// and the garbage its overwrites left behind drove nothing.

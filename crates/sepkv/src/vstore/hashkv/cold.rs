@@ -9,8 +9,10 @@
 //! records and treats the pair as hot again, without asking the index.
 //! A hot pair stays hot at later GCs although its group then holds only
 //! the copy: the group's `hot_seq` (the highest sequence number GC copied
-//! back as hot, kept in the segment table) marks every value at most that
-//! old as one an earlier GC kept hot. Classifying afresh at every GC — hot
+//! back as hot, kept in the segment table) marks a value alone in its group
+//! and at most that old as one an earlier GC kept hot (a cold value kept
+//! in its group for lack of cold-log room can fall under it too). This
+//! follows §3.4's wording; classifying afresh at every GC — hot
 //! only when written twice *since the last GC* — sends a pair that is
 //! updated now and then, but less often than its group is collected, to
 //! the cold log again and again, where every update leaves a dead value

@@ -25,7 +25,10 @@
 //!    the group's end (the fresh main segment, then log segments), among
 //!    the writes that arrive meanwhile; a copy is journaled (where it comes
 //!    from) and cached like a write. A key written once since its insert is
-//!    cold (with `hashkv_hotness`): its value goes to the cold data log. A
+//!    cold (with `hashkv_hotness`): its value goes to the cold data log
+//!    while the reserve has free room for it beyond GC's headroom and this
+//!    group's copies, and is otherwise copied back like a hot one (the
+//!    group's `hot_seq` may then cover it: see [`super::segment::Group`]). A
 //!    latest record that is a tag is carried over; an older tag names a
 //!    cold value a newer version replaced, which the cold log counts as
 //!    garbage when the step commits (before compaction drops the tag's
@@ -99,6 +102,9 @@ struct Victim {
     /// The highest sequence number among the values this step copies back
     /// as hot: the group's next `hot_seq`.
     copied_hot_seq: u64,
+    /// Bytes of cold values copied back to the group because the cold
+    /// data log had no room (counted when the step commits).
+    kept_cold: u64,
 }
 
 impl Victim {
@@ -278,6 +284,7 @@ fn seal(s: &HashKvStore) -> Result<Vec<Victim>> {
             stale_cold: Vec::new(),
             hot_seq: g.hot_seq,
             copied_hot_seq: 0,
+            kept_cold: 0,
         });
     }
     Ok(victims)
@@ -448,23 +455,36 @@ fn scan_and_copy(
             stale_cold.extend(ValuePointer::decode(r.value).filter(is_cold));
         }
         v.stale_cold = stale_cold.into_iter().collect();
-        // The cold data log may grow only into free reserved space, less
-        // the headroom GC's copies need: it shares the reserve with the
-        // groups' log segments, and `value_capacity` bounds both. Cold
-        // values beyond that stay in their group, copied like hot ones.
-        let mut cold_room = if s.opts.hotness {
-            let st = s.state.lock();
-            let t = &st.table;
-            let chosen: u64 = cold_vals.iter().map(|c| c.old.length as u64).sum();
-            (t.free_units().saturating_sub(t.geo.gc_headroom()) * t.geo.log_size)
-                .saturating_sub(chosen)
-        } else {
-            0
-        };
-        let mut kept_cold = 0u64;
         // Copy in the old order.
         let mut ordered: Vec<(Vec<u8>, Latest)> = keys.into_iter().collect();
         ordered.sort_unstable_by_key(|(_, l)| (l.seg_idx, l.off));
+        let cold_candidate = |l: &Latest| s.opts.hotness && l.count == 1 && l.seq > v.hot_seq;
+        // The cold data log may grow only into free reserved space: it
+        // shares the reserve with the groups' log segments, and
+        // `value_capacity` bounds both. What is free less GC's headroom,
+        // one unit for the two logs' different record sizes, what this
+        // step has already chosen, and the log segments this group's hot
+        // copies will take beyond its fresh main segment. Cold values
+        // beyond that stay in their group, copied like hot ones.
+        let mut cold_room = if s.opts.hotness {
+            let hot_need: u64 = ordered
+                .iter()
+                .filter(|(_, l)| l.kind == Kind::Value && !cold_candidate(l))
+                .map(|(_, l)| l.len as u64)
+                .sum();
+            let st = s.state.lock();
+            let t = &st.table;
+            let spill = hot_need
+                .saturating_sub(t.geo.main_size)
+                .div_ceil(t.geo.log_size.max(1));
+            let chosen: u64 = cold_vals.iter().map(|c| c.old.length as u64).sum();
+            let units = t
+                .free_units()
+                .saturating_sub(t.geo.gc_headroom() + 1 + spill);
+            (units * t.geo.log_size).saturating_sub(chosen)
+        } else {
+            0
+        };
         let mut hot: Vec<(Vec<u8>, u64, ValuePointer)> = Vec::new();
         let mut tags: Vec<ValuePointer> = Vec::new();
         for (key, l) in ordered {
@@ -478,12 +498,7 @@ fn scan_and_copy(
                 Kind::Tag => tags.push(old),
                 // Written once since its insert: neither a second record
                 // in the group nor a value an earlier GC kept hot.
-                Kind::Value
-                    if s.opts.hotness
-                        && l.count == 1
-                        && l.seq > v.hot_seq
-                        && cold_room >= l.len as u64 =>
-                {
+                Kind::Value if cold_candidate(&l) && cold_room >= l.len as u64 => {
                     cold_room -= l.len as u64;
                     let bytes = slice(&bufs, v, &old);
                     let r = record::decode(bytes).map_err(|e| {
@@ -498,18 +513,15 @@ fn scan_and_copy(
                     });
                 }
                 Kind::Value => {
-                    if l.count > 1 || l.seq <= v.hot_seq {
+                    if !cold_candidate(&l) {
                         v.copied_hot_seq = v.copied_hot_seq.max(l.seq);
-                    } else if s.opts.hotness {
-                        kept_cold += l.len as u64;
+                    } else {
+                        v.kept_cold += l.len as u64;
                     }
                     hot.push((key, l.seq, old));
                 }
             }
         }
-        s.counters
-            .gc_cold_kept
-            .fetch_add(kept_cold, Ordering::Relaxed);
         let need: u64 = hot.iter().map(|h| h.2.length as u64).sum();
         let max_rec = hot.iter().map(|h| h.2.length as u64).max().unwrap_or(0);
         if !copies_fit(s, v.group, need, max_rec)? {
@@ -772,6 +784,9 @@ fn relocate_and_commit(
             g.write_volume = g.write_volume.saturating_sub(v.volume);
             g.noted_garbage = 0;
             g.hot_seq = g.hot_seq.max(v.copied_hot_seq);
+            s.counters
+                .gc_cold_kept
+                .fetch_add(v.kept_cold, Ordering::Relaxed);
             retired.extend(v.old.iter().map(|x| x.0));
         }
         st.table.epoch += 1;

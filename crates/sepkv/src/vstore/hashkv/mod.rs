@@ -1718,7 +1718,7 @@ impl ValueStore for HashKvStore {
     }
 
     fn figures(&self) -> Vec<(&'static str, u64)> {
-        let (groups, max_wv, sum_wv, free, reserved, used_groups, cache, jlen, pressure) = {
+        let (groups, max_wv, sum_wv, free, reserved, used_groups, cache, jlen, pressure, units) = {
             let st = self.state.lock();
             let t = &st.table;
             let max_wv = t.groups.iter().map(|g| g.write_volume).max().unwrap_or(0);
@@ -1734,6 +1734,7 @@ impl ValueStore for HashKvStore {
                 st.cache.bytes() as u64,
                 st.journal_len,
                 (t.free_units() < HashKvStore::low_watermark(t)) as u64,
+                t.used_units,
             )
         };
         let cold = self.cold.space();
@@ -1745,6 +1746,7 @@ impl ValueStore for HashKvStore {
             ("group_write_volume_max", max_wv),
             ("group_write_volume_avg", sum_wv / groups.max(1)),
             ("log_segments_reserved", reserved),
+            ("log_segments_in_groups", units),
             ("log_segments_free", free),
             ("gc_pressure", pressure),
             ("gc_runs", l(&c.gc_runs)),
