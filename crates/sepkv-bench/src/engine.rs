@@ -46,10 +46,10 @@ pub enum BatchOp<'a> {
 /// Every engine reads each value it returns through [`ScanResult::add_value`],
 /// which hashes all of the value's bytes, as a client that uses the values
 /// does (YCSB's clients copy them out); Badger's Go driver, which scans in
-/// Go, hashes them there (CRC-32C) and leaves `value_digest` at 0. An engine that hands out values in
-/// place (RocksDB, LevelDB, Badger) would otherwise be measured for a scan
-/// whose values nobody reads, and one that copies them or checks their
-/// checksums (sepkv) for one that does.
+/// Go, hashes them there (CRC-32C) and leaves `value_digest` at 0. An
+/// engine that hands out values in place (RocksDB, LevelDB, Badger) would
+/// otherwise be measured for a scan whose values nobody reads, and one that
+/// copies them or checks their checksums (sepkv) for one that does.
 #[derive(Debug, Clone, Default)]
 pub struct ScanResult {
     /// Entries returned.

@@ -260,8 +260,9 @@ fn reserve_use(db: &Db) -> (u64, u64) {
 /// The cold data log shares the reserve with the groups' log segments,
 /// inside `value_capacity`: GC moves cold values only into reserved space
 /// that is free, and keeps the rest in their groups, copied like hot ones.
-/// Moving them all took the whole reserve for the cold log, and the
-/// overwrites below then met `ValueStoreFull` with garbage left.
+/// Moving them all made the groups and the cold log hold 44 of the 32
+/// units, and the overwrites below then met `ValueStoreFull` with garbage
+/// left.
 #[test]
 fn cold_values_stay_in_their_group_when_the_reserve_is_full() {
     let db = Db::open("/db", opts(Arc::new(MemFs::new()))).unwrap();

@@ -53,9 +53,8 @@
 //! Version 1 tables (written before `hot_seq` existed) have no `hot_seq`
 //! and are read with 0 there: the first GC of each group then classifies
 //! by the records alone. `journal_num/journal_off` is where write-journal
-//! replay starts; the
-//! `epoch` orders the copies kept in the manifest and in the store's own
-//! checkpoint file (the newer wins on open).
+//! replay starts; the `epoch` orders the copies kept in the manifest and in
+//! the store's own checkpoint file (the newer wins on open).
 
 use crate::error::{Error, IoContext, Result};
 use crate::format::checksum::{crc, mask, unmask};
