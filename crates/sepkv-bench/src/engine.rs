@@ -402,9 +402,12 @@ pub struct Tuning {
     pub no_prefetch: bool,
     /// `+nohot`: HashKV without hotness awareness (§3.4; Exp. 6).
     pub no_hotness: bool,
-    /// `+nojournal`: HashKV without its write journal, which records writes and GC copies (§3.7;
-    /// Exp. 8), which also turns its write cache off.
+    /// `+nojournal`: HashKV without its write journal, which records the segments writes and
+    /// GC copies allocate (§3.7; Exp. 8): the segment table is checkpointed at every allocation.
     pub no_journal: bool,
+    /// `+jvalues`: HashKV's write journal carries the values as well, behind its write cache
+    /// (§3.2): every value written twice, one journal fsync per sync.
+    pub journal_values: bool,
     /// `+nosep`: every value is separated, none kept inline
     /// (`value_threshold` 1; selective separation off, HashKV §3.5, Exp. 7).
     pub no_selective: bool,
@@ -428,7 +431,7 @@ pub struct Tuning {
 }
 
 /// The `+flag`s of [`Tuning`] and what each does, for `--list-engines`.
-pub const TUNING_HELP: [(&str, &str); 10] = [
+pub const TUNING_HELP: [(&str, &str); 11] = [
     (
         "+nowal",
         "the value log replaces the index WAL (WiscKey §3.4.2)",
@@ -437,7 +440,11 @@ pub const TUNING_HELP: [(&str, &str); 10] = [
     ("+nohot", "HashKV without hotness awareness (§3.4)"),
     (
         "+nojournal",
-        "HashKV without its write journal (§3.7) and write cache",
+        "HashKV without its write journal (§3.7): table checkpoints instead",
+    ),
+    (
+        "+jvalues",
+        "HashKV's journal carries the values behind its write cache (§3.2)",
     ),
     ("+nosep", "every value separated (value_threshold 1)"),
     (
@@ -472,6 +479,9 @@ impl fmt::Display for Tuning {
         }
         if self.no_journal {
             f.write_str("+nojournal")?;
+        }
+        if self.journal_values {
+            f.write_str("+jvalues")?;
         }
         if self.no_selective {
             f.write_str("+nosep")?;
@@ -716,6 +726,7 @@ impl FromStr for EngineSpec {
                             "noprefetch" => tuning.no_prefetch = true,
                             "nohot" => tuning.no_hotness = true,
                             "nojournal" => tuning.no_journal = true,
+                            "jvalues" => tuning.journal_values = true,
                             "nosep" => tuning.no_selective = true,
                             "diskhash" => tuning.disk_hash = true,
                             "lwc" => tuning.lwc_index = true,
@@ -850,6 +861,9 @@ impl SepkvEngine {
         }
         if tuning.no_journal {
             options.hashkv_journal = false;
+        }
+        if tuning.journal_values {
+            options.hashkv_journal_values = true;
         }
         if tuning.no_selective {
             options.value_threshold = 1;

@@ -1,7 +1,9 @@
-//! Process-level crash test: `sepkv import --sync` is killed with SIGKILL at
+//! Process-level crash tests: `sepkv import` is killed with SIGKILL at
 //! random moments, 20 times; afterwards `sepkv verify` passes and every
 //! record the importer acknowledged (`acked <total>` on stdout) reads back
-//! with its value.
+//! with its value. With `--sync` (the default preset) and without it
+//! (`hashkv`, whose values go straight to their segments: an acknowledged
+//! write is in the OS, which outlives the process).
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -20,8 +22,9 @@ fn key(round: usize, i: usize) -> String {
     format!("r{round:02}-k{i:07}")
 }
 
-fn value(round: usize, i: usize) -> String {
-    format!("value-{round}-{i}-{}", "x".repeat(i % 97))
+fn value(round: usize, i: usize, long: bool) -> String {
+    let pad = if long { 100 + i % 1100 } else { i % 97 };
+    format!("value-{round}-{i}-{}", "x".repeat(pad))
 }
 
 fn sepkv(db: &Path) -> Command {
@@ -32,6 +35,17 @@ fn sepkv(db: &Path) -> Command {
 
 #[test]
 fn sigkill_during_import_loses_no_acknowledged_record() {
+    killed_imports(&["import", "--sync", "--batch", "100"], false);
+}
+
+/// Unsynced `hashkv` imports of values 120–1220 bytes long, most of them
+/// separated into segment groups.
+#[test]
+fn sigkill_during_unsynced_hashkv_import_loses_no_acknowledged_record() {
+    killed_imports(&["--preset", "hashkv", "import", "--batch", "100"], true);
+}
+
+fn killed_imports(args: &[&str], long: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let db = tmp.path().join("db");
     let seed = std::env::var("SEPKV_KILL_SEED")
@@ -42,7 +56,7 @@ fn sigkill_during_import_loses_no_acknowledged_record() {
     let mut acked_per_round = Vec::new();
     for round in 0..ROUNDS {
         let mut child = sepkv(&db)
-            .args(["import", "--sync", "--batch", "100"])
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -54,7 +68,7 @@ fn sigkill_during_import_loses_no_acknowledged_record() {
             for i in 0..LINES {
                 buf.push_str(&key(round, i));
                 buf.push('\t');
-                buf.push_str(&value(round, i));
+                buf.push_str(&value(round, i, long));
                 buf.push('\n');
                 if buf.len() > 64 << 10 {
                     if stdin.write_all(buf.as_bytes()).is_err() {
@@ -113,7 +127,7 @@ fn sigkill_during_import_loses_no_acknowledged_record() {
             let k = key(round, i);
             assert_eq!(
                 stored.get(k.as_str()).copied(),
-                Some(value(round, i).as_str()),
+                Some(value(round, i, long).as_str()),
                 "acknowledged {k} lost"
             );
         }
@@ -122,6 +136,6 @@ fn sigkill_during_import_loses_no_acknowledged_record() {
     for (k, v) in &stored {
         let (r, i) = k.split_once("-k").unwrap();
         let (round, i): (usize, usize) = (r[1..].parse().unwrap(), i.parse().unwrap());
-        assert_eq!(*v, value(round, i));
+        assert_eq!(*v, value(round, i, long));
     }
 }

@@ -622,6 +622,7 @@ fn hashkv_opts() -> HashKvOptions {
         write_cache_size: 0,
         hotness: true,
         journal: true,
+        journal_values: true,
         journal_size: 1 << 20,
         cold_file_size: 4096,
         cold_gc_chunk_size: 4096,

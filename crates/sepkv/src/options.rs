@@ -416,28 +416,42 @@ pub struct Options {
     /// (a full cache is sealed and written by the store's background
     /// worker, at most two caches' worth being in flight before a writer
     /// helps); 0 disables the cache (every write goes to its segment at
-    /// once). Used only with `hashkv_journal`, which the cache relies on
+    /// once). Used only with `hashkv_journal` and
+    /// `hashkv_journal_values`, the mode whose journal the cache relies on
     /// for crash safety. Default 4 MiB.
     pub hashkv_write_cache_size: usize,
     /// `hashkv` hot/cold separation in GC: values written once since the
     /// last GC move to a cold data log (HashKV §3.4). Default true.
     pub hashkv_hotness: bool,
-    /// `hashkv` write journal (HashKV §3.7). On, every value is written to
-    /// the journal first and then to its group's segment (twice in all),
-    /// which lets the write cache (§3.2, `hashkv_write_cache_size`) batch
-    /// segment writes. Off, each append writes its values straight to
-    /// their groups' segments, once; the segment table is checkpointed
-    /// when a segment is allocated, and open recovers what was appended
-    /// after the checkpoint from each group's last segment. Both keep every
-    /// acknowledged write across a process crash and every synced one
-    /// across a power loss. May change between opens. Default true.
+    /// `hashkv` write journal (HashKV §3.7). On, the journal records the
+    /// store's metadata — the segments each append or GC step allocates —
+    /// and values go straight to their groups' segment files, written once
+    /// (with `hashkv_journal_values` it carries the values as well, see
+    /// there). Off, the segment table is checkpointed (written and synced)
+    /// whenever a segment is allocated instead. Either way open recovers
+    /// the records appended after the last checkpoint by scanning the
+    /// groups' segment tails, and every acknowledged write survives a
+    /// process crash and every synced one a power loss. May change between
+    /// opens. Default true.
     pub hashkv_journal: bool,
-    /// Size in bytes at which the `hashkv` write journal is checkpointed
-    /// and started afresh (the store's worker finishes the checkpoint in
-    /// the background, so the disk may hold the journal being retired and
-    /// a preallocated spare beside the current one). A store whose groups
-    /// hold less than 32 times this uses a thirty-second of their bytes
-    /// (at least 1 MiB). Default 64 MiB.
+    /// With `hashkv_journal`: the journal carries each value as well as the
+    /// metadata, and the write cache (`hashkv_write_cache_size`) batches
+    /// the segment writes behind it, so every value is written twice
+    /// (journal, then segment) but a sync is one `fsync` of the journal
+    /// whatever the groups written. Off, a sync `fsync`s the segments
+    /// written since the last sync and the journal (one `syncfs(2)` when 16
+    /// or more are due). May change between opens. Default false.
+    pub hashkv_journal_values: bool,
+    /// Bytes at which the `hashkv` write journal is checkpointed and
+    /// started afresh (the store's worker finishes the checkpoint in the
+    /// background). Carrying values (`hashkv_journal_values`), that is the
+    /// journal's length, and the disk may hold the journal being retired
+    /// and a preallocated spare beside the current one; a store whose
+    /// groups hold less than 32 times this uses a thirty-second of their
+    /// bytes (at least 1 MiB). Recording metadata only, it is the bytes
+    /// appended to segments since the last checkpoint, which open scans
+    /// after a crash; a store whose groups hold less than 8 times this uses
+    /// an eighth of their bytes (at least 4 MiB). Default 64 MiB.
     pub hashkv_journal_size: u64,
     /// Bytes a `trie` leaf takes (over all its TrieTables) before it
     /// splits into children by the next key byte (or, where keys cannot
@@ -581,6 +595,7 @@ impl Default for Options {
             hashkv_write_cache_size: 4 << 20,
             hashkv_hotness: true,
             hashkv_journal: true,
+            hashkv_journal_values: false,
             hashkv_journal_size: 64 << 20,
             trie_table_size: 4 << 20,
             trie_roll_size: 512 << 10,

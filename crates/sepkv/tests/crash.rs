@@ -13,10 +13,11 @@
 //! `SEPKV_CRASH_SEEDS=N` sets the number of seeds (default 100, 10 crashes
 //! each = 1000 crash/reopen iterations); `SEPKV_CRASH_SEED=S` runs one seed;
 //! `SEPKV_CRASH_PRESET=P` one preset (`wisckey-nowal` for log mode);
-//! `hashkv` switches its write journal at every reopen (`hashkv_journal`
-//! on in even cycles of even seeds and odd cycles of odd ones), so both
-//! modes and the switch between them are crashed;
-//! `SEPKV_CRASH_HASHKV_JOURNAL=on|off` holds it at one setting.
+//! `hashkv` switches its write journal mode at every reopen, in turn off,
+//! metadata only (`hashkv_journal`) and carrying values
+//! (`hashkv_journal_values`), starting from `seed % 3`, so every mode and
+//! the switches between them are crashed;
+//! `SEPKV_CRASH_HASHKV_JOURNAL=off|on|values` holds it at one setting.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -89,12 +90,15 @@ fn run_seed(preset: (Preset, bool), seed: u64) -> Result<(), String> {
     let mut pending: Vec<Write> = Vec::new();
     let mut last_synced = 0u64;
     for cycle in 0..CYCLES {
+        let journal_mode = match std::env::var("SEPKV_CRASH_HASHKV_JOURNAL").as_deref() {
+            Ok("off") => 0,
+            Ok("on") => 1,
+            Ok("values") => 2,
+            _ => (seed + cycle as u64) % 3,
+        };
         let o = Options {
-            hashkv_journal: match std::env::var("SEPKV_CRASH_HASHKV_JOURNAL").as_deref() {
-                Ok("on") => true,
-                Ok("off") => false,
-                _ => (seed + cycle as u64).is_multiple_of(2),
-            },
+            hashkv_journal: journal_mode >= 1,
+            hashkv_journal_values: journal_mode == 2,
             // Synced writes carry their values in the WAL in two of three
             // cycles, so both sync paths and the switch are crashed.
             sync_values_in_wal: match std::env::var("SEPKV_CRASH_CARRY").as_deref() {

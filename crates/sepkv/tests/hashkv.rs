@@ -534,6 +534,18 @@ fn verify_names_a_damaged_segment() {
 /// acknowledged batch survives whole, and nothing reads as corrupt.
 #[test]
 fn crash_at_every_step_of_a_cache_flush() {
+    crash_at_every_step_of_a_write_checkpoint(true);
+}
+
+/// As [`crash_at_every_step_of_a_cache_flush`] with the journal recording
+/// metadata only: the values go straight to their segments, and the
+/// checkpoint the batch's bytes trigger is crashed at every step.
+#[test]
+fn crash_at_every_step_of_a_metadata_journal_checkpoint() {
+    crash_at_every_step_of_a_write_checkpoint(false);
+}
+
+fn crash_at_every_step_of_a_write_checkpoint(values: bool) {
     const N: usize = 40;
     const M: usize = 30;
     let dir = Path::new("/flushdb");
@@ -544,6 +556,7 @@ fn crash_at_every_step_of_a_cache_flush() {
         // checkpoint that recycles it).
         let o = Options {
             hashkv_journal: true,
+            hashkv_journal_values: values,
             hashkv_write_cache_size: 64 << 10,
             hashkv_journal_size: 64 << 10,
             ..opts(Arc::new(fs.clone()))
@@ -570,7 +583,7 @@ fn crash_at_every_step_of_a_cache_flush() {
         // The cache flush and the checkpoint run in the store's worker.
         let done = acked && db.wait_idle().is_ok();
         if done {
-            assert!(fig(&db, "write_cache_flushes") >= 1);
+            assert_eq!(fig(&db, "write_cache_flushes") >= 1, values);
             assert!(fig(&db, "table_checkpoints") >= 1);
         }
         fs.crash();
@@ -607,7 +620,7 @@ fn crash_at_every_step_of_a_cache_flush() {
 
 /// Loads a database, then crashes a GC cycle at its k-th file-system
 /// operation, for every k until a cycle completes.
-fn crash_at_every_step_of_a_gc_cycle(journal: bool) {
+fn crash_at_every_step_of_a_gc_cycle(journal: bool, values: bool) {
     const N: usize = 120;
     let dir = Path::new("/gcdb");
     let mut k = 0u64;
@@ -615,6 +628,7 @@ fn crash_at_every_step_of_a_gc_cycle(journal: bool) {
         let fs = FaultFs::new();
         let o = Options {
             hashkv_journal: journal,
+            hashkv_journal_values: values,
             ..opts(Arc::new(fs.clone()))
         };
         let db = Db::open(dir, o.clone()).unwrap();
@@ -678,12 +692,17 @@ fn crash_at_every_step_of_a_gc_cycle(journal: bool) {
 
 #[test]
 fn crash_at_every_step_of_a_gc_cycle_with_journal() {
-    crash_at_every_step_of_a_gc_cycle(true);
+    crash_at_every_step_of_a_gc_cycle(true, false);
+}
+
+#[test]
+fn crash_at_every_step_of_a_gc_cycle_with_a_journal_of_values() {
+    crash_at_every_step_of_a_gc_cycle(true, true);
 }
 
 #[test]
 fn crash_at_every_step_of_a_gc_cycle_without_journal() {
-    crash_at_every_step_of_a_gc_cycle(false);
+    crash_at_every_step_of_a_gc_cycle(false, false);
 }
 
 /// Without journal, writes go straight to their segments; a crash keeps
@@ -716,14 +735,21 @@ fn without_journal_synced_writes_survive_a_crash() {
 }
 
 /// The journal can be switched between opens, also after a crash: a
-/// store that wrote without it and lost power keeps its synced writes
-/// when it is reopened with the journal on, and the other way round.
+/// store that wrote in one journal mode (off, metadata only, values) and
+/// lost power keeps its synced writes when it is reopened in another
+/// (`tests/kill.rs` kills a process writing unsynced in the default mode).
 #[test]
 fn synced_writes_survive_a_crash_and_a_switch_of_the_journal() {
-    for first in [false, true] {
+    const MODES: [(bool, bool, &str); 3] = [
+        (false, false, "off"),
+        (true, false, "metadata"),
+        (true, true, "values"),
+    ];
+    for (first, then) in [(0, 1), (1, 0), (0, 2), (2, 0), (1, 2), (2, 1)] {
         let fs = FaultFs::new();
-        let with = |journal: bool| Options {
-            hashkv_journal: journal,
+        let with = |m: usize| Options {
+            hashkv_journal: MODES[m].0,
+            hashkv_journal_values: MODES[m].1,
             ..opts(Arc::new(fs.clone()))
         };
         let dir = Path::new("/switch");
@@ -733,15 +759,24 @@ fn synced_writes_survive_a_crash_and_a_switch_of_the_journal() {
                 db.write(&single(i, 0), WriteOptions { sync: true })
                     .unwrap();
             }
+            // Unsynced: may be lost, never torn or corrupt.
+            for i in 300..400 {
+                db.write(&single(i, 0), WriteOptions::default()).unwrap();
+            }
             fs.crash();
         }
-        let db = Db::open(dir, with(!first)).unwrap();
+        let db = Db::open(dir, with(then)).unwrap();
         for i in 0..300 {
             assert!(
                 db.get(key(i)).unwrap() == Some(value(i, 0)),
-                "key {i} lost or wrong, first opened with the journal {}",
-                if first { "on" } else { "off" }
+                "key {i} lost or wrong, written with the journal {}, reopened with it {}",
+                MODES[first].2,
+                MODES[then].2,
             );
+        }
+        for i in 300..400 {
+            let v = db.get(key(i)).unwrap();
+            assert!(v.is_none() || v == Some(value(i, 0)), "key {i}");
         }
         assert!(db.verify().unwrap().faults.is_empty());
     }

@@ -68,9 +68,11 @@
 //!   printed).
 //! - `SEPKV_STRESS_PRESET=P[,P...]`: only these presets (`leveldb`,
 //!   `wisckey`, `wisckey-nowal`, `hashkv`, ...).
-//! - `SEPKV_STRESS_HASHKV_JOURNAL=on|off`: `hashkv` with its write journal
-//!   on or off; by default on (the engine's default) for odd seeds, off for
-//!   even ones, so both modes run under load.
+//! - `SEPKV_STRESS_HASHKV_JOURNAL=off|on|values`: `hashkv` without its
+//!   write journal, with it recording metadata (the engine's default) or
+//!   carrying values too (`hashkv_journal_values`); by default chosen by
+//!   `seed % 3` (on, values, off for 0, 1, 2), so every mode runs under
+//!   load.
 
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
@@ -820,12 +822,15 @@ fn join(handles: Vec<thread::JoinHandle<()>>) {
 fn run_variant(v: Variant, index: usize, s: &Settings, dir: &Path) -> Outcome {
     let label = v.name();
     let seed = s.seed ^ (index as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let journal_mode = match std::env::var("SEPKV_STRESS_HASHKV_JOURNAL").as_deref() {
+        Ok("on") => 0,
+        Ok("values") => 1,
+        Ok("off") => 2,
+        _ => s.seed % 3,
+    };
     let opts = Options {
-        hashkv_journal: match std::env::var("SEPKV_STRESS_HASHKV_JOURNAL").as_deref() {
-            Ok("on") => true,
-            Ok("off") => false,
-            _ => !s.seed.is_multiple_of(2),
-        },
+        hashkv_journal: journal_mode != 2,
+        hashkv_journal_values: journal_mode == 1,
         ..options(v)
     };
     let path = dir.join("db");

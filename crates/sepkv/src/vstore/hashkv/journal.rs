@@ -1,25 +1,34 @@
-//! Crash consistency (HashKV §3.7): the write journal, which records user
-//! writes and GC copies alike.
+//! Crash consistency (HashKV §3.7): the write journal, which records the
+//! segments user writes and GC copies allocate (and, in one mode, their
+//! records).
 //!
 //! The journal is a log framed with the engine's checksummed record format
 //! ([`crate::format::record`]); a torn tail ends it cleanly, damage before
 //! valid data is `Corruption`.
 //!
 //! # Write journal (`NNNNNN.hjnl`)
-//! Every `append` writes one entry and hands it to the OS before returning;
-//! the records then wait in the write cache. An entry is the flush unit of
-//! §3.7 with its metadata: the segments the append allocated and, for each
-//! record, its place and bytes:
+//! The journal records the store's metadata (§3.7 "metadata journaling").
+//! By default an `append` or a GC placement that allocates segments writes
+//! one entry naming them, with no records, and hands it to the OS before
+//! the records go to those segments; the records themselves are found
+//! again on open by scanning the segments' tails. With
+//! `hashkv_journal_values` every `append` writes one entry, which carries
+//! its records too; the records then wait in the write cache. An entry is
+//! the flush unit of §3.7 with its metadata: the segments the append
+//! allocated and, for each record, its place and bytes:
 //!
 //! ```text
 //! write := 0x01 nalloc:varint alloc* nrec:varint place* bytes
 //! alloc := group:varint seg:varint kind:u8 units:varint cap:varint
 //! place := seg:varint off:varint len:varint        (bytes: the records, concatenated)
 //! ```
+//! (An allocation-only entry is a `write` with `nrec` 0.)
+//!
 //! GC copies a group's live records to the group's end, where user writes go
-//! too (see [`super::gc`]); the copies wait in the write cache like user
-//! records, and their entry carries metadata only — the bytes are in the
-//! segments the GC is collecting, which stay until the copies are synced:
+//! too (see [`super::gc`]). With `hashkv_journal_values` the copies wait in
+//! the write cache like user records, and their entry carries metadata
+//! only — the bytes are in the segments the GC is collecting, which stay
+//! until the copies are synced:
 //!
 //! ```text
 //! copy  := 0x04 nalloc:varint alloc* nrec:varint (place src_seg:varint src_off:varint)*
@@ -34,9 +43,13 @@
 //! finishes it in the background (see the store's thread-safety notes);
 //! until then open replays the retired journal and the new one, in number
 //! order, and a preallocated, empty spare journal may lie beyond them (all
-//! zeros: no entries). `sync` syncs only the journal — and the retired one
-//! while a checkpoint is in flight: one or two `fsync`s whatever the number
-//! of groups written.
+//! zeros: no entries). A journal carrying values is preallocated to the
+//! length at which it is checkpointed, and `sync` syncs only it — and the
+//! retired one while a checkpoint is in flight: one or two `fsync`s
+//! whatever the number of groups written. A journal of allocations is
+//! preallocated to 64 KiB (and grows beyond when it must); it is
+//! checkpointed by the bytes appended to segments since the last
+//! checkpoint, and `sync` syncs the written segments as well.
 //!
 //! # GC journal (`hashkv-gc.jnl`, read only)
 //! Earlier versions wrote GC copies to segments outside their group and

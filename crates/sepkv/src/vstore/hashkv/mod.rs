@@ -15,12 +15,16 @@
 //!   `aux = 1`. A full reserved space makes `append` fail with
 //!   `InvalidArgument` ("hashkv value store is full …"), leaving the store
 //!   untouched.
-//! - **Write cache** (§3.2, [`cache`]): records wait in memory, grouped per
-//!   segment, and are flushed as one sequential write per segment. Because
-//!   sepkv promises that an acknowledged write survives a process crash,
-//!   every `append` first writes its records to the **write journal** and
-//!   hands it to the OS; the cache holds nothing that is not also there.
-//!   `hashkv_write_cache_size = 0` flushes within every append.
+//! - **Writes** (§3.2): by default an `append` writes its records straight
+//!   to their groups' segment files (one write per run of records in one
+//!   segment), handing them to the OS before it returns: each value is
+//!   written once, and the OS's page cache batches the device writes.
+//!   With `hashkv_journal_values` the **write cache** ([`cache`]) holds
+//!   them instead, grouped per segment and flushed as one sequential write
+//!   per segment; because sepkv promises that an acknowledged write
+//!   survives a process crash, the records are then first written to the
+//!   write journal, and the cache holds nothing that is not also there
+//!   (`hashkv_write_cache_size = 0` flushes within every append).
 //! - **GC** (§3.3, [`gc`]): picks the groups with the largest write volume,
 //!   scans them sequentially, keeps each key's latest version — no index
 //!   queries decide validity — and writes the live records back to the
@@ -40,23 +44,31 @@
 //!   reserve; a GC step collects the cold log when its known garbage reaches
 //!   `gc_garbage_ratio` (0.5 when background GC is off), or when the
 //!   reserved space runs low and it holds a log segment of known garbage.
-//! - **Crash consistency** (§3.7, [`journal`]): the write journal records
-//!   user writes and GC copies, and is replayed on open; switchable with
-//!   `hashkv_journal`. Without the journal appends and copies go straight to
-//!   the segment files, the table is checkpointed whenever a segment is
-//!   allocated, and open scans each group's last segment for records written
-//!   after the checkpoint. Open does that scan whatever the setting, so the
-//!   journal can be switched on or off between opens, after a crash too.
+//! - **Crash consistency** (§3.7, [`journal`]): metadata journaling. The
+//!   write journal records the segments that user writes and GC copies
+//!   allocate to their groups, and is replayed on open; the records are
+//!   found again by scanning, from the lengths the last checkpoint of the
+//!   segment table gives, every segment whose file is longer (their
+//!   checksums end the scan at the first torn record). The journal is
+//!   checkpointed once an eighth of the groups' bytes (at most
+//!   `hashkv_journal_size`) was appended since the last, which bounds that
+//!   scan. With `hashkv_journal_values` the journal carries the records'
+//!   bytes too, and GC copies where they come from. Without the journal
+//!   (`hashkv_journal = false`) the table is checkpointed whenever a
+//!   segment is allocated. Open scans whatever the setting, so the mode can
+//!   change between opens, after a crash too.
 //! - **Range scans** (§3.6): [`ValueStore::read_many`] issues read-ahead
 //!   (`advise(WillNeed)` on the open segment file) for every value, then
 //!   reads them; while reads are served from memory ([`ReadLatency`]) the
 //!   hints are skipped.
 //!
 //! # Durability
-//! `append` returns once its records are handed to the OS (journal, or the
-//! segment files without a journal); [`ValueStore::sync`] makes them durable
-//! (one `fsync` of the journal — two while a checkpoint is in flight, see
-//! below — or of every written segment without one).
+//! `append` returns once its records are handed to the OS (the segment
+//! files, or the journal when it carries values); [`ValueStore::sync`]
+//! makes them durable: an `fsync` of every segment written since the last
+//! sync (one `syncfs(2)` once 16 or more are due) and of the journal, or,
+//! when the journal carries values, of the journal alone (two journals
+//! while a checkpoint is in flight, see below).
 //! The segment table is persisted in the manifest by GC
 //! ([`IndexRelocator::persist_state`]) and in the store's own checkpoint
 //! file `HASHKV-TABLE`; open takes the newer (by epoch) and replays the
@@ -88,16 +100,19 @@
 //!   the group (a lost WAL tail lets sequence numbers be reused) — one index
 //!   query tells which (`gc_index_lookups`). A copy found dead is remembered
 //!   in memory so the next GC drops it.
-//! - GC copies are journaled in the write journal (metadata only: where
-//!   each copy comes from), which orders them with the user writes that
-//!   share their segment; there is no separate GC journal.
-//! - The write journal carries the values, not only metadata: sepkv
-//!   promises that an acknowledged write survives a process crash, and the
-//!   cache may not be its only copy. With the journal every value is thus
-//!   written twice (journal, then segment); `hashkv_journal = false` — the
-//!   paper's evaluation setting — writes once and drops the write cache,
-//!   and takes its crash consistency from the table checkpoints and the
-//!   scan of the groups' last segments on open.
+//! - GC copies are journaled in the write journal (their allocations, or
+//!   with `hashkv_journal_values` where each copy comes from), which
+//!   orders them with the user writes that share their segment; there is
+//!   no separate GC journal.
+//! - The write journal's commit record is the record's own checksum in its
+//!   segment: §3.7 flushes the cache to the value store, then journals the
+//!   metadata with a commit record; here the records are in their segments
+//!   before the append returns, and open keeps every intact one. The
+//!   write cache is the OS's page cache by default, since sepkv promises
+//!   that an acknowledged write survives a process crash and the paper's
+//!   in-memory cache would be its only copy; `hashkv_journal_values`
+//!   brings back an in-memory cache, behind a journal of the values (every
+//!   value written twice).
 //! - The write cache does not update pairs in place (see [`cache`]).
 //! - A GC step collects several groups (greedy order, up to
 //!   `max(main segment size, 4 MiB)` of group bytes and at most a quarter
@@ -110,7 +125,8 @@
 //!   and so counted as value-store writes, not GC writes.
 //!
 //! Thread-safety: appends, reads and GC share one state lock (held only for
-//! table updates, cache operations and journal appends); the write journal
+//! table updates, cache operations, journal appends and the segment
+//! writes of an append); the write journal
 //! has its own lock, taken after the state lock, so that its fsync holds
 //! neither reads nor the table; GC steps are serialised; reads of files
 //! run without the lock. A full write cache is *sealed* under the state
@@ -170,8 +186,11 @@ pub struct HashKvOptions {
     pub write_cache_size: usize,
     /// Hot/cold separation in GC.
     pub hotness: bool,
-    /// The write journal (writes and GC copies).
+    /// The write journal (segment allocations of writes and GC copies).
     pub journal: bool,
+    /// The journal carries the values too, and the write cache batches
+    /// their segment writes (only with `journal`).
+    pub journal_values: bool,
     /// Write-journal size at which it is checkpointed and recycled (bytes).
     pub journal_size: u64,
     /// Cold data log file size (bytes).
@@ -195,6 +214,7 @@ impl HashKvOptions {
             write_cache_size: o.hashkv_write_cache_size,
             hotness: o.hashkv_hotness,
             journal: o.hashkv_journal,
+            journal_values: o.hashkv_journal_values,
             journal_size: o.hashkv_journal_size,
             cold_file_size: o.vlog_file_size,
             cold_gc_chunk_size: o.gc_chunk_size,
@@ -221,8 +241,10 @@ struct PendingFree {
 pub(crate) struct State {
     table: Table,
     cache: WriteCache,
-    /// Length of the write journal (bytes; 0 without journaling), as of
-    /// the last append under this lock.
+    /// Bytes the write journal covers since its last checkpoint (0
+    /// without journaling), as of the last append under this lock: the
+    /// journal's length when it carries values; with metadata only, the
+    /// bytes appended to segments since, which open would scan.
     journal_len: u64,
     journal_num: u64,
     /// GC copies whose relocation failed and that are known dead:
@@ -234,13 +256,16 @@ pub(crate) struct State {
     /// changes or log segments are freed.
     stalled: HashMap<u32, (u64, u64)>,
     poisoned: Option<String>,
-    /// Journal length at which it is recycled: `journal_size`, or a
-    /// thirty-second of the groups' bytes when that is smaller (at least
-    /// 1 MiB), so that the journals holding second copies of the values —
-    /// up to two on disk while a checkpoint runs, and a preallocated spare —
-    /// add little to a store's size (set at open and at every recycle). An
-    /// eighth held the update experiment's space amplification 0.04–0.09
-    /// higher, at the same throughput.
+    /// `journal_len` at which the journal is checkpointed and recycled.
+    /// Carrying values: `journal_size`, or a thirty-second of the groups'
+    /// bytes when that is smaller (at least 1 MiB), so that the journals
+    /// holding second copies of the values — up to two on disk while a
+    /// checkpoint runs, and a preallocated spare — add little to a store's
+    /// size (an eighth held the update experiment's space amplification
+    /// 0.04–0.09 higher, at the same throughput). Metadata only:
+    /// `journal_size`, or an eighth of the groups' bytes when that is
+    /// smaller (at least 4 MiB), which bounds the scan on open. Set at
+    /// open and at every recycle.
     journal_limit: u64,
     /// A journal checkpoint is in flight (at most one at a time).
     checkpointing: bool,
@@ -568,26 +593,24 @@ impl HashKvStore {
         };
         for gi in 0..table.geo.groups {
             let segs = table.groups[gi as usize].segs.clone();
-            for (i, &id) in segs.iter().enumerate() {
-                let last = i + 1 == segs.len();
+            for &id in &segs {
                 let len = table.seg(id).map_err(unknown)?.len;
                 let fl = files.file_len(id)?;
                 if fl == len {
                     continue;
                 }
                 let new_len = if fl > len {
-                    // Records appended after the last checkpoint, when
-                    // the store last ran without its journal; kept whatever
-                    // the journal setting now, since it may change between
-                    // opens. With the journal they can only be records whose
-                    // journal entry was lost, which the WAL then decides.
-                    let keep = if last {
-                        let mut buf = vec![0u8; (fl - len) as usize];
-                        files.read_exact(id, len, &mut buf, IoCategory::ValueStore)?;
-                        len + intact_prefix(&buf) as u64
-                    } else {
-                        len
-                    };
+                    // Records appended after the last checkpoint: straight
+                    // to the segments when the journal records metadata
+                    // only or is off (in any of the group's segments
+                    // allocated since, and the one it was filling then);
+                    // kept whatever the journal setting now, since it may
+                    // change between opens. With a journal of values they
+                    // can only be records whose journal entry was lost,
+                    // which the WAL then decides.
+                    let mut buf = vec![0u8; (fl - len) as usize];
+                    files.read_exact(id, len, &mut buf, IoCategory::ValueStore)?;
+                    let keep = len + intact_prefix(&buf) as u64;
                     if keep < fl {
                         files.truncate(id, keep)?;
                     }
@@ -668,7 +691,12 @@ impl HashKvStore {
         let journal = if opts.journal {
             let p = journal_path(dir, new_num);
             // Preallocated to the length at which it is recycled.
-            let f = create_preallocated(fs.as_ref(), &p, journal_limit).ctx(&p)?;
+            let f = create_preallocated(
+                fs.as_ref(),
+                &p,
+                HashKvStore::journal_prealloc(&opts, journal_limit),
+            )
+            .ctx(&p)?;
             Some(RecordWriter::new(
                 f,
                 p,
@@ -891,7 +919,24 @@ impl HashKvStore {
             .flat_map(|g| g.segs.iter())
             .map(|id| t.segs.get(id).map_or(0, |s| s.len))
             .sum();
-        opts.journal_size.min((held / 32).max(1 << 20))
+        if opts.journal_values {
+            opts.journal_size.min((held / 32).max(1 << 20))
+        } else {
+            // Metadata only: the bytes appended since the checkpoint bound
+            // what open scans, not the journal's size.
+            opts.journal_size.min((held / 8).max(4 << 20))
+        }
+    }
+
+    /// Bytes a new journal file is preallocated to: its recycling length
+    /// when it carries values; 64 KiB when it records metadata only (a few
+    /// bytes per allocated segment), beyond which it simply grows.
+    fn journal_prealloc(opts: &HashKvOptions, limit: u64) -> u64 {
+        if opts.journal_values {
+            limit
+        } else {
+            limit.min(64 << 10)
+        }
     }
 
     /// Free log segments below which GC is pressing (§3.3 trigger).
@@ -1002,7 +1047,8 @@ impl StoreCore {
             Some((n, f)) if n == num => f,
             _ => {
                 let limit = HashKvStore::journal_limit(&self.opts, &st.table);
-                let f = create_preallocated(fs, &p, limit).ctx(&p)?;
+                let len = HashKvStore::journal_prealloc(&self.opts, limit);
+                let f = create_preallocated(fs, &p, len).ctx(&p)?;
                 fs.sync_dir(dir).ctx(dir)?;
                 f
             }
@@ -1101,7 +1147,8 @@ impl StoreCore {
             let st = self.state.lock();
             HashKvStore::journal_limit(&self.opts, &st.table)
         };
-        match create_preallocated(fs, &p, limit).and_then(|f| fs.sync_dir(dir).map(|_| f)) {
+        let len = HashKvStore::journal_prealloc(&self.opts, limit);
+        match create_preallocated(fs, &p, len).and_then(|f| fs.sync_dir(dir).map(|_| f)) {
             Ok(f) => *self.spare.lock() = Some((next, f)),
             Err(_) => {
                 let _ = fs.remove(&p);
@@ -1162,62 +1209,91 @@ impl StoreCore {
         sources: Option<&[(u64, u64)]>,
     ) -> Result<()> {
         let mut journal = self.journal.lock();
-        if let Some(j) = journal.as_mut() {
-            let entry = match sources {
-                Some(src) => journal::encode_copy(allocs, places, src),
-                None => journal::encode_write(allocs, places, data),
-            };
-            j.add_record(&entry)?;
-            j.flush()?;
-            st.journal_len = j.len();
-            drop(journal);
-            let mut at = 0usize;
-            for p in places {
-                let n = p.len as usize;
-                st.cache.add(p.seg, p.off, &data[at..at + n]);
-                at += n;
+        match journal.as_mut() {
+            Some(j) if self.opts.journal_values => {
+                let entry = match sources {
+                    Some(src) => journal::encode_copy(allocs, places, src),
+                    None => journal::encode_write(allocs, places, data),
+                };
+                j.add_record(&entry)?;
+                j.flush()?;
+                st.journal_len = j.len();
+                drop(journal);
+                let mut at = 0usize;
+                for p in places {
+                    let n = p.len as usize;
+                    st.cache.add(p.seg, p.off, &data[at..at + n]);
+                    at += n;
+                }
+                // The cache's batches and the checkpoint's fsyncs go to the
+                // worker: neither readers nor this writer wait for them.
+                if st.cache.is_full() && self.seal_cache(st) {
+                    self.request_flush();
+                }
             }
-            // The cache's batches and the checkpoint's fsyncs go to the
-            // worker: neither readers nor this writer wait for them.
-            if st.cache.is_full() && self.seal_cache(st) {
-                self.request_flush();
+            Some(j) => {
+                // Metadata only (§3.7): the allocations, before any record
+                // lands in the segments they name; the records themselves
+                // are found again by scanning the segments' tails on open.
+                if !allocs.is_empty() {
+                    j.add_record(&journal::encode_write(allocs, &[], &[]))?;
+                    j.flush()?;
+                }
+                drop(journal);
+                let cat = match sources {
+                    Some(_) => IoCategory::Gc,
+                    None => IoCategory::ValueStore,
+                };
+                self.append_direct(places, data, cat)?;
+                // Bytes since the checkpoint bound the scan on open.
+                st.journal_len += data.len() as u64;
             }
-            if st.journal_len >= st.journal_limit && !st.checkpointing {
-                self.switch_journal(st)?;
+            None => {
+                drop(journal);
+                if !allocs.is_empty() {
+                    // Without a journal the table must know a segment
+                    // before a pointer into it is acknowledged.
+                    st.table.epoch += 1;
+                    let encoded = self.encode(&st.table)?;
+                    write_table_file(
+                        self.files.fs.as_ref(),
+                        &self.files.dir,
+                        &self.files.stats,
+                        &encoded,
+                    )?;
+                    self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+                }
+                let cat = match sources {
+                    Some(_) => IoCategory::Gc,
+                    None => IoCategory::ValueStore,
+                };
+                self.append_direct(places, data, cat)?;
+                return Ok(());
             }
-        } else {
-            drop(journal);
-            if !allocs.is_empty() {
-                // Without a journal the table must know a segment before a
-                // pointer into it is acknowledged.
-                st.table.epoch += 1;
-                let encoded = self.encode(&st.table)?;
-                write_table_file(
-                    self.files.fs.as_ref(),
-                    &self.files.dir,
-                    &self.files.stats,
-                    &encoded,
-                )?;
-                self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        }
+        if st.journal_len >= st.journal_limit && !st.checkpointing {
+            self.switch_journal(st)?;
+        }
+        Ok(())
+    }
+
+    /// Writes placed records straight to their segment files, in `places`
+    /// order (`data` holds their bytes in that order): one write per run
+    /// of records that follow each other in one segment. State locked.
+    fn append_direct(&self, places: &[Place], data: &[u8], cat: IoCategory) -> Result<()> {
+        let mut at = 0usize;
+        let mut i = 0;
+        while i < places.len() {
+            let (seg, off) = (places[i].seg, places[i].off);
+            let mut end = off;
+            let mut n = 0usize;
+            while i < places.len() && places[i].seg == seg && places[i].off == end {
+                end += places[i].len as u64;
+                n += places[i].len as usize;
+                i += 1;
             }
-            let mut per_seg: BTreeMap<u64, (u64, Vec<u8>)> = BTreeMap::new();
-            let mut at = 0usize;
-            for p in places {
-                let n = p.len as usize;
-                per_seg
-                    .entry(p.seg)
-                    .or_insert_with(|| (p.off, Vec::new()))
-                    .1
-                    .extend_from_slice(&data[at..at + n]);
-                at += n;
-            }
-            let cat = match sources {
-                Some(_) => IoCategory::Gc,
-                None => IoCategory::ValueStore,
-            };
-            for (seg, (off, bytes)) in per_seg {
-                self.files.append(seg, off, &bytes, cat)?;
-            }
+            self.files.append(seg, off, &data[at..at + n], cat)?;
+            at += n;
         }
         Ok(())
     }
@@ -1532,20 +1608,26 @@ impl ValueStore for HashKvStore {
             .collect())
     }
 
-    /// With the journal, the fsync runs under no lock: every record an
-    /// append acknowledged was handed to the OS under the journal's lock,
-    /// so a sync through the handle taken there covers it, and appends,
-    /// reads and the table stay free meanwhile (a journal recycled in
-    /// between was checkpointed first). Without it, segments are synced
-    /// under the state lock.
+    /// With the journal, the fsyncs run under no lock: every record an
+    /// append acknowledged was handed to the OS under the journal's lock
+    /// (and, journal carrying metadata only, its segment counted as
+    /// written under the state lock), so a sync through the handles taken
+    /// here covers it, and appends, reads and the table stay free meanwhile
+    /// (a journal recycled in between was checkpointed first). Without it,
+    /// segments are synced under the state lock.
     fn sync(&self) -> Result<()> {
         let mut st = self.state.lock();
         HashKvStore::check_poisoned(&st)?;
         let r = if self.opts.journal {
             drop(st);
-            // The journal a checkpoint in flight retires holds records
-            // that may not be in synced segments yet: synced too.
             let r = (|| {
+                // Segments first: the journal's allocations name them.
+                if !self.opts.journal_values {
+                    self.files.sync_dirty()?;
+                }
+                // The journal a checkpoint in flight retires holds records
+                // (or allocations) that may not be in synced segments or
+                // a durable table yet: synced too.
                 let mut j = self.journal.lock();
                 let mut r = self.retiring.lock();
                 let mut pending = Vec::with_capacity(2);
@@ -1917,6 +1999,7 @@ mod tests {
             hashkv_main_segment_size: 256 << 10,
             hashkv_log_segment_size: 64 << 10,
             hashkv_journal: true,
+            hashkv_journal_values: true,
             hashkv_write_cache_size: 64 << 10,
             hashkv_journal_size: 64 << 10,
             ..Options::default()
