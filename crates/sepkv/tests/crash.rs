@@ -30,6 +30,18 @@ use std::sync::Arc;
 mod common;
 use common::power_cut;
 
+/// Every preset, as `(preset, wal)`: wisckey also runs without the index
+/// WAL (WiscKey §3.4.2); flashkey has none.
+const PRESETS: [(Preset, bool); 7] = [
+    (Preset::LevelDb, true),
+    (Preset::WiscKey, true),
+    (Preset::WiscKey, false),
+    (Preset::HashKv, true),
+    (Preset::KtStore, true),
+    (Preset::FlashKey, false),
+    (Preset::Lwc, true),
+];
+
 /// Opens per seed; every open after the first follows a crash.
 const CYCLES: usize = 11;
 
@@ -275,16 +287,7 @@ fn crash_recovery_keeps_a_prefix_of_history() {
             (0..n).collect()
         }
     };
-    // (preset, wal): wisckey also runs without the index WAL (WiscKey §3.4.2).
-    let all = [
-        (Preset::LevelDb, true),
-        (Preset::WiscKey, true),
-        (Preset::WiscKey, false),
-        (Preset::HashKv, true),
-        (Preset::KtStore, true),
-        (Preset::FlashKey, false),
-        (Preset::Lwc, true),
-    ];
+    let all = PRESETS;
     let presets: Vec<(Preset, bool)> = match std::env::var("SEPKV_CRASH_PRESET") {
         Ok(p) => {
             let (name, wal) = match p.strip_suffix("-nowal") {
@@ -321,6 +324,61 @@ fn crash_recovery_keeps_a_prefix_of_history() {
         failures.len(),
         failures
     );
+}
+
+/// A killed process, then a power loss after the reopen: what the dead
+/// process handed to the OS survives the kill, and the reopen makes it
+/// durable before recovery commits pointers to it, so the loss keeps every
+/// acknowledged write of the dead process as well as the synced write the
+/// new one made.
+#[test]
+fn a_kill_then_a_power_loss_after_the_reopen_loses_nothing_acknowledged() {
+    for preset in PRESETS {
+        for journal in [false, true] {
+            let fs = FaultFs::new();
+            let o = Options {
+                // No GC thread: the dead process's threads must stay idle.
+                gc_garbage_ratio: 0.0,
+                // The values span several value-log files.
+                vlog_file_size: 1 << 20,
+                hashkv_journal: journal,
+                value_capacity: None,
+                ..opts(&fs, preset)
+            };
+            let dir = Path::new("/killdb");
+            let nowal = !preset.1 && preset.0 != Preset::FlashKey;
+            let label = format!("{}{}", preset.0, if nowal { "-nowal" } else { "" });
+            let val =
+                |i: u32| format!("{i:08}-{}", "v".repeat(100 + (i as usize % 1000))).into_bytes();
+            let db = Db::open(dir, o.clone()).unwrap();
+            for i in 0..3000u32 {
+                let mut b = WriteBatch::new();
+                b.put(format!("k{i:05}").into_bytes(), val(i)).unwrap();
+                db.write(&b, WriteOptions::default()).unwrap();
+            }
+            db.wait_idle().unwrap();
+            fs.kill();
+            std::mem::forget(db);
+            let db = Db::open(dir, o.clone()).unwrap_or_else(|e| panic!("{label}: reopen: {e}"));
+            let mut b = WriteBatch::new();
+            b.put(b"last", val(7)).unwrap();
+            db.write(&b, WriteOptions { sync: true }).unwrap();
+            drop(db);
+            fs.crash();
+            let db = Db::open(dir, o).unwrap_or_else(|e| panic!("{label}: open: {e}"));
+            assert_eq!(db.get(b"last").unwrap(), Some(val(7)), "{label}");
+            for i in 0..3000u32 {
+                let got = db
+                    .get(format!("k{i:05}").as_bytes())
+                    .unwrap_or_else(|e| panic!("{label} (hashkv journal {journal}): k{i:05}: {e}"));
+                assert_eq!(
+                    got,
+                    Some(val(i)),
+                    "{label} (hashkv journal {journal}): k{i:05} lost"
+                );
+            }
+        }
+    }
 }
 
 /// GC may free a version only once the write that made it dead is durable:

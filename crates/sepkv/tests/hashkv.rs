@@ -175,6 +175,11 @@ fn snapshot_keeps_values_gc_would_free() {
 #[test]
 fn hot_cold_separation_moves_cold_values_and_tags_them() {
     let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    // GC runs only when the test calls it.
+    let opts = |fs| Options {
+        space_amp_target: f64::INFINITY,
+        ..opts(fs)
+    };
     let db = Db::open("/db", opts(fs.clone())).unwrap();
     // Keys 0..60 written once (cold), 60..120 written three times (hot).
     for i in 0..60 {
@@ -308,6 +313,8 @@ fn group_gc_notes_superseded_cold_values_once() {
     let opts = |fs| Options {
         gc_garbage_ratio: 0.9,
         hashkv_log_segment_size: 64 << 10,
+        // GC runs only when the test calls it.
+        space_amp_target: f64::INFINITY,
         ..opts(fs)
     };
     let db = Db::open("/db", opts(fs.clone())).unwrap();
@@ -1234,6 +1241,8 @@ fn a_failed_segment_removal_loses_no_space() {
     let fs = FaultFs::new();
     let o = Options {
         hashkv_hotness: false,
+        // GC runs only when the test calls it.
+        space_amp_target: f64::INFINITY,
         ..opts(Arc::new(fs.clone()))
     };
     let db = Db::open("/db", o).unwrap();

@@ -278,6 +278,7 @@ impl Db {
         let fs = opts.fs.clone();
         let stats = Arc::new(IoStats::default());
         Self::check_identity(&dir, fs.as_ref(), &opts, &stats)?;
+        Self::sync_what_the_os_holds(&dir, fs.as_ref())?;
 
         let shared = Arc::new(Shared {
             dir: dir.clone(),
@@ -375,6 +376,32 @@ impl Db {
             inner,
             gc_thread: Mutex::new(gc_handle),
         })
+    }
+
+    /// Makes durable whatever the database's files hold only in the OS:
+    /// after a process crash, appends a store acknowledged but never synced
+    /// are still in the page cache, and recovery is about to make their
+    /// pointers durable (replayed WAL records flushed to tables, value
+    /// stores checkpointing tables that name them). Without this a power
+    /// loss after the reopen could take the values of writes older than
+    /// synced ones that survive. One `syncfs(2)`; where the file system
+    /// cannot, every file is synced.
+    fn sync_what_the_os_holds(dir: &Path, fs: &dyn FileSystem) -> Result<()> {
+        if fs.sync_file_system(dir).ctx(dir)? {
+            return Ok(());
+        }
+        fn each(dir: &Path, fs: &dyn FileSystem) -> Result<()> {
+            for name in fs.list(dir).ctx(dir)? {
+                let p = dir.join(name);
+                if fs.is_dir(&p) {
+                    each(&p, fs)?;
+                } else {
+                    fs.open_append(&p).and_then(|mut f| f.sync()).ctx(&p)?;
+                }
+            }
+            fs.sync_dir(dir).ctx(dir)
+        }
+        each(dir, fs)
     }
 
     /// With `use_direct_reads`, swaps the file system for its direct-read

@@ -192,6 +192,16 @@ impl FaultFs {
         self.mem.crash();
     }
 
+    /// Simulates the death of the process: every file keeps what it was
+    /// handed (the OS's page cache outlives the process), nothing becomes
+    /// durable, all locks are released and every handle opened so far
+    /// becomes dead, as after [`FaultFs::crash`]. A later `crash` still
+    /// reverts what was never synced. The dead process's threads must be
+    /// idle: files they open afterwards are live.
+    pub fn kill(&self) {
+        self.mem.kill();
+    }
+
     /// Adds a fault rule (its operation count starts at zero).
     pub fn add_rule(&self, rule: FaultRule) {
         self.mem.add_rule(rule);

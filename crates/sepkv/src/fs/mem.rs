@@ -351,6 +351,17 @@ impl MemFs {
         st.collect_all();
     }
 
+    pub(super) fn kill(&self) {
+        let mut st = self.state.lock();
+        let st = &mut *st;
+        st.epoch += 1;
+        st.locks.clear();
+        for inode in st.inodes.values_mut() {
+            inode.open = 0;
+        }
+        st.collect_all();
+    }
+
     pub(super) fn add_rule(&self, rule: super::FaultRule) {
         self.state.lock().faults.add(rule);
     }

@@ -231,6 +231,15 @@ impl HashKvOptions {
 pub const TABLE_FILE: &str = "HASHKV-TABLE";
 const TABLE_TMP: &str = "HASHKV-TABLE.new";
 
+impl State {
+    /// What the journal's checkpoint is due by (compared with
+    /// `journal_limit`): its length, or with metadata only the bytes
+    /// appended to segments since the last checkpoint.
+    fn checkpoint_due(&self) -> u64 {
+        self.journal_len.max(self.appended)
+    }
+}
+
 /// Segments retired by GC, freed once no reader older than `seq` remains.
 struct PendingFree {
     seq: u64,
@@ -241,11 +250,12 @@ struct PendingFree {
 pub(crate) struct State {
     table: Table,
     cache: WriteCache,
-    /// Bytes the write journal covers since its last checkpoint (0
-    /// without journaling), as of the last append under this lock: the
-    /// journal's length when it carries values; with metadata only, the
-    /// bytes appended to segments since, which open would scan.
+    /// Length of the write journal (bytes; 0 without journaling), as of
+    /// the last append under this lock.
     journal_len: u64,
+    /// Bytes appended to segments since the journal's last checkpoint
+    /// (journal of metadata only): what open would scan after a crash.
+    appended: u64,
     journal_num: u64,
     /// GC copies whose relocation failed and that are known dead:
     /// `(segment, offset)`.
@@ -256,7 +266,9 @@ pub(crate) struct State {
     /// changes or log segments are freed.
     stalled: HashMap<u32, (u64, u64)>,
     poisoned: Option<String>,
-    /// `journal_len` at which the journal is checkpointed and recycled.
+    /// Bytes at which the journal is checkpointed and recycled: its
+    /// length (`journal_len`) when it carries values, `appended` when it
+    /// records metadata only (see [`State::checkpoint_due`]).
     /// Carrying values: `journal_size`, or a thirty-second of the groups'
     /// bytes when that is smaller (at least 1 MiB), so that the journals
     /// holding second copies of the values — up to two on disk while a
@@ -636,6 +648,17 @@ impl HashKvStore {
             }
         }
 
+        // After a process crash any segment may hold records that are only
+        // in the OS — the table's lengths name records appended before a
+        // checkpoint whether or not they were synced, and the scan above
+        // keeps later ones — while the index recovered from its WAL may hold
+        // their pointers durably from now on: every listed segment is
+        // synced with the checkpoint below (one `syncfs` from 16 on), so a
+        // later power loss cannot take them.
+        for id in table.listed() {
+            files.mark_dirty(id);
+        }
+
         // Remove what no table lists: GC output that never committed,
         // segments GC retired, interrupted rewrites.
         let listed = table.listed();
@@ -718,6 +741,7 @@ impl HashKvStore {
                 table,
                 cache: WriteCache::new(opts.write_cache_size),
                 journal_len: 0,
+                appended: 0,
                 journal_num: new_num,
                 dead: HashSet::new(),
                 pending: Vec::new(),
@@ -1072,6 +1096,7 @@ impl StoreCore {
         }
         let old = st.journal_num;
         st.journal_len = 0;
+        st.appended = 0;
         st.journal_num = num;
         st.journal_limit = HashKvStore::journal_limit(&self.opts, &st.table);
         st.checkpointing = true;
@@ -1124,12 +1149,20 @@ impl StoreCore {
     }
 
     /// The I/O of a checkpoint [`Self::switch_journal`] began, under no
-    /// state lock: sync the written segments, write the table naming the
-    /// new journal, drop the old journal, prepare the spare.
+    /// state lock: sync the written segments (journal of values), write
+    /// the table naming the new journal, drop the old journal, prepare the
+    /// spare.
     fn finish_checkpoint(&self, c: Checkpoint) -> Result<()> {
         let fs = self.files.fs.as_ref();
         let dir = &self.files.dir;
-        self.files.sync_dirty()?;
+        // A journal of values may go only once the segments hold its
+        // records durably. A journal of allocations has nothing the table
+        // does not hold: segments that lose unsynced bytes to a power
+        // loss are cut to their intact records on open, as after any
+        // crash, and `sync` still syncs them.
+        if self.opts.journal_values {
+            self.files.sync_dirty()?;
+        }
         write_table_file(fs, dir, &self.files.stats, &c.table)?;
         // The new table is durable: the old journal is needed no more.
         self.retiring.lock().take();
@@ -1238,6 +1271,7 @@ impl StoreCore {
                 if !allocs.is_empty() {
                     j.add_record(&journal::encode_write(allocs, &[], &[]))?;
                     j.flush()?;
+                    st.journal_len = j.len();
                 }
                 drop(journal);
                 let cat = match sources {
@@ -1246,7 +1280,7 @@ impl StoreCore {
                 };
                 self.append_direct(places, data, cat)?;
                 // Bytes since the checkpoint bound the scan on open.
-                st.journal_len += data.len() as u64;
+                st.appended += data.len() as u64;
             }
             None => {
                 drop(journal);
@@ -1271,7 +1305,7 @@ impl StoreCore {
                 return Ok(());
             }
         }
-        if st.journal_len >= st.journal_limit && !st.checkpointing {
+        if st.checkpoint_due() >= st.journal_limit && !st.checkpointing {
             self.switch_journal(st)?;
         }
         Ok(())
@@ -1579,7 +1613,7 @@ impl ValueStore for HashKvStore {
         for (p, g) in places.iter().zip(groups) {
             st.table.groups[g as usize].write_volume += p.len as u64;
         }
-        let journal_behind = st.checkpointing && st.journal_len >= 2 * st.journal_limit;
+        let journal_behind = st.checkpointing && st.checkpoint_due() >= 2 * st.journal_limit;
         drop(st);
         // The journal passed twice its limit while the last checkpoint is
         // still in flight: wait for it (it cannot be waited for under the
@@ -1993,13 +2027,19 @@ mod tests {
     use crate::fs::FaultFs;
 
     fn open(fs: &Arc<FaultFs>) -> HashKvStore {
+        open_with(fs, true)
+    }
+
+    /// A store whose journal carries values (`values`) or records
+    /// metadata only.
+    fn open_with(fs: &Arc<FaultFs>, values: bool) -> HashKvStore {
         let o = Options {
             value_threshold: 1,
             value_capacity: Some(8 << 20),
             hashkv_main_segment_size: 256 << 10,
             hashkv_log_segment_size: 64 << 10,
             hashkv_journal: true,
-            hashkv_journal_values: true,
+            hashkv_journal_values: values,
             hashkv_write_cache_size: 64 << 10,
             hashkv_journal_size: 64 << 10,
             ..Options::default()
@@ -2066,6 +2106,25 @@ mod tests {
     fn resume(s: &HashKvStore) {
         s.work.lock().paused = false;
         s.work_cv.notify_all();
+    }
+
+    /// Records appended after the last checkpoint and only in the OS when
+    /// the process died are kept by the next open, which checkpoints a
+    /// table naming them: they must be synced with it, or a power loss
+    /// afterwards would take records the index may by then hold durably.
+    #[test]
+    fn records_kept_after_a_process_crash_survive_a_later_power_loss() {
+        let fs = fresh();
+        let s = open_with(&fs, false);
+        let puts: Vec<Put> = (0..200).map(|i| put(&s, i)).collect();
+        // The process dies: nothing synced, the OS keeps what it was given.
+        drop(s);
+        let s = open_with(&fs, false);
+        check(&s, &puts);
+        drop(s);
+        fs.crash();
+        let s = open_with(&fs, false);
+        check(&s, &puts);
     }
 
     /// With the worker held, a full cache is sealed but not written: its
