@@ -4,8 +4,11 @@
 //! check the recovered state, run random writes (puts, deletes, batches, with
 //! random `sync`) while flushes and compactions run in the background, then
 //! cut the power at a random moment (`FaultFs::crash` drops every unsynced
-//! byte and directory entry) and start again. After every recovery:
-//! - no acknowledged synced write is lost;
+//! byte and directory entry) — or, in one cycle in four, kill the process
+//! (`FaultFs::kill`: the OS keeps everything it was handed) — and start
+//! again. After every recovery:
+//! - no acknowledged synced write is lost, and after a kill no acknowledged
+//!   write at all (including through the power cuts that follow);
 //! - the state equals the model at exactly one write boundary at or after
 //!   the last sync (a prefix of history: no holes, batches all or nothing);
 //! - no corruption is reported by open, reads, scans or `verify`.
@@ -28,7 +31,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 mod common;
-use common::power_cut;
+use common::{power_cut, process_kill};
 
 /// Every preset, as `(preset, wal)`: wisckey also runs without the index
 /// WAL (WiscKey §3.4.2); flashkey has none.
@@ -101,6 +104,8 @@ fn run_seed(preset: (Preset, bool), seed: u64) -> Result<(), String> {
     let mut base: Model = BTreeMap::new();
     let mut pending: Vec<Write> = Vec::new();
     let mut last_synced = 0u64;
+    // The last write acknowledged before the end of a cycle.
+    let mut last_acked = 0u64;
     for cycle in 0..CYCLES {
         let journal_mode = match std::env::var("SEPKV_CRASH_HASHKV_JOURNAL").as_deref() {
             Ok("off") => 0,
@@ -125,7 +130,7 @@ fn run_seed(preset: (Preset, bool), seed: u64) -> Result<(), String> {
         let recovered = db.recovered_sequence();
         if recovered < last_synced {
             return Err(format!(
-                "cycle {cycle}: recovered sequence {recovered} is before the last synced write {last_synced}"
+                "cycle {cycle}: recovered sequence {recovered} is before the last synced (or, after a kill, acknowledged) write {last_synced}"
             ));
         }
         // Sequence numbers between user writes belong to GC relocations; a
@@ -190,8 +195,15 @@ fn run_seed(preset: (Preset, bool), seed: u64) -> Result<(), String> {
         if cycle + 1 == CYCLES {
             break;
         }
-        // Random writes, then a crash at a random point.
-        let n_ops = rng.gen_range(1000..4000);
+        // Random writes, then a crash at a random point. After a kill, a
+        // few: files the dead process wrote and nothing writes again must
+        // have been made durable by the open itself.
+        let killed = (seed + cycle as u64) % 4 == 2;
+        let n_ops = if killed {
+            rng.gen_range(1..50)
+        } else {
+            rng.gen_range(1000..4000)
+        };
         for _ in 0..n_ops {
             let sync = rng.gen_bool(0.05);
             let mut b = WriteBatch::new();
@@ -216,6 +228,7 @@ fn run_seed(preset: (Preset, bool), seed: u64) -> Result<(), String> {
             let seq_end = db
                 .write_with_sequence(&b, WriteOptions { sync })
                 .map_err(|e| format!("cycle {cycle}: write failed: {e}"))?;
+            last_acked = seq_end;
             if sync {
                 last_synced = seq_end;
             }
@@ -230,7 +243,15 @@ fn run_seed(preset: (Preset, bool), seed: u64) -> Result<(), String> {
                     .map_err(|e| format!("cycle {cycle}: flush failed: {e}"))?;
             }
         }
-        power_cut(&fs, db);
+        // One cycle in four ends in a killed process rather than a power
+        // cut: every acknowledged write must then survive, and the next
+        // open makes it durable before a later power cut.
+        if (seed + cycle as u64) % 4 == 1 {
+            process_kill(&fs, db);
+            last_synced = last_acked;
+        } else {
+            power_cut(&fs, db);
+        }
     }
     Ok(())
 }
