@@ -23,8 +23,9 @@
 //!    sequence number is at most the group's `hot_seq`, the highest one
 //!    that GC copied back as hot). A hot key's latest record is copied to
 //!    the group's end (the fresh main segment, then log segments), among
-//!    the writes that arrive meanwhile; a copy is journaled (where it comes
-//!    from) and cached like a write. A key written once since its insert is
+//!    the writes that arrive meanwhile, and is written like a write (its
+//!    allocations journaled; with a journal of values, where it comes from,
+//!    and the copy cached). A key written once since its insert is
 //!    cold (with `hashkv_hotness`): its value goes to the cold data log
 //!    while the reserve has free room for it beyond GC's headroom and this
 //!    group's copies, and is otherwise copied back like a hot one (the

@@ -648,17 +648,6 @@ impl HashKvStore {
             }
         }
 
-        // After a process crash any segment may hold records that are only
-        // in the OS — the table's lengths name records appended before a
-        // checkpoint whether or not they were synced, and the scan above
-        // keeps later ones — while the index recovered from its WAL may hold
-        // their pointers durably from now on: every listed segment is
-        // synced with the checkpoint below (one `syncfs` from 16 on), so a
-        // later power loss cannot take them.
-        for id in table.listed() {
-            files.mark_dirty(id);
-        }
-
         // Remove what no table lists: GC output that never committed,
         // segments GC retired, interrupted rewrites.
         let listed = table.listed();
@@ -1241,6 +1230,10 @@ impl StoreCore {
         data: &[u8],
         sources: Option<&[(u64, u64)]>,
     ) -> Result<()> {
+        let cat = match sources {
+            Some(_) => IoCategory::Gc,
+            None => IoCategory::ValueStore,
+        };
         let mut journal = self.journal.lock();
         match journal.as_mut() {
             Some(j) if self.opts.journal_values => {
@@ -1274,10 +1267,6 @@ impl StoreCore {
                     st.journal_len = j.len();
                 }
                 drop(journal);
-                let cat = match sources {
-                    Some(_) => IoCategory::Gc,
-                    None => IoCategory::ValueStore,
-                };
                 self.append_direct(places, data, cat)?;
                 // Bytes since the checkpoint bound the scan on open.
                 st.appended += data.len() as u64;
@@ -1297,12 +1286,7 @@ impl StoreCore {
                     )?;
                     self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
                 }
-                let cat = match sources {
-                    Some(_) => IoCategory::Gc,
-                    None => IoCategory::ValueStore,
-                };
-                self.append_direct(places, data, cat)?;
-                return Ok(());
+                return self.append_direct(places, data, cat);
             }
         }
         if st.checkpoint_due() >= st.journal_limit && !st.checkpointing {
@@ -2026,20 +2010,15 @@ mod tests {
     use super::*;
     use crate::fs::FaultFs;
 
+    /// A store whose journal carries values, behind its write cache.
     fn open(fs: &Arc<FaultFs>) -> HashKvStore {
-        open_with(fs, true)
-    }
-
-    /// A store whose journal carries values (`values`) or records
-    /// metadata only.
-    fn open_with(fs: &Arc<FaultFs>, values: bool) -> HashKvStore {
         let o = Options {
             value_threshold: 1,
             value_capacity: Some(8 << 20),
             hashkv_main_segment_size: 256 << 10,
             hashkv_log_segment_size: 64 << 10,
             hashkv_journal: true,
-            hashkv_journal_values: values,
+            hashkv_journal_values: true,
             hashkv_write_cache_size: 64 << 10,
             hashkv_journal_size: 64 << 10,
             ..Options::default()
@@ -2106,25 +2085,6 @@ mod tests {
     fn resume(s: &HashKvStore) {
         s.work.lock().paused = false;
         s.work_cv.notify_all();
-    }
-
-    /// Records appended after the last checkpoint and only in the OS when
-    /// the process died are kept by the next open, which checkpoints a
-    /// table naming them: they must be synced with it, or a power loss
-    /// afterwards would take records the index may by then hold durably.
-    #[test]
-    fn records_kept_after_a_process_crash_survive_a_later_power_loss() {
-        let fs = fresh();
-        let s = open_with(&fs, false);
-        let puts: Vec<Put> = (0..200).map(|i| put(&s, i)).collect();
-        // The process dies: nothing synced, the OS keeps what it was given.
-        drop(s);
-        let s = open_with(&fs, false);
-        check(&s, &puts);
-        drop(s);
-        fs.crash();
-        let s = open_with(&fs, false);
-        check(&s, &puts);
     }
 
     /// With the worker held, a full cache is sealed but not written: its
