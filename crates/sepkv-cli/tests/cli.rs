@@ -92,16 +92,17 @@ fn compact_drops_the_tombstone_and_empties_level_0() {
     let out = sepkv(&db, &["compact"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let report = text(&out.stdout);
-    assert!(
-        report.starts_with("compacted: 1 compaction(s); 3 file(s), "),
-        "{report}"
-    );
+    // Each command flushed its write at close, and background compaction
+    // may have moved some tables down a level meanwhile: three tables, on
+    // whichever levels, become one.
+    assert!(report.contains(" compaction(s); 3 file(s), "), "{report}");
     assert!(report.contains("1 file(s),"), "{report}");
     assert!(
         report.contains("2 entries dropped, 1 of them tombstones"),
         "{report}"
     );
-    assert!(report.contains("level 0 3 -> 0"), "{report}");
+    assert!(report.contains("tables 3 -> 1"), "{report}");
+    assert!(report.ends_with(" -> 0\n"), "{report}");
 
     let out = sepkv(&db, &["stats", "--json"]);
     let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -12,7 +12,7 @@
 //! | [`Options::wal`] (`false`: WiscKey's log mode) | in `IDENTITY` | follows the record when no index or layout is named; otherwise it must match (`ConfigMismatch`) |
 //! | `hashkv_main_segment_size`, `hashkv_log_segment_size`, `hashkv_reserved_ratio`, and `value_capacity` of a `hashkv` store | in the segment table | ignored: the store keeps its geometry |
 //! | `num_levels` | no | may grow; below the deepest level holding files the open fails |
-//! | everything else: cache sizes (`block_cache_size`, `max_open_files`), `write_buffer_size`, table format knobs (`block_size`, `block_restart_interval`, `bloom_bits_per_key`, `target_file_size`), level sizes and level-0 triggers, `sync_values_in_wal`, `mmap_reads`, the LWC-tree's DTable bounds and push-down (`lwc_max_segments`, `lwc_max_table_bytes`, `lwc_push_down`), `value_threshold`, GC knobs (`gc_garbage_ratio`, `gc_chunk_size`, `space_amp_target`), `value_capacity` of a value log, `vlog_file_size`, prefetch, the `hashkv` cache, hotness and journal switches, `create_if_missing`, `error_if_exists`, `fs` | no | may change at every open; tables and value files written under older values stay readable |
+//! | everything else: cache sizes (`block_cache_size`, `max_open_files`), `write_buffer_size`, table format knobs (`block_size`, `block_restart_interval`, `bloom_bits_per_key`, `target_file_size`), level sizes and level-0 triggers, `sync_values_in_wal`, `flush_on_close`, `mmap_reads`, the LWC-tree's DTable bounds and push-down (`lwc_max_segments`, `lwc_max_table_bytes`, `lwc_push_down`), `value_threshold`, GC knobs (`gc_garbage_ratio`, `gc_chunk_size`, `space_amp_target`), `value_capacity` of a value log, `vlog_file_size`, prefetch, the `hashkv` cache, hotness and journal switches, `create_if_missing`, `error_if_exists`, `fs` | no | may change at every open; tables and value files written under older values stay readable |
 //!
 //! So `Db::open(path, Options::default())` opens any existing database as
 //! it was created, and `Options::preset(p)` both creates a `p` database and
@@ -312,6 +312,12 @@ pub struct Options {
     /// and synced batches over 1 MiB (a commit group's bound; writing them
     /// twice would cost more than the fsync saved), are not affected.
     pub sync_values_in_wal: bool,
+    /// Flush the memtable in [`crate::Db::close`] (default true), so that a
+    /// closed database holds no WAL to replay and no log space (see
+    /// `close`). `false` leaves the memtable in its WAL, as a process that
+    /// exits without closing does; the next open replays it (RocksDB's
+    /// `avoid_flush_during_shutdown` is the same choice).
+    pub flush_on_close: bool,
     /// Size at which a value-log file is closed and the next begun
     /// (default 256 MiB).
     pub vlog_file_size: u64,
@@ -546,6 +552,7 @@ impl fmt::Debug for Options {
             .field("max_bytes_for_level_base", &self.max_bytes_for_level_base)
             .field("wal", &self.wal)
             .field("sync_values_in_wal", &self.sync_values_in_wal)
+            .field("flush_on_close", &self.flush_on_close)
             .field("vlog_file_size", &self.vlog_file_size)
             .field("gc_garbage_ratio", &self.gc_garbage_ratio)
             .field("space_amp_target", &self.space_amp_target)
@@ -579,6 +586,7 @@ impl Default for Options {
             l0_stop_writes_trigger: 12,
             wal: true,
             sync_values_in_wal: true,
+            flush_on_close: true,
             vlog_file_size: 256 << 20,
             gc_chunk_size: 4 << 20,
             gc_garbage_ratio: 0.5,

@@ -628,6 +628,26 @@ impl SpaceGovernor {
                 .is_none_or(|at| c.total_written - at >= (d.room / 8).max(MIN_REFRESH_BYTES))
     }
 
+    /// True when, right after open, the index's upper levels may hide
+    /// enough garbage that an index compaction to find it is worth running
+    /// before anything else: [`SpacePolicy::decide`]'s `discover`, with
+    /// everything they may shadow counted as hidden although no write has
+    /// been sampled yet (`v.hidden_garbage` then holds what
+    /// [`SpaceGovernor::index_compacted`] was given at open). The estimate
+    /// is not settled at open, so writers are never held by it; this lets
+    /// the GC thread replace it by what compaction reports. Without it a
+    /// database that short-lived processes write (a CLI import, a
+    /// restarting service) carried the last process's overwrites as live
+    /// bytes, and its GC and target worked from a figure a third too
+    /// high.
+    pub fn discovery_due_at_open(&self, v: &SpaceView) -> bool {
+        if !self.policy.enabled() {
+            return false;
+        }
+        let d = self.policy.decide_with(v, v.hidden_garbage);
+        d.discover && self.cached.lock().discovered_at.is_none()
+    }
+
     /// Records that an index compaction to find hidden garbage ran.
     pub fn discovered(&self) {
         let mut c = self.cached.lock();

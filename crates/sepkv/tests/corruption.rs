@@ -761,7 +761,11 @@ const WAL_RECORDS: usize = 12;
 /// Returns the file system, the WAL and its records.
 fn db_with_unflushed_wal() -> (FaultFs, PathBuf, Vec<(u64, u64)>) {
     let fs = FaultFs::new();
-    let db = Db::open(dir(), opts(&fs)).unwrap();
+    let o = Options {
+        flush_on_close: false,
+        ..opts(&fs)
+    };
+    let db = Db::open(dir(), o).unwrap();
     for i in 0..WAL_RECORDS {
         db.put(key(i), value(i)).unwrap();
     }

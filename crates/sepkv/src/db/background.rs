@@ -193,12 +193,15 @@ impl DbInner {
     /// store has work that makes reads cheaper
     /// ([`crate::vstore::ValueStore::reorganize_due`]). Compacts the index
     /// first when most of what is over the line may be garbage compaction
-    /// has not reported yet.
+    /// has not reported yet — in its first round after open also by what
+    /// the index's upper levels may shadow, before any write has been
+    /// sampled ([`crate::space::SpaceGovernor::discovery_due_at_open`]).
     pub(super) fn gc_loop(self: Arc<Self>) {
         let closed = || self.shared.closed.load(Ordering::Acquire);
         let policy = *self.space.policy();
         let idle = Duration::from_millis(if self.space.active() { 50 } else { 200 });
         let mut pause = idle;
+        let mut at_open = true;
         loop {
             {
                 let mut wake = self.gc_wake.lock();
@@ -216,9 +219,12 @@ impl DbInner {
                 return;
             }
             let ratio = self.shared.opts.gc_garbage_ratio;
-            let d = self.space.refresh(&self.space_view());
+            let view = self.space_view();
+            let d = self.space.refresh(&view);
             let rate = self.space.write_rate();
-            let step = if self.space.discovery_due(&d) {
+            let discover = self.space.discovery_due(&d)
+                || std::mem::take(&mut at_open) && self.space.discovery_due_at_open(&view);
+            let step = if discover {
                 self.discover_garbage().map(|_| GcOutcome {
                     did_work: true,
                     ..Default::default()

@@ -561,17 +561,39 @@ impl Db {
         &self.inner.shared.dir
     }
 
-    /// Stops background work, syncs the WAL and releases the lock. Later
-    /// calls on this handle fail with [`Error::Closed`]; closing twice is
-    /// not an error.
+    /// Flushes the memtable, stops background work, syncs the WAL and
+    /// releases the lock. Later calls on this handle fail with
+    /// [`Error::Closed`]; closing twice is not an error.
+    ///
+    /// The flush leaves a closed database with no log to replay: the next
+    /// open starts at once, and the WAL's space (up to `write_buffer_size`
+    /// bytes, most of it the values synced writes carry,
+    /// `Options::sync_values_in_wal`; a spare WAL kept for reuse as well)
+    /// is freed rather than held while the database sits closed, as Badger
+    /// does at close. A short-lived process, such as a CLI import, would
+    /// otherwise leave a WAL about as large as the data it wrote.
+    /// `Options::flush_on_close = false` skips the flush.
     ///
     /// # Errors
-    /// `Io` if the final WAL sync fails (the lock is released anyway).
+    /// `Io` if the flush or the final WAL sync fails (the lock is released
+    /// anyway; the WAL then still holds every write, and the next open
+    /// replays it).
     pub fn close(&self) -> Result<()> {
         let inner = &self.inner;
         if inner.shared.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        // Writers that already passed the open check finish first (the
+        // flush takes the writer lock); new ones see `closed`.
+        inner.index.begin_close();
+        let flushed = if inner.shared.opts.flush_on_close
+            && inner.shared.poisoned().is_ok()
+            && inner.index.stats().memtable_bytes > 0
+        {
+            inner.flush_memtable()
+        } else {
+            Ok(())
+        };
         inner.index.shutdown();
         {
             let _g = inner.gc_wake.lock();
@@ -586,7 +608,7 @@ impl Db {
             inner.index.close()
         };
         *inner.lock.lock() = None;
-        res
+        flushed.and(res)
     }
 }
 

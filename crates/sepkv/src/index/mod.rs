@@ -382,6 +382,13 @@ pub(crate) trait Index: Send + Sync {
     /// every fault found, with file and offset, to `rep`. No lock held.
     fn verify(&self, rep: &mut VerifyReport);
 
+    /// Called once by `close`, before its last flush: files kept only to
+    /// speed later writes up (the LSM-tree's spare WALs) are released, and
+    /// the flush's new WAL is a new, empty file rather than one written
+    /// over a spare, so that a closed database holds no log space it does
+    /// not need. Default: nothing.
+    fn begin_close(&self) {}
+
     /// Stops background work and waits for it to end. Called once by
     /// `close`, after `Shared::closed` is set and before the writer lock is
     /// taken for [`Index::close`].

@@ -219,7 +219,8 @@ impl LsmIndex {
             // Held across the rename, so that the obsolete-file pass does
             // not remove the spare meanwhile.
             let mut pool = self.wal_pool.lock();
-            if let Some(m) = pool.spare.pop() {
+            let reuse = if pool.closing { None } else { pool.spare.pop() };
+            if let Some(m) = reuse {
                 let old = filename::wal_path(&shared.dir, m);
                 let recycled = shared.fs.reuse(&old).ctx(&old).and_then(|mut file| {
                     // A spare smaller than a memtable's worth grows to it.
@@ -714,7 +715,7 @@ impl LsmIndex {
                     }
                     if let Some(i) = pool.synced.iter().position(|&m| m == n) {
                         pool.synced.swap_remove(i);
-                        if pool.spare.len() < super::WAL_SPARES {
+                        if pool.spare.len() < super::WAL_SPARES && !pool.closing {
                             pool.spare.push(n);
                             continue;
                         }

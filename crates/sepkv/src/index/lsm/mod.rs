@@ -70,6 +70,8 @@ struct WalPool {
     synced: Vec<u64>,
     /// Obsolete WALs ready to be reused.
     spare: Vec<u64>,
+    /// `close` began ([`Index::begin_close`]): no WAL is kept or reused.
+    closing: bool,
 }
 
 /// Most spare WALs kept (each about `write_buffer_size` bytes on disk).
@@ -678,6 +680,21 @@ impl Index for LsmIndex {
 
     fn verify(&self, rep: &mut crate::db::VerifyReport) {
         self.verify_files(rep)
+    }
+
+    fn begin_close(&self) {
+        let spares = {
+            let mut pool = self.wal_pool.lock();
+            pool.closing = true;
+            std::mem::take(&mut pool.spare)
+        };
+        for m in spares {
+            // Best effort, as in `close`.
+            let _ = self
+                .shared
+                .fs
+                .remove(&filename::wal_path(&self.shared.dir, m));
+        }
     }
 
     fn shutdown(&self) {

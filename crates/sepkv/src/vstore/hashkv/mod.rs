@@ -231,6 +231,10 @@ impl HashKvOptions {
 pub const TABLE_FILE: &str = "HASHKV-TABLE";
 const TABLE_TMP: &str = "HASHKV-TABLE.new";
 
+/// The file system's allocation unit, as the space figures count it (a
+/// segment file occupies its length rounded up to it).
+const FS_BLOCK: u64 = 4096;
+
 impl State {
     /// What the journal's checkpoint is due by (compared with
     /// `journal_limit`): its length, or with metadata only the bytes
@@ -1933,10 +1937,17 @@ impl ValueStore for HashKvStore {
                     total += t.segs.get(id).map_or(0, |s| s.len);
                 }
             }
-            // Segment files are append-only and dense: their length is
-            // what they occupy (retired and in-flight ones included), and
-            // no per-file `stat` is needed on this frequently called path.
-            let seg_bytes = t.segs.values().map(|s| s.len).sum::<u64>();
+            // Segment files are append-only and dense: their length, up to
+            // the file system's block, is what they occupy (retired and
+            // in-flight ones included), and no per-file `stat` is needed on
+            // this frequently called path. The blocks count: with the
+            // default geometry's 716 groups, the last blocks of a small
+            // store's segments are megabytes.
+            let seg_bytes = t
+                .segs
+                .values()
+                .map(|s| s.len.next_multiple_of(FS_BLOCK))
+                .sum::<u64>();
             (total, noted.min(total), seg_bytes, st.journal_len)
         };
         let cold = self.cold.space();
