@@ -625,6 +625,7 @@ fn relocate_and_commit(
             })
             .collect();
         let ptrs = s.cold.append(&recs)?;
+        s.state.lock().gc_copies += ptrs.iter().map(|p| p.length as u64).sum::<u64>();
         s.cold.sync()?;
         for (c, new) in cold_vals.into_iter().zip(ptrs) {
             moves.push(Move {
@@ -777,6 +778,9 @@ fn relocate_and_commit(
             .sum();
         let found = held.saturating_sub(installed_bytes).saturating_sub(noted);
         s.counters.garbage_found.fetch_add(found, Ordering::Relaxed);
+        // The originals leave the groups with this commit: the copies are
+        // the live ones now.
+        st.gc_copies = 0;
         for v in victims.iter().filter(|v| !v.skipped) {
             placed_since_seal(s, &st.table, v)?;
             let g = &mut st.table.groups[v.group as usize];

@@ -265,6 +265,12 @@ pub(crate) struct State {
     /// `(segment, offset)`.
     dead: HashSet<(u64, u64)>,
     pending: Vec<PendingFree>,
+    /// Bytes the running GC step copied — into its groups and into the
+    /// cold data log — whose originals the groups still hold: until the
+    /// step commits, each such value is on disk twice, and the space
+    /// figures count the copy as garbage rather than live
+    /// ([`ValueStore::space`]). Zero between steps.
+    gc_copies: u64,
     /// Groups GC left alone because their copies would not fit, with their
     /// GC score and the free log segments then: picked again once the score
     /// changes or log segments are freed.
@@ -738,6 +744,7 @@ impl HashKvStore {
                 journal_num: new_num,
                 dead: HashSet::new(),
                 pending: Vec::new(),
+                gc_copies: 0,
                 stalled: HashMap::new(),
                 poisoned: None,
                 journal_limit,
@@ -1380,6 +1387,7 @@ impl StoreCore {
             st.poisoned = Some(e.to_string());
             return Err(e);
         }
+        st.gc_copies += data.len() as u64;
         Ok(Some(
             places
                 .iter()
@@ -1925,8 +1933,17 @@ impl ValueStore for HashKvStore {
         Ok(())
     }
 
+    /// Live bytes are the groups' segments less the garbage noted in them
+    /// and the running GC step's copies (whose originals still count), plus
+    /// the cold log's live bytes. Garbage adds those copies and the
+    /// segments GC retired that are not deleted yet (until no reader can
+    /// reach them, at most until the next step), so that a step moves
+    /// bytes between the two figures instead of making live bytes swell
+    /// while it copies and the disk look a step's worth fuller after it
+    /// commits. The space target judges every write by these figures
+    /// ([`crate::space`]).
     fn space(&self) -> SpaceStats {
-        let (total, noted, seg_bytes, jlen) = {
+        let (total, noted, seg_bytes, jlen, copies, retired) = {
             let st = self.state.lock();
             let t = &st.table;
             let mut total = 0u64;
@@ -1937,6 +1954,17 @@ impl ValueStore for HashKvStore {
                     total += t.segs.get(id).map_or(0, |s| s.len);
                 }
             }
+            // Segments no group lists any more: retired by GC.
+            let retired: u64 = t
+                .segs
+                .iter()
+                .filter(|(id, s)| {
+                    t.groups
+                        .get(s.group as usize)
+                        .is_none_or(|g| !g.segs.contains(id))
+                })
+                .map(|(_, s)| s.len)
+                .sum();
             // Segment files are append-only and dense: their length, up to
             // the file system's block, is what they occupy (retired and
             // in-flight ones included), and no per-file `stat` is needed on
@@ -1948,12 +1976,14 @@ impl ValueStore for HashKvStore {
                 .values()
                 .map(|s| s.len.next_multiple_of(FS_BLOCK))
                 .sum::<u64>();
-            (total, noted.min(total), seg_bytes, st.journal_len)
+            let noted = noted.min(total);
+            let copies = st.gc_copies.min(total - noted);
+            (total, noted, seg_bytes, st.journal_len, copies, retired)
         };
         let cold = self.cold.space();
         let file_bytes = seg_bytes + cold.file_bytes + jlen;
-        let live = total - noted + cold.live_bytes;
-        let garbage = noted + cold.garbage_bytes;
+        let live = total - noted - copies + cold.live_bytes;
+        let garbage = noted + copies + retired + cold.garbage_bytes;
         SpaceStats {
             live_bytes: live,
             garbage_bytes: garbage,
@@ -1993,6 +2023,8 @@ impl ValueStore for HashKvStore {
         relocator: &dyn IndexRelocator,
     ) -> Result<GcOutcome> {
         let r = gc::step(self, index, relocator);
+        // Committed, or left as dead copies the group's next GC finds.
+        self.state.lock().gc_copies = 0;
         // Cold moves grew the cold log, or its own GC shrank it.
         self.refresh_cold_units();
         r
