@@ -845,6 +845,7 @@ fn keys_since_seal(s: &HashKvStore, v: &Victim) -> Result<HashMap<Vec<u8>, u64>>
             let seg = st.table.seg(id).map_err(|id| s.unknown_segment(id))?;
             post.push((id, seg.len));
         }
+        s.wait_placed_written(&st);
         post
     };
     let mut keys: HashMap<Vec<u8>, u64> = HashMap::new();

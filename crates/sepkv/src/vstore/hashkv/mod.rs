@@ -160,7 +160,7 @@ use crate::options::Options;
 use cache::{Pending, WriteCache};
 use cold::{is_cold, ColdLog};
 use journal::{journal_path, parse_journal_name, Entry, GroupIntent, Place, GC_JOURNAL};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use record::Kind;
 use segment::{parse_seg_name, Alloc, Geometry, PlaceError, SegFiles, Table};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -1235,7 +1235,7 @@ impl StoreCore {
     /// with the state locked.
     fn write_placed(
         &self,
-        st: &mut State,
+        st: &mut MutexGuard<'_, State>,
         allocs: &[Alloc],
         places: &[Place],
         data: &[u8],
@@ -1278,7 +1278,14 @@ impl StoreCore {
                     st.journal_len = j.len();
                 }
                 drop(journal);
-                self.append_direct(places, data, cat)?;
+                // The writes run with the state lock let go, so that reads
+                // (which take it to check a pointer) do not wait for them;
+                // the handles' lock, taken first, keeps each file's
+                // appends in the order they were placed.
+                let mut appends = self.files.appends();
+                MutexGuard::unlocked(st, move || {
+                    self.append_direct(&mut appends, places, data, cat)
+                })?;
                 // Bytes since the checkpoint bound the scan on open.
                 st.appended += data.len() as u64;
             }
@@ -1297,7 +1304,7 @@ impl StoreCore {
                     )?;
                     self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
                 }
-                return self.append_direct(places, data, cat);
+                return self.append_direct(&mut self.files.appends(), places, data, cat);
             }
         }
         if st.checkpoint_due() >= st.journal_limit && !st.checkpointing {
@@ -1306,10 +1313,30 @@ impl StoreCore {
         Ok(())
     }
 
+    /// With the state lock held (`_st`): waits until every record placed
+    /// so far is in its file. Records are placed under the state lock and,
+    /// with a journal of metadata, written once it is let go, so a segment
+    /// still taking appends may count records its file does not hold yet
+    /// (a record a published pointer names is always written). Each writer
+    /// takes the segment handles' lock before it lets the state lock go;
+    /// taking that lock after it is therefore a barrier. For readers of a
+    /// whole segment that may still take appends: GC's look at the
+    /// records placed since a seal, `verify`.
+    pub(crate) fn wait_placed_written(&self, _st: &State) {
+        drop(self.files.appends());
+    }
+
     /// Writes placed records straight to their segment files, in `places`
     /// order (`data` holds their bytes in that order): one write per run
-    /// of records that follow each other in one segment. State locked.
-    fn append_direct(&self, places: &[Place], data: &[u8], cat: IoCategory) -> Result<()> {
+    /// of records that follow each other in one segment. The handles'
+    /// lock held, taken while the state lock was.
+    fn append_direct(
+        &self,
+        appends: &mut segment::Appends<'_>,
+        places: &[Place],
+        data: &[u8],
+        cat: IoCategory,
+    ) -> Result<()> {
         let mut at = 0usize;
         let mut i = 0;
         while i < places.len() {
@@ -1321,7 +1348,7 @@ impl StoreCore {
                 n += places[i].len as usize;
                 i += 1;
             }
-            self.files.append(seg, off, &data[at..at + n], cat)?;
+            appends.append(seg, off, &data[at..at + n], cat)?;
             at += n;
         }
         Ok(())
@@ -1780,6 +1807,7 @@ impl ValueStore for HashKvStore {
                 }
             }
             v.sort_unstable();
+            self.wait_placed_written(&st);
             v
         };
         let mut records = 0u64;

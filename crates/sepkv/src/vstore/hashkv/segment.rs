@@ -60,7 +60,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::format::checksum::{crc, mask, unmask};
 use crate::format::coding::{get_varint32, get_varint64, put_varint32, put_varint64};
 use crate::fs::{Advice, FileSystem, IoCategory, IoStats, RandomAccessFile, WritableFile};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, MutexGuard, RwLock};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -608,6 +608,20 @@ const SYNC_FILE_SYSTEM_AT: usize = 16;
 /// Readable handles kept open at once.
 const MAX_READERS: usize = 1024;
 
+/// The segment files' handles, locked for a run of appends
+/// ([`SegFiles::appends`]).
+pub struct Appends<'a> {
+    files: &'a SegFiles,
+    w: MutexGuard<'a, Writers>,
+}
+
+impl Appends<'_> {
+    /// See [`SegFiles::append`].
+    pub fn append(&mut self, id: u64, off: u64, data: &[u8], cat: IoCategory) -> Result<()> {
+        self.files.append_locked(&mut self.w, id, off, data, cat)
+    }
+}
+
 struct Writers {
     open: HashMap<u64, Box<dyn WritableFile>>,
     /// Segments written since their last sync.
@@ -680,12 +694,35 @@ impl SegFiles {
     /// hands it to the OS. The file must end exactly at `off`: anything else
     /// means it lost data the table counts on (it is then left untouched).
     pub fn append(&self, id: u64, off: u64, data: &[u8], cat: IoCategory) -> Result<()> {
+        self.appends().append(id, off, data, cat)
+    }
+
+    /// Takes the handles' lock for a run of appends. The store places
+    /// records under its state lock and takes this before it lets that go,
+    /// so appends reach each file in the order they were placed while
+    /// readers, which need the state lock alone, do not wait for the
+    /// writes.
+    pub fn appends(&self) -> Appends<'_> {
+        Appends {
+            files: self,
+            w: self.writers.lock(),
+        }
+    }
+
+    /// [`SegFiles::append`] with the handles' lock held.
+    fn append_locked(
+        &self,
+        w: &mut Writers,
+        id: u64,
+        off: u64,
+        data: &[u8],
+        cat: IoCategory,
+    ) -> Result<()> {
         if data.is_empty() {
             return Ok(());
         }
         let path = self.path(id);
-        let mut w = self.writers.lock();
-        let f = self.writer(&mut w, id)?;
+        let f = self.writer(w, id)?;
         if f.len() != off {
             return Err(Error::io(
                 &path,
