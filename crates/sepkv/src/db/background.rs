@@ -256,8 +256,9 @@ impl DbInner {
                     // Nothing frees room yet: work that makes reads cheaper
                     // (KT-Store's sorting of sealed tables).
                     // That work can wait for the writers: while they
-                    // write, it takes at most half of the thread's time,
-                    // so that it does not crowd synced writers on a
+                    // write, each step is followed by a rest as long as it
+                    // (at most `MAX_GC_PAUSE`), about half of the thread's
+                    // time, so that it does not crowd synced writers on a
                     // small machine (KT-Store's sorting took 8 threads of
                     // synced writes from 4.5–4.7× one thread's rate to
                     // 3.8–4.2× on two cores).

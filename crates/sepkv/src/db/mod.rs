@@ -583,8 +583,9 @@ impl Db {
         if inner.shared.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        // Writers that already passed the open check finish first (the
-        // flush takes the writer lock); new ones see `closed`.
+        // New writers see `closed`. One already queued for the writer lock
+        // may still write after the flush: its write then stays in the new
+        // WAL, synced below and replayed at the next open.
         inner.index.begin_close();
         let flushed = if inner.shared.opts.flush_on_close
             && inner.shared.poisoned().is_ok()

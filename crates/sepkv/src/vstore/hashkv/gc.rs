@@ -153,6 +153,16 @@ pub fn step(
     relocator: &dyn IndexRelocator,
 ) -> Result<GcOutcome> {
     let _serial = s.gc_lock.lock();
+    // However the step ends (committed, or its copies left dead for the
+    // group's next GC), it has no copies in flight after it; reset while
+    // the step still holds `gc_lock`.
+    struct CopiesDone<'a>(&'a HashKvStore);
+    impl Drop for CopiesDone<'_> {
+        fn drop(&mut self) {
+            self.0.state.lock().gc_copies = 0;
+        }
+    }
+    let _copies = CopiesDone(s);
     let mut out = GcOutcome {
         bytes_freed: s.free_pending(index.oldest_visible_seq())?,
         ..Default::default()

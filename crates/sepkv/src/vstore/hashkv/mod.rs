@@ -125,8 +125,11 @@
 //!   and so counted as value-store writes, not GC writes.
 //!
 //! Thread-safety: appends, reads and GC share one state lock (held only for
-//! table updates, cache operations, journal appends and the segment
-//! writes of an append); the write journal
+//! table updates, cache operations and journal appends; an append takes
+//! the segment handles' lock before it lets the state lock go, and writes
+//! its records under that alone, so reads wait for a write only when a
+//! second placer queues behind it while holding the state lock); the
+//! write journal
 //! has its own lock, taken after the state lock, so that its fsync holds
 //! neither reads nor the table; GC steps are serialised; reads of files
 //! run without the lock. A full write cache is *sealed* under the state
@@ -1232,7 +1235,10 @@ impl StoreCore {
 
     /// Makes placed records survive a process crash; `sources` says where
     /// each record is a GC copy from (journaled as metadata only). Called
-    /// with the state locked.
+    /// with the state locked; with a journal of metadata the lock is let go
+    /// while the records are written (the segment handles' lock, taken
+    /// first, keeps each file's appends in placement order), so the state
+    /// may have changed when this returns.
     fn write_placed(
         &self,
         st: &mut MutexGuard<'_, State>,
@@ -1629,12 +1635,14 @@ impl ValueStore for HashKvStore {
                 }
             }
         }
+        // Counted before the write lets the state lock go: a GC sealing one
+        // of these groups meanwhile takes the volume with the records.
+        for (p, g) in places.iter().zip(groups) {
+            st.table.groups[g as usize].write_volume += p.len as u64;
+        }
         if let Err(e) = self.write_placed(&mut st, &allocs, &places, &data, None) {
             st.poisoned = Some(e.to_string());
             return Err(e);
-        }
-        for (p, g) in places.iter().zip(groups) {
-            st.table.groups[g as usize].write_volume += p.len as u64;
         }
         let journal_behind = st.checkpointing && st.checkpoint_due() >= 2 * st.journal_limit;
         drop(st);
@@ -1667,8 +1675,9 @@ impl ValueStore for HashKvStore {
 
     /// With the journal, the fsyncs run under no lock: every record an
     /// append acknowledged was handed to the OS under the journal's lock
-    /// (and, journal carrying metadata only, its segment counted as
-    /// written under the state lock), so a sync through the handles taken
+    /// (and, journal carrying metadata only, its record written and its
+    /// segment counted as written under the segment handles' lock before
+    /// the append returned), so a sync through the handles taken
     /// here covers it, and appends, reads and the table stay free meanwhile
     /// (a journal recycled in between was checkpointed first). Without it,
     /// segments are synced under the state lock.
@@ -1964,8 +1973,9 @@ impl ValueStore for HashKvStore {
     /// Live bytes are the groups' segments less the garbage noted in them
     /// and the running GC step's copies (whose originals still count), plus
     /// the cold log's live bytes. Garbage adds those copies and the
-    /// segments GC retired that are not deleted yet (until no reader can
-    /// reach them, at most until the next step), so that a step moves
+    /// segments the running step retired and has not deleted yet (those a
+    /// reader still holds once it ends wait for the reader and are garbage
+    /// no step can free: they count in neither), so that a step moves
     /// bytes between the two figures instead of making live bytes swell
     /// while it copies and the disk look a step's worth fuller after it
     /// commits. The space target judges every write by these figures
@@ -1982,14 +1992,19 @@ impl ValueStore for HashKvStore {
                     total += t.segs.get(id).map_or(0, |s| s.len);
                 }
             }
-            // Segments no group lists any more: retired by GC.
+            // Segments no group lists any more, retired by the step that
+            // runs: freed when it ends unless a reader still needs them.
+            // Those a reader holds (`pending` after the step) are no
+            // garbage GC can free, and stay out of the figure.
+            let pinned: HashSet<u64> = st.pending.iter().flat_map(|p| p.segs.clone()).collect();
             let retired: u64 = t
                 .segs
                 .iter()
                 .filter(|(id, s)| {
-                    t.groups
-                        .get(s.group as usize)
-                        .is_none_or(|g| !g.segs.contains(id))
+                    !pinned.contains(id)
+                        && t.groups
+                            .get(s.group as usize)
+                            .is_none_or(|g| !g.segs.contains(id))
                 })
                 .map(|(_, s)| s.len)
                 .sum();
@@ -2051,8 +2066,6 @@ impl ValueStore for HashKvStore {
         relocator: &dyn IndexRelocator,
     ) -> Result<GcOutcome> {
         let r = gc::step(self, index, relocator);
-        // Committed, or left as dead copies the group's next GC finds.
-        self.state.lock().gc_copies = 0;
         // Cold moves grew the cold log, or its own GC shrank it.
         self.refresh_cold_units();
         r
