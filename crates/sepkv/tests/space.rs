@@ -252,3 +252,46 @@ fn a_closed_database_holds_no_log_space() {
         }
     }
 }
+
+/// A database whose index's upper levels shadow most of its values (a
+/// short-lived process overwrote them all, then exited) has its index
+/// compacted by the GC thread right after open, before any write: the
+/// garbage estimate is not settled then, so without this nothing would
+/// find that garbage until writes came. Polls, with a generous bound; the
+/// test does not depend on how soon.
+#[test]
+fn an_open_compacts_an_index_whose_upper_levels_hide_most_values() {
+    for preset in [Preset::WiscKey, Preset::HashKv] {
+        let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+        {
+            let db = Db::open("/db", quiet(preset, &fs)).unwrap();
+            for i in 0..300 {
+                db.put(key(i), value(i, 0)).unwrap();
+            }
+            db.compact_range(..).unwrap();
+            for i in 0..300 {
+                db.put(key(i), value(i, 1)).unwrap();
+            }
+            db.flush().unwrap();
+            db.close().unwrap();
+        }
+        // Background GC and the default target.
+        let o = Options {
+            fs: fs.clone(),
+            value_threshold: 64,
+            ..Options::preset(preset)
+        };
+        let db = Db::open("/db", o).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while db.stats().unwrap().space_discoveries == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{preset:?}: no index compaction after open"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        for i in 0..300 {
+            assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 1)), "{preset:?}");
+        }
+    }
+}
