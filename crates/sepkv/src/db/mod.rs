@@ -589,7 +589,7 @@ impl Db {
         inner.index.begin_close();
         let flushed = if inner.shared.opts.flush_on_close
             && inner.shared.poisoned().is_ok()
-            && inner.index.stats().memtable_bytes > 0
+            && inner.index.shape().memtable_bytes > 0
         {
             inner.flush_memtable()
         } else {

@@ -16,14 +16,14 @@ const MAX_STOP_ROUNDS: u32 = 64;
 impl DbInner {
     /// The memtables' bytes and the bytes per index level.
     fn index_shape(&self) -> (u64, Vec<u64>) {
-        let s = self.index.stats();
+        let s = self.index.shape();
         let mem = s.memtable_bytes
             + if s.immutable_memtable {
                 s.memtable_bytes
             } else {
                 0
             };
-        (mem, s.levels.iter().map(|l| l.bytes).collect())
+        (mem, s.level_bytes)
     }
 
     /// The space figures the target is judged by.

@@ -200,6 +200,17 @@ pub(crate) struct IndexStats {
     pub figures: Vec<(&'static str, u64)>,
 }
 
+/// What [`Index::shape`] returns.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct IndexShape {
+    /// Bytes in the active memtable.
+    pub memtable_bytes: u64,
+    /// An immutable memtable waits for its flush.
+    pub immutable_memtable: bool,
+    /// Bytes of the tables of each level.
+    pub level_bytes: Vec<u64>,
+}
+
 /// An index structure behind the [`Db`](crate::Db) facade.
 ///
 /// # Locks
@@ -371,6 +382,11 @@ pub(crate) trait Index: Send + Sync {
 
     /// The index part of the stats. No lock held.
     fn stats(&self) -> IndexStats;
+
+    /// The memtables' and levels' sizes alone, from memory (no table is
+    /// opened, as [`Index::stats`] does for its per-table figures): for
+    /// the space target, which asks at every refresh, and `close`.
+    fn shape(&self) -> IndexShape;
 
     /// The kind of a file of the database directory for
     /// [`crate::FileGroupStats`]: `Some("sstables")`, `Some("wal")`,

@@ -33,7 +33,7 @@ use crate::index::key::{self, SeqNum, ValueType};
 use crate::index::lsm::LsmIndex;
 use crate::index::memtable::Lookup;
 use crate::index::sstable::ReadCtx;
-use crate::index::{Index, IndexIter, IndexStats, Shared, ValueStoreOpener};
+use crate::index::{Index, IndexIter, IndexShape, IndexStats, Shared, ValueStoreOpener};
 use crate::options::{IndexKind, ValueLayout};
 use crate::vstore::bands::{BandOptions, BandStore, OwnedEntry, PrevLookup};
 use crate::vstore::prefetch::Prefetcher;
@@ -266,6 +266,10 @@ impl Index for FlashKeyIndex {
 
     fn compact_range(&self, begin: Option<&[u8]>, end: Option<&[u8]>) -> Result<CompactionStats> {
         self.keys.compact_range(begin, end)
+    }
+
+    fn shape(&self) -> IndexShape {
+        self.keys.shape()
     }
 
     fn stats(&self) -> IndexStats {

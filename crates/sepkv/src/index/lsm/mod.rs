@@ -35,7 +35,7 @@ use crate::index::merger::{LevelIterator, MergingIterator};
 use crate::index::sstable::{ReadCtx, TableOptions};
 use crate::index::table_cache::TableCache;
 use crate::index::version::{log_and_apply, Version, VersionEdit, VersionSet};
-use crate::index::{Index, IndexIter, IndexStats, Shared, ValueStoreOpener};
+use crate::index::{Index, IndexIter, IndexShape, IndexStats, Shared, ValueStoreOpener};
 use crate::options::IndexKind;
 use crate::vstore::ValueStore;
 use background::BgState;
@@ -600,6 +600,20 @@ impl Index for LsmIndex {
 
     fn compact_range(&self, begin: Option<&[u8]>, end: Option<&[u8]>) -> Result<CompactionStats> {
         self.compact_range_levels(begin, end)
+    }
+
+    fn shape(&self) -> IndexShape {
+        let sv = self.sv.read().clone();
+        IndexShape {
+            memtable_bytes: sv.mem.approximate_bytes() as u64,
+            immutable_memtable: sv.imm.is_some(),
+            level_bytes: sv
+                .version
+                .files
+                .iter()
+                .map(|f| f.iter().map(|x| x.size).sum())
+                .collect(),
+        }
     }
 
     fn stats(&self) -> IndexStats {

@@ -1992,33 +1992,28 @@ impl ValueStore for HashKvStore {
                     total += t.segs.get(id).map_or(0, |s| s.len);
                 }
             }
-            // Segments no group lists any more, retired by the step that
-            // runs: freed when it ends unless a reader still needs them.
-            // Those a reader holds (`pending` after the step) are no
-            // garbage GC can free, and stay out of the figure.
-            let pinned: HashSet<u64> = st.pending.iter().flat_map(|p| p.segs.clone()).collect();
-            let retired: u64 = t
-                .segs
-                .iter()
-                .filter(|(id, s)| {
-                    !pinned.contains(id)
-                        && t.groups
-                            .get(s.group as usize)
-                            .is_none_or(|g| !g.segs.contains(id))
-                })
-                .map(|(_, s)| s.len)
-                .sum();
             // Segment files are append-only and dense: their length, up to
             // the file system's block, is what they occupy (retired and
             // in-flight ones included), and no per-file `stat` is needed on
             // this frequently called path. The blocks count: with the
             // default geometry's 716 groups, the last blocks of a small
             // store's segments are megabytes.
-            let seg_bytes = t
-                .segs
-                .values()
-                .map(|s| s.len.next_multiple_of(FS_BLOCK))
-                .sum::<u64>();
+            let (mut listed, mut seg_bytes) = (0u64, 0u64);
+            for s in t.segs.values() {
+                listed += s.len;
+                seg_bytes += s.len.next_multiple_of(FS_BLOCK);
+            }
+            // Every segment is a group's, or retired by GC. Those the
+            // running step retired are freed when it ends; those a reader
+            // still holds (`pending` after the step) are no garbage GC can
+            // free, and stay out of the figure.
+            let pinned: u64 = st
+                .pending
+                .iter()
+                .flat_map(|p| &p.segs)
+                .filter_map(|id| t.segs.get(id).map(|s| s.len))
+                .sum();
+            let retired = listed.saturating_sub(total).saturating_sub(pinned);
             let noted = noted.min(total);
             let copies = st.gc_copies.min(total - noted);
             (total, noted, seg_bytes, st.journal_len, copies, retired)
