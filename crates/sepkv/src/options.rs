@@ -244,6 +244,9 @@ pub struct Options {
     /// where every value is inline. Default 128.
     pub value_threshold: usize,
     /// Memtable size at which it is frozen and flushed (default 8 MiB).
+    /// Each memtable also holds a whole-key Bloom filter of one bit per 4
+    /// bytes of this size (256 KiB at the default), so that point lookups
+    /// of keys it does not hold skip its skiplist.
     pub write_buffer_size: usize,
     /// Uncompressed size of an SSTable data block (default 4 KiB).
     pub block_size: usize,

@@ -195,7 +195,7 @@ impl LsmIndex {
         bg.imm_log_position = self.vstore.log_position();
         let mut cur = self.sv.write();
         *cur = Arc::new(SuperVersion {
-            mem: Arc::new(MemTable::new()),
+            mem: Arc::new(MemTable::for_buffer(self.shared.opts.write_buffer_size)),
             imm: Some(cur.mem.clone()),
             version: cur.version.clone(),
         });

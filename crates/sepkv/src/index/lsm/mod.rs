@@ -361,7 +361,7 @@ impl LsmIndex {
         }
         let index = Arc::new(LsmIndex {
             sv: RwLock::new(Arc::new(SuperVersion {
-                mem: Arc::new(MemTable::new()),
+                mem: Arc::new(MemTable::for_buffer(opts.write_buffer_size)),
                 imm: None,
                 version: versions.current(),
             })),

@@ -52,7 +52,7 @@ impl LsmIndex {
             vs.next_file_number = vs.next_file_number.max(max_used + 1);
         }
         let mut edit = VersionEdit::default();
-        let mut mem = Arc::new(MemTable::new());
+        let mut mem = Arc::new(MemTable::for_buffer(self.shared.opts.write_buffer_size));
         // Carried values whose record the value store lost.
         let mut restored_inline = 0u64;
         let mut next = || self.versions.lock().new_file_number();
@@ -114,7 +114,7 @@ impl LsmIndex {
                         for f in flush_to_tables(&mut ctx, &mut mem.iter())? {
                             edit.added.push((0, f));
                         }
-                        mem = Arc::new(MemTable::new());
+                        mem = Arc::new(MemTable::for_buffer(self.shared.opts.write_buffer_size));
                     }
                 }
                 if let Some(LogEnd::Stale(_)) = r.end() {
@@ -184,7 +184,7 @@ impl LsmIndex {
             .ctx(&path)?;
         fs.sync_dir(dir).ctx(dir)?;
         *self.sv.write() = Arc::new(SuperVersion {
-            mem: Arc::new(MemTable::new()),
+            mem: Arc::new(MemTable::for_buffer(self.shared.opts.write_buffer_size)),
             imm: None,
             version: v,
         });
