@@ -5,8 +5,11 @@
 //! Users of value-separating stores ask for a bound on space that GC keeps
 //! even when it falls behind (RocksDB #9561, Pebble #5005, Badger #1995).
 //! sepkv measures the whole database — the index (SSTables, WAL, manifest)
-//! and the value store — against the live bytes the value store holds, and
-//! divides the way from 1.0 to the target `T` into bands:
+//! and the value store — against the live user bytes (keys and values) the
+//! value store holds — its live record bytes times the share of user bytes
+//! in the records this process wrote ([`SpaceView::payload_share`]), so
+//! that record headers count as overhead — and divides the way from 1.0 to
+//! the target `T` into bands:
 //!
 //! | estimated space amplification | what happens |
 //! |---|---|
@@ -103,7 +106,7 @@ pub const CAPACITY_SLOWDOWN_START: f64 = 0.75;
 pub const MAX_GC_PAUSE: Duration = Duration::from_millis(100);
 
 /// What the space figures of a database are now.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct SpaceView {
     /// Bytes the index occupies on disk (SSTables, WAL, manifest).
     pub index_bytes: u64,
@@ -120,6 +123,30 @@ pub struct SpaceView {
     pub value: SpaceStats,
     /// The value store's use of `value_capacity` (`None`: unbounded).
     pub capacity: Option<CapacityUse>,
+    /// User bytes (key and value) per byte of the value store's records,
+    /// as this process's writes have shown it
+    /// ([`SpaceGovernor::payload_share`]); 0 (unknown) counts as 1. The
+    /// target is judged against live *user* bytes, as space amplification
+    /// is defined (directory size ÷ live user bytes): without the share a
+    /// record's header counted as live data, and a store at its target
+    /// stood 3 % past it for values of about 600 bytes.
+    pub payload_share: f64,
+}
+
+impl SpaceView {
+    /// [`SpaceView::payload_share`] within [1/2, 1] (1 when unknown).
+    fn share(&self) -> f64 {
+        if self.payload_share > 0.0 {
+            self.payload_share.clamp(0.5, 1.0)
+        } else {
+            1.0
+        }
+    }
+
+    /// Live user bytes of the value store by the payload share (at least 1).
+    fn live_user_bytes(&self) -> u64 {
+        ((self.value.live_bytes as f64 * self.share()) as u64).max(1)
+    }
 }
 
 /// How hard the space target presses.
@@ -153,6 +180,8 @@ pub struct Decision {
     /// Estimated space amplification (conservative: settled hidden
     /// garbage counted as garbage).
     pub amp: f64,
+    /// The live user bytes `amp` divides by (bytes; at least 1).
+    pub live: u64,
     /// Garbage possibly hidden in the index that the decision counted
     /// (bytes; 0 while the estimate is not settled).
     pub hidden: u64,
@@ -226,8 +255,9 @@ impl SpacePolicy {
     /// garbage.
     fn decide_with(&self, v: &SpaceView, hidden: u64) -> Decision {
         let span = v.value.live_bytes + v.value.garbage_bytes;
-        let hidden = hidden.min(v.value.live_bytes);
-        let live = (v.value.live_bytes - hidden).max(1) as f64;
+        let user = v.live_user_bytes();
+        let hidden = hidden.min(user);
+        let live = (user - hidden).max(1) as f64;
         let disk = (v.index_bytes + v.value.file_bytes) as f64;
         let amp = disk / live;
         let start = self.gc_start() * live;
@@ -286,6 +316,7 @@ impl SpacePolicy {
             depth: target_depth.max(capacity_depth),
             value_garbage: v.value.garbage_bytes > 0,
             amp,
+            live: live as u64,
             hidden,
             discover,
             over_start,
@@ -407,6 +438,10 @@ struct Cached {
     /// GC's net rate (bytes freed less bytes copied, per second of a
     /// step), a moving average; 0 until a step did work.
     gc_rate: f64,
+    /// User bytes (keys and values) of the values separated since open,
+    /// and the bytes of the records that hold them.
+    sep_payload: u64,
+    sep_records: u64,
     /// When the slowed-down writers' debt is paid: each write moves it on
     /// by its bytes at the allowed rate.
     paid_until: Option<Instant>,
@@ -469,7 +504,7 @@ impl SpaceGovernor {
         }
         c.decision = Some(d);
         c.disk = disk;
-        c.live = (v.value.live_bytes - d.hidden).max(1);
+        c.live = d.live;
         c.written = 0;
         // As `CapacityUse::fill` measures it: bytes into the room, and its
         // width.
@@ -683,6 +718,25 @@ impl SpaceGovernor {
         c.samples < SETTLED_SAMPLES || c.writes.is_multiple_of(OVERWRITE_SAMPLE_EVERY)
     }
 
+    /// Records values separated into the value store: `payload` user bytes
+    /// (keys and values) in `records` bytes of records.
+    pub fn separated(&self, payload: u64, records: u64) {
+        let mut c = self.cached.lock();
+        c.sep_payload += payload;
+        c.sep_records += records;
+    }
+
+    /// User bytes per record byte of the values separated since open
+    /// ([`SpaceView::payload_share`]); 0 before any.
+    pub fn payload_share(&self) -> f64 {
+        let c = self.cached.lock();
+        if c.sep_records == 0 {
+            0.0
+        } else {
+            c.sep_payload as f64 / c.sep_records as f64
+        }
+    }
+
     /// Reports a sampled write: whether it overwrote a separated value.
     pub fn sampled(&self, overwrote: bool) {
         let mut c = self.cached.lock();
@@ -766,7 +820,40 @@ mod tests {
                 file_bytes: file,
             },
             capacity: None,
+            payload_share: 0.0,
         }
+    }
+
+    #[test]
+    fn the_target_is_judged_against_live_user_bytes() {
+        let p = SpacePolicy::new(1.5);
+        // 100 MB of live records and 47 MB of garbage: 1.47 by records, in
+        // the slowdown band.
+        let v = view(0, 0, 100 << 20, 47 << 20, 147 << 20);
+        let by_records = p.decide(&v);
+        assert_eq!(by_records.pressure, Pressure::Slowdown);
+        assert_eq!(by_records.live, 100 << 20);
+        // Records of 20 header bytes on 616 bytes of key and value: the
+        // same store holds 96.9 MB of user data, and stands past 1.5.
+        let d = p.decide(&SpaceView {
+            payload_share: 616.0 / 636.0,
+            ..v
+        });
+        assert_eq!(d.pressure, Pressure::Stop);
+        assert!(d.amp > 1.5 && d.amp < 1.53, "{}", d.amp);
+        assert_eq!(d.live, ((100u64 << 20) as f64 * 616.0 / 636.0) as u64);
+        // A share out of reason is held within [1/2, 1].
+        let high = p.decide(&SpaceView {
+            payload_share: 3.0,
+            ..v
+        });
+        assert_eq!(high.live, 100 << 20);
+        // The governor learns the share from the separated values.
+        let g = SpaceGovernor::new(1.5, false);
+        assert_eq!(g.payload_share(), 0.0);
+        g.separated(616, 636);
+        g.separated(616 * 2, 636 * 2);
+        assert!((g.payload_share() - 616.0 / 636.0).abs() < 1e-12);
     }
 
     #[test]

@@ -40,6 +40,7 @@ impl DbInner {
             } else {
                 None
             },
+            payload_share: self.space.payload_share(),
         }
     }
 

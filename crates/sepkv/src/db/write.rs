@@ -11,7 +11,7 @@ use crate::index::key::{SeqNum, ValueType};
 use crate::index::memtable::Lookup;
 use crate::index::sstable::ReadCtx;
 use crate::options::{WriteOptions, MAX_BATCH_SIZE};
-use crate::vstore::{IndexReader, IndexRelocator, LogEntry, Relocation, ValueRecord};
+use crate::vstore::{IndexReader, IndexRelocator, LogEntry, Relocation, ValuePointer, ValueRecord};
 use parking_lot::MutexGuard;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -330,6 +330,14 @@ impl DbInner {
                 return Err(e);
             }
         };
+        let (mut payload, mut records) = (0u64, 0u64);
+        for (e, p) in entries.iter().zip(&ptrs) {
+            if let (Some(p), ValueType::Value) = (p, e.vtype) {
+                payload += (e.key.len() + e.value.len()) as u64;
+                records += p.length as u64;
+            }
+        }
+        self.space.separated(payload, records);
         let mut out = WriteBatch::new();
         for (e, p) in entries.iter().zip(ptrs) {
             match p {
@@ -360,6 +368,7 @@ impl DbInner {
             })
             .collect();
         let ptrs = self.vstore.append(&records)?;
+        self.note_separated(&records, &ptrs);
         let mut ptrs = ptrs.into_iter();
         let mut out = WriteBatch::new();
         for e in &entries {
@@ -377,6 +386,17 @@ impl DbInner {
             }
         }
         Ok(out)
+    }
+
+    /// Tells the space governor how many record bytes the separated values'
+    /// user bytes took (a pointer's length is its record's length).
+    fn note_separated(&self, records: &[ValueRecord<'_>], ptrs: &[ValuePointer]) {
+        let payload: u64 = records
+            .iter()
+            .map(|r| (r.key.len() + r.value.len()) as u64)
+            .sum();
+        let bytes: u64 = ptrs.iter().map(|p| p.length as u64).sum();
+        self.space.separated(payload, bytes);
     }
 
     /// Switches the memtable (under the writer lock) and waits for its
