@@ -243,10 +243,17 @@ pub struct Table {
     pub journal_pos: (u64, u64),
     /// The cold data log's persisted state.
     pub cold_state: Option<Vec<u8>>,
-    /// Log-segment units of the reserved space the cold data log's span
-    /// takes (in memory, refreshed after open and every GC step): the cold
-    /// log lives inside the capacity, so it leaves fewer log segments.
+    /// Log-segment units the cold data log's span takes (in memory,
+    /// refreshed after open and every GC step): the cold log lives inside
+    /// the capacity.
     pub cold_units: u64,
+    /// Log-segment units of room the groups' current main segments have
+    /// not filled yet, refreshed with `cold_units` ([`Table::main_slack`]).
+    /// The cold data log takes this room first and the reserve only for
+    /// the rest: the values it holds left their groups' main segments, as
+    /// in the paper, where the cold log has a region of its own (HashKV
+    /// §3.4, §3.8).
+    pub main_slack_units: u64,
 }
 
 /// Message of the store-full error.
@@ -271,15 +278,45 @@ impl Table {
             journal_pos: (1, 0),
             cold_state: None,
             cold_units: 0,
+            main_slack_units: 0,
         }
     }
 
-    /// Free log segments of the reserved space (what log segments and the
-    /// cold data log leave).
+    /// Free log segments of the reserved space: what log segments and the
+    /// part of the cold data log the main segments' free room does not
+    /// cover leave.
+    ///
+    /// In bytes this is the capacity less what the store holds —
+    /// `value_capacity` minus the main segments' lengths, the log
+    /// segments and the cold log — whenever the cold log is larger than
+    /// the main segments' free room, and the reserve's own free room
+    /// otherwise. The free room is counted at each GC step, so between
+    /// steps the store may pass `value_capacity` by what writers appended
+    /// to main segments meanwhile, at most the room the cold log took.
     pub fn free_units(&self) -> u64 {
+        let cold = self.cold_units.saturating_sub(self.main_slack_units);
         self.geo
             .reserved_units
-            .saturating_sub(self.used_units + self.cold_units)
+            .saturating_sub(self.used_units + cold)
+    }
+
+    /// Bytes the groups' current main segments (each group's last listed
+    /// main segment; a group without one has a whole segment's room) have
+    /// not filled yet. Visits every group.
+    pub fn main_slack(&self) -> u64 {
+        self.groups
+            .iter()
+            .map(|g| {
+                let len = g
+                    .segs
+                    .iter()
+                    .rev()
+                    .filter_map(|id| self.segs.get(id))
+                    .find(|s| s.kind == SegKind::Main)
+                    .map_or(0, |s| s.len);
+                self.geo.main_size.saturating_sub(len)
+            })
+            .sum()
     }
 
     /// Log-segment units a record of `len` bytes needs.
@@ -1046,6 +1083,34 @@ mod tests {
         let mut bad = enc.clone();
         bad[10] ^= 1;
         assert!(Table::decode(&bad).is_none());
+    }
+
+    /// The cold data log takes the main segments' unfilled room before the
+    /// reserve's.
+    #[test]
+    fn the_cold_log_takes_the_main_segments_free_room_first() {
+        // 12 groups of 64 KiB main segments, 16 log segments of 16 KiB.
+        let geo = Geometry::new(1 << 20, 64 << 10, 16 << 10, 0.25);
+        let mut t = Table::new(geo);
+        let (mut allocs, mut undo) = (Vec::new(), Vec::new());
+        // Every main segment 48 KiB full: 12 × 16 KiB of room, 12 units.
+        for g in 0..12 {
+            t.place(g, 48 << 10, 0, &mut allocs, &mut undo).unwrap();
+        }
+        assert_eq!(t.main_slack(), 12 * (16 << 10));
+        // One log segment in use; a cold log of 14 units.
+        t.place(0, 20 << 10, 0, &mut allocs, &mut undo).unwrap();
+        assert_eq!(t.used_units, 2);
+        t.cold_units = 14;
+        // Counted against the reserve alone it would leave nothing.
+        assert_eq!(t.free_units(), 0);
+        t.main_slack_units = t.main_slack() / geo.log_size;
+        // 14 - 12 units over the main segments' room: 16 - 2 - 2 free.
+        assert_eq!(t.free_units(), 12);
+        // A group's new main segment (a GC's) is its current one.
+        t.groups[5].sealed = true;
+        t.place(5, 4 << 10, 0, &mut allocs, &mut undo).unwrap();
+        assert_eq!(t.main_slack(), 11 * (16 << 10) + (60 << 10));
     }
 
     /// Groups keep the hotness bound their last GC set; a version 1 table,
