@@ -146,6 +146,12 @@ impl DbInner {
             self.index.make_room(false)?;
             if !self.shared.opts.wal || self.vstore.separates(batch.max_value_len()) {
                 self.space_backpressure(&mut guard, user_bytes)?;
+                let pause = self.vstore.write_delay();
+                if !pause.is_zero() {
+                    let t = Instant::now();
+                    MutexGuard::unlocked(&mut guard, || std::thread::sleep(pause));
+                    self.shared.note_stall(t);
+                }
                 // Backpressure may have let go of the writer lock (a delay,
                 // GC run by this writer): the database may have closed or
                 // been poisoned meanwhile, and nothing may reach the value

@@ -466,6 +466,15 @@ pub trait ValueStore: Send + Sync {
         Ok(())
     }
 
+    /// How long a user write should pause before it appends (the writer
+    /// lock let go meanwhile), so that GC keeps ahead of the writers where
+    /// it frees room only a whole step at a time: HashKV's reserve, where
+    /// a writer that finds it full waits for a whole group's GC. The
+    /// default: no pause.
+    fn write_delay(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+
     /// True when the store is running out of room and GC should run now,
     /// whatever the garbage ratio (FlashKey §V-B5: empty bands below a
     /// threshold). Cheap: the write path asks after every write. The

@@ -300,6 +300,20 @@ impl Table {
             .saturating_sub(self.used_units + cold)
     }
 
+    /// How hard user writes are paced, from 0 (no pause) to 1: 0 while at
+    /// least half of the way from GC's headroom to `low_watermark` is free,
+    /// growing linearly to 1 at the headroom, where user appends are
+    /// refused.
+    pub fn pause_depth(&self, low_watermark: u64) -> f64 {
+        let head = self.geo.gc_headroom();
+        let soft = head + low_watermark.saturating_sub(head) / 2;
+        let free = self.free_units();
+        if free >= soft {
+            return 0.0;
+        }
+        ((soft - free) as f64 / (soft - head).max(1) as f64).min(1.0)
+    }
+
     /// Bytes the groups' current main segments (each group's last listed
     /// main segment; a group without one has a whole segment's room) have
     /// not filled yet. Visits every group.
@@ -1111,6 +1125,26 @@ mod tests {
         t.groups[5].sealed = true;
         t.place(5, 4 << 10, 0, &mut allocs, &mut undo).unwrap();
         assert_eq!(t.main_slack(), 11 * (16 << 10) + (60 << 10));
+    }
+
+    /// Writers are paced over the last half of the way from the low
+    /// watermark to GC's headroom.
+    #[test]
+    fn writers_are_paced_as_the_reserve_runs_out() {
+        // 32 log segments; headroom 2, low watermark 8: paced below 5 free.
+        let geo = Geometry::new(1 << 20, 64 << 10, 16 << 10, 0.5);
+        assert_eq!((geo.reserved_units, geo.gc_headroom()), (32, 2));
+        let mut t = Table::new(geo);
+        let depth_at = |t: &mut Table, free: u64| {
+            t.used_units = 32 - free;
+            t.pause_depth(8)
+        };
+        assert_eq!(depth_at(&mut t, 32), 0.0);
+        assert_eq!(depth_at(&mut t, 5), 0.0);
+        assert!((depth_at(&mut t, 4) - 1.0 / 3.0).abs() < 1e-9);
+        assert!((depth_at(&mut t, 3) - 2.0 / 3.0).abs() < 1e-9);
+        assert_eq!(depth_at(&mut t, 2), 1.0);
+        assert_eq!(depth_at(&mut t, 0), 1.0);
     }
 
     /// Groups keep the hotness bound their last GC set; a version 1 table,
