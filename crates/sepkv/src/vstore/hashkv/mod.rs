@@ -812,6 +812,7 @@ impl HashKvStore {
         let unit = st.table.geo.log_size.max(1);
         st.table.cold_units = span.div_ceil(unit);
         st.table.main_slack_units = st.table.main_slack() / unit;
+        st.table.main_appended = 0;
     }
 }
 

@@ -247,13 +247,16 @@ pub struct Table {
     /// refreshed after open and every GC step): the cold log lives inside
     /// the capacity.
     pub cold_units: u64,
-    /// Log-segment units of room the groups' current main segments have
-    /// not filled yet, refreshed with `cold_units` ([`Table::main_slack`]).
-    /// The cold data log takes this room first and the reserve only for
-    /// the rest: the values it holds left their groups' main segments, as
-    /// in the paper, where the cold log has a region of its own (HashKV
-    /// §3.4, §3.8).
+    /// Log-segment units of room the main segments leave unfilled
+    /// ([`Table::main_slack`]), as counted with `cold_units`. The cold data
+    /// log takes this room first and the reserve only for the rest: the
+    /// values it holds left their groups' main segments, as in the paper,
+    /// where the cold log has a region of its own (HashKV §3.4, §3.8).
     pub main_slack_units: u64,
+    /// Bytes appended to main segments since `main_slack_units` was
+    /// counted: that room is no longer free, and [`Table::free_units`]
+    /// takes it off until the next count.
+    pub main_appended: u64,
 }
 
 /// Message of the store-full error.
@@ -279,6 +282,7 @@ impl Table {
             cold_state: None,
             cold_units: 0,
             main_slack_units: 0,
+            main_appended: 0,
         }
     }
 
@@ -290,11 +294,15 @@ impl Table {
     /// `value_capacity` minus the main segments' lengths, the log
     /// segments and the cold log — whenever the cold log is larger than
     /// the main segments' free room, and the reserve's own free room
-    /// otherwise. The free room is counted at each GC step, so between
-    /// steps the store may pass `value_capacity` by what writers appended
-    /// to main segments meanwhile, at most the room the cold log took.
+    /// otherwise. The free room is counted after open and at each GC
+    /// step; appends to main segments since take their bytes off it at
+    /// once, and main segments allocated since add nothing until the next
+    /// count, so the figure never credits room that is not there.
     pub fn free_units(&self) -> u64 {
-        let cold = self.cold_units.saturating_sub(self.main_slack_units);
+        let slack = self
+            .main_slack_units
+            .saturating_sub(self.main_appended.div_ceil(self.geo.log_size.max(1)));
+        let cold = self.cold_units.saturating_sub(slack);
         self.geo
             .reserved_units
             .saturating_sub(self.used_units + cold)
@@ -314,23 +322,18 @@ impl Table {
         ((soft - free) as f64 / (soft - head).max(1) as f64).min(1.0)
     }
 
-    /// Bytes the groups' current main segments (each group's last listed
-    /// main segment; a group without one has a whole segment's room) have
-    /// not filled yet. Visits every group.
+    /// Bytes of the main part (`groups × main_size`) that no main
+    /// segment fills: every main segment the table knows counts — a
+    /// group's current one, the one a GC step is replacing, and those
+    /// retired but not yet deleted. Visits every segment.
     pub fn main_slack(&self) -> u64 {
-        self.groups
-            .iter()
-            .map(|g| {
-                let len = g
-                    .segs
-                    .iter()
-                    .rev()
-                    .filter_map(|id| self.segs.get(id))
-                    .find(|s| s.kind == SegKind::Main)
-                    .map_or(0, |s| s.len);
-                self.geo.main_size.saturating_sub(len)
-            })
-            .sum()
+        let filled: u64 = self
+            .segs
+            .values()
+            .filter(|s| s.kind == SegKind::Main)
+            .map(|s| s.len)
+            .sum();
+        (self.geo.groups as u64 * self.geo.main_size).saturating_sub(filled)
     }
 
     /// Log-segment units a record of `len` bytes needs.
@@ -396,6 +399,9 @@ impl Table {
                     undo.push(Undo::Len(last, s.len));
                     let off = s.len;
                     s.len += len;
+                    if s.kind == SegKind::Main {
+                        self.main_appended += len;
+                    }
                     return Ok((last, off));
                 }
             }
@@ -412,6 +418,9 @@ impl Table {
         };
         if let Some(s) = self.segs.get_mut(&a.id) {
             s.len = len;
+            if s.kind == SegKind::Main {
+                self.main_appended += len;
+            }
         }
         a.seg.len = 0;
         let g = &mut self.groups[group as usize];
@@ -1118,13 +1127,20 @@ mod tests {
         t.cold_units = 14;
         // Counted against the reserve alone it would leave nothing.
         assert_eq!(t.free_units(), 0);
+        // Counted as a GC step counts it.
         t.main_slack_units = t.main_slack() / geo.log_size;
+        t.main_appended = 0;
         // 14 - 12 units over the main segments' room: 16 - 2 - 2 free.
         assert_eq!(t.free_units(), 12);
-        // A group's new main segment (a GC's) is its current one.
+        // A GC step opens group 5's next main segment.
         t.groups[5].sealed = true;
         t.place(5, 4 << 10, 0, &mut allocs, &mut undo).unwrap();
-        assert_eq!(t.main_slack(), 11 * (16 << 10) + (60 << 10));
+        // Appends to main segments since the count take their room off at
+        // once (4 KiB: one unit).
+        assert_eq!(t.main_appended, 4 << 10);
+        assert_eq!(t.free_units(), 11);
+        // Both of the group's main segments count until the GC drops one.
+        assert_eq!(t.main_slack(), 11 * (16 << 10) + (12 << 10));
     }
 
     /// Writers are paced over the last half of the way from the low
