@@ -809,10 +809,8 @@ impl HashKvStore {
         let cold = self.cold.space();
         let span = cold.live_bytes + cold.garbage_bytes;
         let mut st = self.state.lock();
-        let unit = st.table.geo.log_size.max(1);
-        st.table.cold_units = span.div_ceil(unit);
-        st.table.main_slack_units = st.table.main_slack() / unit;
-        st.table.main_appended = 0;
+        st.table.cold_units = span.div_ceil(st.table.geo.log_size.max(1));
+        st.table.count_main_slack();
     }
 }
 

@@ -253,10 +253,14 @@ pub struct Table {
     /// values it holds left their groups' main segments, as in the paper,
     /// where the cold log has a region of its own (HashKV §3.4, §3.8).
     pub main_slack_units: u64,
-    /// Bytes appended to main segments since `main_slack_units` was
-    /// counted: that room is no longer free, and [`Table::free_units`]
-    /// takes it off until the next count.
+    /// Bytes appended since `main_slack_units` was counted to main
+    /// segments it counted (ids below `counted_below`): that room is no
+    /// longer free, and [`Table::free_units`] takes it off until the next
+    /// count. Main segments allocated since were not counted, so their
+    /// appends take nothing off.
     pub main_appended: u64,
+    /// `next_seg` when `main_slack_units` was counted.
+    pub counted_below: u64,
 }
 
 /// Message of the store-full error.
@@ -283,6 +287,7 @@ impl Table {
             cold_units: 0,
             main_slack_units: 0,
             main_appended: 0,
+            counted_below: 0,
         }
     }
 
@@ -294,10 +299,13 @@ impl Table {
     /// `value_capacity` minus the main segments' lengths, the log
     /// segments and the cold log — whenever the cold log is larger than
     /// the main segments' free room, and the reserve's own free room
-    /// otherwise. The free room is counted after open and at each GC
-    /// step; appends to main segments since take their bytes off it at
-    /// once, and main segments allocated since add nothing until the next
-    /// count, so the figure never credits room that is not there.
+    /// otherwise. The free room is counted after open and at each GC step
+    /// ([`Table::count_main_slack`]); appends to the main segments counted
+    /// take their bytes off it at once, and main segments allocated since
+    /// add nothing until the next count. What it may credit beyond the
+    /// truth is the unfilled room of a main segment a GC step is
+    /// replacing, the one extra main segment per group under collection
+    /// that the design allows.
     pub fn free_units(&self) -> u64 {
         let slack = self
             .main_slack_units
@@ -322,18 +330,38 @@ impl Table {
         ((soft - free) as f64 / (soft - head).max(1) as f64).min(1.0)
     }
 
-    /// Bytes of the main part (`groups × main_size`) that no main
-    /// segment fills: every main segment the table knows counts — a
-    /// group's current one, the one a GC step is replacing, and those
-    /// retired but not yet deleted. Visits every segment.
+    /// Counts the main segments' free room ([`Table::main_slack`]) into
+    /// `main_slack_units` and starts `main_appended` over.
+    pub fn count_main_slack(&mut self) {
+        self.main_slack_units = self.main_slack() / self.geo.log_size.max(1);
+        self.main_appended = 0;
+        self.counted_below = self.next_seg;
+    }
+
+    /// Bytes the groups' current main segments — each group's last listed
+    /// one; a group without one has a whole segment's room — have not
+    /// filled yet. Visits every group.
+    ///
+    /// A main segment a GC step is replacing (listed before the new one
+    /// until the step commits, and after a step that gave up until the
+    /// group's next GC) and retired ones not deleted yet are left out:
+    /// they are the one extra main segment per group under collection
+    /// that the store's design allows beyond `value_capacity` (see
+    /// [`super::gc`]).
     pub fn main_slack(&self) -> u64 {
-        let filled: u64 = self
-            .segs
-            .values()
-            .filter(|s| s.kind == SegKind::Main)
-            .map(|s| s.len)
-            .sum();
-        (self.geo.groups as u64 * self.geo.main_size).saturating_sub(filled)
+        self.groups
+            .iter()
+            .map(|g| {
+                let len = g
+                    .segs
+                    .iter()
+                    .rev()
+                    .filter_map(|id| self.segs.get(id))
+                    .find(|s| s.kind == SegKind::Main)
+                    .map_or(0, |s| s.len);
+                self.geo.main_size.saturating_sub(len)
+            })
+            .sum()
     }
 
     /// Log-segment units a record of `len` bytes needs.
@@ -399,7 +427,7 @@ impl Table {
                     undo.push(Undo::Len(last, s.len));
                     let off = s.len;
                     s.len += len;
-                    if s.kind == SegKind::Main {
+                    if s.kind == SegKind::Main && last < self.counted_below {
                         self.main_appended += len;
                     }
                     return Ok((last, off));
@@ -418,9 +446,6 @@ impl Table {
         };
         if let Some(s) = self.segs.get_mut(&a.id) {
             s.len = len;
-            if s.kind == SegKind::Main {
-                self.main_appended += len;
-            }
         }
         a.seg.len = 0;
         let g = &mut self.groups[group as usize];
@@ -1127,20 +1152,22 @@ mod tests {
         t.cold_units = 14;
         // Counted against the reserve alone it would leave nothing.
         assert_eq!(t.free_units(), 0);
-        // Counted as a GC step counts it.
-        t.main_slack_units = t.main_slack() / geo.log_size;
-        t.main_appended = 0;
+        t.count_main_slack();
         // 14 - 12 units over the main segments' room: 16 - 2 - 2 free.
         assert_eq!(t.free_units(), 12);
-        // A GC step opens group 5's next main segment.
-        t.groups[5].sealed = true;
-        t.place(5, 4 << 10, 0, &mut allocs, &mut undo).unwrap();
-        // Appends to main segments since the count take their room off at
+        // Appends to the main segments counted take their room off at
         // once (4 KiB: one unit).
+        t.place(7, 4 << 10, 0, &mut allocs, &mut undo).unwrap();
         assert_eq!(t.main_appended, 4 << 10);
         assert_eq!(t.free_units(), 11);
-        // Both of the group's main segments count until the GC drops one.
-        assert_eq!(t.main_slack(), 11 * (16 << 10) + (12 << 10));
+        // A GC step opens group 5's next main segment: not counted, its
+        // appends take nothing off.
+        t.groups[5].sealed = true;
+        t.place(5, 4 << 10, 0, &mut allocs, &mut undo).unwrap();
+        assert_eq!(t.main_appended, 4 << 10);
+        // Its new main segment is its current one; the one the GC
+        // replaces is the extra segment a collection may take.
+        assert_eq!(t.main_slack(), 10 * (16 << 10) + (12 << 10) + (60 << 10));
     }
 
     /// Writers are paced over the last half of the way from the low
