@@ -6,7 +6,7 @@
 //! thread. Reads may run concurrently with the single writer (see
 //! [`super::skiplist`]).
 //!
-//! Every memtable carries a whole-key Bloom filter ([`KeyFilter`]), as
+//! Every memtable carries a whole-key Bloom filter (`KeyFilter`), as
 //! RocksDB's `memtable_whole_key_filtering` does: a point lookup of a key
 //! the memtable does not hold — most lookups once the data outgrows one
 //! write buffer, and nearly all of GC's compare-and-set lookups — costs a

@@ -27,8 +27,9 @@
 //!    allocations journaled; with a journal of values, where it comes from,
 //!    and the copy cached). A key written once since its insert is
 //!    cold (with `hashkv_hotness`): its value goes to the cold data log
-//!    while the reserve has free room for it beyond GC's headroom and this
-//!    group's copies, and is otherwise copied back like a hot one (the
+//!    while there is free room for it (the main segments' unfilled room,
+//!    then the reserve's) beyond GC's headroom and this group's copies,
+//!    and is otherwise copied back like a hot one (the
 //!    group's `hot_seq` may then cover it: see [`super::segment::Group`]). A
 //!    latest record that is a tag is carried over; an older tag names a
 //!    cold value a newer version replaced, which the cold log counts as
@@ -470,9 +471,10 @@ fn scan_and_copy(
         let mut ordered: Vec<(Vec<u8>, Latest)> = keys.into_iter().collect();
         ordered.sort_unstable_by_key(|(_, l)| (l.seg_idx, l.off));
         let cold_candidate = |l: &Latest| s.opts.hotness && l.count == 1 && l.seq > v.hot_seq;
-        // The cold data log may grow only into free reserved space: it
-        // shares the reserve with the groups' log segments, and
-        // `value_capacity` bounds both. What is free less GC's headroom,
+        // The cold data log may grow only into free room: the main
+        // segments' unfilled room, then the reserve it shares with the
+        // groups' log segments (`Table::free_units`); `value_capacity`
+        // bounds them all. What is free less GC's headroom,
         // one unit for the two logs' different record sizes, what this
         // step has already chosen, and the log segments this group's hot
         // copies will take beyond its fresh main segment. Cold values

@@ -37,11 +37,13 @@
 //!   cold data log and the group keeps a tag. A pair once updated stays
 //!   hot (the group's `hot_seq` remembers it across GCs and reopens).
 //!   The cold log lives inside `value_capacity`: its span (tail to head)
-//!   takes log-segment units of the reserved space, and GC moves cold
-//!   values only while the reserve has free units beyond its own
-//!   headroom (the rest are copied back to their group like hot ones), so
-//!   the cold log and the groups' log segments together never pass the
-//!   reserve; a GC step collects the cold log when its known garbage reaches
+//!   takes the room the groups' current main segments leave unfilled
+//!   first and log-segment units of the reserved space for the rest
+//!   ([`segment::Table::free_units`]), and GC moves cold values only
+//!   while that leaves free units beyond its own headroom (the rest are
+//!   copied back to their group like hot ones), so the cold log and the
+//!   groups' segments together stay within the capacity; a GC step
+//!   collects the cold log when its known garbage reaches
 //!   `gc_garbage_ratio` (0.5 when background GC is off), or when the
 //!   reserved space runs low and it holds a log segment of known garbage.
 //! - **Crash consistency** (§3.7, [`journal`]): metadata journaling. The
@@ -312,8 +314,8 @@ struct Counters {
     gc_bytes_rewritten: AtomicU64,
     gc_bytes_freed: AtomicU64,
     gc_cold_bytes: AtomicU64,
-    /// Cold values kept in their group because the reserve had no room
-    /// for the cold data log to grow.
+    /// Cold values kept in their group because the capacity had no free
+    /// room for the cold data log to grow.
     gc_cold_kept: AtomicU64,
     /// User writes asked to pause while the reserve ran out.
     write_delays: AtomicU64,
