@@ -17,6 +17,7 @@ use super::key::{
     append_internal_key, parse_internal_key, seek_key, SeqNum, ValueType, TRAILER_LEN,
 };
 use super::skiplist::{SkipIter, SkipList};
+use super::sstable::key_hash;
 use crate::error::Result;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -57,23 +58,21 @@ impl KeyFilter {
         }
     }
 
-    /// The key's block (first word index) and the probes' hash.
-    fn locate(&self, user_key: &[u8]) -> (usize, u64) {
-        let h = xxhash_rust::xxh3::xxh3_64(user_key);
-        let block = (h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) & self.block_mask;
-        (block as usize * 8, h)
+    /// The first word of the block of a key whose [`key_hash`] is `h`.
+    fn block(&self, h: u64) -> usize {
+        (((h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) & self.block_mask) * 8) as usize
     }
 
-    fn add(&self, user_key: &[u8]) {
-        let (base, h) = self.locate(user_key);
+    fn add(&self, h: u64) {
+        let base = self.block(h);
         for i in 0..FILTER_PROBES {
             let bit = (h >> (i * 9)) & 511;
             self.words[base + (bit >> 6) as usize].fetch_or(1 << (bit & 63), Ordering::Relaxed);
         }
     }
 
-    fn may_contain(&self, user_key: &[u8]) -> bool {
-        let (base, h) = self.locate(user_key);
+    fn may_contain(&self, h: u64) -> bool {
+        let base = self.block(h);
         (0..FILTER_PROBES).all(|i| {
             let bit = (h >> (i * 9)) & 511;
             self.words[base + (bit >> 6) as usize].load(Ordering::Relaxed) & (1 << (bit & 63)) != 0
@@ -145,7 +144,7 @@ impl MemTable {
         let mut k = Vec::with_capacity(user_key.len() + TRAILER_LEN);
         append_internal_key(&mut k, user_key, seq, vtype as u8);
         // Before the entry is linked: see `KeyFilter`.
-        self.filter.add(user_key);
+        self.filter.add(key_hash(user_key));
         self.list.insert(&k, value);
         self.max_seq
             .fetch_max(seq, std::sync::atomic::Ordering::Relaxed);
@@ -163,18 +162,26 @@ impl MemTable {
 
     /// Sequence number of the newest version of `user_key` held, if any.
     pub fn newest_seq(&self, user_key: &[u8]) -> Option<SeqNum> {
-        self.newest(user_key, super::key::MAX_SEQ, |seq, _, _| seq)
+        self.newest_seq_hashed(user_key, key_hash(user_key))
+    }
+
+    /// [`MemTable::newest_seq`] for a key whose [`key_hash`] is `hash`
+    /// (hashed once for every memtable and table a lookup visits).
+    pub fn newest_seq_hashed(&self, user_key: &[u8], hash: u64) -> Option<SeqNum> {
+        self.newest(user_key, hash, super::key::MAX_SEQ, |seq, _, _| seq)
     }
 
     /// `f(sequence number, type, value)` of the newest version of
-    /// `user_key` with sequence number `<= seq`, if one is held.
+    /// `user_key` (whose [`key_hash`] is `hash`) with sequence number
+    /// `<= seq`, if one is held.
     fn newest<T>(
         &self,
         user_key: &[u8],
+        hash: u64,
         seq: SeqNum,
         f: impl FnOnce(SeqNum, ValueType, &[u8]) -> T,
     ) -> Option<T> {
-        if !self.filter.may_contain(user_key) {
+        if !self.filter.may_contain(hash) {
             return None;
         }
         let mut it = SkipIter::new(Borrowed(&self.list));
@@ -193,7 +200,12 @@ impl MemTable {
 
     /// Newest version of `user_key` with sequence number `<= seq`.
     pub fn get(&self, user_key: &[u8], seq: SeqNum) -> Lookup {
-        self.newest(user_key, seq, |_, vtype, value| match vtype {
+        self.get_hashed(user_key, key_hash(user_key), seq)
+    }
+
+    /// [`MemTable::get`] for a key whose [`key_hash`] is `hash`.
+    pub fn get_hashed(&self, user_key: &[u8], hash: u64, seq: SeqNum) -> Lookup {
+        self.newest(user_key, hash, seq, |_, vtype, value| match vtype {
             ValueType::Deletion => Lookup::Deleted,
             t => Lookup::Found(t, value.to_vec()),
         })
@@ -319,11 +331,14 @@ mod tests {
             m.add(i as u64 + 1, ValueType::Pointer, &key(2 * i), b"p");
         }
         for i in 0..20_000u32 {
-            assert!(m.filter.may_contain(&key(2 * i)), "false negative");
+            assert!(
+                m.filter.may_contain(key_hash(&key(2 * i))),
+                "false negative"
+            );
             assert_eq!(m.newest_seq(&key(2 * i)), Some(i as u64 + 1));
         }
         let passed = (0..20_000u32)
-            .filter(|&i| m.filter.may_contain(&key(2 * i + 1)))
+            .filter(|&i| m.filter.may_contain(key_hash(&key(2 * i + 1))))
             .count();
         // About 1 % expected; a filter that passes everything fails here.
         assert!(passed < 20_000 / 20, "{passed} of 20000 absent keys passed");

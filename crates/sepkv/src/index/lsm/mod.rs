@@ -525,10 +525,14 @@ impl Index for LsmIndex {
         if oldest.min_seq()? > seq.saturating_add(1) {
             return None;
         }
-        let newer = |m: &Arc<MemTable>, key: &[u8]| m.newest_seq(key).is_some_and(|s| s > seq);
+        let newer =
+            |m: &MemTable, key: &[u8], h| m.newest_seq_hashed(key, h).is_some_and(|s| s > seq);
         Some(
             keys.iter()
-                .map(|k| newer(&sv.mem, k) || sv.imm.as_ref().is_some_and(|m| newer(m, k)))
+                .map(|k| {
+                    let h = crate::index::sstable::key_hash(k);
+                    newer(&sv.mem, k, h) || sv.imm.as_ref().is_some_and(|m| newer(m, k, h))
+                })
                 .collect(),
         )
     }
@@ -543,10 +547,12 @@ impl Index for LsmIndex {
     fn get(&self, key: &[u8], seq: Option<SeqNum>, ctx: ReadCtx) -> Result<Lookup> {
         let sv = self.sv.read().clone();
         let seq = seq.unwrap_or_else(|| self.shared.last_seq.load(Ordering::Acquire));
-        let mut r = sv.mem.get(key, seq);
+        // One hash for both memtables' key filters.
+        let h = crate::index::sstable::key_hash(key);
+        let mut r = sv.mem.get_hashed(key, h, seq);
         if r == Lookup::NotFound {
             if let Some(imm) = &sv.imm {
-                r = imm.get(key, seq);
+                r = imm.get_hashed(key, h, seq);
             }
         }
         if r == Lookup::NotFound {
