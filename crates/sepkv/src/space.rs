@@ -438,10 +438,6 @@ struct Cached {
     /// GC's net rate (bytes freed less bytes copied, per second of a
     /// step), a moving average; 0 until a step did work.
     gc_rate: f64,
-    /// User bytes (keys and values) of the values separated since open,
-    /// and the bytes of the records that hold them.
-    sep_payload: u64,
-    sep_records: u64,
     /// When the slowed-down writers' debt is paid: each write moves it on
     /// by its bytes at the allowed rate.
     paid_until: Option<Instant>,
@@ -458,6 +454,11 @@ pub struct SpaceGovernor {
     /// The value store has a capacity (its bands apply with no target).
     bounded: bool,
     cached: Mutex<Cached>,
+    /// User bytes (keys and values) of the values separated since open,
+    /// and the bytes of the records that hold them: added on every write,
+    /// so kept outside `cached`'s lock.
+    sep_payload: AtomicU64,
+    sep_records: AtomicU64,
     /// What the governor did.
     pub counters: SpaceCounters,
 }
@@ -482,6 +483,8 @@ impl SpaceGovernor {
             policy: SpacePolicy::new(target),
             bounded,
             cached: Mutex::new(Cached::default()),
+            sep_payload: AtomicU64::new(0),
+            sep_records: AtomicU64::new(0),
             counters: SpaceCounters::default(),
         }
     }
@@ -721,19 +724,20 @@ impl SpaceGovernor {
     /// Records values separated into the value store: `payload` user bytes
     /// (keys and values) in `records` bytes of records.
     pub fn separated(&self, payload: u64, records: u64) {
-        let mut c = self.cached.lock();
-        c.sep_payload += payload;
-        c.sep_records += records;
+        self.sep_payload.fetch_add(payload, Ordering::Relaxed);
+        self.sep_records.fetch_add(records, Ordering::Relaxed);
     }
 
     /// User bytes per record byte of the values separated since open
     /// ([`SpaceView::payload_share`]); 0 before any.
     pub fn payload_share(&self) -> f64 {
-        let c = self.cached.lock();
-        if c.sep_records == 0 {
+        // Read apart, the two may straddle a write: a share off by one
+        // batch's bytes, for an estimate.
+        let records = self.sep_records.load(Ordering::Relaxed);
+        if records == 0 {
             0.0
         } else {
-            c.sep_payload as f64 / c.sep_records as f64
+            self.sep_payload.load(Ordering::Relaxed) as f64 / records as f64
         }
     }
 

@@ -336,14 +336,15 @@ impl DbInner {
                 return Err(e);
             }
         };
-        let (mut payload, mut records) = (0u64, 0u64);
-        for (e, p) in entries.iter().zip(&ptrs) {
-            if let (Some(p), ValueType::Value) = (p, e.vtype) {
-                payload += (e.key.len() + e.value.len()) as u64;
-                records += p.length as u64;
-            }
-        }
-        self.space.separated(payload, records);
+        self.note_separated(
+            entries
+                .iter()
+                .zip(&ptrs)
+                .filter_map(|(e, p)| match (p, e.vtype) {
+                    (Some(p), ValueType::Value) => Some((e.key.len() + e.value.len(), p)),
+                    _ => None,
+                }),
+        );
         let mut out = WriteBatch::new();
         for (e, p) in entries.iter().zip(ptrs) {
             match p {
@@ -374,7 +375,12 @@ impl DbInner {
             })
             .collect();
         let ptrs = self.vstore.append(&records)?;
-        self.note_separated(&records, &ptrs);
+        self.note_separated(
+            records
+                .iter()
+                .zip(&ptrs)
+                .map(|(r, p)| (r.key.len() + r.value.len(), p)),
+        );
         let mut ptrs = ptrs.into_iter();
         let mut out = WriteBatch::new();
         for e in &entries {
@@ -395,14 +401,13 @@ impl DbInner {
     }
 
     /// Tells the space governor how many record bytes the separated values'
-    /// user bytes took (a pointer's length is its record's length).
-    fn note_separated(&self, records: &[ValueRecord<'_>], ptrs: &[ValuePointer]) {
-        let payload: u64 = records
-            .iter()
-            .map(|r| (r.key.len() + r.value.len()) as u64)
-            .sum();
-        let bytes: u64 = ptrs.iter().map(|p| p.length as u64).sum();
-        self.space.separated(payload, bytes);
+    /// user bytes took: `(key and value bytes, pointer)` per value (a
+    /// pointer's length is its record's length).
+    fn note_separated<'p>(&self, values: impl Iterator<Item = (usize, &'p ValuePointer)>) {
+        let (payload, records) = values.fold((0u64, 0u64), |(u, r), (n, p)| {
+            (u + n as u64, r + p.length as u64)
+        });
+        self.space.separated(payload, records);
     }
 
     /// Switches the memtable (under the writer lock) and waits for its
