@@ -170,7 +170,7 @@ use record::Kind;
 use segment::{parse_seg_name, Alloc, Geometry, PlaceError, SegFiles, Table};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -374,6 +374,9 @@ pub struct StoreCore {
     /// sealed, lowered once it is in its files, so a read (or an append)
     /// that sees 0 needs not take the queue's lock.
     flushing_len: AtomicUsize,
+    /// User writes may have to pause ([`ValueStore::write_delay`]), as of
+    /// the last [`ValueStore::gc_due`].
+    pacing: AtomicBool,
     /// Held while batches of `flushing` are written, in queue order (a
     /// segment's batches must reach its file in offset order). Taken after
     /// `state` (GC drains with the table locked), never before it.
@@ -770,6 +773,7 @@ impl HashKvStore {
             spare: Mutex::new(None),
             flushing: Mutex::new(VecDeque::new()),
             flushing_len: AtomicUsize::new(0),
+            pacing: AtomicBool::new(false),
             flush_lock: Mutex::new(()),
             work: Mutex::new(Work::default()),
             work_cv: Condvar::new(),
@@ -2074,7 +2078,13 @@ impl ValueStore for HashKvStore {
     /// [`MAX_RESERVE_DELAY`] times [`Table::pause_depth`]: from halfway
     /// between the low watermark and GC's headroom down to the headroom,
     /// where an append is refused and the writer waits for a GC step.
+    /// Far from the low watermark, as the last [`ValueStore::gc_due`]
+    /// found it (the engine asks after every write, under the state lock
+    /// it takes anyway), no lock is taken.
     fn write_delay(&self) -> std::time::Duration {
+        if !self.pacing.load(Ordering::Relaxed) {
+            return std::time::Duration::ZERO;
+        }
         let depth = {
             let st = self.state.lock();
             st.table.pause_depth(Self::low_watermark(&st.table))
@@ -2090,7 +2100,10 @@ impl ValueStore for HashKvStore {
     /// runs when the reserved space runs low).
     fn gc_due(&self) -> bool {
         let st = self.state.lock();
-        st.table.free_units() < HashKvStore::low_watermark(&st.table)
+        let low = HashKvStore::low_watermark(&st.table);
+        self.pacing
+            .store(st.table.pause_depth(low) > 0.0, Ordering::Relaxed);
+        st.table.free_units() < low
     }
 
     /// The reserved space held by retired log segments (main segments are
