@@ -286,6 +286,10 @@ impl IndexReader for DbInner {
         }
     }
 
+    fn points_at(&self, key: &[u8], addr: &ValuePointer) -> Result<bool> {
+        self.index.points_at(key, addr)
+    }
+
     fn oldest_visible_seq(&self) -> SeqNum {
         self.shared.smallest_snapshot()
     }

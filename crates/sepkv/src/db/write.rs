@@ -440,7 +440,7 @@ impl DbInner {
         let seen = self.shared.last_seq.load(Ordering::Acquire);
         let mut installed = Vec::with_capacity(moves.len());
         for m in moves {
-            installed.push(self.current_pointer(&m.key)? == Some(m.old));
+            installed.push(self.points_at(&m.key, &m.old)?);
         }
         let guard = self.writer.lock();
         self.shared.poisoned()?;
@@ -466,7 +466,7 @@ impl DbInner {
                 if *ok {
                     *ok = match written.as_mut() {
                         Some(w) => !w.next().expect("one answer per key"),
-                        None => self.current_pointer(&m.key)? == Some(m.old),
+                        None => self.points_at(&m.key, &m.old)?,
                     };
                 }
             }

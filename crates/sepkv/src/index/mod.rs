@@ -46,13 +46,13 @@ pub mod version;
 use crate::batch::WriteBatch;
 use crate::db::{LevelStats, VerifyReport};
 use crate::error::{Error, Result};
-use crate::fs::{FileSystem, IoStats};
+use crate::fs::{FileSystem, IoCategory, IoStats};
 use crate::options::Options;
 use crate::snapshot::SnapshotList;
-use crate::vstore::ValueStore;
+use crate::vstore::{ValuePointer, ValueStore};
 use compaction::CompactionStats;
 use iter::InternalIterator;
-use key::SeqNum;
+use key::{SeqNum, ValueType};
 use memtable::Lookup;
 use parking_lot::Mutex;
 use sstable::ReadCtx;
@@ -339,6 +339,25 @@ pub(crate) trait Index: Send + Sync {
     /// `Corruption` (file and offset) for a damaged table on the read path;
     /// `Io`.
     fn get(&self, key: &[u8], seq: Option<SeqNum>, ctx: ReadCtx) -> Result<Lookup>;
+
+    /// True when `key`'s newest version is a separated value at `addr`, a
+    /// record GC has read from the value store and knows holds `key`
+    /// ([`crate::vstore::IndexReader::points_at`]). The default asks
+    /// [`Index::get`] for the pointer; an index whose entries hold the
+    /// addresses (FlashKey's hash table) answers from them.
+    ///
+    /// # Errors
+    /// As [`Index::get`].
+    fn points_at(&self, key: &[u8], addr: &ValuePointer) -> Result<bool> {
+        let ctx = ReadCtx {
+            category: IoCategory::Gc,
+            fill_cache: true,
+        };
+        Ok(match self.get(key, None, ctx)? {
+            Lookup::Found(ValueType::Pointer, p) => ValuePointer::decode(&p) == Some(*addr),
+            _ => false,
+        })
+    }
 
     /// An ordered view of every version at or before `seq` (and possibly
     /// newer ones, which the facade hides). The facade has registered a

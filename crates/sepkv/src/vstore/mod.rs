@@ -250,6 +250,14 @@ pub trait IndexReader: Send + Sync {
     /// The pointer the index currently holds for `key`, if the key maps to a
     /// separated value.
     fn current_pointer(&self, key: &[u8]) -> Result<Option<ValuePointer>>;
+    /// True when `key`'s current version is the record at `addr`, a record
+    /// GC has read and knows holds `key`: the liveness check of WiscKey
+    /// §3.3.2. The default compares [`IndexReader::current_pointer`]; an
+    /// index whose entries hold the addresses answers without reading a
+    /// record.
+    fn points_at(&self, key: &[u8], addr: &ValuePointer) -> Result<bool> {
+        Ok(self.current_pointer(key)? == Some(*addr))
+    }
     /// The oldest sequence number a live reader (snapshot or iterator) may
     /// still read at; the latest sequence number when there is none. Space
     /// holding values such a reader can reach must not be freed.

@@ -35,6 +35,7 @@ use crate::index::memtable::Lookup;
 use crate::index::sstable::ReadCtx;
 use crate::index::{Index, IndexIter, IndexShape, IndexStats, Shared, ValueStoreOpener};
 use crate::options::{IndexKind, ValueLayout};
+use crate::vstore::bands::band::AUX_TOMBSTONE;
 use crate::vstore::bands::{BandOptions, BandStore, OwnedEntry, PrevLookup};
 use crate::vstore::prefetch::Prefetcher;
 use crate::vstore::{ReadLatency, ValuePointer, ValueStore};
@@ -236,6 +237,13 @@ impl Index for FlashKeyIndex {
             }
             Some((_, e)) => Lookup::Found(ValueType::Value, e.payload),
         })
+    }
+
+    /// From the hash table's nodes, without reading the record again. A
+    /// delete token is never current here, as [`Index::get`] reads it as
+    /// absent.
+    fn points_at(&self, key: &[u8], addr: &ValuePointer) -> Result<bool> {
+        Ok(addr.aux & AUX_TOMBSTONE == 0 && self.hash.points_at(key, addr)?)
     }
 
     fn iter(&self, seq: SeqNum, ctx: ReadCtx) -> Result<IndexIter> {

@@ -90,7 +90,99 @@ pub struct HashIndex {
     /// Current addresses the bands asked for while logging the batch being
     /// written ([`PrevLookup`]), for [`HashIndex::apply_logged`].
     pending_prev: Mutex<HashMap<Vec<u8>, PrevResult>>,
+    /// Addresses known to hold a key's record, so that a write finds the
+    /// address it supersedes without reading the record back.
+    known: AddressMemo,
     opts: HashOptions,
+}
+
+/// Slots of the [`AddressMemo`] (a power of two).
+const MEMO_SLOTS: usize = 1 << 15;
+/// Slots of one set of the [`AddressMemo`] (a power of two).
+const MEMO_WAYS: usize = 4;
+/// Longest key the [`AddressMemo`] keeps (bytes).
+const MEMO_KEY_MAX: usize = 48;
+
+/// The address of a key's newest record, as the index last wrote or
+/// verified it: 32,768 slots of 80 bytes (2.5 MiB), in sets of four chosen
+/// by the key's hash, each set in order of use; keys longer than 48 bytes
+/// are not kept.
+///
+/// A put or delete first finds the address of the key's current version,
+/// to record it in the new entry and charge it to the invalidity table
+/// (§V-A4, §V-B2). The table holds only fingerprints, so each fingerprint
+/// match costs a record read to verify the key (§V-B1). A key written
+/// again soon after (the skewed updates of YCSB) is found here instead: if
+/// a node of the key's bucket holds the address remembered for the key,
+/// that node is the key's, since the record at an address never changes
+/// while the process runs (bands are append-only and a band's number is
+/// never used again). A remembered address no node holds any more (moved
+/// by GC) misses, and the record reads decide as before. Delete tokens are
+/// not remembered.
+struct AddressMemo {
+    slots: Mutex<Vec<MemoSlot>>,
+}
+
+#[derive(Clone, Copy)]
+struct MemoSlot {
+    ptr: ValuePointer,
+    len: u8,
+    key: [u8; MEMO_KEY_MAX],
+}
+
+impl MemoSlot {
+    fn holds(&self, key: &[u8]) -> bool {
+        self.ptr.file_id != 0 && &self.key[..self.len as usize] == key
+    }
+}
+
+impl AddressMemo {
+    fn new() -> AddressMemo {
+        let empty = MemoSlot {
+            ptr: ValuePointer::default(),
+            len: 0,
+            key: [0; MEMO_KEY_MAX],
+        };
+        AddressMemo {
+            slots: Mutex::new(vec![empty; MEMO_SLOTS]),
+        }
+    }
+
+    fn set(h: u64) -> std::ops::Range<usize> {
+        let first = (h as usize & (MEMO_SLOTS / MEMO_WAYS - 1)) * MEMO_WAYS;
+        first..first + MEMO_WAYS
+    }
+
+    /// Remembers that the record at `ptr` holds `key` (hash `h`), first in
+    /// its set; the set's least recently used key goes.
+    fn note(&self, h: u64, key: &[u8], ptr: ValuePointer) {
+        if key.len() > MEMO_KEY_MAX || ptr.file_id == 0 || ptr.aux & AUX_TOMBSTONE != 0 {
+            return;
+        }
+        let mut slot = MemoSlot {
+            ptr,
+            len: key.len() as u8,
+            key: [0; MEMO_KEY_MAX],
+        };
+        slot.key[..key.len()].copy_from_slice(key);
+        let mut slots = self.slots.lock();
+        let set = &mut slots[Self::set(h)];
+        let at = set
+            .iter()
+            .position(|s| s.holds(key))
+            .unwrap_or(MEMO_WAYS - 1);
+        set[..=at].rotate_right(1);
+        set[0] = slot;
+    }
+
+    /// The address remembered for `key` (hash `h`), if any.
+    fn get(&self, h: u64, key: &[u8]) -> Option<ValuePointer> {
+        let slots = self.slots.lock();
+        slots[Self::set(h)]
+            .iter()
+            .find(|s| s.holds(key))
+            .map(|s| s.ptr)
+    }
 }
 
 /// The outcome of [`HashIndex::walk`].
@@ -163,6 +255,7 @@ impl HashIndex {
             writer: Mutex::new(0),
             snapshots: Mutex::new(BTreeMap::new()),
             pending_prev: Mutex::new(HashMap::new()),
+            known: AddressMemo::new(),
             opts,
         };
         idx.recover()?;
@@ -229,8 +322,9 @@ impl HashIndex {
         let (h, fp) = hash_key(key);
         let old = match known {
             Some(k) => k,
-            None => self.find(key)?.map(|x| x.0),
+            None => self.current_address(key)?,
         };
+        self.known.note(h, key, new);
         let mut t = self.table.lock();
         match old {
             Some(o) => {
@@ -243,6 +337,48 @@ impl HashIndex {
             None => t.insert(h, fp, new)?,
         }
         Ok(old)
+    }
+
+    /// The address of `key`'s newest record (a delete token included), as
+    /// [`HashIndex::find`] gives it, without reading a record when the
+    /// [`AddressMemo`] names a node of the key's bucket (or no node has the
+    /// key's fingerprint).
+    ///
+    /// # Errors
+    /// As [`HashIndex::find`].
+    fn current_address(&self, key: &[u8]) -> Result<Option<ValuePointer>> {
+        let (h, fp) = hash_key(key);
+        let cands = self.table.lock().candidates(h, fp)?;
+        if cands.is_empty() {
+            return Ok(None);
+        }
+        if let Some(p) = self.known.get(h, key) {
+            if cands.iter().any(|n| n.ptr == p) {
+                return Ok(Some(p));
+            }
+        }
+        Ok(self.find(key)?.map(|x| x.0))
+    }
+
+    /// True when a node of `key`'s bucket points at `addr`, a record known
+    /// to hold `key` (GC has just read it): then `addr` is the key's newest
+    /// record. No record is read.
+    ///
+    /// # Errors
+    /// `Corruption` or `Io` loading the table page (disk mode).
+    pub fn points_at(&self, key: &[u8], addr: &ValuePointer) -> Result<bool> {
+        let (h, fp) = hash_key(key);
+        let found = self
+            .table
+            .lock()
+            .candidates(h, fp)?
+            .iter()
+            .any(|n| n.ptr == *addr);
+        if found {
+            // The relocation that usually follows finds the node here.
+            self.known.note(h, key, *addr);
+        }
+        Ok(found)
     }
 
     /// The node holding `key` and its newest entry, verifying the key by
@@ -267,7 +403,10 @@ impl HashIndex {
             let mut moved = false;
             for n in &cands {
                 match self.bands.read_entry(&n.ptr)? {
-                    Some(e) if e.key == key => return Ok(Some((n.ptr, e))),
+                    Some(e) if e.key == key => {
+                        self.known.note(h, key, n.ptr);
+                        return Ok(Some((n.ptr, e)));
+                    }
                     Some(_) => {}
                     None => moved = true,
                 }
@@ -392,7 +531,7 @@ impl HashIndex {
             let cur = if seen.contains_key(k) {
                 None
             } else {
-                self.find(k)?.map(|x| x.0)
+                self.current_address(k)?
             };
             let present = *exists.entry(k).or_insert(cur.is_some());
             // A delete of an absent key changes nothing.
@@ -469,10 +608,14 @@ impl HashIndex {
                 Some(p) => *p,
                 None => match pending.remove(key) {
                     Some(r) => r.map_err(Error::InvalidArgument)?,
-                    None => self.find(key)?.map(|x| x.0),
+                    None => self.current_address(key)?,
                 },
             };
             let live = old.is_some_and(|p| p.aux & AUX_TOMBSTONE == 0);
+            // A user's put of a value, the one kind of entry remembered: a
+            // GC relocation moves mostly keys no one writes, which would
+            // push keys written often out of the memo.
+            let mut put = false;
             let new = match t {
                 ValueType::Pointer => {
                     let p = ValuePointer::decode(value).ok_or_else(|| {
@@ -480,7 +623,7 @@ impl HashIndex {
                     })?;
                     // A user's put addresses its own entry; a GC relocation
                     // moves the node to the copy (or, null, removes it).
-                    let put = p == (ValuePointer { aux: 0, ..*addr });
+                    put = p == (ValuePointer { aux: 0, ..*addr });
                     if put && !live {
                         ops.push((i, KeyOp::Insert(key.to_vec())));
                     }
@@ -514,6 +657,9 @@ impl HashIndex {
                 _ => {}
             }
             drop(tbl);
+            if let (true, Some(n)) = (put, new) {
+                self.known.note(h, key, n);
+            }
             latest.insert(key, new.filter(|n| n.file_id != 0));
         }
         Ok(ops)
@@ -593,10 +739,7 @@ impl HashIndex {
 
 impl crate::vstore::bands::PrevLookup for HashIndex {
     fn prev(&self, key: &[u8]) -> Option<ValuePointer> {
-        let r = self
-            .find(key)
-            .map(|x| x.map(|x| x.0))
-            .map_err(|e| e.to_string());
+        let r = self.current_address(key).map_err(|e| e.to_string());
         let p = r.clone().ok().flatten();
         self.pending_prev.lock().insert(key.to_vec(), r);
         p
@@ -605,7 +748,11 @@ impl crate::vstore::bands::PrevLookup for HashIndex {
 
 impl IndexReader for HashIndex {
     fn current_pointer(&self, key: &[u8]) -> Result<Option<ValuePointer>> {
-        Ok(self.find(key)?.map(|x| x.0))
+        self.current_address(key)
+    }
+
+    fn points_at(&self, key: &[u8], addr: &ValuePointer) -> Result<bool> {
+        HashIndex::points_at(self, key, addr)
     }
 
     fn oldest_visible_seq(&self) -> SeqNum {

@@ -129,8 +129,8 @@ pub fn step(
         if !addressable {
             return;
         }
-        match index.current_pointer(e.key) {
-            Ok(Some(p)) if p == addr => {
+        match index.points_at(e.key, &addr) {
+            Ok(true) => {
                 if e.kind == Kind::Tombstone {
                     drops.push(Relocation {
                         key: e.key.to_vec(),
@@ -147,7 +147,7 @@ pub fn step(
                     });
                 }
             }
-            Ok(_) => {}
+            Ok(false) => {}
             Err(x) => err = Some(x),
         }
     });
