@@ -376,6 +376,9 @@ pub struct Options {
     /// - Value log (`wisckey`): a value is copied out of the mapping, with
     ///   no system call. Records appended after a file was mapped are read
     ///   with system calls.
+    /// - Logical bands (`flashkey`): a record of a closed band is copied
+    ///   out of the mapping, with no system call; the open band is read
+    ///   with system calls.
     ///
     /// How long mapped reads take is watched: while they reach the device
     /// (20 µs or more), reads go back to system calls — one request per
@@ -501,8 +504,15 @@ pub struct Options {
     /// change between opens. Default true.
     pub trie_sort_sealed: bool,
     /// Entries after which a `bands` logical band is closed and the next
-    /// opened (FlashKey §V-A2). May change between opens. Default 1000.
+    /// opened, if `band_bytes` has not closed it first (FlashKey §V-A2).
+    /// May change between opens. Default 65,536.
     pub band_entries: u32,
+    /// Bytes after which a `bands` logical band is closed and the next
+    /// opened: the band closes after the write batch that takes its file to
+    /// this size or past it (FlashKey §V-A2: an LBand has a fixed size; a
+    /// GC step reads one band). Between 4 KiB and 1 GiB. May change between
+    /// opens. Default 1 MiB.
+    pub band_bytes: u64,
     /// Where the `hash` index keeps its table (FlashKey §V-A1):
     /// [`HashIndexMode::Memory`] (default) or [`HashIndexMode::Disk`]
     /// behind a write-back page cache of `hash_cache_size` bytes. May
@@ -511,6 +521,13 @@ pub struct Options {
     /// Bytes of hash-table pages the `hash` index keeps in memory in
     /// [`HashIndexMode::Disk`] (default 16 MiB).
     pub hash_cache_size: u64,
+    /// Bytes of the `hash` index's memo of keys' current addresses: a
+    /// put of a key written or read recently finds the version it
+    /// supersedes there, without reading that record back to verify a
+    /// fingerprint match (beyond FlashKey §V-B2). 40 bytes per key; keys
+    /// longer than 27 bytes are not kept. At most 1 GiB; 0 turns it off.
+    /// May change between opens. Default 5 MiB (131,072 keys).
+    pub hash_memo_size: u64,
     /// The `hash` index checkpoints its dirty pages every this many closed
     /// bands (FlashKey §V-B6); recovery replays the bands after the last
     /// checkpoint. Default 64.
@@ -612,9 +629,11 @@ impl Default for Options {
             trie_roll_size: 512 << 10,
             trie_split_skew: 0.5,
             trie_sort_sealed: true,
-            band_entries: 1000,
+            band_entries: 1 << 16,
+            band_bytes: 1 << 20,
             hash_index_mode: HashIndexMode::Memory,
             hash_cache_size: 16 << 20,
+            hash_memo_size: 5 << 20,
             hash_checkpoint_bands: 64,
         }
     }
@@ -855,6 +874,18 @@ impl Options {
             return bad(format!(
                 "band_entries {} must be between 1 and 1048576",
                 self.band_entries
+            ));
+        }
+        if !(4 << 10..=1 << 30).contains(&self.band_bytes) {
+            return bad(format!(
+                "band_bytes {} must be between 4096 and 1073741824",
+                self.band_bytes
+            ));
+        }
+        if self.hash_memo_size > 1 << 30 {
+            return bad(format!(
+                "hash_memo_size {} must be at most 1 GiB",
+                self.hash_memo_size
             ));
         }
         if self.hash_cache_size < 64 << 10 {

@@ -79,9 +79,12 @@ impl FlashKeyIndex {
                 cache_bytes: opts.hash_cache_size,
                 checkpoint_bands: opts.hash_checkpoint_bands,
                 initial_pages: 16,
+                memo_bytes: opts.hash_memo_size,
                 bands: BandOptions {
                     value_threshold: 0,
                     band_entries: opts.band_entries,
+                    band_bytes: opts.band_bytes,
+                    mmap_reads: opts.mmap_reads,
                     log_mode: true,
                     capacity: opts.value_capacity,
                     gc_empty_bands: 4,

@@ -60,6 +60,8 @@ pub struct HashOptions {
     pub checkpoint_bands: u64,
     /// Pages of a new table (64 buckets each; rounded up to a power of two).
     pub initial_pages: u64,
+    /// Bytes of the memo of keys' current addresses (0: none).
+    pub memo_bytes: u64,
     /// The bands.
     pub bands: BandOptions,
 }
@@ -71,6 +73,7 @@ impl Default for HashOptions {
             cache_bytes: 8 << 20,
             checkpoint_bands: 64,
             initial_pages: 16,
+            memo_bytes: 5 << 20,
             bands: BandOptions::default(),
         }
     }
@@ -96,77 +99,98 @@ pub struct HashIndex {
     opts: HashOptions,
 }
 
-/// Slots of the [`AddressMemo`] (a power of two).
-const MEMO_SLOTS: usize = 1 << 15;
 /// Slots of one set of the [`AddressMemo`] (a power of two).
 const MEMO_WAYS: usize = 4;
 /// Longest key the [`AddressMemo`] keeps (bytes).
-const MEMO_KEY_MAX: usize = 48;
+const MEMO_KEY_MAX: usize = 27;
 
-/// The address of a key's newest record, as the index last wrote or
-/// verified it: 32,768 slots of 80 bytes (2.5 MiB), in sets of four chosen
-/// by the key's hash, each set in order of use; keys longer than 48 bytes
-/// are not kept.
+/// The address of a key's newest value, as a user's put wrote it or a read
+/// verified it: as many 40-byte slots as [`HashOptions::memo_bytes`] holds,
+/// rounded down to a power of two, in sets of four chosen by the key's
+/// hash, each set in order of use. Keys longer than 27 bytes, and
+/// addresses past 4 GiB of band numbers or offsets, are not kept.
 ///
 /// A put or delete first finds the address of the key's current version,
 /// to record it in the new entry and charge it to the invalidity table
 /// (§V-A4, §V-B2). The table holds only fingerprints, so each fingerprint
-/// match costs a record read to verify the key (§V-B1). A key written
-/// again soon after (the skewed updates of YCSB) is found here instead: if
-/// a node of the key's bucket holds the address remembered for the key,
-/// that node is the key's, since the record at an address never changes
-/// while the process runs (bands are append-only and a band's number is
-/// never used again). A remembered address no node holds any more (moved
-/// by GC) misses, and the record reads decide as before. Delete tokens are
-/// not remembered.
+/// match costs a record read to verify the key (§V-B1). A key written or
+/// read recently is found here instead: if a node of the key's bucket
+/// holds the address remembered for the key, that node is the key's, since
+/// the record at an address never changes while the process runs (bands
+/// are append-only and a band's number is never used again). A remembered
+/// address no node holds any more (moved by GC) misses, and the record
+/// reads decide as before. Delete tokens are not remembered.
 struct AddressMemo {
     slots: Mutex<Vec<MemoSlot>>,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 struct MemoSlot {
-    ptr: ValuePointer,
+    /// Band number; 0 = empty.
+    band: u32,
+    offset: u32,
+    length: u32,
     len: u8,
     key: [u8; MEMO_KEY_MAX],
 }
 
 impl MemoSlot {
     fn holds(&self, key: &[u8]) -> bool {
-        self.ptr.file_id != 0 && &self.key[..self.len as usize] == key
+        self.band != 0 && &self.key[..self.len as usize] == key
+    }
+
+    fn ptr(&self) -> ValuePointer {
+        ValuePointer {
+            file_id: self.band.into(),
+            offset: self.offset.into(),
+            length: self.length,
+            aux: 0,
+        }
     }
 }
 
 impl AddressMemo {
-    fn new() -> AddressMemo {
-        let empty = MemoSlot {
-            ptr: ValuePointer::default(),
-            len: 0,
-            key: [0; MEMO_KEY_MAX],
+    /// A memo of at most `bytes` (none below one set).
+    fn new(bytes: u64) -> AddressMemo {
+        let slots = (bytes / std::mem::size_of::<MemoSlot>() as u64) as usize;
+        let slots = if slots < MEMO_WAYS {
+            0
+        } else {
+            1 << slots.ilog2()
         };
         AddressMemo {
-            slots: Mutex::new(vec![empty; MEMO_SLOTS]),
+            slots: Mutex::new(vec![MemoSlot::default(); slots]),
         }
     }
 
-    fn set(h: u64) -> std::ops::Range<usize> {
-        let first = (h as usize & (MEMO_SLOTS / MEMO_WAYS - 1)) * MEMO_WAYS;
+    fn set(h: u64, slots: usize) -> std::ops::Range<usize> {
+        let first = (h as usize & (slots / MEMO_WAYS - 1)) * MEMO_WAYS;
         first..first + MEMO_WAYS
     }
 
     /// Remembers that the record at `ptr` holds `key` (hash `h`), first in
     /// its set; the set's least recently used key goes.
     fn note(&self, h: u64, key: &[u8], ptr: ValuePointer) {
-        if key.len() > MEMO_KEY_MAX || ptr.file_id == 0 || ptr.aux & AUX_TOMBSTONE != 0 {
+        let (Ok(band), Ok(offset)) = (u32::try_from(ptr.file_id), u32::try_from(ptr.offset)) else {
+            return;
+        };
+        if key.len() > MEMO_KEY_MAX || band == 0 || ptr.aux != 0 {
             return;
         }
         let mut slot = MemoSlot {
-            ptr,
+            band,
+            offset,
+            length: ptr.length,
             len: key.len() as u8,
             key: [0; MEMO_KEY_MAX],
         };
         slot.key[..key.len()].copy_from_slice(key);
         let mut slots = self.slots.lock();
-        let set = &mut slots[Self::set(h)];
+        if slots.is_empty() {
+            return;
+        }
+        let n = slots.len();
+        let set = &mut slots[Self::set(h, n)];
         let at = set
             .iter()
             .position(|s| s.holds(key))
@@ -178,10 +202,13 @@ impl AddressMemo {
     /// The address remembered for `key` (hash `h`), if any.
     fn get(&self, h: u64, key: &[u8]) -> Option<ValuePointer> {
         let slots = self.slots.lock();
-        slots[Self::set(h)]
+        if slots.is_empty() {
+            return None;
+        }
+        slots[Self::set(h, slots.len())]
             .iter()
             .find(|s| s.holds(key))
-            .map(|s| s.ptr)
+            .map(MemoSlot::ptr)
     }
 }
 
@@ -255,7 +282,7 @@ impl HashIndex {
             writer: Mutex::new(0),
             snapshots: Mutex::new(BTreeMap::new()),
             pending_prev: Mutex::new(HashMap::new()),
-            known: AddressMemo::new(),
+            known: AddressMemo::new(opts.memo_bytes),
             opts,
         };
         idx.recover()?;

@@ -13,6 +13,7 @@ fn opts(mode: HashMode) -> HashOptions {
         cache_bytes: 64 << 10,
         checkpoint_bands: 2,
         initial_pages: 1,
+        memo_bytes: 4 << 10,
         bands: BandOptions {
             band_entries: 16,
             ..Default::default()

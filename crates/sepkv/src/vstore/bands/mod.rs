@@ -2,8 +2,9 @@
 //! §V-A4, §V-B5).
 //!
 //! Values (and, in log mode, every other entry of a write) are appended to
-//! the one **open band**; when it holds `band_entries` entries (default
-//! 1000) it gets a **closed-band trailer**, is synced and joins the closed
+//! the one **open band**; when it holds `band_bytes` bytes (default 1 MiB;
+//! FlashKey's LBands have a fixed size) or `band_entries` entries (default
+//! 65,536) it gets a **closed-band trailer**, is synced and joins the closed
 //! bands, and the next band is opened. Bands live one per file,
 //! `NNNNNN.band`, named by the band's sequence number, which only grows:
 //! the file system's free space plays the part of the paper's empty-band
@@ -45,12 +46,12 @@
 pub mod band;
 pub mod gc;
 
+use super::{open_for_reads, ReadLatency, ValueRecord, ValueStore};
 use super::{GcOutcome, IndexReader, IndexRelocator, LogEntry, SpaceStats, ValuePointer};
-use super::{ValueRecord, ValueStore};
 use crate::error::{Error, IoContext, Result};
 use crate::format::value_record::{DecodeError, Kind};
 use crate::fs::sync_unlocked;
-use crate::fs::{Advice, FileSystem, IoCategory, IoStats, RandomAccessFile, WritableFile};
+use crate::fs::{FileSystem, IoCategory, IoStats, RandomAccessFile, WritableFile};
 use crate::index::key::{SeqNum, ValueType};
 use band::{Entry, AUX_TOMBSTONE, BATCH_END, HEADER_LEN, TRAILER_LEN};
 use parking_lot::{Mutex, RwLock};
@@ -66,10 +67,16 @@ pub struct BandOptions {
     /// addressed by a pointer; 0 addresses every value (the hash index
     /// keeps no values).
     pub value_threshold: usize,
-    /// Entries after which the open band is closed (default 1000).
+    /// Entries after which the open band is closed (default 65,536).
     pub band_entries: u32,
+    /// Bytes after which the open band is closed: it closes after the
+    /// batch that takes its file to this size or past it (default 1 MiB).
+    pub band_bytes: u64,
     /// The bands replace the write-ahead log.
     pub log_mode: bool,
+    /// Read records of closed bands through a mapping of the file while
+    /// reads come from memory (`Options::mmap_reads`; default false).
+    pub mmap_reads: bool,
     /// Most bytes the band files may take before a user append is refused
     /// with `ValueStoreFull`; `None` = unbounded.
     pub capacity: Option<u64>,
@@ -87,8 +94,10 @@ impl Default for BandOptions {
     fn default() -> Self {
         BandOptions {
             value_threshold: 0,
-            band_entries: 1000,
+            band_entries: 1 << 16,
+            band_bytes: 1 << 20,
             log_mode: true,
+            mmap_reads: false,
             capacity: None,
             gc_empty_bands: 4,
             key_index: false,
@@ -170,6 +179,9 @@ pub struct BandStore {
     fs: Arc<dyn FileSystem>,
     stats: Arc<IoStats>,
     handles: RwLock<HashMap<u64, Arc<dyn RandomAccessFile>>>,
+    /// How long record reads take: mapped reads only while they come from
+    /// memory.
+    latency: ReadLatency,
     io: Mutex<Open>,
     state: Mutex<State>,
     gc_lock: Mutex<()>,
@@ -377,7 +389,11 @@ impl BandStore {
                     info.valid_len = end;
                     info.entries = n;
                     last_seq = last_seq.max(max_seq);
-                    if Some(id) == last_id && end == size && n < opts.band_entries {
+                    if Some(id) == last_id
+                        && end == size
+                        && n < opts.band_entries
+                        && end < opts.band_bytes
+                    {
                         reuse = Some((id, size, n, max_seq));
                     }
                 }
@@ -431,6 +447,7 @@ impl BandStore {
             fs,
             stats,
             handles: RwLock::new(HashMap::new()),
+            latency: ReadLatency::default(),
             io: Mutex::new(Open {
                 band: open,
                 file,
@@ -498,12 +515,20 @@ impl BandStore {
         if let Some(h) = self.handles.read().get(&id) {
             return Ok(h.clone());
         }
-        let path = self.path(id);
-        let h: Arc<dyn RandomAccessFile> = Arc::from(self.fs.open_read(&path).ctx(&path)?);
-        // On the handle itself: a random-access hint holds for the open
-        // file it is given on only.
-        h.advise(0, 0, Advice::Random);
-        self.handles.write().insert(id, h.clone());
+        // Only a closed band is mapped: a mapping covers the file as it is
+        // when made, and the open band still grows (its handle is dropped
+        // when it closes, so that the next read maps it whole).
+        let closed = || self.state.lock().bands.get(&id).is_some_and(|b| b.closed);
+        let was_closed = closed();
+        let h = open_for_reads(
+            &*self.fs,
+            &self.path(id),
+            self.opts.mmap_reads && was_closed,
+        )?;
+        // A band that closed meanwhile is opened again, mapped, next time.
+        if was_closed || !closed() {
+            self.handles.write().insert(id, h.clone());
+        }
         Ok(h)
     }
 
@@ -536,7 +561,8 @@ impl BandStore {
             let per_entry = open
                 .filter(|b| b.entries > 0)
                 .map_or(1024, |b| (b.valid_len - HEADER_LEN) / b.entries as u64);
-            per_entry * self.opts.band_entries as u64 + HEADER_LEN + TRAILER_LEN as u64
+            (per_entry * self.opts.band_entries as u64 + HEADER_LEN).min(self.opts.band_bytes)
+                + TRAILER_LEN as u64
         }
     }
 
@@ -737,7 +763,7 @@ impl BandStore {
                 Self::charge_locked(&mut st, &p, s);
             }
         }
-        if o.entries >= self.opts.band_entries {
+        if o.entries >= self.opts.band_entries || o.len >= self.opts.band_bytes {
             if let Err(e) = self.roll(&mut o) {
                 o.failed = Some(format!("closing the band failed: {e}"));
                 return Err(e);
@@ -785,6 +811,8 @@ impl BandStore {
             st.open = id;
             self.refresh_due_locked(&st);
         }
+        // Read it through a mapping from now on (`handle`).
+        self.handles.write().remove(&o.band);
         *o = Open {
             band: id,
             file,
@@ -818,8 +846,9 @@ impl BandStore {
             Err(_) if !self.readable(ptr) => return Ok(None),
             Err(e) => return Err(e),
         };
-        let mut buf = vec![0u8; ptr.length as usize];
-        h.read_exact_at(ptr.offset, &mut buf)
+        let buf = self
+            .latency
+            .read(&*h, ptr.offset, ptr.length as usize)
             .ctx(&self.path(ptr.file_id))?;
         self.stats.add_read(cat, buf.len() as u64);
         Ok(Some(buf))

@@ -596,3 +596,75 @@ fn a_power_loss_loses_unsynced_batches_and_appends_continue() {
     assert_eq!(bs.read(b"d", &p[0]).unwrap().as_deref(), Some(&b"new"[..]));
     assert_eq!(bs.verify().1.len(), 0);
 }
+
+/// A band closes at `band_bytes` as well as at `band_entries`; with
+/// `mmap_reads`, records of closed bands read back through a mapping of the
+/// band, the open band's with system calls (its handle is replaced once it
+/// closes); a damaged record of a mapped band is corruption at its offset.
+#[test]
+fn bands_close_at_their_size_and_closed_bands_read_through_a_mapping() {
+    use crate::fs::StdFs;
+    let dir = tempfile::tempdir().unwrap();
+    let bs = BandStore::open(
+        dir.path(),
+        Arc::new(StdFs),
+        Arc::new(IoStats::default()),
+        BandOptions {
+            band_bytes: 8 << 10,
+            mmap_reads: true,
+            ..Default::default()
+        },
+        None,
+    )
+    .unwrap();
+    let m = Model::default();
+    let keys: Vec<Vec<u8>> = (0..100).map(|i| format!("k{i:03}").into_bytes()).collect();
+    let value = |i: usize| vec![i as u8; 500 + i % 3];
+    let mut ptrs = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        let v = value(i);
+        ptrs.push(write(&bs, &m, &[(k, Some(&v))])[0]);
+        // The open band's first record, read before the band closes.
+        if i == 0 {
+            assert_eq!(bs.read(k, &ptrs[0]).unwrap(), Some(v));
+            assert!(bs.handle(ptrs[0].file_id).unwrap().mapping().is_none());
+        }
+    }
+    let bands: std::collections::BTreeSet<u64> = ptrs.iter().map(|p| p.file_id).collect();
+    // 8 KiB bands of ~530-byte entries: 16 entries each (entries alone
+    // would close them at 65,536).
+    assert!(bands.len() >= 6, "{bands:?}");
+    for &b in &bands {
+        let bytes = ptrs
+            .iter()
+            .filter(|p| p.file_id == b)
+            .map(|p| p.length as u64)
+            .sum::<u64>();
+        assert!(bytes < (8 << 10) + 600, "band {b}: {bytes} bytes");
+    }
+    for (i, (k, p)) in keys.iter().zip(&ptrs).enumerate() {
+        assert_eq!(bs.read(k, p).unwrap(), Some(value(i)), "record {i}");
+    }
+    let open = *bands.last().unwrap();
+    for &b in &bands {
+        let mapped = bs.handle(b).unwrap().mapping().is_some();
+        assert_eq!(mapped, b != open, "band {b} (open {open})");
+    }
+    // Damage a record of the first (closed, mapped) band.
+    let p = ptrs[3];
+    let path = band_path(dir.path(), p.file_id);
+    let at = p.offset + u64::from(p.length) - 2;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let mut byte = [0u8];
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut byte, at).unwrap();
+    byte[0] ^= 0x10;
+    std::os::unix::fs::FileExt::write_all_at(&file, &byte, at).unwrap();
+    match bs.read(&keys[3], &p) {
+        Err(Error::Corruption { offset, .. }) => assert_eq!(offset, p.offset),
+        other => panic!("expected corruption, got {other:?}"),
+    }
+}
