@@ -1092,15 +1092,19 @@ impl ValueStore for TrieStore {
         self.sync_locked(&mut st)
     }
 
+    /// Reads first and asks the state only when the read fails, so that a
+    /// reader never waits for the state lock, which a writer holds across
+    /// its appends. A record read is checked (checksum, key), and a
+    /// pointer the index hands out lies within its table's intact records;
+    /// a table GC has deleted since may still be read through a handle
+    /// opened before, and yields the same record.
     fn read(&self, key: &[u8], ptr: &ValuePointer) -> Result<Option<Vec<u8>>> {
-        if Self::valid_locked(&self.state.lock(), ptr) != Some(true) {
-            return Ok(None);
-        }
         self.counters.single_reads.fetch_add(1, Ordering::Relaxed);
         match self.reader.read_record(key, ptr) {
             Ok(v) => Ok(Some(v)),
-            // GC deleted the table between the check and the read.
-            Err(_) if Self::valid_locked(&self.state.lock(), ptr).is_none() => Ok(None),
+            // A table GC has deleted (or a pointer past a table's intact
+            // records, lost in a crash) holds no value.
+            Err(_) if Self::valid_locked(&self.state.lock(), ptr) != Some(true) => Ok(None),
             Err(e) => Err(e),
         }
     }
