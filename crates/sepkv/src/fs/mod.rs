@@ -178,7 +178,8 @@ pub trait RandomAccessFile: Send + Sync {
 /// bytes appended later are outside it.
 ///
 /// Only files that are never rewritten in place are mapped (SSTables and
-/// DTables, which only grow): a mapping whose file is truncated under it by
+/// DTables, which only grow; value-log files and closed logical bands,
+/// which never change): a mapping whose file is truncated under it by
 /// another program makes a read of the lost pages fault (`SIGBUS`), as in
 /// every engine that maps its tables.
 pub struct Mapping {
@@ -220,14 +221,16 @@ pub struct MappedFile {
 
 impl MappedFile {
     /// `file` with a mapping of it, or `file` itself where it cannot be
-    /// mapped ([`RandomAccessFile::map`] returns `None`).
+    /// mapped ([`RandomAccessFile::map`] returns `None`) or the mapping
+    /// fails (the process's mappings or address space exhausted, say):
+    /// reads then take system calls, as without `Options::mmap_reads`.
     ///
     /// # Errors
-    /// The error of [`RandomAccessFile::map`].
+    /// None today; the signature keeps room for one.
     pub fn wrap(file: Box<dyn RandomAccessFile>) -> io::Result<Box<dyn RandomAccessFile>> {
-        Ok(match file.map()? {
-            Some(map) => Box::new(MappedFile { file, map }),
-            None => file,
+        Ok(match file.map() {
+            Ok(Some(map)) => Box::new(MappedFile { file, map }),
+            Ok(None) | Err(_) => file,
         })
     }
 
@@ -235,7 +238,7 @@ impl MappedFile {
     /// `map` (`Options::mmap_reads`), [wraps](Self::wrap) it.
     ///
     /// # Errors
-    /// The error of the open or of the mapping.
+    /// The error of the open.
     pub fn open(
         fs: &dyn FileSystem,
         path: &Path,

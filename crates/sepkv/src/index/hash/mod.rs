@@ -135,6 +135,26 @@ struct MemoSlot {
 }
 
 impl MemoSlot {
+    /// The slot for `key` at `ptr`; `None` for what the memo does not keep
+    /// (a long key, a delete token, an address past 32 bits).
+    fn new(key: &[u8], ptr: ValuePointer) -> Option<MemoSlot> {
+        let (Ok(band), Ok(offset)) = (u32::try_from(ptr.file_id), u32::try_from(ptr.offset)) else {
+            return None;
+        };
+        if key.len() > MEMO_KEY_MAX || band == 0 || ptr.aux != 0 {
+            return None;
+        }
+        let mut slot = MemoSlot {
+            band,
+            offset,
+            length: ptr.length,
+            len: key.len() as u8,
+            key: [0; MEMO_KEY_MAX],
+        };
+        slot.key[..key.len()].copy_from_slice(key);
+        Some(slot)
+    }
+
     fn holds(&self, key: &[u8]) -> bool {
         self.band != 0 && &self.key[..self.len as usize] == key
     }
@@ -171,20 +191,9 @@ impl AddressMemo {
     /// Remembers that the record at `ptr` holds `key` (hash `h`), first in
     /// its set; the set's least recently used key goes.
     fn note(&self, h: u64, key: &[u8], ptr: ValuePointer) {
-        let (Ok(band), Ok(offset)) = (u32::try_from(ptr.file_id), u32::try_from(ptr.offset)) else {
+        let Some(slot) = MemoSlot::new(key, ptr) else {
             return;
         };
-        if key.len() > MEMO_KEY_MAX || band == 0 || ptr.aux != 0 {
-            return;
-        }
-        let mut slot = MemoSlot {
-            band,
-            offset,
-            length: ptr.length,
-            len: key.len() as u8,
-            key: [0; MEMO_KEY_MAX],
-        };
-        slot.key[..key.len()].copy_from_slice(key);
         let mut slots = self.slots.lock();
         if slots.is_empty() {
             return;
@@ -197,6 +206,26 @@ impl AddressMemo {
             .unwrap_or(MEMO_WAYS - 1);
         set[..=at].rotate_right(1);
         set[0] = slot;
+    }
+
+    /// As [`AddressMemo::note`], but a key new to its set takes the least
+    /// recently used slot and stays there, and a key already there keeps
+    /// its place.
+    fn note_cold(&self, h: u64, key: &[u8], ptr: ValuePointer) {
+        let Some(slot) = MemoSlot::new(key, ptr) else {
+            return;
+        };
+        let mut slots = self.slots.lock();
+        if slots.is_empty() {
+            return;
+        }
+        let n = slots.len();
+        let set = &mut slots[Self::set(h, n)];
+        let at = set
+            .iter()
+            .position(|s| s.holds(key))
+            .unwrap_or(MEMO_WAYS - 1);
+        set[at] = slot;
     }
 
     /// The address remembered for `key` (hash `h`), if any.
@@ -402,8 +431,10 @@ impl HashIndex {
             .iter()
             .any(|n| n.ptr == *addr);
         if found {
-            // The relocation that usually follows finds the node here.
-            self.known.note(h, key, *addr);
+            // The relocation that usually follows finds the node here; as
+            // the set's least recently used, so that GC's cold keys do not
+            // push out keys written often.
+            self.known.note_cold(h, key, *addr);
         }
         Ok(found)
     }

@@ -731,3 +731,55 @@ fn a_write_finds_the_version_it_supersedes_without_reading_it_back() {
     assert_eq!(idx.get(b"a", Some(100)).unwrap(), Some(b"3".to_vec()));
     assert_eq!(idx.table_figures().nodes, 81);
 }
+
+/// What the address memo does not keep — keys longer than 27 bytes, and
+/// every key when it is off — is verified by a record read as before, and
+/// a key deleted and put again links its versions through the delete
+/// token, memo or not.
+#[test]
+fn writes_the_memo_does_not_cover_fall_back_to_record_reads() {
+    for memo in [0u64, 4 << 10] {
+        let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+        let stats = Arc::new(IoStats::default());
+        let o = HashOptions {
+            memo_bytes: memo,
+            ..opts(HashMode::Memory)
+        };
+        let idx = Arc::new(HashIndex::open(dir(), fs.clone(), stats.clone(), o).unwrap());
+        let lookup: Arc<dyn crate::vstore::bands::PrevLookup> = idx.clone();
+        idx.bands().set_prev_lookup(Arc::downgrade(&lookup));
+        let read = || stats.snapshot().total_read();
+        let long = vec![b'L'; 40];
+        let ins = |k: &[u8]| KeyOp::Insert(k.to_vec());
+        engine_write(&idx, 1, &[(&long, Some(b"1")), (b"s", Some(b"1"))]);
+        let before = read();
+        engine_write(&idx, 3, &[(&long, Some(b"2"))]);
+        assert!(
+            read() > before,
+            "memo {memo}: a long key is verified by a read"
+        );
+        let before = read();
+        engine_write(&idx, 4, &[(b"s", Some(b"2"))]);
+        if memo == 0 {
+            assert!(read() > before, "no memo: the key is verified by a read");
+        } else {
+            assert_eq!(read(), before, "memo {memo}: remembered");
+        }
+        assert_eq!(
+            engine_write(&idx, 5, &[(b"s", None)]),
+            vec![KeyOp::Remove(b"s".to_vec())]
+        );
+        assert_eq!(
+            engine_write(&idx, 6, &[(b"s", Some(b"3"))]),
+            vec![ins(b"s")]
+        );
+        let at = |k: &[u8], s| idx.get(k, Some(s)).unwrap();
+        assert_eq!(at(b"s", 6), Some(b"3".to_vec()));
+        assert_eq!(at(b"s", 5), None);
+        assert_eq!(at(b"s", 4), Some(b"2".to_vec()));
+        assert_eq!(at(b"s", 2), Some(b"1".to_vec()));
+        assert_eq!(at(&long, 3), Some(b"2".to_vec()));
+        assert_eq!(at(&long, 2), Some(b"1".to_vec()));
+        assert_eq!(idx.table_figures().nodes, 2, "memo {memo}");
+    }
+}

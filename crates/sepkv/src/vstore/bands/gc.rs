@@ -256,7 +256,7 @@ fn free_retired(bs: &BandStore, oldest_visible: u64) -> Result<u64> {
             st.bands.remove(&id);
             bs.refresh_due_locked(&st);
         }
-        bs.handles.write().remove(&id);
+        bs.handles.remove(&id);
         let path = bs.path(id);
         bs.fs.remove(&path).ctx(&path)?;
         freed += len;

@@ -178,7 +178,13 @@ pub struct BandStore {
     dir: PathBuf,
     fs: Arc<dyn FileSystem>,
     stats: Arc<IoStats>,
-    handles: RwLock<HashMap<u64, Arc<dyn RandomAccessFile>>>,
+    /// Open read handles by band, at most [`MAX_HANDLES`] (each closed
+    /// band's with its mapping); past it, `quick_cache` closes the ones it
+    /// judges coldest (S3-FIFO: a band read once goes first).
+    handles: quick_cache::sync::Cache<u64, Arc<dyn RandomAccessFile>>,
+    /// Held while a handle is added after checking that its band is still
+    /// open, and while `roll` drops the handle of the band it closed.
+    handle_gate: Mutex<()>,
     /// How long record reads take: mapped reads only while they come from
     /// memory.
     latency: ReadLatency,
@@ -217,6 +223,12 @@ const MAX_POS: u64 = 1 << 48;
 
 /// The file system's allocation unit, for the bands' file bytes (bytes).
 const BLOCK: u64 = 4096;
+
+/// Most band read handles kept open; past it the handles of bands read
+/// least (see `BandStore::handles`) are closed (a band's handle is cheap
+/// to reopen). Bounds
+/// the open files and mappings of a store of many bands.
+const MAX_HANDLES: usize = 1024;
 
 impl PersistedState {
     fn encode(&self) -> Vec<u8> {
@@ -446,7 +458,8 @@ impl BandStore {
             dir: dir.to_path_buf(),
             fs,
             stats,
-            handles: RwLock::new(HashMap::new()),
+            handles: quick_cache::sync::Cache::new(MAX_HANDLES),
+            handle_gate: Mutex::new(()),
             latency: ReadLatency::default(),
             io: Mutex::new(Open {
                 band: open,
@@ -512,8 +525,8 @@ impl BandStore {
     }
 
     fn handle(&self, id: u64) -> Result<Arc<dyn RandomAccessFile>> {
-        if let Some(h) = self.handles.read().get(&id) {
-            return Ok(h.clone());
+        if let Some(h) = self.handles.get(&id) {
+            return Ok(h);
         }
         // Only a closed band is mapped: a mapping covers the file as it is
         // when made, and the open band still grows (its handle is dropped
@@ -525,9 +538,12 @@ impl BandStore {
             &self.path(id),
             self.opts.mmap_reads && was_closed,
         )?;
-        // A band that closed meanwhile is opened again, mapped, next time.
+        // A band that closed meanwhile is opened again, mapped, next time:
+        // `roll` marks the band closed before it drops the band's handle
+        // under the gate, so a handle added here unmapped is dropped.
+        let _gate = self.handle_gate.lock();
         if was_closed || !closed() {
-            self.handles.write().insert(id, h.clone());
+            self.handles.insert(id, h.clone());
         }
         Ok(h)
     }
@@ -812,7 +828,8 @@ impl BandStore {
             self.refresh_due_locked(&st);
         }
         // Read it through a mapping from now on (`handle`).
-        self.handles.write().remove(&o.band);
+        let _gate = self.handle_gate.lock();
+        self.handles.remove(&o.band);
         *o = Open {
             band: id,
             file,

@@ -28,8 +28,8 @@
 //!   length last known durable to the end of its last intact record (like
 //!   the value log's torn tails); a table with a torn tail is sealed there
 //!   and never appended to again. A pointer outside a table's valid range
-//!   reads as lost (absent) and is not [`ValueStore::contains`]-ed, so the
-//!   WAL replay stops before it; a checksum or key mismatch inside it is
+//!   is not [`ValueStore::contains`]-ed, so the WAL replay stops before it,
+//!   and a read of it that fails reads as lost (absent); a checksum or key mismatch inside it is
 //!   `Corruption` with file and offset. Recovery replays the WAL and keeps
 //!   values already appended as they are (§3.5).
 //! - **Adaptive splitting** (beyond the paper, its §3.5 future work): a
@@ -73,8 +73,9 @@
 //! closes the surplus). Up to 512 read handles are cached besides.
 //!
 //! Thread-safety: appends, syncs and the catalog are serialised by one
-//! internal lock, GC steps by another; reads take the first only to check a
-//! pointer and run concurrently with everything else.
+//! internal lock, GC steps by another; reads take the first only after a
+//! read fails (to tell a deleted table from damage) and run concurrently
+//! with everything else.
 
 pub mod gc;
 pub mod scan;

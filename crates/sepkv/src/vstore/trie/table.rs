@@ -259,12 +259,13 @@ pub fn scan(
     }
 }
 
-/// Most read handles kept open; past it the handle of a table not read for
-/// the longest goes (a table's handle is cheap to reopen).
+/// Most read handles kept open; past it the handle of a table read least
+/// goes (a table's handle is cheap to reopen).
 const MAX_HANDLES: usize = 512;
 
-/// Open read handles by table id, shared by readers and GC, the ones read
-/// least recently closed first past [`MAX_HANDLES`]. (Emptying the whole
+/// Open read handles by table id, shared by readers and GC; past
+/// [`MAX_HANDLES`], `quick_cache` closes the ones it judges coldest
+/// (S3-FIFO: a table read once goes first). (Emptying the whole
 /// cache when it filled made a store of more tables than that reopen a
 /// table on one read in five under random reads, and close 512 files at
 /// once every few hundred reads.)
