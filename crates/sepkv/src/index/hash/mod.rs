@@ -191,27 +191,19 @@ impl AddressMemo {
     /// Remembers that the record at `ptr` holds `key` (hash `h`), first in
     /// its set; the set's least recently used key goes.
     fn note(&self, h: u64, key: &[u8], ptr: ValuePointer) {
-        let Some(slot) = MemoSlot::new(key, ptr) else {
-            return;
-        };
-        let mut slots = self.slots.lock();
-        if slots.is_empty() {
-            return;
-        }
-        let n = slots.len();
-        let set = &mut slots[Self::set(h, n)];
-        let at = set
-            .iter()
-            .position(|s| s.holds(key))
-            .unwrap_or(MEMO_WAYS - 1);
-        set[..=at].rotate_right(1);
-        set[0] = slot;
+        self.put(h, key, ptr, true);
     }
 
     /// As [`AddressMemo::note`], but a key new to its set takes the least
     /// recently used slot and stays there, and a key already there keeps
     /// its place.
     fn note_cold(&self, h: u64, key: &[u8], ptr: ValuePointer) {
+        self.put(h, key, ptr, false);
+    }
+
+    /// Puts `key` at `ptr` where its set holds it, else in the least
+    /// recently used slot; `first` moves it to the front.
+    fn put(&self, h: u64, key: &[u8], ptr: ValuePointer, first: bool) {
         let Some(slot) = MemoSlot::new(key, ptr) else {
             return;
         };
@@ -221,10 +213,14 @@ impl AddressMemo {
         }
         let n = slots.len();
         let set = &mut slots[Self::set(h, n)];
-        let at = set
+        let mut at = set
             .iter()
             .position(|s| s.holds(key))
             .unwrap_or(MEMO_WAYS - 1);
+        if first {
+            set[..=at].rotate_right(1);
+            at = 0;
+        }
         set[at] = slot;
     }
 
