@@ -1904,6 +1904,7 @@ impl ValueStore for HashKvStore {
             jlen,
             pressure,
             units,
+            counted,
             room,
         ) = {
             let st = self.state.lock();
@@ -1923,6 +1924,7 @@ impl ValueStore for HashKvStore {
                 (t.free_units() < HashKvStore::low_watermark(t)) as u64,
                 t.used_units,
                 t.main_slack_units,
+                t.main_room_units(),
             )
         };
         let cold = self.cold.space();
@@ -1936,7 +1938,12 @@ impl ValueStore for HashKvStore {
             ("log_segments_reserved", reserved),
             ("log_segments_in_groups", units),
             ("log_segments_free", free),
-            ("main_room_units", room),
+            // The main segments' free room as counted at the last GC step,
+            // and what is left of it now (`Table::main_room_units`; user
+            // appends into room the cold log took are not refused yet, so
+            // the second can show the capacity passed until the next step).
+            ("main_room_units", counted),
+            ("main_room_left_units", room),
             ("gc_pressure", pressure),
             ("gc_runs", l(&c.gc_runs)),
             ("gc_groups_collected", l(&c.gc_groups)),

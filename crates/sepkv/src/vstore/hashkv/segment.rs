@@ -307,13 +307,18 @@ impl Table {
     /// replacing, the one extra main segment per group under collection
     /// that the design allows.
     pub fn free_units(&self) -> u64 {
-        let slack = self
-            .main_slack_units
-            .saturating_sub(self.main_appended.div_ceil(self.geo.log_size.max(1)));
-        let cold = self.cold_units.saturating_sub(slack);
+        let cold = self.cold_units.saturating_sub(self.main_room_units());
         self.geo
             .reserved_units
             .saturating_sub(self.used_units + cold)
+    }
+
+    /// Log-segment units of the main segments' free room as
+    /// [`Table::free_units`] credits it: the last count less what was
+    /// appended to the segments counted since.
+    pub fn main_room_units(&self) -> u64 {
+        self.main_slack_units
+            .saturating_sub(self.main_appended.div_ceil(self.geo.log_size.max(1)))
     }
 
     /// How hard user writes are paced, from 0 (no pause) to 1: 0 while at
