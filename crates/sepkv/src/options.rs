@@ -878,7 +878,7 @@ impl Options {
         }
         if !(4 << 10..=1 << 30).contains(&self.band_bytes) {
             return bad(format!(
-                "band_bytes {} must be between 4096 and 1073741824",
+                "band_bytes {} must be between 4 KiB and 1 GiB",
                 self.band_bytes
             ));
         }

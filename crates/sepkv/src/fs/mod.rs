@@ -173,6 +173,22 @@ pub trait RandomAccessFile: Send + Sync {
     }
 }
 
+/// Flips the bits of `mask` in the byte at `at` of the file `path` on the
+/// real file system, in place: damage under an open (or mapped) file.
+#[cfg(test)]
+pub(crate) fn flip_byte_in_file(path: &Path, at: u64, mask: u8) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut byte = [0u8];
+    file.read_exact_at(&mut byte, at).unwrap();
+    byte[0] ^= mask;
+    file.write_all_at(&byte, at).unwrap();
+}
+
 /// A read-only memory map of a whole file, made by
 /// [`RandomAccessFile::map`]. It covers the file's length when it was made;
 /// bytes appended later are outside it.

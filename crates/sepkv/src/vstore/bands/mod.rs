@@ -224,10 +224,10 @@ const MAX_POS: u64 = 1 << 48;
 /// The file system's allocation unit, for the bands' file bytes (bytes).
 const BLOCK: u64 = 4096;
 
-/// Most band read handles kept open; past it the handles of bands read
-/// least (see `BandStore::handles`) are closed (a band's handle is cheap
-/// to reopen). Bounds
-/// the open files and mappings of a store of many bands.
+/// Most band read handles kept open, which bounds the open files and
+/// mappings of a store of many bands; past it the handles of the bands
+/// read least are closed (see `BandStore::handles`; a band's handle is
+/// cheap to reopen).
 const MAX_HANDLES: usize = 1024;
 
 impl PersistedState {

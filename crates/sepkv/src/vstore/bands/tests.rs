@@ -653,16 +653,7 @@ fn bands_close_at_their_size_and_closed_bands_read_through_a_mapping() {
     // Damage a record of the first (closed, mapped) band.
     let p = ptrs[3];
     let path = band_path(dir.path(), p.file_id);
-    let at = p.offset + u64::from(p.length) - 2;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
-    let mut byte = [0u8];
-    std::os::unix::fs::FileExt::read_exact_at(&file, &mut byte, at).unwrap();
-    byte[0] ^= 0x10;
-    std::os::unix::fs::FileExt::write_all_at(&file, &byte, at).unwrap();
+    crate::fs::flip_byte_in_file(&path, p.offset + u64::from(p.length) - 2, 0x10);
     match bs.read(&keys[3], &p) {
         Err(Error::Corruption { offset, .. }) => assert_eq!(offset, p.offset),
         other => panic!("expected corruption, got {other:?}"),

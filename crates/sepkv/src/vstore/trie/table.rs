@@ -293,11 +293,9 @@ impl Handles {
         if let Some(h) = self.map.get(&id) {
             return Ok(h);
         }
-        let path = table_path(&self.dir, id);
-        let h: Arc<dyn RandomAccessFile> = Arc::from(self.fs.open_read(&path).ctx(&path)?);
-        // Point reads land anywhere in a table; span reads ask for
-        // read-ahead themselves.
-        h.advise(0, 0, Advice::Random);
+        // Hinted for random access: point reads land anywhere in a table;
+        // span reads ask for read-ahead themselves.
+        let h = crate::vstore::open_for_reads(&*self.fs, &table_path(&self.dir, id), false)?;
         self.map.insert(id, h.clone());
         Ok(h)
     }

@@ -1317,16 +1317,7 @@ mod tests {
         // the mapping sees the write).
         let p = ptrs[5];
         let path = vlog_path(dir.path(), p.file_id);
-        let at = p.offset + u64::from(p.length) - 2;
-        let mut byte = [0u8];
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
-        std::os::unix::fs::FileExt::read_exact_at(&file, &mut byte, at).unwrap();
-        byte[0] ^= 0x40;
-        std::os::unix::fs::FileExt::write_all_at(&file, &byte, at).unwrap();
+        crate::fs::flip_byte_in_file(&path, p.offset + u64::from(p.length) - 2, 0x40);
         match vlog.read(&keys[5], &p) {
             Err(Error::Corruption { offset, .. }) => assert_eq!(offset, p.offset),
             other => panic!("expected corruption, got {other:?}"),
