@@ -433,15 +433,34 @@ impl DbInner {
     /// One group of [`IndexRelocator::relocate`], written without a sync;
     /// returns which moves were installed and, when any was, the sequence
     /// number of the write.
-    fn relocate_group(&self, moves: &[Relocation]) -> Result<(Vec<bool>, Option<SeqNum>)> {
+    fn relocate_group(
+        &self,
+        moves: &[Relocation],
+        judged_at: Option<SeqNum>,
+    ) -> Result<(Vec<bool>, Option<SeqNum>)> {
         // Loaded before the lookups: if `last_seq` still holds it under the
         // writer lock, nothing was published since they ran (writes and
         // relocations publish under that lock) and they still hold.
         let seen = self.shared.last_seq.load(Ordering::Acquire);
-        let mut installed = Vec::with_capacity(moves.len());
-        for m in moves {
-            installed.push(self.points_at(&m.key, &m.old)?);
-        }
+        // GC found every key pointing at `old` at `judged_at` or later: a
+        // key still does at `seen` unless a version newer than `judged_at`
+        // was written, which the memtables usually tell. Else (they were
+        // switched and flushed since) each key is looked up again.
+        let judged = judged_at.and_then(|at| {
+            let keys: Vec<&[u8]> = moves.iter().map(|m| m.key.as_slice()).collect();
+            let written = self.index.written_after(&keys, at)?;
+            Some(written.into_iter().map(|w| !w).collect::<Vec<bool>>())
+        });
+        let mut installed = match judged {
+            Some(v) => v,
+            None => {
+                let mut v = Vec::with_capacity(moves.len());
+                for m in moves {
+                    v.push(self.points_at(&m.key, &m.old)?);
+                }
+                v
+            }
+        };
         let guard = self.writer.lock();
         self.shared.poisoned()?;
         if !*guard {
@@ -487,13 +506,40 @@ impl DbInner {
     }
 }
 
+impl DbInner {
+    /// [`IndexRelocator::relocate`] in groups of [`RELOCATE_GROUP`], then
+    /// one `make_durable`.
+    fn relocate_groups(
+        &self,
+        moves: &[Relocation],
+        judged_at: Option<SeqNum>,
+    ) -> Result<(Vec<bool>, SeqNum)> {
+        let mut installed = Vec::with_capacity(moves.len());
+        let mut seq = None;
+        for group in moves.chunks(RELOCATE_GROUP) {
+            let (ok, s) = self.relocate_group(group, judged_at)?;
+            installed.extend(ok);
+            seq = s.or(seq);
+        }
+        match seq {
+            Some(s) => {
+                self.make_durable(s)?;
+                Ok((installed, s))
+            }
+            None => Ok((installed, self.shared.last_seq.load(Ordering::Acquire))),
+        }
+    }
+}
+
 /// GC's side of the index: the compare-and-set lives here, in the facade,
 /// over the seam's `get` and `apply`, so every index gets the same rules.
 impl IndexRelocator for DbInner {
     /// The index lookups run before the writer lock is taken, so that
-    /// writers do not wait for them; under the lock only the moves found
-    /// current are checked again, and only when a write was published
-    /// since: the index says whether the keys were written since
+    /// writers do not wait for them (after GC's own liveness check,
+    /// [`IndexRelocator::relocate_judged`], the memtables alone usually
+    /// answer: only keys written since GC judged them lost their place);
+    /// under the lock only the moves found current are checked again, and
+    /// only when a write was published since: the index says whether the keys were written since
     /// ([`crate::index::Index::written_after`], from the memtables), or
     /// else each is looked up again. A move found stale stays stale: its
     /// old record was published before the GC judged it
@@ -507,20 +553,18 @@ impl IndexRelocator for DbInner {
     /// writers up for one group's lookups at a time, not for all of them
     /// and an fsync.
     fn relocate(&self, moves: &[Relocation]) -> Result<(Vec<bool>, SeqNum)> {
-        let mut installed = Vec::with_capacity(moves.len());
-        let mut seq = None;
-        for group in moves.chunks(RELOCATE_GROUP) {
-            let (ok, s) = self.relocate_group(group)?;
-            installed.extend(ok);
-            seq = s.or(seq);
-        }
-        match seq {
-            Some(s) => {
-                self.make_durable(s)?;
-                Ok((installed, s))
-            }
-            None => Ok((installed, self.shared.last_seq.load(Ordering::Acquire))),
-        }
+        self.relocate_groups(moves, None)
+    }
+
+    /// Skips the lookups before the lock when the memtables tell which
+    /// keys were written since `judged_at` (see
+    /// [`DbInner::relocate_group`]).
+    fn relocate_judged(
+        &self,
+        moves: &[Relocation],
+        judged_at: SeqNum,
+    ) -> Result<(Vec<bool>, SeqNum)> {
+        self.relocate_groups(moves, Some(judged_at))
     }
 
     fn persist_state(&self, state: &[u8]) -> Result<()> {
@@ -598,5 +642,50 @@ mod tests {
         db.put("d", "1").unwrap();
         assert_eq!(wa(&["d"], seen), Some(vec![true]));
         assert_eq!(wa(&["c"], seen), Some(vec![false]));
+    }
+
+    /// A relocation GC judged at a sequence number is installed only for
+    /// the keys not written since, whether the memtables still hold those
+    /// writes (no lookup) or a flush took them away (lookups again).
+    #[test]
+    fn judged_relocations_skip_keys_written_since_the_judgement() {
+        use crate::vstore::{IndexReader, IndexRelocator, Relocation};
+        let o = Options {
+            fs: Arc::new(MemFs::new()),
+            ..Options::preset(Preset::WiscKey)
+        };
+        let db = Db::open(Path::new("/db"), o).unwrap();
+        let inner = db.inner.clone();
+        let value = |tag: &str| tag.repeat(200);
+        for flush in [false, true] {
+            for k in ["a", "b", "c", "d"] {
+                db.put(k, value("old")).unwrap();
+            }
+            let judged_at = inner.last_sequence();
+            // Each key moves onto its own record (a copy elsewhere would do
+            // the same): what is checked is which moves are installed.
+            let moves: Vec<Relocation> = ["a", "b", "c", "d"]
+                .iter()
+                .map(|k| {
+                    let old = inner.current_pointer(k.as_bytes()).unwrap().unwrap();
+                    Relocation {
+                        key: k.as_bytes().to_vec(),
+                        old,
+                        new: old,
+                    }
+                })
+                .collect();
+            db.put("b", value("new")).unwrap();
+            db.delete("d").unwrap();
+            if flush {
+                db.flush().unwrap();
+                db.put("e", "x").unwrap();
+            }
+            let (installed, _) = inner.relocate_judged(&moves, judged_at).unwrap();
+            assert_eq!(installed, [true, false, true, false], "flush {flush}");
+            assert_eq!(db.get("b").unwrap().unwrap(), value("new").as_bytes());
+            assert_eq!(db.get("d").unwrap(), None);
+            assert_eq!(db.get("a").unwrap().unwrap(), value("old").as_bytes());
+        }
     }
 }

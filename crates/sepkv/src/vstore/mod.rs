@@ -299,6 +299,20 @@ pub trait IndexRelocator: Send + Sync {
     /// relocations were installed and the sequence number from which they
     /// are visible.
     fn relocate(&self, moves: &[Relocation]) -> Result<(Vec<bool>, SeqNum)>;
+    /// [`IndexRelocator::relocate`] for moves GC has just judged live: it
+    /// loaded [`IndexReader::last_sequence`] as `judged_at` (after
+    /// [`IndexReader::wait_in_flight_writes`]) and then found each key
+    /// pointing at its `old` record. The implementation may then skip
+    /// looking the keys up again and only ask whether a version newer than
+    /// `judged_at` was written since. Default: [`IndexRelocator::relocate`].
+    fn relocate_judged(
+        &self,
+        moves: &[Relocation],
+        judged_at: SeqNum,
+    ) -> Result<(Vec<bool>, SeqNum)> {
+        let _ = judged_at;
+        self.relocate(moves)
+    }
     /// Durably records the layout's GC state (e.g. the vLog tail) in the
     /// index's manifest; it is handed back to the layout on open.
     fn persist_state(&self, state: &[u8]) -> Result<()>;

@@ -96,17 +96,32 @@ struct ColdRelocator<'a> {
     persist: PersistCold<'a>,
 }
 
-impl IndexRelocator for ColdRelocator<'_> {
-    fn relocate(&self, moves: &[Relocation]) -> Result<(Vec<bool>, SeqNum)> {
-        let moves: Vec<Relocation> = moves
+impl ColdRelocator<'_> {
+    /// `moves` with the cold log's pointers as the index holds them.
+    fn to_index(moves: &[Relocation]) -> Vec<Relocation> {
+        moves
             .iter()
             .map(|m| Relocation {
                 key: m.key.clone(),
                 old: from_vlog(&m.old),
                 new: from_vlog(&m.new),
             })
-            .collect();
-        self.inner.relocate(&moves)
+            .collect()
+    }
+}
+
+impl IndexRelocator for ColdRelocator<'_> {
+    fn relocate(&self, moves: &[Relocation]) -> Result<(Vec<bool>, SeqNum)> {
+        self.inner.relocate(&Self::to_index(moves))
+    }
+
+    fn relocate_judged(
+        &self,
+        moves: &[Relocation],
+        judged_at: SeqNum,
+    ) -> Result<(Vec<bool>, SeqNum)> {
+        self.inner
+            .relocate_judged(&Self::to_index(moves), judged_at)
     }
 
     fn persist_state(&self, state: &[u8]) -> Result<()> {

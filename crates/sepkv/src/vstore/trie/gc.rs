@@ -171,6 +171,9 @@ pub fn step(
     // Records in the range may belong to writes that have not inserted
     // their pointers yet; judged now they would look dead.
     index.wait_in_flight_writes()?;
+    // Every judgement below looks at the index at this sequence number or
+    // later, so relocation need only ask what was written since.
+    let judged_at = index.last_sequence();
 
     // Judge every record.
     let mut live: Vec<(Vec<u8>, u64, Vec<u8>, ValuePointer)> = Vec::new();
@@ -225,7 +228,7 @@ pub fn step(
                 new: *new,
             })
             .collect();
-        let (installed, seq) = relocator.relocate(&moves)?;
+        let (installed, seq) = relocator.relocate_judged(&moves, judged_at)?;
         visible_from = visible_from.max(seq);
         let mut rewritten = 0;
         for (m, ok) in moves.iter().zip(&installed) {

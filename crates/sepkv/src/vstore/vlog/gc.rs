@@ -63,6 +63,9 @@ pub fn step(
     // Records before `end` may belong to writes that have not inserted
     // their pointers yet; judged now they would look dead.
     index.wait_in_flight_writes()?;
+    // Every judgement below looks at the index at this sequence number or
+    // later, so relocation need only ask what was written since.
+    let judged_at = index.last_sequence();
     if start >= end {
         if is_active {
             out.did_work = out.bytes_freed > 0;
@@ -177,7 +180,7 @@ pub fn step(
                 new: *new,
             })
             .collect();
-        let (installed, seq) = relocator.relocate(&moves)?;
+        let (installed, seq) = relocator.relocate_judged(&moves, judged_at)?;
         visible_from = visible_from.max(seq);
         for (m, ok) in moves.iter().zip(&installed) {
             if *ok {
