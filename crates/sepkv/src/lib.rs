@@ -116,6 +116,7 @@ mod iterator;
 pub mod options;
 mod range;
 mod snapshot;
+mod spin;
 pub mod space;
 pub mod vstore;
 

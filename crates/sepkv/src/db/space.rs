@@ -97,7 +97,10 @@ impl DbInner {
                 }
                 WriteAction::Delay(d) => {
                     let t = Instant::now();
-                    MutexGuard::unlocked(guard, || std::thread::sleep(d));
+                    MutexGuard::unlocked(guard, || {
+                        std::thread::sleep(d);
+                        crate::spin::until_unlocked(&self.writer);
+                    });
                     self.shared.note_stall(t);
                     return Ok(());
                 }

@@ -135,6 +135,7 @@ impl DbInner {
     /// store refuses it), WAL, memtable, publish — all under the writer
     /// lock, which GC's `wait_in_flight_writes` relies on.
     fn write_batch(&self, batch: &WriteBatch, sync: bool) -> Result<SeqNum> {
+        crate::spin::until_unlocked(&self.writer);
         let mut guard = self.writer.lock();
         let user_bytes = batch.user_bytes();
         let mut room = RoomGc::default();
@@ -149,7 +150,10 @@ impl DbInner {
                 let pause = self.vstore.write_delay();
                 if !pause.is_zero() {
                     let t = Instant::now();
-                    MutexGuard::unlocked(&mut guard, || std::thread::sleep(pause));
+                    MutexGuard::unlocked(&mut guard, || {
+                        std::thread::sleep(pause);
+                        crate::spin::until_unlocked(&self.writer);
+                    });
                     self.shared.note_stall(t);
                 }
                 // Backpressure may have let go of the writer lock (a delay,

@@ -563,6 +563,9 @@ impl VlogStore {
         records: &[(Kind, &[u8], u64, &[u8])],
         cat: IoCategory,
     ) -> Result<Vec<ValuePointer>> {
+        if cat != IoCategory::Gc {
+            crate::spin::until_unlocked(&self.io);
+        }
         let mut a = self.io.lock();
         self.check_failed(&a)?;
         // Bytes the batch's records take: checked against the capacity and
