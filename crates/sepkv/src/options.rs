@@ -322,7 +322,15 @@ pub struct Options {
     /// `avoid_flush_during_shutdown` is the same choice).
     pub flush_on_close: bool,
     /// Size at which a value-log file is closed and the next begun
-    /// (default 256 MiB).
+    /// (default 64 MiB; bytes). GC frees the tail by punching holes in
+    /// the tail file and deleting files wholly behind it. While the tail
+    /// and the head share a file, each punch holds that file's inode lock
+    /// (and on a file system mounted with `discard`, waits for the discard)
+    /// while user appends wait for it; files shorter than the log's span
+    /// keep GC's frees off the file the writers append to. 256 MiB until
+    /// 2026-11-27: the update experiment (100k × 1000 B, reserve 30 %,
+    /// log span about 130 MB) ran 1.08× faster at 64 MiB with p99.9 0.74×,
+    /// and `overwrite` (1 M × 1000 B) 1.22×.
     pub vlog_file_size: u64,
     /// Bytes value-log GC reads from the tail per step (default 4 MiB,
     /// WiscKey §4.1.5).
@@ -607,7 +615,7 @@ impl Default for Options {
             wal: true,
             sync_values_in_wal: true,
             flush_on_close: true,
-            vlog_file_size: 256 << 20,
+            vlog_file_size: 64 << 20,
             gc_chunk_size: 4 << 20,
             gc_garbage_ratio: 0.5,
             space_amp_target: 1.5,
