@@ -116,8 +116,8 @@ mod iterator;
 pub mod options;
 mod range;
 mod snapshot;
-mod spin;
 pub mod space;
+mod spin;
 pub mod vstore;
 
 pub use batch::{BatchEntry, WriteBatch};

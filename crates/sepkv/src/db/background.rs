@@ -197,7 +197,8 @@ impl DbInner {
     /// the index's upper levels may shadow, before any write has been
     /// sampled ([`crate::space::SpaceGovernor::discovery_due_at_open`]).
     pub(super) fn gc_loop(self: Arc<Self>) {
-        let closed = || self.shared.closed.load(Ordering::Acquire);
+        let closed =
+            || self.shared.closed.load(Ordering::Acquire) || self.gc_stop.load(Ordering::Acquire);
         let policy = *self.space.policy();
         let idle = Duration::from_millis(if self.space.active() { 50 } else { 200 });
         let mut pause = idle;

@@ -114,6 +114,11 @@ struct DbInner {
     /// The value store said GC was due at the last write (a write wakes
     /// the GC thread when this turns true).
     gc_was_due: AtomicBool,
+    /// Set by `close` before anything else: the GC thread ends after its
+    /// current step, so that no step of it is cut short by the close (a
+    /// step whose relocation fails leaves its copies behind as garbage
+    /// nothing counts).
+    gc_stop: AtomicBool,
     /// Wakes the GC thread at `close`, and when GC becomes due.
     gc_wake: Mutex<()>,
     gc_cv: Condvar,
@@ -339,6 +344,7 @@ impl Db {
             counters: Counters::default(),
             recovered_seq: AtomicU64::new(0),
             gc_was_due: AtomicBool::new(false),
+            gc_stop: AtomicBool::new(false),
             gc_wake: Mutex::new(()),
             gc_cv: Condvar::new(),
             gc_steps: Mutex::new(GcSteps::default()),
@@ -574,12 +580,36 @@ impl Db {
     /// otherwise leave a WAL about as large as the data it wrote.
     /// `Options::flush_on_close = false` skips the flush.
     ///
+    /// Before that, with a value store, close stops the GC thread after its
+    /// current step and collects garbage until the store is below the
+    /// space target's GC band (for at most
+    /// [`crate::options::GC_ON_CLOSE_BUDGET`], 2 s;
+    /// `Options::gc_on_close = false` skips it), so that a short-lived
+    /// process leaves no more garbage than the target allows.
+    ///
     /// # Errors
     /// `Io` if the flush or the final WAL sync fails (the lock is released
     /// anyway; the WAL then still holds every write, and the next open
     /// replays it).
     pub fn close(&self) -> Result<()> {
         let inner = &self.inner;
+        if inner.shared.closed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        // The GC thread first, so that no step of it is cut short below.
+        inner.gc_stop.store(true, Ordering::Release);
+        {
+            let _g = inner.gc_wake.lock();
+            inner.gc_cv.notify_all();
+        }
+        if let Some(h) = self.gc_thread.lock().take() {
+            let _ = h.join();
+        }
+        // While the database is still open (GC's relocations are writes):
+        // leave the store inside its space target for the next process.
+        // Best effort: an error here leaves garbage, never a wrong state,
+        // and it is reported by whatever it poisoned.
+        let _ = inner.gc_before_close();
         if inner.shared.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }

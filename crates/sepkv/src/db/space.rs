@@ -4,10 +4,17 @@
 
 use super::DbInner;
 use crate::error::{Error, Result};
-use crate::space::{SpaceView, WriteAction};
+use crate::space::{Pressure, SpaceView, WriteAction};
 use parking_lot::MutexGuard;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
+
+use crate::options::GC_ON_CLOSE_BUDGET;
+
+/// Largest index (memtables and tables, bytes) that close compacts whole to
+/// find the garbage it hides ([`DbInner::gc_before_close`]): well under a
+/// second's compaction.
+const CLOSE_DISCOVERY_MAX_INDEX: u64 = 64 << 20;
 
 /// Rounds of GC a stopped writer runs before it lets its write through as
 /// a missed target.
@@ -71,6 +78,51 @@ impl DbInner {
             self.vstore.garbage_found(),
         );
         Ok(())
+    }
+
+    /// Before close ([`crate::Options::gc_on_close`]): GC steps — and the
+    /// index compaction that finds hidden garbage, when that is due — until
+    /// the store is below the target's GC band (where the GC thread of a
+    /// process that lived on would rest), GC finds nothing twice in a row,
+    /// or [`GC_ON_CLOSE_BUDGET`] has passed. Returns the steps run.
+    pub(super) fn gc_before_close(&self) -> Result<u32> {
+        if !self.shared.opts.gc_on_close || !self.space.policy().enabled() {
+            return Ok(0);
+        }
+        let start = Instant::now();
+        let (mut steps, mut fruitless) = (0u32, 0u32);
+        // What the index's upper levels may shadow, counted as garbage: if
+        // this process overwrote values and that could put the store in the
+        // GC band, compact the index (when it is small enough to do so
+        // quickly) so that the figures below are the index's, not the
+        // sampled estimate's, which lags in a process that lives a second.
+        let (mem, levels) = self.index_shape();
+        if self.space.overwrites_seen()
+            && mem + levels.iter().sum::<u64>() <= CLOSE_DISCOVERY_MAX_INDEX
+        {
+            let mut view = self.space_view();
+            view.hidden_garbage = view.hidden_garbage.max(self.may_shadow());
+            if self.space.discovery_due_at_close(&view) {
+                self.discover_garbage()?;
+                steps += 1;
+            }
+        }
+        while fruitless < 2 && start.elapsed() < GC_ON_CLOSE_BUDGET {
+            self.shared.poisoned()?;
+            let d = self.space.refresh(&self.space_view());
+            if d.target_pressure < Pressure::Gc || !d.collectable {
+                break;
+            }
+            let worked = if self.space.discovery_due(&d) {
+                self.discover_garbage()?;
+                true
+            } else {
+                self.gc_step()?.did_work
+            };
+            steps += 1;
+            fruitless = if worked { 0 } else { fruitless + 1 };
+        }
+        Ok(steps)
     }
 
     /// Before a write of `bytes` that separates values (writer lock held):

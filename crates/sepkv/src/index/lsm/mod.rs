@@ -741,6 +741,15 @@ impl Index for LsmIndex {
                 .fs
                 .remove(&filename::wal_path(&self.shared.dir, m));
         }
+        // Tables the last compactions left obsolete while a reader still
+        // held them (the background thread, which removes them, has
+        // ended): a closed database holds only live files. Not after a
+        // failure: a version edit whose write or sync failed may still be
+        // in the manifest, naming files the version in memory lacks (the
+        // next open's pass judges by the recovered version).
+        if self.shared.poison.lock().is_none() && self.shared.bg_error.lock().is_none() {
+            self.delete_obsolete_files();
+        }
         res
     }
 }
