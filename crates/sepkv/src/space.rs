@@ -96,6 +96,11 @@ pub const MAX_WRITE_DELAY: Duration = Duration::from_micros(300);
 /// until then).
 pub const WRITE_DELAY_QUANTUM: Duration = Duration::from_micros(200);
 
+/// Most debt the writers carry: a write that costs more than a pause at
+/// GC's rate (a large batch) leaves the rest for the writes after it, up
+/// to this; past it, debt is forgiven (see [`SpaceGovernor::before_write`]).
+const MAX_WRITE_DEBT: Duration = Duration::from_millis(2);
+
 /// Per-write pause at the end of the slowdown band before GC's rate is
 /// known (none measured yet).
 const FALLBACK_WRITE_DELAY: Duration = Duration::from_micros(100);
@@ -637,12 +642,12 @@ impl SpaceGovernor {
         let rate = SpacePolicy::allowed_rate(depth, c.gc_rate);
         let now = Instant::now();
         let from = c.paid_until.map_or(now, |t| t.max(now));
-        // Debt past two pauses is forgiven: a rate far below the writers'
-        // is held by pausing every write, not by a growing backlog. So the
+        // Debt past [`MAX_WRITE_DEBT`] is forgiven: a rate far below the
+        // writers' is held by pausing every write, not by a growing backlog. So the
         // cost is capped there before it becomes a `Duration`: a GC that
         // has been freeing (almost) nothing net has a rate near 0, and
         // the quotient overflows a `Duration` or is infinite.
-        let cap = 2 * MAX_WRITE_DELAY;
+        let cap = MAX_WRITE_DEBT;
         let secs = bytes as f64 * c.growth.max(1.0) / rate;
         let cost = if secs.is_finite() && secs < cap.as_secs_f64() {
             Duration::from_secs_f64(secs)

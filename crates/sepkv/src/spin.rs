@@ -16,16 +16,25 @@
 use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
-/// Longest spin before a writer locks as usual: about the longest hold of
-/// the locks it is used for (a GC step's append of one 256 KiB piece to
-/// the value log, a relocation group under the writer lock).
+/// Longest spin before a writer locks as usual: about the holds it is
+/// meant for (a GC step's append of one 256 KiB piece to the value log, a
+/// relocation group under the writer lock). Longer holds (a file roll's
+/// syncs, a wait for a flush) cost a waiter this much spinning first.
 pub(crate) const LOCK_SPIN: Duration = Duration::from_micros(300);
 
-/// Returns once `m` looks free or [`LOCK_SPIN`] has passed; the caller
-/// then locks it (the lock may have been taken again meanwhile: this only
-/// decides how the caller waits, never what it may do).
+/// True when the process may run on more than one core: on one, a spinner
+/// only keeps the holder from running.
+fn several_cores() -> bool {
+    static SEVERAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SEVERAL.get_or_init(|| std::thread::available_parallelism().is_ok_and(|n| n.get() > 1))
+}
+
+/// Returns once `m` looks free or [`LOCK_SPIN`] has passed (at once on a
+/// single core); the caller then locks it (the lock may have been taken
+/// again meanwhile: this only decides how the caller waits, never what it
+/// may do).
 pub(crate) fn until_unlocked<T: ?Sized>(m: &Mutex<T>) {
-    if !m.is_locked() {
+    if !m.is_locked() || !several_cores() {
         return;
     }
     let start = Instant::now();

@@ -119,6 +119,9 @@ struct DbInner {
     /// step whose relocation fails leaves its copies behind as garbage
     /// nothing counts).
     gc_stop: AtomicBool,
+    /// Set by the first `close`: a later or concurrent one returns at once,
+    /// so that no GC step of its own runs beside the first one's close.
+    closing: AtomicBool,
     /// Wakes the GC thread at `close`, and when GC becomes due.
     gc_wake: Mutex<()>,
     gc_cv: Condvar,
@@ -345,6 +348,7 @@ impl Db {
             recovered_seq: AtomicU64::new(0),
             gc_was_due: AtomicBool::new(false),
             gc_stop: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
             gc_wake: Mutex::new(()),
             gc_cv: Condvar::new(),
             gc_steps: Mutex::new(GcSteps::default()),
@@ -593,7 +597,8 @@ impl Db {
     /// replays it).
     pub fn close(&self) -> Result<()> {
         let inner = &self.inner;
-        if inner.shared.closed.load(Ordering::Acquire) {
+        if inner.shared.closed.load(Ordering::Acquire) || inner.closing.swap(true, Ordering::AcqRel)
+        {
             return Ok(());
         }
         // The GC thread first, so that no step of it is cut short below.

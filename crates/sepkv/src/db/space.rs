@@ -96,10 +96,14 @@ impl DbInner {
         // GC band, compact the index (when it is small enough to do so
         // quickly) so that the figures below are the index's, not the
         // sampled estimate's, which lags in a process that lives a second.
-        let (mem, levels) = self.index_shape();
-        if self.space.overwrites_seen()
-            && mem + levels.iter().sum::<u64>() <= CLOSE_DISCOVERY_MAX_INDEX
-        {
+        // Discovery flushes the memtable: not when the caller asked close
+        // not to (`flush_on_close = false`).
+        let may_compact = || {
+            let (mem, levels) = self.index_shape();
+            self.shared.opts.flush_on_close
+                && mem + levels.iter().sum::<u64>() <= CLOSE_DISCOVERY_MAX_INDEX
+        };
+        if self.space.overwrites_seen() && may_compact() {
             let mut view = self.space_view();
             view.hidden_garbage = view.hidden_garbage.max(self.may_shadow());
             if self.space.discovery_due_at_close(&view) {
@@ -113,7 +117,7 @@ impl DbInner {
             if d.target_pressure < Pressure::Gc || !d.collectable {
                 break;
             }
-            let worked = if self.space.discovery_due(&d) {
+            let worked = if self.space.discovery_due(&d) && may_compact() {
                 self.discover_garbage()?;
                 true
             } else {

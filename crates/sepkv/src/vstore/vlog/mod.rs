@@ -297,14 +297,26 @@ struct Reader {
     mmap: bool,
 }
 
+/// Most value-log files the reader keeps open (one descriptor each, beside
+/// the index's `max_open_files` tables): 24 GiB of log at the default
+/// `vlog_file_size` of 64 MiB. Past it, opening another file closes one
+/// that is open (a read holding its handle keeps it until done).
+const MAX_OPEN_VLOG_FILES: usize = 384;
+
 impl Reader {
     fn handle(&self, id: u64) -> Result<Arc<dyn RandomAccessFile>> {
         if let Some(h) = self.handles.read().get(&id) {
             return Ok(h.clone());
         }
         let h = open_for_reads(&*self.fs, &vlog_path(&self.dir, id), self.mmap)?;
-        self.handles.write().insert(id, h.clone());
-        Ok(h)
+        let mut handles = self.handles.write();
+        if handles.len() >= MAX_OPEN_VLOG_FILES && !handles.contains_key(&id) {
+            // The oldest file: the tail, which GC reads once and moves on.
+            if let Some(&oldest) = handles.keys().min() {
+                handles.remove(&oldest);
+            }
+        }
+        Ok(handles.entry(id).or_insert(h).clone())
     }
 
     fn read_record(&self, key: &[u8], ptr: &ValuePointer, cat: IoCategory) -> Result<Vec<u8>> {
