@@ -325,8 +325,8 @@ pub struct Options {
     /// exits without closing does; the next open replays it (RocksDB's
     /// `avoid_flush_during_shutdown` is the same choice).
     pub flush_on_close: bool,
-    /// Before [`crate::Db::close`] lets go, collect garbage until the
-    /// store is below the space target's GC band (`(1 + T) / 2` for
+    /// Before [`crate::Db::close`] lets go, if this process wrote values,
+    /// collect garbage until the store is below the space target's GC band (`(1 + T) / 2` for
     /// target `T`: 1.25 for the default), or GC finds nothing more, or
     /// [`GC_ON_CLOSE_BUDGET`] has passed (default true); when this process
     /// overwrote values and the index is at most 64 MiB, the index is

@@ -4,12 +4,11 @@
 
 use super::DbInner;
 use crate::error::{Error, Result};
+use crate::options::GC_ON_CLOSE_BUDGET;
 use crate::space::{Pressure, SpaceView, WriteAction};
 use parking_lot::MutexGuard;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
-
-use crate::options::GC_ON_CLOSE_BUDGET;
 
 /// Largest index (memtables and tables, bytes) that close compacts whole to
 /// find the garbage it hides ([`DbInner::gc_before_close`]): well under a
@@ -84,9 +83,14 @@ impl DbInner {
     /// index compaction that finds hidden garbage, when that is due — until
     /// the store is below the target's GC band (where the GC thread of a
     /// process that lived on would rest), GC finds nothing twice in a row,
-    /// or [`GC_ON_CLOSE_BUDGET`] has passed. Returns the steps run.
+    /// or [`GC_ON_CLOSE_BUDGET`] has passed. Only after this process
+    /// wrote: a reader's close (a CLI `get`, `stats`) does not collect.
+    /// Returns the steps run.
     pub(super) fn gc_before_close(&self) -> Result<u32> {
-        if !self.shared.opts.gc_on_close || !self.space.policy().enabled() {
+        if !self.shared.opts.gc_on_close
+            || !self.space.policy().enabled()
+            || self.space.total_written() == 0
+        {
             return Ok(0);
         }
         let start = Instant::now();
