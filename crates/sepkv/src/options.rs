@@ -326,8 +326,9 @@ pub struct Options {
     /// `avoid_flush_during_shutdown` is the same choice).
     pub flush_on_close: bool,
     /// Before [`crate::Db::close`] lets go, if this process wrote values,
-    /// collect garbage until the store is below the space target's GC band (`(1 + T) / 2` for
-    /// target `T`: 1.25 for the default), or GC finds nothing more, or
+    /// collect garbage until the store is below the space target's GC
+    /// band (`(1 + T) / 2` for target `T`: 1.25 for the default), or GC
+    /// finds nothing more, or
     /// [`GC_ON_CLOSE_BUDGET`] has passed (default true); when this process
     /// overwrote values and the index is at most 64 MiB, the index is
     /// compacted first so that compaction reports the garbage it hides. A
@@ -335,7 +336,7 @@ pub struct Options {
     /// service that restarts) otherwise leaves the garbage its last writes
     /// made for the next one: killed and short-lived import rounds ended at
     /// up to 1.8× their live bytes with the default target of 1.5, and at
-    /// 1.10–1.28× with this. No effect without a value store or with
+    /// 1.08–1.28× with this. No effect without a value store or with
     /// `space_amp_target` infinite.
     pub gc_on_close: bool,
     /// Size at which a value-log file is closed and the next begun

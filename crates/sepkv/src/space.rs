@@ -643,10 +643,11 @@ impl SpaceGovernor {
         let now = Instant::now();
         let from = c.paid_until.map_or(now, |t| t.max(now));
         // Debt past [`MAX_WRITE_DEBT`] is forgiven: a rate far below the
-        // writers' is held by pausing every write, not by a growing backlog. So the
-        // cost is capped there before it becomes a `Duration`: a GC that
-        // has been freeing (almost) nothing net has a rate near 0, and
-        // the quotient overflows a `Duration` or is infinite.
+        // writers' is held by pausing every write, not by a growing
+        // backlog. So the cost is capped there before it becomes a
+        // `Duration`: a GC that has been freeing (almost) nothing net has
+        // a rate near 0, and the quotient overflows a `Duration` or is
+        // infinite.
         let cap = MAX_WRITE_DEBT;
         let secs = bytes as f64 * c.growth.max(1.0) / rate;
         let cost = if secs.is_finite() && secs < cap.as_secs_f64() {
