@@ -305,7 +305,7 @@ fn free_pending(vlog: &VlogStore, oldest: u64) -> Result<u64> {
     while let Some(p) = ready.next() {
         let path = vlog.path(p.file);
         if p.whole_file {
-            vlog.reader.handles.write().remove(&p.file);
+            vlog.reader.handles.remove(&p.file);
             vlog.state.lock().files.remove(&p.file);
             let removed = match vlog.reader.fs.remove(&path) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(&path, e)),

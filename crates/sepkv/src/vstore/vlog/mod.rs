@@ -55,9 +55,9 @@ use crate::fs::{
 };
 use crate::vstore::open_for_reads;
 use crate::vstore::prefetch::Prefetcher;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use record::Kind;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -289,7 +289,10 @@ struct Reader {
     dir: PathBuf,
     fs: Arc<dyn FileSystem>,
     stats: Arc<IoStats>,
-    handles: RwLock<HashMap<u64, Arc<dyn RandomAccessFile>>>,
+    /// Open read handles by file, at most [`MAX_OPEN_VLOG_FILES`]; past
+    /// it, `quick_cache` closes the ones it judges coldest, as the bands'
+    /// and TrieTables' handle caches do.
+    handles: quick_cache::sync::Cache<u64, Arc<dyn RandomAccessFile>>,
     /// How long value reads take (steers scans' parallel reads, and reads
     /// through a mapping).
     latency: ReadLatency,
@@ -299,24 +302,18 @@ struct Reader {
 
 /// Most value-log files the reader keeps open (one descriptor each, beside
 /// the index's `max_open_files` tables): 24 GiB of log at the default
-/// `vlog_file_size` of 64 MiB. Past it, opening another file closes one
-/// that is open (a read holding its handle keeps it until done).
+/// `vlog_file_size` of 64 MiB. Past it, the handles of the files read least
+/// are closed (a read holding one keeps it until done).
 const MAX_OPEN_VLOG_FILES: usize = 384;
 
 impl Reader {
     fn handle(&self, id: u64) -> Result<Arc<dyn RandomAccessFile>> {
-        if let Some(h) = self.handles.read().get(&id) {
-            return Ok(h.clone());
+        if let Some(h) = self.handles.get(&id) {
+            return Ok(h);
         }
         let h = open_for_reads(&*self.fs, &vlog_path(&self.dir, id), self.mmap)?;
-        let mut handles = self.handles.write();
-        if handles.len() >= MAX_OPEN_VLOG_FILES && !handles.contains_key(&id) {
-            // The oldest file: the tail, which GC reads once and moves on.
-            if let Some(&oldest) = handles.keys().min() {
-                handles.remove(&oldest);
-            }
-        }
-        Ok(handles.entry(id).or_insert(h).clone())
+        self.handles.insert(id, h.clone());
+        Ok(h)
     }
 
     fn read_record(&self, key: &[u8], ptr: &ValuePointer, cat: IoCategory) -> Result<Vec<u8>> {
@@ -489,7 +486,7 @@ impl VlogStore {
             dir: dir.to_path_buf(),
             fs,
             stats,
-            handles: RwLock::new(HashMap::new()),
+            handles: quick_cache::sync::Cache::new(MAX_OPEN_VLOG_FILES),
             latency: ReadLatency::default(),
             mmap: opts.mmap_reads,
         });
