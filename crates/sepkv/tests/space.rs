@@ -27,6 +27,24 @@ fn quiet(preset: Preset, fs: &Arc<dyn FileSystem>) -> Options {
     }
 }
 
+/// [`quiet`] with the default target of 1.5 and files small enough that a
+/// few thousand 1000-byte values fill several: HashKV's groups and reserve
+/// in `hashkv_capacity` bytes.
+fn bounded(preset: Preset, fs: &Arc<dyn FileSystem>, hashkv_capacity: u64) -> Options {
+    Options {
+        space_amp_target: 1.5,
+        write_buffer_size: 256 << 10,
+        vlog_file_size: 1 << 20,
+        gc_chunk_size: 256 << 10,
+        trie_table_size: 256 << 10,
+        hashkv_main_segment_size: 256 << 10,
+        hashkv_log_segment_size: 64 << 10,
+        hashkv_journal_size: 64 << 10,
+        value_capacity: (preset == Preset::HashKv).then_some(hashkv_capacity),
+        ..quiet(preset, fs)
+    }
+}
+
 /// Three rounds over 300 keys, compacted so compaction reports the first
 /// two rounds as garbage; after a reopen the store reports the same
 /// garbage, not zero.
@@ -84,19 +102,7 @@ fn a_reopened_database_reports_the_garbage_it_had() {
 fn backpressure_engages_before_the_target_is_passed() {
     for preset in [Preset::WiscKey, Preset::HashKv, Preset::KtStore] {
         let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
-        let o = Options {
-            space_amp_target: 1.5,
-            write_buffer_size: 256 << 10,
-            vlog_file_size: 1 << 20,
-            gc_chunk_size: 256 << 10,
-            trie_table_size: 256 << 10,
-            hashkv_main_segment_size: 256 << 10,
-            hashkv_log_segment_size: 64 << 10,
-            hashkv_journal_size: 64 << 10,
-            value_capacity: (preset == Preset::HashKv).then_some(64 << 20),
-            ..quiet(preset, &fs)
-        };
-        let db = Db::open("/db", o).unwrap();
+        let db = Db::open("/db", bounded(preset, &fs, 64 << 20)).unwrap();
         let n = 2000;
         let mut max_amp: f64 = 0.0;
         for round in 0..12 {
@@ -307,23 +313,11 @@ fn close_collects_what_a_short_process_left() {
     for preset in [Preset::WiscKey, Preset::HashKv, Preset::KtStore] {
         let amp_after = |gc_on_close: bool| -> f64 {
             let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+            // No background GC (`quiet`): only writers and the close
+            // collect. Eleven HashKV groups for a megabyte of values.
             let o = Options {
-                fs: fs.clone(),
-                space_amp_target: 1.5,
-                // No background GC: only writers and the close collect.
-                gc_garbage_ratio: 0.0,
                 gc_on_close,
-                value_threshold: 64,
-                write_buffer_size: 256 << 10,
-                vlog_file_size: 1 << 20,
-                gc_chunk_size: 256 << 10,
-                trie_table_size: 256 << 10,
-                hashkv_main_segment_size: 256 << 10,
-                hashkv_log_segment_size: 64 << 10,
-                hashkv_journal_size: 64 << 10,
-                // Eleven groups for a megabyte of values.
-                value_capacity: (preset == Preset::HashKv).then_some(4 << 20),
-                ..Options::preset(preset)
+                ..bounded(preset, &fs, 4 << 20)
             };
             let n = 1000;
             for round in 0..3 {
@@ -361,14 +355,10 @@ fn close_collects_what_a_short_process_left() {
 #[test]
 fn concurrent_closes_collect_once_and_lose_nothing() {
     let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    // With the GC thread running, as a close finds it.
     let o = Options {
-        fs: fs.clone(),
-        space_amp_target: 1.5,
-        value_threshold: 64,
-        write_buffer_size: 256 << 10,
-        vlog_file_size: 1 << 20,
-        gc_chunk_size: 256 << 10,
-        ..Options::preset(Preset::WiscKey)
+        gc_garbage_ratio: Options::preset(Preset::WiscKey).gc_garbage_ratio,
+        ..bounded(Preset::WiscKey, &fs, 0)
     };
     let db = Arc::new(Db::open("/db", o.clone()).unwrap());
     for round in 0..3 {
