@@ -240,14 +240,11 @@ impl MappedFile {
     /// mapped ([`RandomAccessFile::map`] returns `None`) or the mapping
     /// fails (the process's mappings or address space exhausted, say):
     /// reads then take system calls, as without `Options::mmap_reads`.
-    ///
-    /// # Errors
-    /// None today; the signature keeps room for one.
-    pub fn wrap(file: Box<dyn RandomAccessFile>) -> io::Result<Box<dyn RandomAccessFile>> {
-        Ok(match file.map() {
+    pub fn wrap(file: Box<dyn RandomAccessFile>) -> Box<dyn RandomAccessFile> {
+        match file.map() {
             Ok(Some(map)) => Box::new(MappedFile { file, map }),
             Ok(None) | Err(_) => file,
-        })
+        }
     }
 
     /// Opens `path` for reading ([`FileSystem::open_read`]) and, when
@@ -261,11 +258,7 @@ impl MappedFile {
         map: bool,
     ) -> io::Result<Box<dyn RandomAccessFile>> {
         let file = fs.open_read(path)?;
-        if map {
-            Self::wrap(file)
-        } else {
-            Ok(file)
-        }
+        Ok(if map { Self::wrap(file) } else { file })
     }
 }
 

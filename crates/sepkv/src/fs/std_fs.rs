@@ -172,8 +172,9 @@ impl RandomAccessFile for StdRandom {
         // SAFETY: the mapping is read-only and private to this process's
         // readers; sepkv maps only files it never rewrites in place (tables,
         // which only grow; value-log files and closed bands), and readers use
-        // no byte past the length a table was recorded at. Another program truncating the file would make a
-        // read of the lost pages fault, as `Mapping` documents.
+        // no byte past the length a table was recorded at. Another program
+        // truncating the file would make a read of the lost pages fault, as
+        // `Mapping` documents.
         #[allow(unsafe_code)]
         let map = unsafe { memmap2::MmapOptions::new().map(&self.file)? };
         // Point reads touch one block: no read-around on a fault. A no-op

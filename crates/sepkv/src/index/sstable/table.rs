@@ -1034,7 +1034,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(NAME);
         std::fs::write(&path, bytes).unwrap();
-        let file = MappedFile::wrap(StdFs.open_read(&path).unwrap()).unwrap();
+        let file = MappedFile::wrap(StdFs.open_read(&path).unwrap());
         assert!(file.mapping().is_some());
         let stats = Arc::new(IoStats::default());
         let t = Table::open(
@@ -1117,8 +1117,7 @@ mod tests {
         let file = MappedFile::wrap(Box::new(HintedFile {
             inner: StdFs.open_read(&path).unwrap(),
             hints: hints.clone(),
-        }))
-        .unwrap();
+        }));
         let cache = Arc::new(BlockCache::new(1 << 20));
         let t = Arc::new(
             Table::open(

@@ -1924,7 +1924,7 @@ impl ValueStore for HashKvStore {
                 (t.free_units() < HashKvStore::low_watermark(t)) as u64,
                 t.used_units,
                 t.main_slack_units,
-                t.main_room_units(),
+                t.main_room_left_units(),
             )
         };
         let cold = self.cold.space();
@@ -1939,7 +1939,7 @@ impl ValueStore for HashKvStore {
             ("log_segments_in_groups", units),
             ("log_segments_free", free),
             // The main segments' free room as counted at the last GC step,
-            // and what is left of it now (`Table::main_room_units`; user
+            // and what is left of it now (`Table::main_room_left_units`; user
             // appends into room the cold log took are not refused yet, so
             // the second can show the capacity passed until the next step).
             ("main_room_units", counted),

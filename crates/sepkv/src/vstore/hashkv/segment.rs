@@ -307,7 +307,7 @@ impl Table {
     /// replacing, the one extra main segment per group under collection
     /// that the design allows.
     pub fn free_units(&self) -> u64 {
-        let cold = self.cold_units.saturating_sub(self.main_room_units());
+        let cold = self.cold_units.saturating_sub(self.main_room_left_units());
         self.geo
             .reserved_units
             .saturating_sub(self.used_units + cold)
@@ -316,7 +316,7 @@ impl Table {
     /// Log-segment units of the main segments' free room as
     /// [`Table::free_units`] credits it: the last count less what was
     /// appended to the segments counted since.
-    pub fn main_room_units(&self) -> u64 {
+    pub fn main_room_left_units(&self) -> u64 {
         self.main_slack_units
             .saturating_sub(self.main_appended.div_ceil(self.geo.log_size.max(1)))
     }

@@ -30,8 +30,8 @@
 //!   and never appended to again. A pointer outside a table's valid range
 //!   is not [`ValueStore::contains`]-ed, so the WAL replay stops before it,
 //!   and a read of it that fails reads as lost (absent); a checksum or key
-//!   mismatch inside it is `Corruption` with file and offset. Recovery replays the WAL and keeps
-//!   values already appended as they are (§3.5).
+//!   mismatch inside it is `Corruption` with file and offset. Recovery
+//!   replays the WAL and keeps values already appended as they are (§3.5).
 //! - **Adaptive splitting** (beyond the paper, its §3.5 future work): a
 //!   leaf that has taken `table_size` bytes splits into children by the
 //!   next key byte where its keys differ ([`trie::Trie::split`]); its
