@@ -350,10 +350,10 @@ fn close_collects_what_a_short_process_left() {
 }
 
 /// Closes from several threads at once, while the store has garbage to
-/// collect at close: every call returns `Ok`, one of them closes, and the
-/// data reads back whole after a reopen.
+/// collect at close: every call returns `Ok`, the handle is closed after
+/// them, and the data reads back whole after a reopen.
 #[test]
-fn concurrent_closes_collect_once_and_lose_nothing() {
+fn concurrent_closes_all_return_and_lose_nothing() {
     let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
     // With the GC thread running, as a close finds it.
     let o = Options {
