@@ -259,6 +259,64 @@ fn a_closed_database_holds_no_log_space() {
     }
 }
 
+/// GC syncs the WAL at the end of every step, but a WAL synced only so
+/// is not kept for reuse once obsolete: with no synced write there is no
+/// spare, and the directory holds one WAL, not two memtables' worth of log.
+/// (A spare stood beside the current WAL through every GC-heavy update
+/// run, adding a tenth to its space amplification.)
+#[test]
+fn gc_syncs_keep_no_spare_wal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let db = Db::open(
+        &dir,
+        Options {
+            write_buffer_size: 256 << 10,
+            vlog_file_size: 1 << 20,
+            gc_chunk_size: 256 << 10,
+            gc_garbage_ratio: 0.0,
+            space_amp_target: f64::INFINITY,
+            value_threshold: 64,
+            ..Options::preset(Preset::WiscKey)
+        },
+    )
+    .unwrap();
+    // Round 0 writes every key, later rounds the even ones: GC finds the
+    // odd keys' values live beside the garbage and relocates them, which
+    // ends with the sync.
+    let latest = |i: usize| if i % 2 == 0 { 3 } else { 0 };
+    for round in 0..4 {
+        for i in (0..1000).filter(|i| round == 0 || i % 2 == 0) {
+            db.put(key(i), value(i, round)).unwrap();
+        }
+        db.compact_range(..).unwrap();
+        let rep = db.gc(Some(0.0)).unwrap();
+        assert!(
+            round == 0 || rep.bytes_rewritten > 0,
+            "round {round}: GC moved nothing"
+        );
+        // The WAL GC synced becomes obsolete.
+        db.flush().unwrap();
+        db.wait_idle().unwrap();
+    }
+    let logs = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".log")
+        })
+        .count();
+    assert_eq!(logs, 1, "WAL files beside the current one");
+    assert_eq!(db.stats().unwrap().index_figures["wals_recycled"], 0);
+    for i in 0..1000 {
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, latest(i))));
+    }
+    db.close().unwrap();
+}
+
 /// A database whose index's upper levels shadow most of its values (a
 /// short-lived process overwrote them all, then exited) has its index
 /// compacted by the GC thread right after open, before any write: the

@@ -59,8 +59,11 @@ fn wal_preallocation(opts: &crate::options::Options) -> u64 {
 /// synced write into a new file also commits that allocation to the file
 /// system's journal; written over, a recycled file's blocks are allocated
 /// already and the sync writes the data alone. Only WALs that took synced
-/// writes are kept, at most [`WAL_SPARES`] of them, so that a database
-/// written without syncs holds no spare file. Spares live until reused or
+/// write batches are kept, at most [`WAL_SPARES`] of them, so that a
+/// database written without syncs holds no spare file: the sync that ends
+/// a GC step ([`crate::index::Index::make_durable`]) does not count, as it comes once a
+/// step, and the spare would stand beside the current WAL as a second
+/// memtable's worth of log on disk. Spares live until reused or
 /// until the next open removes them as obsolete. Records name their log
 /// (`crate::format::record`'s log records), so that the older use's
 /// records past the new ones are never replayed.
@@ -488,7 +491,6 @@ impl Index for LsmIndex {
                 return Ok(());
             }
             let last = self.shared.last_seq.load(Ordering::Acquire);
-            w.synced = true;
             if !self.shared.opts.wal {
                 // Log mode: the value log holds every write.
                 (last, w.bare_logged, None)
