@@ -284,9 +284,9 @@ fn gc_syncs_keep_no_spare_wal() {
     // Round 0 writes every key, later rounds the even ones: GC finds the
     // odd keys' values live beside the garbage and relocates them, which
     // ends with the sync.
-    let latest = |i: usize| if i % 2 == 0 { 3 } else { 0 };
+    let latest = |i: usize| if i.is_multiple_of(2) { 3 } else { 0 };
     for round in 0..4 {
-        for i in (0..1000).filter(|i| round == 0 || i % 2 == 0) {
+        for i in (0..1000).filter(|i| round == 0 || i.is_multiple_of(2)) {
             db.put(key(i), value(i, round)).unwrap();
         }
         db.compact_range(..).unwrap();
