@@ -286,7 +286,7 @@ fn gc_syncs_keep_no_spare_wal() {
     // ends with the sync.
     let latest = |i: usize| if i.is_multiple_of(2) { 3 } else { 0 };
     for round in 0..4 {
-        for i in (0..1000).filter(|i| round == 0 || i.is_multiple_of(2)) {
+        for i in (0..1000).filter(|&i: &usize| round == 0 || i.is_multiple_of(2)) {
             db.put(key(i), value(i, round)).unwrap();
         }
         db.compact_range(..).unwrap();
