@@ -115,6 +115,7 @@ pub mod index;
 mod iterator;
 pub mod options;
 mod range;
+mod sched;
 mod snapshot;
 pub mod space;
 mod spin;

@@ -370,7 +370,10 @@ impl Db {
             let gc_inner = inner.clone();
             let spawned = std::thread::Builder::new()
                 .name("sepkv-gc".into())
-                .spawn(move || gc_inner.gc_loop());
+                .spawn(move || {
+                    crate::sched::mark_background();
+                    gc_inner.gc_loop()
+                });
             match spawned {
                 Ok(h) => Some(h),
                 Err(e) => {

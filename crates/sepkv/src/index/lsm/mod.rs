@@ -425,7 +425,10 @@ impl Index for LsmIndex {
         let me = self.clone();
         let handle = std::thread::Builder::new()
             .name("sepkv-bg".into())
-            .spawn(move || me.background_loop())
+            .spawn(move || {
+                crate::sched::mark_background();
+                me.background_loop()
+            })
             .map_err(|e| Error::io(&self.shared.dir, e))?;
         *self.bg_thread.lock() = Some(handle);
         self.bg_cv.notify_all();

@@ -789,7 +789,10 @@ impl HashKvStore {
             Some(
                 std::thread::Builder::new()
                     .name("sepkv-hashkv".into())
-                    .spawn(move || c.work_loop())
+                    .spawn(move || {
+                        crate::sched::mark_background();
+                        c.work_loop()
+                    })
                     .map_err(|e| Error::io(dir, e))?,
             )
         } else {

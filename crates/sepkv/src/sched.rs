@@ -1,0 +1,114 @@
+//! Background threads ask the scheduler for a long time slice.
+//!
+//! Linux's EEVDF scheduler (6.6 on) lets a thread choose the length of its
+//! time slice (`sched_setattr`'s `sched_runtime` for the fair class, from
+//! 6.12; 0.1–100 ms), and picks among runnable threads the one whose
+//! virtual deadline — its virtual runtime plus its slice — comes first. A
+//! thread waking up with a shorter slice than the running one's also ends
+//! that one's protected run at once (`PREEMPT_SHORT`). With GC and
+//! compaction holding every core of a small machine, a writer waking from
+//! a pause or a lock waited up to the background thread's whole slice
+//! before it ran again. Background threads therefore ask for
+//! [`BACKGROUND_SLICE`], several times the default: a waking user thread
+//! then comes first, while the background thread keeps its share of the
+//! CPU (a slice is not a priority: the weight, and so the share over time,
+//! is the nice value's, unchanged). Unprivileged, reversible, and a no-op
+//! where the kernel does not know the field.
+
+use std::time::Duration;
+
+/// The slice background threads ask for.
+pub(crate) const BACKGROUND_SLICE: Duration = Duration::from_millis(6);
+
+/// Linux's `struct sched_attr` (first version, 48 bytes; later fields
+/// are optional).
+#[cfg(target_os = "linux")]
+#[repr(C)]
+#[derive(Default)]
+struct SchedAttr {
+    size: u32,
+    sched_policy: u32,
+    sched_flags: u64,
+    sched_nice: i32,
+    sched_priority: u32,
+    sched_runtime: u64,
+    sched_deadline: u64,
+    sched_period: u64,
+}
+
+/// Gives the calling thread [`BACKGROUND_SLICE`] when it runs in the fair
+/// class (`SCHED_OTHER` or `SCHED_BATCH`), keeping its policy and nice
+/// value. Best effort: any error leaves the thread as it was.
+pub(crate) fn mark_background() {
+    #[cfg(target_os = "linux")]
+    {
+        let Some(mut attr) = current() else {
+            return;
+        };
+        if !matches!(
+            attr.sched_policy as i32,
+            libc::SCHED_OTHER | libc::SCHED_BATCH
+        ) {
+            return;
+        }
+        attr.size = std::mem::size_of::<SchedAttr>() as u32;
+        attr.sched_flags = 0;
+        attr.sched_runtime = BACKGROUND_SLICE.as_nanos() as u64;
+        // SAFETY: `attr` is a valid `sched_attr` of the size it states;
+        // tid 0 is the calling thread; the kernel only reads it.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0u32);
+        }
+    }
+}
+
+/// The calling thread's scheduling attributes, or `None` on error.
+#[cfg(target_os = "linux")]
+fn current() -> Option<SchedAttr> {
+    let mut attr = SchedAttr::default();
+    // SAFETY: `attr` is a valid, writable `sched_attr` of the size passed;
+    // tid 0 is the calling thread.
+    #[allow(unsafe_code)]
+    let got = unsafe {
+        libc::syscall(
+            libc::SYS_sched_getattr,
+            0,
+            &mut attr as *mut SchedAttr,
+            std::mem::size_of::<SchedAttr>() as u32,
+            0u32,
+        )
+    };
+    (got == 0).then_some(attr)
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// The policy and nice value stay, and on kernels that keep custom
+    /// slices for the fair class (6.12 on) the slice is the background one.
+    #[test]
+    fn background_threads_keep_policy_and_nice_and_get_the_slice() {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let mut v = release
+            .split(|c: char| !c.is_ascii_digit())
+            .map(|x| x.parse::<u32>().ok());
+        let custom_slices =
+            matches!((v.next(), v.next()), (Some(Some(a)), Some(Some(b))) if (a, b) >= (6, 12));
+        std::thread::spawn(move || {
+            let Some(before) = current() else {
+                return; // no sched_getattr here (a seccomp filter): nothing to check
+            };
+            mark_background();
+            let after = current().expect("sched_getattr");
+            assert_eq!(after.sched_policy, before.sched_policy);
+            assert_eq!(after.sched_nice, before.sched_nice);
+            if custom_slices {
+                assert_eq!(after.sched_runtime, BACKGROUND_SLICE.as_nanos() as u64);
+            }
+        })
+        .join()
+        .unwrap();
+    }
+}
