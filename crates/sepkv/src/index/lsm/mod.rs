@@ -61,10 +61,10 @@ fn wal_preallocation(opts: &crate::options::Options) -> u64 {
 /// already and the sync writes the data alone. Only WALs that took synced
 /// write batches are kept, at most [`WAL_SPARES`] of them, so that a
 /// database written without syncs holds no spare file: the sync that ends
-/// a GC step ([`crate::index::Index::make_durable`]) does not count, as it comes once a
-/// step, and the spare would stand beside the current WAL as a second
-/// memtable's worth of log on disk. Spares live until reused or
-/// until the next open removes them as obsolete. Records name their log
+/// a GC step ([`crate::index::Index::make_durable`]) does not count, as
+/// it comes once a step, and the spare would stand beside the current WAL
+/// as a second memtable's worth of log on disk. Spares live until reused
+/// or until the next open removes them as obsolete. Records name their log
 /// (`crate::format::record`'s log records), so that the older use's
 /// records past the new ones are never replayed.
 #[derive(Default)]
