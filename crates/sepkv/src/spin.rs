@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 /// Longest spin before a writer locks as usual: about the holds it is
-/// meant for (a GC step's append of one 256 KiB piece to the value log, a
+/// meant for (a GC step's append of one 64 KiB piece to the value log, a
 /// relocation group under the writer lock). Longer holds (a file roll's
 /// syncs, a wait for a flush) cost a waiter this much spinning first.
 pub(crate) const LOCK_SPIN: Duration = Duration::from_micros(300);

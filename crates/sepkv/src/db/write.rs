@@ -430,8 +430,11 @@ impl DbInner {
     }
 }
 
-/// Relocations installed under one hold of the writer lock.
-const RELOCATE_GROUP: usize = 256;
+/// Relocations installed under one hold of the writer lock: short enough
+/// that a writer's spin for the lock ([`crate::spin::LOCK_SPIN`]) usually
+/// outlasts the hold (256 until 2026-11-27; 64 halved the update
+/// experiment's p99.9, `bench-results/gc-pieces-2026-11-27/`).
+const RELOCATE_GROUP: usize = 64;
 
 impl DbInner {
     /// One group of [`IndexRelocator::relocate`], written without a sync;

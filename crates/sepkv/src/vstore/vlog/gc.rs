@@ -6,7 +6,7 @@
 //!    ([`IndexReader::wait_in_flight_writes`]);
 //! 2. a record is live when the index's current pointer for its key is this
 //!    very record (an index lookup per record);
-//! 3. append the live records at the head (in pieces of 256 KiB, so user
+//! 3. append the live records at the head (in pieces of 64 KiB, so user
 //!    appends never wait long for the value log) and sync the vLog;
 //! 4. install the new pointers by compare-and-set, in groups, durably (a
 //!    user write that raced the step keeps its newer value);
@@ -28,8 +28,10 @@ use crate::vstore::{
 };
 use std::sync::atomic::Ordering;
 
-/// Bytes of copies a GC step appends at a time.
-const GC_APPEND_PIECE: usize = 256 << 10;
+/// Bytes of copies a GC step appends at a time, each under the value
+/// log's append lock on its own (256 KiB until 2026-11-27; see
+/// `RELOCATE_GROUP` in `db/write.rs`).
+const GC_APPEND_PIECE: usize = 64 << 10;
 
 /// Runs one GC step on `vlog`.
 pub fn step(
