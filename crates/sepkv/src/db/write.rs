@@ -597,6 +597,12 @@ impl IndexRelocator for DbInner {
         }
         r
     }
+
+    /// [`Index::make_durable`] syncs the engine's value store before the
+    /// index's log, by its contract.
+    fn make_durable_syncs_store(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

@@ -322,6 +322,15 @@ pub trait IndexRelocator: Send + Sync {
     /// write made dead: were that write lost in a crash, the recovered
     /// index would fall back to the freed version.
     fn make_durable(&self, seq: SeqNum) -> Result<()>;
+    /// True when [`IndexRelocator::make_durable`] — and so the durability
+    /// [`IndexRelocator::relocate`] promises — syncs the value store GC
+    /// runs over before the index's log: GC may then leave its copies to
+    /// that sync instead of syncing them before it relocates. False (the
+    /// default) for a store the index does not sync, such as HashKV's cold
+    /// data log.
+    fn make_durable_syncs_store(&self) -> bool {
+        false
+    }
 }
 
 /// A value layout.

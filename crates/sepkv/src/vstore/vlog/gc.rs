@@ -138,6 +138,11 @@ pub fn step(
         }
     }
     let chunk_end = start + pos as u64;
+    // Every write that made a record of the chunk dead is published by
+    // now (a lookup may have met one still in flight), so at or below
+    // this sequence number.
+    index.wait_in_flight_writes()?;
+    let judged_to = index.last_sequence();
     vlog.reader.stats.add_read(IoCategory::Gc, pos as u64);
     vlog.counters
         .gc_bytes_read
@@ -157,8 +162,9 @@ pub fn step(
             })
             .collect();
         // In pieces, so that user appends wait for one piece at most; then
-        // synced before any pointer to them is written (the log may be
-        // HashKV's cold data log, which the index's syncs do not cover).
+        // durable before any pointer to them is: by the relocation's own
+        // sync when the index's syncs cover this log (the engine's value
+        // log), else synced here (HashKV's cold data log).
         let mut new = Vec::with_capacity(records.len());
         let mut from = 0;
         while from < records.len() {
@@ -171,7 +177,9 @@ pub fn step(
             new.extend(vlog.append_as(&records[from..to], IoCategory::Gc)?);
             from = to;
         }
-        vlog.sync()?;
+        if !relocator.make_durable_syncs_store() {
+            vlog.sync()?;
+        }
 
         let moves: Vec<Relocation> = live
             .iter()
@@ -211,8 +219,10 @@ pub fn step(
     }
     // A record judged dead was superseded by a newer write; that write must
     // be durable before the tail passes the record (a crash that lost it
-    // would leave the index pointing behind the tail).
-    relocator.make_durable(index.last_sequence())?;
+    // would leave the index pointing behind the tail). Such writes are at
+    // or below `judged_to`: after relocations, whose sync covered a later
+    // sequence number, this costs nothing.
+    relocator.make_durable(judged_to)?;
     let new_tail = if chunk_end >= end && !is_active {
         (file + 1, 0)
     } else {
