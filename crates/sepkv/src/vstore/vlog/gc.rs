@@ -7,7 +7,9 @@
 //! 2. a record is live when the index's current pointer for its key is this
 //!    very record (an index lookup per record);
 //! 3. append the live records at the head (in pieces of 64 KiB, so user
-//!    appends never wait long for the value log) and sync the vLog;
+//!    appends never wait long for the value log), synced here only when
+//!    the relocation's sync does not cover this log
+//!    ([`IndexRelocator::make_durable_syncs_store`]);
 //! 4. install the new pointers by compare-and-set, in groups, durably (a
 //!    user write that raced the step keeps its newer value);
 //! 5. make the index durable up to the writes that superseded the dead
@@ -17,8 +19,11 @@
 //!
 //! A crash between any two steps loses nothing: before 4 the copies at the
 //! head are unreferenced garbage; before 5 the old records are no longer
-//! current and the next step finds them dead; before 6 the open of the
-//! value log punches everything behind the persisted tail again.
+//! current and the next step finds them dead (a relocation whose WAL
+//! record reached the disk without its copy is dropped at recovery, as a
+//! user write whose value was lost is, and its key keeps the old record,
+//! which nothing has freed); before 6 the open of the value log punches
+//! everything behind the persisted tail again.
 
 use super::{encode_state, record, PendingFree, VlogStore};
 use crate::error::{Error, IoContext, Result};
