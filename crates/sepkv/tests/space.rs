@@ -204,13 +204,20 @@ fn capacity_slows_writers_before_it_is_reached() {
     }
 }
 
-/// Bytes the WAL files in `dir` occupy on disk, as `du` counts them.
-fn wal_allocated(dir: &std::path::Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
+/// The WAL files in `dir`.
+fn wal_files(dir: &std::path::Path) -> Vec<std::fs::DirEntry> {
     std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap())
         .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        .collect()
+}
+
+/// Bytes the WAL files in `dir` occupy on disk, as `du` counts them.
+fn wal_allocated(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    wal_files(dir)
+        .iter()
         .map(|e| e.metadata().unwrap().blocks() * 512)
         .sum()
 }
@@ -299,17 +306,7 @@ fn gc_syncs_keep_no_spare_wal() {
         db.flush().unwrap();
         db.wait_idle().unwrap();
     }
-    let logs = std::fs::read_dir(&dir)
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .ends_with(".log")
-        })
-        .count();
-    assert_eq!(logs, 1, "WAL files beside the current one");
+    assert_eq!(wal_files(&dir).len(), 1, "WAL files beside the current one");
     assert_eq!(db.stats().unwrap().index_figures["wals_recycled"], 0);
     for i in 0..1000 {
         assert_eq!(db.get(key(i)).unwrap(), Some(value(i, latest(i))));
