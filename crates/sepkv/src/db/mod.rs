@@ -600,8 +600,7 @@ impl Db {
     /// replays it).
     pub fn close(&self) -> Result<()> {
         let inner = &self.inner;
-        if inner.shared.closed.load(Ordering::Acquire) || inner.closing.swap(true, Ordering::AcqRel)
-        {
+        if inner.closing.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
         // The GC thread first, so that no step of it is cut short below.
@@ -618,9 +617,7 @@ impl Db {
         // Best effort: an error here leaves garbage, never a wrong state,
         // and it is reported by whatever it poisoned.
         let _ = inner.gc_before_close();
-        if inner.shared.closed.swap(true, Ordering::AcqRel) {
-            return Ok(());
-        }
+        inner.shared.closed.store(true, Ordering::Release);
         // New writers see `closed`. One already queued for the writer lock
         // may still write after the flush: its write then stays in the new
         // WAL, synced below and replayed at the next open.
@@ -634,13 +631,6 @@ impl Db {
             Ok(())
         };
         inner.index.shutdown();
-        {
-            let _g = inner.gc_wake.lock();
-            inner.gc_cv.notify_all();
-        }
-        if let Some(h) = self.gc_thread.lock().take() {
-            let _ = h.join();
-        }
         let res = {
             let mut open = inner.writer.lock();
             *open = false;
