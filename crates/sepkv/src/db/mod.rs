@@ -68,6 +68,7 @@ use crate::index::key::SeqNum;
 use crate::index::lsm::LsmIndex;
 use crate::index::{Index, Shared};
 use crate::options::{IndexKind, Options, ValueLayout};
+use crate::spin::SpinMutex;
 use crate::vstore::hashkv::HashKvOptions;
 use crate::vstore::vlog::{VlogOptions, VlogStore};
 use crate::vstore::{HashKvStore, InlineStore, ValueStore};
@@ -106,7 +107,7 @@ struct DbInner {
     /// The writer lock (see `crate::index::Index`): held by a write from
     /// making room to publishing, by GC's compare-and-set and by
     /// `wait_in_flight_writes`. True while the database accepts writes.
-    writer: Mutex<bool>,
+    writer: SpinMutex<bool>,
     commit: CommitQueue,
     counters: Counters,
     /// Last sequence number restored by recovery at open.
@@ -342,7 +343,7 @@ impl Db {
             shared,
             index,
             vstore,
-            writer: Mutex::new(false),
+            writer: SpinMutex::new(false),
             commit: CommitQueue::default(),
             counters: Counters::default(),
             recovered_seq: AtomicU64::new(0),

@@ -6,7 +6,7 @@ use super::DbInner;
 use crate::error::{Error, Result};
 use crate::options::GC_ON_CLOSE_BUDGET;
 use crate::space::{Pressure, SpaceView, WriteAction};
-use parking_lot::MutexGuard;
+use crate::spin::SpinMutexGuard;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -140,7 +140,7 @@ impl DbInner {
     /// write goes through as a missed target rather than wait forever.
     pub(super) fn space_backpressure(
         &self,
-        guard: &mut MutexGuard<'_, bool>,
+        guard: &mut SpinMutexGuard<'_, bool>,
         bytes: u64,
     ) -> Result<()> {
         let mut rounds = 0u32;
@@ -157,10 +157,7 @@ impl DbInner {
                 }
                 WriteAction::Delay(d) => {
                     let t = Instant::now();
-                    MutexGuard::unlocked(guard, || {
-                        std::thread::sleep(d);
-                        crate::spin::until_unlocked(&self.writer);
-                    });
+                    SpinMutexGuard::unlocked(guard, || std::thread::sleep(d));
                     self.shared.note_stall(t);
                     return Ok(());
                 }
@@ -174,7 +171,7 @@ impl DbInner {
                     }
                     rounds += 1;
                     let t = Instant::now();
-                    let worked = MutexGuard::unlocked(guard, || -> Result<bool> {
+                    let worked = SpinMutexGuard::unlocked(guard, || -> Result<bool> {
                         if discover {
                             self.discover_garbage()?;
                             return Ok(true);

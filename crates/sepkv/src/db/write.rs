@@ -11,8 +11,8 @@ use crate::index::key::{SeqNum, ValueType};
 use crate::index::memtable::Lookup;
 use crate::index::sstable::ReadCtx;
 use crate::options::{WriteOptions, MAX_BATCH_SIZE};
+use crate::spin::SpinMutexGuard;
 use crate::vstore::{IndexReader, IndexRelocator, LogEntry, Relocation, ValuePointer, ValueRecord};
-use parking_lot::MutexGuard;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -135,7 +135,6 @@ impl DbInner {
     /// store refuses it), WAL, memtable, publish — all under the writer
     /// lock, which GC's `wait_in_flight_writes` relies on.
     fn write_batch(&self, batch: &WriteBatch, sync: bool) -> Result<SeqNum> {
-        crate::spin::until_unlocked(&self.writer);
         let mut guard = self.writer.lock();
         let user_bytes = batch.user_bytes();
         let mut room = RoomGc::default();
@@ -150,10 +149,7 @@ impl DbInner {
                 let pause = self.vstore.write_delay();
                 if !pause.is_zero() {
                     let t = Instant::now();
-                    MutexGuard::unlocked(&mut guard, || {
-                        std::thread::sleep(pause);
-                        crate::spin::until_unlocked(&self.writer);
-                    });
+                    SpinMutexGuard::unlocked(&mut guard, || std::thread::sleep(pause));
                     self.shared.note_stall(t);
                 }
                 // Backpressure may have let go of the writer lock (a delay,
@@ -202,7 +198,7 @@ impl DbInner {
                     // (HashKV §4.1 setup), with the writer lock released so
                     // that GC can install its relocations; then retry.
                     let t = Instant::now();
-                    let more = MutexGuard::unlocked(&mut guard, || self.gc_for_room(&mut room));
+                    let more = SpinMutexGuard::unlocked(&mut guard, || self.gc_for_room(&mut room));
                     self.shared.note_stall(t);
                     if !more? {
                         return Err(Error::ValueStoreFull(msg));

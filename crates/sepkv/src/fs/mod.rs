@@ -89,8 +89,8 @@ pub trait WritableFile: Send {
 ///
 /// # Errors
 /// The flush's or the sync's error.
-pub fn sync_unlocked<T>(
-    guard: &mut parking_lot::MutexGuard<'_, T>,
+pub fn sync_unlocked<R: parking_lot::lock_api::RawMutex, T>(
+    guard: &mut parking_lot::lock_api::MutexGuard<'_, R, T>,
     parts: impl Fn(&mut T) -> (&mut Box<dyn WritableFile>, &mut Option<String>),
 ) -> io::Result<()> {
     let handle = {
@@ -98,7 +98,7 @@ pub fn sync_unlocked<T>(
         f.flush().map(|()| f.sync_handle())
     };
     let res = match handle {
-        Ok(Some(h)) => parking_lot::MutexGuard::unlocked(guard, || h.sync()),
+        Ok(Some(h)) => parking_lot::lock_api::MutexGuard::unlocked(guard, || h.sync()),
         Ok(None) => parts(guard).0.sync(),
         Err(e) => Err(e),
     };

@@ -162,10 +162,11 @@ use crate::fs::{
     create_preallocated, read_all, Advice, FileSystem, IoCategory, IoStats, WritableFile,
 };
 use crate::options::Options;
+use crate::spin::{SpinMutex, SpinMutexGuard};
 use cache::{Pending, WriteCache};
 use cold::{is_cold, ColdLog};
 use journal::{journal_path, parse_journal_name, Entry, GroupIntent, Place, GC_JOURNAL};
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use parking_lot::{Condvar, Mutex};
 use record::Kind;
 use segment::{parse_seg_name, Alloc, Geometry, PlaceError, SegFiles, Table};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -352,7 +353,7 @@ impl std::ops::Deref for HashKvStore {
 pub struct StoreCore {
     opts: HashKvOptions,
     files: SegFiles,
-    state: Mutex<State>,
+    state: SpinMutex<State>,
     /// The write journal (`None` without journaling). Its own lock, taken
     /// after `state` when both are held (never the other way round), so
     /// that [`ValueStore::sync`] fsyncs it without the state lock and a
@@ -754,7 +755,7 @@ impl HashKvStore {
 
         let core = StoreCore {
             files,
-            state: Mutex::new(State {
+            state: SpinMutex::new(State {
                 table,
                 cache: WriteCache::new(opts.write_cache_size),
                 journal_len: 0,
@@ -1270,7 +1271,7 @@ impl StoreCore {
     /// may have changed when this returns.
     fn write_placed(
         &self,
-        st: &mut MutexGuard<'_, State>,
+        st: &mut SpinMutexGuard<'_, State>,
         allocs: &[Alloc],
         places: &[Place],
         data: &[u8],
@@ -1318,7 +1319,7 @@ impl StoreCore {
                 // the handles' lock, taken first, keeps each file's
                 // appends in the order they were placed.
                 let mut appends = self.files.appends();
-                MutexGuard::unlocked(st, move || {
+                SpinMutexGuard::unlocked(st, move || {
                     self.append_direct(&mut appends, places, data, cat)
                 })?;
                 // Bytes since the checkpoint bound the scan on open.

@@ -60,7 +60,8 @@ use crate::error::{Error, IoContext, Result};
 use crate::format::checksum::{crc, mask, unmask};
 use crate::format::coding::{get_varint32, get_varint64, put_varint32, put_varint64};
 use crate::fs::{Advice, FileSystem, IoCategory, IoStats, RandomAccessFile, WritableFile};
-use parking_lot::{Mutex, MutexGuard, RwLock};
+use crate::spin::{SpinMutex, SpinMutexGuard};
+use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -702,7 +703,7 @@ const MAX_READERS: usize = 1024;
 /// ([`SegFiles::appends`]).
 pub struct Appends<'a> {
     files: &'a SegFiles,
-    w: MutexGuard<'a, Writers>,
+    w: SpinMutexGuard<'a, Writers>,
 }
 
 impl Appends<'_> {
@@ -728,7 +729,7 @@ pub struct SegFiles {
     pub fs: Arc<dyn FileSystem>,
     /// I/O accounting.
     pub stats: Arc<IoStats>,
-    writers: Mutex<Writers>,
+    writers: SpinMutex<Writers>,
     /// Serialises syncs (held across their fsyncs; appends never take it).
     sync_lock: Mutex<()>,
     readers: RwLock<HashMap<u64, Arc<dyn RandomAccessFile>>>,
@@ -741,7 +742,7 @@ impl SegFiles {
             dir: dir.to_path_buf(),
             fs,
             stats,
-            writers: Mutex::new(Writers {
+            writers: SpinMutex::new(Writers {
                 open: HashMap::new(),
                 dirty: HashSet::new(),
                 dir_dirty: false,

@@ -53,6 +53,7 @@ use crate::fs::sync_unlocked;
 use crate::fs::{
     create_preallocated, Advice, FileSystem, IoCategory, IoStats, RandomAccessFile, WritableFile,
 };
+use crate::spin::SpinMutex;
 use crate::vstore::open_for_reads;
 use crate::vstore::prefetch::Prefetcher;
 use parking_lot::Mutex;
@@ -364,7 +365,7 @@ fn into_value(mut buf: Vec<u8>, range: std::ops::Range<usize>) -> Vec<u8> {
 pub struct VlogStore {
     opts: VlogOptions,
     reader: Arc<Reader>,
-    io: Mutex<Active>,
+    io: SpinMutex<Active>,
     state: Mutex<State>,
     gc_lock: Mutex<()>,
     counters: Counters,
@@ -494,7 +495,7 @@ impl VlogStore {
             prefetch: Prefetcher::new(opts.prefetch_threads),
             opts,
             reader,
-            io: Mutex::new(Active {
+            io: SpinMutex::new(Active {
                 id: next_id,
                 file,
                 flushed,
@@ -572,9 +573,6 @@ impl VlogStore {
         records: &[(Kind, &[u8], u64, &[u8])],
         cat: IoCategory,
     ) -> Result<Vec<ValuePointer>> {
-        if cat != IoCategory::Gc {
-            crate::spin::until_unlocked(&self.io);
-        }
         let mut a = self.io.lock();
         self.check_failed(&a)?;
         // Bytes the batch's records take: checked against the capacity and
