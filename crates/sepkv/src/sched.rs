@@ -38,8 +38,10 @@ struct SchedAttr {
 
 /// Gives the calling thread [`BACKGROUND_SLICE`] when it runs in the fair
 /// class (`SCHED_OTHER` or `SCHED_BATCH`), keeping its policy and nice
-/// value. Best effort: any error leaves the thread as it was.
+/// value (best effort: any error leaves the thread as it was), and makes
+/// it park at once for a [`crate::spin::SpinMutex`] another thread holds.
 pub(crate) fn mark_background() {
+    crate::spin::park_without_spinning();
     #[cfg(target_os = "linux")]
     {
         let Some(mut attr) = current() else {

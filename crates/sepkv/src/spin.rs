@@ -19,15 +19,26 @@
 //! makes the short waits longer, though (the wake-up costs tens of
 //! microseconds), and most holds are short: a GC step's append of one
 //! 64 KiB piece, a relocation group under the writer lock. So a waiter first
-//! spins on its own core for up to [`LOCK_SPIN`] (not at all on a single
-//! core, where a spinner only keeps the holder from running), then parks.
+//! spins on its own core for up to [`LOCK_SPIN`], then parks. At most one
+//! thread fewer than the cores spins at a time, over all these locks (none
+//! on a single core), so that a lock's holder keeps a core to finish on,
+//! and background threads (GC, flush and compaction) never spin: they
+//! park at once, leaving the cores to user threads.
 //!
-//! The unlock hands the lock to a parked waiter, if there is one, rather than
-//! let it go: a GC thread that installs one relocation group after another
-//! would otherwise take the lock again at once, each time, and starve the
-//! woken writer (a first version without the handover made the update
-//! experiment's p99.99 1.4× worse). A thread that only spins has no such
-//! guarantee, but it spins for [`LOCK_SPIN`] at most.
+//! An unlock that finds a waiter parked wakes it to compete for the lock
+//! (spinning again), and once in a while — when `parking_lot_core`'s fair
+//! timeout, about every 0.5 ms, says so — hands the lock over instead,
+//! still held. A GC thread that installs one relocation group after
+//! another takes the lock again at once, each time; without the handover
+//! a woken writer could lose that race for the whole step (a first
+//! version that neither handed over nor spun after a wake-up made the
+//! update experiment's p99.99 1.4× worse).
+//!
+//! Used for the locks writers share with GC and little else: the writer
+//! lock, the value log's append lock and HashKV's segment writers. Not for
+//! locks many readers take (HashKV's state): with more threads than cores,
+//! their spinning cost readers 5–8 % of their throughput in
+//! `readwhilewriting` with four readers, for no gain in write latency.
 //!
 //! [`SpinMutex`] has `parking_lot`'s API (it is a `lock_api` mutex), so
 //! guards can be unlocked for a while (`SpinMutexGuard::unlocked`) as
@@ -35,7 +46,7 @@
 
 use parking_lot::lock_api;
 use parking_lot_core::{ParkResult, ParkToken, UnparkResult, UnparkToken};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Longest spin before a waiter parks: about the holds it is meant for (a
@@ -49,11 +60,67 @@ pub(crate) type SpinMutex<T> = lock_api::Mutex<RawSpinMutex, T>;
 /// The guard of a [`SpinMutex`].
 pub(crate) type SpinMutexGuard<'a, T> = lock_api::MutexGuard<'a, RawSpinMutex, T>;
 
-/// True when the process may run on more than one core: on one, a spinner
-/// only keeps the holder from running.
-fn several_cores() -> bool {
-    static SEVERAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *SEVERAL.get_or_init(|| std::thread::available_parallelism().is_ok_and(|n| n.get() > 1))
+/// Threads spinning in a [`SpinMutex`] now, all locks together.
+static SPINNING: AtomicUsize = AtomicUsize::new(0);
+
+/// How many threads may spin at once: one fewer than the cores the process
+/// may run on, so that a lock's holder always has a core to finish on (on
+/// a single core, none: a spinner there only keeps the holder from
+/// running). Past that, a waiter parks at once.
+fn spin_slots() -> usize {
+    static SLOTS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SLOTS.get_or_init(|| std::thread::available_parallelism().map_or(0, |n| n.get() - 1))
+}
+
+/// A waiter's spin: a slot among [`spin_slots`], given back on drop, and
+/// when the spin ends.
+struct Spin {
+    until: Instant,
+}
+
+thread_local! {
+    /// The calling thread parks at once instead of spinning
+    /// ([`park_without_spinning`]).
+    static NO_SPIN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Makes the calling thread park at once when a [`SpinMutex`] is held,
+/// never spinning: for background threads (GC, flush and compaction),
+/// whose waits nobody times, so that the spin slots and the cores are left
+/// to user threads. Called by [`crate::sched::mark_background`].
+pub(crate) fn park_without_spinning() {
+    NO_SPIN.with(|c| c.set(true));
+}
+
+impl Spin {
+    /// A spin of [`LOCK_SPIN`], or `None` when every slot is taken or the
+    /// calling thread does not spin.
+    fn start() -> Option<Spin> {
+        if NO_SPIN.with(|c| c.get()) {
+            return None;
+        }
+        let max = spin_slots();
+        let mut n = SPINNING.load(Ordering::Relaxed);
+        loop {
+            if n >= max {
+                return None;
+            }
+            match SPINNING.compare_exchange_weak(n, n + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => {
+                    return Some(Spin {
+                        until: Instant::now() + LOCK_SPIN,
+                    })
+                }
+                Err(now) => n = now,
+            }
+        }
+    }
+}
+
+impl Drop for Spin {
+    fn drop(&mut self) {
+        SPINNING.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The lock is held.
@@ -137,7 +204,7 @@ impl RawSpinMutex {
 
     #[cold]
     fn lock_slow(&self) {
-        let mut spin_until = several_cores().then(|| Instant::now() + LOCK_SPIN);
+        let mut spin = Spin::start();
         let mut s = self.state.load(Ordering::Relaxed);
         loop {
             if s & LOCKED == 0 {
@@ -158,7 +225,7 @@ impl RawSpinMutex {
             if s & PARKED == 0 {
                 // Spin while no one is parked (a parked thread is first in
                 // line) and the spin lasts.
-                if spin_until.is_some_and(|until| Instant::now() < until) {
+                if spin.as_ref().is_some_and(|sp| Instant::now() < sp.until) {
                     for _ in 0..64 {
                         std::hint::spin_loop();
                     }
@@ -175,6 +242,8 @@ impl RawSpinMutex {
                     continue;
                 }
             }
+            // The slot goes to another waiter while this one is parked.
+            drop(spin.take());
             // SAFETY: the key is this lock's address, which no other
             // object uses as a key while the lock lives (the waiter holds a
             // reference to it); the callbacks neither panic nor park.
@@ -190,13 +259,14 @@ impl RawSpinMutex {
                 )
             };
             if woken == ParkResult::Unparked(HANDED_OVER) {
-                // The unlock left the lock held, for this thread.
-                std::sync::atomic::fence(Ordering::Acquire);
+                // The unlock left the lock held, for this thread; its
+                // release store is what this load acquires.
+                self.state.load(Ordering::Acquire);
                 return;
             }
             // Woken without the lock, or the state changed before parking:
             // compete again, spinning first.
-            spin_until = several_cores().then(|| Instant::now() + LOCK_SPIN);
+            spin = Spin::start();
             s = self.state.load(Ordering::Relaxed);
         }
     }
@@ -262,6 +332,20 @@ mod tests {
         }
         assert_eq!(*m.lock(), 12_000);
         assert!(!m.is_locked());
+    }
+
+    /// A background thread parks at once; others may take a spin slot,
+    /// of which there are fewer than cores.
+    #[test]
+    fn background_threads_never_spin() {
+        std::thread::spawn(|| {
+            super::park_without_spinning();
+            assert!(super::Spin::start().is_none());
+        })
+        .join()
+        .unwrap();
+        let held: Vec<_> = std::iter::from_fn(super::Spin::start).take(1024).collect();
+        assert!(held.len() <= super::spin_slots(), "{} spinners", held.len());
     }
 
     #[test]

@@ -162,11 +162,10 @@ use crate::fs::{
     create_preallocated, read_all, Advice, FileSystem, IoCategory, IoStats, WritableFile,
 };
 use crate::options::Options;
-use crate::spin::{SpinMutex, SpinMutexGuard};
 use cache::{Pending, WriteCache};
 use cold::{is_cold, ColdLog};
 use journal::{journal_path, parse_journal_name, Entry, GroupIntent, Place, GC_JOURNAL};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use record::Kind;
 use segment::{parse_seg_name, Alloc, Geometry, PlaceError, SegFiles, Table};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -353,7 +352,7 @@ impl std::ops::Deref for HashKvStore {
 pub struct StoreCore {
     opts: HashKvOptions,
     files: SegFiles,
-    state: SpinMutex<State>,
+    state: Mutex<State>,
     /// The write journal (`None` without journaling). Its own lock, taken
     /// after `state` when both are held (never the other way round), so
     /// that [`ValueStore::sync`] fsyncs it without the state lock and a
@@ -755,7 +754,7 @@ impl HashKvStore {
 
         let core = StoreCore {
             files,
-            state: SpinMutex::new(State {
+            state: Mutex::new(State {
                 table,
                 cache: WriteCache::new(opts.write_cache_size),
                 journal_len: 0,
@@ -1271,7 +1270,7 @@ impl StoreCore {
     /// may have changed when this returns.
     fn write_placed(
         &self,
-        st: &mut SpinMutexGuard<'_, State>,
+        st: &mut MutexGuard<'_, State>,
         allocs: &[Alloc],
         places: &[Place],
         data: &[u8],
@@ -1319,7 +1318,7 @@ impl StoreCore {
                 // the handles' lock, taken first, keeps each file's
                 // appends in the order they were placed.
                 let mut appends = self.files.appends();
-                SpinMutexGuard::unlocked(st, move || {
+                MutexGuard::unlocked(st, move || {
                     self.append_direct(&mut appends, places, data, cat)
                 })?;
                 // Bytes since the checkpoint bound the scan on open.
