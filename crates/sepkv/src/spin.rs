@@ -37,7 +37,7 @@
 //! Used for the locks writers share with GC and little else: the writer
 //! lock, the value log's append lock and HashKV's segment writers. Not for
 //! locks many readers take (HashKV's state): with more threads than cores,
-//! their spinning cost readers 5–8 % of their throughput in
+//! their spinning cost readers 7 % of their throughput in
 //! `readwhilewriting` with four readers, for no gain in write latency.
 //!
 //! [`SpinMutex`] has `parking_lot`'s API (it is a `lock_api` mutex), so
