@@ -29,8 +29,9 @@
 //! the same throughput, `hashkv`'s from 4.14 to 3.97 ms; four-thread
 //! `fillrandom`, `readwhilewriting` and `ycsb-a` held their throughput or
 //! gained (`wisckey` `readwhilewriting` 1.3×, its writer's p99 53–105 →
-//! 11 µs; README, "Background threads a few nice levels down"). Unlike the idle class (`SCHED_IDLE`, tried on 2026-11-27), a
-//! nice level keeps the thread's share when user threads want the cores:
+//! 11 µs; README, "Background threads a few nice levels down"). Unlike
+//! the idle class (`SCHED_IDLE`, tried on 2026-11-27), a nice level
+//! keeps the thread's share when user threads want the cores:
 //! GC under a steady write load is slowed, not starved, and the space
 //! bound's pacing slows the writers to match. An unprivileged thread
 //! cannot lower its nice value again, so a background thread holds the
