@@ -65,10 +65,11 @@ struct SchedAttr {
 
 /// Gives the calling thread [`BACKGROUND_SLICE`] and a nice value
 /// [`BACKGROUND_NICE`] levels higher when it runs in the fair class
-/// (`SCHED_OTHER` or `SCHED_BATCH`), keeping its policy (best effort: any
-/// error leaves the thread as it was; a kernel without custom slices gets
-/// the nice value alone), and makes it park at once for a
-/// [`crate::spin::SpinMutex`] another thread holds.
+/// (`SCHED_OTHER` or `SCHED_BATCH`), keeping its policy, and makes it
+/// park at once for a [`crate::spin::SpinMutex`] another thread holds.
+/// Best effort: a kernel without custom slices for the fair class ignores
+/// the slice; one that refuses the attributes gets the nice value through
+/// `setpriority`; any other error leaves the thread as it was.
 pub(crate) fn mark_background() {
     crate::spin::park_without_spinning();
     #[cfg(target_os = "linux")]
