@@ -676,3 +676,140 @@ fn recycled_wals_replay_only_their_own_records() {
         }
     }
 }
+
+/// How [`an_older_wal_that_lost_its_unsynced_tail_ends_the_history`]
+/// damages the WAL before the current one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum OlderWalLoss {
+    /// Nothing lost: both WALs replay whole.
+    None,
+    /// Cut a third of the way in (a torn record, as a lost page shows).
+    Cut,
+    /// Zeros from a third of the way in (lost pages of the preallocated
+    /// space).
+    Zeros,
+}
+
+/// A memtable switch does not sync the old WAL; the next synced write
+/// seals it. After a power loss that kept a newer WAL's pages but not the
+/// older one's tail, recovery ends the history at the loss — the newer
+/// WAL's writes, never acknowledged as durable, are dropped with it — so
+/// the state stays a prefix. Once a synced write has sealed the older
+/// WAL, the same loss is damage, and open reports it.
+#[test]
+fn an_older_wal_that_lost_its_unsynced_tail_ends_the_history() {
+    use sepkv::fs::FileSystem;
+    let key = |i: usize| format!("k{i:05}");
+    let value = |i: usize| vec![(i % 251) as u8; 200];
+    for preset in [
+        Preset::LevelDb,
+        Preset::WiscKey,
+        Preset::HashKv,
+        Preset::Lwc,
+    ] {
+        for (loss, synced) in [
+            (OlderWalLoss::None, false),
+            (OlderWalLoss::Cut, false),
+            (OlderWalLoss::Zeros, false),
+            (OlderWalLoss::Cut, true),
+        ] {
+            let what = format!("{preset:?}, {loss:?}, synced {synced}");
+            let dir = Path::new("/older-wal");
+            let wals = |fs: &FaultFs| -> Vec<std::path::PathBuf> {
+                let mut v: Vec<String> = fs
+                    .list(dir)
+                    .unwrap()
+                    .into_iter()
+                    .filter(|n| n.ends_with(".log"))
+                    .collect();
+                v.sort();
+                v.into_iter().map(|n| dir.join(n)).collect()
+            };
+            // Writes until one lands in a new WAL (the first after the
+            // switch). The old memtable's flush fails at its table's sync,
+            // so the old WAL stays live. The flush may fail before the
+            // write that switched is logged: that write then fails, and
+            // the round starts again on a new file system.
+            let (fs, o, written, first_in_new) = 'attempt: {
+                for _ in 0..50 {
+                    let fs = FaultFs::new();
+                    let o = {
+                        let fs = fs.clone();
+                        move || Options {
+                            // No GC: its relocations would write batches
+                            // of their own.
+                            gc_garbage_ratio: 0.0,
+                            value_capacity: None,
+                            ..opts(&fs, (preset, true))
+                        }
+                    };
+                    let db = Db::open(dir, o()).unwrap();
+                    fs.add_rule(FaultRule {
+                        path_contains: Some(".sst".into()),
+                        ..FaultRule::new(FaultOp::Sync, FaultKind::Eio)
+                    });
+                    let mut written = 0;
+                    loop {
+                        assert!(written < 100_000, "{what}: the memtable never switched");
+                        let mut b = WriteBatch::new();
+                        b.put(key(written), value(written)).unwrap();
+                        if let Err(e) = db.write(&b, WriteOptions { sync: synced }) {
+                            assert_eq!(wals(&fs).len(), 2, "{what}: write {written}: {e}");
+                            break;
+                        }
+                        written += 1;
+                        if wals(&fs).len() == 2 {
+                            process_kill(&fs, db);
+                            break 'attempt (fs, o, written, written - 1);
+                        }
+                    }
+                }
+                panic!("{what}: no write landed in the new WAL in 50 rounds");
+            };
+            let older = wals(&fs)[0].clone();
+            let len = fs.file_len(&older).unwrap();
+            let at = len / 3;
+            match loss {
+                OlderWalLoss::None => {}
+                OlderWalLoss::Cut => fs.truncate(&older, at).unwrap(),
+                OlderWalLoss::Zeros => {
+                    let f = fs.open_read(&older).unwrap();
+                    let mut data = vec![0u8; (len - at) as usize];
+                    f.read_exact_at(at, &mut data).unwrap();
+                    for (i, &b) in data.iter().enumerate() {
+                        if b != 0 {
+                            fs.corrupt(&older, at + i as u64, b).unwrap();
+                        }
+                    }
+                }
+            }
+            let db = match Db::open(dir, o()) {
+                Err(e) if synced && loss != OlderWalLoss::None => {
+                    assert!(e.is_corruption(), "{what}: {e}");
+                    continue;
+                }
+                Err(e) => panic!("{what}: open failed: {e}"),
+                Ok(db) => db,
+            };
+            assert!(
+                !synced || loss == OlderWalLoss::None,
+                "{what}: a sealed WAL's loss went unreported"
+            );
+            // A prefix of the writes: all of them, or fewer than the older
+            // WAL held.
+            let kept = (0..written)
+                .position(|i| db.get(key(i)).unwrap().is_none())
+                .unwrap_or(written);
+            for i in 0..written {
+                let want = (i < kept).then(|| value(i));
+                assert_eq!(db.get(key(i)).unwrap(), want, "{what}: {}", key(i));
+            }
+            if loss == OlderWalLoss::None {
+                assert_eq!(kept, written, "{what}");
+            } else {
+                assert!(kept > 0 && kept < first_in_new, "{what}: kept {kept}");
+            }
+            power_cut(&fs, db);
+        }
+    }
+}

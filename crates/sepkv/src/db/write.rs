@@ -414,14 +414,15 @@ impl DbInner {
     /// flush: every write before the call is then in the index's durable
     /// structures.
     ///
-    /// What a switch waits for is done first, without the writer lock, so
-    /// that writers go on filling the memtable meanwhile: the previous
-    /// memtable's flush, and a sync of the value store (a switch syncs it
-    /// and the WAL under the lock, so that no later synced write sits
-    /// behind unsynced ones; done before, that sync finds little left to
-    /// write). In a traced `hashkv` update run, GC's garbage discovery
-    /// flushed right after a load, and the switch's sync of the segments
-    /// the load had written held every writer for 63–72 ms.
+    /// What the switch waits for is done first, without the writer lock,
+    /// so that writers go on filling the memtable meanwhile: the previous
+    /// memtable's flush, and a sync of the value store, after which the
+    /// syncs that follow find little left to write — the flush's, and
+    /// under the lock FlashKey's forced hash-table checkpoint's. (The
+    /// LSM-tree's switch itself syncs nothing since 2026-11-28; before,
+    /// it synced the value store under the lock, and in a traced `hashkv`
+    /// update run GC's garbage discovery, flushing right after a load,
+    /// held every writer for 63–72 ms in that sync.)
     pub(super) fn flush_memtable(&self) -> Result<()> {
         self.index.wait_flushed()?;
         self.shared.poisoned()?;

@@ -168,25 +168,46 @@ impl LsmIndex {
         Ok(true)
     }
 
-    /// Freezes the memtable and starts a new WAL. The old WAL is synced
-    /// first so that a later synced write never sits behind a hole.
+    /// Freezes the memtable and starts a new WAL, syncing nothing: the old
+    /// WAL's records are handed to the OS, and its sync waits for the next
+    /// synced write or [`crate::index::Index::make_durable`], which seals
+    /// it ([`super::PrevWal`]). The new WAL's directory entry is synced
+    /// then too. A file system that offers no sync handle gets the old
+    /// WAL (and the value store) synced here, and the directory after.
     fn switch_memtable(&self) -> Result<()> {
         let shared = &self.shared;
         let mut guard = self.wal.lock();
         let Some(w) = guard.as_mut() else {
             return Err(Error::Closed);
         };
-        let bare = w.bare_logged;
-        self.vstore.sync()?;
-        w.log.sync()?;
-        w.synced_seq = shared.last_seq.load(Ordering::Acquire);
-        w.bare_synced = bare;
+        // Log mode: the WAL holds no records (the value log is the log).
+        let pending = if shared.opts.wal {
+            w.log.start_sync()?
+        } else {
+            None
+        };
+        let sync_now = shared.opts.wal && pending.is_none();
+        if sync_now {
+            let bare = w.bare_logged;
+            self.vstore.sync()?;
+            w.log.sync()?;
+            w.synced_seq = shared.last_seq.load(Ordering::Acquire);
+            w.bare_synced = bare;
+        }
         if w.synced {
             self.wal_pool.lock().synced.push(w.number);
         }
         let number = self.versions.lock().new_file_number();
         let log = self.new_wal(number)?;
-        shared.fs.sync_dir(&shared.dir).ctx(&shared.dir)?;
+        if sync_now {
+            shared.fs.sync_dir(&shared.dir).ctx(&shared.dir)?;
+        }
+        // Replaces a previous WAL never synced: its memtable was flushed
+        // (a switch waits for that), so it is obsolete.
+        w.prev = pending.map(|p| super::PrevWal {
+            number: w.number,
+            sync: Arc::new(p),
+        });
         w.log = log;
         w.number = number;
         w.synced = false;

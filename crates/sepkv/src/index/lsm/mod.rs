@@ -39,7 +39,7 @@ use crate::index::{Index, IndexIter, IndexShape, IndexStats, Shared, ValueStoreO
 use crate::options::IndexKind;
 use crate::vstore::ValueStore;
 use background::BgState;
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
@@ -110,6 +110,37 @@ struct Wal {
     /// Syncs the value store beside the WAL's sync; started at the first
     /// synced write.
     vsync: Option<ParallelSync>,
+    /// The WAL before this one while it may hold records not yet durable
+    /// (see [`PrevWal`]).
+    prev: Option<PrevWal>,
+}
+
+/// The previous WAL, from the memtable switch that ended it until the
+/// next sync of the log.
+///
+/// A switch does not sync: the writer that fills the memtable would wait
+/// for the old WAL's fsync, the value store's and the directory's under
+/// the writer lock (several milliseconds, a HashKV value store's sync of
+/// its segments tens). Instead the next synced write, or
+/// [`Index::make_durable`], syncs the old WAL and the directory (the new
+/// WAL's entry) before its own sync of the new WAL, and then logs a
+/// *seal* — an empty record — in the new WAL: from the seal on, the old
+/// WAL is durable whole. The value store needs nothing here: every
+/// synced write syncs it while bare pointers may be unsynced
+/// ([`Wal::bare_synced`] counts on across the switch).
+///
+/// Recovery therefore meets an older WAL whose unsynced tail was lost
+/// (torn, or zeros in its preallocated space) with newer WAL data after
+/// it. Sequence numbers run on without a gap from one WAL to the next,
+/// so a gap shows the loss: without a seal in the newer WAL, the lost
+/// records were never acknowledged as durable, and the history ends
+/// there (as RocksDB's point-in-time recovery ends it); with a seal, the
+/// older WAL had been durable, and the gap is damage (`Corruption`).
+struct PrevWal {
+    number: u64,
+    /// Syncs what the old WAL's writer handed to the OS (all of it: the
+    /// switch flushed it).
+    sync: Arc<crate::format::record::PendingSync>,
 }
 
 /// A thread that syncs the value store while the writer syncs the WAL, so
@@ -200,6 +231,56 @@ impl LsmIndex {
         Ok(false)
     }
 
+    /// Makes the previous WAL durable when a switch left it unsynced —
+    /// its fsync, then the directory's (for the current WAL's entry) — and
+    /// logs the seal in the current WAL ([`PrevWal`]); the caller syncs
+    /// the current WAL next. With the WAL lock held: for a synced write,
+    /// which waits for these syncs anyway.
+    fn seal_prev_locked(&self, w: &mut Wal) -> Result<()> {
+        let Some(p) = &w.prev else {
+            return Ok(());
+        };
+        p.sync.sync()?;
+        let dir = &self.shared.dir;
+        self.shared.fs.sync_dir(dir).ctx(dir)?;
+        w.prev = None;
+        w.log.add_record(&[])?;
+        Ok(())
+    }
+
+    /// [`LsmIndex::seal_prev_locked`] with the fsyncs run after `guard` is
+    /// let go, so that writers append meanwhile. Returns the WAL lock held
+    /// again, with no previous WAL left unsynced (a switch in between
+    /// starts the round again).
+    ///
+    /// # Errors
+    /// `Closed` once the WAL is gone; `Io` from a sync or the seal's write.
+    fn seal_prev<'a>(
+        &'a self,
+        mut guard: MutexGuard<'a, Option<Wal>>,
+    ) -> Result<MutexGuard<'a, Option<Wal>>> {
+        loop {
+            let Some(w) = guard.as_mut() else {
+                return Err(Error::Closed);
+            };
+            let Some(p) = &w.prev else {
+                return Ok(guard);
+            };
+            let (number, sync) = (p.number, p.sync.clone());
+            drop(guard);
+            sync.sync()?;
+            let dir = &self.shared.dir;
+            self.shared.fs.sync_dir(dir).ctx(dir)?;
+            guard = self.wal.lock();
+            if let Some(w) = guard.as_mut() {
+                if w.prev.as_ref().is_some_and(|p| p.number == number) {
+                    w.prev = None;
+                    w.log.add_record(&[])?;
+                }
+            }
+        }
+    }
+
     /// The two syncs of [`LsmIndex::sync_vstore_and_wal`].
     fn sync_both(&self, w: &mut Wal) -> Result<()> {
         if w.vsync.is_none() {
@@ -233,6 +314,7 @@ impl Wal {
             bare_logged: 0,
             bare_synced: 0,
             vsync: None,
+            prev: None,
         }
     }
 }
@@ -456,6 +538,7 @@ impl Index for LsmIndex {
                 w.bare_logged += 1;
             }
             if sync {
+                self.seal_prev_locked(w)?;
                 if self.sync_vstore_and_wal(w)? && batch.carried() > 0 {
                     self.counters.wal_only_syncs.fetch_add(1, Ordering::Relaxed);
                 }
@@ -482,11 +565,19 @@ impl Index for LsmIndex {
     /// publish meanwhile): under it the WAL's records are handed to the OS
     /// and the last published sequence number read — every write up to it
     /// is in the WAL by then, as a write is published only after `apply`,
-    /// and its values were in the value store before that. A WAL switched
-    /// in between was synced by the switch.
+    /// and its values were in the value store before that. A previous WAL
+    /// a switch left unsynced is synced and sealed first
+    /// ([`LsmIndex::seal_prev`]); a WAL switched after the records were
+    /// handed over is the one the pending sync syncs, whole.
     fn make_durable(&self, seq: SeqNum) -> Result<()> {
         let (last, bare, pending) = {
-            let mut guard = self.wal.lock();
+            let guard = self.wal.lock();
+            match guard.as_ref() {
+                None => return Err(Error::Closed),
+                Some(w) if w.synced_seq >= seq => return Ok(()),
+                Some(_) => {}
+            }
+            let mut guard = self.seal_prev(guard)?;
             let Some(w) = guard.as_mut() else {
                 return Err(Error::Closed);
             };
@@ -732,9 +823,10 @@ impl Index for LsmIndex {
 
     fn close(&self) -> Result<()> {
         let res = match self.wal.lock().as_mut() {
-            Some(w) if self.shared.poison.lock().is_none() => {
-                self.vstore.sync().and_then(|_| w.log.sync())
-            }
+            Some(w) if self.shared.poison.lock().is_none() => self
+                .seal_prev_locked(w)
+                .and_then(|_| self.vstore.sync())
+                .and_then(|_| w.log.sync()),
             _ => Ok(()),
         };
         *self.wal.lock() = None;

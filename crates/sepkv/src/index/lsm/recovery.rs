@@ -58,12 +58,22 @@ impl LsmIndex {
         let mut next = || self.versions.lock().new_file_number();
         {
             let mut ctx = self.job_context(&mut next);
+            // The sequence number the next batch must start at: WALs
+            // continue one another without a gap (see `PrevWal`), the
+            // first from the manifest's last sequence number (its flushed
+            // memtable ended the WAL before it).
+            let mut expect = max_seq + 1;
             'replay: for (i, &n) in wals.iter().enumerate() {
                 let path = filename::wal_path(dir, n);
                 let data = read_all(fs.as_ref(), &path).ctx(&path)?;
                 stats.add_read(IoCategory::Wal, data.len() as u64);
                 let mut r = RecordReader::for_log(&data, &path, n);
+                let mut first = true;
                 while let Some((off, rec)) = r.next_record()? {
+                    if rec.is_empty() {
+                        // A seal: the WAL before this one was durable.
+                        continue;
+                    }
                     let b = decode_batch(rec).ok_or_else(|| {
                         Error::corruption(&path, off, "malformed write batch in WAL")
                     })?;
@@ -82,6 +92,23 @@ impl LsmIndex {
                             ),
                         ));
                     };
+                    if first && b.seq > expect {
+                        // The WAL before lost records: an unsynced tail,
+                        // unless this WAL holds a seal.
+                        if has_seal(&data, &path, n)? {
+                            return Err(Error::corruption(
+                                &path,
+                                off,
+                                format!(
+                                    "WAL starts at sequence {} but the WAL before it, \
+                                     sealed as durable, ends before {expect}",
+                                    b.seq
+                                ),
+                            ));
+                        }
+                        break 'replay;
+                    }
+                    first = false;
                     // A batch whose values did not survive the crash ends
                     // the history (WiscKey §3.3.3): nothing after it is
                     // replayed, so the state stays a prefix. A pointer that
@@ -110,6 +137,7 @@ impl LsmIndex {
                         }
                     }
                     max_seq = max_seq.max(last);
+                    expect = expect.max(last + 1);
                     if mem.approximate_bytes() >= self.shared.opts.write_buffer_size {
                         for f in flush_to_tables(&mut ctx, &mut mem.iter())? {
                             edit.added.push((0, f));
@@ -122,27 +150,24 @@ impl LsmIndex {
                     // records begin: no record was cut.
                     continue 'replay;
                 }
-                if let Some(LogEnd::Torn(off)) = r.end() {
+                if let Some(LogEnd::Torn(_)) = r.end() {
                     // Zeros to the end are the WAL's preallocated space
                     // (or a write of which nothing persisted): no record
                     // was cut, and the next WAL continues the history.
                     if r.zero_tail() {
                         continue 'replay;
                     }
-                    // A torn record ends the history. Only the newest WAL
-                    // with data can have one: an older WAL is synced before
-                    // the next one starts, so a torn older WAL followed by
-                    // data means damage.
+                    // A torn record ends this WAL. A newer WAL with data
+                    // follows when this one's unsynced tail was lost (a
+                    // switch does not sync, see `PrevWal`): the newer
+                    // WAL's first batch then starts past the gap, and is
+                    // judged above. Otherwise the history ends here.
                     let later_data = wals[i + 1..].iter().any(|&m| {
                         let p = filename::wal_path(dir, m);
                         read_all(fs.as_ref(), &p).map_or(true, |d| log_has_records(&d, &p, m))
                     });
                     if later_data {
-                        return Err(Error::corruption(
-                            &path,
-                            off,
-                            "torn record in a WAL that is followed by newer WAL data",
-                        ));
+                        continue 'replay;
                     }
                     break 'replay;
                 }
@@ -197,4 +222,17 @@ impl LsmIndex {
         self.bg.lock().imm_log_number = number;
         Ok(max_seq)
     }
+}
+
+/// True when the WAL in `data` holds a seal (an empty record after its
+/// first): the WAL before it was durable whole when the seal was written
+/// (`super::PrevWal`).
+fn has_seal(data: &[u8], path: &std::path::Path, number: u64) -> Result<bool> {
+    let mut r = RecordReader::for_log(data, path, number);
+    while let Some((_, rec)) = r.next_record()? {
+        if rec.is_empty() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }

@@ -60,6 +60,8 @@ impl LsmIndex {
                 let mut r = RecordReader::for_log(data, &path, number);
                 loop {
                     match r.next_record() {
+                        // A seal (`super::PrevWal`): no batch.
+                        Ok(Some((_, []))) => {}
                         Ok(Some((off, rec))) => {
                             if decode_batch(rec).is_none() {
                                 rep.faults.push(Error::corruption(

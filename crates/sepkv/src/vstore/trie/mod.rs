@@ -1004,7 +1004,7 @@ const SYNC_FILE_SYSTEM_AT: usize = 16;
 /// Syncs `tables` with one file-system sync
 /// ([`FileSystem::sync_file_system`]) after handing each one's buffered
 /// records to the OS, when there are [`SYNC_FILE_SYSTEM_AT`] or more of
-/// them and the file system can: a memtable switch with a thousand
+/// them and the file system can: a memtable flush with a thousand
 /// leaves' tables written would otherwise take a sync (and a journal
 /// commit) per table. One result per table, in order; `None`: not done,
 /// sync them one by one.
