@@ -224,9 +224,10 @@ impl LsmIndex {
     }
 }
 
-/// True when the WAL in `data` holds a seal (an empty record after its
-/// first): the WAL before it was durable whole when the seal was written
-/// (`super::PrevWal`).
+/// True when the WAL in `data` holds a seal (an empty record, first or
+/// later; a recycled WAL's own first record, empty too, is not returned
+/// by the reader and so is not taken for one): the WAL before it was
+/// durable whole when the seal was written (`super::PrevWal`).
 fn has_seal(data: &[u8], path: &std::path::Path, number: u64) -> Result<bool> {
     let mut r = RecordReader::for_log(data, path, number);
     while let Some((_, rec)) = r.next_record()? {
