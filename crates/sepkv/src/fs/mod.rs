@@ -118,6 +118,23 @@ pub trait SyncHandle: Send + Sync {
     /// The sync's error; the file's end is then no longer known to be
     /// durable and the owner must treat the file as failed.
     fn sync(&self) -> io::Result<()>;
+
+    /// Writes out, and waits for, the bytes handed to the OS that no
+    /// append will touch again — the whole pages before the page holding
+    /// the file's end — without making the file's metadata durable; a
+    /// no-op where the file system offers no such call (the default).
+    /// Called before a sync that covers many files (`syncfs`), so that the
+    /// sync's writeback has only the files' last pages left: while a page
+    /// is being queued for writeback it is locked, and an append to it
+    /// waits, so a writer appending to a file that a large sync is writing
+    /// out would wait for the device's queue to drain.
+    ///
+    /// # Errors
+    /// The writeback's I/O error: as a failed [`SyncHandle::sync`], the
+    /// file's data is no longer known to be intact.
+    fn write_back(&self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// A file opened for positional reads. Safe to share between threads.

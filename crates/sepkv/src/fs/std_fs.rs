@@ -5,6 +5,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Size of the user-space write buffer of a [`WritableFile`] (bytes).
@@ -29,13 +30,30 @@ const WRITEBACK_LAG: u64 = 1 << 20;
 /// platforms sepkv runs on, or a multiple of it).
 const WRITEBACK_ALIGN: u64 = 4096;
 
+/// Bytes, at least, that a sync first writes out and waits for apart from
+/// the file's last page ([`write_back_settled`]): below it a sync writes
+/// everything in one go, as a synced write's few pages.
+const SETTLE_BEFORE_SYNC: u64 = 256 * 1024;
+
 /// The operating system's file system. Zero-sized; clone freely.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct StdFs;
 
+/// A writable file and its progress, shared by its [`StdWritable`] and the
+/// [`SyncHandle`]s it hands out.
+struct Shared {
+    file: File,
+    /// Bytes of the file handed to the OS (its end as `write` sees it;
+    /// a preallocated file is longer).
+    handed: AtomicU64,
+    /// Bytes known to be synced or written back: where the next
+    /// [`write_back_settled`] starts.
+    settled: AtomicU64,
+}
+
 struct StdWritable {
     /// Shared with the [`SyncHandle`]s handed out (`&File` writes).
-    file: Arc<File>,
+    shared: Arc<Shared>,
     buf: Vec<u8>,
     len: u64,
     /// Offset up to which writeback was started.
@@ -49,7 +67,11 @@ impl StdWritable {
     /// Writes to `file` from `len` bytes on (where its position is).
     fn boxed(file: File, len: u64, appending: bool) -> Box<dyn WritableFile> {
         Box::new(StdWritable {
-            file: Arc::new(file),
+            shared: Arc::new(Shared {
+                file,
+                handed: AtomicU64::new(len),
+                settled: AtomicU64::new(len),
+            }),
             buf: Vec::with_capacity(WRITE_BUFFER),
             len,
             hinted: len,
@@ -74,7 +96,7 @@ impl StdWritable {
             #[allow(unsafe_code)]
             unsafe {
                 libc::sync_file_range(
-                    self.file.as_raw_fd(),
+                    self.shared.file.as_raw_fd(),
                     self.hinted as libc::off64_t,
                     (end - self.hinted) as libc::off64_t,
                     libc::SYNC_FILE_RANGE_WRITE,
@@ -91,7 +113,8 @@ impl WritableFile for StdWritable {
         if self.buf.len() + data.len() > WRITE_BUFFER {
             self.flush()?;
             if data.len() >= WRITE_BUFFER {
-                (&*self.file).write_all(data)?;
+                (&self.shared.file).write_all(data)?;
+                self.shared.handed.store(self.len, Ordering::Release);
                 self.start_writeback();
                 return Ok(());
             }
@@ -102,9 +125,10 @@ impl WritableFile for StdWritable {
 
     fn flush(&mut self) -> io::Result<()> {
         if !self.buf.is_empty() {
-            let r = (&*self.file).write_all(&self.buf);
+            let r = (&self.shared.file).write_all(&self.buf);
             self.buf.clear();
             r?;
+            self.shared.handed.store(self.len, Ordering::Release);
             self.start_writeback();
         }
         Ok(())
@@ -112,7 +136,7 @@ impl WritableFile for StdWritable {
 
     fn sync(&mut self) -> io::Result<()> {
         self.flush()?;
-        self.file.sync_data()
+        self.shared.sync()
     }
 
     fn len(&self) -> u64 {
@@ -122,23 +146,96 @@ impl WritableFile for StdWritable {
     fn preallocate(&mut self, bytes: u64) -> io::Result<()> {
         // ftruncate(2) to a larger size: the new range is a hole. The file
         // position (where `write` lands) does not move.
-        if !self.appending && bytes > self.len && bytes > self.file.metadata()?.len() {
-            self.file.set_len(bytes)?;
+        if !self.appending && bytes > self.len && bytes > self.shared.file.metadata()?.len() {
+            self.shared.file.set_len(bytes)?;
         }
         Ok(())
     }
 
     fn sync_handle(&self) -> Option<Box<dyn SyncHandle>> {
-        Some(Box::new(StdSync(Arc::clone(&self.file))))
+        Some(Box::new(StdSync(Arc::clone(&self.shared))))
+    }
+}
+
+impl Shared {
+    /// `fdatasync`, after [`write_back_settled`] when at least
+    /// [`SETTLE_BEFORE_SYNC`] bytes before the last page are not yet
+    /// written back: the sync itself then writes the last pages alone, so
+    /// that an append to the file's last page — which waits while that
+    /// page is locked for writeback — waits for a few pages' write instead
+    /// of the whole sync's (a GC's or a flush's sync of a file that
+    /// writers go on appending to).
+    fn sync(&self) -> io::Result<()> {
+        let handed = self.handed.load(Ordering::Acquire);
+        if handed.saturating_sub(self.settled.load(Ordering::Acquire)) >= SETTLE_BEFORE_SYNC {
+            self.write_back_settled()?;
+        }
+        self.file.sync_data()?;
+        self.settled.fetch_max(handed, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Writes out the whole pages between the last settled byte and the
+    /// page holding the end handed to the OS, and waits for them
+    /// (`sync_file_range(2)`, Linux; elsewhere nothing). Pages are only
+    /// ever appended to at the end, so none of these changes again.
+    ///
+    /// # Errors
+    /// The writeback's I/O error (reported here, it is not reported again
+    /// by the `fdatasync` that follows on this descriptor).
+    fn write_back_settled(&self) -> io::Result<()> {
+        let handed = self.handed.load(Ordering::Acquire);
+        let start = self.settled.load(Ordering::Acquire) / WRITEBACK_ALIGN * WRITEBACK_ALIGN;
+        let end = handed / WRITEBACK_ALIGN * WRITEBACK_ALIGN;
+        if end <= start {
+            return Ok(());
+        }
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::io::AsRawFd;
+            // SAFETY: a plain syscall on a descriptor this value owns.
+            #[allow(unsafe_code)]
+            let r = unsafe {
+                libc::sync_file_range(
+                    self.file.as_raw_fd(),
+                    start as libc::off64_t,
+                    (end - start) as libc::off64_t,
+                    libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                        | libc::SYNC_FILE_RANGE_WRITE
+                        | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+                )
+            };
+            if r != 0 {
+                let e = io::Error::last_os_error();
+                // A file system or file that does not take the call: the
+                // sync that follows does all the work.
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINVAL | libc::ENOSYS | libc::ESPIPE | libc::EOPNOTSUPP)
+                ) {
+                    return Ok(());
+                }
+                return Err(e);
+            }
+            // Written back, not durable: the settled mark only moves where
+            // the next write-back starts, while a sync still writes the
+            // file's metadata and flushes the device's cache.
+            self.settled.fetch_max(end, Ordering::AcqRel);
+        }
+        Ok(())
     }
 }
 
 /// [`SyncHandle`] of a [`StdWritable`].
-struct StdSync(Arc<File>);
+struct StdSync(Arc<Shared>);
 
 impl SyncHandle for StdSync {
     fn sync(&self) -> io::Result<()> {
-        self.0.sync_data()
+        self.0.sync()
+    }
+
+    fn write_back(&self) -> io::Result<()> {
+        self.0.write_back_settled()
     }
 }
 
@@ -538,5 +635,71 @@ impl FileSystem for StdFs {
             )),
             Err(std::fs::TryLockError::Error(e)) => Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared(path: &Path) -> Shared {
+        Shared {
+            file: OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .read(true)
+                .write(true)
+                .open(path)
+                .unwrap(),
+            handed: AtomicU64::new(0),
+            settled: AtomicU64::new(0),
+        }
+    }
+
+    /// A write-back covers the whole pages from where the last stopped to
+    /// the page holding the end, never that page; a sync then covers all.
+    #[test]
+    fn write_back_covers_the_settled_pages_and_a_sync_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let s = shared(&path);
+        let page = WRITEBACK_ALIGN;
+        let data: Vec<u8> = (0..3 * page + 100).map(|i| i as u8).collect();
+        (&s.file).write_all(&data).unwrap();
+        // Nothing handed yet as far as the handle knows: nothing to do.
+        s.write_back_settled().unwrap();
+        assert_eq!(s.settled.load(Ordering::Acquire), 0);
+        s.handed.store(data.len() as u64, Ordering::Release);
+        s.write_back_settled().unwrap();
+        assert_eq!(s.settled.load(Ordering::Acquire), 3 * page);
+        (&s.file).write_all(&data).unwrap();
+        s.handed.store(2 * data.len() as u64, Ordering::Release);
+        s.write_back_settled().unwrap();
+        assert_eq!(s.settled.load(Ordering::Acquire), 6 * page);
+        s.sync().unwrap();
+        assert_eq!(s.settled.load(Ordering::Acquire), 2 * data.len() as u64);
+        let mut back = vec![0u8; 2 * data.len()];
+        s.file.read_exact_at(&mut back, 0).unwrap();
+        assert_eq!(&back[..data.len()], &data[..]);
+        assert_eq!(&back[data.len()..], &data[..]);
+    }
+
+    /// A sync settles everything handed, whether it wrote back first (at
+    /// least [`SETTLE_BEFORE_SYNC`] outstanding) or not.
+    #[test]
+    fn a_sync_settles_everything_handed() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = shared(&dir.path().join("f"));
+        let small = vec![7u8; 5000];
+        (&s.file).write_all(&small).unwrap();
+        s.handed.store(5000, Ordering::Release);
+        s.sync().unwrap();
+        assert_eq!(s.settled.load(Ordering::Acquire), 5000);
+        let big = vec![9u8; SETTLE_BEFORE_SYNC as usize + 10];
+        (&s.file).write_all(&big).unwrap();
+        let end = 5000 + big.len() as u64;
+        s.handed.store(end, Ordering::Release);
+        s.sync().unwrap();
+        assert_eq!(s.settled.load(Ordering::Acquire), end);
     }
 }

@@ -68,7 +68,9 @@
 //! `append` returns once its records are handed to the OS (the segment
 //! files, or the journal when it carries values); [`ValueStore::sync`]
 //! makes them durable: an `fsync` of every segment written since the last
-//! sync (one `syncfs(2)` once 16 or more are due) and of the journal, or,
+//! sync (one `syncfs(2)` once 16 or more are due, after the segments still
+//! open for appends had their pages but the last written back, see
+//! [`crate::fs::SyncHandle::write_back`]) and of the journal, or,
 //! when the journal carries values, of the journal alone (two journals
 //! while a checkpoint is in flight, see below).
 //! The segment table is persisted in the manifest by GC

@@ -860,13 +860,30 @@ impl SegFiles {
             ids
         };
         if ids.len() >= SYNC_FILE_SYSTEM_AT {
-            let dir_dirty = {
+            let (dir_dirty, open) = {
                 let mut w = self.writers.lock();
+                let mut open = Vec::new();
                 for id in &ids {
                     w.dirty.remove(id);
+                    // The segments still open take appends: their settled
+                    // pages are written out first, so that the `syncfs`
+                    // leaves an append waiting on a locked last page only
+                    // for a few pages' write (`SyncHandle::write_back`).
+                    if let Some(h) = w.open.get(id).and_then(|f| f.sync_handle()) {
+                        open.push((*id, h));
+                    }
                 }
-                std::mem::take(&mut w.dir_dirty)
+                (std::mem::take(&mut w.dir_dirty), open)
             };
+            let written = open
+                .iter()
+                .try_for_each(|(id, h)| h.write_back().map_err(|e| (*id, e)));
+            if let Err((id, e)) = written {
+                let mut w = self.writers.lock();
+                w.dirty.extend(ids.iter().copied());
+                w.dir_dirty |= dir_dirty;
+                return Err(Error::io(self.path(id), e));
+            }
             match self.fs.sync_file_system(&self.dir) {
                 Ok(true) => return Ok(()),
                 r => {
