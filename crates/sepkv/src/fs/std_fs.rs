@@ -89,20 +89,8 @@ impl StdWritable {
         if end < self.hinted + WRITEBACK_EVERY {
             return;
         }
-        #[cfg(target_os = "linux")]
-        {
-            use std::os::unix::io::AsRawFd;
-            // SAFETY: a plain syscall on a descriptor this value owns.
-            #[allow(unsafe_code)]
-            unsafe {
-                libc::sync_file_range(
-                    self.shared.file.as_raw_fd(),
-                    self.hinted as libc::off64_t,
-                    (end - self.hinted) as libc::off64_t,
-                    libc::SYNC_FILE_RANGE_WRITE,
-                );
-            }
-        }
+        // A hint: its failure is the sync's to report.
+        let _ = sync_file_range(&self.shared.file, self.hinted, end, false);
         self.hinted = end;
     }
 }
@@ -190,39 +178,65 @@ impl Shared {
         if end <= start {
             return Ok(());
         }
-        #[cfg(target_os = "linux")]
-        {
-            use std::os::unix::io::AsRawFd;
-            // SAFETY: a plain syscall on a descriptor this value owns.
-            #[allow(unsafe_code)]
-            let r = unsafe {
-                libc::sync_file_range(
-                    self.file.as_raw_fd(),
-                    start as libc::off64_t,
-                    (end - start) as libc::off64_t,
-                    libc::SYNC_FILE_RANGE_WAIT_BEFORE
-                        | libc::SYNC_FILE_RANGE_WRITE
-                        | libc::SYNC_FILE_RANGE_WAIT_AFTER,
-                )
-            };
-            if r != 0 {
-                let e = io::Error::last_os_error();
-                // A file system or file that does not take the call: the
-                // sync that follows does all the work.
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EINVAL | libc::ENOSYS | libc::ESPIPE | libc::EOPNOTSUPP)
-                ) {
-                    return Ok(());
-                }
-                return Err(e);
-            }
+        match sync_file_range(&self.file, start, end, true) {
             // Written back, not durable: the settled mark only moves where
             // the next write-back starts, while a sync still writes the
             // file's metadata and flushes the device's cache.
-            self.settled.fetch_max(end, Ordering::AcqRel);
+            Ok(true) => {
+                self.settled.fetch_max(end, Ordering::AcqRel);
+                Ok(())
+            }
+            Ok(false) => Ok(()),
+            Err(e) => Err(e),
         }
-        Ok(())
+    }
+}
+
+/// `sync_file_range(2)` over `start..end` of `file`: starts the writeback
+/// of its dirty pages, and with `wait` also waits for any already under
+/// writeback first and for all of them at the end. `Ok(false)` where the
+/// call is not available (not Linux) or the file system or file does not
+/// take it; the sync that follows then does all the work.
+///
+/// # Errors
+/// With `wait`, the writeback's I/O error.
+fn sync_file_range(file: &File, start: u64, end: u64, wait: bool) -> io::Result<bool> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::io::AsRawFd;
+        let flags = if wait {
+            libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                | libc::SYNC_FILE_RANGE_WRITE
+                | libc::SYNC_FILE_RANGE_WAIT_AFTER
+        } else {
+            libc::SYNC_FILE_RANGE_WRITE
+        };
+        // SAFETY: a plain syscall on a descriptor `file` owns.
+        #[allow(unsafe_code)]
+        let r = unsafe {
+            libc::sync_file_range(
+                file.as_raw_fd(),
+                start as libc::off64_t,
+                end.saturating_sub(start) as libc::off64_t,
+                flags,
+            )
+        };
+        if r == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        if matches!(
+            e.raw_os_error(),
+            Some(libc::EINVAL | libc::ENOSYS | libc::ESPIPE | libc::EOPNOTSUPP)
+        ) {
+            return Ok(false);
+        }
+        Err(e)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (file, start, end, wait);
+        Ok(false)
     }
 }
 
