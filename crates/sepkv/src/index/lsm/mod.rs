@@ -240,9 +240,21 @@ impl LsmIndex {
         let Some(p) = &w.prev else {
             return Ok(());
         };
-        p.sync.sync()?;
+        self.sync_prev(&p.sync)?;
+        Self::log_seal(w)
+    }
+
+    /// The previous WAL's fsync, then the directory's (for the current
+    /// WAL's entry): what sealing the previous WAL waits for.
+    fn sync_prev(&self, sync: &crate::format::record::PendingSync) -> Result<()> {
+        sync.sync()?;
         let dir = &self.shared.dir;
-        self.shared.fs.sync_dir(dir).ctx(dir)?;
+        self.shared.fs.sync_dir(dir).ctx(dir)
+    }
+
+    /// Forgets the previous WAL, now durable, and logs the seal in the
+    /// current one ([`PrevWal`]).
+    fn log_seal(w: &mut Wal) -> Result<()> {
         w.prev = None;
         w.log.add_record(&[])?;
         Ok(())
@@ -268,14 +280,11 @@ impl LsmIndex {
             };
             let (number, sync) = (p.number, p.sync.clone());
             drop(guard);
-            sync.sync()?;
-            let dir = &self.shared.dir;
-            self.shared.fs.sync_dir(dir).ctx(dir)?;
+            self.sync_prev(&sync)?;
             guard = self.wal.lock();
             if let Some(w) = guard.as_mut() {
                 if w.prev.as_ref().is_some_and(|p| p.number == number) {
-                    w.prev = None;
-                    w.log.add_record(&[])?;
+                    Self::log_seal(w)?;
                 }
             }
         }
