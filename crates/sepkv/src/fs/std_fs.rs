@@ -178,17 +178,13 @@ impl Shared {
         if end <= start {
             return Ok(());
         }
-        match sync_file_range(&self.file, start, end, true) {
-            // Written back, not durable: the settled mark only moves where
-            // the next write-back starts, while a sync still writes the
-            // file's metadata and flushes the device's cache.
-            Ok(true) => {
-                self.settled.fetch_max(end, Ordering::AcqRel);
-                Ok(())
-            }
-            Ok(false) => Ok(()),
-            Err(e) => Err(e),
+        // Written back, not durable: the settled mark only moves where the
+        // next write-back starts, while a sync still writes the file's
+        // metadata and flushes the device's cache.
+        if sync_file_range(&self.file, start, end, true)? {
+            self.settled.fetch_max(end, Ordering::AcqRel);
         }
+        Ok(())
     }
 }
 
