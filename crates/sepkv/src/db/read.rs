@@ -104,9 +104,17 @@ impl Db {
                     })?;
                     let r = inner.vstore.read(key, &ptr);
                     // GC may have moved the value and freed its old place
-                    // between the lookup and the read: look up again. The
-                    // same pointer twice means the answer stands.
-                    let moved = matches!(r, Ok(None) | Err(Error::Corruption { .. }))
+                    // (punched, or the whole file deleted) between the
+                    // lookup and the read: look up again. The same pointer
+                    // twice means the answer stands.
+                    let freed = match &r {
+                        Ok(None) | Err(Error::Corruption { .. }) => true,
+                        Err(Error::Io { source, .. }) => {
+                            source.kind() == std::io::ErrorKind::NotFound
+                        }
+                        Ok(Some(_)) | Err(_) => false,
+                    };
+                    let moved = freed
                         && attempt < 3
                         && opts.snapshot.is_none()
                         && inner.current_pointer(key).ok().flatten() != Some(ptr);
