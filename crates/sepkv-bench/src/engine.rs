@@ -428,10 +428,13 @@ pub struct Tuning {
     /// `+noroll`: a KT-Store leaf keeps one TrieTable until it splits
     /// (`trie_roll_size` = `trie_table_size`), as in the paper (§3.2).
     pub no_roll: bool,
+    /// `+align`: data blocks of SSTables and DTables start on 4 KiB
+    /// boundaries and fit their pages (`block_align`).
+    pub block_align: bool,
 }
 
 /// The `+flag`s of [`Tuning`] and what each does, for `--list-engines`.
-pub const TUNING_HELP: [(&str, &str); 11] = [
+pub const TUNING_HELP: [(&str, &str); 12] = [
     (
         "+nowal",
         "the value log replaces the index WAL (WiscKey §3.4.2)",
@@ -463,6 +466,10 @@ pub const TUNING_HELP: [(&str, &str); 11] = [
     (
         "+noroll",
         "a KT-Store leaf keeps one TrieTable until it splits, as in its paper",
+    ),
+    (
+        "+align",
+        "index data blocks start on 4 KiB boundaries and fit their pages",
     ),
 ];
 
@@ -500,6 +507,9 @@ impl fmt::Display for Tuning {
         }
         if self.no_roll {
             f.write_str("+noroll")?;
+        }
+        if self.block_align {
+            f.write_str("+align")?;
         }
         Ok(())
     }
@@ -733,6 +743,7 @@ impl FromStr for EngineSpec {
                             "wide" => tuning.wide_dtables = true,
                             "nosort" => tuning.no_sort = true,
                             "noroll" => tuning.no_roll = true,
+                            "align" => tuning.block_align = true,
                             _ => {
                                 let flags: Vec<&str> = TUNING_HELP.iter().map(|f| f.0).collect();
                                 return Err(BenchError::InvalidArgument(format!(
@@ -884,6 +895,7 @@ impl SepkvEngine {
         if tuning.no_roll {
             options.trie_roll_size = options.trie_table_size;
         }
+        options.block_align = tuning.block_align;
         if let Some((capacity, reserved)) = opts.value_capacity {
             options.value_capacity = Some(capacity);
             options.hashkv_reserved_ratio = reserved;
@@ -1099,6 +1111,7 @@ impl Engine for SepkvEngine {
             "value_threshold": o.value_threshold,
             "write_buffer_size": o.write_buffer_size,
             "block_size": o.block_size,
+            "block_align": o.block_align,
             "block_restart_interval": o.block_restart_interval,
             "bloom_bits_per_key": o.bloom_bits_per_key,
             "block_cache_size": o.block_cache_size,

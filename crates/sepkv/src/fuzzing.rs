@@ -1185,6 +1185,7 @@ fn sample_table(rng: &mut Rng) -> Vec<u8> {
         block_size: 32 + rng.below(200) as usize,
         restart_interval: 1 + rng.below(4) as usize,
         bloom_bits_per_key: [0, 4, 10][rng.below(3) as usize],
+        block_align: rng.below(2) == 0,
     };
     let mut b = TableBuilder::new(
         file,

@@ -435,6 +435,7 @@ impl LsmIndex {
             block_size: opts.block_size,
             restart_interval: opts.block_restart_interval,
             bloom_bits_per_key: opts.bloom_bits_per_key,
+            block_align: opts.block_align,
         };
         let mut versions = if fresh {
             VersionSet::create(dir, fs.clone(), stats.clone(), opts.num_levels)

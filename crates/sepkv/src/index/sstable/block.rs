@@ -95,6 +95,13 @@ impl BlockBuilder {
         self.buf.len() + 4 * self.restarts.len() + 4
     }
 
+    /// An upper bound of [`Self::estimated_size`] once an entry of a
+    /// `key_len`-byte key and a `value_len`-byte value is added (no prefix
+    /// shared, a new restart point, three 5-byte varints).
+    pub(crate) fn size_with(&self, key_len: usize, value_len: usize) -> usize {
+        self.estimated_size() + 15 + key_len + value_len + 4
+    }
+
     /// Appends an entry. Keys must be added in increasing order, and the
     /// block must stay below 4 GiB (callers bound key and value sizes).
     pub(crate) fn add(&mut self, key: &[u8], value: &[u8]) {

@@ -3,7 +3,8 @@
 //!
 //! Invariants: entries are added in strictly increasing internal-key order
 //! (checked by `debug_assert`); a data block is cut once its contents reach
-//! `block_size`; the index entry of a block is written only when the first
+//! `block_size` (with `block_align`, before an entry would carry it past
+//! its aligned size, and each data block starts on an [`ALIGN`] boundary); the index entry of a block is written only when the first
 //! key of the next block (or the end of the table) is known, so that its
 //! separator can be shortened to a key `>=` the block's last key and `<` the
 //! next block's first key. Every byte written is counted in [`IoStats`] under
@@ -66,6 +67,10 @@ fn short_successor(last: &[u8]) -> Vec<u8> {
     last.to_vec()
 }
 
+/// The unit `block_align` aligns data blocks to: one 4 KiB page, the size
+/// a device and the kernel's page cache read.
+pub const ALIGN: u64 = 4096;
+
 /// The bloom filter of one data block: `(block offset, encoded filter)`.
 type BlockFilter = (u64, Vec<u8>);
 
@@ -79,6 +84,11 @@ pub struct TableOptions {
     pub restart_interval: usize,
     /// Bloom filter bits per distinct user key; 0 writes no filter.
     pub bloom_bits_per_key: usize,
+    /// Data blocks start on [`ALIGN`] boundaries and take at most
+    /// `block_size` rounded up to [`ALIGN`], trailer included, unless one
+    /// entry is larger: a point read then touches the fewest pages
+    /// ([`Options::block_align`](crate::Options::block_align)).
+    pub block_align: bool,
 }
 
 impl Default for TableOptions {
@@ -88,6 +98,7 @@ impl Default for TableOptions {
             block_size: 4096,
             restart_interval: 16,
             bloom_bits_per_key: 10,
+            block_align: false,
         }
     }
 }
@@ -210,6 +221,16 @@ impl TableBuilder {
                 value.len()
             )));
         }
+        // Aligned blocks are cut before the entry that would carry them
+        // past their aligned size, so that each fits its pages; the cut
+        // comes before the entry touches the index, filters or last key.
+        let trailer = super::block::BLOCK_TRAILER_LEN;
+        if self.opts.block_align
+            && !self.data_block.is_empty()
+            && self.data_block.size_with(ikey.len(), value.len()) + trailer > self.aligned_limit()
+        {
+            self.flush_data_block()?;
+        }
         if let Some(handle) = self.pending.take() {
             let sep = shortest_separator(&self.last_key, ikey);
             self.index_block.add(&sep, &handle.encode());
@@ -227,10 +248,20 @@ impl TableBuilder {
         self.last_key.extend_from_slice(ikey);
         self.entries += 1;
         self.data_block.add(ikey, value);
-        if self.data_block.estimated_size() >= self.opts.block_size {
+        let full = if self.opts.block_align {
+            self.data_block.estimated_size() + trailer >= self.aligned_limit()
+        } else {
+            self.data_block.estimated_size() >= self.opts.block_size
+        };
+        if full {
             self.flush_data_block()?;
         }
         Ok(())
+    }
+
+    /// Most bytes an aligned data block takes, trailer included.
+    fn aligned_limit(&self) -> usize {
+        self.opts.block_size.max(1).next_multiple_of(ALIGN as usize)
     }
 
     /// Writes the current data block, if it has entries.
@@ -239,6 +270,13 @@ impl TableBuilder {
             return Ok(());
         }
         let contents = self.data_block.finish();
+        if self.opts.block_align {
+            // Zeros up to the boundary; no index entry points into them.
+            let pad = self.offset.next_multiple_of(ALIGN) - self.offset;
+            if pad > 0 {
+                self.write_raw(&[0u8; ALIGN as usize][..pad as usize])?;
+            }
+        }
         let handle = self.write_block(&contents)?;
         if let Some((f, done)) = &mut self.block_filters {
             done.push((handle.offset, f.finish()));
@@ -278,7 +316,13 @@ impl TableBuilder {
             .filter
             .as_ref()
             .map_or(0, |f| f.estimated_size() as u64 + trailer);
+        let pad = if self.opts.block_align {
+            self.offset.next_multiple_of(ALIGN) - self.offset
+        } else {
+            0
+        };
         self.offset
+            + pad
             + (self.data_block.estimated_size() as u64 + trailer)
             + (self.index_block.estimated_size() as u64 + trailer)
             + filter
