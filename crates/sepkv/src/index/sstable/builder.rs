@@ -4,10 +4,11 @@
 //! Invariants: entries are added in strictly increasing internal-key order
 //! (checked by `debug_assert`); a data block is cut once its contents reach
 //! `block_size` (with `block_align`, before an entry would carry it past
-//! its aligned size, and each data block starts on an [`ALIGN`] boundary); the index entry of a block is written only when the first
-//! key of the next block (or the end of the table) is known, so that its
-//! separator can be shortened to a key `>=` the block's last key and `<` the
-//! next block's first key. Every byte written is counted in [`IoStats`] under
+//! its aligned size, and each data block starts on an [`ALIGN`] boundary);
+//! the index entry of a block is written only when the first key of the
+//! next block (or the end of the table) is known, so that its separator
+//! can be shortened to a key `>=` the block's last key and `<` the next
+//! block's first key. Every byte written is counted in [`IoStats`] under
 //! the builder's category. After an I/O error the builder refuses further
 //! work and `finish` returns that error; the partial file is the caller's to
 //! delete.
