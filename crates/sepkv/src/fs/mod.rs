@@ -28,6 +28,11 @@ pub use fault::{FaultFs, FaultKind, FaultOp, FaultRule};
 pub use mem::MemFs;
 pub use std_fs::{DirectReadFs, StdFs, DIRECT_IO_ALIGN};
 
+/// The page size sepkv assumes (bytes): the unit the kernel's page cache
+/// reads and writes back, and the file systems' allocation unit, on the
+/// platforms sepkv runs on.
+pub const PAGE_SIZE: u64 = 4096;
+
 use std::io;
 use std::path::{Path, PathBuf};
 

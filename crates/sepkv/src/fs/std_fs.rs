@@ -28,7 +28,7 @@ const WRITEBACK_LAG: u64 = 1 << 20;
 
 /// Alignment of a started writeback's end (bytes; the page size on the
 /// platforms sepkv runs on, or a multiple of it).
-const WRITEBACK_ALIGN: u64 = 4096;
+const WRITEBACK_ALIGN: u64 = super::PAGE_SIZE;
 
 /// Bytes, at least, that a sync first writes out and waits for apart from
 /// the file's last page ([`write_back_settled`]): below it a sync writes

@@ -68,9 +68,9 @@ fn short_successor(last: &[u8]) -> Vec<u8> {
     last.to_vec()
 }
 
-/// The unit `block_align` aligns data blocks to: one 4 KiB page, the size
-/// a device and the kernel's page cache read.
-pub const ALIGN: u64 = 4096;
+/// The unit `block_align` aligns data blocks to: one page, the unit a
+/// device and the kernel's page cache read.
+pub const ALIGN: u64 = crate::fs::PAGE_SIZE;
 
 /// The bloom filter of one data block: `(block offset, encoded filter)`.
 type BlockFilter = (u64, Vec<u8>);
@@ -260,6 +260,16 @@ impl TableBuilder {
         Ok(())
     }
 
+    /// Bytes of zeros written before the next data block: up to the next
+    /// [`ALIGN`] boundary with `block_align`, else none.
+    fn padding(&self) -> u64 {
+        if self.opts.block_align {
+            self.offset.next_multiple_of(ALIGN) - self.offset
+        } else {
+            0
+        }
+    }
+
     /// Most bytes an aligned data block takes, trailer included.
     fn aligned_limit(&self) -> usize {
         self.opts.block_size.max(1).next_multiple_of(ALIGN as usize)
@@ -271,12 +281,10 @@ impl TableBuilder {
             return Ok(());
         }
         let contents = self.data_block.finish();
-        if self.opts.block_align {
-            // Zeros up to the boundary; no index entry points into them.
-            let pad = self.offset.next_multiple_of(ALIGN) - self.offset;
-            if pad > 0 {
-                self.write_raw(&[0u8; ALIGN as usize][..pad as usize])?;
-            }
+        // Zeros up to the boundary; no index entry points into them.
+        let pad = self.padding();
+        if pad > 0 {
+            self.write_raw(&[0u8; ALIGN as usize][..pad as usize])?;
         }
         let handle = self.write_block(&contents)?;
         if let Some((f, done)) = &mut self.block_filters {
@@ -317,10 +325,10 @@ impl TableBuilder {
             .filter
             .as_ref()
             .map_or(0, |f| f.estimated_size() as u64 + trailer);
-        let pad = if self.opts.block_align {
-            self.offset.next_multiple_of(ALIGN) - self.offset
-        } else {
+        let pad = if self.data_block.is_empty() {
             0
+        } else {
+            self.padding()
         };
         self.offset
             + pad

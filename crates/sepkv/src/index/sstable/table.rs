@@ -1605,9 +1605,10 @@ mod tests {
             o.block_align = true;
             let bytes = build(&entries, o);
             let lay = layout(&bytes);
-            let limit = block_size.next_multiple_of(4096) as u64;
+            let align = super::super::builder::ALIGN;
+            let limit = (block_size as u64).next_multiple_of(align);
             for (h, es) in &lay.data {
-                assert_eq!(h.offset % 4096, 0, "block at {} unaligned", h.offset);
+                assert_eq!(h.offset % align, 0, "block at {} unaligned", h.offset);
                 let (lo, hi) = block_range(*h);
                 assert!(
                     hi - lo <= limit || es.len() == 1,
@@ -1617,11 +1618,18 @@ mod tests {
                 );
             }
             // Blocks are not cut early: each but the last could not take
-            // the next entry.
+            // the next entry (bounded by its three varints of up to 5 bytes
+            // and a restart point of 4, as the builder bounds it).
+            let entry_overhead = 3 * 5 + 4;
             for w in lay.data.windows(2) {
                 let ((h, _), (_, next)) = (&w[0], &w[1]);
                 let (k, v) = &next[0];
-                assert!(h.size + 5 + 19 + k.len() as u64 + v.len() as u64 > limit);
+                let with_next = h.size
+                    + BLOCK_TRAILER_LEN as u64
+                    + entry_overhead
+                    + k.len() as u64
+                    + v.len() as u64;
+                assert!(with_next > limit, "block at {} cut early", h.offset);
             }
             let t = open(bytes).unwrap();
             for (k, v) in entries.iter().step_by(3) {

@@ -222,7 +222,7 @@ pub(crate) struct PersistedState {
 const MAX_POS: u64 = 1 << 48;
 
 /// The file system's allocation unit, for the bands' file bytes (bytes).
-const BLOCK: u64 = 4096;
+const BLOCK: u64 = crate::fs::PAGE_SIZE;
 
 /// Most band read handles kept open, which bounds the open files and
 /// mappings of a store of many bands; past it the handles of the bands

@@ -248,7 +248,7 @@ const TABLE_TMP: &str = "HASHKV-TABLE.new";
 
 /// The file system's allocation unit, as the space figures count it (a
 /// segment file occupies its length rounded up to it).
-const FS_BLOCK: u64 = 4096;
+const FS_BLOCK: u64 = crate::fs::PAGE_SIZE;
 
 impl State {
     /// What the journal's checkpoint is due by (compared with
