@@ -73,11 +73,16 @@
 //!   carrying values too (`hashkv_journal_values`); by default chosen by
 //!   `seed % 3` (on, values, off for 0, 1, 2), so every mode runs under
 //!   load.
+//! - `SEPKV_STRESS_HASH_MODE=memory|disk`: FlashKey's hash table in memory
+//!   or on disk behind a 64 KiB page cache; by default chosen by
+//!   `seed % 2` (memory for even seeds).
 
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use sepkv::{Db, Error, Options, Preset, ReadOptions, Snapshot, WriteBatch, WriteOptions};
+use sepkv::{
+    Db, Error, HashIndexMode, Options, Preset, ReadOptions, Snapshot, WriteBatch, WriteOptions,
+};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -828,9 +833,22 @@ fn run_variant(v: Variant, index: usize, s: &Settings, dir: &Path) -> Outcome {
         Ok("off") => 2,
         _ => s.seed % 3,
     };
+    // FlashKey's hash table in memory, or on disk behind a cache of eight
+    // pages, so that lookups read pages while writers change them.
+    let hash_on_disk = match std::env::var("SEPKV_STRESS_HASH_MODE").as_deref() {
+        Ok("disk") => true,
+        Ok("memory") => false,
+        _ => s.seed % 2 == 1,
+    };
     let opts = Options {
         hashkv_journal: journal_mode != 2,
         hashkv_journal_values: journal_mode == 1,
+        hash_index_mode: if hash_on_disk {
+            HashIndexMode::Disk
+        } else {
+            HashIndexMode::Memory
+        },
+        hash_cache_size: 64 << 10,
         ..options(v)
     };
     let path = dir.join("db");

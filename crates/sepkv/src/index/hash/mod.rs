@@ -23,8 +23,19 @@
 //!   bands before it.
 //!
 //! Thread-safety: writes, relocations and checkpoints are serialised by the
-//! writer's lock; the table has its own lock, held only for in-memory work
-//! and page loads, never across a band read.
+//! writer's lock. The table has a readers-writer lock of its own, never
+//! held across a band read:
+//! - a lookup whose page is in memory holds it for reading, so lookups run
+//!   side by side;
+//! - a lookup whose page is on disk reads the page with no lock held
+//!   ([`table::Table::probe`]), then keeps it in memory only if it can
+//!   take the lock for writing at once and without writing a dirty page
+//!   out ([`table::Table::install`]);
+//! - a change holds it for writing, with what loading its page takes: a
+//!   page read, and the write of a dirty page evicted for room;
+//! - a checkpoint holds it for writing while it appends the dirty pages,
+//!   and syncs the page file and replaces the meta file without it, as a
+//!   persist of the bands' state does (both under `meta_io`).
 
 pub(crate) mod flashkey;
 pub mod keylog;
@@ -39,12 +50,12 @@ use crate::vstore::bands::{BandOptions, BandStore, OwnedEntry};
 use crate::vstore::{
     GcOutcome, IndexReader, IndexRelocator, LogEntry, Relocation, ValuePointer, ValueStore,
 };
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use table::{hash_key, Table, TableFigures};
+use table::{hash_key, Probe, Table, TableFigures};
 
 /// Where the hash table lives (§V-A1): the engine's option.
 pub use crate::options::HashIndexMode as HashMode;
@@ -85,11 +96,18 @@ pub type Op<'a> = (&'a [u8], Option<&'a [u8]>);
 /// The hash index with its bands. See the module docs.
 pub struct HashIndex {
     bands: Arc<BandStore>,
-    table: Mutex<Table>,
+    /// Read-locked by lookups of pages in memory, write-locked by
+    /// everything that changes the table or its cache.
+    table: RwLock<Table>,
     /// The writer's lock; holds the open band at the last checkpoint.
     writer: Mutex<u64>,
     last_seq: AtomicU64,
     snapshots: Mutex<BTreeMap<SeqNum, usize>>,
+    /// Serialises writes of the meta file (checkpoints, the bands' state),
+    /// which run without the table's lock: held from the moment a
+    /// checkpoint takes the bands' state until its meta is written, so that
+    /// a newer bands state GC persists is never overwritten by an older one.
+    meta_io: Mutex<()>,
     /// Current addresses the bands asked for while logging the batch being
     /// written ([`PrevLookup`]), for [`HashIndex::apply_logged`].
     pending_prev: Mutex<HashMap<Vec<u8>, PrevResult>>,
@@ -303,9 +321,10 @@ impl HashIndex {
         let idx = HashIndex {
             last_seq: AtomicU64::new(0),
             bands,
-            table: Mutex::new(table),
+            table: RwLock::new(table),
             writer: Mutex::new(0),
             snapshots: Mutex::new(BTreeMap::new()),
+            meta_io: Mutex::new(()),
             pending_prev: Mutex::new(HashMap::new()),
             known: AddressMemo::new(opts.memo_bytes),
             opts,
@@ -336,7 +355,7 @@ impl HashIndex {
                     if p.file_id == 0 {
                         if let Some((n, _)) = self.find(e.key)? {
                             let (h, _) = hash_key(e.key);
-                            self.table.lock().remove(h, &n)?;
+                            self.table.write().remove(h, &n)?;
                         }
                     } else {
                         self.upsert(e.key, None, p)?;
@@ -377,7 +396,7 @@ impl HashIndex {
             None => self.current_address(key)?,
         };
         self.known.note(h, key, new);
-        let mut t = self.table.lock();
+        let mut t = self.table.write();
         match old {
             Some(o) => {
                 if !t.replace(h, &o, new)? {
@@ -391,6 +410,34 @@ impl HashIndex {
         Ok(old)
     }
 
+    /// Nodes of `h`'s bucket whose fingerprint is `fp` ([`Table::candidates`]),
+    /// reading a page that is on disk without the table's lock
+    /// ([`Table::probe`]). A page that fails to read or check there is
+    /// looked up again under the lock, which reports the fault.
+    ///
+    /// # Errors
+    /// `Corruption` (page file and offset) for a damaged page; `Io`.
+    fn candidates(&self, h: u64, fp: u32) -> Result<Vec<table::Node>> {
+        let probe = self.table.read().probe(h, fp);
+        let read = match probe {
+            Probe::Found(c) => return Ok(c),
+            Probe::Read(r) => r,
+            Probe::Load => return self.table.write().candidates(h, fp),
+        };
+        match read.read() {
+            Ok(page) => {
+                let c = page.candidates(h, fp);
+                // Keeping the page is worth no wait: skipped while another
+                // thread holds the table.
+                if let Some(mut t) = self.table.try_write() {
+                    t.install(&read, page);
+                }
+                Ok(c)
+            }
+            Err(_) => self.table.write().candidates(h, fp),
+        }
+    }
+
     /// The address of `key`'s newest record (a delete token included), as
     /// [`HashIndex::find`] gives it, without reading a record when the
     /// [`AddressMemo`] names a node of the key's bucket (or no node has the
@@ -400,7 +447,7 @@ impl HashIndex {
     /// As [`HashIndex::find`].
     fn current_address(&self, key: &[u8]) -> Result<Option<ValuePointer>> {
         let (h, fp) = hash_key(key);
-        let cands = self.table.lock().candidates(h, fp)?;
+        let cands = self.candidates(h, fp)?;
         if cands.is_empty() {
             return Ok(None);
         }
@@ -420,12 +467,7 @@ impl HashIndex {
     /// `Corruption` or `Io` loading the table page (disk mode).
     pub fn points_at(&self, key: &[u8], addr: &ValuePointer) -> Result<bool> {
         let (h, fp) = hash_key(key);
-        let found = self
-            .table
-            .lock()
-            .candidates(h, fp)?
-            .iter()
-            .any(|n| n.ptr == *addr);
+        let found = self.candidates(h, fp)?.iter().any(|n| n.ptr == *addr);
         if found {
             // The relocation that usually follows finds the node here; as
             // the set's least recently used, so that GC's cold keys do not
@@ -445,11 +487,11 @@ impl HashIndex {
         // delete token was collected): it goes.
         let mut last: Option<Vec<table::Node>> = None;
         for _ in 0..4 {
-            let cands = self.table.lock().candidates(h, fp)?;
+            let cands = self.candidates(h, fp)?;
             if last.as_ref() == Some(&cands) {
                 for n in &cands {
                     if self.bands.is_collected(&n.ptr) {
-                        self.table.lock().remove(h, &n.ptr)?;
+                        self.table.write().remove(h, &n.ptr)?;
                     }
                 }
                 break;
@@ -525,7 +567,8 @@ impl HashIndex {
 
     /// Checks every hash-table page; returns the pages checked and faults.
     pub fn verify_table(&self) -> (u64, Vec<Error>) {
-        self.table.lock().verify()
+        let check = self.table.read().page_check();
+        check.run()
     }
 
     /// Sets the last sequence number (the engine publishes its own).
@@ -697,7 +740,7 @@ impl HashIndex {
                 }
             };
             let (h, fp) = hash_key(key);
-            let mut tbl = self.table.lock();
+            let mut tbl = self.table.write();
             match (old, new) {
                 (Some(o), Some(n)) if n.file_id == 0 => {
                     tbl.remove(h, &o)?;
@@ -719,14 +762,18 @@ impl HashIndex {
         Ok(ops)
     }
 
-    /// Writes the table's checkpoint (§V-B6). Writer lock held.
+    /// Writes the table's checkpoint (§V-B6). Writer lock held; the
+    /// table's lock only while the dirty pages are appended.
     fn checkpoint_locked(&self, w: &mut u64) -> Result<()> {
         self.bands.sync()?;
         let Some(pos) = self.bands.log_position() else {
             return Ok(());
         };
+        let _meta_io = self.meta_io.lock();
         let state = self.bands.state_with_checkpoint(pos);
-        self.table.lock().checkpoint(pos, state)?;
+        let rest = self.table.write().checkpoint_write(pos, state)?;
+        let meta = rest.finish()?;
+        self.table.write().checkpoint_done(meta);
         self.bands.checkpoint_committed(pos);
         *w = pos.0;
         Ok(())
@@ -782,12 +829,12 @@ impl HashIndex {
 
     /// Figures of the table.
     pub fn table_figures(&self) -> TableFigures {
-        self.table.lock().figures()
+        self.table.read().figures()
     }
 
     /// Estimated bytes of pages in memory.
     pub fn cached_bytes(&self) -> usize {
-        self.table.lock().cached_bytes()
+        self.table.read().cached_bytes()
     }
 }
 
@@ -835,15 +882,13 @@ impl IndexRelocator for HashIndex {
     /// as relocation records, and makes them durable.
     fn relocate(&self, moves: &[Relocation]) -> Result<(Vec<bool>, SeqNum)> {
         let _w = self.writer.lock();
-        let installed: Vec<bool> = {
-            let mut t = self.table.lock();
-            let mut v = Vec::with_capacity(moves.len());
-            for m in moves {
+        let installed: Vec<bool> = moves
+            .iter()
+            .map(|m| {
                 let (h, fp) = hash_key(&m.key);
-                v.push(t.candidates(h, fp)?.iter().any(|n| n.ptr == m.old));
-            }
-            v
-        };
+                Ok(self.candidates(h, fp)?.iter().any(|n| n.ptr == m.old))
+            })
+            .collect::<Result<_>>()?;
         let seq0 = self.last_seq.load(Ordering::Relaxed) + 1;
         let encoded: Vec<Vec<u8>> = moves.iter().map(|m| m.new.encode()).collect();
         let entries: Vec<LogEntry<'_>> = moves
@@ -867,7 +912,7 @@ impl IndexRelocator for HashIndex {
         self.bands.log_linked(&entries, None)?;
         self.bands.sync()?;
         {
-            let mut t = self.table.lock();
+            let mut t = self.table.write();
             for (m, _) in moves.iter().zip(&installed).filter(|(_, ok)| **ok) {
                 let (h, _) = hash_key(&m.key);
                 if m.new.file_id == 0 {
@@ -883,7 +928,11 @@ impl IndexRelocator for HashIndex {
     }
 
     fn persist_state(&self, state: &[u8]) -> Result<()> {
-        self.table.lock().persist_bands_state(state.to_vec())
+        let _meta_io = self.meta_io.lock();
+        let (meta, file) = self.table.read().with_bands_state(state.to_vec());
+        file.write(&meta)?;
+        self.table.write().bands_state_persisted(meta);
+        Ok(())
     }
 
     fn make_durable(&self, _seq: SeqNum) -> Result<()> {

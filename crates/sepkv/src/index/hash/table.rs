@@ -31,10 +31,11 @@
 
 use crate::error::{Error, IoContext, Result};
 use crate::format::checksum::{crc, mask, unmask};
-use crate::fs::{FileSystem, IoCategory, IoStats, RandomAccessFile, WritableFile};
+use crate::fs::{FileSystem, IoCategory, IoStats, RandomAccessFile, SyncHandle, WritableFile};
 use crate::vstore::ValuePointer;
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Buckets in one page.
@@ -43,6 +44,8 @@ pub const BUCKETS_PER_PAGE: usize = 64;
 pub const NODE_LEN: usize = 32;
 /// Load factor past which the table doubles (§V-A1).
 pub const MAX_LOAD: f64 = 0.9;
+/// Pages [`Table::install`] looks at for one it may drop unwritten.
+const CLEAN_VICTIM_TRIES: usize = 16;
 /// Name of the meta file.
 pub const META: &str = "HASHMETA";
 
@@ -143,8 +146,9 @@ impl Bucket {
     }
 }
 
+/// A page of buckets.
 #[derive(Debug, Clone)]
-struct Page {
+pub struct Page {
     buckets: Vec<Bucket>,
 }
 
@@ -200,6 +204,15 @@ impl Page {
         Some(p)
     }
 
+    /// Nodes of `h`'s bucket whose fingerprint is `fp`, in bucket order.
+    pub fn candidates(&self, h: u64, fp: u32) -> Vec<Node> {
+        self.buckets[(h as usize) % BUCKETS_PER_PAGE]
+            .iter()
+            .filter(|n| n.fp == fp)
+            .copied()
+            .collect()
+    }
+
     fn bytes_estimate(&self) -> usize {
         std::mem::size_of::<Bucket>() * BUCKETS_PER_PAGE
             + self
@@ -213,7 +226,8 @@ impl Page {
 struct Cached {
     page: Page,
     dirty: bool,
-    referenced: bool,
+    /// Second chance: set by every use, under the table's lock for reading.
+    referenced: AtomicBool,
 }
 
 /// Geometry and where every page is: what a checkpoint records.
@@ -348,11 +362,138 @@ pub struct Table {
     pending_remove: Option<PathBuf>,
     cache: HashMap<u64, Cached>,
     order: VecDeque<u64>,
-    writer: Box<dyn WritableFile>,
+    /// The page file's appender; a mutex only so that the table can be
+    /// shared for reading (it is used with the table held for writing).
+    writer: parking_lot::Mutex<Box<dyn WritableFile>>,
     reader: Arc<dyn RandomAccessFile>,
     file_len: u64,
     /// A doubling is under way: each insert splits one page.
     resizing: bool,
+}
+
+/// Where [`Table::probe`] finds a bucket.
+pub enum Probe {
+    /// The page is in memory: the bucket's nodes with the fingerprint.
+    Found(Vec<Node>),
+    /// The page is on disk, to be read without the table's lock.
+    Read(PageRead),
+    /// The page was never written: [`Table::candidates`] makes it.
+    Load,
+}
+
+/// A page's image in the page file, as [`Table::probe`] found it.
+pub struct PageRead {
+    no: u64,
+    generation: u64,
+    off: u64,
+    len: u32,
+    reader: Arc<dyn RandomAccessFile>,
+    path: PathBuf,
+    stats: Arc<IoStats>,
+}
+
+impl PageRead {
+    /// Reads and checks the page. The handle stays valid when a page-file
+    /// rewrite removes the file meanwhile.
+    ///
+    /// # Errors
+    /// `Corruption` (page file and offset) for a damaged page; `Io`.
+    pub fn read(&self) -> Result<Page> {
+        read_page(
+            &*self.reader,
+            &self.path,
+            &self.stats,
+            self.no,
+            self.off,
+            self.len,
+        )
+    }
+}
+
+fn read_page(
+    reader: &dyn RandomAccessFile,
+    path: &Path,
+    stats: &IoStats,
+    no: u64,
+    off: u64,
+    len: u32,
+) -> Result<Page> {
+    let mut b = vec![0u8; len as usize];
+    reader.read_exact_at(off, &mut b).ctx(path)?;
+    stats.add_read(IoCategory::UserRead, len as u64);
+    Page::decode(&b, no)
+        .ok_or_else(|| Error::corruption(path, off, format!("hash-table page {no} damaged")))
+}
+
+/// The meta file's place, written without the table's lock.
+pub struct MetaFile {
+    fs: Arc<dyn FileSystem>,
+    path: PathBuf,
+    stats: Arc<IoStats>,
+}
+
+impl MetaFile {
+    /// Replaces the meta file by `meta` atomically (write, sync, rename).
+    ///
+    /// # Errors
+    /// `Io`; the file then holds its previous content.
+    pub fn write(&self, meta: &Meta) -> Result<()> {
+        let b = meta.encode();
+        crate::fs::write_atomic(self.fs.as_ref(), &self.path, &b).ctx(&self.path)?;
+        self.stats.add_written(IoCategory::Manifest, b.len() as u64);
+        Ok(())
+    }
+}
+
+/// What is left of a checkpoint once its pages are appended
+/// ([`Table::checkpoint_write`]).
+pub struct CheckpointSync {
+    handle: Option<Box<dyn SyncHandle>>,
+    pages: PathBuf,
+    meta: Meta,
+    file: MetaFile,
+}
+
+impl CheckpointSync {
+    /// Syncs the page file, then writes the meta file naming its pages;
+    /// returns that meta for [`Table::checkpoint_done`].
+    ///
+    /// # Errors
+    /// `Io`; the previous checkpoint then stays in force.
+    pub fn finish(self) -> Result<Meta> {
+        if let Some(h) = &self.handle {
+            h.sync().ctx(&self.pages)?;
+        }
+        self.file.write(&self.meta)?;
+        Ok(self.meta)
+    }
+}
+
+/// Every page of the working page map, checked without the table's lock.
+pub struct PageCheck {
+    map: Vec<(u64, u32)>,
+    reader: Arc<dyn RandomAccessFile>,
+    path: PathBuf,
+    stats: Arc<IoStats>,
+}
+
+impl PageCheck {
+    /// Reads and checks every page; returns the pages checked and the
+    /// faults (file and offset).
+    pub fn run(&self) -> (u64, Vec<Error>) {
+        let mut faults = Vec::new();
+        let mut n = 0;
+        for (no, &(off, len)) in self.map.iter().enumerate() {
+            if len == 0 {
+                continue;
+            }
+            n += 1;
+            if let Err(e) = read_page(&*self.reader, &self.path, &self.stats, no as u64, off, len) {
+                faults.push(e);
+            }
+        }
+        (n, faults)
+    }
 }
 
 fn pages_path(dir: &Path, generation: u64) -> PathBuf {
@@ -427,7 +568,7 @@ impl Table {
                 meta,
                 cache: HashMap::new(),
                 order: VecDeque::new(),
-                writer,
+                writer: parking_lot::Mutex::new(writer),
                 reader,
                 file_len,
                 resizing,
@@ -467,12 +608,7 @@ impl Table {
             let page = match self.meta.map.get(no as usize).copied() {
                 Some((_, 0)) | None => Page::new(),
                 Some((off, len)) => {
-                    let mut b = vec![0u8; len as usize];
-                    self.reader.read_exact_at(off, &mut b).ctx(&self.path())?;
-                    self.stats.add_read(IoCategory::UserRead, len as u64);
-                    Page::decode(&b, no).ok_or_else(|| {
-                        Error::corruption(self.path(), off, format!("hash-table page {no} damaged"))
-                    })?
+                    read_page(&*self.reader, &self.path(), &self.stats, no, off, len)?
                 }
             };
             self.evict_for_one()?;
@@ -481,13 +617,13 @@ impl Table {
                 Cached {
                     page,
                     dirty: false,
-                    referenced: false,
+                    referenced: AtomicBool::new(false),
                 },
             );
             self.order.push_back(no);
         }
         let c = self.cache.get_mut(&no).expect("just loaded");
-        c.referenced = true;
+        *c.referenced.get_mut() = true;
         Ok(c)
     }
 
@@ -501,8 +637,7 @@ impl Table {
             let Some(c) = self.cache.get_mut(&no) else {
                 continue;
             };
-            if c.referenced {
-                c.referenced = false;
+            if std::mem::replace(c.referenced.get_mut(), false) {
                 self.order.push_back(no);
                 continue;
             }
@@ -517,10 +652,8 @@ impl Table {
     fn write_page(&mut self, no: u64, page: &Page) -> Result<()> {
         let b = page.encode(no);
         let path = self.path();
-        self.writer
-            .append(&b)
-            .and_then(|_| self.writer.flush())
-            .ctx(&path)?;
+        let w = self.writer.get_mut();
+        w.append(&b).and_then(|_| w.flush()).ctx(&path)?;
         self.stats.add_written(IoCategory::Flush, b.len() as u64);
         self.meta.map[no as usize] = (self.file_len, b.len() as u32);
         self.file_len += b.len() as u64;
@@ -533,12 +666,84 @@ impl Table {
     /// `Corruption` for a damaged page; `Io`.
     pub fn candidates(&mut self, h: u64, fp: u32) -> Result<Vec<Node>> {
         let no = self.page_of(h);
-        let c = self.load(no)?;
-        Ok(c.page.buckets[(h as usize) % BUCKETS_PER_PAGE]
-            .iter()
-            .filter(|n| n.fp == fp)
-            .copied()
-            .collect())
+        Ok(self.load(no)?.page.candidates(h, fp))
+    }
+
+    /// [`Table::candidates`] when `h`'s page is in memory; where the page
+    /// is on disk when it is there, for a read
+    /// ([`PageRead::read`]) the caller makes without the table's lock, so
+    /// that lookups of other pages do not wait for it. The page's image
+    /// there is its state now: only a page in memory can differ from its
+    /// last written image.
+    pub fn probe(&self, h: u64, fp: u32) -> Probe {
+        let no = self.page_of(h);
+        if let Some(c) = self.cache.get(&no) {
+            c.referenced.store(true, Ordering::Relaxed);
+            return Probe::Found(c.page.candidates(h, fp));
+        }
+        match self.meta.map.get(no as usize).copied() {
+            Some((off, len)) if len > 0 => Probe::Read(PageRead {
+                no,
+                generation: self.meta.generation,
+                off,
+                len,
+                reader: Arc::clone(&self.reader),
+                path: self.path(),
+                stats: Arc::clone(&self.stats),
+            }),
+            _ => Probe::Load,
+        }
+    }
+
+    /// Keeps a page read through [`Table::probe`] in memory, as a lookup
+    /// under the lock would have, unless it has changed since — it is in
+    /// memory already (loaded, perhaps modified), or a newer image of it
+    /// was written (the page map moved on, or a new page file began) — or
+    /// making room would mean writing out a dirty page: a lookup does no
+    /// write while it holds the table. Returns whether the page was kept.
+    pub fn install(&mut self, read: &PageRead, page: Page) -> bool {
+        if read.generation != self.meta.generation
+            || self.meta.map.get(read.no as usize) != Some(&(read.off, read.len))
+            || self.cache.contains_key(&read.no)
+            || !self.evict_clean_for_one()
+        {
+            return false;
+        }
+        self.cache.insert(
+            read.no,
+            Cached {
+                page,
+                dirty: false,
+                referenced: AtomicBool::new(true),
+            },
+        );
+        self.order.push_back(read.no);
+        true
+    }
+
+    /// [`Table::evict_for_one`] for a victim that needs no write: looks at
+    /// most [`CLEAN_VICTIM_TRIES`] pages, passing over dirty ones; false
+    /// when none was found.
+    fn evict_clean_for_one(&mut self) -> bool {
+        let mut tries = CLEAN_VICTIM_TRIES;
+        while self.cache.len() >= self.cache_pages {
+            if tries == 0 {
+                return false;
+            }
+            tries -= 1;
+            let Some(no) = self.order.pop_front() else {
+                return false;
+            };
+            let Some(c) = self.cache.get_mut(&no) else {
+                continue;
+            };
+            if std::mem::replace(c.referenced.get_mut(), false) || c.dirty {
+                self.order.push_back(no);
+                continue;
+            }
+            self.cache.remove(&no);
+        }
+        true
     }
 
     /// Replaces the node of `h`'s bucket at `old` with `new` (same key);
@@ -622,7 +827,7 @@ impl Table {
                 Cached {
                     page,
                     dirty: true,
-                    referenced: true,
+                    referenced: AtomicBool::new(true),
                 },
             );
         }
@@ -634,13 +839,22 @@ impl Table {
         Ok(())
     }
 
-    /// Writes every dirty page and then the meta file naming them, with the
-    /// bands' replay position `ckpt` and `bands_state` (the caller has made
-    /// the bands durable up to `ckpt`).
+    /// The first half of a checkpoint, under the table's lock: appends every
+    /// dirty page (and rewrites the page file when most of it is stale),
+    /// and returns the rest — the page file's sync and the meta file naming
+    /// the pages, with the bands' replay position `ckpt` and `bands_state`
+    /// (the caller has made the bands durable up to `ckpt`) — for
+    /// [`CheckpointSync::finish`] to do without the lock, then
+    /// [`Table::checkpoint_done`]. Pages are never overwritten, so pages
+    /// evicted meanwhile go to new places and leave the checkpoint's intact.
     ///
     /// # Errors
     /// `Io`; the previous checkpoint then stays in force.
-    pub fn checkpoint(&mut self, ckpt: (u64, u64), bands_state: Vec<u8>) -> Result<()> {
+    pub fn checkpoint_write(
+        &mut self,
+        ckpt: (u64, u64),
+        bands_state: Vec<u8>,
+    ) -> Result<CheckpointSync> {
         let mut dirty: Vec<u64> = self
             .cache
             .iter()
@@ -660,35 +874,63 @@ impl Table {
             self.rewrite_pages()?;
         }
         let path = self.path();
-        self.writer.sync().ctx(&path)?;
+        // A file system without separate sync handles syncs here.
+        let handle = self.writer.get_mut().sync_handle();
+        if handle.is_none() {
+            self.writer.get_mut().sync().ctx(&path)?;
+        }
         self.meta.ckpt = ckpt;
         self.meta.bands_state = bands_state;
-        self.write_meta()?;
-        self.durable = self.meta.clone();
+        Ok(CheckpointSync {
+            handle,
+            pages: path,
+            meta: self.meta.clone(),
+            file: self.meta_file(),
+        })
+    }
+
+    /// The last half of a checkpoint, under the lock again: its meta is
+    /// now the durable one, and a page file it replaced goes.
+    pub fn checkpoint_done(&mut self, meta: Meta) {
+        self.durable = meta;
         if let Some(old) = self.pending_remove.take() {
             let _ = self.fs.remove(&old);
         }
+    }
+
+    /// A whole checkpoint under the caller's hold of the table
+    /// ([`Table::checkpoint_write`], [`CheckpointSync::finish`],
+    /// [`Table::checkpoint_done`]).
+    ///
+    /// # Errors
+    /// `Io`; the previous checkpoint then stays in force.
+    pub fn checkpoint(&mut self, ckpt: (u64, u64), bands_state: Vec<u8>) -> Result<()> {
+        let meta = self.checkpoint_write(ckpt, bands_state)?.finish()?;
+        self.checkpoint_done(meta);
         Ok(())
     }
 
-    /// Replaces the bands state in the meta file, keeping the last
-    /// checkpoint's pages and position.
-    pub fn persist_bands_state(&mut self, bands_state: Vec<u8>) -> Result<()> {
+    fn meta_file(&self) -> MetaFile {
+        MetaFile {
+            fs: Arc::clone(&self.fs),
+            path: self.dir.join(META),
+            stats: Arc::clone(&self.stats),
+        }
+    }
+
+    /// The meta file of the last checkpoint with `bands_state` in place of
+    /// its bands state, for [`MetaFile::write`] without the table's lock,
+    /// then [`Table::bands_state_persisted`].
+    pub fn with_bands_state(&self, bands_state: Vec<u8>) -> (Meta, MetaFile) {
         let mut m = self.durable.clone();
-        m.bands_state = bands_state.clone();
-        let path = self.dir.join(META);
-        crate::fs::write_atomic(self.fs.as_ref(), &path, &m.encode()).ctx(&path)?;
-        self.durable = m;
-        self.meta.bands_state = bands_state;
-        Ok(())
+        m.bands_state = bands_state;
+        (m, self.meta_file())
     }
 
-    fn write_meta(&mut self) -> Result<()> {
-        let path = self.dir.join(META);
-        let b = self.meta.encode();
-        crate::fs::write_atomic(self.fs.as_ref(), &path, &b).ctx(&path)?;
-        self.stats.add_written(IoCategory::Manifest, b.len() as u64);
-        Ok(())
+    /// `meta`, from [`Table::with_bands_state`], is durable.
+    pub fn bands_state_persisted(&mut self, meta: Meta) {
+        self.meta.bands_state = meta.bands_state.clone();
+        self.durable = meta;
     }
 
     /// Copies the live pages into the next generation's page file.
@@ -723,7 +965,7 @@ impl Table {
         self.meta.generation = gen;
         self.meta.map = map;
         self.reader = Arc::from(self.fs.open_read(&path).ctx(&path)?);
-        self.writer = w;
+        *self.writer.get_mut() = w;
         self.file_len = len;
         // The old file goes once the meta naming the new one is written;
         // the next open removes it if a crash comes first.
@@ -731,31 +973,14 @@ impl Table {
         Ok(())
     }
 
-    /// Reads every page the working page map names and checks it; returns
-    /// the pages checked and the faults (file and offset).
-    pub fn verify(&self) -> (u64, Vec<Error>) {
-        let mut faults = Vec::new();
-        let mut n = 0;
-        for (no, &(off, len)) in self.meta.map.iter().enumerate() {
-            if len == 0 {
-                continue;
-            }
-            n += 1;
-            let mut b = vec![0u8; len as usize];
-            if let Err(e) = self.reader.read_exact_at(off, &mut b).ctx(&self.path()) {
-                faults.push(e);
-                continue;
-            }
-            self.stats.add_read(IoCategory::UserRead, len as u64);
-            if Page::decode(&b, no as u64).is_none() {
-                faults.push(Error::corruption(
-                    self.path(),
-                    off,
-                    format!("hash-table page {no} damaged"),
-                ));
-            }
+    /// What [`PageCheck::run`] reads: every page the working page map names.
+    pub fn page_check(&self) -> PageCheck {
+        PageCheck {
+            map: self.meta.map.clone(),
+            reader: Arc::clone(&self.reader),
+            path: self.path(),
+            stats: Arc::clone(&self.stats),
         }
-        (n, faults)
     }
 
     /// Figures for `stats`.

@@ -98,6 +98,77 @@ fn table_keeps_every_node_through_doublings_and_page_round_trips() {
     }
 }
 
+/// A lookup of a page on disk reads it without the table's lock and keeps
+/// it only while nothing newer exists: not once the page was loaded and
+/// changed, nor once a newer image of it was written out.
+#[test]
+fn pages_read_without_the_lock_are_kept_only_while_current() {
+    use super::table::Probe;
+    let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    fs.create_dir_all(dir()).unwrap();
+    // Four pages in memory at most; 64 pages of nodes.
+    let (mut t, _) = Table::open(dir(), fs.clone(), Arc::new(IoStats::default()), 4, 64).unwrap();
+    let ptr = |i: u64| ValuePointer {
+        file_id: i,
+        offset: 8,
+        length: 30,
+        aux: 0,
+    };
+    // Home bits pick the page: key i on page i, bucket 0.
+    let h = |page: u64, n: u64| (page << 6) | (n << 38);
+    for page in 0..64u64 {
+        t.insert(h(page, 0), 1, ptr(page + 1)).unwrap();
+    }
+    t.checkpoint((1, 0), Vec::new()).unwrap();
+    // Page 0 went out long ago: a probe finds it on disk.
+    let Probe::Read(r) = t.probe(h(0, 0), 1) else {
+        panic!("page 0 should be on disk");
+    };
+    let page = r.read().unwrap();
+    assert_eq!(page.candidates(h(0, 0), 1)[0].ptr, ptr(1));
+    // Unchanged: kept; the next probe finds it in memory.
+    assert!(t.install(&r, page.clone()));
+    assert!(matches!(t.probe(h(0, 0), 1), Probe::Found(c) if c[0].ptr == ptr(1)));
+
+    // Changed in memory after the read: the read's image is not kept.
+    let Probe::Read(r) = t.probe(h(1, 0), 1) else {
+        panic!("page 1 should be on disk");
+    };
+    let stale = r.read().unwrap();
+    assert!(t.replace(h(1, 0), &ptr(2), ptr(200)).unwrap());
+    assert!(!t.install(&r, stale.clone()));
+    assert_eq!(t.candidates(h(1, 0), 1).unwrap()[0].ptr, ptr(200));
+
+    // Written out since: the page map names a newer image, so a read of the
+    // old one is not kept even when the page has left memory again.
+    for page in 2..20u64 {
+        t.candidates(h(page, 0), 1).unwrap();
+    }
+    assert!(matches!(t.probe(h(1, 0), 1), Probe::Read(_)));
+    assert!(!t.install(&r, stale));
+    assert_eq!(t.candidates(h(1, 0), 1).unwrap()[0].ptr, ptr(200));
+    // A full cache of dirty pages: keeping a read page would mean writing
+    // one out, which a lookup does not do.
+    for page in 30..34u64 {
+        assert!(t
+            .replace(h(page, 0), &ptr(page + 1), ptr(page + 100))
+            .unwrap());
+    }
+    assert_eq!(t.figures().dirty_pages, 4);
+    let Probe::Read(r) = t.probe(h(40, 0), 1) else {
+        panic!("page 40 should be on disk");
+    };
+    assert!(!t.install(&r, r.read().unwrap()));
+    assert!(matches!(t.probe(h(40, 0), 1), Probe::Read(_)));
+    assert_eq!(t.figures().dirty_pages, 4);
+    // And the checkpoint's pages read back as they were written.
+    t.checkpoint((2, 0), Vec::new()).unwrap();
+    drop(t);
+    let (mut t, _) = Table::open(dir(), fs, Arc::new(IoStats::default()), 4, 64).unwrap();
+    assert_eq!(t.candidates(h(1, 0), 1).unwrap()[0].ptr, ptr(200));
+    assert_eq!(t.candidates(h(0, 0), 1).unwrap()[0].ptr, ptr(1));
+}
+
 #[test]
 fn meta_decode_rejects_damage_and_junk() {
     let m = Meta {
