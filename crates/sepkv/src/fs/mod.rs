@@ -26,7 +26,7 @@ mod std_fs;
 pub use accounting::{IoCategory, IoStats, IoStatsSnapshot};
 pub use fault::{FaultFs, FaultKind, FaultOp, FaultRule};
 pub use mem::MemFs;
-pub use std_fs::{DirectReadFs, StdFs, DIRECT_IO_ALIGN};
+pub use std_fs::{open_files_limit, read_handle_budget, DirectReadFs, StdFs, DIRECT_IO_ALIGN};
 
 /// The page size sepkv assumes (bytes): the unit the kernel's page cache
 /// reads and writes back, and the file systems' allocation unit, on the

@@ -178,9 +178,9 @@ pub struct BandStore {
     dir: PathBuf,
     fs: Arc<dyn FileSystem>,
     stats: Arc<IoStats>,
-    /// Open read handles by band, at most [`MAX_HANDLES`] (each closed
-    /// band's with its mapping); past it, `quick_cache` closes the ones it
-    /// judges coldest (S3-FIFO: a band read once goes first).
+    /// Open read handles by band, at most [`crate::fs::read_handle_budget`]
+    /// (each closed band's with its mapping); past it, `quick_cache` closes
+    /// the ones it judges coldest (S3-FIFO: a band read once goes first).
     handles: quick_cache::sync::Cache<u64, Arc<dyn RandomAccessFile>>,
     /// Held while a handle is added after checking that its band is still
     /// open, and while `roll` drops the handle of the band it closed.
@@ -223,12 +223,6 @@ const MAX_POS: u64 = 1 << 48;
 
 /// The file system's allocation unit, for the bands' file bytes (bytes).
 const BLOCK: u64 = crate::fs::PAGE_SIZE;
-
-/// Most band read handles kept open, which bounds the open files and
-/// mappings of a store of many bands; past it the handles of the bands
-/// read least are closed (see `BandStore::handles`; a band's handle is
-/// cheap to reopen).
-const MAX_HANDLES: usize = 1024;
 
 impl PersistedState {
     fn encode(&self) -> Vec<u8> {
@@ -458,7 +452,7 @@ impl BandStore {
             dir: dir.to_path_buf(),
             fs,
             stats,
-            handles: quick_cache::sync::Cache::new(MAX_HANDLES),
+            handles: quick_cache::sync::Cache::new(crate::fs::read_handle_budget()),
             handle_gate: Mutex::new(()),
             latency: ReadLatency::default(),
             io: Mutex::new(Open {

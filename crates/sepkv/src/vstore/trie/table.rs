@@ -259,12 +259,9 @@ pub fn scan(
     }
 }
 
-/// Most read handles kept open; past it the handle of a table read least
-/// goes (a table's handle is cheap to reopen).
-const MAX_HANDLES: usize = 512;
-
 /// Open read handles by table id, shared by readers and GC; past
-/// [`MAX_HANDLES`], `quick_cache` closes the ones it judges coldest
+/// [`crate::fs::read_handle_budget`] (a 4 MiB TrieTable each, so 4 GiB of
+/// values at the least), `quick_cache` closes the ones it judges coldest
 /// (S3-FIFO: a table read once goes first). (Emptying the whole
 /// cache when it filled made a store of more tables than that reopen a
 /// table on one read in five under random reads, and close 512 files at
@@ -281,7 +278,7 @@ impl Handles {
         Handles {
             dir: dir.to_path_buf(),
             fs,
-            map: quick_cache::sync::Cache::new(MAX_HANDLES),
+            map: quick_cache::sync::Cache::new(crate::fs::read_handle_budget()),
         }
     }
 
