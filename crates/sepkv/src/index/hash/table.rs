@@ -44,7 +44,8 @@ pub const BUCKETS_PER_PAGE: usize = 64;
 pub const NODE_LEN: usize = 32;
 /// Load factor past which the table doubles (§V-A1).
 pub const MAX_LOAD: f64 = 0.9;
-/// Pages [`Table::install`] looks at for one it may drop unwritten.
+/// Pages a lookup's [`Table::install`] looks at for one it may drop
+/// unwritten.
 const CLEAN_VICTIM_TRIES: usize = 16;
 /// Name of the meta file.
 pub const META: &str = "HASHMETA";
@@ -350,7 +351,7 @@ pub struct TableFigures {
 
 /// The hash table. Not synchronised: the index wraps it in a lock.
 pub struct Table {
-    dir: PathBuf,
+    dir: Arc<Path>,
     fs: Arc<dyn FileSystem>,
     stats: Arc<IoStats>,
     /// Most pages kept in memory (`usize::MAX` in memory mode).
@@ -388,7 +389,8 @@ pub struct PageRead {
     off: u64,
     len: u32,
     reader: Arc<dyn RandomAccessFile>,
-    path: PathBuf,
+    /// The directory, for the page file's path in an error.
+    dir: Arc<Path>,
     stats: Arc<IoStats>,
 }
 
@@ -399,9 +401,10 @@ impl PageRead {
     /// # Errors
     /// `Corruption` (page file and offset) for a damaged page; `Io`.
     pub fn read(&self) -> Result<Page> {
+        let path = || pages_path(&self.dir, self.generation);
         read_page(
             &*self.reader,
-            &self.path,
+            path,
             &self.stats,
             self.no,
             self.off,
@@ -410,19 +413,23 @@ impl PageRead {
     }
 }
 
+/// Reads and checks page `no` at `off`; `path` names the page file in an
+/// error (made only then).
 fn read_page(
     reader: &dyn RandomAccessFile,
-    path: &Path,
+    path: impl Fn() -> PathBuf,
     stats: &IoStats,
     no: u64,
     off: u64,
     len: u32,
 ) -> Result<Page> {
     let mut b = vec![0u8; len as usize];
-    reader.read_exact_at(off, &mut b).ctx(path)?;
+    if let Err(e) = reader.read_exact_at(off, &mut b) {
+        return Err(e).ctx(&path());
+    }
     stats.add_read(IoCategory::UserRead, len as u64);
     Page::decode(&b, no)
-        .ok_or_else(|| Error::corruption(path, off, format!("hash-table page {no} damaged")))
+        .ok_or_else(|| Error::corruption(path(), off, format!("hash-table page {no} damaged")))
 }
 
 /// The meta file's place, written without the table's lock.
@@ -488,7 +495,8 @@ impl PageCheck {
                 continue;
             }
             n += 1;
-            if let Err(e) = read_page(&*self.reader, &self.path, &self.stats, no as u64, off, len) {
+            let path = || self.path.clone();
+            if let Err(e) = read_page(&*self.reader, path, &self.stats, no as u64, off, len) {
                 faults.push(e);
             }
         }
@@ -559,7 +567,7 @@ impl Table {
         let resizing = meta.split > 0;
         Ok((
             Table {
-                dir: dir.to_path_buf(),
+                dir: Arc::from(dir),
                 fs,
                 stats,
                 cache_pages: cache_pages.max(4),
@@ -608,10 +616,10 @@ impl Table {
             let page = match self.meta.map.get(no as usize).copied() {
                 Some((_, 0)) | None => Page::new(),
                 Some((off, len)) => {
-                    read_page(&*self.reader, &self.path(), &self.stats, no, off, len)?
+                    read_page(&*self.reader, || self.path(), &self.stats, no, off, len)?
                 }
             };
-            self.evict_for_one()?;
+            self.evict_for_one(false)?;
             self.cache.insert(
                 no,
                 Cached {
@@ -628,16 +636,27 @@ impl Table {
     }
 
     /// Makes room for one more page (second-chance FIFO); a dirty victim is
-    /// appended to the page file.
-    fn evict_for_one(&mut self) -> Result<()> {
+    /// appended to the page file. With `clean_only` dirty pages are passed
+    /// over instead, at most [`CLEAN_VICTIM_TRIES`] pages are looked at, and
+    /// `false` says no room was made (nothing is written, so no error).
+    fn evict_for_one(&mut self, clean_only: bool) -> Result<bool> {
+        let mut tries = if clean_only {
+            CLEAN_VICTIM_TRIES
+        } else {
+            usize::MAX
+        };
         while self.cache.len() >= self.cache_pages {
+            if tries == 0 {
+                return Ok(false);
+            }
+            tries -= 1;
             let Some(no) = self.order.pop_front() else {
-                break;
+                return Ok(!clean_only);
             };
             let Some(c) = self.cache.get_mut(&no) else {
                 continue;
             };
-            if std::mem::replace(c.referenced.get_mut(), false) {
+            if std::mem::replace(c.referenced.get_mut(), false) || (clean_only && c.dirty) {
                 self.order.push_back(no);
                 continue;
             }
@@ -646,7 +665,7 @@ impl Table {
                 self.write_page(no, &c.page)?;
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     fn write_page(&mut self, no: u64, page: &Page) -> Result<()> {
@@ -688,7 +707,7 @@ impl Table {
                 off,
                 len,
                 reader: Arc::clone(&self.reader),
-                path: self.path(),
+                dir: Arc::clone(&self.dir),
                 stats: Arc::clone(&self.stats),
             }),
             _ => Probe::Load,
@@ -705,7 +724,7 @@ impl Table {
         if read.generation != self.meta.generation
             || self.meta.map.get(read.no as usize) != Some(&(read.off, read.len))
             || self.cache.contains_key(&read.no)
-            || !self.evict_clean_for_one()
+            || !matches!(self.evict_for_one(true), Ok(true))
         {
             return false;
         }
@@ -718,31 +737,6 @@ impl Table {
             },
         );
         self.order.push_back(read.no);
-        true
-    }
-
-    /// [`Table::evict_for_one`] for a victim that needs no write: looks at
-    /// most [`CLEAN_VICTIM_TRIES`] pages, passing over dirty ones; false
-    /// when none was found.
-    fn evict_clean_for_one(&mut self) -> bool {
-        let mut tries = CLEAN_VICTIM_TRIES;
-        while self.cache.len() >= self.cache_pages {
-            if tries == 0 {
-                return false;
-            }
-            tries -= 1;
-            let Some(no) = self.order.pop_front() else {
-                return false;
-            };
-            let Some(c) = self.cache.get_mut(&no) else {
-                continue;
-            };
-            if std::mem::replace(c.referenced.get_mut(), false) || c.dirty {
-                self.order.push_back(no);
-                continue;
-            }
-            self.cache.remove(&no);
-        }
         true
     }
 
@@ -818,7 +812,7 @@ impl Table {
             }
         }
         for (no, page) in [(from, low), (twin, high)] {
-            self.evict_for_one()?;
+            self.evict_for_one(false)?;
             if !self.cache.contains_key(&no) {
                 self.order.push_back(no);
             }
@@ -904,6 +898,7 @@ impl Table {
     ///
     /// # Errors
     /// `Io`; the previous checkpoint then stays in force.
+    #[cfg(test)]
     pub fn checkpoint(&mut self, ckpt: (u64, u64), bands_state: Vec<u8>) -> Result<()> {
         let meta = self.checkpoint_write(ckpt, bands_state)?.finish()?;
         self.checkpoint_done(meta);
