@@ -195,6 +195,59 @@ fn dtable_bounds_follow_the_options() {
     }
 }
 
+/// A target that takes a run of new entries longer than a DTable may hold
+/// is merged with the run as the run streams in, and divided into tables of
+/// `target_file_size`: the compaction holds no more than the bound in
+/// memory, and every entry reads back.
+#[test]
+fn a_run_longer_than_a_table_streams_into_its_division() {
+    let fs = MemFs::new();
+    let dir = Path::new("/lwc-stream");
+    let target = 64u64 << 10;
+    let opts = || Options {
+        lwc_max_table_bytes: target,
+        target_file_size: target,
+        write_buffer_size: 1 << 20,
+        l0_compaction_trigger: 1,
+        max_bytes_for_level_base: 64 << 20,
+        ..small(Arc::new(fs.clone()), ValueLayout::Inline)
+    };
+    let db = Db::open(dir, opts()).unwrap();
+    let mut model = Model::new();
+    // Every key once more, with `len`-byte values, flushed and compacted.
+    let mut wave = |fill: u8, len: usize| {
+        for i in 0..2000u32 {
+            let (k, v) = (format!("key{i:05}").into_bytes(), vec![fill; len]);
+            db.put(&k, &v).unwrap();
+            model.insert(k, v);
+        }
+        db.flush().unwrap();
+        db.wait_idle().unwrap();
+        db.stats().unwrap()
+    };
+    let st = wave(b'a', 100);
+    assert!(st.levels[1].files > 0, "{:?}", st.levels);
+    let before = figure(&st, "divisions");
+    // About 430 KiB of overwrites over the level-1 tables' range: each
+    // table's run passes the 64 KiB bound.
+    let st = wave(b'b', 200);
+    assert!(
+        figure(&st, "divisions") > before,
+        "no division: {:?}",
+        st.index_figures
+    );
+    for l in st.levels.iter().skip(1).filter(|l| l.files > 0) {
+        // Parts of `target_file_size`, passing it by one entry and the
+        // table's index, filters and tail.
+        assert!(l.bytes <= (target + (8 << 10)) * l.files as u64, "{l:?}");
+    }
+    check(&db, &model);
+    assert!(db.verify().unwrap().faults.is_empty());
+    db.close().unwrap();
+    let db = Db::open(dir, opts()).unwrap();
+    check(&db, &model);
+}
+
 /// Snapshots keep the versions they read through lightweight compactions
 /// (which drop only what no snapshot can see).
 #[test]
@@ -271,14 +324,36 @@ fn push_opts(fs: &FaultFs) -> Options {
     }
 }
 
+/// Options under which a DTable holds one target file (64 KiB): with
+/// 400-byte values in the batch, each target's run passes that bound, so
+/// the compaction merges each target with its run as the run streams in
+/// and divides it.
+fn stream_opts(fs: &FaultFs) -> Options {
+    Options {
+        lwc_max_table_bytes: 64 << 10,
+        ..crash_opts(fs)
+    }
+}
+
 /// Builds level 1 (DTables), then writes a synced batch of overwrites,
-/// deletes and new keys that the next flush and compaction will append.
+/// deletes and new keys that the next flush and compaction will append
+/// (its values padded by `pad` bytes).
 ///
-/// With `mid` > 0, a second wave of `mid` overwrites across the key range
-/// is flushed and compacted before the batch: the first wave's tables lie
-/// in level 2 then (a flush with nothing under it goes there), the second
-/// wave's in level 1 above them.
-fn setup(fs: &FaultFs, dir: &Path, opts: fn(&FaultFs) -> Options, mid: usize) -> (Db, Model) {
+/// With `mid` > 0, a second wave of `mid` overwrites of every other key,
+/// from the top of the range down, is flushed and compacted before the
+/// batch. The first wave's tables are divided to `target_file_size` and
+/// all but the last move to level 2, past level 1's 64 KiB; the second
+/// wave is appended to the level-1 table, which holds the top of the
+/// range, and leaves it nearly full. The batch then spans the whole range:
+/// all of it routes to that table, which is full, and the merged entries
+/// overlap level 2, so they are pushed down onto it.
+fn setup(
+    fs: &FaultFs,
+    dir: &Path,
+    opts: fn(&FaultFs) -> Options,
+    mid: usize,
+    pad: usize,
+) -> (Db, Model) {
     let db = Db::open(dir, opts(fs)).unwrap();
     let mut model = Model::new();
     for i in 0..2000u32 {
@@ -289,7 +364,7 @@ fn setup(fs: &FaultFs, dir: &Path, opts: fn(&FaultFs) -> Options, mid: usize) ->
     db.flush().unwrap();
     db.wait_idle().unwrap();
     if mid > 0 {
-        for i in (0..2000u32).step_by(2).take(mid) {
+        for i in (0..2000u32).step_by(2).rev().take(mid) {
             let (k, v) = (format!("k{i:05}"), format!("mid-{i}-{}", "y".repeat(30)));
             db.put(&k, &v).unwrap();
             model.insert(k.into_bytes(), v.into_bytes());
@@ -304,7 +379,7 @@ fn setup(fs: &FaultFs, dir: &Path, opts: fn(&FaultFs) -> Options, mid: usize) ->
             b.delete(&k).unwrap();
             model.remove(k.as_bytes());
         } else {
-            let v = format!("second-{i}");
+            let v = format!("second-{i}-{}", "z".repeat(pad));
             b.put(&k, &v).unwrap();
             model.insert(k.into_bytes(), v.into_bytes());
         }
@@ -320,14 +395,21 @@ fn setup(fs: &FaultFs, dir: &Path, opts: fn(&FaultFs) -> Options, mid: usize) ->
 /// completes.
 #[test]
 fn crash_at_every_operation_of_a_lightweight_compaction() {
-    crash_at_every_operation(crash_opts, 0, "segments_appended");
+    crash_at_every_operation(crash_opts, 0, 0, "segments_appended");
 }
 
 /// The same, where the compaction pushes a full level-1 DTable down onto
 /// level 2 and divides the level-2 tables it fills.
 #[test]
 fn crash_at_every_operation_of_a_push_down() {
-    crash_at_every_operation(push_opts, 1000, "pushdowns");
+    crash_at_every_operation(push_opts, 300, 0, "pushdowns");
+}
+
+/// The same, where every target is full and its run streams into its
+/// division.
+#[test]
+fn crash_at_every_operation_of_a_streamed_division() {
+    crash_at_every_operation(stream_opts, 0, 400, "divisions");
 }
 
 /// A figure of the LWC-tree's `index_figures`.
@@ -335,13 +417,18 @@ fn figure(st: &sepkv::DbStats, name: &str) -> u64 {
     st.index_figures.get(name).copied().unwrap_or(0)
 }
 
-fn crash_at_every_operation(opts: fn(&FaultFs) -> Options, mid: usize, done_figure: &str) {
+fn crash_at_every_operation(
+    opts: fn(&FaultFs) -> Options,
+    mid: usize,
+    pad: usize,
+    done_figure: &str,
+) {
     let dir = Path::new("/crash");
     let mut i = 0u64;
     let mut completed_runs = 0;
     loop {
         let fs = FaultFs::new();
-        let (db, model) = setup(&fs, dir, opts, mid);
+        let (db, model) = setup(&fs, dir, opts, mid, pad);
         let before = figure(&db.stats().unwrap(), done_figure);
         let base = fs.op_count();
         fs.add_rule(FaultRule {

@@ -45,14 +45,25 @@
 //!   bandwidth the load ran 0.72× as fast with no lower WA.
 //! - **Equal division** otherwise (push-down off, the bottom level, or
 //!   nothing below): the
-//!   merged entries are divided into `n = ceil(live bytes /
-//!   target_file_size)` DTables of equal size (cut between user keys) that
-//!   replace the target in its level.
+//!   merged entries are divided into `n = ceil(bytes / target_file_size)`
+//!   DTables of equal size (cut between user keys) that replace the target
+//!   in its level. The bytes are the target's size plus its new entries',
+//!   known before the merge; what the merge drops makes the last part the
+//!   smaller. A run of new entries too long to hold (below) is cut into
+//!   parts of `target_file_size` instead.
 //!
 //! An SSTable target (flushed straight into a deeper level) is treated the
-//! same way, since only DTables take appends. A compaction holds the
-//! entries of its victim and of every full target it merges in memory
-//! (each at most `max_table_bytes` plus its new entries).
+//! same way, since only DTables take appends.
+//!
+//! **Memory.** The victim is read as a stream, one target's run of entries
+//! at a time, and a run is held in memory (in one buffer) only up to
+//! `max_table_bytes`: a longer run cannot fit its target, so the target is
+//! merged with what is held and the rest of the run as it streams in. A
+//! division and a new table stream their output. A compaction therefore
+//! holds at most about `max_table_bytes` of entries whatever its victim's
+//! size (level 0 may hold many flushed tables), so that it does not take
+//! memory the page cache would give to reads. With push-down on, a full
+//! target's merged entries are held until it is known where they go.
 //!
 //! **Bounds and space amplification.** Every DTable holds at most
 //! `max_segments` segments and about `max_table_bytes` bytes (one segment
@@ -85,6 +96,7 @@ use crate::index::sstable::ReadCtx;
 use crate::index::version::{FileMeta, Version, VersionEdit};
 use crate::vstore::{ValuePointer, ValueStore};
 use std::cmp::Ordering;
+use std::path::Path;
 use std::sync::Arc;
 
 /// Bounds of the LWC-tree's DTables (§4.4).
@@ -214,95 +226,249 @@ impl<'a> DropRule<'a> {
     }
 }
 
-type Entries = Vec<(Vec<u8>, Vec<u8>)>;
-
-fn bad_key(ctx: &JobContext<'_>) -> Error {
-    Error::corruption(ctx.dir, 0, "unparsable internal key in compaction input")
+fn bad_key(dir: &Path) -> Error {
+    Error::corruption(dir, 0, "unparsable internal key in compaction input")
 }
 
-/// Drains `iter` through `rule` into memory.
-fn collect(
-    ctx: &JobContext<'_>,
-    iter: &mut dyn InternalIterator,
-    rule: &mut DropRule<'_>,
-    st: &mut CompactionStats,
-) -> Result<Entries> {
-    let mut out = Vec::new();
-    iter.seek_to_first();
-    while iter.valid() {
-        st.entries_in += 1;
-        if rule
-            .keep(iter.key(), iter.value())
-            .ok_or_else(|| bad_key(ctx))?
-        {
-            out.push((iter.key().to_vec(), iter.value().to_vec()));
-        }
-        iter.next();
-    }
-    iter.status()?;
-    Ok(out)
+/// Bytes a run's buffer has room for past the bound it is filled to: the
+/// entry that passes the bound (larger ones make the buffer grow).
+const RUN_SLACK: usize = 64 << 10;
+
+/// Sorted entries held in one buffer: the bytes of every key and value back
+/// to back, and where each ends. A compaction keeps at most one target's
+/// run of new entries here (and, with push-down, the full targets it
+/// carries down), in two allocations rather than two per entry.
+#[derive(Default)]
+struct EntryBuf {
+    data: Vec<u8>,
+    /// End of each entry's key and of its value in `data`.
+    ends: Vec<(usize, usize)>,
 }
 
-fn entry_bytes(e: &(Vec<u8>, Vec<u8>)) -> u64 {
-    (e.0.len() + e.1.len()) as u64
-}
-
-/// Splits sorted `entries` into `n` runs of about equal bytes, cutting only
-/// between user keys.
-fn divide(entries: &[(Vec<u8>, Vec<u8>)], n: usize) -> Vec<&[(Vec<u8>, Vec<u8>)]> {
-    let total: u64 = entries.iter().map(entry_bytes).sum();
-    let per = total.div_ceil(n.max(1) as u64).max(1);
-    let mut parts = Vec::new();
-    let mut start = 0;
-    let mut acc = 0u64;
-    for i in 0..entries.len() {
-        acc += entry_bytes(&entries[i]);
-        let boundary = entries
-            .get(i + 1)
-            .is_some_and(|nx| user_key(&nx.0) != user_key(&entries[i].0));
-        if acc >= per && boundary {
-            parts.push(&entries[start..=i]);
-            start = i + 1;
-            acc = 0;
+impl EntryBuf {
+    /// A buffer with room for `bytes` of keys and values (and a few more:
+    /// it is filled until it passes `bytes`).
+    fn with_capacity(bytes: u64) -> Self {
+        let bytes = usize::try_from(bytes).unwrap_or(usize::MAX / 2);
+        EntryBuf {
+            data: Vec::with_capacity(bytes.saturating_add(RUN_SLACK)),
+            ends: Vec::new(),
         }
     }
-    if start < entries.len() {
-        parts.push(&entries[start..]);
+
+    fn push(&mut self, k: &[u8], v: &[u8]) {
+        self.data.extend_from_slice(k);
+        let key_end = self.data.len();
+        self.data.extend_from_slice(v);
+        self.ends.push((key_end, self.data.len()));
     }
-    parts
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Bytes of keys and values held.
+    fn bytes(&self) -> u64 {
+        self.data.len() as u64
+    }
+
+    /// Entry `i` as (internal key, value).
+    fn get(&self, i: usize) -> (&[u8], &[u8]) {
+        let start = if i == 0 { 0 } else { self.ends[i - 1].1 };
+        let (key_end, end) = self.ends[i];
+        (&self.data[start..key_end], &self.data[key_end..end])
+    }
+
+    fn clear(&mut self) {
+        self.data.clear();
+        self.ends.clear();
+    }
+
+    /// Adds every entry of `other` after this buffer's.
+    fn extend_from(&mut self, other: &EntryBuf) {
+        let base = self.data.len();
+        self.data.extend_from_slice(&other.data);
+        self.ends
+            .extend(other.ends.iter().map(|&(k, v)| (base + k, base + v)));
+    }
 }
 
-/// Writes `entries` as new one-segment DTables of about `target_file_size`
-/// bytes each (equal division), returning their metadata.
+/// A sorted stream of entries whose next entry can be looked at before it
+/// is taken.
+trait Source {
+    /// The next entry (internal key, value), or `None` at the end.
+    fn peek(&mut self) -> Result<Option<(&[u8], &[u8])>>;
+    /// Moves past the entry [`Source::peek`] returned.
+    fn advance(&mut self);
+}
+
+/// A merged cursor through a [`DropRule`]: the entries that survive it.
+struct Filtered<'a, I> {
+    iter: I,
+    rule: DropRule<'a>,
+    /// The cursor is positioned and its entry passed the rule.
+    ready: bool,
+    /// Entries the rule has seen.
+    seen: u64,
+    dir: &'a Path,
+}
+
+impl<'a, I: InternalIterator> Filtered<'a, I> {
+    /// `iter` positioned at its first entry, through `rule`.
+    fn new(mut iter: I, rule: DropRule<'a>, dir: &'a Path) -> Self {
+        iter.seek_to_first();
+        Filtered {
+            iter,
+            rule,
+            ready: false,
+            seen: 0,
+            dir,
+        }
+    }
+
+    /// Adds what the rule saw and dropped to `st`.
+    fn tally(&self, st: &mut CompactionStats) {
+        st.entries_in += self.seen;
+        st.dropped += self.rule.dropped;
+        st.tombstones_dropped += self.rule.tombstones;
+    }
+}
+
+impl<I: InternalIterator> Source for Filtered<'_, I> {
+    fn peek(&mut self) -> Result<Option<(&[u8], &[u8])>> {
+        while !self.ready && self.iter.valid() {
+            self.seen += 1;
+            let keep = self
+                .rule
+                .keep(self.iter.key(), self.iter.value())
+                .ok_or_else(|| bad_key(self.dir))?;
+            if keep {
+                self.ready = true;
+            } else {
+                self.iter.next();
+            }
+        }
+        if !self.iter.valid() {
+            self.iter.status()?;
+            return Ok(None);
+        }
+        Ok(Some((self.iter.key(), self.iter.value())))
+    }
+
+    fn advance(&mut self) {
+        self.iter.next();
+        self.ready = false;
+    }
+}
+
+/// The entries of an [`EntryBuf`] as a [`Source`].
+struct BufSource {
+    buf: EntryBuf,
+    pos: usize,
+}
+
+impl Source for BufSource {
+    fn peek(&mut self) -> Result<Option<(&[u8], &[u8])>> {
+        Ok((self.pos < self.buf.len()).then(|| self.buf.get(self.pos)))
+    }
+
+    fn advance(&mut self) {
+        self.pos += 1;
+    }
+}
+
+/// Where cuts fall when entries are divided into tables of about `per`
+/// bytes: before an entry, once the current table holds `per` bytes or
+/// more, and only between two user keys (every version of a key stays in
+/// one table, so levels stay disjoint).
+struct Divider {
+    per: u64,
+    acc: u64,
+    last_user_key: Vec<u8>,
+}
+
+impl Divider {
+    /// Parts of about `per` bytes (at least 1).
+    fn new(per: u64) -> Self {
+        Divider {
+            per: per.max(1),
+            acc: 0,
+            last_user_key: Vec::new(),
+        }
+    }
+
+    /// Equal division (§4.4) of about `total` bytes into `ceil(total /
+    /// target)` parts.
+    fn equal(total: u64, target: u64) -> Self {
+        let n = total.div_ceil(target.max(1)).max(1);
+        Self::new(total.div_ceil(n))
+    }
+
+    /// Whether the current part ends before the entry with internal key
+    /// `k` (a part is never cut before its first entry).
+    fn cut_before(&self, k: &[u8]) -> bool {
+        self.acc >= self.per && user_key(k) != self.last_user_key.as_slice()
+    }
+
+    /// Counts the entry `(k, v)` into the current part.
+    fn take(&mut self, k: &[u8], v: &[u8]) {
+        self.acc += (k.len() + v.len()) as u64;
+        self.last_user_key.clear();
+        self.last_user_key.extend_from_slice(user_key(k));
+    }
+
+    /// Starts the next part.
+    fn next_part(&mut self) {
+        self.acc = 0;
+    }
+}
+
+/// Writes the rest of `src` as new one-segment DTables of `level`, cut by
+/// `divider`, and returns their metadata.
 fn write_new_tables(
     ctx: &mut JobContext<'_>,
     version: &Version,
     level: usize,
-    entries: &[(Vec<u8>, Vec<u8>)],
+    src: &mut dyn Source,
+    mut divider: Divider,
     st: &mut CompactionStats,
 ) -> Result<Vec<FileMeta>> {
-    let total: u64 = entries.iter().map(entry_bytes).sum();
-    let n = total.div_ceil(ctx.picker.target_file_size.max(1)).max(1) as usize;
     let mut out = Vec::new();
-    for part in divide(entries, n) {
+    while src.peek()?.is_some() {
         ctx.output_done()?;
         let number = (ctx.new_file_number)();
         let path = table_path(ctx.dir, number);
-        let (lo, hi) = (&part[0].0, &part[part.len() - 1].0);
-        let overlapped = aggregate(ctx, version, level + 1, lo, hi)?;
+        divider.next_part();
+        let mut entries = 0u64;
+        let job: &JobContext<'_> = ctx;
         let o = append_segment(
-            ctx.fs,
+            job.fs,
             &path,
             None,
-            part.iter().map(|(k, v)| (k.as_slice(), v.as_slice())),
-            &overlapped,
-            &ctx.table_options,
-            ctx.stats,
+            |add| {
+                while let Some((k, v)) = src.peek()? {
+                    if entries > 0 && divider.cut_before(k) {
+                        break;
+                    }
+                    add(k, v)?;
+                    divider.take(k, v);
+                    entries += 1;
+                    src.advance();
+                }
+                Ok(())
+            },
+            |lo, hi| aggregate(job, version, level + 1, lo, hi),
+            &job.table_options,
+            job.stats,
             IoCategory::Compaction,
         )?;
         st.bytes_out += o.bytes_written;
         st.files_out += 1;
-        st.entries_out += part.len() as u64;
+        st.entries_out += entries;
         out.push(FileMeta {
             number,
             size: o.size,
@@ -343,44 +509,157 @@ fn aggregate(
     Ok(out)
 }
 
-/// Merges two internal-key-sorted runs (keys are unique across them).
-fn merge_sorted(a: Entries, b: Entries) -> Entries {
-    let mut out = Vec::with_capacity(a.len() + b.len());
-    let mut ai = a.into_iter().peekable();
-    let mut bi = b.into_iter().peekable();
-    loop {
-        let take_a = match (ai.peek(), bi.peek()) {
-            (Some(x), Some(y)) => compare_internal(&x.0, &y.0) != Ordering::Greater,
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (None, None) => break,
-        };
-        let e = if take_a { ai.next() } else { bi.next() };
-        out.extend(e);
-    }
-    out
+/// Routes sorted user keys to the targets of a level (in key order) by the
+/// routing rule of the module docs. Keys must come in order; the target of
+/// a key never precedes that of an earlier key, and asking again for the
+/// same key gives the same target.
+struct Router<'t> {
+    targets: &'t [Arc<FileMeta>],
+    j: usize,
 }
 
-/// For each entry of `entries` (sorted), the index of the target it goes
-/// to (non-decreasing), by the routing rule of the module docs.
-fn route(entries: &[(Vec<u8>, Vec<u8>)], targets: &[Arc<FileMeta>]) -> Vec<usize> {
-    let mut j = 0;
-    let mut out = Vec::with_capacity(entries.len());
-    for (k, _) in entries {
-        let uk = user_key(k);
-        while j + 1 < targets.len() {
-            let (cur, nxt) = (&targets[j], &targets[j + 1]);
+impl<'t> Router<'t> {
+    fn new(targets: &'t [Arc<FileMeta>]) -> Self {
+        Router { targets, j: 0 }
+    }
+
+    /// The index of the target of user key `uk`.
+    fn route(&mut self, uk: &[u8]) -> usize {
+        while self.j + 1 < self.targets.len() {
+            let (cur, nxt) = (&self.targets[self.j], &self.targets[self.j + 1]);
             let in_next = uk >= user_key(&nxt.smallest);
             let in_gap = uk > user_key(&cur.largest);
             if in_next || (in_gap && nxt.size < cur.size) {
-                j += 1;
+                self.j += 1;
             } else {
                 break;
             }
         }
-        out.push(j);
+        self.j
     }
-    out
+}
+
+/// The victims' stream, its router, and the target whose run it holds.
+type Rest<'r, 's, 't> = (&'r mut (dyn Source + 's), &'r mut Router<'t>, usize);
+
+/// A full target merged with its run of new entries, through the drop rule
+/// of the target's level: the target's cursor on one side; on the other
+/// the run, first what was buffered, then what the victims' stream still
+/// holds for the same target.
+struct TargetMerge<'r, 's, 't, 'a, I> {
+    table: I,
+    run: &'r EntryBuf,
+    pos: usize,
+    /// The victims' stream and its router, while the run goes on there.
+    rest: Option<Rest<'r, 's, 't>>,
+    rule: DropRule<'a>,
+    /// Which side the peeked entry comes from (true: the table), once it
+    /// passed the rule.
+    ready: Option<bool>,
+    /// Entries of the table the rule has seen.
+    table_seen: u64,
+    dir: &'a Path,
+}
+
+/// The run's entry at `pos`: from the buffer, else the stream's next entry
+/// while it routes to the same target (the stream is let go at the first
+/// that does not).
+fn run_entry<'s>(
+    run: &'s EntryBuf,
+    pos: usize,
+    rest: &'s mut Option<Rest<'_, '_, '_>>,
+) -> Result<Option<(&'s [u8], &'s [u8])>> {
+    if pos < run.len() {
+        return Ok(Some(run.get(pos)));
+    }
+    let routed = match rest.as_mut() {
+        Some((src, router, j)) => match src.peek()? {
+            Some((k, _)) => router.route(user_key(k)) == *j,
+            None => false,
+        },
+        None => false,
+    };
+    if !routed {
+        *rest = None;
+        return Ok(None);
+    }
+    match rest.as_mut() {
+        Some((src, _, _)) => src.peek(),
+        None => Ok(None),
+    }
+}
+
+impl<I: InternalIterator> TargetMerge<'_, '_, '_, '_, I> {
+    /// The side of the smaller next entry (true: the table), or `None` at
+    /// the end of both.
+    fn smaller(&mut self) -> Result<Option<bool>> {
+        let run = run_entry(self.run, self.pos, &mut self.rest)?;
+        if !self.table.valid() {
+            self.table.status()?;
+            return Ok(run.map(|_| false));
+        }
+        Ok(Some(match run {
+            Some((k, _)) => compare_internal(self.table.key(), k) != Ordering::Greater,
+            None => true,
+        }))
+    }
+
+    fn advance_side(&mut self, table: bool) {
+        if table {
+            self.table.next();
+        } else if self.pos < self.run.len() {
+            self.pos += 1;
+        } else if let Some((src, _, _)) = self.rest.as_mut() {
+            src.advance();
+        }
+    }
+
+    /// Adds what the rule saw of the table and dropped to `st` (the run's
+    /// entries were counted where they were read).
+    fn tally(&self, st: &mut CompactionStats) {
+        st.entries_in += self.table_seen;
+        st.dropped += self.rule.dropped;
+        st.tombstones_dropped += self.rule.tombstones;
+    }
+}
+
+impl<I: InternalIterator> Source for TargetMerge<'_, '_, '_, '_, I> {
+    fn peek(&mut self) -> Result<Option<(&[u8], &[u8])>> {
+        let side = loop {
+            if let Some(side) = self.ready {
+                break side;
+            }
+            let Some(side) = self.smaller()? else {
+                return Ok(None);
+            };
+            let keep = if side {
+                self.table_seen += 1;
+                self.rule.keep(self.table.key(), self.table.value())
+            } else {
+                match run_entry(self.run, self.pos, &mut self.rest)? {
+                    Some((k, v)) => self.rule.keep(k, v),
+                    None => return Ok(None),
+                }
+            }
+            .ok_or_else(|| bad_key(self.dir))?;
+            if keep {
+                self.ready = Some(side);
+            } else {
+                self.advance_side(side);
+            }
+        };
+        if side {
+            Ok(Some((self.table.key(), self.table.value())))
+        } else {
+            run_entry(self.run, self.pos, &mut self.rest)
+        }
+    }
+
+    fn advance(&mut self) {
+        if let Some(side) = self.ready.take() {
+            self.advance_side(side);
+        }
+    }
 }
 
 fn min_key(a: &[u8], b: &[u8]) -> Vec<u8> {
@@ -428,7 +707,7 @@ pub fn run_lightweight(
         bytes_in: inputs.upper.iter().map(|f| f.size).sum(),
         ..Default::default()
     };
-    // Algorithm 1: read the victim (newest first for level 0).
+    // Algorithm 1: read the victim (newest first for level 0), as a stream.
     let mut aggregated: Vec<Aggregated> = Vec::new();
     let mut children: Vec<Box<dyn InternalIterator>> = Vec::new();
     let victims: Vec<&Arc<FileMeta>> = if level == 0 {
@@ -445,11 +724,10 @@ pub fn run_lightweight(
         }
         children.push(Box::new(t.iter(rctx)));
     }
-    let mut merged = MergingIterator::new(children);
     // Tombstones must stay while the output level or a deeper one may hold
     // the key: the output level keeps its older segments.
-    let mut rule = DropRule::new(version, smallest_snapshot, level, ctx.vstore);
-    let entries = collect(ctx, &mut merged, &mut rule, &mut st)?;
+    let rule = DropRule::new(version, smallest_snapshot, level, ctx.vstore);
+    let mut src = Filtered::new(MergingIterator::new(children), rule, ctx.dir);
     let mut edit = VersionEdit::default();
     for f in &inputs.upper {
         edit.deleted.push((level, f.number));
@@ -459,17 +737,18 @@ pub fn run_lightweight(
         smallest_snapshot,
         lwc,
     };
+    let estimate = st.bytes_in;
     sink.place(
         ctx,
-        &entries,
+        &mut src,
+        estimate,
         out_level,
         &inputs.lower,
         &aggregated,
         &mut edit,
         &mut st,
     )?;
-    st.dropped += rule.dropped;
-    st.tombstones_dropped += rule.tombstones;
+    src.tally(&mut st);
     if st.files_out > 0 {
         ctx.fs
             .sync_dir(ctx.dir)
@@ -517,17 +796,17 @@ pub fn run_in_place(
             .get(f.number, f.size, IoCategory::Compaction)?;
         children.push(Box::new(t.iter(rctx)));
     }
-    let mut merged = MergingIterator::new(children);
-    let mut rule = DropRule::new(version, smallest_snapshot, level, ctx.vstore);
-    let entries = collect(ctx, &mut merged, &mut rule, &mut st)?;
-    st.dropped += rule.dropped;
-    st.tombstones_dropped += rule.tombstones;
+    let rule = DropRule::new(version, smallest_snapshot, level, ctx.vstore);
+    let mut src = Filtered::new(MergingIterator::new(children), rule, ctx.dir);
+    let divider = Divider::equal(st.bytes_in, ctx.picker.target_file_size);
+    let tables = write_new_tables(ctx, version, level, &mut src, divider, &mut st)?;
+    src.tally(&mut st);
     let mut edit = VersionEdit::default();
     for f in &inputs.upper {
         edit.deleted.push((level, f.number));
     }
-    if !entries.is_empty() {
-        for f in write_new_tables(ctx, version, level, &entries, &mut st)? {
+    if !tables.is_empty() {
+        for f in tables {
             edit.added.push((level, f));
         }
         ctx.fs
@@ -546,62 +825,92 @@ struct Sink<'a> {
 }
 
 impl Sink<'_> {
-    /// Puts sorted `entries` into `level`, whose DTables overlapping them
-    /// are `targets` (in key order): new tables when there are none, else
-    /// one segment per target by the routing rule, a full target pushed
-    /// down or divided (module docs). Targets pushed down go on, together,
-    /// to `level + 1`.
+    /// Puts the sorted entries of `src` (about `estimate` bytes) into
+    /// `level`, whose DTables overlapping them are `targets` (in key order):
+    /// new tables when there are none, else one segment per target by the
+    /// routing rule, a full target pushed down or divided (module docs).
+    /// Targets pushed down go on, together, to `level + 1`.
+    ///
+    /// Entries are taken from `src` one target's run at a time; a run is
+    /// held in memory up to `max_table_bytes` (past that it cannot fit its
+    /// target, and the rest of it streams into the target's division).
     #[allow(clippy::too_many_arguments)]
     fn place(
         &self,
         ctx: &mut JobContext<'_>,
-        entries: &[(Vec<u8>, Vec<u8>)],
+        src: &mut dyn Source,
+        estimate: u64,
         level: usize,
         targets: &[Arc<FileMeta>],
         aggregated: &[Aggregated],
         edit: &mut VersionEdit,
         st: &mut CompactionStats,
     ) -> Result<()> {
-        if entries.is_empty() {
+        if src.peek()?.is_none() {
             return Ok(());
         }
         if targets.is_empty() {
-            for f in write_new_tables(ctx, self.version, level, entries, st)? {
+            let divider = Divider::equal(estimate, ctx.picker.target_file_size);
+            for f in write_new_tables(ctx, self.version, level, src, divider, st)? {
                 edit.added.push((level, f));
             }
             return Ok(());
         }
-        let routes = route(entries, targets);
+        let mut router = Router::new(targets);
+        // Room for the longest run held, so that the buffer does not grow
+        // by doubling past it (pages not written stay unallocated).
+        let mut run = EntryBuf::with_capacity(self.lwc.max_table_bytes);
         // Entries of the targets pushed down, in key order (targets are
         // disjoint and visited in order), and those targets' copies of the
         // next level's metadata.
-        let mut pushed: Entries = Vec::new();
+        let mut pushed = EntryBuf::default();
         let mut pushed_aggregated: Vec<Aggregated> = Vec::new();
-        let mut start = 0;
-        while start < entries.len() {
-            let j = routes[start];
-            let end = start + routes[start..].iter().take_while(|&&r| r == j).count();
-            let slice = &entries[start..end];
-            start = end;
+        while let Some((k, _)) = src.peek()? {
+            let j = router.route(user_key(k));
+            run.clear();
+            let ended = loop {
+                match src.peek()? {
+                    None => break true,
+                    Some((k, v)) => {
+                        if router.route(user_key(k)) != j {
+                            break true;
+                        }
+                        if run.bytes() > self.lwc.max_table_bytes {
+                            break false;
+                        }
+                        run.push(k, v);
+                    }
+                }
+                src.advance();
+            };
             ctx.output_done()?;
-            if let Some((kept, overlapped)) =
-                self.append(ctx, &targets[j], slice, level, aggregated, edit, st)?
-            {
-                pushed.extend(kept);
-                pushed_aggregated.extend(overlapped);
-            }
+            let rest = (!ended).then_some((&mut *src, &mut router, j));
+            self.append(
+                ctx,
+                &targets[j],
+                &run,
+                rest,
+                level,
+                aggregated,
+                edit,
+                st,
+                (&mut pushed, &mut pushed_aggregated),
+            )?;
         }
         if pushed.is_empty() {
             return Ok(());
         }
-        let (lo, hi) = (
-            user_key(&pushed[0].0),
-            user_key(&pushed[pushed.len() - 1].0),
-        );
-        let below = self.version.overlapping(level + 1, Some(lo), Some(hi));
+        let lo = user_key(pushed.get(0).0).to_vec();
+        let hi = user_key(pushed.get(pushed.len() - 1).0).to_vec();
+        let below = self.version.overlapping(level + 1, Some(&lo), Some(&hi));
+        let estimate = pushed.bytes();
         self.place(
             ctx,
-            &pushed,
+            &mut BufSource {
+                buf: pushed,
+                pos: 0,
+            },
+            estimate,
             level + 1,
             &below,
             &pushed_aggregated,
@@ -610,23 +919,26 @@ impl Sink<'_> {
         )
     }
 
-    /// Appends `slice` to target `t` of `level` (Algorithm 3); or, when the
-    /// append would pass a bound, merges `t` with `slice` and either
-    /// returns the merged entries (with `t`'s overlapped metaindex) to be
-    /// pushed to `level + 1`, or divides them in `level` (§4.4).
-    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    /// Appends `run` to target `t` of `level` (Algorithm 3) when the run
+    /// ended there (`rest` is `None`) and the append passes no bound; or
+    /// else merges `t` with the run (and, with `rest`, the run's remainder
+    /// still in the victims' stream) and either adds the merged entries
+    /// (with `t`'s overlapped metaindex) to `pushed`, to go to `level + 1`,
+    /// or divides them in `level` (§4.4).
+    #[allow(clippy::too_many_arguments)]
     fn append(
         &self,
         ctx: &mut JobContext<'_>,
         t: &Arc<FileMeta>,
-        slice: &[(Vec<u8>, Vec<u8>)],
+        run: &EntryBuf,
+        rest: Option<Rest<'_, '_, '_>>,
         level: usize,
         aggregated: &[Aggregated],
         edit: &mut VersionEdit,
         st: &mut CompactionStats,
-    ) -> Result<Option<(Entries, Vec<Aggregated>)>> {
+        pushed: (&mut EntryBuf, &mut Vec<Aggregated>),
+    ) -> Result<()> {
         let (version, lwc) = (self.version, self.lwc);
-        let slice_bytes: u64 = slice.iter().map(entry_bytes).sum();
         // §3.2: the victim's copy of the target's directory, if current.
         let copy = aggregated
             .iter()
@@ -645,28 +957,35 @@ impl Sink<'_> {
                 r.as_dtable().map(|d| d.directory().clone())
             }
         };
-        let fits = directory.as_ref().is_some_and(|d| {
-            d.segments.len() < lwc.max_segments
-                && t.size.saturating_add(slice_bytes) <= lwc.max_table_bytes
-        });
+        let whole_run = rest.is_none();
+        let fits = whole_run
+            && directory.as_ref().is_some_and(|d| {
+                d.segments.len() < lwc.max_segments
+                    && t.size.saturating_add(run.bytes()) <= lwc.max_table_bytes
+            });
         if let (true, Some(dir)) = (fits, directory.as_ref()) {
-            let lo = min_key(&t.smallest, &slice[0].0);
-            let hi = max_key(&t.largest, &slice[slice.len() - 1].0);
-            let overlapped = aggregate(ctx, version, level + 1, &lo, &hi)?;
+            let lo = min_key(&t.smallest, run.get(0).0);
+            let hi = max_key(&t.largest, run.get(run.len() - 1).0);
             let path = table_path(ctx.dir, t.number);
+            let job: &JobContext<'_> = ctx;
             let o = append_segment(
-                ctx.fs,
+                job.fs,
                 &path,
                 Some(dir),
-                slice.iter().map(|(k, v)| (k.as_slice(), v.as_slice())),
-                &overlapped,
-                &ctx.table_options,
-                ctx.stats,
+                |add| {
+                    (0..run.len()).try_for_each(|i| {
+                        let (k, v) = run.get(i);
+                        add(k, v)
+                    })
+                },
+                |_, _| aggregate(job, version, level + 1, &lo, &hi),
+                &job.table_options,
+                job.stats,
                 IoCategory::Compaction,
             )?;
             st.segments_appended += 1;
             st.bytes_out += o.bytes_written;
-            st.entries_out += slice.len() as u64;
+            st.entries_out += run.len() as u64;
             edit.deleted.push((level, t.number));
             edit.added.push((
                 level,
@@ -677,9 +996,12 @@ impl Sink<'_> {
                     largest: hi,
                 },
             ));
-            return Ok(None);
+            return Ok(());
         }
-        // The target is full: merge it with its new entries.
+        // The target is full: merge it with its new entries. Tombstones
+        // stay while `level + 1` or deeper may hold the key: the merged
+        // entries land in `level` (division) or on top of the older
+        // segments of `level + 1` (push-down).
         let rctx = ReadCtx {
             category: IoCategory::Compaction,
             fill_cache: false,
@@ -689,57 +1011,77 @@ impl Sink<'_> {
             .get(t.number, t.size, IoCategory::Compaction)?;
         st.bytes_in += t.size;
         st.files_in += 1;
-        let mut old = Vec::new();
-        let mut it = r.iter(rctx);
-        it.seek_to_first();
-        while it.valid() {
-            old.push((it.key().to_vec(), it.value().to_vec()));
-            it.next();
-        }
-        it.status()?;
-        let all = merge_sorted(slice.to_vec(), old);
-        // Tombstones stay while `level + 1` or deeper may hold the key: the
-        // merged entries land in `level` (division) or on top of the older
-        // segments of `level + 1` (push-down).
-        let mut rule = DropRule::new(version, self.smallest_snapshot, level, ctx.vstore);
-        let mut kept = Vec::with_capacity(all.len());
-        for (k, v) in all {
-            st.entries_in += 1;
-            if rule.keep(&k, &v).ok_or_else(|| bad_key(ctx))? {
-                kept.push((k, v));
-            }
-        }
-        // The slice's entries were counted once when read from the victim.
-        st.entries_in -= slice.len() as u64;
-        st.dropped += rule.dropped;
-        st.tombstones_dropped += rule.tombstones;
+        let mut table = r.iter(rctx);
+        table.seek_to_first();
+        let mut merged = TargetMerge {
+            table,
+            run,
+            pos: 0,
+            rest,
+            rule: DropRule::new(version, self.smallest_snapshot, level, ctx.vstore),
+            ready: None,
+            table_seen: 0,
+            dir: ctx.dir,
+        };
         edit.deleted.push((level, t.number));
-        if kept.is_empty() {
-            return Ok(None);
-        }
         // Push-down: while the next level holds tables under these keys,
         // append them there instead of rewriting them in this level; every
-        // byte has to go down once anyway.
-        let (lo, hi) = (user_key(&kept[0].0), user_key(&kept[kept.len() - 1].0));
-        if lwc.push_down
-            && level + 1 < ctx.picker.levels
-            && !version
+        // byte has to go down once anyway. The merged entries are held
+        // until that is known.
+        if lwc.push_down && level + 1 < ctx.picker.levels {
+            let mut kept = EntryBuf::default();
+            while let Some((k, v)) = merged.peek()? {
+                kept.push(k, v);
+                merged.advance();
+            }
+            merged.tally(st);
+            if kept.is_empty() {
+                return Ok(());
+            }
+            let lo = user_key(kept.get(0).0);
+            let hi = user_key(kept.get(kept.len() - 1).0);
+            if !version
                 .overlapping(level + 1, Some(lo), Some(hi))
                 .is_empty()
-        {
-            st.pushdowns += 1;
-            let overlapped = r
-                .as_dtable()
-                .map(|d| d.overlapped().to_vec())
-                .unwrap_or_default();
-            return Ok(Some((kept, overlapped)));
+            {
+                st.pushdowns += 1;
+                let (pushed, pushed_aggregated) = pushed;
+                pushed.extend_from(&kept);
+                if let Some(d) = r.as_dtable() {
+                    pushed_aggregated.extend(d.overlapped().iter().cloned());
+                }
+                return Ok(());
+            }
+            st.divisions += 1;
+            let divider = Divider::equal(kept.bytes(), ctx.picker.target_file_size);
+            let mut src = BufSource { buf: kept, pos: 0 };
+            for f in write_new_tables(ctx, version, level, &mut src, divider, st)? {
+                edit.added.push((level, f));
+            }
+            return Ok(());
         }
         // §4.4 equal division: tables of equal size replace the target.
-        st.divisions += 1;
-        for f in write_new_tables(ctx, version, level, &kept, st)? {
+        // When the whole run is known the parts are equal by the bytes in
+        // hand (the target's size over-counts what the merge drops, so the
+        // last part is the smaller); a run too long to hold is cut into
+        // parts of `target_file_size`.
+        let divider = if whole_run {
+            Divider::equal(
+                t.size.saturating_add(run.bytes()),
+                ctx.picker.target_file_size,
+            )
+        } else {
+            Divider::new(ctx.picker.target_file_size)
+        };
+        let tables = write_new_tables(ctx, version, level, &mut merged, divider, st)?;
+        merged.tally(st);
+        if !tables.is_empty() {
+            st.divisions += 1;
+        }
+        for f in tables {
             edit.added.push((level, f));
         }
-        Ok(None)
+        Ok(())
     }
 }
 
@@ -757,35 +1099,90 @@ mod tests {
         })
     }
 
-    fn ents(keys: &[&str]) -> Entries {
-        keys.iter()
-            .map(|k| (internal_key(k.as_bytes(), 5, ValueType::Value), vec![0; 10]))
-            .collect()
+    fn routes(keys: &[&str], targets: &[Arc<FileMeta>]) -> Vec<usize> {
+        let mut r = Router::new(targets);
+        keys.iter().map(|k| r.route(k.as_bytes())).collect()
     }
 
     #[test]
     fn routing_keeps_ranges_and_balances_gaps() {
         let heavy = meta(1, "c", "e", 1000);
         let light = meta(2, "m", "p", 10);
-        let e = ents(&["a", "c", "d", "f", "h", "m", "q"]);
+        let e = ["a", "c", "d", "f", "h", "m", "q"];
         // Gap keys f, h go to the lighter neighbour.
         assert_eq!(
-            route(&e, &[heavy.clone(), light.clone()]),
+            routes(&e, &[heavy.clone(), light.clone()]),
             vec![0, 0, 0, 1, 1, 1, 1]
         );
         let heavy2 = meta(2, "m", "p", 5000);
-        assert_eq!(route(&e, &[heavy, heavy2]), vec![0, 0, 0, 0, 0, 1, 1]);
+        assert_eq!(routes(&e, &[heavy, heavy2]), vec![0, 0, 0, 0, 0, 1, 1]);
+    }
+
+    #[test]
+    fn asking_again_for_a_key_gives_the_same_target() {
+        let targets = [meta(1, "c", "e", 1000), meta(2, "m", "p", 10)];
+        let mut r = Router::new(&targets);
+        for k in ["a", "a", "d", "d", "h", "h", "q", "q"] {
+            let first = r.route(k.as_bytes());
+            assert_eq!(r.route(k.as_bytes()), first, "{k}");
+        }
+    }
+
+    /// The parts `divider` cuts `entries` into, as entry counts.
+    fn cut(entries: &[(Vec<u8>, Vec<u8>)], mut divider: Divider) -> Vec<usize> {
+        let mut parts = vec![0usize];
+        for (k, v) in entries {
+            if *parts.last().unwrap() > 0 && divider.cut_before(k) {
+                parts.push(0);
+                divider.next_part();
+            }
+            divider.take(k, v);
+            *parts.last_mut().unwrap() += 1;
+        }
+        parts
     }
 
     #[test]
     fn division_is_equal_and_cuts_between_user_keys() {
-        let mut e = ents(&["a", "b", "c", "d", "e", "f", "g", "h"]);
+        let mut e: Vec<(Vec<u8>, Vec<u8>)> = ["a", "b", "c", "d", "e", "f", "g", "h"]
+            .iter()
+            .map(|k| (internal_key(k.as_bytes(), 5, ValueType::Value), vec![0; 10]))
+            .collect();
+        // A second version of "c" (older, so after the first).
         e.insert(3, (internal_key(b"c", 2, ValueType::Value), vec![0; 10]));
-        let parts = divide(&e, 3);
-        assert_eq!(parts.len(), 3);
-        assert_eq!(parts.iter().map(|p| p.len()).sum::<usize>(), e.len());
-        for w in parts.windows(2) {
-            assert_ne!(user_key(&w[0].last().unwrap().0), user_key(&w[1][0].0));
+        let total: u64 = e.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum();
+        let per_entry = total / e.len() as u64;
+        // Three parts of three entries: the cut after "c"'s first version
+        // waits for its second.
+        let parts = cut(&e, Divider::equal(total, total.div_ceil(3)));
+        assert_eq!(parts.len(), 3, "{parts:?}");
+        assert_eq!(parts.iter().sum::<usize>(), e.len());
+        let mut at = 0;
+        for p in &parts[..parts.len() - 1] {
+            at += p;
+            assert_ne!(user_key(&e[at - 1].0), user_key(&e[at].0));
         }
+        // Parts of a fixed size, just over two entries: a part ends after
+        // its third entry, except that the first waits for "c"'s second
+        // version; the last holds the remainder.
+        let parts = cut(&e, Divider::new(2 * per_entry + 1));
+        assert_eq!(parts, vec![4, 3, 2]);
+    }
+
+    #[test]
+    fn an_entry_buffer_gives_back_what_it_holds() {
+        let mut a = EntryBuf::default();
+        a.push(b"k1", b"");
+        a.push(b"key2", b"value2");
+        let mut b = EntryBuf::default();
+        b.push(b"k3", b"v3");
+        b.extend_from(&a);
+        assert_eq!(b.len(), 3);
+        assert_eq!(b.bytes(), 2 + 2 + 2 + 4 + 6);
+        assert_eq!(b.get(0), (&b"k3"[..], &b"v3"[..]));
+        assert_eq!(b.get(1), (&b"k1"[..], &b""[..]));
+        assert_eq!(b.get(2), (&b"key2"[..], &b"value2"[..]));
+        b.clear();
+        assert!(b.is_empty());
     }
 }

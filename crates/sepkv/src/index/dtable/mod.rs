@@ -75,6 +75,6 @@ mod writer;
 
 pub use format::{Aggregated, Directory, SegmentEntry};
 pub use reader::{DTable, DTableIterator};
-pub use writer::{append_segment, AppendOutcome};
+pub use writer::{append_segment, AddEntry, AppendOutcome};
 
 pub(crate) use format::DTABLE_MAGIC;

@@ -41,24 +41,32 @@ fn put_block(
     Ok(h)
 }
 
-/// Appends one segment holding `entries` (internal-key order, non-empty)
-/// to the DTable at `path`, and a tail whose directory is `prior` plus the
-/// new segment and whose overlapped metaindex is `overlapped`; syncs. With
-/// `prior == None` the file is created (a new table). Bytes already in the
-/// file stay as they are: a reader at the old size is unaffected, and any
-/// torn earlier append is skipped over.
+/// Adds one entry (internal key, value) to the segment being written;
+/// entries come in internal-key order.
+pub type AddEntry<'b> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'b;
+
+/// Appends one segment to the DTable at `path`, and a tail whose directory
+/// is `prior` plus the new segment; syncs. With `prior == None` the file is
+/// created (a new table). `fill` hands the segment's entries (internal-key
+/// order, at least one) to the function it is given, one at a time, so a
+/// caller can stream them from a cursor without holding them in memory.
+/// `overlapped` is then called with the segment's smallest and largest
+/// internal keys and returns the tail's overlapped metaindex (§3.2). Bytes
+/// already in the file stay as they are: a reader at the old size is
+/// unaffected, and any torn earlier append is skipped over.
 ///
 /// # Errors
 /// `Io` when a write or the sync fails (the file then holds bytes past the
 /// old size, which readers ignore); `InvalidArgument` for an oversized
-/// entry.
+/// entry or an empty segment; any error of `fill` or `overlapped`, which
+/// stops the append where it is, with the same effect as a failed write.
 #[allow(clippy::too_many_arguments)]
-pub fn append_segment<'e>(
+pub fn append_segment(
     fs: &dyn FileSystem,
     path: &Path,
     prior: Option<&Directory>,
-    entries: impl IntoIterator<Item = (&'e [u8], &'e [u8])>,
-    overlapped: &[Aggregated],
+    fill: impl FnOnce(&mut AddEntry<'_>) -> Result<()>,
+    overlapped: impl FnOnce(&[u8], &[u8]) -> Result<Vec<Aggregated>>,
     opts: &TableOptions,
     stats: &Arc<IoStats>,
     category: IoCategory,
@@ -76,9 +84,7 @@ pub fn append_segment<'e>(
         category,
     )
     .with_block_filters();
-    for (k, v) in entries {
-        b.add(k, v)?;
-    }
+    fill(&mut |k, v| b.add(k, v))?;
     if b.num_entries() == 0 {
         return Err(Error::InvalidArgument("empty DTable segment".into()));
     }
@@ -90,9 +96,10 @@ pub fn append_segment<'e>(
         entries: summary.entries,
         bytes: summary.file_size - start,
     });
+    let overlapped = overlapped(&summary.smallest, &summary.largest)?;
     let f = file.as_mut();
     let dh = put_block(f, path, stats, category, &directory.encode())?;
-    let oh = put_block(f, path, stats, category, &encode_aggregated(overlapped))?;
+    let oh = put_block(f, path, stats, category, &encode_aggregated(&overlapped))?;
     let footer = DFooter {
         directory: dh,
         overlapped: oh,
@@ -168,8 +175,8 @@ mod tests {
             fs,
             path,
             prior,
-            e.iter().map(|(k, v)| (k.as_slice(), v.as_slice())),
-            &[],
+            |add| e.iter().try_for_each(|(k, v)| add(k, v)),
+            |_, _| Ok(Vec::new()),
             &opts,
             &Arc::new(IoStats::default()),
             IoCategory::Compaction,
