@@ -193,11 +193,16 @@ impl DFooter {
     }
 }
 
-/// The per-data-block bloom filters of one segment, by block offset.
+/// The per-data-block bloom filters of one segment, by block offset: the
+/// encoded filters back to back in one buffer (a segment has a filter for
+/// every data block of a few entries, so one allocation each would cost
+/// more than the filters).
 #[derive(Debug, Default)]
 pub(crate) struct BlockFilters {
     offsets: Vec<u64>,
-    filters: Vec<BloomFilter>,
+    /// End of each block's filter in `data`.
+    ends: Vec<u32>,
+    data: Vec<u8>,
 }
 
 impl BlockFilters {
@@ -211,10 +216,22 @@ impl BlockFilters {
             if bf.offsets.last().is_some_and(|&p| p >= off) {
                 return Err("block filters out of order".into());
             }
+            BloomFilter::check(f)?;
+            bf.data.extend_from_slice(f);
+            let end = u32::try_from(bf.data.len()).map_err(|_| "block filters past 4 GiB")?;
             bf.offsets.push(off);
-            bf.filters.push(BloomFilter::parse(f.to_vec())?);
+            bf.ends.push(end);
         }
+        bf.offsets.shrink_to_fit();
+        bf.ends.shrink_to_fit();
+        bf.data.shrink_to_fit();
         Ok(bf)
+    }
+
+    /// The encoded filter of block `i`.
+    fn filter(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.data[start..self.ends[i] as usize]
     }
 
     /// False when the data block at `offset` certainly lacks the user key
@@ -224,31 +241,83 @@ impl BlockFilters {
     /// per block in block order, so the `n`-th is the block's when its
     /// offset matches (then no search); otherwise the offset is searched.
     pub(crate) fn may_contain_hash(&self, n: usize, offset: u64, hash: u64) -> bool {
-        if self.offsets.get(n) == Some(&offset) {
-            return self.filters[n].may_contain_hash(hash);
-        }
-        match self.offsets.binary_search(&offset) {
-            Ok(i) => self.filters[i].may_contain_hash(hash),
-            Err(_) => true,
-        }
+        let i = if self.offsets.get(n) == Some(&offset) {
+            n
+        } else {
+            match self.offsets.binary_search(&offset) {
+                Ok(i) => i,
+                Err(_) => return true,
+            }
+        };
+        BloomFilter::encoded_may_contain_hash(self.filter(i), hash)
     }
 
     /// True when no block has a filter.
     #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
-        self.filters.is_empty()
+        self.offsets.is_empty()
     }
 
     /// Bytes held.
     pub(crate) fn size(&self) -> usize {
-        self.filters.iter().map(BloomFilter::size).sum::<usize>() + 8 * self.offsets.len()
+        self.data.len() + 12 * self.offsets.len()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::coding::{put_length_prefixed, put_varint64};
+    use crate::index::sstable::{key_hash, FilterBuilder};
     use proptest::prelude::*;
+
+    /// The `filter.blocks` meta block of blocks at `offsets`, block `i`
+    /// holding the keys `b{i}-0` .. `b{i}-3`.
+    fn block_filters(offsets: &[u64]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (i, &off) in offsets.iter().enumerate() {
+            let mut f = FilterBuilder::new(10);
+            for j in 0..4 {
+                f.add_key(format!("b{i}-{j}").as_bytes());
+            }
+            put_varint64(&mut out, off);
+            put_length_prefixed(&mut out, &f.finish());
+        }
+        out
+    }
+
+    #[test]
+    fn block_filters_answer_for_their_own_block() {
+        let bf = BlockFilters::decode(&block_filters(&[0, 4100, 8200])).unwrap();
+        for (i, off) in [0u64, 4100, 8200].into_iter().enumerate() {
+            for j in 0..4 {
+                let h = key_hash(format!("b{i}-{j}").as_bytes());
+                // By ordinal, and by offset when the ordinal is off.
+                assert!(bf.may_contain_hash(i, off, h));
+                assert!(bf.may_contain_hash(i + 1, off, h));
+            }
+        }
+        let absent = (0..100)
+            .filter(|j| bf.may_contain_hash(1, 4100, key_hash(format!("x{j}").as_bytes())))
+            .count();
+        assert!(absent < 20, "{absent} of 100 absent keys pass");
+        // A block without a filter may hold anything.
+        assert!(bf.may_contain_hash(0, 50, key_hash(b"x")));
+        assert_eq!(bf.size(), bf.data.len() + 36);
+    }
+
+    #[test]
+    fn block_filters_reject_a_bad_probe_count_and_disorder() {
+        let mut bad = block_filters(&[0]);
+        *bad.last_mut().unwrap() = 0;
+        assert!(BlockFilters::decode(&bad)
+            .unwrap_err()
+            .contains("probe count"));
+        let disordered = [block_filters(&[4100]), block_filters(&[0])].concat();
+        assert!(BlockFilters::decode(&disordered)
+            .unwrap_err()
+            .contains("out of order"));
+    }
 
     proptest! {
         /// No decoder of the tail panics, whatever the bytes.

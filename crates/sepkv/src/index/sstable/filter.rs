@@ -92,6 +92,15 @@ impl FilterBuilder {
     }
 }
 
+/// Whether every one of the `k` bits of `hash` is set in `bits`.
+fn probe(bits: &[u8], k: usize, hash: u64) -> bool {
+    let m = bits.len() as u64 * 8;
+    positions(hash, k, m).all(|bit| {
+        bits.get((bit / 8) as usize)
+            .is_some_and(|b| b & (1 << (bit % 8)) != 0)
+    })
+}
+
 /// A decoded bloom filter.
 #[derive(Debug)]
 pub(crate) struct BloomFilter {
@@ -102,17 +111,34 @@ pub(crate) struct BloomFilter {
 impl BloomFilter {
     /// Decodes a filter block; the error is the reason of the corruption.
     pub(crate) fn parse(mut data: Vec<u8>) -> Result<BloomFilter, String> {
-        let Some(k) = data.pop() else {
+        let k = Self::check(&data)?;
+        data.pop();
+        Ok(BloomFilter { bits: data, k })
+    }
+
+    /// Checks the encoded filter `data` (bits, then the probe count) and
+    /// returns its probe count; the error is the reason of the corruption.
+    pub(crate) fn check(data: &[u8]) -> Result<usize, String> {
+        let Some((&k, bits)) = data.split_last() else {
             return Err("empty bloom filter block".to_string());
         };
         let k = k as usize;
         if !(1..=MAX_PROBES).contains(&k) {
             return Err(format!("bloom filter probe count {k} out of range"));
         }
-        if (data.len() as u64) * 8 < MIN_BITS {
-            return Err(format!("bloom filter of {} bytes is too small", data.len()));
+        if (bits.len() as u64) * 8 < MIN_BITS {
+            return Err(format!("bloom filter of {} bytes is too small", bits.len()));
         }
-        Ok(BloomFilter { bits: data, k })
+        Ok(k)
+    }
+
+    /// [`BloomFilter::may_contain_hash`] on an encoded filter that passed
+    /// [`BloomFilter::check`], without decoding it.
+    pub(crate) fn encoded_may_contain_hash(data: &[u8], hash: u64) -> bool {
+        match data.split_last() {
+            Some((&k, bits)) => probe(bits, k as usize, hash),
+            None => true,
+        }
     }
 
     /// False when `user_key` is certainly not in the table.
@@ -123,12 +149,7 @@ impl BloomFilter {
     /// [`BloomFilter::may_contain`] for a key whose [`key_hash`] is known,
     /// so that a lookup probing many filters hashes its key once.
     pub(crate) fn may_contain_hash(&self, hash: u64) -> bool {
-        let m = self.bits.len() as u64 * 8;
-        positions(hash, self.k, m).all(|bit| {
-            self.bits
-                .get((bit / 8) as usize)
-                .is_some_and(|b| b & (1 << (bit % 8)) != 0)
-        })
+        probe(&self.bits, self.k, hash)
     }
 
     /// Bytes held.
