@@ -272,7 +272,10 @@ pub struct Options {
     /// Capacity of the block cache (default 32 MiB).
     pub block_cache_size: usize,
     /// SSTables kept open in the table cache, and — for the `trie` layout —
-    /// TrieTables kept open for appending (default 500).
+    /// TrieTables kept open for appending (default 500). A cached table
+    /// holds one file descriptor, and a second one for point reads that
+    /// take system calls when the process's open-file limit is at least
+    /// four times this number (see `mmap_reads`).
     pub max_open_files: usize,
     /// Target size of SSTables written by compaction (default 4 MiB).
     pub target_file_size: u64,
@@ -420,8 +423,10 @@ pub struct Options {
     ///
     /// How long mapped reads take is watched: while they reach the device
     /// (20 µs or more), reads go back to system calls — one request per
-    /// block or record, and the kernel's read-ahead for scans, where faults
-    /// on a mapping would read one 4 KiB page at a time — and a share of
+    /// block or record (a get's table block through a second handle of the
+    /// file advised `POSIX_FADV_RANDOM`, so that the kernel reads no
+    /// neighbouring pages with it), and the kernel's read-ahead for scans,
+    /// where faults on a mapping would read one 4 KiB page at a time — and a share of
     /// them still tries the mapping, to see when the data is in memory
     /// again. Ignored with `use_direct_reads`, and by file systems that
     /// cannot map (the in-memory ones). Takes effect per open and is not

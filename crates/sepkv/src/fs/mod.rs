@@ -168,6 +168,11 @@ pub trait RandomAccessFile: Send + Sync {
     fn mapping(&self) -> Option<&std::sync::Arc<Mapping>> {
         None
     }
+    /// A handle of the same file for point reads made with system calls
+    /// ([`PointReads`]), or `None` to use this one.
+    fn point_reads(&self) -> Option<&dyn RandomAccessFile> {
+        None
+    }
     /// True when the file is empty.
     fn is_empty(&self) -> io::Result<bool> {
         Ok(self.len()? == 0)
@@ -247,6 +252,24 @@ impl std::fmt::Debug for Mapping {
     }
 }
 
+/// The reads of [`RandomAccessFile`] that a wrapper of a handle (its
+/// `file` field) passes on to it.
+macro_rules! forward_reads {
+    () => {
+        fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+            self.file.read_at(offset, buf)
+        }
+
+        fn len(&self) -> io::Result<u64> {
+            self.file.len()
+        }
+
+        fn advise(&self, offset: u64, len: u64, advice: Advice) {
+            self.file.advise(offset, len, advice);
+        }
+    };
+}
+
 /// A [`RandomAccessFile`] that also hands out a [`Mapping`] of its file
 /// ([`RandomAccessFile::mapping`]) to readers that can use the bytes in
 /// place. Its own reads stay system calls on the file: one request per
@@ -285,20 +308,61 @@ impl MappedFile {
 }
 
 impl RandomAccessFile for MappedFile {
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-        self.file.read_at(offset, buf)
-    }
-
-    fn len(&self) -> io::Result<u64> {
-        self.file.len()
-    }
-
-    fn advise(&self, offset: u64, len: u64, advice: Advice) {
-        self.file.advise(offset, len, advice);
-    }
+    forward_reads!();
 
     fn mapping(&self) -> Option<&std::sync::Arc<Mapping>> {
         Some(&self.map)
+    }
+}
+
+/// A file read through `file`, with a second handle for point reads: opened
+/// on first use, and advised [`Advice::Random`] so that the kernel reads
+/// only the pages a point read asks for, not a read-around window of its
+/// neighbours that would push useful pages out of the page cache. Scans,
+/// flushes and compactions read through `file` and keep its read-ahead
+/// (RocksDB's `advise_random_on_open`, for point reads only). If the second
+/// open fails, point reads use `file`.
+pub struct PointReads {
+    file: Box<dyn RandomAccessFile>,
+    fs: std::sync::Arc<dyn FileSystem>,
+    path: std::path::PathBuf,
+    point: std::sync::OnceLock<Option<Box<dyn RandomAccessFile>>>,
+}
+
+impl PointReads {
+    /// `file`, the open file `path` of `fs`, with a point-read handle.
+    pub fn new(
+        file: Box<dyn RandomAccessFile>,
+        fs: std::sync::Arc<dyn FileSystem>,
+        path: std::path::PathBuf,
+    ) -> Self {
+        PointReads {
+            file,
+            fs,
+            path,
+            point: std::sync::OnceLock::new(),
+        }
+    }
+}
+
+impl RandomAccessFile for PointReads {
+    forward_reads!();
+
+    fn map(&self) -> io::Result<Option<std::sync::Arc<Mapping>>> {
+        self.file.map()
+    }
+
+    fn mapping(&self) -> Option<&std::sync::Arc<Mapping>> {
+        self.file.mapping()
+    }
+
+    fn point_reads(&self) -> Option<&dyn RandomAccessFile> {
+        let point = self.point.get_or_init(|| {
+            let f = self.fs.open_read(&self.path).ok()?;
+            f.advise(0, 0, Advice::Random);
+            Some(f)
+        });
+        Some(point.as_deref().unwrap_or(&*self.file))
     }
 }
 

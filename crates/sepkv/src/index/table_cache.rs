@@ -17,7 +17,9 @@ use super::filename::table_path;
 use super::iter::InternalIterator;
 use super::sstable::{ReadCtx, Table, TableIterator};
 use crate::error::{Error, IoContext, Result};
-use crate::fs::{FileSystem, IoCategory, IoStats, MappedFile, RandomAccessFile};
+use crate::fs::{
+    open_files_limit, FileSystem, IoCategory, IoStats, MappedFile, PointReads, RandomAccessFile,
+};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -170,6 +172,17 @@ pub struct TableCache {
     /// Read tables through a mapping of their files
     /// ([`Options::mmap_reads`](crate::Options::mmap_reads)).
     mmap: bool,
+    /// Give each table a second handle for point reads ([`PointReads`]).
+    point_reads: bool,
+}
+
+/// Whether a second handle per cached table ([`PointReads`]) fits the
+/// open-file limit `limit`: the cache's tables may then hold two files
+/// each and still use at most half of it, leaving the rest to logs, value
+/// files and the application. Without room, point reads share the one
+/// handle (and its read-around).
+fn point_reads_fit(capacity: usize, limit: Option<u64>) -> bool {
+    limit.is_none_or(|n| (capacity as u64).saturating_mul(4) <= n)
 }
 
 impl TableCache {
@@ -188,6 +201,7 @@ impl TableCache {
             blocks,
             tables: quick_cache::sync::Cache::new(capacity),
             mmap: false,
+            point_reads: point_reads_fit(capacity, open_files_limit()),
         }
     }
 
@@ -211,7 +225,10 @@ impl TableCache {
             }
         }
         let path = table_path(&self.dir, number);
-        let file = MappedFile::open(&*self.fs, &path, self.mmap).ctx(&path)?;
+        let mut file = MappedFile::open(&*self.fs, &path, self.mmap).ctx(&path)?;
+        if self.point_reads {
+            file = Box::new(PointReads::new(file, self.fs.clone(), path.clone()));
+        }
         let t = Arc::new(AnyTable::open(
             Arc::from(file),
             path,
@@ -231,5 +248,45 @@ impl TableCache {
     /// Forgets table `number` (after it is deleted).
     pub fn evict(&self, number: u64) {
         self.tables.remove(&number);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::MemFs;
+
+    #[test]
+    fn point_reads_fit_the_open_file_limit() {
+        assert!(point_reads_fit(500, None));
+        assert!(point_reads_fit(500, Some(2000)));
+        assert!(!point_reads_fit(500, Some(1999)));
+        assert!(!point_reads_fit(500, Some(1024)));
+    }
+
+    #[test]
+    fn point_reads_open_one_handle_of_the_same_file_or_fall_back() {
+        let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+        let path = Path::new("/t/000001.sst");
+        fs.create_dir_all(Path::new("/t")).unwrap();
+        let mut w = fs.create(path).unwrap();
+        w.append(b"0123456789").unwrap();
+        w.sync().unwrap();
+        drop(w);
+        let f = PointReads::new(fs.open_read(path).unwrap(), fs.clone(), path.into());
+        let p = f.point_reads().unwrap();
+        let mut buf = [0u8; 4];
+        p.read_exact_at(3, &mut buf).unwrap();
+        assert_eq!(&buf, b"3456");
+        // Opened once, then kept.
+        let again = f.point_reads().unwrap();
+        assert!(std::ptr::addr_eq(p as *const _, again as *const _));
+        // A file that can no longer be opened: point reads use the handle
+        // in hand.
+        let g = PointReads::new(fs.open_read(path).unwrap(), fs.clone(), path.into());
+        fs.remove(path).unwrap();
+        let p = g.point_reads().unwrap();
+        p.read_exact_at(0, &mut buf).unwrap();
+        assert_eq!(&buf, b"0123");
     }
 }

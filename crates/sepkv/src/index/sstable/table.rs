@@ -68,8 +68,19 @@ impl Source {
 
     /// Reads exactly `len` bytes at `offset`; a short file is corruption.
     fn read(&self, offset: u64, len: usize, category: IoCategory) -> Result<Vec<u8>> {
+        self.read_from(&*self.file, offset, len, category)
+    }
+
+    /// [`Source::read`] through `file`, a handle of this table's file.
+    fn read_from(
+        &self,
+        file: &dyn RandomAccessFile,
+        offset: u64,
+        len: usize,
+        category: IoCategory,
+    ) -> Result<Vec<u8>> {
         let mut buf = vec![0u8; len];
-        match self.file.read_exact_at(offset, &mut buf) {
+        match file.read_exact_at(offset, &mut buf) {
             Ok(()) => {
                 self.stats.add_read(category, len as u64);
                 Ok(buf)
@@ -97,8 +108,19 @@ impl Source {
         referrer: u64,
         category: IoCategory,
     ) -> Result<Vec<u8>> {
+        self.contents_from(&*self.file, handle, referrer, category)
+    }
+
+    /// [`Source::contents`] through `file`, a handle of this table's file.
+    fn contents_from(
+        &self,
+        file: &dyn RandomAccessFile,
+        handle: BlockHandle,
+        referrer: u64,
+        category: IoCategory,
+    ) -> Result<Vec<u8>> {
         let len = self.checked_len(handle, referrer)?;
-        let mut buf = self.read(handle.offset, len + BLOCK_TRAILER_LEN, category)?;
+        let mut buf = self.read_from(file, handle.offset, len + BLOCK_TRAILER_LEN, category)?;
         let (contents, trailer) = buf.split_at(len);
         check_trailer(contents, trailer).map_err(|r| self.corruption(handle.offset, r))?;
         buf.truncate(len);
@@ -162,7 +184,18 @@ impl Source {
 
     /// Reads, checksums and validates the block at `handle`.
     fn block(&self, handle: BlockHandle, referrer: u64, category: IoCategory) -> Result<Block> {
-        let contents = self.contents(handle, referrer, category)?;
+        self.block_from(&*self.file, handle, referrer, category)
+    }
+
+    /// [`Source::block`] through `file`, a handle of this table's file.
+    fn block_from(
+        &self,
+        file: &dyn RandomAccessFile,
+        handle: BlockHandle,
+        referrer: u64,
+        category: IoCategory,
+    ) -> Result<Block> {
+        let contents = self.contents_from(file, handle, referrer, category)?;
         Block::new(contents).map_err(|r| self.corruption(handle.offset, r))
     }
 
@@ -299,6 +332,19 @@ impl Table {
 
     /// The data block at `handle`, through the cache.
     fn data_block(&self, handle: BlockHandle, ctx: ReadCtx) -> Result<Arc<Block>> {
+        self.read_data_block(handle, ctx, false)
+    }
+
+    /// [`Table::data_block`]; a `point` read (one block for a lookup) that
+    /// takes a system call goes through the file's point-read handle
+    /// ([`RandomAccessFile::point_reads`]), so the kernel reads no
+    /// neighbours around it.
+    fn read_data_block(
+        &self,
+        handle: BlockHandle,
+        ctx: ReadCtx,
+        point: bool,
+    ) -> Result<Arc<Block>> {
         // A mapped table serves reads of blocks in memory in place, as
         // LevelDB's mapped tables do: no copy, and no block cache (the page
         // cache holds the bytes). While such reads keep reaching the device
@@ -324,10 +370,15 @@ impl Table {
                 return Ok(block);
             }
         }
-        let block = Arc::new(
-            self.src
-                .block(handle, self.footer.index.offset, ctx.category)?,
-        );
+        let file = match point {
+            true => self.src.file.point_reads().unwrap_or(&*self.src.file),
+            false => &*self.src.file,
+        };
+        let block =
+            Arc::new(
+                self.src
+                    .block_from(file, handle, self.footer.index.offset, ctx.category)?,
+            );
         if ctx.fill_cache {
             if let Some(cache) = &self.cache {
                 cache.insert(self.file_number, handle.offset, block.clone());
@@ -376,7 +427,7 @@ impl Table {
         if !block_may_contain(index.restart_index(), handle.offset) {
             return Ok(None);
         }
-        let mut it = BlockIter::new(self.data_block(handle, ctx)?, compare_internal);
+        let mut it = BlockIter::new(self.read_data_block(handle, ctx, true)?, compare_internal);
         it.seek(ikey);
         if let Some(r) = it.corruption() {
             return Err(self.src.corruption(handle.offset, r));
