@@ -370,9 +370,10 @@ impl Table {
                 return Ok(block);
             }
         }
-        let file = match point {
-            true => self.src.file.point_reads().unwrap_or(&*self.src.file),
-            false => &*self.src.file,
+        let file = if point {
+            self.src.file.point_reads().unwrap_or(&*self.src.file)
+        } else {
+            &*self.src.file
         };
         let block =
             Arc::new(
