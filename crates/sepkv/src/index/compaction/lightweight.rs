@@ -195,6 +195,13 @@ impl<'a> DropRule<'a> {
         }
     }
 
+    /// Adds `seen` entries read, and what this rule dropped, to `st`.
+    fn tally(&self, seen: u64, st: &mut CompactionStats) {
+        st.entries_in += seen;
+        st.dropped += self.dropped;
+        st.tombstones_dropped += self.tombstones;
+    }
+
     fn keep(&mut self, ikey: &[u8], value: &[u8]) -> Option<bool> {
         let p = parse_internal_key(ikey)?;
         if !self.has_current || p.user_key != self.current.as_slice() {
@@ -332,9 +339,7 @@ impl<'a, I: InternalIterator> Filtered<'a, I> {
 
     /// Adds what the rule saw and dropped to `st`.
     fn tally(&self, st: &mut CompactionStats) {
-        st.entries_in += self.seen;
-        st.dropped += self.rule.dropped;
-        st.tombstones_dropped += self.rule.tombstones;
+        self.rule.tally(self.seen, st);
     }
 }
 
@@ -409,7 +414,8 @@ impl Divider {
     }
 
     /// Whether the current part ends before the entry with internal key
-    /// `k` (a part is never cut before its first entry).
+    /// `k`; never before a part's first entry, since the part then holds
+    /// no bytes.
     fn cut_before(&self, k: &[u8]) -> bool {
         self.acc >= self.per && user_key(k) != self.last_user_key.as_slice()
     }
@@ -451,7 +457,7 @@ fn write_new_tables(
             None,
             |add| {
                 while let Some((k, v)) = src.peek()? {
-                    if entries > 0 && divider.cut_before(k) {
+                    if divider.cut_before(k) {
                         break;
                     }
                     add(k, v)?;
@@ -617,9 +623,7 @@ impl<I: InternalIterator> TargetMerge<'_, '_, '_, '_, I> {
     /// Adds what the rule saw of the table and dropped to `st` (the run's
     /// entries were counted where they were read).
     fn tally(&self, st: &mut CompactionStats) {
-        st.entries_in += self.table_seen;
-        st.dropped += self.rule.dropped;
-        st.tombstones_dropped += self.rule.tombstones;
+        self.rule.tally(self.table_seen, st);
     }
 }
 
@@ -816,6 +820,15 @@ pub fn run_in_place(
     Ok((edit, st))
 }
 
+/// Full targets pushed down from one level: their merged entries, in key
+/// order (targets are disjoint and visited in order), and their copies of
+/// the next level's metadata.
+#[derive(Default)]
+struct Pushed {
+    entries: EntryBuf,
+    aggregated: Vec<Aggregated>,
+}
+
 /// Where a lightweight compaction puts its entries: appended to the
 /// targets of a level, pushed on to the next level, or divided.
 struct Sink<'a> {
@@ -860,11 +873,7 @@ impl Sink<'_> {
         // Room for the longest run held, so that the buffer does not grow
         // by doubling past it (pages not written stay unallocated).
         let mut run = EntryBuf::with_capacity(self.lwc.max_table_bytes);
-        // Entries of the targets pushed down, in key order (targets are
-        // disjoint and visited in order), and those targets' copies of the
-        // next level's metadata.
-        let mut pushed = EntryBuf::default();
-        let mut pushed_aggregated: Vec<Aggregated> = Vec::new();
+        let mut pushed = Pushed::default();
         while let Some((k, _)) = src.peek()? {
             let j = router.route(user_key(k));
             run.clear();
@@ -894,26 +903,30 @@ impl Sink<'_> {
                 aggregated,
                 edit,
                 st,
-                (&mut pushed, &mut pushed_aggregated),
+                &mut pushed,
             )?;
         }
-        if pushed.is_empty() {
+        let Pushed {
+            entries,
+            aggregated,
+        } = pushed;
+        if entries.is_empty() {
             return Ok(());
         }
-        let lo = user_key(pushed.get(0).0).to_vec();
-        let hi = user_key(pushed.get(pushed.len() - 1).0).to_vec();
+        let lo = user_key(entries.get(0).0).to_vec();
+        let hi = user_key(entries.get(entries.len() - 1).0).to_vec();
         let below = self.version.overlapping(level + 1, Some(&lo), Some(&hi));
-        let estimate = pushed.bytes();
+        let estimate = entries.bytes();
         self.place(
             ctx,
             &mut BufSource {
-                buf: pushed,
+                buf: entries,
                 pos: 0,
             },
             estimate,
             level + 1,
             &below,
-            &pushed_aggregated,
+            &aggregated,
             edit,
             st,
         )
@@ -936,7 +949,7 @@ impl Sink<'_> {
         aggregated: &[Aggregated],
         edit: &mut VersionEdit,
         st: &mut CompactionStats,
-        pushed: (&mut EntryBuf, &mut Vec<Aggregated>),
+        pushed: &mut Pushed,
     ) -> Result<()> {
         let (version, lwc) = (self.version, self.lwc);
         // §3.2: the victim's copy of the target's directory, if current.
@@ -1045,10 +1058,9 @@ impl Sink<'_> {
                 .is_empty()
             {
                 st.pushdowns += 1;
-                let (pushed, pushed_aggregated) = pushed;
-                pushed.extend_from(&kept);
+                pushed.entries.extend_from(&kept);
                 if let Some(d) = r.as_dtable() {
-                    pushed_aggregated.extend(d.overlapped().iter().cloned());
+                    pushed.aggregated.extend(d.overlapped().iter().cloned());
                 }
                 return Ok(());
             }
@@ -1132,7 +1144,7 @@ mod tests {
     fn cut(entries: &[(Vec<u8>, Vec<u8>)], mut divider: Divider) -> Vec<usize> {
         let mut parts = vec![0usize];
         for (k, v) in entries {
-            if *parts.last().unwrap() > 0 && divider.cut_before(k) {
+            if divider.cut_before(k) {
                 parts.push(0);
                 divider.next_part();
             }
