@@ -253,13 +253,14 @@ fn hot_cold_separation_moves_cold_values_and_tags_them() {
 }
 
 /// Log-segment units the groups' log segments and the part of the cold
-/// data log's span the main segments' free room (as the store last counted
-/// it) does not cover hold together, and the reserve (16 KiB units under
-/// `opts`).
+/// data log's span the main segments' free room does not cover hold
+/// together, and the reserve (16 KiB units under `opts`). The free room is
+/// what is left of it now (`main_room_left_units`), not the store's last
+/// count of it: appends since the count have taken theirs.
 fn reserve_use(db: &Db) -> (u64, u64) {
     let cold = fig(db, "cold_log_bytes").div_ceil(16 << 10);
     (
-        fig(db, "log_segments_in_groups") + cold.saturating_sub(fig(db, "main_room_units")),
+        fig(db, "log_segments_in_groups") + cold.saturating_sub(fig(db, "main_room_left_units")),
         fig(db, "log_segments_reserved"),
     )
 }

@@ -36,7 +36,9 @@
 //!    garbage when the step commits (before compaction drops the tag's
 //!    pointer).
 //!    A group whose copies would not fit in the fresh main segment and the
-//!    free reserved space is left alone;
+//!    free reserved space is left alone, and the step takes one of the
+//!    cold data log's GC steps instead (values overwritten since their
+//!    move may hold its room, dead without anyone having reported it);
 //! 4. install the new pointers with the index's compare-and-set (which
 //!    syncs the journal first: from then on the copies survive a crash). A
 //!    failed compare-and-set means the user wrote or deleted the key
@@ -230,6 +232,22 @@ pub fn step(
             // No room in the reserved space for the copies.
             give_up(s, &victims);
             s.counters.gc_stalls.fetch_add(1, Ordering::Relaxed);
+            // The cold data log may hold values that are dead without
+            // anyone having said so: keys overwritten since their move,
+            // whose tags no group GC has read yet and whose pointers no
+            // compaction has dropped. Its GC judges liveness by itself
+            // (index lookups), so its tail is the room left to try.
+            if cold.live_bytes + cold.garbage_bytes > 0 {
+                let persist = |c: &[u8]| s.persist_table(relocator, Some(c));
+                let o = s.cold.gc_step(index, relocator, &persist)?;
+                if o.did_work {
+                    out.bytes_read += o.bytes_read;
+                    out.bytes_rewritten += o.bytes_rewritten;
+                    out.bytes_freed += o.bytes_freed;
+                    out.did_work = true;
+                    return Ok(out);
+                }
+            }
             out.did_work = out.bytes_freed > 0;
             Ok(out)
         }

@@ -41,11 +41,16 @@
 //!   first and log-segment units of the reserved space for the rest
 //!   ([`segment::Table::free_units`]), and GC moves cold values only
 //!   while that leaves free units beyond its own headroom (the rest are
-//!   copied back to their group like hot ones), so the cold log and the
-//!   groups' segments together stay within the capacity; a GC step
-//!   collects the cold log when its known garbage reaches
-//!   `gc_garbage_ratio` (0.5 when background GC is off), or when the
-//!   reserved space runs low and it holds a log segment of known garbage.
+//!   copied back to their group like hot ones); a user append into
+//!   main-segment room the cold log holds is refused, as a log segment
+//!   is, once it would leave fewer free units than GC's headroom. So the
+//!   cold log and the groups' segments together stay within the
+//!   capacity. A GC step collects the cold log when its known garbage
+//!   reaches `gc_garbage_ratio` (0.5 when background GC is off), when the
+//!   reserved space runs low and it holds a log segment of known garbage,
+//!   or when a group's copies found no room: the cold log may then hold
+//!   values overwritten since their move that nobody has reported dead,
+//!   and its GC judges liveness by itself.
 //! - **Crash consistency** (§3.7, [`journal`]): metadata journaling. The
 //!   write journal records the segments that user writes and GC copies
 //!   allocate to their groups, and is replayed on open; the records are
@@ -1944,9 +1949,9 @@ impl ValueStore for HashKvStore {
             ("log_segments_in_groups", units),
             ("log_segments_free", free),
             // The main segments' free room as counted at the last GC step,
-            // and what is left of it now (`Table::main_room_left_units`; user
-            // appends into room the cold log took are not refused yet, so
-            // the second can show the capacity passed until the next step).
+            // and what is left of it now (`Table::main_room_left_units`).
+            // A user append into room the cold log took is refused once it
+            // would leave less than GC's headroom free, as a log segment is.
             ("main_room_units", counted),
             ("main_room_left_units", room),
             ("gc_pressure", pressure),

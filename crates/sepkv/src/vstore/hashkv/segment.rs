@@ -370,6 +370,27 @@ impl Table {
             .sum()
     }
 
+    /// True when appending `len` bytes to a counted main segment would
+    /// fill room the cold data log has taken and leave fewer than
+    /// `headroom` free units: the append is refused as a log segment
+    /// would be, so that the groups and the cold log stay within
+    /// `value_capacity`. GC's copies (`headroom` 0) are never refused here.
+    fn takes_cold_room(&self, len: u64, headroom: u64) -> bool {
+        if headroom == 0 {
+            return false;
+        }
+        let before = self.free_units();
+        let room_after = self
+            .main_slack_units
+            .saturating_sub((self.main_appended + len).div_ceil(self.geo.log_size.max(1)));
+        let cold = self.cold_units.saturating_sub(room_after);
+        let after = self
+            .geo
+            .reserved_units
+            .saturating_sub(self.used_units + cold);
+        after < before && after < headroom
+    }
+
     /// Log-segment units a record of `len` bytes needs.
     pub fn units_for(&self, len: u64) -> u32 {
         len.div_ceil(self.geo.log_size).max(1) as u32
@@ -428,12 +449,18 @@ impl Table {
         let g = &self.groups[group as usize];
         if !g.sealed {
             if let Some(&last) = g.segs.last() {
-                let s = self.segs.get_mut(&last).ok_or(PlaceError::Unknown(last))?;
+                let s = self.segs.get(&last).ok_or(PlaceError::Unknown(last))?;
                 if s.len + len <= s.cap {
+                    let counted = s.kind == SegKind::Main && last < self.counted_below;
+                    if counted && self.takes_cold_room(len, headroom) {
+                        let in_use = self.geo.reserved_units - self.free_units();
+                        return Err(PlaceError::Full(full_message(&self.geo, in_use, 1)));
+                    }
+                    let s = self.segs.get_mut(&last).ok_or(PlaceError::Unknown(last))?;
                     undo.push(Undo::Len(last, s.len));
                     let off = s.len;
                     s.len += len;
-                    if s.kind == SegKind::Main && last < self.counted_below {
+                    if counted {
                         self.main_appended += len;
                     }
                     return Ok((last, off));
@@ -1191,6 +1218,48 @@ mod tests {
         // Its new main segment is its current one; the one the GC
         // replaces is the extra segment a collection may take.
         assert_eq!(t.main_slack(), 10 * (16 << 10) + (12 << 10) + (60 << 10));
+    }
+
+    /// A user append into main-segment room the cold data log holds is
+    /// refused once it would leave less than GC's headroom free, as a log
+    /// segment is; GC's copies are not.
+    #[test]
+    fn appends_into_room_the_cold_log_holds_are_refused_at_the_headroom() {
+        // 12 groups of 64 KiB main segments, 16 log segments of 16 KiB;
+        // GC's headroom is one unit.
+        let geo = Geometry::new(1 << 20, 64 << 10, 16 << 10, 0.25);
+        assert_eq!(geo.gc_headroom(), 1);
+        let mut t = Table::new(geo);
+        let (mut allocs, mut undo) = (Vec::new(), Vec::new());
+        for g in 0..12 {
+            t.place(g, 48 << 10, 0, &mut allocs, &mut undo).unwrap();
+        }
+        // The cold log spans the main segments' 12 units of room and 14 of
+        // the reserve: 2 units free.
+        t.cold_units = 26;
+        t.count_main_slack();
+        assert_eq!(t.free_units(), 2);
+        let h = geo.gc_headroom();
+        // Bytes appended since the count take their units rounded up: the
+        // first KiB takes one unit, one is left.
+        t.place(3, 1 << 10, h, &mut allocs, &mut undo).unwrap();
+        assert_eq!(t.free_units(), 1);
+        // Up to 16 KiB in all: nothing more taken.
+        t.place(3, 15 << 10, h, &mut allocs, &mut undo).unwrap();
+        assert_eq!(t.free_units(), 1);
+        // The next unit would leave none: refused, nothing changed.
+        let before = t.segs[&t.groups[4].segs[0]].len;
+        let e = t.place(4, 4 << 10, h, &mut allocs, &mut undo);
+        assert!(matches!(e, Err(PlaceError::Full(_))), "{e:?}");
+        assert_eq!(t.segs[&t.groups[4].segs[0]].len, before);
+        assert_eq!(t.free_units(), 1);
+        // GC's copies may use it.
+        t.place(4, 4 << 10, 0, &mut allocs, &mut undo).unwrap();
+        assert_eq!(t.free_units(), 0);
+        // With the cold log inside the main segments' room, appends take
+        // nothing from the reserve and are never refused.
+        t.cold_units = 0;
+        t.place(5, 4 << 10, h, &mut allocs, &mut undo).unwrap();
     }
 
     /// Writers are paced over the last half of the way from the low
