@@ -190,16 +190,10 @@ pub fn step(
         )
     };
     let tail_garbage = || s.cold.tail_chunk_garbage_ratio() * s.opts.cold_gc_chunk_size as f64;
-    if cold.garbage_ratio() >= s.opts.cold_gc_ratio || (low && tail_garbage() >= log_size as f64) {
-        let persist = |c: &[u8]| s.persist_table(relocator, Some(c));
-        let o = s.cold.gc_step(index, relocator, &persist)?;
-        if o.did_work {
-            out.bytes_read += o.bytes_read;
-            out.bytes_rewritten += o.bytes_rewritten;
-            out.bytes_freed += o.bytes_freed;
-            out.did_work = true;
-            return Ok(out);
-        }
+    if (cold.garbage_ratio() >= s.opts.cold_gc_ratio || (low && tail_garbage() >= log_size as f64))
+        && cold_step(s, index, relocator, &mut out)?
+    {
+        return Ok(out);
     }
 
     let mut victims = seal(s)?;
@@ -237,16 +231,9 @@ pub fn step(
             // whose tags no group GC has read yet and whose pointers no
             // compaction has dropped. Its GC judges liveness by itself
             // (index lookups), so its tail is the room left to try.
-            if cold.live_bytes + cold.garbage_bytes > 0 {
-                let persist = |c: &[u8]| s.persist_table(relocator, Some(c));
-                let o = s.cold.gc_step(index, relocator, &persist)?;
-                if o.did_work {
-                    out.bytes_read += o.bytes_read;
-                    out.bytes_rewritten += o.bytes_rewritten;
-                    out.bytes_freed += o.bytes_freed;
-                    out.did_work = true;
-                    return Ok(out);
-                }
+            if cold.live_bytes + cold.garbage_bytes > 0 && cold_step(s, index, relocator, &mut out)?
+            {
+                return Ok(out);
             }
             out.did_work = out.bytes_freed > 0;
             Ok(out)
@@ -258,6 +245,24 @@ pub fn step(
             Err(e)
         }
     }
+}
+
+/// One GC step of the cold data log, added to `out`; true when it did work.
+fn cold_step(
+    s: &HashKvStore,
+    index: &dyn IndexReader,
+    relocator: &dyn IndexRelocator,
+    out: &mut GcOutcome,
+) -> Result<bool> {
+    let persist = |c: &[u8]| s.persist_table(relocator, Some(c));
+    let o = s.cold.gc_step(index, relocator, &persist)?;
+    if o.did_work {
+        out.bytes_read += o.bytes_read;
+        out.bytes_rewritten += o.bytes_rewritten;
+        out.bytes_freed += o.bytes_freed;
+        out.did_work = true;
+    }
+    Ok(o.did_work)
 }
 
 /// Step 2: picks the victims, flushes the cache and seals them.
