@@ -3,8 +3,10 @@
 //! One step:
 //! 1. free retired segments no reader can reach any more; when the cold
 //!    data log's known garbage reaches the GC ratio, or the reserve runs
-//!    low and the chunk at its tail holds a log segment of garbage, run
-//!    one of its (vLog) GC steps instead;
+//!    low and the chunk at its tail holds a log segment of garbage, or two
+//!    group steps in a row reclaimed less than a sixteenth of what they
+//!    read while the reserve was low, run one of its (vLog) GC steps
+//!    instead;
 //! 2. pick the groups with the largest write volume since their last GC
 //!    (plus the garbage the engine reported in them) — a sort of the
 //!    segment table, cheap next to reading a group — up to
@@ -36,7 +38,9 @@
 //!    garbage when the step commits (before compaction drops the tag's
 //!    pointer).
 //!    A group whose copies would not fit in the fresh main segment and the
-//!    free reserved space is left alone, and the step takes one of the
+//!    free reserved space may overdraw the reserve by a main segment's
+//!    worth of log segments, one group per step (`copies_fit`); one that
+//!    does not fit even so is left alone, and the step takes one of the
 //!    cold data log's GC steps instead (values overwritten since their
 //!    move may hold its room, dead without anyone having reported it);
 //! 4. install the new pointers with the index's compare-and-set (which
@@ -162,7 +166,9 @@ pub fn step(
     struct CopiesDone<'a>(&'a HashKvStore);
     impl Drop for CopiesDone<'_> {
         fn drop(&mut self) {
-            self.0.state.lock().gc_copies = 0;
+            let mut st = self.0.state.lock();
+            st.gc_copies = 0;
+            st.table.gc_overdraft = 0;
         }
     }
     let _copies = CopiesDone(s);
@@ -190,9 +196,22 @@ pub fn step(
         )
     };
     let tail_garbage = || s.cold.tail_chunk_garbage_ratio() * s.opts.cold_gc_chunk_size as f64;
-    if (cold.garbage_ratio() >= s.opts.cold_gc_ratio || (low && tail_garbage() >= log_size as f64))
+    // Two group steps in a row, with the reserve low, that reclaimed less
+    // than a sixteenth of what they read (less what they copied back and
+    // moved to the cold log): the room is held by cold values no one has
+    // reported dead.
+    // A superseded tag names where its value was moved to, and once the
+    // cold log's GC has moved the value again that note misses it; the
+    // index reports it only when compaction drops the pointer, which a
+    // store small next to the write buffer may not reach before it is
+    // full. The cold log's GC looks every key up, so it finds them.
+    let stuck = low && cold.live_bytes > 0 && s.stuck_group_steps.load(Ordering::Relaxed) >= 2;
+    if (stuck
+        || cold.garbage_ratio() >= s.opts.cold_gc_ratio
+        || (low && tail_garbage() >= log_size as f64))
         && cold_step(s, index, relocator, &mut out)?
     {
+        s.stuck_group_steps.store(0, Ordering::Relaxed);
         return Ok(out);
     }
 
@@ -211,6 +230,13 @@ pub fn step(
         .and_then(|_| collect(s, index, relocator, &mut victims, &mut out, &mut committed));
     match res {
         Ok(true) => {
+            // What the step copied back and moved to the cold log.
+            let reclaimed = out.bytes_read.saturating_sub(out.bytes_rewritten);
+            if low && reclaimed * 16 < out.bytes_read {
+                s.stuck_group_steps.fetch_add(1, Ordering::Relaxed);
+            } else {
+                s.stuck_group_steps.store(0, Ordering::Relaxed);
+            }
             let done = victims.iter().filter(|v| !v.skipped).count();
             s.counters.gc_runs.fetch_add(1, Ordering::Relaxed);
             s.counters
@@ -378,8 +404,40 @@ fn placed_since_seal(s: &HashKvStore, t: &super::Table, v: &Victim) -> Result<Ve
 /// room (a fresh main segment while sealed) and the free reserved space,
 /// less what records not splitting across segments may waste.
 fn copies_fit(s: &HashKvStore, group: u32, need: u64, max_rec: u64) -> Result<bool> {
-    let st = s.state.lock();
+    let mut st = s.state.lock();
+    if copies_fit_in(s, &st.table, group, need, max_rec, 0)? {
+        return Ok(true);
+    }
+    // The reserve cannot take this group's copies. Its old segments are
+    // freed when the step commits, so one group per step may overdraw the
+    // reserve by up to a main segment's worth of log segments until then:
+    // the one extra main segment per group under collection the store
+    // already allows (module docs). Without it, a store whose groups have
+    // outgrown their main segments by more than GC's headroom cannot be
+    // collected at all, and writes meet a full store with garbage left.
+    // What the store is already over the reserve (retired segments a
+    // reader still holds after an earlier overdraft) comes off it, so the
+    // store never passes the reserve by more than the allowance.
     let t = &st.table;
+    let allowance = t.geo.main_size.div_ceil(t.geo.log_size.max(1));
+    let extra = allowance.saturating_sub(t.over_units());
+    if t.gc_overdraft == 0 && extra > 0 && copies_fit_in(s, t, group, need, max_rec, extra)? {
+        st.table.gc_overdraft = allowance;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// Whether `need` bytes of copies (records up to `max_rec` bytes) fit the
+/// room left at `group`'s end and the free log segments, `extra` more.
+fn copies_fit_in(
+    s: &HashKvStore,
+    t: &super::Table,
+    group: u32,
+    need: u64,
+    max_rec: u64,
+    extra: u64,
+) -> Result<bool> {
     let g = &t.groups[group as usize];
     let last_room = match g.segs.last() {
         Some(&id) if !g.sealed => {
@@ -388,7 +446,7 @@ fn copies_fit(s: &HashKvStore, group: u32, need: u64, max_rec: u64) -> Result<bo
         }
         _ => t.geo.main_size,
     };
-    let room = last_room + t.free_units() * t.geo.log_size;
+    let room = last_room + (t.free_units() + extra) * t.geo.log_size;
     let waste = (1 + need.div_ceil(t.geo.log_size)) * max_rec;
     Ok(need + waste <= room)
 }

@@ -48,9 +48,12 @@
 //!   capacity. A GC step collects the cold log when its known garbage
 //!   reaches `gc_garbage_ratio` (0.5 when background GC is off), when the
 //!   reserved space runs low and it holds a log segment of known garbage,
-//!   or when a group's copies found no room: the cold log may then hold
-//!   values overwritten since their move that nobody has reported dead,
-//!   and its GC judges liveness by itself.
+//!   or when a group's copies found no room or two group steps in a row
+//!   reclaimed next to nothing: the cold log may then hold values
+//!   overwritten since their move that nobody has reported dead (a
+//!   superseded tag names where its value was moved to, which the cold
+//!   log's own GC may have moved again), and its GC judges liveness by
+//!   itself.
 //! - **Crash consistency** (§3.7, [`journal`]): metadata journaling. The
 //!   write journal records the segments that user writes and GC copies
 //!   allocate to their groups, and is replayed on open; the records are
@@ -99,7 +102,13 @@
 //!   to the same fresh segment, interleaved with the copies, so once the GC
 //!   commits the group is that segment and new writes fill its free room;
 //!   the reserved space only takes what overflows a main segment. The price
-//!   is one extra main segment of space per group while its GC runs.
+//!   is one extra main segment of space per group while its GC runs. When a
+//!   group has outgrown its main segment by more than the free log segments
+//!   hold, one group per step may overdraw the reserve by a main segment's
+//!   worth of log segments for its copies (in all, counting what retired
+//!   segments a reader still holds keep over it); the step's commit frees
+//!   the group's old segments. Without that, such a store could not be
+//!   collected at all.
 //! - The latest version of a key in a group is the record with the highest
 //!   sequence number (the later one on a tie), not the one nearest the
 //!   group's end: copies and new writes share the group's end. A failed
@@ -177,7 +186,7 @@ use record::Kind;
 use segment::{parse_seg_name, Alloc, Geometry, PlaceError, SegFiles, Table};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -393,6 +402,9 @@ pub struct StoreCore {
     work_cv: Condvar,
     /// Serialises GC steps.
     gc_lock: Mutex<()>,
+    /// Group GC steps in a row that ended with no more free log segments
+    /// than they began with (see [`gc::step`]).
+    stuck_group_steps: AtomicU32,
     cold: ColdLog,
     counters: Counters,
     /// How long segment reads take (steers scans' read-ahead hints).
@@ -785,6 +797,7 @@ impl HashKvStore {
             work: Mutex::new(Work::default()),
             work_cv: Condvar::new(),
             gc_lock: Mutex::new(()),
+            stuck_group_steps: AtomicU32::new(0),
             cold,
             counters: Counters::default(),
             latency: ReadLatency::default(),

@@ -262,6 +262,12 @@ pub struct Table {
     pub main_appended: u64,
     /// `next_seg` when `main_slack_units` was counted.
     pub counted_below: u64,
+    /// How far past the reserve GC's copies may take log segments during
+    /// the running step, in units, counting what the store is over it
+    /// already ([`Table::over_units`]); 0 outside a step, never persisted.
+    /// Set when one group's copies would not fit otherwise (see
+    /// `gc::copies_fit`).
+    pub gc_overdraft: u64,
 }
 
 /// Message of the store-full error.
@@ -289,6 +295,7 @@ impl Table {
             main_slack_units: 0,
             main_appended: 0,
             counted_below: 0,
+            gc_overdraft: 0,
         }
     }
 
@@ -312,6 +319,15 @@ impl Table {
         self.geo
             .reserved_units
             .saturating_sub(self.used_units + cold)
+    }
+
+    /// Log-segment units by which the groups' log segments and the part of
+    /// the cold data log the main segments' room does not cover pass the
+    /// reserve (0 while within it): what a GC overdraft, or retired
+    /// segments a reader still holds after one, take beyond it.
+    pub fn over_units(&self) -> u64 {
+        let cold = self.cold_units.saturating_sub(self.main_room_left_units());
+        (self.used_units + cold).saturating_sub(self.geo.reserved_units)
     }
 
     /// Log-segment units of the main segments' free room as
@@ -408,7 +424,14 @@ impl Table {
             let u = self.units_for(len);
             (SegKind::Log, u, u as u64 * self.geo.log_size)
         };
-        if units > 0 && units as u64 + headroom > self.free_units() {
+        // GC's copies (no headroom) may also take what is left of its
+        // overdraft.
+        let overdraft = if headroom == 0 {
+            self.gc_overdraft.saturating_sub(self.over_units())
+        } else {
+            0
+        };
+        if units > 0 && units as u64 + headroom > self.free_units() + overdraft {
             return None;
         }
         let id = self.next_seg;
@@ -1260,6 +1283,39 @@ mod tests {
         // nothing from the reserve and are never refused.
         t.cold_units = 0;
         t.place(5, 4 << 10, h, &mut allocs, &mut undo).unwrap();
+    }
+
+    /// GC's overdraft lets its copies take log segments past the reserve,
+    /// up to the overdraft in all, counting what the store is over already;
+    /// user appends never take it.
+    #[test]
+    fn gc_overdraft_caps_how_far_copies_pass_the_reserve() {
+        // 12 groups of 64 KiB, 16 log segments of 16 KiB.
+        let geo = Geometry::new(1 << 20, 64 << 10, 16 << 10, 0.25);
+        let mut t = Table::new(geo);
+        let (mut allocs, mut undo) = (Vec::new(), Vec::new());
+        // Group 0: its main segment, then the whole reserve.
+        t.place(0, 64 << 10, 0, &mut allocs, &mut undo).unwrap();
+        for _ in 0..16 {
+            t.place(0, 16 << 10, 0, &mut allocs, &mut undo).unwrap();
+        }
+        assert_eq!((t.free_units(), t.over_units()), (0, 0));
+        assert!(t.place(0, 16 << 10, 0, &mut allocs, &mut undo).is_err());
+        t.gc_overdraft = 4;
+        for _ in 0..3 {
+            t.place(0, 16 << 10, 0, &mut allocs, &mut undo).unwrap();
+        }
+        assert_eq!(t.over_units(), 3);
+        // A user append does not take it.
+        assert!(t.place(0, 16 << 10, 1, &mut allocs, &mut undo).is_err());
+        t.place(0, 16 << 10, 0, &mut allocs, &mut undo).unwrap();
+        assert_eq!(t.over_units(), 4);
+        assert!(t.place(0, 16 << 10, 0, &mut allocs, &mut undo).is_err());
+        // The next step's overdraft counts the units still over.
+        t.gc_overdraft = 0;
+        assert!(t.place(0, 16 << 10, 0, &mut allocs, &mut undo).is_err());
+        t.gc_overdraft = 4;
+        assert!(t.place(0, 16 << 10, 0, &mut allocs, &mut undo).is_err());
     }
 
     /// Writers are paced over the last half of the way from the low
