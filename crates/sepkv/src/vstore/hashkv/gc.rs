@@ -197,14 +197,13 @@ pub fn step(
     };
     let tail_garbage = || s.cold.tail_chunk_garbage_ratio() * s.opts.cold_gc_chunk_size as f64;
     // Two group steps in a row, with the reserve low, that reclaimed less
-    // than a sixteenth of what they read (less what they copied back and
-    // moved to the cold log): the room is held by cold values no one has
-    // reported dead.
-    // A superseded tag names where its value was moved to, and once the
-    // cold log's GC has moved the value again that note misses it; the
-    // index reports it only when compaction drops the pointer, which a
-    // store small next to the write buffer may not reach before it is
-    // full. The cold log's GC looks every key up, so it finds them.
+    // than a sixteenth of what they read: the room is held by cold values
+    // no one has reported dead. A superseded tag names where its value was
+    // moved to, and once the cold log's GC has moved the value again that
+    // note misses it; the index reports it only when compaction drops the
+    // pointer, which a store small next to the write buffer may not reach
+    // before it is full. The cold log's GC looks every key up, so it finds
+    // them.
     let stuck = low && cold.live_bytes > 0 && s.stuck_group_steps.load(Ordering::Relaxed) >= 2;
     if (stuck
         || cold.garbage_ratio() >= s.opts.cold_gc_ratio
@@ -230,7 +229,8 @@ pub fn step(
         .and_then(|_| collect(s, index, relocator, &mut victims, &mut out, &mut committed));
     match res {
         Ok(true) => {
-            // What the step copied back and moved to the cold log.
+            // What the step read, less what it copied back or moved to the
+            // cold log (both in `bytes_rewritten`).
             let reclaimed = out.bytes_read.saturating_sub(out.bytes_rewritten);
             if low && reclaimed * 16 < out.bytes_read {
                 s.stuck_group_steps.fetch_add(1, Ordering::Relaxed);

@@ -402,8 +402,8 @@ pub struct StoreCore {
     work_cv: Condvar,
     /// Serialises GC steps.
     gc_lock: Mutex<()>,
-    /// Group GC steps in a row that ended with no more free log segments
-    /// than they began with (see [`gc::step`]).
+    /// Group GC steps in a row that, with the reserve low, reclaimed less
+    /// than a sixteenth of what they read (see [`gc::step`]).
     stuck_group_steps: AtomicU32,
     cold: ColdLog,
     counters: Counters,
