@@ -252,6 +252,18 @@ fn hot_cold_separation_moves_cold_values_and_tags_them() {
     assert_eq!(fig(&db, "gc_bytes_rewritten"), 60 * rec);
 }
 
+/// Writes keys 0, 1, ... once each under `opts` until 17 of the 32 log
+/// segments are in use (the main segments, 512 KiB, are full by then);
+/// returns how many.
+fn fill_into_17_log_segments(db: &Db) -> usize {
+    let mut n = 0;
+    while fig(db, "log_segments_free") > 15 {
+        db.put(key(n), value(n, 0)).unwrap();
+        n += 1;
+    }
+    n
+}
+
 /// Log-segment units the groups' log segments and the part of the cold
 /// data log's span the main segments' free room does not cover hold
 /// together, and the reserve (16 KiB units under `opts`). The free room is
@@ -277,11 +289,7 @@ fn cold_moves_stay_within_the_capacity() {
     // Values written once, past the main segments (512 KiB) into 17 of
     // the 32 log segments (from 18 of them on, overwriting every value
     // meets a full store).
-    let mut n = 0;
-    while fig(&db, "log_segments_free") > 15 {
-        db.put(key(n), value(n, 0)).unwrap();
-        n += 1;
-    }
+    let n = fill_into_17_log_segments(&db);
     db.gc(None).unwrap();
     // Each step moves what the free room holds, and keeps the rest in
     // their groups; the room the moved values leave in their groups' main
@@ -1486,14 +1494,12 @@ fn a_write_waits_for_readers_to_release_retired_space() {
 fn uniform_overwrites_at_seventy_percent_find_room() {
     let db = Db::open("/db", opts(Arc::new(MemFs::new()))).unwrap();
     // 1 MiB: 512 KiB of main segments and 32 log segments of 16 KiB.
-    let mut n = 0;
-    while fig(&db, "log_segments_free") > 15 {
-        db.put(key(n), value(n, 0)).unwrap();
-        n += 1;
-    }
+    let n = fill_into_17_log_segments(&db);
     assert!(n > 650, "{n} values");
     db.gc(None).unwrap();
     let mut x: u64 = 12345;
+    // The round of each key's last write.
+    let mut last = vec![0; n];
     for round in 1..=8 {
         for _ in 0..n {
             x ^= x << 13;
@@ -1501,6 +1507,7 @@ fn uniform_overwrites_at_seventy_percent_find_room() {
             x ^= x << 17;
             let i = (x % n as u64) as usize;
             db.put(key(i), value(i, round)).unwrap();
+            last[i] = round;
         }
         // Within the reserve, or above it by at most the overdraft of a
         // step in flight (four units: a 64 KiB main segment's worth).
@@ -1514,16 +1521,6 @@ fn uniform_overwrites_at_seventy_percent_find_room() {
         fig(&db, "store_full_errors") > 0,
         "writers met the capacity"
     );
-    let mut x: u64 = 12345;
-    let mut last = vec![0; n];
-    for round in 1..=8 {
-        for _ in 0..n {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            last[(x % n as u64) as usize] = round;
-        }
-    }
     for (i, &r) in last.iter().enumerate() {
         assert_eq!(db.get(key(i)).unwrap(), Some(value(i, r)), "key {i}");
     }

@@ -315,10 +315,9 @@ impl Table {
     /// replacing, the one extra main segment per group under collection
     /// that the design allows.
     pub fn free_units(&self) -> u64 {
-        let cold = self.cold_units.saturating_sub(self.main_room_left_units());
         self.geo
             .reserved_units
-            .saturating_sub(self.used_units + cold)
+            .saturating_sub(self.reserve_taken(self.main_appended))
     }
 
     /// Log-segment units by which the groups' log segments and the part of
@@ -326,16 +325,32 @@ impl Table {
     /// reserve (0 while within it): what a GC overdraft, or retired
     /// segments a reader still holds after one, take beyond it.
     pub fn over_units(&self) -> u64 {
-        let cold = self.cold_units.saturating_sub(self.main_room_left_units());
-        (self.used_units + cold).saturating_sub(self.geo.reserved_units)
+        self.reserve_taken(self.main_appended)
+            .saturating_sub(self.geo.reserved_units)
+    }
+
+    /// Log-segment units the groups' log segments and the part of the cold
+    /// data log the main segments' room does not cover take, with
+    /// `main_appended` bytes appended to the main segments counted.
+    fn reserve_taken(&self, main_appended: u64) -> u64 {
+        self.used_units
+            + self
+                .cold_units
+                .saturating_sub(self.room_left(main_appended))
     }
 
     /// Log-segment units of the main segments' free room as
     /// [`Table::free_units`] credits it: the last count less what was
     /// appended to the segments counted since.
     pub fn main_room_left_units(&self) -> u64 {
+        self.room_left(self.main_appended)
+    }
+
+    /// The main segments' room left with `main_appended` bytes appended
+    /// since the count, in log-segment units.
+    fn room_left(&self, main_appended: u64) -> u64 {
         self.main_slack_units
-            .saturating_sub(self.main_appended.div_ceil(self.geo.log_size.max(1)))
+            .saturating_sub(main_appended.div_ceil(self.geo.log_size.max(1)))
     }
 
     /// How hard user writes are paced, from 0 (no pause) to 1: 0 while at
@@ -395,16 +410,11 @@ impl Table {
         if headroom == 0 {
             return false;
         }
-        let before = self.free_units();
-        let room_after = self
-            .main_slack_units
-            .saturating_sub((self.main_appended + len).div_ceil(self.geo.log_size.max(1)));
-        let cold = self.cold_units.saturating_sub(room_after);
         let after = self
             .geo
             .reserved_units
-            .saturating_sub(self.used_units + cold);
-        after < before && after < headroom
+            .saturating_sub(self.reserve_taken(self.main_appended + len));
+        after < self.free_units() && after < headroom
     }
 
     /// Log-segment units a record of `len` bytes needs.
