@@ -66,13 +66,9 @@ impl Source {
         Error::corruption(&self.path, offset, reason)
     }
 
-    /// Reads exactly `len` bytes at `offset`; a short file is corruption.
-    fn read(&self, offset: u64, len: usize, category: IoCategory) -> Result<Vec<u8>> {
-        self.read_from(&*self.file, offset, len, category)
-    }
-
-    /// [`Source::read`] through `file`, a handle of this table's file.
-    fn read_from(
+    /// Reads exactly `len` bytes at `offset` through `file`, a handle of
+    /// this table's file; a short file is corruption.
+    fn read(
         &self,
         file: &dyn RandomAccessFile,
         offset: u64,
@@ -95,24 +91,15 @@ impl Source {
 
     /// Reads the footer.
     fn footer(&self, category: IoCategory) -> Result<Footer> {
-        let bytes = self.read(self.footer_offset, FOOTER_LEN, category)?;
+        let bytes = self.read(&*self.file, self.footer_offset, FOOTER_LEN, category)?;
         Footer::decode(&bytes).map_err(|r| self.corruption(self.footer_offset, r))
     }
 
-    /// Reads and checksums the contents of the block at `handle`. An
-    /// out-of-range handle is reported at `referrer`, the offset of the block
-    /// (or footer) that holds the handle.
+    /// Reads, through `file` (a handle of this table's file), and
+    /// checksums the contents of the block at `handle`. An out-of-range
+    /// handle is reported at `referrer`, the offset of the block (or
+    /// footer) that holds the handle.
     fn contents(
-        &self,
-        handle: BlockHandle,
-        referrer: u64,
-        category: IoCategory,
-    ) -> Result<Vec<u8>> {
-        self.contents_from(&*self.file, handle, referrer, category)
-    }
-
-    /// [`Source::contents`] through `file`, a handle of this table's file.
-    fn contents_from(
         &self,
         file: &dyn RandomAccessFile,
         handle: BlockHandle,
@@ -120,7 +107,7 @@ impl Source {
         category: IoCategory,
     ) -> Result<Vec<u8>> {
         let len = self.checked_len(handle, referrer)?;
-        let mut buf = self.read_from(file, handle.offset, len + BLOCK_TRAILER_LEN, category)?;
+        let mut buf = self.read(file, handle.offset, len + BLOCK_TRAILER_LEN, category)?;
         let (contents, trailer) = buf.split_at(len);
         check_trailer(contents, trailer).map_err(|r| self.corruption(handle.offset, r))?;
         buf.truncate(len);
@@ -195,7 +182,7 @@ impl Source {
         referrer: u64,
         category: IoCategory,
     ) -> Result<Block> {
-        let contents = self.contents_from(file, handle, referrer, category)?;
+        let contents = self.contents(file, handle, referrer, category)?;
         Block::new(contents).map_err(|r| self.corruption(handle.offset, r))
     }
 
@@ -218,7 +205,7 @@ impl Source {
         let handle = BlockHandle::decode_exact(it.value()).ok_or_else(|| {
             self.corruption(metaindex.offset, "malformed filter handle in metaindex")
         })?;
-        let contents = self.contents(handle, metaindex.offset, category)?;
+        let contents = self.contents(&*self.file, handle, metaindex.offset, category)?;
         let filter = BloomFilter::parse(contents).map_err(|r| self.corruption(handle.offset, r))?;
         Ok(Some((filter, handle)))
     }
@@ -469,6 +456,7 @@ impl Table {
                 .corruption(footer.metaindex.offset, "malformed meta block handle")
         })?;
         Ok(Some(self.src.contents(
+            &*self.src.file,
             handle,
             footer.metaindex.offset,
             self.category,
