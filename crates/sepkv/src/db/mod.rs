@@ -358,6 +358,7 @@ impl Db {
             space: crate::space::SpaceGovernor::new(space_target, bounded),
         });
         let seq = inner.index.recover()?;
+        inner.vstore.recovered();
         inner
             .space
             .index_compacted(inner.may_shadow(), inner.vstore.garbage_found());

@@ -302,6 +302,17 @@ impl DbInner {
     fn write_locked(&self, batch: &WriteBatch, sync: bool) -> Result<SeqNum> {
         let seq = self.shared.last_seq.load(Ordering::Relaxed) + 1;
         let last = seq + batch.len() as u64 - 1;
+        // Deletions and inline values, for a store that wants them (a batch
+        // of pointers alone, as every relocation is, has none).
+        if self.vstore.tracks_unseparated() && batch.len() > batch.bare_pointers() + batch.carried()
+        {
+            for (i, e) in batch.entries().enumerate() {
+                let e = e?;
+                if e.vtype != ValueType::Pointer {
+                    self.vstore.note_unseparated(e.key, seq + i as u64);
+                }
+            }
+        }
         if let Err(e) = self.index.apply(batch, seq, sync) {
             self.shared.set_poison(&e);
             return Err(e);

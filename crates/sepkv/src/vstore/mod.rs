@@ -393,6 +393,29 @@ pub trait ValueStore: Send + Sync {
     /// dropped the last reference to it). Feeds the garbage estimate.
     fn note_garbage(&self, _ptr: &ValuePointer) {}
 
+    /// True when the store wants to hear of writes that leave no record in
+    /// it ([`ValueStore::note_unseparated`]). Default false: the write path
+    /// then looks at no entry for it.
+    fn tracks_unseparated(&self) -> bool {
+        false
+    }
+
+    /// Tells the store that the write with sequence number `seq` deleted
+    /// `key` or gave it an inline value, so that no record of this version
+    /// is in the store and any older record of the key is dead. Called by
+    /// the write path under the writer lock, before the write is applied
+    /// and published: GC, which judges liveness after
+    /// [`IndexReader::wait_in_flight_writes`], has heard of every write
+    /// published by then. Only when [`ValueStore::tracks_unseparated`].
+    fn note_unseparated(&self, _key: &[u8], _seq: SeqNum) {}
+
+    /// Tells the store that the index has recovered (its WAL replayed, any
+    /// record recovery wrote back is in place) and that every record placed
+    /// from now on is written by this process, with its deletions and
+    /// inline writes told to [`ValueStore::note_unseparated`]. Called once,
+    /// before the first write and before GC starts.
+    fn recovered(&self) {}
+
     /// The garbage estimate per file (segment group, table), encoded as a
     /// [`garbage`] table, for the engine to record in the manifest with
     /// each edit (under the manifest lock) so that it survives a restart.

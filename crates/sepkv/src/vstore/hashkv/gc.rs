@@ -44,7 +44,20 @@
 //!    cold data log's GC steps instead (values overwritten since their
 //!    move may hold its room, dead without anyone having reported it);
 //! 4. install the new pointers with the index's compare-and-set (which
-//!    syncs the journal first: from then on the copies survive a crash). A
+//!    syncs the journal first: from then on the copies survive a crash).
+//!    Most keys need no index lookup for it (§3.3: the group alone tells
+//!    the latest version). Every version of a key with a separated value
+//!    is in the key's group, so its latest record in the sealed segments
+//!    is the version the index holds at `judged_at` (the last sequence
+//!    number published once the in-flight writes were) unless the key was
+//!    written again since the seal (the records placed since, read before
+//!    step 3), was deleted or given an inline value (the write path tells
+//!    the store, [`crate::vstore::ValueStore::note_unseparated`]: the
+//!    newest such write per bucket of key hashes), or the record's segment
+//!    predates the index's recovery (`StoreCore::trusted_from`). Those
+//!    keys are looked up; the others go to
+//!    [`IndexRelocator::relocate_judged`], which asks the memtables only
+//!    whether the key was written after `judged_at`. A
 //!    failed compare-and-set means the user wrote or deleted the key
 //!    meanwhile — or, after a crash, that the index uses another record of
 //!    the group. A record of the key with a higher sequence number placed in
@@ -77,6 +90,7 @@ use super::record::{self, Kind};
 use super::HashKvStore;
 use crate::error::{Error, Result};
 use crate::fs::{Advice, IoCategory};
+use crate::index::key::SeqNum;
 use crate::vstore::{
     GcOutcome, IndexReader, IndexRelocator, Relocation, ValuePointer, ValueRecord,
 };
@@ -224,9 +238,20 @@ pub fn step(
     // pointer yet: the scan would take its record for the latest version,
     // fail the compare-and-set, and relocate the older record the index
     // still held, leaving the write's pointer in a retired segment.
-    let res = index
-        .wait_in_flight_writes()
-        .and_then(|_| collect(s, index, relocator, &mut victims, &mut out, &mut committed));
+    let res = index.wait_in_flight_writes().and_then(|_| {
+        // Every write published by now has placed its records and told the
+        // store of its deletions and inline values (step 4).
+        let judged_at = index.last_sequence();
+        collect(
+            s,
+            index,
+            relocator,
+            &mut victims,
+            judged_at,
+            &mut out,
+            &mut committed,
+        )
+    });
     match res {
         Ok(true) => {
             // What the step read, less what it copied back or moved to the
@@ -352,14 +377,25 @@ fn seal(s: &HashKvStore) -> Result<Vec<Victim>> {
 }
 
 /// Steps 3–7; false when the reserved space has no room for the copies.
+/// `judged_at`: the last sequence number published once the victims'
+/// in-flight writes were (step 4).
+#[allow(clippy::too_many_arguments)]
 fn collect(
     s: &HashKvStore,
     index: &dyn IndexReader,
     relocator: &dyn IndexRelocator,
     victims: &mut [Victim],
+    judged_at: SeqNum,
     out: &mut GcOutcome,
     committed: &mut bool,
 ) -> Result<bool> {
+    // The keys user writes placed in each victim between its seal and now,
+    // those published by `judged_at` among them; GC has placed nothing
+    // there yet (its copies come in step 3), so this reads little.
+    let since_seal: Vec<HashMap<Vec<u8>, u64>> = victims
+        .iter()
+        .map(|v| keys_since_seal(s, v))
+        .collect::<Result<_>>()?;
     let mut moves: Vec<Move> = Vec::new();
     let mut cold_vals: Vec<ColdValue> = Vec::new();
     let mut carried_tags = 0u64;
@@ -376,7 +412,15 @@ fn collect(
         .gc_tags
         .fetch_add(carried_tags, Ordering::Relaxed);
     relocate_and_commit(
-        s, index, relocator, victims, moves, cold_vals, out, committed,
+        s,
+        index,
+        relocator,
+        victims,
+        moves,
+        cold_vals,
+        (judged_at, &since_seal),
+        out,
+        committed,
     )
 }
 
@@ -704,6 +748,7 @@ fn relocate_and_commit(
     victims: &mut [Victim],
     mut moves: Vec<Move>,
     cold_vals: Vec<ColdValue>,
+    (judged_at, since_seal): (SeqNum, &[HashMap<Vec<u8>, u64>]),
     out: &mut GcOutcome,
     committed: &mut bool,
 ) -> Result<bool> {
@@ -740,7 +785,14 @@ fn relocate_and_commit(
     let mut round2: Vec<Move> = Vec::new();
     let mut post_keys: HashMap<usize, HashMap<Vec<u8>, u64>> = HashMap::new();
     if !moves.is_empty() {
-        let (ok, seq) = relocator.relocate(&relocations(&moves))?;
+        let judged: Vec<bool> = moves
+            .iter()
+            .map(|m| {
+                !since_seal[m.victim].contains_key(&m.key)
+                    && s.judged_from_group(&m.key, m.seq, m.old.file_id)
+            })
+            .collect();
+        let (ok, seq) = relocate_split(s, relocator, &moves, &judged, judged_at)?;
         visible = visible.max(seq);
         for (m, ok) in moves.into_iter().zip(ok) {
             if ok {
@@ -960,6 +1012,56 @@ fn keys_since_seal(s: &HashKvStore, v: &Victim) -> Result<HashMap<Vec<u8>, u64>>
         }
     }
     Ok(keys)
+}
+
+/// Relocates `moves`: those marked in `judged` as GC judged them from their
+/// group alone ([`IndexRelocator::relocate_judged`] at `judged_at`: no
+/// index lookup unless a write since then may have replaced them), the
+/// others with [`IndexRelocator::relocate`]. The answers come in `moves`'
+/// order, with the later of the two visibility sequence numbers.
+fn relocate_split(
+    s: &HashKvStore,
+    relocator: &dyn IndexRelocator,
+    moves: &[Move],
+    judged: &[bool],
+    judged_at: SeqNum,
+) -> Result<(Vec<bool>, SeqNum)> {
+    let pick = |want: bool| -> Vec<Relocation> {
+        moves
+            .iter()
+            .zip(judged)
+            .filter(|(_, &j)| j == want)
+            .map(|(m, _)| Relocation {
+                key: m.key.clone(),
+                old: m.old,
+                new: m.new,
+            })
+            .collect()
+    };
+    let (yes, no) = (pick(true), pick(false));
+    let mut seq = 0;
+    let mut ok_yes = Vec::new();
+    if !yes.is_empty() {
+        s.counters
+            .gc_judged
+            .fetch_add(yes.len() as u64, Ordering::Relaxed);
+        let (ok, q) = relocator.relocate_judged(&yes, judged_at)?;
+        ok_yes = ok;
+        seq = q;
+    }
+    let mut ok_no = Vec::new();
+    if !no.is_empty() {
+        let (ok, q) = relocator.relocate(&no)?;
+        ok_no = ok;
+        seq = seq.max(q);
+    }
+    let (mut a, mut b) = (ok_yes.into_iter(), ok_no.into_iter());
+    let ok = judged
+        .iter()
+        .map(|&j| if j { a.next() } else { b.next() })
+        .collect::<Option<Vec<bool>>>()
+        .ok_or_else(|| Error::InvalidArgument("relocation returned too few answers".into()))?;
+    Ok((ok, seq))
 }
 
 /// Remembers a copy whose relocation failed as dead (a cold copy becomes

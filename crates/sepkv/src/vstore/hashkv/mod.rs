@@ -177,6 +177,7 @@ use crate::format::record::{RecordReader, RecordWriter};
 use crate::fs::{
     create_preallocated, read_all, Advice, FileSystem, IoCategory, IoStats, WritableFile,
 };
+use crate::index::key::SeqNum;
 use crate::options::Options;
 use cache::{Pending, WriteCache};
 use cold::{is_cold, ColdLog};
@@ -339,10 +340,22 @@ struct Counters {
     garbage_found: AtomicU64,
     gc_tags: AtomicU64,
     gc_lookups: AtomicU64,
+    /// Relocations GC judged live from the group alone (no index lookup
+    /// before the install; see [`gc`], step 4).
+    gc_judged: AtomicU64,
     gc_stalls: AtomicU64,
     cache_flushes: AtomicU64,
     checkpoints: AtomicU64,
     full_errors: AtomicU64,
+}
+
+/// Buckets of [`StoreCore::departed`] (256 KiB of sequence numbers).
+const DEPARTED_BUCKETS: usize = 1 << 15;
+
+/// `key`'s bucket in [`StoreCore::departed`]: the hash's top bits (its
+/// group comes from the hash modulo the group count).
+fn departed_bucket(key: &[u8]) -> usize {
+    (xxhash_rust::xxh3::xxh3_64(key) >> (64 - DEPARTED_BUCKETS.trailing_zeros())) as usize
 }
 
 /// The HashKV value store. See the module docs.
@@ -405,6 +418,19 @@ pub struct StoreCore {
     /// Group GC steps in a row that, with the reserve low, reclaimed less
     /// than a sixteenth of what they read (see [`gc::step`]).
     stuck_group_steps: AtomicU32,
+    /// Per bucket of key hashes ([`DEPARTED_BUCKETS`]), the highest
+    /// sequence number of a deletion or an inline write of a key in it
+    /// ([`ValueStore::note_unseparated`]): a record of a key whose bucket
+    /// holds a higher number may be dead although its group holds no newer
+    /// record of the key, so GC looks such a key up before it relocates it
+    /// (see [`gc`], step 4).
+    departed: Box<[AtomicU64]>,
+    /// The first segment id allocated once the index had recovered
+    /// ([`ValueStore::recovered`]; `u64::MAX` until then). Records in older
+    /// segments were placed before deletions were noted, or by a process
+    /// a crash stopped (whose last records the index may never have
+    /// heard of), so GC looks their keys up.
+    trusted_from: AtomicU64,
     cold: ColdLog,
     counters: Counters,
     /// How long segment reads take (steers scans' read-ahead hints).
@@ -798,6 +824,8 @@ impl HashKvStore {
             work_cv: Condvar::new(),
             gc_lock: Mutex::new(()),
             stuck_group_steps: AtomicU32::new(0),
+            departed: (0..DEPARTED_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            trusted_from: AtomicU64::new(u64::MAX),
             cold,
             counters: Counters::default(),
             latency: ReadLatency::default(),
@@ -1022,6 +1050,18 @@ impl HashKvStore {
 }
 
 impl StoreCore {
+    /// Whether GC may take the record of `key` with sequence number `seq`
+    /// in segment `seg`, the latest of the key in its sealed group, for
+    /// the version the index holds without looking the key up (see
+    /// [`gc`], step 4): the segment was allocated since the index
+    /// recovered, and no deletion or inline write noted in the key's
+    /// bucket is newer than the record. The caller still rules out
+    /// records of the key placed since the seal.
+    fn judged_from_group(&self, key: &[u8], seq: SeqNum, seg: u64) -> bool {
+        seg >= self.trusted_from.load(Ordering::Acquire)
+            && self.departed[departed_bucket(key)].load(Ordering::Relaxed) < seq
+    }
+
     fn path(&self, id: u64) -> PathBuf {
         self.files.path(id)
     }
@@ -1833,6 +1873,19 @@ impl ValueStore for HashKvStore {
         }
     }
 
+    fn tracks_unseparated(&self) -> bool {
+        true
+    }
+
+    fn note_unseparated(&self, key: &[u8], seq: SeqNum) {
+        self.departed[departed_bucket(key)].fetch_max(seq, Ordering::Relaxed);
+    }
+
+    fn recovered(&self) {
+        let next = self.state.lock().table.next_seg;
+        self.trusted_from.store(next, Ordering::Release);
+    }
+
     fn note_garbage(&self, ptr: &ValuePointer) {
         if is_cold(ptr) {
             self.cold.note_garbage(ptr);
@@ -1978,6 +2031,7 @@ impl ValueStore for HashKvStore {
             ("write_delays", l(&c.write_delays)),
             ("gc_tags_written", l(&c.gc_tags)),
             ("gc_index_lookups", l(&c.gc_lookups)),
+            ("gc_moves_judged", l(&c.gc_judged)),
             ("gc_stalled_full", l(&c.gc_stalls)),
             ("cold_log_bytes", cold.live_bytes + cold.garbage_bytes),
             ("cold_log_garbage_bytes", cold.garbage_bytes),
@@ -2187,25 +2241,39 @@ mod tests {
     use super::*;
     use crate::fs::FaultFs;
 
-    /// A store whose journal carries values, behind its write cache.
-    fn open(fs: &Arc<FaultFs>) -> HashKvStore {
-        let o = Options {
+    /// 8 MiB of 256 KiB main and 64 KiB log segments; every value
+    /// separated.
+    fn small() -> Options {
+        Options {
             value_threshold: 1,
             value_capacity: Some(8 << 20),
             hashkv_main_segment_size: 256 << 10,
             hashkv_log_segment_size: 64 << 10,
-            hashkv_journal: true,
-            hashkv_journal_values: true,
-            hashkv_write_cache_size: 64 << 10,
-            hashkv_journal_size: 64 << 10,
             ..Options::default()
-        };
+        }
+    }
+
+    /// A store whose journal carries values, behind its write cache.
+    fn open(fs: &Arc<FaultFs>) -> HashKvStore {
+        open_with(
+            fs,
+            &Options {
+                hashkv_journal: true,
+                hashkv_journal_values: true,
+                hashkv_write_cache_size: 64 << 10,
+                hashkv_journal_size: 64 << 10,
+                ..small()
+            },
+        )
+    }
+
+    fn open_with(fs: &Arc<FaultFs>, o: &Options) -> HashKvStore {
         let fs: Arc<dyn FileSystem> = fs.clone();
         HashKvStore::open(
             Path::new("/db"),
             fs,
             Arc::new(IoStats::default()),
-            HashKvOptions::from_options(&o),
+            HashKvOptions::from_options(o),
             None,
         )
         .unwrap()
@@ -2374,5 +2442,158 @@ mod tests {
         s.wait_idle().unwrap();
         assert_eq!(s.counters.checkpoints.load(Ordering::Relaxed), 2);
         assert_eq!(s.spare.lock().as_ref().map(|(n, _)| *n), Some(first + 3));
+    }
+
+    type Hook = Box<dyn FnOnce(&MapIndex) + Send>;
+
+    /// The index as a map, for GC's judged relocations: what the engine's
+    /// facade does, without an LSM-tree. `relocate_judged` installs unless
+    /// the key was written after the judgement, as the engine does when
+    /// its memtables answer; `relocate` is a compare-and-set.
+    struct MapIndex {
+        map: parking_lot::Mutex<HashMap<Vec<u8>, (ValuePointer, SeqNum)>>,
+        last: AtomicU64,
+        /// Runs once inside `wait_in_flight_writes`: a write that lands
+        /// after GC sealed its groups and is published before it judges.
+        hook: parking_lot::Mutex<Option<Hook>>,
+    }
+
+    impl MapIndex {
+        fn write(&self, key: &[u8], p: ValuePointer) -> SeqNum {
+            let seq = self.last.fetch_add(1, Ordering::SeqCst) + 1;
+            self.map.lock().insert(key.to_vec(), (p, seq));
+            seq
+        }
+    }
+
+    impl IndexReader for MapIndex {
+        fn current_pointer(&self, key: &[u8]) -> Result<Option<ValuePointer>> {
+            Ok(self.map.lock().get(key).map(|e| e.0))
+        }
+        fn oldest_visible_seq(&self) -> SeqNum {
+            self.last_sequence()
+        }
+        fn last_sequence(&self) -> SeqNum {
+            self.last.load(Ordering::SeqCst)
+        }
+        fn wait_in_flight_writes(&self) -> Result<()> {
+            if let Some(f) = self.hook.lock().take() {
+                f(self);
+            }
+            Ok(())
+        }
+    }
+
+    impl IndexRelocator for MapIndex {
+        fn relocate(&self, moves: &[crate::vstore::Relocation]) -> Result<(Vec<bool>, SeqNum)> {
+            let ok = moves
+                .iter()
+                .map(|m| {
+                    let cur = self.map.lock().get(&m.key).map(|e| e.0);
+                    cur == Some(m.old) && {
+                        self.write(&m.key, m.new);
+                        true
+                    }
+                })
+                .collect();
+            Ok((ok, self.last_sequence()))
+        }
+        fn relocate_judged(
+            &self,
+            moves: &[crate::vstore::Relocation],
+            judged_at: SeqNum,
+        ) -> Result<(Vec<bool>, SeqNum)> {
+            let ok = moves
+                .iter()
+                .map(|m| {
+                    let written_after =
+                        self.map.lock().get(&m.key).is_some_and(|e| e.1 > judged_at);
+                    !written_after && {
+                        self.write(&m.key, m.new);
+                        true
+                    }
+                })
+                .collect();
+            Ok((ok, self.last_sequence()))
+        }
+        fn persist_state(&self, _state: &[u8]) -> Result<()> {
+            Ok(())
+        }
+        fn make_durable(&self, _seq: SeqNum) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A write that reaches a group after GC sealed it, and is published
+    /// before GC judges the sealed records, is in neither the sealed
+    /// segments nor the writes after the judgement: GC must still see it
+    /// (the records placed since the seal) and not put the sealed version
+    /// back in its place.
+    #[test]
+    fn a_write_between_the_seal_and_the_judgement_is_not_overwritten() {
+        let s = Arc::new(open_with(
+            &fresh(),
+            &Options {
+                hashkv_hotness: false,
+                ..small()
+            },
+        ));
+        s.recovered();
+        let idx = Arc::new(MapIndex {
+            map: parking_lot::Mutex::new(HashMap::new()),
+            last: AtomicU64::new(0),
+            hook: parking_lot::Mutex::new(None),
+        });
+        let val = |i: u64, round: u64| format!("{i}-{round:>1000}").into_bytes();
+        let put = |i: u64, round: u64| {
+            let k = format!("key{i:06}").into_bytes();
+            let v = val(i, round);
+            let seq = idx.last_sequence() + 1;
+            let p = s
+                .append(&[ValueRecord {
+                    key: &k,
+                    seq,
+                    value: &v,
+                }])
+                .unwrap()[0];
+            idx.write(&k, p);
+        };
+        // Two versions of every key of one group (the one GC picks: the
+        // others hold a single version each).
+        let g = s.group_of(b"key000000");
+        let ours: Vec<u64> = (0..2000)
+            .filter(|&i| s.group_of(format!("key{i:06}").as_bytes()) == g)
+            .take(40)
+            .collect();
+        for i in 0..200 {
+            put(i, 0);
+        }
+        for &i in &ours {
+            put(i, 1);
+        }
+        let s2 = s.clone();
+        *idx.hook.lock() = Some(Box::new(move |ix: &MapIndex| {
+            let k = b"key000000";
+            let v = format!("{}-{:>1000}", 0, 7).into_bytes();
+            let seq = ix.last_sequence() + 1;
+            let p = s2
+                .append(&[ValueRecord {
+                    key: k,
+                    seq,
+                    value: &v,
+                }])
+                .unwrap()[0];
+            ix.write(k, p);
+        }));
+        let out = s.gc_step(idx.as_ref(), idx.as_ref()).unwrap();
+        assert!(out.did_work && idx.hook.lock().is_none());
+        assert!(s.counters.gc_judged.load(Ordering::Relaxed) > 0);
+        for &i in &ours {
+            let k = format!("key{i:06}").into_bytes();
+            let p = idx.current_pointer(&k).unwrap().unwrap();
+            let want = if i == 0 { val(0, 7) } else { val(i, 1) };
+            let got = s.read(&k, &p).unwrap();
+            assert!(got == Some(want), "key {i} lost its latest version");
+        }
     }
 }
