@@ -15,6 +15,11 @@
 //!   engine still sees several writers on overlapping keys. The locks also
 //!   guard an in-memory copy of every account, and a writer's `get` must
 //!   return exactly the value last written (a stale read fails at once);
+//! - after a quarter of its transfers, a writer also writes one of its own
+//!   [`SCRATCH`] keys — deletes it, or gives it a small value (kept inline)
+//!   or a large one (separated) — after checking that the key reads back
+//!   as it last wrote it. A version that left no record in the value store
+//!   must never be undone by GC;
 //! - two readers take a [`Db::snapshot`] and read every account through it
 //!   three ways — `get_opt`, a forward cursor and a backward cursor (whole
 //!   key space or split in two ranges at a random account) — and require
@@ -33,7 +38,7 @@
 //!   test what it is for.
 //!
 //! At the end the database is verified, closed and reopened, and every
-//! account must equal its in-memory copy. Then writers, `gc` and
+//! account and scratch key must equal its in-memory copy. Then writers, `gc` and
 //! `flush`/`compact_range` calls run again and `close` is called under that
 //! load after a random number of transfers: `close` and every thread must
 //! return (with `Closed` for calls after it, nothing else), and after
@@ -106,6 +111,14 @@ const HANG_SECS: u64 = 120;
 const HEADER: usize = 8 + 4 + 8 + 4;
 /// Filler length range (bytes).
 const FILLER: std::ops::RangeInclusive<usize> = 100..=900;
+/// Scratch keys per writer: beside its transfers, each writer deletes its
+/// own scratch keys, or writes them small (kept inline) or large
+/// (separated), so that GC meets versions of a key that left no record in
+/// the value store. They sort after the accounts, and the readers' checks
+/// of the account space skip them.
+const SCRATCH: usize = 32;
+/// Key prefix of the scratch keys.
+const SCRATCH_PREFIX: &[u8] = b"scratch";
 
 /// Run settings from the environment.
 #[derive(Clone)]
@@ -298,6 +311,7 @@ struct Counters {
     scan_checks: AtomicU64,
     latest_gets: AtomicU64,
     manifest_checks: AtomicU64,
+    scratch_writes: AtomicU64,
     gc_calls: AtomicU64,
     gc_call_steps: AtomicU64,
     flush_calls: AtomicU64,
@@ -311,6 +325,9 @@ struct Shared {
     seed: u64,
     /// The latest state of every account, each behind its lock.
     accounts: Vec<Mutex<Account>>,
+    /// The last acknowledged state of each writer's scratch keys (`None`:
+    /// absent or deleted).
+    scratch: Vec<Mutex<Vec<Option<Vec<u8>>>>>,
     next_nonce: AtomicU64,
     /// Set on the first failure: every thread stops.
     stop: AtomicBool,
@@ -402,7 +419,65 @@ fn writer(sh: &Shared, id: usize, mut rng: StdRng, work: Work) {
         done += 1;
         sh.c.transfers.fetch_add(1, Ordering::Relaxed);
         sh.c.synced.fetch_add(sync as u64, Ordering::Relaxed);
+        if rng.gen_ratio(1, 4) && !scratch_write(sh, id, &mut rng, &name) {
+            return;
+        }
     }
+}
+
+fn scratch_key(writer: usize, j: usize) -> Vec<u8> {
+    format!("scratch{writer:02}-{j:03}").into_bytes()
+}
+
+/// One write of a scratch key of writer `id`, after checking that the key
+/// reads back as last written: a delete, a small value (below
+/// `value_threshold`, kept inline) or a large one (separated). False after
+/// a failure.
+fn scratch_write(sh: &Shared, id: usize, rng: &mut StdRng, name: &str) -> bool {
+    let j = rng.gen_range(0..SCRATCH);
+    let k = scratch_key(id, j);
+    let mut states = sh.scratch[id].lock();
+    match sh.db.get(&k) {
+        Ok(got) if got == states[j] => {}
+        Ok(got) => {
+            sh.fail(
+                name,
+                &format!("get scratch key {j}"),
+                format!(
+                    "read {:?} bytes, last written {:?} bytes",
+                    got.map(|v| v.len()),
+                    states[j].as_ref().map(|v| v.len())
+                ),
+            );
+            return false;
+        }
+        Err(e) => {
+            sh.fail_err(name, &format!("get scratch key {j}"), e);
+            return false;
+        }
+    }
+    let nonce = sh.next_nonce.fetch_add(1, Ordering::Relaxed);
+    let new = match rng.gen_range(0..3) {
+        0 => None,
+        1 => Some(format!("small {nonce}").into_bytes()),
+        _ => {
+            let mut v = Vec::new();
+            fill(nonce, &mut v, rng.gen_range(FILLER));
+            Some(v)
+        }
+    };
+    let mut batch = WriteBatch::new();
+    match &new {
+        Some(v) => batch.put(&k, v).unwrap(),
+        None => batch.delete(&k).unwrap(),
+    }
+    if let Err(e) = sh.db.write(&batch, WriteOptions::default()) {
+        sh.fail_err(name, &format!("write scratch key {j}"), e);
+        return false;
+    }
+    states[j] = new;
+    sh.c.scratch_writes.fetch_add(1, Ordering::Relaxed);
+    true
 }
 
 /// How long writers go on.
@@ -427,7 +502,10 @@ fn check_entries(
     entries: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
 ) -> Result<Vec<Account>, String> {
     let mut out = Vec::with_capacity(ACCOUNTS);
-    for (k, v) in entries {
+    for (k, v) in entries
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with(SCRATCH_PREFIX))
+    {
         let i = out.len();
         if i >= ACCOUNTS {
             return Err(format!(
@@ -740,11 +818,14 @@ enum Outcome {
     Ran(Vec<String>),
 }
 
+/// Each writer's scratch keys, as last written.
+type ScratchModel = Vec<Vec<Option<Vec<u8>>>>;
+
 fn new_shared(
     db: Db,
     label: &str,
     s: &Settings,
-    accounts: Vec<Account>,
+    (accounts, scratch): (Vec<Account>, ScratchModel),
     nonce: u64,
 ) -> Arc<Shared> {
     Arc::new(Shared {
@@ -752,6 +833,7 @@ fn new_shared(
         label: label.to_string(),
         seed: s.seed,
         accounts: accounts.into_iter().map(Mutex::new).collect(),
+        scratch: scratch.into_iter().map(Mutex::new).collect(),
         next_nonce: AtomicU64::new(nonce),
         stop: AtomicBool::new(false),
         closing: AtomicBool::new(false),
@@ -865,7 +947,8 @@ fn run_variant(v: Variant, index: usize, s: &Settings, dir: &Path) -> Outcome {
             nonce: i as u64,
         })
         .collect();
-    let sh = new_shared(db, &label, s, initial, ACCOUNTS as u64);
+    let scratch = vec![vec![None; SCRATCH]; s.writers];
+    let sh = new_shared(db, &label, s, (initial, scratch), ACCOUNTS as u64);
     let mut rng = StdRng::seed_from_u64(seed);
     if let Err(e) = load(&sh.db, &sh.accounts, &mut rng) {
         sh.fail("main", "initial load", e);
@@ -912,7 +995,7 @@ fn run_variant(v: Variant, index: usize, s: &Settings, dir: &Path) -> Outcome {
         Ok(db) => {
             let model = sh.accounts.iter().map(|a| *a.lock()).collect();
             let nonce = sh.next_nonce.load(Ordering::SeqCst);
-            let sh2 = new_shared(db, &label, s, model, nonce);
+            let sh2 = new_shared(db, &label, s, (model, scratch_model(&sh)), nonce);
             close_under_load(&sh2, s, &mut rng, &path, opts);
             failures.extend(sh2.failures.lock().iter().cloned());
         }
@@ -973,10 +1056,11 @@ fn close_under_load(sh: &Arc<Shared>, s: &Settings, rng: &mut StdRng, path: &Pat
         return;
     }
     let want: Vec<Account> = sh.accounts.iter().map(|a| *a.lock()).collect();
+    let scratch = scratch_model(sh);
     let res = Db::open(path, opts)
         .map_err(|e| format!("reopen: {e}"))
         .and_then(|db| {
-            check_db(&db, &want, "after a close under load")?;
+            check_db(&db, &want, &scratch, "after a close under load")?;
             db.close().map_err(|e| format!("close: {e}"))
         });
     if let Err(e) = res {
@@ -999,7 +1083,7 @@ fn report(sh: &Shared, s: &Settings, elapsed: Duration) {
     eprintln!(
         "stress {}: seed {}, {} writers, {:.1} s: {} transfers ({} synced); snapshot checks: \
          {} by get_opt, {} forward, {} backward, {} scans; {} latest-state gets; \
-         {} manifest checks; gc: {gc_steps} steps in all, {} in the \
+         {} manifest checks; {} scratch writes; gc: {gc_steps} steps in all, {} in the \
          write path, {} by {} gc() calls; {} flushes ({} flush() calls), {} compactions \
          ({} compact_range calls, {} trivial moves)",
         sh.label,
@@ -1014,6 +1098,7 @@ fn report(sh: &Shared, s: &Settings, elapsed: Duration) {
         l(&c.scan_checks),
         l(&c.latest_gets),
         l(&c.manifest_checks),
+        l(&c.scratch_writes),
         stats.write_gc_steps,
         l(&c.gc_call_steps),
         l(&c.gc_calls),
@@ -1036,8 +1121,27 @@ fn report(sh: &Shared, s: &Settings, elapsed: Duration) {
     }
 }
 
-/// Verifies `db` and checks that every account equals `want`.
-fn check_db(db: &Db, want: &[Account], when: &str) -> Result<(), String> {
+fn scratch_model(sh: &Shared) -> ScratchModel {
+    sh.scratch.iter().map(|w| w.lock().clone()).collect()
+}
+
+/// Verifies `db` and checks that every account equals `want` and every
+/// scratch key `scratch`.
+fn check_db(db: &Db, want: &[Account], scratch: &ScratchModel, when: &str) -> Result<(), String> {
+    for (w, keys) in scratch.iter().enumerate() {
+        for (j, v) in keys.iter().enumerate() {
+            let got = db
+                .get(scratch_key(w, j))
+                .map_err(|e| format!("scratch key {w}/{j} {when}: {e}"))?;
+            if got != *v {
+                return Err(format!(
+                    "scratch key {w}/{j} {when}: read {:?} bytes, last written {:?} bytes",
+                    got.map(|v| v.len()),
+                    v.as_ref().map(|v| v.len())
+                ));
+            }
+        }
+    }
     let rep = db.verify().map_err(|e| format!("verify {when}: {e}"))?;
     if !rep.faults.is_empty() {
         return Err(format!("verify {when}: {:?}", rep.faults));
@@ -1052,12 +1156,13 @@ fn check_db(db: &Db, want: &[Account], when: &str) -> Result<(), String> {
 /// Verify, close, reopen, check again; returns the reopened database.
 fn final_checks(sh: &Arc<Shared>, path: &Path, opts: Options) -> Result<Db, String> {
     let want: Vec<Account> = sh.accounts.iter().map(|a| *a.lock()).collect();
+    let scratch = scratch_model(sh);
     check_total(&want).map_err(|e| format!("in-memory accounts: {e}"))?;
-    check_db(&sh.db, &want, "before close")?;
+    check_db(&sh.db, &want, &scratch, "before close")?;
     let c = sh.clone();
     with_deadline("close", move || c.db.close())?.map_err(|e| format!("close: {e}"))?;
     let db = Db::open(path, opts).map_err(|e| format!("reopen: {e}"))?;
-    check_db(&db, &want, "after reopen")?;
+    check_db(&db, &want, &scratch, "after reopen")?;
     Ok(db)
 }
 
