@@ -118,6 +118,13 @@
 //!   the group (a lost WAL tail lets sequence numbers be reused) — one index
 //!   query tells which (`gc_index_lookups`). A copy found dead is remembered
 //!   in memory so the next GC drops it.
+//! - The paper's GC updates the LSM-tree without querying it; sepkv's
+//!   installs by compare-and-set, since user writes go on during GC, and
+//!   for most keys that asks the index nothing (`gc_moves_judged`): the
+//!   group's latest record is the index's version unless the key was
+//!   deleted or given an inline value since (the write path tells the
+//!   store, per bucket of key hashes), written since the seal, or placed
+//!   before the index recovered ([`gc`], step 4).
 //! - GC copies are journaled in the write journal (their allocations, or
 //!   with `hashkv_journal_values` where each copy comes from), which
 //!   orders them with the user writes that share their segment; there is
