@@ -967,9 +967,10 @@ fn relocate_and_commit(
     Ok(true)
 }
 
-fn relocations(moves: &[Move]) -> Vec<Relocation> {
+/// What the index is asked to install for `moves`.
+fn relocations<'a>(moves: impl IntoIterator<Item = &'a Move>) -> Vec<Relocation> {
     moves
-        .iter()
+        .into_iter()
         .map(|m| Relocation {
             key: m.key.clone(),
             old: m.old,
@@ -1026,17 +1027,14 @@ fn relocate_split(
     judged: &[bool],
     judged_at: SeqNum,
 ) -> Result<(Vec<bool>, SeqNum)> {
-    let pick = |want: bool| -> Vec<Relocation> {
-        moves
-            .iter()
-            .zip(judged)
-            .filter(|(_, &j)| j == want)
-            .map(|(m, _)| Relocation {
-                key: m.key.clone(),
-                old: m.old,
-                new: m.new,
-            })
-            .collect()
+    let pick = |want: bool| {
+        relocations(
+            moves
+                .iter()
+                .zip(judged)
+                .filter(|(_, &j)| j == want)
+                .map(|(m, _)| m),
+        )
     };
     let (yes, no) = (pick(true), pick(false));
     let mut seq = 0;

@@ -2466,10 +2466,9 @@ mod tests {
     }
 
     impl MapIndex {
-        fn write(&self, key: &[u8], p: ValuePointer) -> SeqNum {
+        fn write(&self, key: &[u8], p: ValuePointer) {
             let seq = self.last.fetch_add(1, Ordering::SeqCst) + 1;
             self.map.lock().insert(key.to_vec(), (p, seq));
-            seq
         }
     }
 
