@@ -1,21 +1,41 @@
 //! The `sepkv bench` command: its options ([`BenchArgs`], flattened into
 //! the CLI by clap), the default suite, and [`run`], which runs a benchmark
 //! and prints the summary table.
+//!
+//! The default suite (`sepkv bench` with no workload) is the project's main
+//! job: every sepkv preset beside the fjall peers (`fjall`, and `fjall-kv`
+//! with key-value separation) on a short load, read, scan and overwrite mix
+//! of [`SUITE_NUM`] records with [`SUITE_VALUE_SIZE`]-byte values, large
+//! enough to be separated. It ends with each preset's throughput as a ratio
+//! to the best peer per workload ([`crate::report::print_ratios`]) and
+//! writes the tables, the JSON and the charts to [`SUITE_REPORT_DIR`].
 
 use crate::config::{BenchConfig, Workload, WorkloadRun};
 use crate::engine::EngineSpec;
 use crate::error::{BenchError, Result};
-use crate::report::{print_table, read_json, write_json, write_markdown, PhaseReport};
+use crate::report::{
+    print_ratios, print_table, read_json, write_json, write_markdown, PhaseReport,
+};
 use crate::{run_engines, DbRoot};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// Records of the default suite's db_bench-style workloads.
-pub const SUITE_NUM: u64 = 3_000_000;
+/// Records of the default suite's workloads.
+pub const SUITE_NUM: u64 = 200_000;
+/// Value size of the default suite (bytes): above every preset's
+/// `value_threshold`, so the value-separated presets separate every value.
+pub const SUITE_VALUE_SIZE: usize = 1000;
+/// Value size of explicit workloads when `--value-size` is not given
+/// (bytes; db_bench's).
+pub const DEFAULT_VALUE_SIZE: usize = 100;
 /// Records of explicit workloads when `--num` is not given (db_bench's).
 pub const DEFAULT_NUM: u64 = 1_000_000;
-/// The bundled YCSB trace sample the default suite replays.
-pub const SUITE_TRACES: [&str; 2] = ["load-100k.tsv.gz", "run-a-100k.tsv.gz"];
+/// Where the default suite writes its report (JSON, markdown, charts) when
+/// `--json`, `--markdown` and `--plot` are not given: a directory of this
+/// name in the current directory.
+pub const SUITE_REPORT_DIR: &str = "sepkv-bench-report";
+/// The peers the default suite runs beside every sepkv preset.
+pub const SUITE_PEERS: [&str; 2] = ["fjall", "fjall-kv"];
 
 /// Options of `sepkv bench`. Sizes are bytes. The database directory is
 /// the CLI's global `--db` (a fresh temporary directory when not given).
@@ -23,21 +43,23 @@ pub const SUITE_TRACES: [&str; 2] = ["load-100k.tsv.gz", "run-a-100k.tsv.gz"];
 pub struct BenchArgs {
     /// Engines, comma-separated: `sepkv:<preset>`, `fjall`, `fjall-kv`,
     /// `rocksdb`, `rocksdb-blob`, `leveldb` (see --list-engines)
-    /// [default: sepkv:leveldb].
+    /// [default: sepkv:leveldb; default suite: every preset, fjall, fjall-kv].
     #[arg(long, value_delimiter = ',', value_name = "SPEC")]
     pub engine: Vec<String>,
     /// Workloads, comma-separated, run in order: fillseq, fillrandom,
     /// overwrite, readrandom, readseq, seekrandom, readwhilewriting,
     /// deleterandom, ycsb-load, ycsb-a..ycsb-f, trace, update. Without it
-    /// (and without --trace) the default suite runs.
+    /// (and without --trace) the default suite runs: fillrandom,
+    /// readrandom, seekrandom, overwrite.
     #[arg(long, value_delimiter = ',', value_name = "NAME")]
     pub workload: Vec<String>,
-    /// Records [default: 1000000; default suite: 3000000].
+    /// Records [default: 1000000; default suite: 200000].
     #[arg(long, value_name = "N")]
     pub num: Option<u64>,
-    /// Value size of the db_bench-style workloads and `update` (bytes).
-    #[arg(long, default_value_t = 100, value_name = "B")]
-    pub value_size: usize,
+    /// Value size of the db_bench-style workloads and `update` (bytes)
+    /// [default: 100; default suite: 1000].
+    #[arg(long, value_name = "B")]
+    pub value_size: Option<usize>,
     /// Key size of the db_bench-style workloads and `update` (bytes;
     /// zero-padded decimal record numbers).
     #[arg(long, default_value_t = 16, value_name = "B")]
@@ -136,24 +158,6 @@ pub fn bundled_data_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("data")
 }
 
-/// The path of a bundled trace file.
-///
-/// # Errors
-/// [`BenchError::Unavailable`] when the file is missing (for example when
-/// the binary runs away from its source tree).
-pub fn bundled_trace(name: &str) -> Result<PathBuf> {
-    let p = bundled_data_dir().join(name);
-    if p.is_file() {
-        Ok(p)
-    } else {
-        Err(BenchError::Unavailable(format!(
-            "the default suite replays the bundled YCSB trace sample, but {} is missing; \
-             run from a source checkout of sepkv, or choose workloads with --workload (and traces with --trace)",
-            p.display()
-        )))
-    }
-}
-
 /// A benchmark to run: engines, settings and where.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -182,7 +186,19 @@ impl BenchArgs {
     /// unknown or unavailable engines and workloads, bad settings, or a
     /// missing bundled trace sample.
     pub fn plan(&self, db: Option<PathBuf>) -> Result<Plan> {
-        let engines = if self.engine.is_empty() {
+        let suite = self.workload.is_empty() && self.trace.is_empty();
+        let engines = if self.engine.is_empty() && suite {
+            sepkv::Preset::ALL
+                .iter()
+                .map(|&p| EngineSpec::Sepkv(p, Default::default()))
+                .chain(
+                    SUITE_PEERS
+                        .iter()
+                        .map(|s| s.parse())
+                        .collect::<Result<Vec<_>>>()?,
+                )
+                .collect()
+        } else if self.engine.is_empty() {
             vec![EngineSpec::Sepkv(
                 sepkv::Preset::LevelDb,
                 Default::default(),
@@ -194,13 +210,8 @@ impl BenchArgs {
                 .map(|s| s.parse())
                 .collect::<Result<Vec<_>>>()?
         };
-        let suite = self.workload.is_empty() && self.trace.is_empty();
-        let mut traces = self.trace.clone();
+        let traces = self.trace.clone();
         let workloads: Vec<WorkloadRun> = if suite {
-            traces = SUITE_TRACES
-                .iter()
-                .map(|n| bundled_trace(n))
-                .collect::<Result<_>>()?;
             let num = self.num.unwrap_or(SUITE_NUM);
             vec![
                 Workload::FillRandom.into(),
@@ -210,7 +221,6 @@ impl BenchArgs {
                     ops: Some(self.ops.unwrap_or((num / 10).max(1))),
                 },
                 Workload::Overwrite.into(),
-                Workload::Trace.into(),
             ]
         } else if self.workload.is_empty() {
             vec![Workload::Trace.into()]
@@ -234,7 +244,11 @@ impl BenchArgs {
             num: self
                 .num
                 .unwrap_or(if suite { SUITE_NUM } else { DEFAULT_NUM }),
-            value_size: self.value_size,
+            value_size: self.value_size.unwrap_or(if suite {
+                SUITE_VALUE_SIZE
+            } else {
+                DEFAULT_VALUE_SIZE
+            }),
             key_size: self.key_size,
             ops: self.ops,
             threads: self.threads,
@@ -305,13 +319,17 @@ fn print_catalogue(out: &mut dyn Write) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Writes the markdown file and the charts asked for by `args`.
-fn write_outputs(args: &BenchArgs, reports: &[PhaseReport]) -> Result<()> {
-    if let Some(path) = &args.markdown {
+/// Writes the markdown file and the charts to the paths given.
+fn write_outputs(
+    markdown: Option<&Path>,
+    plot: Option<&Path>,
+    reports: &[PhaseReport],
+) -> Result<()> {
+    if let Some(path) = markdown {
         write_markdown(reports, path)?;
         eprintln!("wrote markdown tables to {}", path.display());
     }
-    if let Some(dir) = &args.plot {
+    if let Some(dir) = plot {
         let files = crate::plot::write_plots(reports, dir)?;
         eprintln!("wrote {} chart(s) to {}", files.len(), dir.display());
     }
@@ -340,9 +358,19 @@ pub fn run(args: &BenchArgs, db: Option<PathBuf>) -> Result<()> {
         if let Some(path) = &args.json {
             write_json(&reports, path)?;
         }
-        return write_outputs(args, &reports);
+        return write_outputs(args.markdown.as_deref(), args.plot.as_deref(), &reports);
     }
-    let plan = args.plan(db)?;
+    let mut plan = args.plan(db)?;
+    // The default suite leaves its report behind even when no output was
+    // asked for: the tables, the JSON and the charts, in one directory.
+    let mut plot = args.plot.clone();
+    if plan.suite && plan.json.is_none() && plan.markdown.is_none() && plot.is_none() {
+        let dir = PathBuf::from(SUITE_REPORT_DIR);
+        std::fs::create_dir_all(&dir).map_err(|e| BenchError::io(&dir, e))?;
+        plan.json = Some(dir.join("results.json"));
+        plan.markdown = Some(dir.join("results.md"));
+        plot = Some(dir.clone());
+    }
     let cfg = &plan.config;
     let root = DbRoot::prepare(plan.db.as_deref())?;
     let names: Vec<String> = cfg
@@ -449,6 +477,15 @@ pub fn run(args: &BenchArgs, db: Option<PathBuf>) -> Result<()> {
         let mut out = stdout.lock();
         if !reports.is_empty() {
             print_table(&reports, &mut out).map_err(out_err)?;
+            if plan.suite {
+                print_ratios(&reports, &mut out).map_err(out_err)?;
+                writeln!(
+                    out,
+                    "\ncaution: one short run on a shared machine can move a phase by tens of \
+                     percent; docs/benchmarks.md has the repeated figures at 1 GiB and device-bound"
+                )
+                .map_err(out_err)?;
+            }
         }
         out.flush().map_err(out_err)?;
     }
@@ -460,7 +497,7 @@ pub fn run(args: &BenchArgs, db: Option<PathBuf>) -> Result<()> {
             path.display()
         );
     }
-    write_outputs(args, &reports)?;
+    write_outputs(plan.markdown.as_deref(), plot.as_deref(), &reports)?;
     if let Ok(Some(dir)) = &kept {
         eprintln!("kept the database directory {}", dir.display());
     }

@@ -618,6 +618,72 @@ pub fn write_json(reports: &[PhaseReport], path: &Path) -> Result<()> {
     std::fs::write(path, text + "\n").map_err(|e| BenchError::io(path, e))
 }
 
+/// Writes, per workload and phase, each sepkv preset's throughput as a
+/// ratio to the best peer's (the fastest engine whose name does not start
+/// with `sepkv:`), and its write amplification beside the peer's: the
+/// summary the default suite ends with. Writes nothing when the reports
+/// hold no peer or no sepkv preset.
+///
+/// # Errors
+/// The writer's error.
+pub fn print_ratios(reports: &[PhaseReport], out: &mut dyn Write) -> std::io::Result<()> {
+    let is_sepkv = |r: &PhaseReport| r.engine.starts_with("sepkv:");
+    let (_, phases) = engines_and_phases(reports);
+    let mut header_done = false;
+    for (w, p) in &phases {
+        let of_phase = || reports.iter().filter(|r| &r.workload == w && &r.phase == p);
+        let Some(peer) = of_phase()
+            .filter(|r| !is_sepkv(r))
+            .max_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec))
+        else {
+            continue;
+        };
+        if peer.ops_per_sec <= 0.0 {
+            continue;
+        }
+        for r in of_phase().filter(|r| is_sepkv(r)) {
+            if !header_done {
+                writeln!(
+                    out,
+                    "\nEach sepkv preset against the best peer of each workload (throughput \
+                     ratio above 1: the preset is faster; WA: bytes written to files per user byte)"
+                )?;
+                writeln!(
+                    out,
+                    "{:<12} {:<16} {:>8} {:>10} {:>6}   {:<10} {:>8} {:>6}",
+                    "workload",
+                    "preset",
+                    "kops/s",
+                    "× best peer",
+                    "WA",
+                    "best peer",
+                    "kops/s",
+                    "WA"
+                )?;
+                header_done = true;
+            }
+            let workload = if p == "run" {
+                w.clone()
+            } else {
+                format!("{w}/{p}")
+            };
+            writeln!(
+                out,
+                "{:<12} {:<16} {:>8.1} {:>10.2}× {:>6}   {:<10} {:>8.1} {:>6}",
+                workload,
+                r.engine.trim_start_matches("sepkv:"),
+                r.ops_per_sec / 1000.0,
+                r.ops_per_sec / peer.ops_per_sec,
+                fmt_opt(r.write_amp, 2),
+                peer.engine,
+                peer.ops_per_sec / 1000.0,
+                fmt_opt(peer.write_amp, 2),
+            )?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

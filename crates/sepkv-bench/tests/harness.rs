@@ -588,9 +588,8 @@ fn db_root_refuses_non_empty_dirs_and_cleans_up() {
 }
 
 #[test]
-fn default_suite_plan_uses_the_bundled_traces() {
+fn default_suite_plan_runs_every_preset_beside_the_fjall_peers() {
     let args = sepkv_bench::cli::BenchArgs {
-        value_size: 100,
         key_size: 16,
         threads: 1,
         seed: 1,
@@ -602,8 +601,23 @@ fn default_suite_plan_uses_the_bundled_traces() {
     };
     let plan = args.plan(None).unwrap();
     assert!(plan.suite);
-    assert_eq!(plan.config.traces.len(), 2);
-    assert!(plan.config.traces.iter().all(|t| t.is_file()));
+    assert!(plan.config.traces.is_empty());
+    assert_eq!(plan.config.value_size, sepkv_bench::cli::SUITE_VALUE_SIZE);
+    assert_eq!(plan.config.num, sepkv_bench::cli::SUITE_NUM);
+    let engines: Vec<String> = plan.engines.iter().map(|e| e.to_string()).collect();
+    assert_eq!(
+        engines,
+        [
+            "sepkv:leveldb",
+            "sepkv:wisckey",
+            "sepkv:hashkv",
+            "sepkv:ktstore",
+            "sepkv:flashkey",
+            "sepkv:lwc",
+            "fjall",
+            "fjall-kv"
+        ]
+    );
     let names: Vec<String> = plan
         .config
         .workloads
@@ -612,14 +626,18 @@ fn default_suite_plan_uses_the_bundled_traces() {
         .collect();
     assert_eq!(
         names,
-        [
-            "fillrandom",
-            "readrandom",
-            "seekrandom",
-            "overwrite",
-            "trace"
-        ]
+        ["fillrandom", "readrandom", "seekrandom", "overwrite"]
     );
+    // Explicit workloads keep db_bench's defaults: one engine, 100-byte values.
+    let explicit = sepkv_bench::cli::BenchArgs {
+        workload: vec!["fillrandom".into()],
+        ..args.clone()
+    }
+    .plan(None)
+    .unwrap();
+    assert!(!explicit.suite);
+    assert_eq!(explicit.engines.len(), 1);
+    assert_eq!(explicit.config.value_size, 100);
 
     let bad = sepkv_bench::cli::BenchArgs {
         engine: vec!["sepkv:flashkey+lwc".into()],

@@ -102,7 +102,9 @@ enum Cmd {
         #[arg(long)]
         target: Option<f64>,
     },
-    /// Run benchmarks (with no options: a short default suite). The
+    /// Run benchmarks (with no options: the default suite, every preset
+    /// beside fjall and fjall-kv with 1000-byte values, about two minutes;
+    /// its report goes to ./sepkv-bench-report/). The
     /// database lives in --db when given, else in a temporary directory,
     /// and is deleted afterwards unless --keep.
     Bench(Box<sepkv_bench::cli::BenchArgs>),

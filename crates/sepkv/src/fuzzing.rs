@@ -158,7 +158,7 @@ pub fn filter_block(data: &[u8]) -> Result<usize> {
     Ok(keys.iter().filter(|k| f.may_contain(k)).count())
 }
 
-/// Decodes a table footer (exactly [`FOOTER_LEN`] bytes, or the last ones
+/// Decodes a table footer (exactly `FOOTER_LEN` bytes, or the last ones
 /// of a longer input). Returns `(metaindex offset, index offset)`.
 ///
 /// # Errors

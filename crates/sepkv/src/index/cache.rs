@@ -13,7 +13,7 @@
 //! S3-FIFO cache (`quick_cache`). Two readers missing the same block at the
 //! same time may both read it; the second insert replaces the first.
 //!
-//! Beside the blocks, the cache holds the [`MapGauge`] that decides, for all
+//! Beside the blocks, the cache holds the `MapGauge` that decides, for all
 //! tables of the database, whether the blocks of mapped tables are read in
 //! place or with system calls.
 

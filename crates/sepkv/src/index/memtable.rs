@@ -165,7 +165,7 @@ impl MemTable {
         self.newest_seq_hashed(user_key, key_hash(user_key))
     }
 
-    /// [`MemTable::newest_seq`] for a key whose [`key_hash`] is `hash`
+    /// [`MemTable::newest_seq`] for a key whose `key_hash` is `hash`
     /// (hashed once for every memtable and table a lookup visits).
     pub fn newest_seq_hashed(&self, user_key: &[u8], hash: u64) -> Option<SeqNum> {
         self.newest(user_key, hash, super::key::MAX_SEQ, |seq, _, _| seq)
@@ -203,7 +203,7 @@ impl MemTable {
         self.get_hashed(user_key, key_hash(user_key), seq)
     }
 
-    /// [`MemTable::get`] for a key whose [`key_hash`] is `hash`.
+    /// [`MemTable::get`] for a key whose `key_hash` is `hash`.
     pub fn get_hashed(&self, user_key: &[u8], hash: u64, seq: SeqNum) -> Lookup {
         self.newest(user_key, hash, seq, |_, vtype, value| match vtype {
             ValueType::Deletion => Lookup::Deleted,

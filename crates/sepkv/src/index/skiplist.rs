@@ -10,7 +10,7 @@
 //!
 //! # Memory layout
 //!
-//! Nodes live in an arena of [`ARENA_BLOCK`]-byte blocks owned by the list
+//! Nodes live in an arena of `ARENA_BLOCK`-byte blocks owned by the list
 //! and freed with it, as LevelDB's memtable does. A node is one contiguous
 //! run of the arena: its tower of `height` next-pointers, then an 8-byte
 //! header (key and value lengths), then the key and the value bytes. A node

@@ -206,7 +206,7 @@ impl TableCache {
     }
 
     /// Reads tables through a mapping of their files where the file system
-    /// can map them ([`RandomAccessFile::map`](crate::fs::RandomAccessFile::map)).
+    /// can map them ([`crate::fs::RandomAccessFile::map`]).
     pub fn with_mmap(mut self, mmap: bool) -> Self {
         self.mmap = mmap;
         self

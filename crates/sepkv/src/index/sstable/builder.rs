@@ -85,8 +85,8 @@ pub struct TableOptions {
     pub restart_interval: usize,
     /// Bloom filter bits per distinct user key; 0 writes no filter.
     pub bloom_bits_per_key: usize,
-    /// Data blocks start on [`ALIGN`] boundaries and take at most
-    /// `block_size` rounded up to [`ALIGN`], trailer included, unless one
+    /// Data blocks start on `ALIGN` boundaries and take at most
+    /// `block_size` rounded up to `ALIGN`, trailer included, unless one
     /// entry is larger: a point read then touches the fewest pages
     /// ([`Options::block_align`](crate::Options::block_align)).
     pub block_align: bool,

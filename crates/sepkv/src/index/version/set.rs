@@ -448,7 +448,7 @@ impl PreparedEdit {
 
 /// Whether the counters of an edit read from disk lie within their ranges
 /// (sequence numbers within 56 bits, file numbers and sizes within
-/// [`MAX_FILE_NUMBER`]); only such counters are trusted, so that nothing
+/// `MAX_FILE_NUMBER`); only such counters are trusted, so that nothing
 /// computed from them (next numbers, level sizes) can overflow.
 pub fn counters_in_range(edit: &VersionEdit) -> bool {
     edit.last_sequence

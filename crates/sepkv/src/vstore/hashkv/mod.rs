@@ -2166,7 +2166,7 @@ impl ValueStore for HashKvStore {
         HashKvStore::check_poisoned(&self.state.lock())
     }
 
-    /// [`MAX_RESERVE_DELAY`] times [`Table::pause_depth`]: from halfway
+    /// `MAX_RESERVE_DELAY` times [`Table::pause_depth`]: from halfway
     /// between the low watermark and GC's headroom down to the headroom,
     /// where an append is refused and the writer waits for a GC step.
     /// Far from the low watermark, as the last [`ValueStore::gc_due`]

@@ -903,7 +903,7 @@ impl SegFiles {
     }
 
     /// Makes every written segment durable, and the directory entries of
-    /// new ones. With [`SYNC_FILE_SYSTEM_AT`] segments or more to sync, and
+    /// new ones. With `SYNC_FILE_SYSTEM_AT` segments or more to sync, and
     /// a file system that can, in one call
     /// ([`FileSystem::sync_file_system`]): every append was handed to the
     /// OS when it was made. A store of many groups writes to hundreds of

@@ -745,7 +745,7 @@ impl VlogStore {
     /// index (HashKV's GC: a cold value's tag followed by a newer version
     /// of the key). The index reports the same bytes when compaction drops
     /// the pointer, so a region counts the larger of the reported and the
-    /// inferred bytes ([`FileInfo::garbage`]), never their sum. Only the
+    /// inferred bytes (`FileInfo::garbage`), never their sum. Only the
     /// estimate changes: GC still asks the index before it drops a record.
     pub fn hint_garbage(&self, ptr: &ValuePointer) {
         let mut st = self.state.lock();
