@@ -423,10 +423,12 @@ pub struct Tuning {
     /// divisions and less compaction I/O, more index blocks per lookup.
     pub wide_dtables: bool,
     /// `+nosort`: KT-Store's sealed TrieTables stay in write order
-    /// (`trie_sort_sealed` off), as in the paper (§3.2).
+    /// (`trie_sort_sealed` off), one of the paper's rules (§3.2); adaptive
+    /// and skew splits stay on, so this is not the paper's layout alone.
     pub no_sort: bool,
     /// `+noroll`: a KT-Store leaf keeps one TrieTable until it splits
-    /// (`trie_roll_size` = `trie_table_size`), as in the paper (§3.2).
+    /// (`trie_roll_size` = `trie_table_size`), one of the paper's rules
+    /// (§3.2); adaptive and skew splits stay on.
     pub no_roll: bool,
     /// `+align`: data blocks of SSTables and DTables start on 4 KiB
     /// boundaries and fit their pages (`block_align`).
@@ -461,11 +463,11 @@ pub const TUNING_HELP: [(&str, &str); 12] = [
     ),
     (
         "+nosort",
-        "sealed TrieTables stay in write order (KT-Store as in its paper)",
+        "sealed TrieTables stay in write order (as KT-Store §3.2; splits stay adaptive)",
     ),
     (
         "+noroll",
-        "a KT-Store leaf keeps one TrieTable until it splits, as in its paper",
+        "a KT-Store leaf keeps one TrieTable until it splits (as §3.2; splits stay adaptive)",
     ),
     (
         "+align",

@@ -95,7 +95,7 @@ enum Cmd {
     Compact,
     /// Check every table, block, record and checksum, and the manifest.
     Verify,
-    /// Garbage-collect the value store (`wisckey` value log, `hashkv` segment groups, `ktstore` TrieTables).
+    /// Garbage-collect the value store (`wisckey` value log, `hashkv` segment groups, `ktstore` TrieTables, `flashkey` logical bands).
     Gc {
         /// Stop once the estimated garbage ratio is at most this; without
         /// it, one pass reclaims everything reclaimable.

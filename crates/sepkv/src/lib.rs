@@ -36,29 +36,34 @@
 //!
 //! # Presets: which to pick
 //!
-//! Measured at 1 GiB against RocksDB and fjall (the README's comparison:
-//! 16-byte keys, 1000-byte values, data in the page cache):
+//! Figures from `docs/benchmarks.md` (1 M × 16-byte keys and 1000-byte
+//! values, about 1 GiB, one client thread; from the page cache on
+//! 2026-11-28 beside fjall 3, RocksDB and BlobDB, C++ LevelDB and Badger,
+//! and device-bound under a 400 MiB memory limit on 2026-11-29):
 //!
 //! - [`Preset::LevelDb`] (lsm + inline, the default): no value store to size
 //!   or collect. Pick it for small values, scan-heavy work and short-lived
-//!   data: it was sepkv's fastest preset for scans and for updates under a
-//!   capped store.
+//!   data: it is sepkv's fastest preset for scans (1.24× C++ LevelDB's
+//!   100-entry scans from the page cache).
 //! - [`Preset::WiscKey`] (lsm + vlog): values of at least
 //!   `value_threshold` bytes go to a value log. Pick it for large values
-//!   and write-heavy work: it loaded at or above the fastest peer while
-//!   writing less than half the bytes, and led sepkv's presets on random
-//!   loads, overwrites and uniform point reads (`readrandom`). Garbage is
-//!   reclaimed by [`Db::gc`] and a background thread.
+//!   and write-heavy work: it is the fastest preset for random loads, at
+//!   about half the write amplification of the fastest peer (1.11 against
+//!   fjall-kv's 2.16) but not its speed (0.61× fjall-kv from the page
+//!   cache, 0.80× device-bound). Garbage is reclaimed by [`Db::gc`] and a
+//!   background thread.
 //! - [`Preset::HashKv`] (lsm + hashkv): values hashed to fixed-size segment
 //!   groups collected one group at a time. Pick it for update-heavy work on
-//!   a bounded store (`value_capacity`): 2.8× the capped value log's update
-//!   throughput at 1 GiB.
+//!   a bounded store (`value_capacity`): 1.10–1.67× the capped value log's
+//!   update throughput per phase (1.13–1.32× in the last phase) writing
+//!   0.94–1.00× its bytes, at 300 k × 1000-byte records (HashKV §4.2's
+//!   experiment, scaled); it led YCSB A (1.53× the best peer).
 //!
 //! - [`Preset::KtStore`] (lsm + trie): values in TrieTables partitioned by
 //!   key prefix, so a range scan reads each table's span once (KT-Store
-//!   §3.3). Scans gain where tables hold keys in order (sequential loads, or
-//!   after GC rewrote them in key order); on randomly loaded data measured
-//!   from the page cache it scans like `wisckey`.
+//!   §3.3). Scans gain where reads reach the device (2.7× `wisckey`'s
+//!   100-entry scans device-bound); from the page cache they run at 0.80×
+//!   `wisckey`'s.
 //!
 //! - [`Preset::FlashKey`] (hash + bands, FlashKey §V): a hash-table index
 //!   (in memory or on disk behind a bounded page cache) over logical bands
@@ -120,6 +125,12 @@ mod snapshot;
 pub mod space;
 mod spin;
 pub mod vstore;
+
+/// The README's Rust program, compiled and run as a doctest so that the
+/// first code a reader copies keeps working.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
 
 pub use batch::{BatchEntry, WriteBatch};
 pub use db::{stored_config, Db, DbStats, FileGroupStats, GcReport, LevelStats, VerifyReport};

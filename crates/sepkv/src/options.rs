@@ -243,9 +243,11 @@ pub struct Options {
     /// new one. A `Some` that differs from the record is refused with
     /// [`crate::Error::ConfigMismatch`].
     pub value_layout: Option<ValueLayout>,
-    /// Values shorter than this stay inline in the index whatever the layout
-    /// (selective KV separation, HashKV §3.5). Ignored by the inline layout,
-    /// where every value is inline. Default 128.
+    /// Values shorter than this stay inline in the index (selective KV
+    /// separation, HashKV §3.5), for the `vlog`, `hashkv` and `trie`
+    /// layouts. Ignored by the inline layout, where every value is inline,
+    /// and by `bands`, where every value goes to a logical band (FlashKey's
+    /// hash index holds addresses only). Default 128.
     pub value_threshold: usize,
     /// Memtable size at which it is frozen and flushed (default 8 MiB).
     /// Each memtable also holds a whole-key Bloom filter of one bit per 4
@@ -301,7 +303,7 @@ pub struct Options {
     /// own level, where the next level holds its keys (default false).
     /// Beyond the paper. It cut WA by a tenth at 4 M × 100 B from the page
     /// cache, but at 16 M × 100 B under a hard drive's bandwidth it loaded
-    /// 0.72× as fast with no lower WA (the README's LWC-tree section).
+    /// 0.72× as fast with no lower WA (`docs/notebook/lwc-tree.md`).
     pub lwc_push_down: bool,
     /// Level-0 file count that triggers compaction (default 4).
     pub l0_compaction_trigger: usize,
@@ -448,6 +450,8 @@ pub struct Options {
     ///   values plus garbage not yet collected, tables GC retired but old
     ///   snapshots still reach included); `None` means unbounded. May
     ///   change between opens.
+    /// - `flashkey` (logical bands): the most bytes the bands may hold;
+    ///   `None` means unbounded. May change between opens.
     ///
     /// When a user write would pass the capacity, garbage collection runs
     /// first, in the writing thread (the setup of HashKV §4.1, where both
@@ -475,8 +479,9 @@ pub struct Options {
     /// `hashkv_journal_values`, the mode whose journal the cache relies on
     /// for crash safety. Default 4 MiB.
     pub hashkv_write_cache_size: usize,
-    /// `hashkv` hot/cold separation in GC: values written once since the
-    /// last GC move to a cold data log (HashKV §3.4). Default true.
+    /// `hashkv` hot/cold separation in GC: values written once since their
+    /// insert (never updated) move to a cold data log (HashKV §3.4).
+    /// Default true.
     pub hashkv_hotness: bool,
     /// `hashkv` write journal (HashKV §3.7). On, the journal records the
     /// store's metadata — the segments each append or GC step allocates —

@@ -29,7 +29,7 @@
 //! the same throughput, `hashkv`'s from 4.14 to 3.97 ms; four-thread
 //! `fillrandom`, `readwhilewriting` and `ycsb-a` held their throughput or
 //! gained (`wisckey` `readwhilewriting` 1.3×, its writer's p99 53–105 →
-//! 11 µs; README, "Background threads a few nice levels down"). Unlike
+//! 11 µs; `docs/notebook/`, "Background threads a few nice levels down"). Unlike
 //! the idle class (`SCHED_IDLE`, tried on 2026-11-27), a nice level
 //! keeps the thread's share when user threads want the cores:
 //! GC under a steady write load is slowed, not starved, and the space

@@ -1,5 +1,5 @@
 //! The value-record codec: how a separated value is stored in a value
-//! store, whatever the layout (`DESIGN.md`, "one value-record codec").
+//! store, whatever the layout (`docs/format.md`, "Shared value-record codec").
 //!
 //! Every value-store record carries `(checksum, kind, key, sequence number,
 //! value)`: the checksum lets a read tell damage from data (WiscKey
@@ -21,8 +21,9 @@
 //! Frozen: format version 1. Do not change without bumping the format
 //! version recorded in the database.
 //!
-//! Users: TrieTables (`vstore::trie`, flags 0). The value log and HashKV
-//! segments still use their own, older near-copies of this layout.
+//! Users: TrieTables (`vstore::trie`, flags 0) and logical bands
+//! (`vstore::bands`). The value log and HashKV segments still use their
+//! own, older near-copies of this layout.
 
 use super::checksum::{crc_parts, mask, unmask};
 
@@ -46,7 +47,8 @@ pub enum Kind {
     /// that serve as the write-ahead log).
     Relocation = 5,
     /// A tag left where a value moved elsewhere; the value is the encoded
-    /// pointer to it (HashKV's cold data log).
+    /// pointer to it. Reserved: no layout writes it yet (HashKV's cold-log
+    /// tags use its own record codec).
     Tag = 6,
 }
 

@@ -1,8 +1,8 @@
 //! Value stores: where separated values live.
 //!
 //! The index maps each key either to an inline value or to a
-//! [`ValuePointer`] into a [`ValueStore`]. Each layout of `DESIGN.md`
-//! (`vlog`, `hashkv`, `trie`, `bands`) is one implementation of the trait;
+//! [`ValuePointer`] into a [`ValueStore`]. Each value layout
+//! (`vlog`, `hashkv`, `trie`, `bands`; `docs/architecture.md`) is one implementation of the trait;
 //! [`InlineStore`] is the layout without separation, the case "every value is
 //! small".
 //!
@@ -362,8 +362,8 @@ pub trait ValueStore: Send + Sync {
 
     /// Reads the value `ptr` points at, checking the checksum and that the
     /// record belongs to `key`. `Ok(None)` when the pointer lies outside the
-    /// store's valid range: the value was lost in a crash (WiscKey §3.3.3)
-    /// and the key reads as absent.
+    /// store's valid range (WiscKey §3.3.3); recovery never admits such a
+    /// pointer, so `Db`'s reads report it as `Corruption`.
     ///
     /// # Errors
     /// `Corruption` with file and offset on a checksum or key mismatch.

@@ -75,8 +75,8 @@
 //! each key, so the bottom level's space amplification is at most
 //! `max_segments` (10 by default) and upper levels add their usual
 //! `1 / (ratio - 1)`; with uniform updates a segment shadows about
-//! `1 / max_segments` of its table, and the measured figure is in the
-//! README.
+//! `1 / max_segments` of its table, and the measured figures are in
+//! `docs/notebook/lwc-tree.md`.
 //!
 //! The job only writes; the caller installs the returned edit and then
 //! deletes obsolete files.

@@ -13,7 +13,7 @@
 //!   segment (byte diagram in [`segment`]); a [`ValuePointer`] is `(segment
 //!   id, offset, record length, aux = 0)`, or a cold-log pointer with
 //!   `aux = 1`. A full reserved space makes `append` fail with
-//!   `InvalidArgument` ("hashkv value store is full …"), leaving the store
+//!   `Error::ValueStoreFull` ("hashkv value store is full …"), leaving the store
 //!   untouched.
 //! - **Writes** (§3.2): by default an `append` writes its records straight
 //!   to their groups' segment files (one write per run of records in one

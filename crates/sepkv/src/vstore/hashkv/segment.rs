@@ -274,7 +274,7 @@ pub struct Table {
 pub fn full_message(geo: &Geometry, used: u64, need: u64) -> String {
     format!(
         "hashkv value store is full: {need} more log segment(s) of {} bytes needed, {} of {} reserved in use; \
-         run GC (Db::gc) or open with a larger value_capacity",
+         run GC (Db::gc) after deleting or overwriting data; a hashkv store keeps the value_capacity it was created with",
         geo.log_size, used, geo.reserved_units
     )
 }

@@ -52,7 +52,7 @@
 //!   are sorted by background GC ([`gc`], "Sorting sealed tables") and
 //!   read as dense spans. So `roll_size` bounds what a scan reads beyond
 //!   the values it asked for. Measured on a 1 GiB store whose reads reach
-//!   the device (README, KT-Store), 512 KiB rolls cut a 100-entry scan's
+//!   the device (`docs/notebook/ktstore-trietables.md`), 512 KiB rolls cut a 100-entry scan's
 //!   read amplification from 5.8 to 1.3.
 //! - **GC per TrieTable** (beyond the paper, [`gc`]): garbage is tracked
 //!   per table (fed by compaction through [`ValueStore::note_garbage`]); a
