@@ -122,7 +122,10 @@ mod spin;
 pub mod vstore;
 
 pub use batch::{BatchEntry, WriteBatch};
-pub use db::{stored_config, Db, DbStats, FileGroupStats, GcReport, LevelStats, VerifyReport};
+pub use db::{
+    stored_config, CheckpointReport, Db, DbStats, FileGroupStats, GcReport, LevelStats,
+    VerifyReport,
+};
 pub use error::{Error, Result};
 pub use identity::FORMAT_VERSION;
 pub use index::compaction::CompactionStats;
