@@ -374,7 +374,7 @@ mod tests {
         // Below: exactly as before.
         assert_eq!(below.list(p("/d")).unwrap(), vec!["a".to_string()]);
         assert_eq!(read_all(&below, p("/d/a")).unwrap(), b"hello");
-        assert!(o.memory_bytes() >= 9);
+        assert_eq!(o.memory_bytes(), 3, "the removed file's appends are gone");
     }
 
     #[test]
