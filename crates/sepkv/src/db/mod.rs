@@ -140,10 +140,13 @@ struct DbInner {
     /// is an [`crate::fs::OverlayFs`] that keeps recovery's writes in
     /// memory.
     read_only: bool,
-    /// Held shared by [`Db::checkpoint`] and taken by each GC step: a
-    /// checkpoint waits for the running step and keeps new ones out while
-    /// it copies the value files (see `checkpoint`).
-    gc_gate: parking_lot::RwLock<()>,
+    /// Held exclusively by [`Db::checkpoint`]; held shared by each GC
+    /// step, each range compaction ([`Db::compact_range`] and GC's garbage
+    /// discovery), which run outside the index's background thread: a
+    /// checkpoint waits for the running ones and keeps new ones out while
+    /// it copies (see `checkpoint`). GC steps and the discovery only try
+    /// it, and skip their work when a checkpoint holds it.
+    work_gate: parking_lot::RwLock<()>,
 }
 
 /// Opens the value store of the layout `shared.opts` names, handing it the
@@ -462,7 +465,7 @@ impl Db {
             lock: Mutex::new(lock),
             space: crate::space::SpaceGovernor::new(space_target, bounded),
             read_only,
-            gc_gate: parking_lot::RwLock::new(()),
+            work_gate: parking_lot::RwLock::new(()),
         });
         let seq = inner.index.recover()?;
         inner.vstore.recovered();
