@@ -142,7 +142,7 @@ fn run(preset: Preset, wal: bool) {
             let mut i = 0u32;
             while !stop.load(Ordering::Relaxed) {
                 db.gc(Some(0.1)).unwrap();
-                if i % 4 == 0 {
+                if i.is_multiple_of(4) {
                     db.compact_range(..).unwrap();
                 }
                 i += 1;
