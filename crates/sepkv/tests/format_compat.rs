@@ -49,7 +49,7 @@ fn key(i: u32) -> Vec<u8> {
 
 /// The value of key `i` after phase `phase` (0: first write, 1: overwrite).
 fn value(i: u32, phase: u32) -> Vec<u8> {
-    let len = if i % 3 == 0 {
+    let len = if i.is_multiple_of(3) {
         100 + (i * 7) % 300
     } else {
         1 + i % 30
