@@ -107,6 +107,10 @@ enum Cmd {
         /// The checkpoint's directory; must not exist.
         dir: PathBuf,
     },
+    /// Rebuild a database whose manifest or CURRENT is lost or damaged from
+    /// the tables, WALs and value files that survive (LevelDB's RepairDB);
+    /// prints what it kept and dropped. Old files go to DIR/lost/.
+    Repair,
     /// Garbage-collect the value store (`wisckey` value log, `hashkv` segment groups, `ktstore` TrieTables).
     Gc {
         /// Stop once the estimated garbage ratio is at most this; without
@@ -168,6 +172,40 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
     }
     if let Cmd::Verify = cli.cmd {
         return Ok(verify(&cli, opts));
+    }
+    if let Cmd::Repair = cli.cmd {
+        let r = Db::repair(&cli.db, opts)?;
+        println!(
+            "repaired {}: kept {} table(s) and {} WAL(s), {} entries read; \
+             {} key(s) live, {} deleted key(s) kept deleted; last sequence {}",
+            cli.db.display(),
+            r.tables_kept,
+            r.wals_read,
+            r.entries_read,
+            r.live_keys,
+            r.tombstones,
+            r.last_sequence
+        );
+        println!(
+            "dropped: {} damaged table(s), {} obsolete table(s); value-store state from a manifest: {}",
+            r.tables_dropped.len(),
+            r.tables_obsolete,
+            if r.value_store_state_kept { "yes" } else { "no" }
+        );
+        for m in &r.manifests {
+            println!("manifest {m}");
+        }
+        for t in &r.tables_dropped {
+            println!("dropped table {t}");
+        }
+        for w in &r.wal_damage {
+            println!("WAL damage {w}");
+        }
+        for w in &r.warnings {
+            println!("warning: {w}");
+        }
+        println!("keys after repair: {}", r.keys_after);
+        return Ok(ExitCode::SUCCESS);
     }
     let read_only = matches!(
         cli.cmd,
@@ -305,7 +343,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             .map_err(stdout_err)?;
             ExitCode::SUCCESS
         }
-        Cmd::Verify => unreachable!("handled above"),
+        Cmd::Verify | Cmd::Repair => unreachable!("handled above"),
         Cmd::Bench(_) => unreachable!("handled in main"),
     };
     out.flush().map_err(stdout_err)?;

@@ -124,7 +124,7 @@ pub mod vstore;
 pub use batch::{BatchEntry, WriteBatch};
 pub use db::{
     stored_config, CheckpointReport, Db, DbStats, FileGroupStats, GcReport, LevelStats,
-    VerifyReport,
+    RepairReport, VerifyReport,
 };
 pub use error::{Error, Result};
 pub use identity::FORMAT_VERSION;

@@ -54,11 +54,13 @@
 mod background;
 mod checkpoint;
 mod read;
+mod repair;
 mod space;
 mod stats;
 mod write;
 
 pub use checkpoint::CheckpointReport;
+pub use repair::RepairReport;
 pub use stats::{DbStats, FileGroupStats, GcReport, LevelStats, VerifyReport};
 
 use crate::commit::CommitQueue;
