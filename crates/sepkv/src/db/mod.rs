@@ -813,7 +813,8 @@ impl Drop for Db {
 /// read-only commands on a directory where it returns `None`).
 ///
 /// # Errors
-/// `Corruption` for a damaged `IDENTITY`; `NotADatabase` for a foreign one;
+/// `Corruption` for a damaged `IDENTITY`; `NotADatabase` for a foreign one
+/// or an older, unsupported format; `FormatTooNew` for a newer format;
 /// `Io` when it cannot be read.
 pub fn stored_config(
     path: impl AsRef<Path>,
