@@ -159,6 +159,19 @@ fn run(preset: Preset, wal: bool) {
         std::thread::sleep(Duration::from_millis(millis));
         let dir = base.join(format!("ckpt{i}"));
         let rep = db.checkpoint_report(&dir).unwrap();
+        // Space right after the checkpoint: linked SSTables are shared.
+        eprintln!(
+            "{name}: checkpoint {i} at sequence {}: {} file(s) linked ({} KiB), {} copied \
+             ({} KiB); on disk: source {} KiB, checkpoint {} KiB, both together {} KiB",
+            rep.sequence,
+            rep.linked_files,
+            rep.linked_bytes / 1024,
+            rep.copied_files,
+            rep.copied_bytes / 1024,
+            du(&[&src]) / 1024,
+            du(&[&dir]) / 1024,
+            du(&[&src, &dir]) / 1024
+        );
         if preset != Preset::Lwc && rep.linked_files == 0 {
             // Not an error before the first flush; later ones must link.
             assert!(i == 0, "{name}: no SSTable was linked: {rep:?}");
