@@ -258,3 +258,56 @@ fn checkpoint_flashkey() {
 fn checkpoint_lwc() {
     run(Preset::Lwc, true);
 }
+
+fn run_cmd(cmd: &[&str]) -> bool {
+    std::process::Command::new(cmd[0])
+        .args(&cmd[1..])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A checkpoint into another file system (a tmpfs the test mounts, where
+/// the machine allows it) cannot link: every SSTable is copied instead,
+/// and the copy opens and reads as the source.
+#[test]
+fn checkpoint_to_another_file_system_copies_the_tables() {
+    let base = tmp("xdev");
+    let mnt = base.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let m = mnt.to_str().unwrap().to_string();
+    if !run_cmd(&["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", &m]) {
+        eprintln!("skipped: this machine does not let the test mount a tmpfs");
+        let _ = std::fs::remove_dir_all(&base);
+        return;
+    }
+    struct Unmount(String, PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            run_cmd(&["umount", &self.0]);
+            let _ = std::fs::remove_dir_all(&self.1);
+        }
+    }
+    let _guard = Unmount(m, base.clone());
+    let db = Db::open(base.join("db"), opts(Preset::LevelDb, true)).unwrap();
+    for i in 0..KEYS {
+        db.put(key(i), vec![(i % 250) as u8; 200]).unwrap();
+    }
+    db.flush().unwrap();
+    db.delete(key(3)).unwrap();
+    let same_fs = db.checkpoint_report(base.join("same")).unwrap();
+    assert!(same_fs.linked_files > 0, "{same_fs:?}");
+    let rep = db.checkpoint_report(mnt.join("copy")).unwrap();
+    assert_eq!(rep.linked_files, 0, "{rep:?}");
+    assert_eq!(
+        rep.copied_files,
+        same_fs.copied_files + same_fs.linked_files
+    );
+    let c = Db::open(mnt.join("copy"), Options::default()).unwrap();
+    assert_eq!(c.recovered_sequence(), rep.sequence);
+    for i in 0..KEYS {
+        let want = (i != 3).then(|| vec![(i % 250) as u8; 200]);
+        assert_eq!(c.get(key(i)).unwrap(), want, "key {i}");
+    }
+    assert!(c.verify().unwrap().faults.is_empty());
+}
