@@ -6,8 +6,8 @@
 //! taken while nothing writes to the directory:
 //! 1. the *work gate* is taken: the running value-store GC step and range
 //!    compactions ([`Db::compact_range`], GC's garbage discovery) end, and
-//!    new GC steps find nothing to do (new range compactions wait) until
-//!    the checkpoint is done (GC punches holes, deletes value files and
+//!    new GC steps find nothing to do (new range compactions, and writes
+//!    that need GC to make room, wait) until the checkpoint is done (GC punches holes, deletes value files and
 //!    rewrites HashKV segments, bands and TrieTables; a range compaction
 //!    writes tables and manifest edits outside the index's background
 //!    thread);
