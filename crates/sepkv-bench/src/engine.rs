@@ -977,6 +977,7 @@ impl SepkvEngine {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
             let ckpt = src.with_extension("checkpoint");
+            let at = start.elapsed();
             let t = std::time::Instant::now();
             let rep = match db.checkpoint_report(&ckpt) {
                 Ok(r) => r,
@@ -1004,7 +1005,7 @@ impl SepkvEngine {
                      opened read-only: {keys} keys, verify: {faults} fault(s); on disk: source \
                      {:.1} MiB, checkpoint {:.1} MiB (linked tables counted in both)",
                     ckpt.display(),
-                    start.elapsed().as_secs_f64(),
+                    at.as_secs_f64(),
                     took.as_secs_f64() * 1e3,
                     rep.sequence,
                     rep.linked_files,
