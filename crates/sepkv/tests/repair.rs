@@ -15,7 +15,7 @@ use sepkv::{Db, Error, Options, Preset};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-const KEYS: u32 = 3000;
+const KEYS: u32 = 2000;
 
 fn opts(preset: Preset) -> Options {
     Options {

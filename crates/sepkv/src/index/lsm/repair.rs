@@ -46,7 +46,7 @@ use crate::index::table_cache::AnyTable;
 use crate::index::version::{log_and_apply, VersionEdit, VersionSet};
 use crate::vstore::ValuePointer;
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -117,8 +117,11 @@ pub(crate) fn repair(
 
     // 1. What the manifests still tell.
     let mut vstate: Option<Vec<u8>> = None;
-    let mut deleted: BTreeSet<u64> = BTreeSet::new();
-    let mut added: BTreeSet<u64> = BTreeSet::new();
+    // Each table number's fate by the last edit that named it: live when
+    // it was added (within an edit, deletions apply before additions, so a
+    // DTable lightweight compaction grew, deleted and added again in one
+    // edit, stays live).
+    let mut live: BTreeMap<u64, bool> = BTreeMap::new();
     for (_, name) in &manifests {
         let path = dir.join(name);
         let Ok(data) = read_all(fs.as_ref(), &path) else {
@@ -136,10 +139,10 @@ pub(crate) fn repair(
                             vstate = Some(s);
                         }
                         for (_, n) in e.deleted {
-                            deleted.insert(n);
+                            live.insert(n, false);
                         }
                         for (_, f) in e.added {
-                            added.insert(f.number);
+                            live.insert(f.number, true);
                         }
                     }
                     Err(reason) => {
@@ -168,9 +171,9 @@ pub(crate) fn repair(
         fill_cache: false,
     };
     for &n in &tables {
-        // Deleted by an edit and not added again by a later one (numbers
-        // are never reused): a compaction input not removed yet.
-        if deleted.contains(&n) {
+        // Deleted by the last edit that named it: a compaction input not
+        // removed yet.
+        if live.get(&n) == Some(&false) {
             rep.tables_obsolete.push(n);
             continue;
         }
