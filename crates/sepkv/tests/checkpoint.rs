@@ -104,16 +104,22 @@ fn tmp(name: &str) -> PathBuf {
     d
 }
 
-/// Allocated bytes under `dirs`, each hard-linked file counted once.
+/// Allocated bytes under `dirs`, each hard-linked file counted once. The
+/// source is live: a file removed while it is counted is skipped.
 pub fn du(dirs: &[&Path]) -> u64 {
     use std::os::unix::fs::MetadataExt;
     let mut seen = std::collections::HashSet::new();
     let mut total = 0;
     let mut stack: Vec<PathBuf> = dirs.iter().map(|d| d.to_path_buf()).collect();
     while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            let m = std::fs::symlink_metadata(&p).unwrap();
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let Ok(m) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
             if m.is_dir() {
                 stack.push(p);
             } else if seen.insert((m.dev(), m.ino())) {
