@@ -184,19 +184,26 @@ pub fn not_integer() -> Reply {
     Reply::err("value is not an integer or out of range")
 }
 
+/// An argument as Redis prints it into an error: up to its first NUL,
+/// at most `max` bytes.
+fn c_str(a: &[u8], max: usize) -> String {
+    let end = a.iter().position(|&b| b == 0).unwrap_or(a.len()).min(max);
+    String::from_utf8_lossy(&a[..end]).into_owned()
+}
+
 fn unknown_command(args: &[Bytes]) -> Reply {
     let mut msg = format!(
         "unknown command '{}', with args beginning with: ",
-        String::from_utf8_lossy(&args[0][..args[0].len().min(128)])
+        c_str(&args[0], 128)
     );
+    let mut room = 128usize;
     for a in &args[1..] {
-        if msg.len() >= 128 + 60 {
+        if room == 0 {
             break;
         }
-        msg.push_str(&format!(
-            "'{}' ",
-            String::from_utf8_lossy(&a[..a.len().min(128)])
-        ));
+        let s = c_str(a, room);
+        room = room.saturating_sub(a.len());
+        msg.push_str(&format!("'{s}' "));
     }
     Reply::err(msg)
 }

@@ -291,19 +291,20 @@ pub fn getdel(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
 /// `GETEX key [EX s|PX ms|EXAT s|PXAT ms|PERSIST]`.
 pub fn getex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
     let o = parse_opts(a, 2, false)?;
-    let now = now_ms();
-    let expire = match o.expire {
-        Some((u, arg)) => Some(expire_ms(arg, u, "getex", now)?),
-        None => None,
-    };
-    if expire.is_none() && !o.persist {
+    if o.expire.is_none() && !o.persist {
         return get(ctx, a);
     }
+    let now = now_ms();
     let ks = ctx.shared.ks.clone();
     let mut t = ks.txn();
     let Some(v) = tread(&mut t, &a[1], now)? else {
         commit(ctx, t)?;
         return Ok(Reply::Nil);
+    };
+    // Redis looks the key up before it checks the expiry argument.
+    let expire = match o.expire {
+        Some((u, arg)) => Some(expire_ms(arg, u, "getex", now)?),
+        None => None,
     };
     let payload = v.payload.clone();
     match expire {
