@@ -133,8 +133,8 @@ impl Keyspace {
 
     fn live(&self, raw: Vec<u8>, now: u64) -> Option<Value> {
         let r = Record::decode(raw)?;
-        (r.gen == self.gen.load(Ordering::Acquire) && (r.expire == 0 || r.expire > now)).then(
-            || Value {
+        (r.gen == self.gen.load(Ordering::Acquire) && (r.expire == 0 || r.expire > now)).then_some(
+            Value {
                 kind: r.kind,
                 payload: r.payload,
                 expire: r.expire,
@@ -200,13 +200,11 @@ impl Keyspace {
         let upper = [0x40u8];
         let range = (Bound::Included(from), Bound::Excluded(&upper[..]));
         let mut out = Vec::new();
-        let mut seen = 0;
-        for r in self.db.scan(range, false)? {
+        for (seen, r) in self.db.scan(range, false)?.enumerate() {
             let (k, v) = r?;
             if seen == count {
                 return Ok((out, Some(k)));
             }
-            seen += 1;
             let Some(user) = keys::user_key(&k) else {
                 continue;
             };

@@ -23,7 +23,7 @@ use bytes::BytesMut;
 use sepkv::Db;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -109,6 +109,7 @@ impl Server {
             stats: ServerStats::default(),
             clients: Mutex::new(HashMap::new()),
             next_client: AtomicU64::new(0),
+            open: AtomicUsize::new(0),
             cursors: Mutex::new(Cursors::default()),
             started: Instant::now(),
             started_wall: SystemTime::now(),
@@ -157,7 +158,15 @@ impl Server {
                     self.shared.stats.connections.fetch_add(1, Ordering::Relaxed);
                     let shared = self.shared.clone();
                     let rx = rx.clone();
-                    tasks.spawn(async move { connection(shared, sock, addr, rx).await });
+                    let full = shared.open.fetch_add(1, Ordering::AcqRel) >= shared.config.maxclients;
+                    tasks.spawn(async move {
+                        if full {
+                            refuse(&shared, sock).await;
+                        } else {
+                            connection(&shared, sock, addr, rx).await;
+                        }
+                        shared.open.fetch_sub(1, Ordering::AcqRel);
+                    });
                 }
             }
         }
@@ -176,20 +185,22 @@ impl Server {
     }
 }
 
+/// Answers a connection beyond `maxclients` and closes it.
+async fn refuse(shared: &Shared, mut sock: TcpStream) {
+    shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
+    let _ = sock
+        .write_all(b"-ERR max number of clients reached\r\n")
+        .await;
+    let _ = sock.shutdown().await;
+}
+
 async fn connection(
-    shared: Arc<Shared>,
+    shared: &Shared,
     mut sock: TcpStream,
     addr: SocketAddr,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let _ = sock.set_nodelay(true);
-    if shared.connected() >= shared.config.maxclients {
-        shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
-        let _ = sock
-            .write_all(b"-ERR max number of clients reached\r\n")
-            .await;
-        return;
-    }
     let id = shared.new_client_id();
     let info = Arc::new(ClientInfo {
         id,
@@ -218,7 +229,7 @@ async fn connection(
         wrote: false,
         info,
     };
-    serve_client(&shared, &mut sock, &mut client, &mut shutdown).await;
+    serve_client(shared, &mut sock, &mut client, &mut shutdown).await;
     let _ = sock.shutdown().await;
     shared
         .clients

@@ -12,7 +12,7 @@ use crate::keyspace::Keyspace;
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
@@ -142,6 +142,8 @@ pub struct Shared {
     pub clients: Mutex<HashMap<u64, Arc<ClientInfo>>>,
     /// Next client id.
     pub next_client: AtomicU64,
+    /// Open connections (counted at accept, before they register).
+    pub open: AtomicUsize,
     /// `SCAN` cursors.
     pub cursors: Mutex<Cursors>,
     /// When the server started.

@@ -92,7 +92,7 @@ fn expire_generic(ctx: &mut Ctx<'_>, a: &[Bytes], cmd: &str, secs: bool, abs: bo
     let mut when = int_arg(&a[2])?;
     let bad = || Reply::err(format!("invalid expire time in '{cmd}' command"));
     if secs {
-        if when > i64::MAX / 1000 || when < i64::MIN / 1000 {
+        if !(i64::MIN / 1000..=i64::MAX / 1000).contains(&when) {
             return Err(bad());
         }
         when *= 1000;

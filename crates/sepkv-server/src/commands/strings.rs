@@ -318,7 +318,7 @@ pub fn getex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
 
 /// `MSET key value [key value …]`.
 pub fn mset(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
-    if a.len() % 2 == 0 {
+    if a.len().is_multiple_of(2) {
         return Err(arity_error("mset"));
     }
     for p in a[1..].chunks(2) {
@@ -336,7 +336,7 @@ pub fn mset(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
 
 /// `MSETNX key value [key value …]`.
 pub fn msetnx(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
-    if a.len() % 2 == 0 {
+    if a.len().is_multiple_of(2) {
         return Err(arity_error("msetnx"));
     }
     for p in a[1..].chunks(2) {
