@@ -8,6 +8,7 @@
 
 use crate::commands::{connection, keyspace as keycmds, server, strings};
 use crate::keys::MAX_USER_KEY;
+use crate::keyspace::Txn;
 use crate::resp::Reply;
 use crate::state::{ClientState, Shared};
 use bytes::Bytes;
@@ -23,7 +24,14 @@ pub struct Ctx<'a> {
     pub client: &'a mut ClientState,
 }
 
-type Handler = fn(&mut Ctx<'_>, &[Bytes]) -> CmdResult;
+/// How a command runs.
+#[derive(Clone, Copy)]
+pub enum Handler {
+    /// On the connection's task (reads, connection and server commands).
+    Read(fn(&mut Ctx<'_>, &[Bytes]) -> CmdResult),
+    /// In the writer's transaction ([`crate::writer`]).
+    Write(fn(&mut Txn<'_>, &[Bytes]) -> CmdResult),
+}
 
 /// One entry of the command table (as `COMMAND INFO` reports it).
 pub struct Spec {
@@ -66,8 +74,8 @@ macro_rules! spec {
 
 /// Every command the server knows, in alphabetical order.
 pub static COMMANDS: &[Spec] = &[
-    spec!("append", 3, WF, 1, 1, 1, strings::append),
-    spec!("auth", -2, NOAUTH, 0, 0, 0, connection::auth),
+    spec!("append", 3, WF, 1, 1, 1, Handler::Write(strings::append)),
+    spec!("auth", -2, NOAUTH, 0, 0, 0, Handler::Read(connection::auth)),
     spec!(
         "client",
         -2,
@@ -75,7 +83,7 @@ pub static COMMANDS: &[Spec] = &[
         0,
         0,
         0,
-        connection::client
+        Handler::Read(connection::client)
     ),
     spec!(
         "command",
@@ -84,7 +92,7 @@ pub static COMMANDS: &[Spec] = &[
         0,
         0,
         0,
-        server::command
+        Handler::Read(server::command)
     ),
     spec!(
         "config",
@@ -93,43 +101,163 @@ pub static COMMANDS: &[Spec] = &[
         0,
         0,
         0,
-        server::config
+        Handler::Read(server::config)
     ),
-    spec!("dbsize", 1, R, 0, 0, 0, server::dbsize),
-    spec!("decr", 2, WF, 1, 1, 1, strings::decr),
-    spec!("decrby", 3, WF, 1, 1, 1, strings::decrby),
-    spec!("del", -2, &["write"], 1, -1, 1, keycmds::del),
-    spec!("echo", 2, CONN, 0, 0, 0, connection::echo),
-    spec!("exists", -2, R, 1, -1, 1, keycmds::exists),
-    spec!("expire", -3, WF, 1, 1, 1, keycmds::expire),
-    spec!("expireat", -3, WF, 1, 1, 1, keycmds::expireat),
-    spec!("expiretime", 2, R, 1, 1, 1, keycmds::expiretime),
-    spec!("flushall", -1, &["write"], 0, 0, 0, server::flushall),
-    spec!("flushdb", -1, &["write"], 0, 0, 0, server::flushdb),
-    spec!("get", 2, R, 1, 1, 1, strings::get),
-    spec!("getdel", 2, WF, 1, 1, 1, strings::getdel),
-    spec!("getex", -2, WF, 1, 1, 1, strings::getex),
-    spec!("getrange", 4, &["readonly"], 1, 1, 1, strings::getrange),
-    spec!("getset", 3, WF, 1, 1, 1, strings::getset),
-    spec!("hello", -1, NOAUTH, 0, 0, 0, connection::hello),
-    spec!("incr", 2, WF, 1, 1, 1, strings::incr),
-    spec!("incrby", 3, WF, 1, 1, 1, strings::incrby),
-    spec!("incrbyfloat", 3, WF, 1, 1, 1, strings::incrbyfloat),
-    spec!("info", -1, &["loading", "stale"], 0, 0, 0, server::info),
-    spec!("keys", 2, &["readonly"], 0, 0, 0, keycmds::keys),
-    spec!("mget", -2, R, 1, -1, 1, strings::mget),
-    spec!("mset", -3, W, 1, -1, 2, strings::mset),
-    spec!("msetnx", -3, W, 1, -1, 2, strings::msetnx),
-    spec!("persist", 2, &["write", "fast"], 1, 1, 1, keycmds::persist),
-    spec!("pexpire", -3, WF, 1, 1, 1, keycmds::pexpire),
-    spec!("pexpireat", -3, WF, 1, 1, 1, keycmds::pexpireat),
-    spec!("pexpiretime", 2, R, 1, 1, 1, keycmds::pexpiretime),
-    spec!("ping", -1, CONN, 0, 0, 0, connection::ping),
-    spec!("psetex", 4, W, 1, 1, 1, strings::psetex),
-    spec!("pttl", 2, R, 1, 1, 1, keycmds::pttl),
-    spec!("quit", -1, NOAUTH, 0, 0, 0, connection::quit),
-    spec!("randomkey", 1, &["readonly"], 0, 0, 0, keycmds::randomkey),
-    spec!("rename", 3, &["write"], 1, 2, 1, keycmds::rename),
+    spec!("dbsize", 1, R, 0, 0, 0, Handler::Read(server::dbsize)),
+    spec!("decr", 2, WF, 1, 1, 1, Handler::Write(strings::decr)),
+    spec!("decrby", 3, WF, 1, 1, 1, Handler::Write(strings::decrby)),
+    spec!(
+        "del",
+        -2,
+        &["write"],
+        1,
+        -1,
+        1,
+        Handler::Write(keycmds::del)
+    ),
+    spec!("echo", 2, CONN, 0, 0, 0, Handler::Read(connection::echo)),
+    spec!("exists", -2, R, 1, -1, 1, Handler::Read(keycmds::exists)),
+    spec!("expire", -3, WF, 1, 1, 1, Handler::Write(keycmds::expire)),
+    spec!(
+        "expireat",
+        -3,
+        WF,
+        1,
+        1,
+        1,
+        Handler::Write(keycmds::expireat)
+    ),
+    spec!(
+        "expiretime",
+        2,
+        R,
+        1,
+        1,
+        1,
+        Handler::Read(keycmds::expiretime)
+    ),
+    spec!(
+        "flushall",
+        -1,
+        &["write"],
+        0,
+        0,
+        0,
+        Handler::Write(server::flushall)
+    ),
+    spec!(
+        "flushdb",
+        -1,
+        &["write"],
+        0,
+        0,
+        0,
+        Handler::Write(server::flushdb)
+    ),
+    spec!("get", 2, R, 1, 1, 1, Handler::Read(strings::get)),
+    spec!("getdel", 2, WF, 1, 1, 1, Handler::Write(strings::getdel)),
+    spec!("getex", -2, WF, 1, 1, 1, Handler::Write(strings::getex)),
+    spec!(
+        "getrange",
+        4,
+        &["readonly"],
+        1,
+        1,
+        1,
+        Handler::Read(strings::getrange)
+    ),
+    spec!("getset", 3, WF, 1, 1, 1, Handler::Write(strings::getset)),
+    spec!(
+        "hello",
+        -1,
+        NOAUTH,
+        0,
+        0,
+        0,
+        Handler::Read(connection::hello)
+    ),
+    spec!("incr", 2, WF, 1, 1, 1, Handler::Write(strings::incr)),
+    spec!("incrby", 3, WF, 1, 1, 1, Handler::Write(strings::incrby)),
+    spec!(
+        "incrbyfloat",
+        3,
+        WF,
+        1,
+        1,
+        1,
+        Handler::Write(strings::incrbyfloat)
+    ),
+    spec!(
+        "info",
+        -1,
+        &["loading", "stale"],
+        0,
+        0,
+        0,
+        Handler::Read(server::info)
+    ),
+    spec!(
+        "keys",
+        2,
+        &["readonly"],
+        0,
+        0,
+        0,
+        Handler::Read(keycmds::keys)
+    ),
+    spec!("mget", -2, R, 1, -1, 1, Handler::Read(strings::mget)),
+    spec!("mset", -3, W, 1, -1, 2, Handler::Write(strings::mset)),
+    spec!("msetnx", -3, W, 1, -1, 2, Handler::Write(strings::msetnx)),
+    spec!(
+        "persist",
+        2,
+        &["write", "fast"],
+        1,
+        1,
+        1,
+        Handler::Write(keycmds::persist)
+    ),
+    spec!("pexpire", -3, WF, 1, 1, 1, Handler::Write(keycmds::pexpire)),
+    spec!(
+        "pexpireat",
+        -3,
+        WF,
+        1,
+        1,
+        1,
+        Handler::Write(keycmds::pexpireat)
+    ),
+    spec!(
+        "pexpiretime",
+        2,
+        R,
+        1,
+        1,
+        1,
+        Handler::Read(keycmds::pexpiretime)
+    ),
+    spec!("ping", -1, CONN, 0, 0, 0, Handler::Read(connection::ping)),
+    spec!("psetex", 4, W, 1, 1, 1, Handler::Write(strings::psetex)),
+    spec!("pttl", 2, R, 1, 1, 1, Handler::Read(keycmds::pttl)),
+    spec!("quit", -1, NOAUTH, 0, 0, 0, Handler::Read(connection::quit)),
+    spec!(
+        "randomkey",
+        1,
+        &["readonly"],
+        0,
+        0,
+        0,
+        Handler::Read(keycmds::randomkey)
+    ),
+    spec!(
+        "rename",
+        3,
+        &["write"],
+        1,
+        2,
+        1,
+        Handler::Write(keycmds::rename)
+    ),
     spec!(
         "renamenx",
         3,
@@ -137,16 +265,32 @@ pub static COMMANDS: &[Spec] = &[
         1,
         2,
         1,
-        keycmds::renamenx
+        Handler::Write(keycmds::renamenx)
     ),
-    spec!("reset", 1, CONN, 0, 0, 0, connection::reset),
-    spec!("scan", -2, &["readonly"], 0, 0, 0, keycmds::scan),
-    spec!("select", 2, CONN, 0, 0, 0, connection::select),
-    spec!("set", -3, W, 1, 1, 1, strings::set),
-    spec!("setex", 4, W, 1, 1, 1, strings::setex),
-    spec!("setnx", 3, WF, 1, 1, 1, strings::setnx),
-    spec!("setrange", 4, W, 1, 1, 1, strings::setrange),
-    spec!("strlen", 2, R, 1, 1, 1, strings::strlen),
+    spec!("reset", 1, CONN, 0, 0, 0, Handler::Read(connection::reset)),
+    spec!(
+        "scan",
+        -2,
+        &["readonly"],
+        0,
+        0,
+        0,
+        Handler::Read(keycmds::scan)
+    ),
+    spec!(
+        "select",
+        2,
+        CONN,
+        0,
+        0,
+        0,
+        Handler::Read(connection::select)
+    ),
+    spec!("set", -3, W, 1, 1, 1, Handler::Write(strings::set)),
+    spec!("setex", 4, W, 1, 1, 1, Handler::Write(strings::setex)),
+    spec!("setnx", 3, WF, 1, 1, 1, Handler::Write(strings::setnx)),
+    spec!("setrange", 4, W, 1, 1, 1, Handler::Write(strings::setrange)),
+    spec!("strlen", 2, R, 1, 1, 1, Handler::Read(strings::strlen)),
     spec!(
         "time",
         1,
@@ -154,11 +298,11 @@ pub static COMMANDS: &[Spec] = &[
         0,
         0,
         0,
-        server::time
+        Handler::Read(server::time)
     ),
-    spec!("ttl", 2, R, 1, 1, 1, keycmds::ttl),
-    spec!("type", 2, R, 1, 1, 1, keycmds::type_),
-    spec!("unlink", -2, WF, 1, -1, 1, keycmds::del),
+    spec!("ttl", 2, R, 1, 1, 1, Handler::Read(keycmds::ttl)),
+    spec!("type", 2, R, 1, 1, 1, Handler::Read(keycmds::type_)),
+    spec!("unlink", -2, WF, 1, -1, 1, Handler::Write(keycmds::del)),
 ];
 
 /// The table entry of `name` (lower case).
@@ -208,19 +352,49 @@ fn unknown_command(args: &[Bytes]) -> Reply {
     Reply::err(msg)
 }
 
-/// Runs one request (`args[0]` is the command name).
-pub fn execute(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Reply {
+/// Runs a write command inside the writer's transaction.
+pub fn run_write(spec: &Spec, t: &mut Txn<'_>, args: &[Bytes]) -> Reply {
+    match spec.handler {
+        Handler::Write(h) => match h(t, args) {
+            Ok(r) | Err(r) => r,
+        },
+        Handler::Read(_) => Reply::err("internal error: not a write command"),
+    }
+}
+
+/// Runs a command that is not a write on the connection's task.
+pub fn run_read(ctx: &mut Ctx<'_>, spec: &Spec, args: &[Bytes]) -> Reply {
+    match spec.handler {
+        Handler::Read(h) => match h(ctx, args) {
+            Ok(r) | Err(r) => r,
+        },
+        Handler::Write(_) => Reply::err("internal error: a write command"),
+    }
+}
+
+/// Whether the command runs in the writer.
+pub fn is_write(spec: &Spec) -> bool {
+    matches!(spec.handler, Handler::Write(_))
+}
+
+/// The checks every request gets (`args[0]` is the command name): a known
+/// command, authentication, arity, key sizes. Returns the command's table
+/// entry, or the error reply.
+///
+/// # Errors
+/// The reply to send instead of running the command.
+pub fn check(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<&'static Spec, Reply> {
     let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
     let Some(spec) = lookup(&name) else {
-        return unknown_command(args);
+        return Err(unknown_command(args));
     };
     ctx.client.last_command = spec.name;
     if !ctx.client.authenticated && !spec.flags.contains(&"no_auth") {
-        return Reply::Error("NOAUTH Authentication required.".into());
+        return Err(Reply::Error("NOAUTH Authentication required.".into()));
     }
     let n = args.len() as i32;
     if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
-        return arity_error(spec.name);
+        return Err(arity_error(spec.name));
     }
     if spec.first_key > 0 {
         let last = if spec.last_key < 0 {
@@ -232,10 +406,10 @@ pub fn execute(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Reply {
         while i <= last {
             let k = &args[i as usize];
             if k.len() > MAX_USER_KEY {
-                return Reply::err(format!(
+                return Err(Reply::err(format!(
                     "key of {} bytes exceeds sepkv's key limit of {MAX_USER_KEY} bytes",
                     k.len()
-                ));
+                )));
             }
             i += spec.step;
         }
@@ -244,9 +418,7 @@ pub fn execute(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Reply {
         .stats
         .commands
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    match (spec.handler)(ctx, args) {
-        Ok(r) | Err(r) => r,
-    }
+    Ok(spec)
 }
 
 /// Redis's strict integer parsing (`string2ll`): optional `-`, no `+`, no

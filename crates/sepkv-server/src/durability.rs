@@ -1,29 +1,27 @@
 //! When acknowledged writes reach the disk (`--fsync`).
 //!
-//! Commands write their batches without `sync`; a write then survives a
-//! crash of the server process at once (the engine's promise for unsynced
-//! writes) and a power loss once synced:
+//! The writer ([`crate::writer`]) commits each group of write commands as
+//! one engine batch without `sync`; a write then survives a crash of the
+//! server process at once (the engine's promise for unsynced writes) and a
+//! power loss once synced:
 //!
-//! - `always`: a connection that wrote waits, before sending its replies,
-//!   until a sync covering its writes has completed. One syncer thread
-//!   serves every waiting connection: it takes all requests queued while
-//!   the previous sync ran and issues one sync for them (group commit), so
-//!   50 clients share fsyncs rather than queue for 50 of them.
-//! - `everysec`: a thread syncs once a second when anything was written.
+//! - `always`: the writer syncs after each group, before any of its
+//!   commands is answered; the clients of a group share that fsync.
+//! - `everysec`: a thread here syncs once a second when anything was
+//!   written.
 //! - `no`: the engine and the OS decide (memtable flushes and file closes).
 //!
-//! A failed sync poisons the engine; waiting clients get the error.
+//! A failed sync poisons the engine; the commands of the group get the
+//! error.
 //!
 //! Thread-safety: [`Durability`] is shared by every connection.
 
 use sepkv::{Db, WriteBatch, WriteOptions};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use tokio::sync::oneshot;
 
 /// The `--fsync` policy (Redis's `appendfsync`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -62,12 +60,9 @@ impl FromStr for Fsync {
     }
 }
 
-type Waiter = oneshot::Sender<Result<(), String>>;
-
 /// The syncing side of the server.
 pub struct Durability {
     policy: Fsync,
-    tx: Mutex<Option<mpsc::Sender<Waiter>>>,
     stop: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -78,26 +73,10 @@ fn sync(db: &Db) -> Result<(), String> {
 }
 
 impl Durability {
-    /// Starts the syncer (`always`) or the once-a-second thread
-    /// (`everysec`).
+    /// Starts the once-a-second thread (`everysec`).
     pub fn start(db: Arc<Db>, policy: Fsync) -> Durability {
         let stop = Arc::new(AtomicBool::new(false));
-        let mut tx = None;
         let thread = match policy {
-            Fsync::Always => {
-                let (t, rx) = mpsc::channel::<Waiter>();
-                tx = Some(t);
-                Some(std::thread::spawn(move || {
-                    while let Ok(first) = rx.recv() {
-                        let mut group = vec![first];
-                        group.extend(rx.try_iter());
-                        let r = sync(&db);
-                        for w in group {
-                            let _ = w.send(r.clone());
-                        }
-                    }
-                }))
-            }
             Fsync::EverySec => {
                 let stop = stop.clone();
                 Some(std::thread::spawn(move || {
@@ -116,11 +95,10 @@ impl Durability {
                     }
                 }))
             }
-            Fsync::No => None,
+            Fsync::Always | Fsync::No => None,
         };
         Durability {
             policy,
-            tx: Mutex::new(tx),
             stop,
             thread: Mutex::new(thread),
         }
@@ -131,30 +109,9 @@ impl Durability {
         self.policy
     }
 
-    /// Waits until every write made before the call is synced (policy
-    /// `always`; returns at once otherwise).
-    ///
-    /// # Errors
-    /// The sync's error, as text.
-    pub async fn wait(&self) -> Result<(), String> {
-        if self.policy != Fsync::Always {
-            return Ok(());
-        }
-        let (t, r) = oneshot::channel();
-        {
-            let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
-            match tx.as_ref() {
-                Some(tx) if tx.send(t).is_ok() => {}
-                _ => return Err("the server is shutting down".into()),
-            }
-        }
-        r.await.unwrap_or_else(|_| Err("the syncer stopped".into()))
-    }
-
     /// Stops the thread (the database's close syncs what is left).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);
-        self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = t.join();
         }

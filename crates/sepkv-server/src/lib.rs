@@ -14,8 +14,10 @@
 //!   [`commands`]: the commands, one file per group;
 //! - [`keyspace`]: Redis keys as engine records, transactions that keep the
 //!   key count in the same batch; [`keys`]: the frozen key encoding;
+//! - [`writer`]: every write command runs on one thread, in groups that
+//!   share one engine batch and (with `--fsync always`) one fsync;
 //! - [`expire`]: active expiry and the reclaiming of flushed records;
-//!   [`durability`]: `--fsync always|everysec|no`.
+//!   [`durability`]: `--fsync` policies and the once-a-second sync.
 //!
 //! ```no_run
 //! use sepkv_server::{serve, Config};
@@ -38,6 +40,7 @@ pub mod keyspace;
 pub mod resp;
 pub mod server;
 pub mod state;
+pub mod writer;
 
 pub use config::Config;
 pub use durability::Fsync;

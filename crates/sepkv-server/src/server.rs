@@ -1,11 +1,10 @@
 //! The listener and the connections.
 //!
 //! One tokio task per connection reads bytes, takes every complete request
-//! off its buffer ([`crate::resp::parse_request`]), runs each
-//! ([`crate::command::execute`]) and encodes the replies into one output
-//! buffer; when a command of the batch wrote and `--fsync always` is set,
-//! it waits for the group sync before writing the replies (a pipelined
-//! batch shares one wait). A malformed request is answered with
+//! off its buffer ([`crate::resp::parse_request`]), checks each
+//! ([`crate::command::check`]), runs reads itself and hands runs of write
+//! commands to the writer ([`crate::writer`]), and encodes the replies, in
+//! request order, into one output buffer written once per batch. A malformed request is answered with
 //! `-ERR Protocol error: …` and closes that connection only.
 //!
 //! Shutdown: a watch channel tells the accept loop and every connection to
@@ -13,12 +12,13 @@
 //! replies and closes; then the background threads stop and the caller
 //! closes the database.
 
-use crate::command::{execute, Ctx};
+use crate::command::{check, is_write, run_read, Ctx};
 use crate::config::Config;
 use crate::durability::Durability;
 use crate::keyspace::Keyspace;
 use crate::resp::{parse_request, Reply};
 use crate::state::{ClientInfo, ClientLive, ClientState, Cursors, ServerStats, Shared};
+use crate::writer::{self, Commands, Writer};
 use bytes::BytesMut;
 use sepkv::Db;
 use std::collections::HashMap;
@@ -104,6 +104,7 @@ impl Server {
         let expiry = Some(crate::expire::spawn(ks.clone(), stop.clone()));
         let shared = Arc::new(Shared {
             durability: Durability::start(db, config.fsync),
+            writer: Writer::start(ks.clone(), config.fsync),
             config,
             ks,
             stats: ServerStats::default(),
@@ -177,6 +178,7 @@ impl Server {
         })
         .await;
         self.stop.store(true, Ordering::Release);
+        self.shared.writer.stop();
         self.shared.durability.stop();
         if let Some(t) = self.expiry.take() {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
@@ -226,7 +228,6 @@ async fn connection(
         name: None,
         last_command: "NULL",
         close: false,
-        wrote: false,
         info,
     };
     serve_client(shared, &mut sock, &mut client, &mut shutdown).await;
@@ -248,18 +249,46 @@ async fn serve_client(
     let mut wbuf = BytesMut::with_capacity(16 * 1024);
     loop {
         let mut fatal = false;
+        let mut writes: Commands = Vec::new();
+        let mut write_bytes = 0;
         loop {
             match parse_request(&mut rbuf) {
                 Ok(Some(args)) if args.is_empty() => continue,
                 Ok(Some(args)) => {
-                    let reply = execute(
+                    let checked = check(
                         &mut Ctx {
                             shared,
                             client: &mut *client,
                         },
                         &args,
                     );
-                    reply.encode(client.proto, &mut wbuf);
+                    match checked {
+                        Ok(spec) if is_write(spec) => {
+                            write_bytes += writer::size(&args);
+                            writes.push((spec, args));
+                            if writes.len() >= 1024 || write_bytes >= 16 << 20 {
+                                flush_writes(shared, &mut writes, client.proto, &mut wbuf).await;
+                                write_bytes = 0;
+                            }
+                        }
+                        other => {
+                            // Earlier writes first: this command sees them.
+                            flush_writes(shared, &mut writes, client.proto, &mut wbuf).await;
+                            write_bytes = 0;
+                            let reply = match other {
+                                Ok(spec) => run_read(
+                                    &mut Ctx {
+                                        shared,
+                                        client: &mut *client,
+                                    },
+                                    spec,
+                                    &args,
+                                ),
+                                Err(r) => r,
+                            };
+                            reply.encode(client.proto, &mut wbuf);
+                        }
+                    }
                     if client.close {
                         break;
                     }
@@ -270,6 +299,7 @@ async fn serve_client(
                 }
                 Ok(None) => break,
                 Err(e) => {
+                    flush_writes(shared, &mut writes, client.proto, &mut wbuf).await;
                     shared.stats.protocol_errors.fetch_add(1, Ordering::Relaxed);
                     Reply::err(format!("Protocol error: {}", e.0)).encode(client.proto, &mut wbuf);
                     fatal = true;
@@ -277,16 +307,7 @@ async fn serve_client(
                 }
             }
         }
-        if client.wrote {
-            client.wrote = false;
-            if let Err(e) = shared.durability.wait().await {
-                // The writes were not acknowledged: say so and hang up.
-                wbuf.clear();
-                Reply::err(format!("sync failed, writes not acknowledged: {e}"))
-                    .encode(client.proto, &mut wbuf);
-                fatal = true;
-            }
-        }
+        flush_writes(shared, &mut writes, client.proto, &mut wbuf).await;
         if !wbuf.is_empty() {
             if sock.write_all(&wbuf).await.is_err() {
                 return;
@@ -307,6 +328,17 @@ async fn serve_client(
             },
             _ = shutdown.changed() => return,
         }
+    }
+}
+
+/// Runs the pending write commands in the writer and encodes their
+/// replies.
+async fn flush_writes(shared: &Shared, writes: &mut Commands, proto: u8, wbuf: &mut BytesMut) {
+    if writes.is_empty() {
+        return;
+    }
+    for r in shared.writer.run(std::mem::take(writes)).await {
+        r.encode(proto, wbuf);
     }
 }
 

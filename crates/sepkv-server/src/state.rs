@@ -72,8 +72,6 @@ pub struct ClientState {
     pub last_command: &'static str,
     /// Close the connection after the replies are written.
     pub close: bool,
-    /// A command of this batch wrote: wait for durability before replying.
-    pub wrote: bool,
     /// The registry entry.
     pub info: Arc<ClientInfo>,
 }
@@ -134,8 +132,10 @@ pub struct Shared {
     pub config: Config,
     /// The keyspace.
     pub ks: Arc<Keyspace>,
-    /// Durability policy and syncer.
+    /// Durability policy and the once-a-second syncer.
     pub durability: Durability,
+    /// The writer thread (every write command).
+    pub writer: crate::writer::Writer,
     /// Counters.
     pub stats: ServerStats,
     /// Connected clients by id.

@@ -9,13 +9,6 @@ use crate::resp::Reply;
 use bytes::Bytes;
 use rand::Rng;
 
-fn commit(ctx: &mut Ctx<'_>, t: Txn<'_>) -> Result<(), Reply> {
-    if t.commit()? {
-        ctx.client.wrote = true;
-    }
-    Ok(())
-}
-
 /// The Redis type name of a value.
 pub fn type_name(v: &Value) -> &'static str {
     match v.kind {
@@ -25,15 +18,12 @@ pub fn type_name(v: &Value) -> &'static str {
 }
 
 /// `DEL key…` and `UNLINK key…`.
-pub fn del(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
+pub fn del(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
     let now = now_ms();
-    let ks = ctx.shared.ks.clone();
-    let mut t = ks.txn();
     let mut n = 0;
     for k in &a[1..] {
         n += i64::from(t.del(k, now)?);
     }
-    commit(ctx, t)?;
     Ok(Reply::Int(n))
 }
 
@@ -63,7 +53,7 @@ const XX: u8 = 2;
 const GT: u8 = 4;
 const LT: u8 = 8;
 
-fn expire_generic(ctx: &mut Ctx<'_>, a: &[Bytes], cmd: &str, secs: bool, abs: bool) -> CmdResult {
+fn expire_generic(t: &mut Txn<'_>, a: &[Bytes], cmd: &str, secs: bool, abs: bool) -> CmdResult {
     let mut flags = 0;
     for o in &a[3..] {
         flags |= match () {
@@ -103,10 +93,7 @@ fn expire_generic(ctx: &mut Ctx<'_>, a: &[Bytes], cmd: &str, secs: bool, abs: bo
         return Err(bad());
     }
     when += base;
-    let ks = ctx.shared.ks.clone();
-    let mut t = ks.txn();
     let Some(v) = t.get(&a[1], now)? else {
-        commit(ctx, t)?;
         return Ok(Reply::Int(0));
     };
     let cur = if v.expire == 0 { -1 } else { v.expire as i64 };
@@ -115,7 +102,6 @@ fn expire_generic(ctx: &mut Ctx<'_>, a: &[Bytes], cmd: &str, secs: bool, abs: bo
         || (flags & GT != 0 && (when <= cur || cur == -1))
         || (flags & LT != 0 && when >= cur && cur != -1);
     if refused {
-        commit(ctx, t)?;
         return Ok(Reply::Int(0));
     }
     if when <= now as i64 {
@@ -130,28 +116,27 @@ fn expire_generic(ctx: &mut Ctx<'_>, a: &[Bytes], cmd: &str, secs: bool, abs: bo
             now,
         )?;
     }
-    commit(ctx, t)?;
     Ok(Reply::Int(1))
 }
 
 /// `EXPIRE key seconds [NX|XX|GT|LT]`.
-pub fn expire(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
-    expire_generic(ctx, a, "expire", true, false)
+pub fn expire(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
+    expire_generic(t, a, "expire", true, false)
 }
 
 /// `PEXPIRE key ms [NX|XX|GT|LT]`.
-pub fn pexpire(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
-    expire_generic(ctx, a, "pexpire", false, false)
+pub fn pexpire(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
+    expire_generic(t, a, "pexpire", false, false)
 }
 
 /// `EXPIREAT key unix-seconds [NX|XX|GT|LT]`.
-pub fn expireat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
-    expire_generic(ctx, a, "expireat", true, true)
+pub fn expireat(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
+    expire_generic(t, a, "expireat", true, true)
 }
 
 /// `PEXPIREAT key unix-ms [NX|XX|GT|LT]`.
-pub fn pexpireat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
-    expire_generic(ctx, a, "pexpireat", false, true)
+pub fn pexpireat(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
+    expire_generic(t, a, "pexpireat", false, true)
 }
 
 /// TTL-like replies: -2 missing, -1 no TTL, else `f(expire, now)`.
@@ -187,10 +172,8 @@ pub fn pexpiretime(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
 }
 
 /// `PERSIST key`.
-pub fn persist(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
+pub fn persist(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
     let now = now_ms();
-    let ks = ctx.shared.ks.clone();
-    let mut t = ks.txn();
     let n = match t.get(&a[1], now)? {
         Some(v) if v.expire != 0 => {
             t.set(&a[1], Value { expire: 0, ..v }, now)?;
@@ -198,40 +181,33 @@ pub fn persist(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
         }
         _ => 0,
     };
-    commit(ctx, t)?;
     Ok(Reply::Int(n))
 }
 
-fn rename_generic(ctx: &mut Ctx<'_>, a: &[Bytes], nx: bool) -> CmdResult {
+fn rename_generic(t: &mut Txn<'_>, a: &[Bytes], nx: bool) -> CmdResult {
     let now = now_ms();
-    let ks = ctx.shared.ks.clone();
-    let mut t = ks.txn();
     let Some(v) = t.get(&a[1], now)? else {
-        commit(ctx, t)?;
         return Err(Reply::err("no such key"));
     };
     if a[1] == a[2] {
-        commit(ctx, t)?;
         return Ok(if nx { Reply::Int(0) } else { Reply::OK });
     }
     if nx && t.get(&a[2], now)?.is_some() {
-        commit(ctx, t)?;
         return Ok(Reply::Int(0));
     }
     t.del(&a[1], now)?;
     t.set(&a[2], v, now)?;
-    commit(ctx, t)?;
     Ok(if nx { Reply::Int(1) } else { Reply::OK })
 }
 
 /// `RENAME key newkey` (the TTL moves with the value).
-pub fn rename(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
-    rename_generic(ctx, a, false)
+pub fn rename(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
+    rename_generic(t, a, false)
 }
 
 /// `RENAMENX key newkey`.
-pub fn renamenx(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
-    rename_generic(ctx, a, true)
+pub fn renamenx(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
+    rename_generic(t, a, true)
 }
 
 /// `SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]`.

@@ -4,6 +4,7 @@
 use super::connection::REDIS_VERSION;
 use crate::command::{is, lookup, syntax_error, CmdResult, Ctx, Spec, COMMANDS};
 use crate::keys::glob_match;
+use crate::keyspace::Txn;
 use crate::resp::Reply;
 use bytes::Bytes;
 use std::fmt::Write;
@@ -18,24 +19,19 @@ pub fn dbsize(ctx: &mut Ctx<'_>, _: &[Bytes]) -> CmdResult {
 
 /// `FLUSHDB [ASYNC|SYNC]`: bumps the keyspace generation (one small
 /// write); the old records are deleted in the background.
-pub fn flushdb(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
+pub fn flushdb(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
     match a.len() {
         1 => {}
         2 if is(&a[1], "async") || is(&a[1], "sync") => {}
         _ => return Err(syntax_error()),
     }
-    let ks = ctx.shared.ks.clone();
-    let mut t = ks.txn();
     t.flush();
-    if t.commit()? {
-        ctx.client.wrote = true;
-    }
     Ok(Reply::OK)
 }
 
 /// `FLUSHALL [ASYNC|SYNC]`: one database, so as `FLUSHDB`.
-pub fn flushall(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
-    flushdb(ctx, a)
+pub fn flushall(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
+    flushdb(t, a)
 }
 
 /// `TIME`.

@@ -59,14 +59,6 @@ fn put(t: &mut Txn<'_>, key: &[u8], payload: Vec<u8>, expire: u64, now: u64) -> 
     Ok(())
 }
 
-/// Commits `t` and marks the connection as having written.
-fn commit(ctx: &mut Ctx<'_>, t: Txn<'_>) -> Result<(), Reply> {
-    if t.commit()? {
-        ctx.client.wrote = true;
-    }
-    Ok(())
-}
-
 /// `GET key`.
 pub fn get(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
     Ok(Reply::opt_bulk(read(ctx, &a[1])?.map(|v| v.payload)))
@@ -201,15 +193,13 @@ fn parse_opts<'a>(a: &'a [Bytes], from: usize, set: bool) -> Result<SetOpts<'a>,
 }
 
 /// The common part of SET, SETEX and PSETEX.
-fn set_generic(ctx: &mut Ctx<'_>, cmd: &str, key: &[u8], val: &[u8], o: SetOpts<'_>) -> CmdResult {
+fn set_generic(t: &mut Txn<'_>, cmd: &str, key: &[u8], val: &[u8], o: SetOpts<'_>) -> CmdResult {
     let now = now_ms();
     let expire = match o.expire {
         Some((u, arg)) => Some(expire_ms(arg, u, cmd, now)?),
         None => None,
     };
     check_len(val.len())?;
-    let ks = ctx.shared.ks.clone();
-    let mut t = ks.txn();
     let old = t.get(key, now)?;
     if o.get && old.as_ref().is_some_and(|v| v.kind != TYPE_STRING) {
         return Err(wrongtype());
@@ -217,7 +207,6 @@ fn set_generic(ctx: &mut Ctx<'_>, cmd: &str, key: &[u8], val: &[u8], o: SetOpts<
     let found = old.is_some();
     let old_reply = || Reply::opt_bulk(old.clone().map(|v| v.payload));
     if (o.nx && found) || (o.xx && !found) {
-        commit(ctx, t)?;
         return Ok(if o.get { old_reply() } else { Reply::Nil });
     }
     let keep = if o.keepttl {
@@ -225,80 +214,75 @@ fn set_generic(ctx: &mut Ctx<'_>, cmd: &str, key: &[u8], val: &[u8], o: SetOpts<
     } else {
         0
     };
-    put(&mut t, key, val.to_vec(), expire.unwrap_or(keep), now)?;
-    commit(ctx, t)?;
+    put(t, key, val.to_vec(), expire.unwrap_or(keep), now)?;
     Ok(if o.get { old_reply() } else { Reply::OK })
 }
 
 /// `SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]`.
-pub fn set(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
+pub fn set(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
     let o = parse_opts(a, 3, true)?;
-    set_generic(ctx, "set", &a[1], &a[2], o)
+    set_generic(t, "set", &a[1], &a[2], o)
 }
 
 /// `SETEX key seconds value`.
-pub fn setex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
+pub fn setex(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
     let o = SetOpts {
         expire: Some((Unit::Ex, &a[2][..])),
         ..SetOpts::default()
     };
-    set_generic(ctx, "setex", &a[1], &a[3], o)
+    set_generic(t, "setex", &a[1], &a[3], o)
 }
 
 /// `PSETEX key milliseconds value`.
-pub fn psetex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
+pub fn psetex(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
     let o = SetOpts {
         expire: Some((Unit::Px, &a[2][..])),
         ..SetOpts::default()
     };
-    set_generic(ctx, "psetex", &a[1], &a[3], o)
+    set_generic(t, "psetex", &a[1], &a[3], o)
 }
 
 /// `SETNX key value`.
-pub fn setnx(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
+pub fn setnx(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
     let o = SetOpts {
         nx: true,
         ..SetOpts::default()
     };
-    match set_generic(ctx, "setnx", &a[1], &a[2], o)? {
+    match set_generic(t, "setnx", &a[1], &a[2], o)? {
         Reply::Nil => Ok(Reply::Int(0)),
         _ => Ok(Reply::Int(1)),
     }
 }
 
 /// `GETSET key value`.
-pub fn getset(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
+pub fn getset(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
     let o = SetOpts {
         get: true,
         ..SetOpts::default()
     };
-    set_generic(ctx, "getset", &a[1], &a[2], o)
+    set_generic(t, "getset", &a[1], &a[2], o)
 }
 
 /// `GETDEL key`.
-pub fn getdel(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
+pub fn getdel(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
     let now = now_ms();
-    let ks = ctx.shared.ks.clone();
-    let mut t = ks.txn();
-    let v = tread(&mut t, &a[1], now)?;
+    let v = tread(t, &a[1], now)?;
     if v.is_some() {
         t.del(&a[1], now)?;
     }
-    commit(ctx, t)?;
     Ok(Reply::opt_bulk(v.map(|v| v.payload)))
 }
 
 /// `GETEX key [EX s|PX ms|EXAT s|PXAT ms|PERSIST]`.
-pub fn getex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
+pub fn getex(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
     let o = parse_opts(a, 2, false)?;
     if o.expire.is_none() && !o.persist {
-        return get(ctx, a);
+        return Ok(Reply::opt_bulk(
+            tread(t, &a[1], now_ms())?.map(|v| v.payload),
+        ));
     }
     let now = now_ms();
-    let ks = ctx.shared.ks.clone();
-    let mut t = ks.txn();
-    let Some(v) = tread(&mut t, &a[1], now)? else {
-        commit(ctx, t)?;
+    let Some(v) = tread(t, &a[1], now)? else {
         return Ok(Reply::Nil);
     };
     // Redis looks the key up before it checks the expiry argument.
@@ -308,16 +292,15 @@ pub fn getex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
     };
     let payload = v.payload.clone();
     match expire {
-        Some(e) => put(&mut t, &a[1], v.payload, e, now)?,
-        None if v.expire != 0 => put(&mut t, &a[1], v.payload, 0, now)?,
+        Some(e) => put(t, &a[1], v.payload, e, now)?,
+        None if v.expire != 0 => put(t, &a[1], v.payload, 0, now)?,
         None => {}
     }
-    commit(ctx, t)?;
     Ok(Reply::bulk(payload))
 }
 
 /// `MSET key value [key value …]`.
-pub fn mset(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
+pub fn mset(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
     if a.len().is_multiple_of(2) {
         return Err(arity_error("mset"));
     }
@@ -325,17 +308,14 @@ pub fn mset(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
         check_len(p[1].len())?;
     }
     let now = now_ms();
-    let ks = ctx.shared.ks.clone();
-    let mut t = ks.txn();
     for p in a[1..].chunks(2) {
-        put(&mut t, &p[0], p[1].to_vec(), 0, now)?;
+        put(t, &p[0], p[1].to_vec(), 0, now)?;
     }
-    commit(ctx, t)?;
     Ok(Reply::OK)
 }
 
 /// `MSETNX key value [key value …]`.
-pub fn msetnx(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
+pub fn msetnx(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
     if a.len().is_multiple_of(2) {
         return Err(arity_error("msetnx"));
     }
@@ -343,26 +323,20 @@ pub fn msetnx(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
         check_len(p[1].len())?;
     }
     let now = now_ms();
-    let ks = ctx.shared.ks.clone();
-    let mut t = ks.txn();
     for p in a[1..].chunks(2) {
         if t.get(&p[0], now)?.is_some() {
-            commit(ctx, t)?;
             return Ok(Reply::Int(0));
         }
     }
     for p in a[1..].chunks(2) {
-        put(&mut t, &p[0], p[1].to_vec(), 0, now)?;
+        put(t, &p[0], p[1].to_vec(), 0, now)?;
     }
-    commit(ctx, t)?;
     Ok(Reply::Int(1))
 }
 
-fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], by: i64) -> CmdResult {
+fn incr_by(t: &mut Txn<'_>, key: &[u8], by: i64) -> CmdResult {
     let now = now_ms();
-    let ks = ctx.shared.ks.clone();
-    let mut t = ks.txn();
-    let old = tread(&mut t, key, now)?;
+    let old = tread(t, key, now)?;
     let (cur, expire) = match &old {
         Some(v) => (parse_i64(&v.payload).ok_or_else(not_integer)?, v.expire),
         None => (0, 0),
@@ -370,34 +344,33 @@ fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], by: i64) -> CmdResult {
     let new = cur
         .checked_add(by)
         .ok_or_else(|| Reply::err("increment or decrement would overflow"))?;
-    put(&mut t, key, new.to_string().into_bytes(), expire, now)?;
-    commit(ctx, t)?;
+    put(t, key, new.to_string().into_bytes(), expire, now)?;
     Ok(Reply::Int(new))
 }
 
 /// `INCR key`.
-pub fn incr(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
-    incr_by(ctx, &a[1], 1)
+pub fn incr(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
+    incr_by(t, &a[1], 1)
 }
 
 /// `DECR key`.
-pub fn decr(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
-    incr_by(ctx, &a[1], -1)
+pub fn decr(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
+    incr_by(t, &a[1], -1)
 }
 
 /// `INCRBY key n`.
-pub fn incrby(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
+pub fn incrby(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
     let by = int_arg(&a[2])?;
-    incr_by(ctx, &a[1], by)
+    incr_by(t, &a[1], by)
 }
 
 /// `DECRBY key n`.
-pub fn decrby(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
+pub fn decrby(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
     let by = int_arg(&a[2])?;
     if by == i64::MIN {
         return Err(Reply::err("decrement would overflow"));
     }
-    incr_by(ctx, &a[1], -by)
+    incr_by(t, &a[1], -by)
 }
 
 /// Parses a float as Redis's `string2ld` accepts it: no leading blank,
@@ -435,13 +408,11 @@ pub fn format_float(x: f64) -> String {
 }
 
 /// `INCRBYFLOAT key increment`.
-pub fn incrbyfloat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
+pub fn incrbyfloat(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
     let not_float = || Reply::err("value is not a valid float");
     let by = parse_float(&a[2]).ok_or_else(not_float)?;
     let now = now_ms();
-    let ks = ctx.shared.ks.clone();
-    let mut t = ks.txn();
-    let old = tread(&mut t, &a[1], now)?;
+    let old = tread(t, &a[1], now)?;
     let (cur, expire) = match &old {
         Some(v) => (parse_float(&v.payload).ok_or_else(not_float)?, v.expire),
         None => (0.0, 0),
@@ -451,42 +422,35 @@ pub fn incrbyfloat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
         return Err(Reply::err("increment would produce NaN or Infinity"));
     }
     let s = format_float(new);
-    put(&mut t, &a[1], s.clone().into_bytes(), expire, now)?;
-    commit(ctx, t)?;
+    put(t, &a[1], s.clone().into_bytes(), expire, now)?;
     Ok(Reply::bulk(s))
 }
 
 /// `APPEND key value`.
-pub fn append(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
+pub fn append(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
     let now = now_ms();
-    let ks = ctx.shared.ks.clone();
-    let mut t = ks.txn();
-    let (mut v, expire) = match tread(&mut t, &a[1], now)? {
+    let (mut v, expire) = match tread(t, &a[1], now)? {
         Some(v) => (v.payload, v.expire),
         None => (Vec::new(), 0),
     };
     check_len(v.len() + a[2].len())?;
     v.extend_from_slice(&a[2]);
     let n = v.len() as i64;
-    put(&mut t, &a[1], v, expire, now)?;
-    commit(ctx, t)?;
+    put(t, &a[1], v, expire, now)?;
     Ok(Reply::Int(n))
 }
 
 /// `SETRANGE key offset value`.
-pub fn setrange(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
+pub fn setrange(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
     let off = int_arg(&a[2])?;
     if off < 0 {
         return Err(Reply::err("offset is out of range"));
     }
     let val = &a[3];
     let now = now_ms();
-    let ks = ctx.shared.ks.clone();
-    let mut t = ks.txn();
-    let old = tread(&mut t, &a[1], now)?;
+    let old = tread(t, &a[1], now)?;
     if val.is_empty() {
         let n = old.map_or(0, |v| v.payload.len() as i64);
-        commit(ctx, t)?;
         return Ok(Reply::Int(n));
     }
     let end = off as u64 + val.len() as u64;
@@ -500,8 +464,7 @@ pub fn setrange(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
     }
     v[off..end].copy_from_slice(val);
     let n = v.len() as i64;
-    put(&mut t, &a[1], v, expire, now)?;
-    commit(ctx, t)?;
+    put(t, &a[1], v, expire, now)?;
     Ok(Reply::Int(n))
 }
 
