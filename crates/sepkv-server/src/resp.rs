@@ -364,6 +364,41 @@ pub fn consume(buf: &mut BytesMut, n: usize) {
     buf.advance(n);
 }
 
+/// Decodes `data` as a client's byte stream, whole and cut in two at
+/// every tenth byte, and panics if the decoder panics, stops consuming,
+/// or decodes a cut stream differently from the whole one: the entry
+/// point of the `resp_request` fuzz target and of `tests/decoder.rs`.
+#[doc(hidden)]
+pub fn fuzz_decoder(data: &[u8]) {
+    let whole = decode_stream(&[data]);
+    for cut in (0..data.len()).step_by(10) {
+        let parts = decode_stream(&[&data[..cut], &data[cut..]]);
+        assert_eq!(parts, whole, "stream cut at {cut} decodes differently");
+    }
+}
+
+/// Feeds `chunks` one after another, taking off every complete request;
+/// the requests and the error that ended the stream, if any.
+fn decode_stream(chunks: &[&[u8]]) -> (Vec<Vec<Bytes>>, Option<ProtocolError>) {
+    let mut buf = BytesMut::new();
+    let mut out = Vec::new();
+    for c in chunks {
+        buf.extend_from_slice(c);
+        loop {
+            let before = buf.len();
+            match parse_request(&mut buf) {
+                Ok(Some(args)) => {
+                    assert!(buf.len() < before, "a request consumed nothing");
+                    out.push(args);
+                }
+                Ok(None) => break,
+                Err(e) => return (out, Some(e)),
+            }
+        }
+    }
+    (out, None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
