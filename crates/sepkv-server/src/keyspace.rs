@@ -264,8 +264,9 @@ impl Keyspace {
         Ok((seen, due, None))
     }
 
-    /// Deletes up to `n` records of flushed generations; `Ok(true)` when
-    /// none remain (and records that in the metadata).
+    /// Deletes up to `n` records of flushed generations, reading at most
+    /// `10 n` records from `from` on; `Ok(true)` when none remain (and
+    /// records that in the metadata).
     ///
     /// # Errors
     /// Engine errors.
@@ -279,9 +280,10 @@ impl Keyspace {
         }
         let mut old = Vec::new();
         let mut next = None;
-        for r in self.db.scan(from.as_slice().., false)? {
+        for (scanned, r) in self.db.scan(from.as_slice().., false)?.enumerate() {
             let (k, v) = r?;
-            if old.len() + 1 > n {
+            // Bounded work per step, however few records are stale.
+            if old.len() + 1 > n || scanned >= 10 * n {
                 next = Some(k);
                 break;
             }
