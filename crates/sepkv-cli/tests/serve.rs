@@ -372,3 +372,65 @@ fn limits_auth_maxclients_protected_mode_and_sigterm() {
     let mut c = Conn::new(srv.port);
     assert_eq!(c.cmd(&[b"GET", b"after"]), R::Bulk(Some(b"1".to_vec())));
 }
+
+#[test]
+fn corruption_answers_the_command_and_the_server_keeps_serving() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("db");
+    let mut srv = serve(&db, "wisckey", &[]);
+    let mut c = Conn::new(srv.port);
+    let mut big = b"CORRUPT-ME-".repeat(500);
+    big.extend_from_slice(b"END");
+    assert_eq!(c.cmd(&[b"SET", b"victim", &big]), R::Status("OK".into()));
+    assert_eq!(
+        c.cmd(&[b"SET", b"bystander", b"fine"]),
+        R::Status("OK".into())
+    );
+    // Separated values after the victim's, so its record is not the last.
+    let later = vec![b'L'; 4000];
+    for i in 0..20 {
+        assert_eq!(
+            c.cmd(&[b"SET", format!("later{i}").as_bytes(), &later]),
+            R::Status("OK".into())
+        );
+    }
+    drop(c);
+    let pid = srv.child.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(srv.child.wait().unwrap().success());
+    drop(srv);
+    // Damage the value in the value log.
+    let mut damaged = false;
+    for e in std::fs::read_dir(&db).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "vlog") {
+            let bytes = std::fs::read(&p).unwrap();
+            if let Some(i) = bytes.windows(11).position(|w| w == b"CORRUPT-ME-") {
+                // One byte in place: the file keeps its size and holes.
+                use std::io::{Seek, SeekFrom};
+                let mut f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+                f.seek(SeekFrom::Start((i + 2000) as u64)).unwrap();
+                f.write_all(&[bytes[i + 2000] ^ 0x55]).unwrap();
+                f.sync_all().unwrap();
+                damaged = true;
+            }
+        }
+    }
+    assert!(damaged, "value not found in a .vlog file");
+    let srv = serve(&db, "wisckey", &[]);
+    let mut c = Conn::new(srv.port);
+    match c.cmd(&[b"GET", b"victim"]) {
+        R::Err(e) => assert!(
+            e.starts_with("ERR corruption in ") && e.contains(" at offset "),
+            "{e}"
+        ),
+        other => panic!("damaged value read as {other:?}"),
+    }
+    assert_eq!(c.cmd(&[b"PING"]), R::Status("PONG".into()));
+    assert_eq!(
+        c.cmd(&[b"GET", b"bystander"]),
+        R::Bulk(Some(b"fine".to_vec()))
+    );
+    assert_eq!(c.cmd(&[b"SET", b"after", b"1"]), R::Status("OK".into()));
+    assert_eq!(c.cmd(&[b"GET", b"after"]), R::Bulk(Some(b"1".to_vec())));
+}
