@@ -92,7 +92,7 @@ const CURSORS: usize = 10_000;
 
 /// `SCAN` cursors: the number a client gets names the engine key to go on
 /// from. The low 14 bits hold the slot of that key, so a forgotten cursor
-/// (the table keeps the newest [`CURSORS`]) restarts at its slot: keys may
+/// (the table keeps the newest 10 000) restarts at its slot: keys may
 /// be returned twice, none present throughout is missed.
 #[derive(Debug, Default)]
 pub struct Cursors {

@@ -4,7 +4,7 @@
 //! Connections hand their write commands to the writer (a pipelined run
 //! of them as one job) and wait for the replies. The writer takes every
 //! job queued while it was busy, runs their commands in order inside one
-//! [`Txn`], commits the transaction as one engine batch and, with
+//! [`crate::keyspace::Txn`], commits the transaction as one engine batch and, with
 //! `--fsync always`, syncs once for the whole group before answering: this
 //! is group commit at the server's level, so 50 clients share one engine
 //! write and one fsync instead of queueing for 50. Reads never wait for the
