@@ -7,7 +7,7 @@
 #
 # Installs what it needs when missing: Debian's redis-server and
 # redis-tools, and redis-py (pinned) in a virtualenv under the target
-# directory. With CI=true anything that cannot be installed fails the run;
+# directory (in the user site when Python has no venv module). With CI=true anything that cannot be installed fails the run;
 # otherwise the suites that need it are skipped with a message.
 #
 # Environment: SEPKV_DIFF_OPS, SEPKV_DIFF_SEED, SEPKV_DIFF_PRESETS,
@@ -46,12 +46,19 @@ fi
 
 python="${PYTHON:-python3}"
 command -v "$python" >/dev/null || fail_or_skip "python3 not found"
+has_redis_py() { "$1" -c "import redis, sys; sys.exit(redis.__version__ != '$REDIS_PY_VERSION')" 2>/dev/null; }
 venv="$target/redis-py-$REDIS_PY_VERSION"
-if ! "$venv/bin/python" -c "import redis" 2>/dev/null; then
-    echo "installing redis-py $REDIS_PY_VERSION into $venv"
-    "$python" -m venv "$venv" >/dev/null 2>&1 \
-        && "$venv/bin/python" -m pip install -q "redis==$REDIS_PY_VERSION" \
-        || fail_or_skip "redis-py $REDIS_PY_VERSION could not be installed"
+if has_redis_py "$venv/bin/python"; then
+    py="$venv/bin/python"
+elif "$python" -m venv "$venv" >/dev/null 2>&1 \
+    && "$venv/bin/python" -m pip install -q "redis==$REDIS_PY_VERSION"; then
+    echo "installed redis-py $REDIS_PY_VERSION into a virtualenv under the target directory"
+    py="$venv/bin/python"
+elif has_redis_py "$python" || "$python" -m pip install -q --user "redis==$REDIS_PY_VERSION"; then
+    # No venv module (Debian's python3-venv): the user site instead.
+    py="$python"
+else
+    fail_or_skip "redis-py $REDIS_PY_VERSION could not be installed"
 fi
 
 echo "building sepkv (test profile)"
@@ -59,6 +66,6 @@ cargo build --profile test -p sepkv-cli --bin sepkv --manifest-path "$root/Cargo
 export SEPKV_BIN="$target/debug/sepkv"
 
 start=$SECONDS
-"$venv/bin/python" "$root/crates/sepkv-server/tests/py/differential.py"
-"$venv/bin/python" "$root/crates/sepkv-server/tests/py/tools.py"
+"$py" "$root/crates/sepkv-server/tests/py/differential.py"
+"$py" "$root/crates/sepkv-server/tests/py/tools.py"
 echo "server suites passed in $((SECONDS - start)) s"
