@@ -75,16 +75,19 @@ pub fn config(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
         if a.len() < 3 {
             return Err(crate::command::arity_error("config|get"));
         }
+        // In the order of the patterns, each parameter once (as Redis).
         let params = config_params(ctx);
-        let out = params
-            .into_iter()
-            .filter(|(n, _)| {
-                a[2..]
-                    .iter()
-                    .any(|p| glob_match(&p.to_ascii_lowercase(), n.as_bytes()))
-            })
-            .map(|(n, v)| (Reply::bulk(n), Reply::bulk(v)))
-            .collect();
+        let mut taken = vec![false; params.len()];
+        let mut out = Vec::new();
+        for p in &a[2..] {
+            let p = p.to_ascii_lowercase();
+            for (i, (n, v)) in params.iter().enumerate() {
+                if !taken[i] && glob_match(&p, n.as_bytes()) {
+                    taken[i] = true;
+                    out.push((Reply::bulk(*n), Reply::bulk(v.clone())));
+                }
+            }
+        }
         return Ok(Reply::Map(out));
     }
     if is(&a[1], "resetstat") {
