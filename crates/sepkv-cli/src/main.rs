@@ -4,7 +4,10 @@
 //! Exit codes: 0 success; 1 a missing key (`get`) or faults found
 //! (`verify`); 2 any other error, with the message on stderr.
 //!
-//! Only `put`, `import` and `bench` create a database; every other command
+//! `sepkv serve` serves the database over the Redis protocol (the
+//! `sepkv-server` crate) until SIGTERM or SIGINT.
+//!
+//! Only `put`, `import`, `serve` and `bench` create a database; every other command
 //! on a directory that holds none fails with `no database at DIR` (exit 2)
 //! and creates nothing.
 //!
@@ -118,12 +121,75 @@ enum Cmd {
         #[arg(long)]
         target: Option<f64>,
     },
+    /// Serve the database over the Redis protocol (RESP2/RESP3) until
+    /// SIGTERM or SIGINT; prints `ready: listening on HOST:PORT` once
+    /// connections are accepted.
+    Serve(ServeArgs),
     /// Run benchmarks (with no options: the default suite, every preset
     /// beside fjall and fjall-kv with 1000-byte values, about two minutes;
     /// its report goes to ./sepkv-bench-report/). The
     /// database lives in --db when given, else in a temporary directory,
     /// and is deleted afterwards unless --keep.
     Bench(Box<sepkv_bench::cli::BenchArgs>),
+}
+
+/// Flags of `sepkv serve`.
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: String,
+    /// TCP port (0: any free port; the ready line names it).
+    #[arg(long, default_value_t = 6379)]
+    port: u16,
+    /// When writes reach the disk: always (before each reply, fsyncs
+    /// shared by concurrent clients), everysec, or no (left to the OS).
+    #[arg(long, default_value = "everysec")]
+    fsync: String,
+    /// Password clients must give with AUTH (or HELLO … AUTH).
+    #[arg(long)]
+    requirepass: Option<String>,
+    /// Most clients connected at once.
+    #[arg(long, default_value_t = 10_000)]
+    maxclients: usize,
+    /// yes: refuse to listen on a non-loopback address without
+    /// --requirepass; no: allow it.
+    #[arg(long, default_value = "yes")]
+    protected_mode: String,
+}
+
+/// `sepkv serve`.
+fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, Failure> {
+    let fsync = args.fsync.parse().map_err(Failure::Message)?;
+    let protected_mode = match args.protected_mode.as_str() {
+        "yes" => true,
+        "no" => false,
+        o => {
+            return Err(Failure::Message(format!(
+                "--protected-mode takes yes or no, not {o:?}"
+            )))
+        }
+    };
+    let db = Db::open(&cli.db, options(cli, true)?)?;
+    let preset = db.stats().ok().and_then(|s| {
+        Preset::from_axes(s.index.parse().ok()?, s.value_layout.parse().ok()?)
+            .map(|p| p.to_string())
+    });
+    let config = sepkv_server::Config {
+        bind: args.bind.clone(),
+        port: args.port,
+        fsync,
+        requirepass: args.requirepass.clone(),
+        maxclients: args.maxclients,
+        protected_mode,
+        preset: preset.unwrap_or_else(|| "custom".into()),
+    };
+    sepkv_server::serve(db, config, |addr| {
+        println!("ready: listening on {addr}");
+        let _ = std::io::stdout().flush();
+    })
+    .map_err(|e| Failure::Message(e.to_string()))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A failure of the command: a database error, or a message of the CLI's
@@ -346,7 +412,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             ExitCode::SUCCESS
         }
         Cmd::Verify | Cmd::Repair => unreachable!("handled above"),
-        Cmd::Bench(_) => unreachable!("handled in main"),
+        Cmd::Bench(_) | Cmd::Serve(_) => unreachable!("handled in main"),
     };
     out.flush().map_err(stdout_err)?;
     drop(out);
@@ -569,6 +635,15 @@ fn main() -> ExitCode {
     };
     if let Cmd::Bench(args) = &cli.cmd {
         return bench(&cli, args, db_given);
+    }
+    if let Cmd::Serve(args) = &cli.cmd {
+        return match serve(&cli, args) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        };
     }
     match run(cli) {
         Ok(c) => c,

@@ -1,0 +1,342 @@
+//! How server keys map onto the engine's ordered keys (frozen: a change
+//! needs a format migration).
+//!
+//! Every user key lives in one engine record, its *key record*:
+//!
+//! ```text
+//! key record key:    +-----------+------+----------------+
+//!                    | slot u16  | 'k'  | user key bytes |
+//!                    | BE, 2 B   | 1 B  | 0..=65532 B    |
+//!                    +-----------+------+----------------+
+//! key record value:  +------+-----------+----------------+-----------------+
+//!                    | type | gen u32   | expire u64     | payload         |
+//!                    | 1 B  | BE, 4 B   | BE, 8 B        | (string: bytes) |
+//!                    +------+-----------+----------------+-----------------+
+//! ```
+//!
+//! - `slot` is Redis Cluster's hash slot, CRC16 (XMODEM) of the key or of
+//!   its `{hash tag}`, mod 16384, written in every mode so that a slot is
+//!   one contiguous range of the engine's key space. Its first byte is at
+//!   most `0x3F`.
+//! - The record kind byte `'k'` marks the key record (the metadata record
+//!   of a Redis key; for a string it holds the value itself). Later types
+//!   add sub-key kinds after the same slot and user key prefix.
+//! - `type` is the Redis type: `1` = string.
+//! - `gen` is the keyspace generation the record was written in: `FLUSHDB`
+//!   bumps the generation, and a record of an older one is absent.
+//! - `expire` is the absolute expiry in Unix milliseconds, `0` for none.
+//!
+//! Two more kinds of records live above every slot (first byte `0xFF`):
+//!
+//! ```text
+//! 0xFF 'm'                          -> gen u32 | count u64 | expires u64 | reclaimed-below gen u32 (BE)
+//! 0xFF 'e' | slot u16 BE | user key -> expire u64 BE | gen u32 BE
+//! ```
+//!
+//! The `m` record is the keyspace's metadata: its generation, the number of
+//! live keys of that generation (`DBSIZE`), how many of them have a TTL,
+//! and the oldest generation whose
+//! records may still be on disk. An `e` record (the *expire index*) exists
+//! for every key with a TTL, so the active expiry cycle reads only keys
+//! that can expire; it is ordered by slot as well.
+
+/// Number of hash slots.
+pub const SLOTS: u16 = 16384;
+/// Record kind byte of a key record.
+pub const KIND_KEY: u8 = b'k';
+/// Redis type byte: string.
+pub const TYPE_STRING: u8 = 1;
+/// Bytes before a key record's payload.
+pub const HEADER: usize = 13;
+/// Prefix of the keyspace metadata record.
+pub const META_KEY: &[u8] = b"\xffm";
+/// Prefix of expire index records.
+pub const EXPIRE_PREFIX: &[u8] = b"\xffe";
+/// Longest user key: the engine's key limit less the expire index prefix.
+pub const MAX_USER_KEY: usize = sepkv::MAX_KEY_SIZE - 4;
+/// Longest string value: the engine's value limit less the record header.
+pub const MAX_STRING: usize = sepkv::MAX_VALUE_SIZE - HEADER;
+
+const fn crc16_table() -> [u16; 256] {
+    let mut t = [0u16; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = (i as u16) << 8;
+        let mut j = 0;
+        while j < 8 {
+            c = if c & 0x8000 != 0 {
+                (c << 1) ^ 0x1021
+            } else {
+                c << 1
+            };
+            j += 1;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+}
+
+static CRC16: [u16; 256] = crc16_table();
+
+/// CRC16-CCITT (XMODEM: polynomial 0x1021, initial value 0), the checksum
+/// Redis Cluster hashes keys with.
+pub fn crc16(data: &[u8]) -> u16 {
+    data.iter().fold(0u16, |crc, &b| {
+        (crc << 8) ^ CRC16[usize::from(((crc >> 8) as u8) ^ b)]
+    })
+}
+
+/// The hash slot of `key`: of the part between the first `{` and the next
+/// `}` when that part is not empty, else of the whole key.
+pub fn slot(key: &[u8]) -> u16 {
+    let hashed = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|s| {
+            key[s + 1..]
+                .iter()
+                .position(|&b| b == b'}')
+                .filter(|&len| len > 0)
+                .map(|len| &key[s + 1..s + 1 + len])
+        })
+        .unwrap_or(key);
+    crc16(hashed) % SLOTS
+}
+
+/// The engine key of `user`'s key record.
+pub fn record_key(user: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(user.len() + 3);
+    k.extend_from_slice(&slot(user).to_be_bytes());
+    k.push(KIND_KEY);
+    k.extend_from_slice(user);
+    k
+}
+
+/// The user key of a key record's engine key, `None` for other records.
+pub fn user_key(record: &[u8]) -> Option<&[u8]> {
+    (record.len() >= 3 && record[0] < 0x40 && record[2] == KIND_KEY).then(|| &record[3..])
+}
+
+/// The engine key of `user`'s expire index record.
+pub fn expire_key(user: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(user.len() + 4);
+    k.extend_from_slice(EXPIRE_PREFIX);
+    k.extend_from_slice(&slot(user).to_be_bytes());
+    k.extend_from_slice(user);
+    k
+}
+
+/// A decoded key record value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Redis type byte.
+    pub kind: u8,
+    /// Generation written in.
+    pub gen: u32,
+    /// Absolute expiry (Unix ms), 0 for none.
+    pub expire: u64,
+    /// The payload.
+    pub payload: Vec<u8>,
+}
+
+impl Record {
+    /// Encodes a record value.
+    pub fn encode(kind: u8, gen: u32, expire: u64, payload: &[u8]) -> Vec<u8> {
+        let mut v = Vec::with_capacity(HEADER + payload.len());
+        v.push(kind);
+        v.extend_from_slice(&gen.to_be_bytes());
+        v.extend_from_slice(&expire.to_be_bytes());
+        v.extend_from_slice(payload);
+        v
+    }
+
+    /// Decodes a record value (taking its buffer), `None` when it is too
+    /// short to be one.
+    pub fn decode(mut v: Vec<u8>) -> Option<Record> {
+        let (kind, gen, expire) = header(&v)?;
+        v.drain(..HEADER);
+        Some(Record {
+            kind,
+            gen,
+            expire,
+            payload: v,
+        })
+    }
+}
+
+/// Type, generation and expiry of a record value.
+pub fn header(v: &[u8]) -> Option<(u8, u32, u64)> {
+    if v.len() < HEADER {
+        return None;
+    }
+    let gen = u32::from_be_bytes(v[1..5].try_into().ok()?);
+    let expire = u64::from_be_bytes(v[5..13].try_into().ok()?);
+    Some((v[0], gen, expire))
+}
+
+/// The keyspace metadata record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Meta {
+    /// Current generation.
+    pub gen: u32,
+    /// Live keys of the current generation.
+    pub count: u64,
+    /// Of them, keys with a TTL.
+    pub expires: u64,
+    /// Records of generations below this are gone from disk.
+    pub reclaimed_below: u32,
+}
+
+impl Meta {
+    /// Encodes the metadata value.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(24);
+        v.extend_from_slice(&self.gen.to_be_bytes());
+        v.extend_from_slice(&self.count.to_be_bytes());
+        v.extend_from_slice(&self.expires.to_be_bytes());
+        v.extend_from_slice(&self.reclaimed_below.to_be_bytes());
+        v
+    }
+
+    /// Decodes the metadata value.
+    pub fn decode(v: &[u8]) -> Option<Meta> {
+        if v.len() != 24 {
+            return None;
+        }
+        Some(Meta {
+            gen: u32::from_be_bytes(v[0..4].try_into().ok()?),
+            count: u64::from_be_bytes(v[4..12].try_into().ok()?),
+            expires: u64::from_be_bytes(v[12..20].try_into().ok()?),
+            reclaimed_below: u32::from_be_bytes(v[20..24].try_into().ok()?),
+        })
+    }
+}
+
+/// Redis's glob matching (`KEYS`, `SCAN MATCH`, `CONFIG GET`): `*`, `?`,
+/// `[abc]`, `[^a]`, `[a-z]` and `\` escapes, on bytes.
+pub fn glob_match(pat: &[u8], s: &[u8]) -> bool {
+    let (mut p, mut i) = (0, 0);
+    while p < pat.len() {
+        match pat[p] {
+            b'*' => {
+                while p + 1 < pat.len() && pat[p + 1] == b'*' {
+                    p += 1;
+                }
+                if p + 1 == pat.len() {
+                    return true;
+                }
+                return (i..=s.len()).any(|j| glob_match(&pat[p + 1..], &s[j..]));
+            }
+            b'?' => {
+                if i >= s.len() {
+                    return false;
+                }
+                i += 1;
+            }
+            b'[' => {
+                if i >= s.len() {
+                    return false;
+                }
+                p += 1;
+                let not = p < pat.len() && pat[p] == b'^';
+                if not {
+                    p += 1;
+                }
+                let mut matched = false;
+                loop {
+                    if p >= pat.len() {
+                        p -= 1;
+                        break;
+                    }
+                    if pat[p] == b'\\' && p + 1 < pat.len() {
+                        p += 1;
+                        if pat[p] == s[i] {
+                            matched = true;
+                        }
+                    } else if pat[p] == b']' {
+                        break;
+                    } else if p + 2 < pat.len() && pat[p + 1] == b'-' {
+                        let (mut a, mut b) = (pat[p], pat[p + 2]);
+                        if a > b {
+                            std::mem::swap(&mut a, &mut b);
+                        }
+                        p += 2;
+                        if (a..=b).contains(&s[i]) {
+                            matched = true;
+                        }
+                    } else if pat[p] == s[i] {
+                        matched = true;
+                    }
+                    p += 1;
+                }
+                if matched == not {
+                    return false;
+                }
+                i += 1;
+            }
+            b'\\' if p + 1 < pat.len() => {
+                p += 1;
+                if i >= s.len() || pat[p] != s[i] {
+                    return false;
+                }
+                i += 1;
+            }
+            c => {
+                if i >= s.len() || c != s[i] {
+                    return false;
+                }
+                i += 1;
+            }
+        }
+        p += 1;
+    }
+    i == s.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_as_redis_cluster() {
+        // Values from the Redis Cluster specification's examples.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
+        assert_eq!(slot(b"foo{}{bar}"), slot(b"foo{}{bar}"));
+        assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
+    }
+
+    #[test]
+    fn record_round_trip() {
+        let v = Record::encode(TYPE_STRING, 7, 99, b"hello");
+        let r = Record::decode(v).unwrap();
+        assert_eq!(
+            (r.kind, r.gen, r.expire, &r.payload[..]),
+            (1, 7, 99, &b"hello"[..])
+        );
+        let k = record_key(b"abc");
+        assert_eq!(user_key(&k), Some(&b"abc"[..]));
+        assert!(user_key(META_KEY).is_none());
+        let m = Meta {
+            gen: 3,
+            count: 10,
+            expires: 4,
+            reclaimed_below: 2,
+        };
+        assert_eq!(Meta::decode(&m.encode()), Some(m));
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_match(b"*", b""));
+        assert!(glob_match(b"h?llo", b"hello"));
+        assert!(glob_match(b"h*llo", b"heeeello"));
+        assert!(glob_match(b"h[ae]llo", b"hallo"));
+        assert!(!glob_match(b"h[^e]llo", b"hello"));
+        assert!(glob_match(b"h[a-b]llo", b"hbllo"));
+        assert!(glob_match(b"a\\*", b"a*"));
+        assert!(!glob_match(b"a\\*", b"ab"));
+    }
+}

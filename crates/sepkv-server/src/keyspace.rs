@@ -1,0 +1,483 @@
+//! The keyspace: Redis keys on top of one [`Db`], through its public API
+//! only.
+//!
+//! Reads ([`Keyspace::get`], [`Keyspace::scan`]) take no lock. Every
+//! command that changes keys runs as one [`Txn`]: it takes the keyspace's
+//! writer lock, reads what it needs, and commits one [`WriteBatch`] holding
+//! its key records, expire index records and the updated metadata record
+//! (key count, keys with a TTL), so the count never drifts from the data,
+//! even across a crash. Serializing read-modify-write commands is what
+//! makes `INCR`, `SETNX` or `RENAME` atomic; the batch is written without
+//! `sync`, and the connection waits for durability afterwards (see
+//! [`crate::durability`]), outside the lock, so that concurrent clients
+//! share one fsync.
+//!
+//! A key whose TTL has passed is absent to every read (lazy expiry) and is
+//! deleted by the first writer that meets it, or by the active expiry
+//! cycle ([`crate::expire`]). `FLUSHDB` bumps the keyspace generation in
+//! the metadata record (one small write, whatever the database holds);
+//! records of older generations are absent and are deleted in the
+//! background ([`Keyspace::reclaim_step`]).
+//!
+//! Thread-safety: a `Keyspace` is shared by every connection (`Sync`).
+
+use crate::keys::{self, Meta, Record, EXPIRE_PREFIX, META_KEY, TYPE_STRING};
+use sepkv::{Db, Error, WriteBatch, WriteOptions};
+use std::collections::HashMap;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A live value: payload and expiry (Unix ms, 0 for none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Value {
+    /// Redis type byte.
+    pub kind: u8,
+    /// The string.
+    pub payload: Vec<u8>,
+    /// Absolute expiry in Unix ms; 0 for none.
+    pub expire: u64,
+}
+
+impl Value {
+    /// A string value.
+    pub fn string(payload: Vec<u8>, expire: u64) -> Value {
+        Value {
+            kind: TYPE_STRING,
+            payload,
+            expire,
+        }
+    }
+}
+
+/// Counters for `INFO stats`.
+#[derive(Debug, Default)]
+pub struct KeyStats {
+    /// Keys deleted because their TTL passed.
+    pub expired_keys: AtomicU64,
+    /// Reads that found a key.
+    pub hits: AtomicU64,
+    /// Reads that found none.
+    pub misses: AtomicU64,
+    /// Records of flushed generations deleted.
+    pub reclaimed: AtomicU64,
+}
+
+/// Redis keys over a [`Db`].
+pub struct Keyspace {
+    db: Arc<Db>,
+    writer: Mutex<Meta>,
+    gen: AtomicU32,
+    count: AtomicU64,
+    expires: AtomicU64,
+    /// Statistics.
+    pub stats: KeyStats,
+}
+
+fn corrupt_meta() -> Error {
+    Error::InvalidArgument("the server's metadata record is malformed".into())
+}
+
+impl Keyspace {
+    /// Reads the metadata record (a fresh database starts at generation 1).
+    ///
+    /// # Errors
+    /// Engine errors; a malformed metadata record.
+    pub fn open(db: Arc<Db>) -> Result<Keyspace, Error> {
+        let meta = match db.get(META_KEY)? {
+            Some(v) => Meta::decode(&v).ok_or_else(corrupt_meta)?,
+            None => Meta {
+                gen: 1,
+                count: 0,
+                expires: 0,
+                reclaimed_below: 1,
+            },
+        };
+        Ok(Keyspace {
+            db,
+            gen: AtomicU32::new(meta.gen),
+            count: AtomicU64::new(meta.count),
+            expires: AtomicU64::new(meta.expires),
+            writer: Mutex::new(meta),
+            stats: KeyStats::default(),
+        })
+    }
+
+    /// The engine handle.
+    pub fn db(&self) -> &Arc<Db> {
+        &self.db
+    }
+
+    /// Live keys (expired ones not yet deleted included), as `DBSIZE`.
+    pub fn len(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Whether [`Keyspace::len`] is 0.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Keys with a TTL.
+    pub fn expires(&self) -> u64 {
+        self.expires.load(Ordering::Relaxed)
+    }
+
+    fn live(&self, raw: Vec<u8>, now: u64) -> Option<Value> {
+        let r = Record::decode(raw)?;
+        (r.gen == self.gen.load(Ordering::Acquire) && (r.expire == 0 || r.expire > now)).then_some(
+            Value {
+                kind: r.kind,
+                payload: r.payload,
+                expire: r.expire,
+            },
+        )
+    }
+
+    /// The live value of `key`; deletes it when its TTL has passed.
+    ///
+    /// # Errors
+    /// Engine errors (a `Corruption` names file and offset).
+    pub fn get(&self, key: &[u8], now: u64) -> Result<Option<Value>, Error> {
+        let raw = self.db.get(keys::record_key(key))?;
+        let Some(raw) = raw else {
+            self.stats.misses.fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        };
+        let expired = matches!(keys::header(&raw), Some((_, g, e))
+            if g == self.gen.load(Ordering::Acquire) && e != 0 && e <= now);
+        let v = self.live(raw, now);
+        if v.is_some() {
+            self.stats.hits.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        }
+        if expired {
+            // Lazy expiry: a failed delete (a poisoned database) leaves
+            // the key absent to reads all the same.
+            let mut t = self.txn();
+            if t.get(key, now).is_ok() {
+                let _ = t.commit();
+            }
+        }
+        Ok(v)
+    }
+
+    /// Starts a write transaction (takes the writer lock).
+    pub fn txn(&self) -> Txn<'_> {
+        let meta = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let start = *meta;
+        Txn {
+            ks: self,
+            meta,
+            start,
+            batch: WriteBatch::new(),
+            seen: HashMap::new(),
+        }
+    }
+
+    /// Up to `count` key records in key order from engine key `from`
+    /// (inclusive): the live ones as `(user key, value)`, and the engine key
+    /// to continue from (`None` at the end of the key space).
+    ///
+    /// # Errors
+    /// Engine errors.
+    #[allow(clippy::type_complexity)]
+    pub fn scan(
+        &self,
+        from: &[u8],
+        count: usize,
+        now: u64,
+    ) -> Result<(Vec<(Vec<u8>, Value)>, Option<Vec<u8>>), Error> {
+        let upper = [0x40u8];
+        let range = (Bound::Included(from), Bound::Excluded(&upper[..]));
+        let mut out = Vec::new();
+        for (seen, r) in self.db.scan(range, false)?.enumerate() {
+            let (k, v) = r?;
+            if seen == count {
+                return Ok((out, Some(k)));
+            }
+            let Some(user) = keys::user_key(&k) else {
+                continue;
+            };
+            let user = user.to_vec();
+            if let Some(v) = self.live(v, now) {
+                out.push((user, v));
+            }
+        }
+        Ok((out, None))
+    }
+
+    /// Up to `n` expire index records from engine key `from` (inclusive):
+    /// how many were read, the user keys among them whose TTL (of the
+    /// current generation) has passed, and where to continue (`None` at the
+    /// end of the index). Records of flushed generations are left to
+    /// [`Keyspace::reclaim_step`].
+    ///
+    /// # Errors
+    /// Engine errors.
+    #[allow(clippy::type_complexity)]
+    pub fn sample_expires(
+        &self,
+        from: &[u8],
+        n: usize,
+        now: u64,
+    ) -> Result<(usize, Vec<Vec<u8>>, Option<Vec<u8>>), Error> {
+        let mut upper = EXPIRE_PREFIX.to_vec();
+        upper.push(0xff);
+        let lower = if from < EXPIRE_PREFIX {
+            EXPIRE_PREFIX
+        } else {
+            from
+        };
+        let mut due = Vec::new();
+        let mut seen = 0;
+        for r in self
+            .db
+            .scan((Bound::Included(lower), Bound::Excluded(&upper[..])), false)?
+        {
+            let (k, v) = r?;
+            if seen == n {
+                return Ok((seen, due, Some(k)));
+            }
+            seen += 1;
+            let expire = v
+                .get(..8)
+                .map_or(0, |b| u64::from_be_bytes(b.try_into().unwrap_or_default()));
+            let gen = v
+                .get(8..12)
+                .map_or(0, |b| u32::from_be_bytes(b.try_into().unwrap_or_default()));
+            if gen == self.gen.load(Ordering::Acquire) && expire <= now {
+                if let Some(user) = k.get(EXPIRE_PREFIX.len() + 2..) {
+                    due.push(user.to_vec());
+                }
+            }
+        }
+        Ok((seen, due, None))
+    }
+
+    /// Deletes up to `n` records of flushed generations, reading at most
+    /// `10 n` records from `from` on; `Ok(true)` when none remain (and
+    /// records that in the metadata).
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn reclaim_step(&self, from: &mut Vec<u8>, n: usize) -> Result<bool, Error> {
+        let gen = self.gen.load(Ordering::Acquire);
+        {
+            let meta = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+            if meta.reclaimed_below >= meta.gen {
+                return Ok(true);
+            }
+        }
+        let mut old = Vec::new();
+        let mut next = None;
+        for (scanned, r) in self.db.scan(from.as_slice().., false)?.enumerate() {
+            let (k, v) = r?;
+            // Bounded work per step, however few records are stale.
+            if old.len() + 1 > n || scanned >= 10 * n {
+                next = Some(k);
+                break;
+            }
+            if k.as_slice() == META_KEY {
+                continue;
+            }
+            let stale = if keys::user_key(&k).is_some() {
+                keys::header(&v).is_some_and(|(_, g, _)| g < gen)
+            } else if k.starts_with(EXPIRE_PREFIX) {
+                v.get(8..12)
+                    .is_some_and(|b| u32::from_be_bytes(b.try_into().unwrap_or_default()) < gen)
+            } else {
+                false
+            };
+            if stale {
+                old.push(k);
+            }
+        }
+        let mut meta = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut b = WriteBatch::new();
+        for k in &old {
+            // Re-check under the lock: a writer may have replaced it.
+            let still = match self.db.get(k)? {
+                Some(v) if k.starts_with(EXPIRE_PREFIX) => v
+                    .get(8..12)
+                    .is_some_and(|b| u32::from_be_bytes(b.try_into().unwrap_or_default()) < gen),
+                Some(v) => keys::header(&v).is_some_and(|(_, g, _)| g < gen),
+                None => false,
+            };
+            if still {
+                b.delete(k)?;
+            }
+        }
+        let done = next.is_none();
+        if done && meta.gen == gen {
+            let mut m = *meta;
+            m.reclaimed_below = gen;
+            b.put(META_KEY, m.encode())?;
+            self.db.write(&b, WriteOptions::default())?;
+            *meta = m;
+        } else if !b.is_empty() {
+            self.db.write(&b, WriteOptions::default())?;
+        }
+        self.stats
+            .reclaimed
+            .fetch_add(b.len() as u64, Ordering::Relaxed);
+        match next {
+            Some(k) => *from = k,
+            None => from.clear(),
+        }
+        Ok(done && meta.reclaimed_below >= meta.gen)
+    }
+}
+
+/// One write command's transaction: reads through it see its own writes;
+/// [`Txn::commit`] writes everything as one batch. Dropping it without
+/// commit writes nothing.
+pub struct Txn<'a> {
+    ks: &'a Keyspace,
+    meta: MutexGuard<'a, Meta>,
+    start: Meta,
+    batch: WriteBatch,
+    /// Keys read or written: their state as of this transaction.
+    seen: HashMap<Vec<u8>, Option<Value>>,
+}
+
+impl Txn<'_> {
+    /// The live value of `key` as this transaction sees it. A record whose
+    /// TTL has passed is deleted by this transaction.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn get(&mut self, key: &[u8], now: u64) -> Result<Option<Value>, Error> {
+        if let Some(v) = self.seen.get(key) {
+            return Ok(v.clone());
+        }
+        let v = match self.ks.db.get(keys::record_key(key))? {
+            None => None,
+            Some(raw) => match Record::decode(raw) {
+                Some(r) if r.gen == self.meta.gen => {
+                    if r.expire != 0 && r.expire <= now {
+                        self.remove_records(key, true)?;
+                        self.ks.stats.expired_keys.fetch_add(1, Ordering::Relaxed);
+                        None
+                    } else {
+                        Some(Value {
+                            kind: r.kind,
+                            payload: r.payload,
+                            expire: r.expire,
+                        })
+                    }
+                }
+                _ => None,
+            },
+        };
+        self.seen.insert(key.to_vec(), v.clone());
+        Ok(v)
+    }
+
+    fn remove_records(&mut self, key: &[u8], had_ttl: bool) -> Result<(), Error> {
+        self.batch.delete(keys::record_key(key))?;
+        self.meta.count = self.meta.count.saturating_sub(1);
+        if had_ttl {
+            self.batch.delete(keys::expire_key(key))?;
+            self.meta.expires = self.meta.expires.saturating_sub(1);
+        }
+        Ok(())
+    }
+
+    /// Sets `key` to `v`.
+    ///
+    /// # Errors
+    /// Engine errors; `InvalidArgument` beyond the engine's limits.
+    pub fn set(&mut self, key: &[u8], v: Value, now: u64) -> Result<(), Error> {
+        let prev = self.get(key, now)?;
+        let prev_ttl = prev.as_ref().is_some_and(|p| p.expire != 0);
+        if prev.is_none() {
+            self.meta.count += 1;
+        }
+        let gen = self.meta.gen;
+        self.batch.put(
+            keys::record_key(key),
+            Record::encode(v.kind, gen, v.expire, &v.payload),
+        )?;
+        if v.expire != 0 {
+            let mut e = v.expire.to_be_bytes().to_vec();
+            e.extend_from_slice(&gen.to_be_bytes());
+            self.batch.put(keys::expire_key(key), e)?;
+            if !prev_ttl {
+                self.meta.expires += 1;
+            }
+        } else if prev_ttl {
+            self.batch.delete(keys::expire_key(key))?;
+            self.meta.expires = self.meta.expires.saturating_sub(1);
+        }
+        self.seen.insert(key.to_vec(), Some(v));
+        Ok(())
+    }
+
+    /// Deletes `key`; whether it existed.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn del(&mut self, key: &[u8], now: u64) -> Result<bool, Error> {
+        match self.get(key, now)? {
+            Some(p) => {
+                self.remove_records(key, p.expire != 0)?;
+                self.seen.insert(key.to_vec(), None);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Empties the keyspace: bumps the generation.
+    pub fn flush(&mut self) {
+        self.meta.gen += 1;
+        self.meta.count = 0;
+        self.meta.expires = 0;
+        self.seen.clear();
+        self.batch.clear();
+    }
+
+    /// Writes the transaction's batch (not synced) and publishes its
+    /// metadata. Returns whether anything was written.
+    ///
+    /// # Errors
+    /// Engine errors (`Poisoned` after an earlier write failure); nothing
+    /// is applied then.
+    pub fn commit(mut self) -> Result<bool, Error> {
+        if *self.meta != self.start {
+            self.batch.put(META_KEY, self.meta.encode())?;
+        }
+        if self.batch.is_empty() {
+            return Ok(false);
+        }
+        let r = self.ks.db.write(&self.batch, WriteOptions::default());
+        if let Err(e) = r {
+            *self.meta = self.start;
+            return Err(e);
+        }
+        self.start = *self.meta;
+        self.ks.count.store(self.meta.count, Ordering::Relaxed);
+        self.ks.expires.store(self.meta.expires, Ordering::Relaxed);
+        self.ks.gen.store(self.meta.gen, Ordering::Release);
+        Ok(true)
+    }
+}
+
+impl Drop for Txn<'_> {
+    fn drop(&mut self) {
+        // An uncommitted transaction leaves the metadata as it found it.
+        if !self.batch.is_empty() || *self.meta != self.start {
+            *self.meta = self.start;
+        }
+    }
+}

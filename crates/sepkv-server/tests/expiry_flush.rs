@@ -1,0 +1,57 @@
+//! Active expiry deletes keys nobody reads; FLUSHDB empties the keyspace at
+//! once, its old records are reclaimed in the background, and the count
+//! and data are right after a reopen. The server runs in-process on
+//! 127.0.0.1 on a port of its choosing.
+
+mod common;
+
+use common::{Conn, Running};
+use std::time::{Duration, Instant};
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn active_expiry_and_flushdb_reclaim() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut srv = Running::start(tmp.path());
+    let mut c = Conn::new(srv.port);
+    for i in 0..300 {
+        assert_eq!(c.cmd(&["SET", &format!("t{i}"), "v", "PX", "100"]), "+OK");
+    }
+    assert_eq!(c.cmd(&["SET", "keep", "v"]), "+OK");
+    assert_eq!(c.cmd(&["DBSIZE"]), ":301");
+    // Nobody reads the keys: the active cycle deletes them.
+    wait_for("active expiry", || c.cmd(&["DBSIZE"]) == ":1");
+    assert!(c.cmd(&["INFO", "stats"]).contains("expired_keys:300"));
+
+    for i in 0..3000 {
+        assert_eq!(c.cmd(&["SET", &format!("f{i}"), "value"]), "+OK");
+    }
+    assert_eq!(c.cmd(&["DBSIZE"]), ":3001");
+    assert_eq!(c.cmd(&["FLUSHDB"]), "+OK");
+    assert_eq!(c.cmd(&["DBSIZE"]), ":0");
+    assert_eq!(c.cmd(&["GET", "f7"]), "nil");
+    assert_eq!(c.cmd(&["KEYS", "*"]), "*0");
+    assert_eq!(c.cmd(&["SET", "f7", "new"]), "+OK");
+    wait_for("reclaim", || {
+        let info = c.cmd(&["INFO", "sepkv"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("flushed_records_reclaimed:"))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .is_some_and(|n| n >= 3000)
+    });
+    drop(c);
+    srv.stop();
+    let srv = Running::start(tmp.path());
+    let mut c = Conn::new(srv.port);
+    assert_eq!(c.cmd(&["DBSIZE"]), ":1");
+    assert_eq!(c.cmd(&["GET", "f7"]), "new");
+    assert_eq!(c.cmd(&["GET", "f8"]), "nil");
+    assert_eq!(c.cmd(&["GET", "keep"]), "nil");
+}

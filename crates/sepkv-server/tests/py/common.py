@@ -1,0 +1,109 @@
+"""Starting and stopping servers for the sepkv-server Python suites.
+
+Every server listens on 127.0.0.1 on a free port and is stopped by its
+pid when the suite ends, failed or not.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+PRESETS = ["leveldb", "wisckey", "hashkv", "ktstore", "flashkey", "lwc"]
+
+
+def ci():
+    return os.environ.get("CI") == "true"
+
+
+def need(tool):
+    """The path of `tool`, or fail (CI) / skip (otherwise) without it."""
+    path = shutil.which(tool)
+    if path is None:
+        msg = f"{tool} not found"
+        if ci():
+            sys.exit(f"FAIL: {msg} (CI=true)")
+        print(f"SKIP: {msg}")
+        sys.exit(0)
+    return path
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc, timeout=20.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"port {port} did not open")
+
+
+def sepkv_binary():
+    b = os.environ.get("SEPKV_BIN")
+    if b:
+        return b
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../../.."))
+    for profile in ("release", "debug"):
+        p = os.path.join(root, "target", profile, "sepkv")
+        if os.path.exists(p):
+            return p
+    sys.exit("FAIL: no sepkv binary: build it (cargo build --release -p sepkv-cli) or set SEPKV_BIN")
+
+
+class Server:
+    """A server process: `sepkv serve` or `redis-server`."""
+
+    def __init__(self, argv, port, workdir=None):
+        self.port = port
+        self.workdir = workdir
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            wait_port(port, self.proc)
+        except Exception:
+            self.stop()
+            raise
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def kill9(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_sepkv(preset, db_dir=None, extra=()):
+    db_dir = db_dir or tempfile.mkdtemp(prefix="sepkv-serve-")
+    port = free_port()
+    argv = [sepkv_binary(), "--db", db_dir, "--preset", preset, "serve", "--port", str(port), *extra]
+    s = Server(argv, port, workdir=db_dir)
+    return s
+
+
+def start_redis():
+    exe = need("redis-server")
+    port = free_port()
+    d = tempfile.mkdtemp(prefix="redis-ref-")
+    argv = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            "--dir", d, "--daemonize", "no", "--protected-mode", "yes"]
+    return Server(argv, port, workdir=d)
