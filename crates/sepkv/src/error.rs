@@ -74,6 +74,26 @@ pub enum Error {
     /// cache in an unknown state, so retrying it is unsafe).
     #[error("database is read-only after an earlier write failure: {0}")]
     Poisoned(String),
+    /// The handle was opened with [`crate::Db::open_read_only`]: writes,
+    /// flushes, compactions, GC and checkpoints are refused, and nothing
+    /// was changed. Unlike [`Error::Poisoned`], nothing failed: open the
+    /// database with [`crate::Db::open`] to write.
+    #[error("database was opened read-only: {0} is refused")]
+    ReadOnly(&'static str),
+    /// The database was written by a newer build, in a format this build
+    /// cannot read (see the format-version policy in the operations docs).
+    #[error(
+        "{path} is in format version {found}, newer than the version {supported} this build \
+         reads; open it with a build that supports format {found}"
+    )]
+    FormatTooNew {
+        /// The `IDENTITY` file.
+        path: PathBuf,
+        /// The format version the database records.
+        found: u32,
+        /// The newest format version this build reads.
+        supported: u32,
+    },
 }
 
 impl Error {

@@ -61,7 +61,8 @@ impl Identity {
     /// # Errors
     /// `NotADatabase` when the magic line is missing (a foreign file);
     /// `Corruption` for a checksum mismatch or a malformed field;
-    /// `NotADatabase` for an unsupported format version.
+    /// `FormatTooNew` for a format version newer than [`FORMAT_VERSION`];
+    /// `NotADatabase` for an older, unsupported one.
     pub fn decode(path: &Path, data: &[u8]) -> Result<Identity> {
         let dir = path.parent().unwrap_or(Path::new("."));
         if !data.starts_with(MAGIC.as_bytes()) {
@@ -100,6 +101,15 @@ impl Identity {
         let format: u32 = field("format")?
             .parse()
             .map_err(|_| Error::corruption(path, 0, "IDENTITY format is not a number"))?;
+        if format > FORMAT_VERSION {
+            // A newer build wrote it: say so, with both versions, rather
+            // than calling it foreign (docs/operations.md, format policy).
+            return Err(Error::FormatTooNew {
+                path: path.into(),
+                found: format,
+                supported: FORMAT_VERSION,
+            });
+        }
         if format != FORMAT_VERSION {
             return Err(Error::NotADatabase {
                 path: dir.into(),

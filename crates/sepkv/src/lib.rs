@@ -133,7 +133,10 @@ pub mod vstore;
 pub struct ReadmeDoctests;
 
 pub use batch::{BatchEntry, WriteBatch};
-pub use db::{stored_config, Db, DbStats, FileGroupStats, GcReport, LevelStats, VerifyReport};
+pub use db::{
+    stored_config, CheckpointReport, Db, DbStats, FileGroupStats, GcReport, LevelStats,
+    VerifyReport,
+};
 pub use error::{Error, Result};
 pub use identity::FORMAT_VERSION;
 pub use index::compaction::CompactionStats;

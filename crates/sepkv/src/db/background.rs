@@ -22,9 +22,10 @@ impl Db {
     /// that is reclaimable). A no-op for the inline layout.
     ///
     /// # Errors
-    /// `Closed`; `Poisoned`; `Io`; `Corruption` found in the scanned log.
+    /// `Closed`; `ReadOnly`; `Poisoned`; `Io`; `Corruption` found in the
+    /// scanned log.
     pub fn gc(&self, target: Option<f64>) -> Result<GcReport> {
-        self.check_open()?;
+        self.check_writable("GC")?;
         self.inner.shared.poisoned()?;
         let inner = &self.inner;
         let budget = {
@@ -55,9 +56,9 @@ impl Db {
     /// Flushes the memtable to an SSTable and waits for it.
     ///
     /// # Errors
-    /// `Closed`; `Poisoned`; `Io`.
+    /// `Closed`; `ReadOnly`; `Poisoned`; `Io`.
     pub fn flush(&self) -> Result<()> {
-        self.check_open()?;
+        self.check_writable("a flush")?;
         self.inner.flush_memtable()
     }
 
@@ -73,6 +74,10 @@ impl Db {
     /// `Closed`; `Poisoned` when background work failed.
     pub fn wait_idle(&self) -> Result<()> {
         self.check_open()?;
+        if self.inner.read_only {
+            // No background work runs on a read-only handle.
+            return Ok(());
+        }
         self.inner.index.wait_idle()?;
         self.inner.vstore.wait_idle()
     }
@@ -114,7 +119,7 @@ impl Db {
     /// `Closed`; `InvalidArgument` when the range starts after it ends;
     /// `Poisoned`; `Io`; `Corruption` met while merging.
     pub fn compact_range(&self, range: impl KeyRange) -> Result<CompactionStats> {
-        self.check_open()?;
+        self.check_writable("a compaction")?;
         let (begin, end) = range.closed();
         let (begin, end) = (begin.as_deref(), end.as_deref());
         check_order(begin, end)?;
@@ -139,6 +144,13 @@ impl DbInner {
     /// A step that did work feeds the space governor's measure of GC's
     /// rate ([`crate::space::SpaceGovernor::gc_ran`]).
     pub(super) fn gc_step(&self) -> Result<GcOutcome> {
+        // A checkpoint copying the value files holds the gate: the step
+        // finds nothing to do rather than wait (a writer that runs GC for
+        // room holds the writer lock, which the checkpoint takes after the
+        // gate, so waiting here could deadlock).
+        let Some(_gate) = self.gc_gate.try_read() else {
+            return Ok(GcOutcome::default());
+        };
         let t = Instant::now();
         self.gc_steps.lock().running += 1;
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -52,11 +52,13 @@
 //! `Db` is `Send + Sync`; share it between threads by reference or `Arc`.
 
 mod background;
+mod checkpoint;
 mod read;
 mod space;
 mod stats;
 mod write;
 
+pub use checkpoint::CheckpointReport;
 pub use stats::{DbStats, FileGroupStats, GcReport, LevelStats, VerifyReport};
 
 use crate::commit::CommitQueue;
@@ -133,6 +135,15 @@ struct DbInner {
     lock: Mutex<Option<Box<dyn FileLock>>>,
     /// The space-amplification target's state ([`crate::space`]).
     space: crate::space::SpaceGovernor,
+    /// Opened by [`Db::open_read_only`]: every write is refused with
+    /// [`Error::ReadOnly`], no background work runs, and the file system
+    /// is an [`crate::fs::OverlayFs`] that keeps recovery's writes in
+    /// memory.
+    read_only: bool,
+    /// Held shared by [`Db::checkpoint`] and taken by each GC step: a
+    /// checkpoint waits for the running step and keeps new ones out while
+    /// it copies the value files (see `checkpoint`).
+    gc_gate: parking_lot::RwLock<()>,
 }
 
 /// Opens the value store of the layout `shared.opts` names, handing it the
@@ -229,13 +240,91 @@ impl Db {
     ///   the database exists;
     /// - `NotADatabase`: `path` is a file, a directory with other contents,
     ///   an unsupported format, or missing while `create_if_missing` is off;
+    /// - `FormatTooNew`: a newer build wrote the database;
     /// - `ConfigMismatch`: `opts` names another configuration than the
     ///   recorded one;
     /// - `Busy`: another process or handle has it open;
     /// - `Corruption`: damaged manifest, `CURRENT` or WAL (file and offset);
     /// - `Io`: the file system failed.
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
-        let dir = path.as_ref().to_path_buf();
+        Self::open_with(path.as_ref(), opts, false)
+    }
+
+    /// Opens the existing database in directory `path` for reading only,
+    /// as RocksDB's `OpenForReadOnly`: nothing in the directory is written,
+    /// created, removed or synced, so it works on a full disk and on a
+    /// read-only mount.
+    ///
+    /// Recovery runs as in [`Db::open`], but over an
+    /// [`crate::fs::OverlayFs`]: the WAL is replayed into memory (the
+    /// tables, WAL and manifest recovery would write stay in memory, about
+    /// the size of the WALs replayed), FlashKey's hash table is rebuilt in
+    /// memory from its checkpoint and the bands after it. No flush,
+    /// compaction or GC runs; the handle shows the database as of the open.
+    ///
+    /// Locking: the open takes a *shared* lock on `LOCK` (opened for
+    /// reading, never created), so read-only opens coexist, and is refused
+    /// with [`Error::Busy`] while a process or handle has the database open
+    /// for writing (which holds the lock exclusively). The choice (refuse
+    /// rather than read beside a writer) is LevelDB's: a writer's
+    /// compactions delete tables and its GC punches holes in value files
+    /// that a point-in-time reader would still name, and telling those
+    /// apart from damage would need the writer's cooperation. While a
+    /// read-only handle is open, [`Db::open`] for writing is refused with
+    /// `Busy` in turn. A directory without a `LOCK` file (a copy, or a
+    /// read-only mount of one) is opened without a lock.
+    ///
+    /// Writes ([`Db::put`], [`Db::delete`], [`Db::write`]), [`Db::flush`],
+    /// [`Db::compact_range`], [`Db::gc`] and [`Db::checkpoint`] return
+    /// [`Error::ReadOnly`]. `opts` is used as in [`Db::open`], except that
+    /// `create_if_missing` and `error_if_exists` are ignored.
+    ///
+    /// # Examples
+    /// ```
+    /// use sepkv::{Db, Error, Options};
+    /// let dir = std::env::temp_dir().join(format!("sepkv-doc-ro-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir); // a leftover of an earlier run
+    /// let db = Db::open(&dir, Options::default())?;
+    /// db.put("k", "v")?;
+    /// // A writer holds the lock: read-only opens are refused meanwhile.
+    /// assert!(matches!(Db::open_read_only(&dir, Options::default()), Err(Error::Busy { .. })));
+    /// db.close()?;
+    /// let ro = Db::open_read_only(&dir, Options::default())?;
+    /// let ro2 = Db::open_read_only(&dir, Options::default())?;
+    /// assert_eq!(ro.get("k")?.as_deref(), Some(&b"v"[..]));
+    /// assert_eq!(ro2.get("k")?.as_deref(), Some(&b"v"[..]));
+    /// assert!(matches!(ro.put("k", "w"), Err(Error::ReadOnly(_))));
+    /// # drop((ro, ro2));
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), sepkv::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// - `NotADatabase`: `path` holds no sepkv database (or one of an
+    ///   older, unsupported format); `FormatTooNew`: a newer build wrote it;
+    /// - `Busy`: a process or handle has it open for writing;
+    /// - `ConfigMismatch`, `InvalidArgument`: as [`Db::open`];
+    /// - `Corruption`: damaged manifest, `CURRENT`, WAL or checkpoint;
+    /// - `Io`: a read failed.
+    pub fn open_read_only(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
+        Self::open_with(path.as_ref(), opts, true)
+    }
+
+    fn open_with(path: &Path, mut opts: Options, read_only: bool) -> Result<Db> {
+        let dir = path.to_path_buf();
+        if read_only {
+            let fs = opts.fs.clone();
+            if !fs.is_dir(&dir) || !fs.exists(&dir.join(IDENTITY)) {
+                return Err(Error::NotADatabase {
+                    path: dir,
+                    reason: "it holds no database (IDENTITY is missing); a read-only \
+                             open creates nothing"
+                        .into(),
+                });
+            }
+            opts.create_if_missing = false;
+            opts.error_if_exists = false;
+        }
         let opts = Self::resolve_options(&dir, opts)?;
         opts.validate()?;
         let fs = opts.fs.clone();
@@ -274,7 +363,7 @@ impl Db {
             }
         }
         let lock_path = dir.join(LOCK);
-        let lock = fs.lock(&lock_path).map_err(|e| {
+        let busy = |e: std::io::Error| {
             if e.kind() == std::io::ErrorKind::WouldBlock {
                 Error::Busy {
                     path: lock_path.clone(),
@@ -282,12 +371,28 @@ impl Db {
             } else {
                 Error::io(&lock_path, e)
             }
-        })?;
-        let opts = Self::direct_reads(opts, &lock_path)?;
+        };
+        let mut opts = opts;
+        let lock = if read_only {
+            let lock = fs.lock_shared(&lock_path).map_err(busy)?;
+            // From here on every write lands in memory.
+            opts.fs = Arc::new(crate::fs::OverlayFs::new(fs.clone()));
+            lock
+        } else {
+            Some(fs.lock(&lock_path).map_err(busy)?)
+        };
+        let probe = if read_only {
+            dir.join(IDENTITY)
+        } else {
+            lock_path.clone()
+        };
+        let opts = Self::direct_reads(opts, &probe)?;
         let fs = opts.fs.clone();
         let stats = Arc::new(IoStats::default());
         Self::check_identity(&dir, fs.as_ref(), &opts, &stats)?;
-        Self::sync_what_the_os_holds(&dir, fs.as_ref())?;
+        if !read_only {
+            Self::sync_what_the_os_holds(&dir, fs.as_ref())?;
+        }
 
         let shared = Arc::new(Shared {
             dir: dir.clone(),
@@ -354,8 +459,10 @@ impl Db {
             gc_cv: Condvar::new(),
             gc_steps: Mutex::new(GcSteps::default()),
             gc_step_cv: Condvar::new(),
-            lock: Mutex::new(Some(lock)),
+            lock: Mutex::new(lock),
             space: crate::space::SpaceGovernor::new(space_target, bounded),
+            read_only,
+            gc_gate: parking_lot::RwLock::new(()),
         });
         let seq = inner.index.recover()?;
         inner.vstore.recovered();
@@ -365,6 +472,14 @@ impl Db {
         inner.shared.last_seq.store(seq, Ordering::Release);
         inner.recovered_seq.store(seq, Ordering::Release);
         *inner.writer.lock() = true;
+        if read_only {
+            // No flush, compaction or GC: nothing would ever make their
+            // results durable, and the handle shows the state at open.
+            return Ok(Db {
+                inner,
+                gc_thread: Mutex::new(None),
+            });
+        }
         inner.index.clone().start()?;
         let gc_handle = if inner.shared.opts.layout() != ValueLayout::Inline
             && inner.shared.opts.gc_garbage_ratio > 0.0
@@ -558,6 +673,21 @@ impl Db {
         Ok(())
     }
 
+    /// `check_open`, then [`Error::ReadOnly`] naming `what` on a read-only
+    /// handle.
+    fn check_writable(&self, what: &'static str) -> Result<()> {
+        self.check_open()?;
+        if self.inner.read_only {
+            return Err(Error::ReadOnly(what));
+        }
+        Ok(())
+    }
+
+    /// True for a handle opened with [`Db::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.inner.read_only
+    }
+
     /// The last sequence number recovery restored when this handle was
     /// opened: the state then was exactly the writes up to it. (Background
     /// value-store GC may write relocations right after open, so
@@ -604,6 +734,19 @@ impl Db {
         let inner = &self.inner;
         if inner.closing.swap(true, Ordering::AcqRel) {
             return Ok(());
+        }
+        if inner.read_only {
+            // Nothing to flush, no background work: drop what recovery
+            // kept in memory and the shared lock.
+            inner.shared.closed.store(true, Ordering::Release);
+            inner.index.shutdown();
+            let res = {
+                let mut open = inner.writer.lock();
+                *open = false;
+                inner.index.close()
+            };
+            *inner.lock.lock() = None;
+            return res;
         }
         // The GC thread first, so that no step of it is cut short below.
         inner.gc_stop.store(true, Ordering::Release);

@@ -65,7 +65,7 @@ impl Db {
     ///
     /// # Errors
     /// `InvalidArgument` for a batch over [`crate::options::MAX_BATCH_SIZE`]
-    /// bytes; `Closed`; `Poisoned` after an earlier failure; `Io` if the WAL
+    /// bytes; `Closed`; `ReadOnly` on a handle from [`Db::open_read_only`]; `Poisoned` after an earlier failure; `Io` if the WAL
     /// append or sync fails (the write is then not acknowledged and the
     /// database is poisoned).
     pub fn write(&self, batch: &WriteBatch, opts: WriteOptions) -> Result<()> {
@@ -79,7 +79,7 @@ impl Db {
     /// # Errors
     /// As [`Db::write`].
     pub fn write_with_sequence(&self, batch: &WriteBatch, opts: WriteOptions) -> Result<SeqNum> {
-        self.check_open()?;
+        self.check_writable("a write")?;
         if batch.is_empty() {
             // Nothing to log, but `sync` still promises that every earlier
             // write is durable when this returns.

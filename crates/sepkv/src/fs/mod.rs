@@ -21,11 +21,13 @@
 mod accounting;
 mod fault;
 mod mem;
+mod overlay;
 mod std_fs;
 
 pub use accounting::{IoCategory, IoStats, IoStatsSnapshot};
 pub use fault::{FaultFs, FaultKind, FaultOp, FaultRule};
 pub use mem::MemFs;
+pub use overlay::OverlayFs;
 pub use std_fs::{open_files_limit, read_handle_budget, DirectReadFs, StdFs, DIRECT_IO_ALIGN};
 
 /// The page size sepkv assumes (bytes): the unit the kernel's page cache
@@ -470,6 +472,39 @@ pub trait FileSystem: Send + Sync + 'static {
     /// Takes an exclusive lock on `path` (creating it), failing with
     /// `ErrorKind::WouldBlock` when another holder has it.
     fn lock(&self, path: &Path) -> io::Result<Box<dyn FileLock>>;
+    /// Takes a shared lock on the existing file `path` without creating
+    /// or writing anything (a read-only open's lock): shared locks coexist,
+    /// and an exclusive [`lock`](Self::lock) conflicts with them both ways.
+    /// `Ok(None)` when `path` does not exist (no process ever held the
+    /// database, or it sits on a read-only copy without its `LOCK`);
+    /// `ErrorKind::WouldBlock` when an exclusive holder has it. The default
+    /// (the in-memory file systems, which have no shared locks) takes the
+    /// exclusive lock of an existing file.
+    ///
+    /// # Errors
+    /// `WouldBlock` as above; the OS error of the open or the lock.
+    fn lock_shared(&self, path: &Path) -> io::Result<Option<Box<dyn FileLock>>> {
+        if !self.exists(path) {
+            return Ok(None);
+        }
+        self.lock(path).map(Some)
+    }
+    /// Makes `to` a second name of the file `from` (a hard link): both
+    /// names then share the data, so only files never changed after they
+    /// are written may be linked (checkpoints link SSTables).
+    /// `ErrorKind::Unsupported` (the default) where the file system has no
+    /// links, and `ErrorKind::CrossesDevices` when `to` is on another file
+    /// system; callers then copy.
+    ///
+    /// # Errors
+    /// As above, or the OS error of `link(2)`.
+    fn link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let _ = (from, to);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "hard links are not supported",
+        ))
+    }
     /// The same file system with every [`open_read`](Self::open_read)
     /// bypassing the operating system's page cache (`O_DIRECT`), as
     /// `Options::use_direct_reads` asks; writes stay buffered.

@@ -460,6 +460,12 @@ impl FileSystem for DirectReadFs {
     fn lock(&self, path: &Path) -> io::Result<Box<dyn FileLock>> {
         StdFs.lock(path)
     }
+    fn lock_shared(&self, path: &Path) -> io::Result<Option<Box<dyn FileLock>>> {
+        StdFs.lock_shared(path)
+    }
+    fn link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        StdFs.link(from, to)
+    }
     fn with_direct_reads(&self) -> io::Result<Arc<dyn FileSystem>> {
         Ok(Arc::new(DirectReadFs))
     }
@@ -645,6 +651,28 @@ impl FileSystem for StdFs {
             )),
             Err(std::fs::TryLockError::Error(e)) => Err(e),
         }
+    }
+
+    fn lock_shared(&self, path: &Path) -> io::Result<Option<Box<dyn FileLock>>> {
+        // Opened for reading only: works on a read-only mount and on a
+        // full disk, and creates nothing.
+        let file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        match file.try_lock_shared() {
+            Ok(()) => Ok(Some(Box::new(StdLock { _file: file }))),
+            Err(std::fs::TryLockError::WouldBlock) => Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                "lock held by a process that has the database open for writing",
+            )),
+            Err(std::fs::TryLockError::Error(e)) => Err(e),
+        }
+    }
+
+    fn link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::hard_link(from, to)
     }
 }
 
