@@ -70,6 +70,9 @@ fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// A key range as the engine takes it: `(lower, upper)` bounds.
+pub type EngineRange = (RangeBound<Vec<u8>>, RangeBound<Vec<u8>>);
+
 /// The keys an iteration covers: `[lower, upper)`, or nothing at all.
 pub enum KeySpan {
     /// `[lower, upper)`; `None` is unbounded.
@@ -107,7 +110,7 @@ impl KeySpan {
     }
 
     /// The span as a range the engine takes, or `None` when empty.
-    pub fn range(self) -> Option<(RangeBound<Vec<u8>>, RangeBound<Vec<u8>>)> {
+    pub fn range(self) -> Option<EngineRange> {
         match self {
             KeySpan::Empty => None,
             KeySpan::Range(l, u) => Some((

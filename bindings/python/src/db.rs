@@ -49,17 +49,13 @@ pub fn values_list<'py>(
 ) -> PyResult<Bound<'py, PyList>> {
     PyList::new(
         py,
-        values
-            .into_iter()
-            .map(|v| v.map(|v| PyBytes::new(py, &v))),
+        values.into_iter().map(|v| v.map(|v| PyBytes::new(py, &v))),
     )
 }
 
 /// The keys of `keys` (any iterable of bytes-like objects).
 pub fn keys_arg<'py>(keys: &Bound<'py, PyAny>) -> PyResult<Vec<BytesArg<'py>>> {
-    keys.try_iter()?
-        .map(|k| bytes_arg(&k?, "key"))
-        .collect()
+    keys.try_iter()?.map(|k| bytes_arg(&k?, "key")).collect()
 }
 
 /// A persistent key-value database (see the package documentation).
@@ -277,7 +273,11 @@ impl PyDb {
         reverse: bool,
         include_value: bool,
     ) -> PyResult<PyIterator> {
-        let mode = if include_value { Mode::Items } else { Mode::Keys };
+        let mode = if include_value {
+            Mode::Items
+        } else {
+            Mode::Keys
+        };
         self.scan(py, start, stop, prefix, reverse, mode)
     }
 

@@ -49,12 +49,7 @@ pyo3::create_exception!(
     Error,
     "Another process (or another open handle) holds the database."
 );
-pyo3::create_exception!(
-    sepkv,
-    ClosedError,
-    Error,
-    "The database handle was closed."
-);
+pyo3::create_exception!(sepkv, ClosedError, Error, "The database handle was closed.");
 pyo3::create_exception!(
     sepkv,
     NotADatabaseError,
@@ -116,7 +111,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("Error", py.get_type::<Error>())?;
     m.add("CorruptionError", py.get_type::<CorruptionError>())?;
-    m.add("InvalidArgumentError", py.get_type::<InvalidArgumentError>())?;
+    m.add(
+        "InvalidArgumentError",
+        py.get_type::<InvalidArgumentError>(),
+    )?;
     m.add("ConfigMismatchError", py.get_type::<ConfigMismatchError>())?;
     m.add("ValueStoreFullError", py.get_type::<ValueStoreFullError>())?;
     m.add("LockedError", py.get_type::<LockedError>())?;

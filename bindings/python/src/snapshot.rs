@@ -125,7 +125,11 @@ impl PySnapshot {
         reverse: bool,
         include_value: bool,
     ) -> PyResult<PyIterator> {
-        let mode = if include_value { Mode::Items } else { Mode::Keys };
+        let mode = if include_value {
+            Mode::Items
+        } else {
+            Mode::Keys
+        };
         self.scan(py, start, stop, prefix, reverse, mode)
     }
 
@@ -186,4 +190,3 @@ impl PySnapshot {
         false
     }
 }
-
