@@ -3,6 +3,7 @@ separation. Keys and values are bytes-like (bytes, bytearray, memoryview);
 reads return bytes. Sizes are in bytes."""
 
 from os import PathLike
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Dict, Iterable, Iterator as _Iterator, List, Literal, Optional, Tuple, TypeVar, Union, overload
 
@@ -91,7 +92,7 @@ class Db(_Reader):
     """A database directory, opened (or created) by the constructor."""
     def __init__(self, path: _Path, preset: Optional[str] = None, create_if_missing: bool = True, read_only: bool = False, **options: Any) -> None: ...
     @property
-    def path(self) -> str: ...
+    def path(self) -> Path: ...
     @property
     def closed(self) -> bool: ...
     @property

@@ -138,6 +138,17 @@ def test_read_only(path, preset):
         assert db[b"k"] == b"v"
 
 
+def test_read_only_locking(path):
+    with sepkv.Db(path) as db:
+        db.put(b"k", b"v")
+        with pytest.raises(sepkv.LockedError):
+            sepkv.Db(path, read_only=True)
+    with sepkv.Db(path, read_only=True) as a, sepkv.Db(path, read_only=True) as b:
+        assert a[b"k"] == b[b"k"] == b"v"
+        with pytest.raises(sepkv.LockedError):
+            sepkv.Db(path)
+
+
 def test_read_only_of_nothing(path):
     with pytest.raises(sepkv.NotADatabaseError):
         sepkv.Db(path, read_only=True)
