@@ -58,10 +58,20 @@ pub fn keys_arg<'py>(keys: &Bound<'py, PyAny>) -> PyResult<Vec<BytesArg<'py>>> {
     keys.try_iter()?.map(|k| bytes_arg(&k?, "key")).collect()
 }
 
-/// A persistent key-value database (see the package documentation).
+/// A persistent key-value database.
 ///
 /// `Db(path, preset=None, create_if_missing=True, read_only=False,
 /// **options)` opens (or creates) the database in the directory `path`.
+/// `preset` is one of `sepkv.PRESETS` (`None`: what the database records,
+/// or leveldb for a new one); `options` are engine options by their Rust
+/// names (sizes in bytes). Keys and values are bytes-like; reads return
+/// `bytes`.
+///
+/// Raises `LockedError` when another process or handle has the database
+/// open, `ConfigMismatchError` for another preset than the recorded one,
+/// `NotADatabaseError`, `CorruptionError`, `IoError`,
+/// `InvalidArgumentError` for an option out of range, `TypeError` for an
+/// unknown option.
 #[pyclass(module = "sepkv", name = "Db", frozen)]
 pub struct PyDb {
     handle: Arc<Handle>,
@@ -151,6 +161,10 @@ impl PyDb {
     }
 
     /// The value of `key` (`bytes`), or `default` when it is missing.
+    ///
+    /// Raises `TypeError` for a key that is not bytes-like,
+    /// `InvalidArgumentError` for an empty key or one over 64 KiB,
+    /// `CorruptionError`, `IoError`, `ClosedError`.
     #[pyo3(signature = (key, default=None))]
     fn get<'py>(
         &self,
@@ -169,6 +183,11 @@ impl PyDb {
 
     /// Writes `value` under `key`; with `sync=True` the write is durable
     /// (fsynced) when the call returns.
+    ///
+    /// Raises `TypeError` for a key or value that is not bytes-like,
+    /// `InvalidArgumentError` for an empty key, a key over 64 KiB or a
+    /// value over 32 MiB, `ValueStoreFullError`, `ReadOnlyError`,
+    /// `PoisonedError`, `IoError`, `ClosedError`.
     #[pyo3(signature = (key, value, sync=false))]
     fn put(
         &self,
@@ -191,6 +210,8 @@ impl PyDb {
     }
 
     /// Deletes `key` (no error when it is missing); `sync` as for `put`.
+    ///
+    /// Raises as `put`.
     #[pyo3(signature = (key, sync=false))]
     fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>, sync: bool) -> PyResult<()> {
         let key = bytes_arg(key, "key")?;
@@ -208,6 +229,8 @@ impl PyDb {
 
     /// The values of `keys`, in order, read at one point in time: a list
     /// of `bytes`, with `None` for each missing key.
+    ///
+    /// Raises as `get`, for the first key that fails.
     fn multi_get<'py>(
         &self,
         py: Python<'py>,
@@ -263,6 +286,10 @@ impl PyDb {
     /// keys alone with `include_value=False`; from `start` (inclusive) to
     /// `stop` (exclusive), of keys beginning with `prefix`. The iterator
     /// reads the database as of its creation.
+    ///
+    /// Raises `TypeError` for a bound that is not bytes-like; the
+    /// iterator raises `CorruptionError` or `IoError` met while reading,
+    /// and `ClosedError` once the database is closed.
     #[pyo3(signature = (start=None, stop=None, prefix=None, reverse=false, include_value=true))]
     fn iterator(
         &self,
@@ -336,6 +363,8 @@ impl PyDb {
     }
 
     /// Writes the memtable to an SSTable and waits for it.
+    ///
+    /// Raises `ReadOnlyError`, `PoisonedError`, `IoError`, `ClosedError`.
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
         let db = self.handle.open_db()?;
         py.detach(|| db.flush()).py()
@@ -343,6 +372,9 @@ impl PyDb {
 
     /// Compacts the keys from `start` (inclusive) to `stop` (exclusive;
     /// `None` is unbounded) down the index, and waits for it.
+    ///
+    /// Raises `ReadOnlyError`, `PoisonedError`, `CorruptionError`,
+    /// `IoError`, `ClosedError`.
     #[pyo3(signature = (start=None, stop=None))]
     fn compact_range(
         &self,
@@ -362,6 +394,10 @@ impl PyDb {
     /// most `target` or, with `None`, one pass over everything written
     /// before the call. Returns a dict: `steps`, `bytes_read`,
     /// `bytes_rewritten`, `bytes_freed` (bytes), `garbage_ratio`.
+    /// A no-op for the presets without a value store (leveldb, lwc).
+    ///
+    /// Raises `ReadOnlyError`, `PoisonedError`, `CorruptionError`,
+    /// `IoError`, `ClosedError`.
     #[pyo3(signature = (target=None))]
     fn gc<'py>(&self, py: Python<'py>, target: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
         let db = self.handle.open_db()?;
@@ -399,6 +435,9 @@ impl PyDb {
 
     /// Writes a consistent copy of the database into the new directory
     /// `dir` and returns the sequence number it holds.
+    ///
+    /// Raises `InvalidArgumentError` when `dir` exists, `ReadOnlyError`,
+    /// `PoisonedError`, `IoError`, `ClosedError`.
     fn checkpoint(&self, py: Python<'_>, dir: PathBuf) -> PyResult<u64> {
         let db = self.handle.open_db()?;
         py.detach(|| db.checkpoint(&dir)).py()

@@ -106,6 +106,8 @@ def test_checkpoint(db, tmp_path, preset):
         assert list(cp.keys()) == [b"a", b"b"]
         assert cp[b"b"] == b"2" * 2000
         assert cp.stats()["last_sequence"] == seq
+    with pytest.raises(sepkv.InvalidArgumentError):
+        db.checkpoint(tmp_path / "cp")
 
 
 def test_read_only(path, preset):
