@@ -83,6 +83,12 @@ pub struct BenchArgs {
     /// Keep the database directory after the run.
     #[arg(long)]
     pub keep: bool,
+    /// sepkv engines only: take a checkpoint (`Db::checkpoint`) this many
+    /// seconds after the database opens, while the workload runs, into
+    /// `<db dir>.checkpoint`; then open it read-only, verify it and print
+    /// what it holds and its size beside the source's on stderr.
+    #[arg(long, value_name = "SECS")]
+    pub checkpoint_after: Option<f64>,
     /// Read with direct I/O (O_DIRECT) where the engine can: sepkv
     /// (`Options::use_direct_reads`) and the RocksDB peers; fjall and
     /// LevelDB read buffered, and the report says so.
@@ -269,6 +275,14 @@ impl BenchArgs {
                 .map(crate::cgroup::parse_bandwidth)
                 .transpose()
                 .map_err(|e| flag_error("--device-bandwidth", e))?,
+            checkpoint_after: match self.checkpoint_after {
+                Some(s) if !(0.0..=86_400.0).contains(&s) => {
+                    return Err(BenchError::InvalidArgument(format!(
+                        "--checkpoint-after {s}: not between 0 and 86400 seconds"
+                    )))
+                }
+                s => s.map(std::time::Duration::from_secs_f64),
+            },
             phases: self.phases,
             field_count: self.field_count,
             field_length: self.field_length,

@@ -187,6 +187,9 @@ pub struct BenchConfig {
     /// data size: sepkv's value store gets a capacity of data × (1 +
     /// reserve) (HashKV §4.1: 40 GiB plus 30 %); `None` = unbounded.
     pub reserve: Option<f64>,
+    /// sepkv only: take a checkpoint this long after the database opens
+    /// (`--checkpoint-after`), while the workload runs.
+    pub checkpoint_after: Option<std::time::Duration>,
 }
 
 /// Records whose values are `size` bytes instead of `value_size`: a fixed
@@ -239,6 +242,7 @@ impl Default for BenchConfig {
             progress: true,
             small_values: None,
             reserve: Some(0.3),
+            checkpoint_after: None,
         }
     }
 }

@@ -30,6 +30,10 @@ pub struct EngineOptions {
     /// Bound sepkv's value store: `(capacity in bytes, share of it that
     /// HashKV reserves for log segments)`; other engines ignore it.
     pub value_capacity: Option<(u64, f64)>,
+    /// sepkv only: take a checkpoint this long after open, into
+    /// `<dir>.checkpoint`, and report it on stderr (see
+    /// `SepkvEngine::checkpoint_later`); other engines ignore it.
+    pub checkpoint_after: Option<std::time::Duration>,
 }
 
 /// One operation of a write batch.
@@ -830,7 +834,12 @@ const SORT_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// sepkv behind the [`Engine`] trait.
 pub struct SepkvEngine {
-    db: Db,
+    db: std::sync::Arc<Db>,
+    /// The thread of `--checkpoint-after` and its stop flag.
+    checkpointer: Option<(
+        std::sync::Arc<std::sync::atomic::AtomicBool>,
+        std::thread::JoinHandle<()>,
+    )>,
     label: String,
     preset: Preset,
     options: Options,
@@ -922,9 +931,15 @@ impl SepkvEngine {
                 .min(pow2_floor(log_room).max(4 << 10));
         }
         options.use_direct_reads = opts.direct_io;
-        let db = Db::open(dir, options.clone()).map_err(|e| BenchError::engine(&label, e))?;
+        let db = std::sync::Arc::new(
+            Db::open(dir, options.clone()).map_err(|e| BenchError::engine(&label, e))?,
+        );
+        let checkpointer = opts
+            .checkpoint_after
+            .map(|after| Self::checkpoint_later(db.clone(), dir, after));
         Ok(SepkvEngine {
             db,
+            checkpointer,
             label,
             preset,
             options,
@@ -936,6 +951,76 @@ impl SepkvEngine {
 
     fn err(&self, e: sepkv::Error) -> BenchError {
         BenchError::engine(&self.label, e)
+    }
+
+    /// `--checkpoint-after`: a thread that waits `after` (unless the engine
+    /// closes first), takes a checkpoint of `db` into `<dir>.checkpoint`
+    /// while the workload runs, opens it read-only, verifies it, counts its
+    /// keys, and prints that with the space of source and checkpoint
+    /// (allocated bytes; hard-linked SSTables shared) on stderr. Failures
+    /// are printed, never fatal to the run.
+    fn checkpoint_later(
+        db: std::sync::Arc<Db>,
+        dir: &Path,
+        after: std::time::Duration,
+    ) -> (
+        std::sync::Arc<std::sync::atomic::AtomicBool>,
+        std::thread::JoinHandle<()>,
+    ) {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (src, stop2) = (dir.to_path_buf(), stop.clone());
+        let handle = std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            while start.elapsed() < after {
+                if stop2.load(Ordering::Relaxed) {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            let ckpt = src.with_extension("checkpoint");
+            let at = start.elapsed();
+            let t = std::time::Instant::now();
+            let rep = match db.checkpoint_report(&ckpt) {
+                Ok(r) => r,
+                Err(e) => return eprintln!("checkpoint {}: {e}", ckpt.display()),
+            };
+            let took = t.elapsed();
+            let (src_b, ckpt_b) = (
+                dir_allocated_bytes(&src).unwrap_or(0),
+                dir_allocated_bytes(&ckpt).unwrap_or(0),
+            );
+            let checked = Db::open_read_only(&ckpt, Options::default()).and_then(|c| {
+                let faults = c.verify()?.faults.len();
+                let mut keys = 0u64;
+                for r in c.scan(.., false)? {
+                    r?;
+                    keys += 1;
+                }
+                Ok((keys, faults, c.last_sequence()))
+            });
+            let mib = |b: u64| b as f64 / (1 << 20) as f64;
+            match checked {
+                Ok((keys, faults, seq)) => eprintln!(
+                    "checkpoint {} under load after {:.1} s, taken in {:.0} ms: sequence {} \
+                     (reopened at {seq}), {} file(s) linked ({:.1} MiB), {} copied ({:.1} MiB); \
+                     opened read-only: {keys} keys, verify: {faults} fault(s); on disk: source \
+                     {:.1} MiB, checkpoint {:.1} MiB (linked tables counted in both)",
+                    ckpt.display(),
+                    at.as_secs_f64(),
+                    took.as_secs_f64() * 1e3,
+                    rep.sequence,
+                    rep.linked_files,
+                    mib(rep.linked_bytes),
+                    rep.copied_files,
+                    mib(rep.copied_bytes),
+                    mib(src_b),
+                    mib(ckpt_b),
+                ),
+                Err(e) => eprintln!("checkpoint {}: open or verify: {e}", ckpt.display()),
+            }
+        });
+        (stop, handle)
     }
 }
 
@@ -1153,7 +1238,11 @@ impl Engine for SepkvEngine {
         }
     }
 
-    fn close(self: Box<Self>) -> Result<()> {
+    fn close(mut self: Box<Self>) -> Result<()> {
+        if let Some((stop, h)) = self.checkpointer.take() {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = h.join();
+        }
         self.db
             .close()
             .map_err(|e| BenchError::engine(&self.label, e))

@@ -586,6 +586,7 @@ impl EngineRun<'_> {
             } else {
                 None
             },
+            checkpoint_after: self.cfg.checkpoint_after,
         }
     }
 

@@ -8,6 +8,11 @@
 //! on a directory that holds none fails with `no database at DIR` (exit 2)
 //! and creates nothing.
 //!
+//! `get`, `scan`, `stats` and `verify` open the database read-only
+//! (`Db::open_read_only`): they write nothing, so they work on a full disk
+//! and on a read-only mount, and several may run at once; beside a process
+//! that has the database open for writing they fail with the lock error.
+//!
 //! `sepkv bench` runs the benchmark harness (the `sepkv-bench` crate); its
 //! database directory is the global `--db` when given on the command line,
 //! else a fresh temporary directory.
@@ -95,6 +100,17 @@ enum Cmd {
     Compact,
     /// Check every table, block, record and checksum, and the manifest.
     Verify,
+    /// Write a consistent copy of the database into the new directory DIR
+    /// (SSTables hard-linked, every other file copied); prints the
+    /// sequence number it holds. Writes wait while it runs.
+    Checkpoint {
+        /// The checkpoint's directory; must not exist.
+        dir: PathBuf,
+    },
+    /// Rebuild a database whose manifest or CURRENT is lost or damaged from
+    /// the tables, WALs and value files that survive (LevelDB's RepairDB);
+    /// prints what it kept and dropped. Old files go to DIR/lost/.
+    Repair,
     /// Garbage-collect the value store (`wisckey` value log, `hashkv` segment groups, `ktstore` TrieTables, `flashkey` logical bands).
     Gc {
         /// Stop once the estimated garbage ratio is at most this; without
@@ -159,8 +175,50 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
     if let Cmd::Verify = cli.cmd {
         return Ok(verify(&cli, opts));
     }
+    if let Cmd::Repair = cli.cmd {
+        let r = Db::repair(&cli.db, opts)?;
+        println!(
+            "repaired {}: kept {} table(s) and {} WAL(s), {} entries read; \
+             {} key(s) live, {} deleted key(s) kept deleted; last sequence {}",
+            cli.db.display(),
+            r.tables_kept,
+            r.wals_read,
+            r.entries_read,
+            r.live_keys,
+            r.tombstones,
+            r.last_sequence
+        );
+        println!(
+            "dropped: {} damaged table(s), {} obsolete table(s); value-store state from a manifest: {}",
+            r.tables_dropped.len(),
+            r.tables_obsolete,
+            if r.value_store_state_kept { "yes" } else { "no" }
+        );
+        for m in &r.manifests {
+            println!("manifest {m}");
+        }
+        for t in &r.tables_dropped {
+            println!("dropped table {t}");
+        }
+        for w in &r.wal_damage {
+            println!("WAL damage {w}");
+        }
+        for w in &r.warnings {
+            println!("warning: {w}");
+        }
+        println!("keys after repair: {}", r.keys_after);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let read_only = matches!(
+        cli.cmd,
+        Cmd::Get { .. } | Cmd::Scan { .. } | Cmd::Stats { .. }
+    );
     let opened = std::time::Instant::now();
-    let db = Db::open(&cli.db, opts)?;
+    let db = if read_only {
+        Db::open_read_only(&cli.db, opts)?
+    } else {
+        Db::open(&cli.db, opts)?
+    };
     let open_time = opened.elapsed();
     let sync = WriteOptions { sync: true };
     let out = std::io::stdout();
@@ -271,7 +329,23 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             .map_err(stdout_err)?;
             ExitCode::SUCCESS
         }
-        Cmd::Verify => unreachable!("handled above"),
+        Cmd::Checkpoint { dir } => {
+            let r = db.checkpoint_report(dir)?;
+            writeln!(
+                out,
+                "checkpoint {} at sequence {}: {} file(s) linked ({} B, shared with the source), \
+                 {} file(s) copied ({} B)",
+                dir.display(),
+                r.sequence,
+                r.linked_files,
+                r.linked_bytes,
+                r.copied_files,
+                r.copied_bytes
+            )
+            .map_err(stdout_err)?;
+            ExitCode::SUCCESS
+        }
+        Cmd::Verify | Cmd::Repair => unreachable!("handled above"),
         Cmd::Bench(_) => unreachable!("handled in main"),
     };
     out.flush().map_err(stdout_err)?;
@@ -330,7 +404,7 @@ fn import(
 }
 
 fn verify(cli: &Cli, opts: Options) -> ExitCode {
-    let db = match Db::open(&cli.db, opts) {
+    let db = match Db::open_read_only(&cli.db, opts) {
         Ok(db) => db,
         Err(e) => {
             println!("FAULT {e}");

@@ -135,7 +135,7 @@ pub struct ReadmeDoctests;
 pub use batch::{BatchEntry, WriteBatch};
 pub use db::{
     stored_config, CheckpointReport, Db, DbStats, FileGroupStats, GcReport, LevelStats,
-    VerifyReport,
+    RepairReport, VerifyReport,
 };
 pub use error::{Error, Result};
 pub use identity::FORMAT_VERSION;

@@ -51,7 +51,7 @@ fn fill(db: &Db) -> Model {
     let mut m = Model::new();
     for i in 0..600u32 {
         let k = format!("key{i:05}").into_bytes();
-        let v = if i % 3 == 0 {
+        let v = if i.is_multiple_of(3) {
             vec![(i % 251) as u8; 300]
         } else {
             format!("v{i}").into_bytes()

@@ -35,7 +35,11 @@
 //!   256 KiB write buffer makes the engine flush and compact on its own.
 //!   That thread also checks that the manifest `CURRENT` names exists. A
 //!   run of a separating layout in which no GC step ran fails: it did not
-//!   test what it is for.
+//!   test what it is for;
+//! - a checkpoint thread takes up to four [`Db::checkpoint`]s, opens each
+//!   and requires the bank invariant of it (every account intact, the
+//!   initial total: a transfer is in a checkpoint whole or not at all) and
+//!   a clean `verify`.
 //!
 //! At the end the database is verified, closed and reopened, and every
 //! account and scratch key must equal its in-memory copy. Then writers, `gc` and
@@ -316,6 +320,7 @@ struct Counters {
     gc_call_steps: AtomicU64,
     flush_calls: AtomicU64,
     compact_calls: AtomicU64,
+    checkpoints: AtomicU64,
 }
 
 /// State shared by the threads of one run.
@@ -760,6 +765,44 @@ fn maintainer(sh: &Shared) {
     }
 }
 
+/// Most checkpoints one run takes (each is opened and read whole).
+const CHECKPOINTS: u64 = 4;
+
+/// Takes checkpoints while the writers run ([`CHECKPOINTS`] at most), opens
+/// each (its own recovery) and requires the bank invariant of it: exactly
+/// [`ACCOUNTS`] accounts, each value intact, the initial total, `verify`
+/// clean. A checkpoint is consistent at one sequence number, so a transfer
+/// is in it whole or not at all.
+fn checkpointer(sh: &Shared) {
+    let Some(parent) = sh.db.path().parent().map(|p| p.to_path_buf()) else {
+        return;
+    };
+    let mut n = 0u64;
+    while sh.writing() && n < CHECKPOINTS {
+        thread::sleep(Duration::from_millis(40));
+        let dir = parent.join(format!("checkpoint-{n}"));
+        if let Err(e) = sh.db.checkpoint(&dir) {
+            return sh.fail_err("checkpoint thread", "checkpoint", e);
+        }
+        let check = || -> Result<(), String> {
+            let c = Db::open(&dir, Options::default()).map_err(|e| format!("open: {e}"))?;
+            let accounts = read_by_scan(&c, false)?;
+            check_total(&accounts)?;
+            let rep = c.verify().map_err(|e| e.to_string())?;
+            if let Some(f) = rep.faults.first() {
+                return Err(format!("verify: {f}"));
+            }
+            c.close().map_err(|e| format!("close: {e}"))
+        };
+        if let Err(e) = check() {
+            return sh.fail("checkpoint thread", &format!("checkpoint {n}"), e);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        sh.c.checkpoints.fetch_add(1, Ordering::Relaxed);
+        n += 1;
+    }
+}
+
 /// Writes the initial accounts.
 fn load(db: &Db, accounts: &[Mutex<Account>], rng: &mut StdRng) -> Result<(), Error> {
     for chunk in (0..ACCOUNTS).collect::<Vec<_>>().chunks(100) {
@@ -974,6 +1017,7 @@ fn run_variant(v: Variant, index: usize, s: &Settings, dir: &Path) -> Outcome {
     }
     handles.push(spawn(&sh, "gc thread".into(), gc_caller));
     handles.push(spawn(&sh, "maintenance thread".into(), maintainer));
+    handles.push(spawn(&sh, "checkpoint thread".into(), checkpointer));
     if !watch(&sh, &handles, || false, s.secs.is_some()) {
         // Threads stuck in the engine cannot be joined: leave them.
         std::mem::forget(handles);
@@ -1085,7 +1129,7 @@ fn report(sh: &Shared, s: &Settings, elapsed: Duration) {
          {} by get_opt, {} forward, {} backward, {} scans; {} latest-state gets; \
          {} manifest checks; {} scratch writes; gc: {gc_steps} steps in all, {} in the \
          write path, {} by {} gc() calls; {} flushes ({} flush() calls), {} compactions \
-         ({} compact_range calls, {} trivial moves)",
+         ({} compact_range calls, {} trivial moves); {} checkpoints checked",
         sh.label,
         sh.seed,
         s.writers,
@@ -1107,6 +1151,7 @@ fn report(sh: &Shared, s: &Settings, elapsed: Duration) {
         stats.compactions,
         l(&c.compact_calls),
         stats.trivial_moves,
+        l(&c.checkpoints),
     );
     if let Some(e) = stats.background_error {
         sh.fail("background", "background work", e);

@@ -123,6 +123,8 @@ impl Db {
         let (begin, end) = range.closed();
         let (begin, end) = (begin.as_deref(), end.as_deref());
         check_order(begin, end)?;
+        // Not while a checkpoint copies (see `DbInner::work_gate`).
+        let _gate = self.inner.work_gate.read();
         self.inner.flush_memtable()?;
         self.inner.index.compact_range(begin, end)
     }
@@ -148,7 +150,7 @@ impl DbInner {
         // finds nothing to do rather than wait (a writer that runs GC for
         // room holds the writer lock, which the checkpoint takes after the
         // gate, so waiting here could deadlock).
-        let Some(_gate) = self.gc_gate.try_read() else {
+        let Some(_gate) = self.work_gate.try_read() else {
             return Ok(GcOutcome::default());
         };
         let t = Instant::now();

@@ -4,10 +4,13 @@
 //! # How the copy is made consistent
 //! The copy is the crash image of the database at one sequence number,
 //! taken while nothing writes to the directory:
-//! 1. the *GC gate* is taken: the running value-store GC step ends, and
-//!    new steps find nothing to do until the checkpoint is done (GC punches
-//!    holes, deletes value files and rewrites HashKV segments, bands and
-//!    TrieTables);
+//! 1. the *work gate* is taken: the running value-store GC step and range
+//!    compactions ([`Db::compact_range`], GC's garbage discovery) end, and
+//!    new GC steps find nothing to do (new range compactions, and writes
+//!    that need GC to make room, wait) until the checkpoint is done (GC punches holes, deletes value files and
+//!    rewrites HashKV segments, bands and TrieTables; a range compaction
+//!    writes tables and manifest edits outside the index's background
+//!    thread);
 //! 2. the writer lock is taken: user writes wait (they are queued, not
 //!    refused);
 //! 3. the index's background work (memtable flushes, compactions,
@@ -116,7 +119,7 @@ impl Db {
                 dst.display()
             )));
         }
-        let _gate = inner.gc_gate.write();
+        let _gate = inner.work_gate.write();
         let guard = inner.writer.lock();
         if !*guard || inner.shared.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
@@ -166,6 +169,9 @@ fn copy_tree(
         }
         if link_tables && name.ends_with(".sst") {
             match fs.link(&from, &to) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && !fs.exists(&from) => {
+                    continue;
+                }
                 Ok(()) => {
                     rep.linked_files += 1;
                     rep.linked_bytes += fs.file_size(&to).ctx(&to)?;
@@ -179,8 +185,18 @@ fn copy_tree(
                 Err(e) => return Err(Error::io(&to, e)),
             }
         }
-        rep.copied_bytes += copy_file(fs, &from, &to)?;
-        rep.copied_files += 1;
+        match copy_file(fs, &from, &to) {
+            Ok(n) => {
+                rep.copied_bytes += n;
+                rep.copied_files += 1;
+            }
+            // An obsolete file removed since the listing (a table a reader
+            // held past its compaction): the frozen version names none.
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                let _ = fs.remove(&to);
+            }
+            Err(e) => return Err(e),
+        }
     }
     fs.sync_dir(dst).ctx(dst)?;
     if let Some(parent) = dst.parent() {

@@ -54,11 +54,13 @@
 mod background;
 mod checkpoint;
 mod read;
+mod repair;
 mod space;
 mod stats;
 mod write;
 
 pub use checkpoint::CheckpointReport;
+pub use repair::RepairReport;
 pub use stats::{DbStats, FileGroupStats, GcReport, LevelStats, VerifyReport};
 
 use crate::commit::CommitQueue;
@@ -140,10 +142,13 @@ struct DbInner {
     /// is an [`crate::fs::OverlayFs`] that keeps recovery's writes in
     /// memory.
     read_only: bool,
-    /// Held shared by [`Db::checkpoint`] and taken by each GC step: a
-    /// checkpoint waits for the running step and keeps new ones out while
-    /// it copies the value files (see `checkpoint`).
-    gc_gate: parking_lot::RwLock<()>,
+    /// Held exclusively by [`Db::checkpoint`]; held shared by each GC
+    /// step, each range compaction ([`Db::compact_range`] and GC's garbage
+    /// discovery), which run outside the index's background thread: a
+    /// checkpoint waits for the running ones and keeps new ones out while
+    /// it copies (see `checkpoint`). GC steps and the discovery only try
+    /// it, and skip their work when a checkpoint holds it.
+    work_gate: parking_lot::RwLock<()>,
 }
 
 /// Opens the value store of the layout `shared.opts` names, handing it the
@@ -462,7 +467,7 @@ impl Db {
             lock: Mutex::new(lock),
             space: crate::space::SpaceGovernor::new(space_target, bounded),
             read_only,
-            gc_gate: parking_lot::RwLock::new(()),
+            work_gate: parking_lot::RwLock::new(()),
         });
         let seq = inner.index.recover()?;
         inner.vstore.recovered();
@@ -808,7 +813,8 @@ impl Drop for Db {
 /// read-only commands on a directory where it returns `None`).
 ///
 /// # Errors
-/// `Corruption` for a damaged `IDENTITY`; `NotADatabase` for a foreign one;
+/// `Corruption` for a damaged `IDENTITY`; `NotADatabase` for a foreign one
+/// or an older, unsupported format; `FormatTooNew` for a newer format;
 /// `Io` when it cannot be read.
 pub fn stored_config(
     path: impl AsRef<Path>,

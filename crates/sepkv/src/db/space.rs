@@ -68,6 +68,10 @@ impl DbInner {
     /// Compacts the whole index so that compaction reports the garbage its
     /// upper levels and memtable hide ([`crate::space::Decision::discover`]).
     pub(super) fn discover_garbage(&self) -> Result<()> {
+        // A checkpoint is copying: discover another time (see `work_gate`).
+        let Some(_gate) = self.work_gate.try_read() else {
+            return Ok(());
+        };
         self.space.discovered();
         let from = self.space.total_written();
         self.flush_memtable()?;

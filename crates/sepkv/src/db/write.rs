@@ -254,6 +254,10 @@ impl DbInner {
                 return Ok(true);
             }
         }
+        // A checkpoint that is copying keeps GC out (`work_gate`): wait for
+        // it here, where no lock is held, rather than find no work and
+        // give up on room the next step would make.
+        drop(self.work_gate.read());
         let out = self.gc_step()?;
         self.counters.write_gc_steps.fetch_add(1, Ordering::Relaxed);
         room.read += out.bytes_read.max(1);

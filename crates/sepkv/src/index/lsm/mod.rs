@@ -17,6 +17,7 @@
 
 mod background;
 mod recovery;
+pub(crate) mod repair;
 mod verify;
 
 use crate::batch::WriteBatch;

@@ -394,6 +394,14 @@ fn encode_state(tail: (u64, u64), ckpt: Option<(u64, u64)>) -> Vec<u8> {
 
 type Pos = (u64, u64);
 
+/// The persisted state of a value log whose tail is `tail` (file id,
+/// offset), outside log mode: what a repair that lost the manifest writes
+/// ([`crate::Db::repair`]), with the oldest record a live pointer names as
+/// the tail, so that nothing before it is scanned at open.
+pub(crate) fn state_for_tail(tail: Pos) -> Vec<u8> {
+    encode_state(tail, None)
+}
+
 /// Largest file number or offset a persisted state may hold (2^48: far
 /// beyond any real log, far from overflow).
 const MAX_POS: u64 = 1 << 48;
