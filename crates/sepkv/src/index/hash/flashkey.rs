@@ -35,7 +35,6 @@ use crate::index::memtable::Lookup;
 use crate::index::sstable::ReadCtx;
 use crate::index::{Index, IndexIter, IndexShape, IndexStats, Shared, ValueStoreOpener};
 use crate::options::{IndexKind, ValueLayout};
-use crate::vstore::bands::band::AUX_TOMBSTONE;
 use crate::vstore::bands::{BandOptions, BandStore, OwnedEntry, PrevLookup};
 use crate::vstore::prefetch::Prefetcher;
 use crate::vstore::{ReadLatency, ValuePointer, ValueStore};
@@ -243,10 +242,12 @@ impl Index for FlashKeyIndex {
     }
 
     /// From the hash table's nodes, without reading the record again. A
-    /// delete token is never current here, as [`Index::get`] reads it as
-    /// absent.
+    /// delete token the key's node still points at is current too
+    /// (although [`Index::get`] reads it as absent): GC drops it by a
+    /// relocation to the null address, which removes the node (§V-B5)
+    /// under the same compare-and-set as any move.
     fn points_at(&self, key: &[u8], addr: &ValuePointer) -> Result<bool> {
-        Ok(addr.aux & AUX_TOMBSTONE == 0 && self.hash.points_at(key, addr)?)
+        self.hash.points_at(key, addr)
     }
 
     fn iter(&self, seq: SeqNum, ctx: ReadCtx) -> Result<IndexIter> {

@@ -352,6 +352,8 @@ impl HashIndex {
                             "relocation record holds no pointer",
                         )
                     })?;
+                    // Log only: garbage once written (as when logged).
+                    self.bands.note_invalid(&addr, e.seq);
                     if p.file_id == 0 {
                         if let Some((n, _)) = self.find(e.key)? {
                             let (h, _) = hash_key(e.key);

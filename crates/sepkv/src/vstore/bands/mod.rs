@@ -633,7 +633,9 @@ impl BandStore {
     /// delete tokens and relocations included. `prevs` gives each entry's
     /// previous version; `None` asks the [`PrevLookup`] (entries of the
     /// same key earlier in the batch take precedence either way). A
-    /// relocation records no previous version and charges nothing.
+    /// relocation records no previous version and is charged as invalid
+    /// itself: it serves only a replay, and GC takes no band after the
+    /// replay checkpoints.
     ///
     /// # Errors
     /// `ValueStoreFull` (nothing written) when a batch with user values
@@ -747,6 +749,10 @@ impl BandStore {
                     charges.push((p, seq));
                 }
                 in_batch.insert(key, p);
+            } else if user && kind == Kind::Relocation {
+                // A relocation record is only log: garbage as soon as it is
+                // written, collectable once the replay checkpoints pass it.
+                charges.push((p, seq));
             }
             max_seq = max_seq.max(seq);
             ptrs.push(p);
