@@ -223,7 +223,10 @@ impl DbInner {
             if self.shared.poison.lock().is_some() {
                 return;
             }
-            let ratio = self.shared.opts.gc_garbage_ratio;
+            let ratio = match self.vstore.gc_trigger_ratio() {
+                Some(r) => r.min(self.shared.opts.gc_garbage_ratio),
+                None => self.shared.opts.gc_garbage_ratio,
+            };
             let view = self.space_view();
             let d = self.space.refresh(&view);
             let rate = self.space.write_rate();

@@ -43,6 +43,13 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// The bands' space bound: `1 + over_provisioning` or the space target,
+/// whichever is tighter; `None` when both are infinite.
+pub(crate) fn band_space_bound(over_provisioning: f64, space_amp_target: f64) -> Option<f64> {
+    let b = (1.0 + over_provisioning).min(space_amp_target);
+    b.is_finite().then_some(b)
+}
+
 /// Subdirectory of the key-only LSM-tree.
 pub const KEYS_DIR: &str = "keys";
 
@@ -88,6 +95,10 @@ impl FlashKeyIndex {
                     capacity: opts.value_capacity,
                     gc_empty_bands: 4,
                     key_index: true,
+                    space_bound: band_space_bound(
+                        opts.band_over_provisioning,
+                        opts.space_amp_target,
+                    ),
                 },
             },
         )?);

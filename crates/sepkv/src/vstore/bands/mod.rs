@@ -88,6 +88,14 @@ pub struct BandOptions {
     /// from a checkpoint of its own ([`BandStore::set_key_checkpoint`]); GC
     /// collects only bands before both checkpoints.
     pub key_index: bool,
+    /// Most bytes the bands may take per live byte in them: `1 + OP` for
+    /// FlashKey's over-provisioning `OP` (the paper's band capacity =
+    /// live × (1 + OP)), or the space target if that is tighter; `None`
+    /// sets no bound. A soft bound: GC is due from `1 + 0.9 (B − 1)`
+    /// ([`BandStore::gc_ratio`]), and past `B` writers run GC steps
+    /// themselves ([`ValueStore::over_space_bound`]); no write is
+    /// refused for it.
+    pub space_bound: Option<f64>,
 }
 
 impl Default for BandOptions {
@@ -101,6 +109,7 @@ impl Default for BandOptions {
             capacity: None,
             gc_empty_bands: 4,
             key_index: false,
+            space_bound: None,
         }
     }
 }
@@ -202,6 +211,8 @@ pub struct BandStore {
     reader_held: AtomicU64,
     /// [`BandStore::gc_due`] as of the last band roll or GC (§V-B5).
     due: AtomicBool,
+    /// [`ValueStore::over_space_bound`] as of the last band roll or GC.
+    over_bound: AtomicBool,
 }
 
 /// The persisted state: checkpoint, retired bands and invalidity table.
@@ -478,6 +489,7 @@ impl BandStore {
             counters: Counters::default(),
             reader_held: AtomicU64::new(0),
             due: AtomicBool::new(false),
+            over_bound: AtomicBool::new(false),
         };
         bs.refresh_due_locked(&bs.state.lock());
         Ok(bs)
@@ -603,6 +615,36 @@ impl BandStore {
             .empty_bands_locked(st)
             .is_some_and(|n| n < self.due_threshold_locked(st));
         self.due.store(due, Ordering::Relaxed);
+        if let Some(bound) = self.opts.space_bound {
+            // Past the bound by more than the open band's worth: writers
+            // help GC.
+            let (used, live) = Self::used_and_live_locked(st);
+            let over = used as f64 > live as f64 * bound + self.opts.band_bytes as f64;
+            self.over_bound.store(over, Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes the band files take and live bytes in them (each band's
+    /// entries less its invalid bytes), retired bands counted as used.
+    fn used_and_live_locked(st: &State) -> (u64, u64) {
+        st.bands.values().fold((0, 0), |(u, l), b| {
+            let live = match b.retired {
+                Some(_) => 0,
+                None => (b.valid_len - HEADER_LEN.min(b.valid_len)).saturating_sub(b.invalid),
+            };
+            (u + b.file_len.max(b.valid_len), l + live)
+        })
+    }
+
+    /// The garbage ratio (invalid ÷ all entry bytes, as
+    /// [`ValueStore::space`] gives it) at which background GC is due by
+    /// the space bound: `1 − 1 / (1 + 0.9 (B − 1))` for bound `B`, so that
+    /// GC keeps the bands a tenth of the over-provisioning below the
+    /// bound, where writers would have to help. `None` without a bound.
+    pub fn gc_ratio(&self) -> Option<f64> {
+        self.opts
+            .space_bound
+            .map(|b| 1.0 - 1.0 / (1.0 + 0.9 * (b - 1.0)))
     }
 
     /// True when fewer empty bands than the threshold remain (§V-B5):
@@ -1297,6 +1339,14 @@ impl ValueStore for BandStore {
 
     fn gc_due(&self) -> bool {
         BandStore::gc_due(self)
+    }
+
+    fn over_space_bound(&self) -> bool {
+        self.over_bound.load(Ordering::Relaxed)
+    }
+
+    fn gc_trigger_ratio(&self) -> Option<f64> {
+        self.gc_ratio()
     }
 
     fn gc_step(
