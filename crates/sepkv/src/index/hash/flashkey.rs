@@ -323,7 +323,7 @@ impl Index for FlashKeyIndex {
         if name.ends_with(".band") {
             return None;
         }
-        if name == super::table::META {
+        if name == super::table::META || name == super::table::EDITS {
             return Some("manifest");
         }
         if name.starts_with("hash-") && name.ends_with(".pages") {

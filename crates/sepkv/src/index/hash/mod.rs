@@ -931,9 +931,9 @@ impl IndexRelocator for HashIndex {
 
     fn persist_state(&self, state: &[u8]) -> Result<()> {
         let _meta_io = self.meta_io.lock();
-        let (meta, file) = self.table.read().with_bands_state(state.to_vec());
-        file.write(&meta)?;
-        self.table.write().bands_state_persisted(meta);
+        let w = self.table.read().with_bands_state(state.to_vec());
+        w.write()?;
+        self.table.write().bands_state_persisted(w);
         Ok(())
     }
 

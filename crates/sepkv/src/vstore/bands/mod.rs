@@ -236,7 +236,7 @@ const MAX_POS: u64 = 1 << 48;
 const BLOCK: u64 = crate::fs::PAGE_SIZE;
 
 impl PersistedState {
-    fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut v = vec![1u8];
         v.extend_from_slice(&self.ckpt.0.to_le_bytes());
         v.extend_from_slice(&self.ckpt.1.to_le_bytes());
@@ -290,6 +290,129 @@ impl PersistedState {
             retired,
             invalid,
         })
+    }
+}
+
+/// The change from one persisted state to the next, as the hash index's
+/// edit log records it (`index/hash/table.rs`): what a GC step changed,
+/// not the whole table.
+///
+/// ```text
+/// edit := 1 ckpt_band:u64le ckpt_off:u64le
+///         n_retired:u32le (band:u64le)*        bands newly retired
+///         n_gone:u32le (band:u64le)*           bands no longer listed at all
+///         n_inval:u32le (band:u64le invalid:u64le inval_seq:u64le)*   entries set
+/// ```
+impl PersistedState {
+    /// The edit that turns `old` into `self`.
+    pub(crate) fn edit_from(&self, old: &PersistedState) -> Vec<u8> {
+        use std::collections::{BTreeMap, BTreeSet};
+        let old_retired: BTreeSet<u64> = old.retired.iter().copied().collect();
+        let new_retired: BTreeSet<u64> = self.retired.iter().copied().collect();
+        let old_inval: BTreeMap<u64, (u64, u64)> =
+            old.invalid.iter().map(|&(b, i, s)| (b, (i, s))).collect();
+        let new_inval: BTreeMap<u64, (u64, u64)> =
+            self.invalid.iter().map(|&(b, i, s)| (b, (i, s))).collect();
+        let added: Vec<u64> = new_retired.difference(&old_retired).copied().collect();
+        let gone: Vec<u64> = old_retired
+            .iter()
+            .chain(old_inval.keys())
+            .filter(|b| !new_retired.contains(b) && !new_inval.contains_key(b))
+            .copied()
+            .collect::<BTreeSet<u64>>()
+            .into_iter()
+            .collect();
+        let set: Vec<(u64, u64, u64)> = new_inval
+            .iter()
+            .filter(|(b, v)| old_inval.get(b) != Some(v))
+            .map(|(&b, &(i, s))| (b, i, s))
+            .collect();
+        let mut v = vec![1u8];
+        v.extend_from_slice(&self.ckpt.0.to_le_bytes());
+        v.extend_from_slice(&self.ckpt.1.to_le_bytes());
+        for list in [&added, &gone] {
+            v.extend_from_slice(&(list.len() as u32).to_le_bytes());
+            for b in list {
+                v.extend_from_slice(&b.to_le_bytes());
+            }
+        }
+        v.extend_from_slice(&(set.len() as u32).to_le_bytes());
+        for (b, i, s) in set {
+            v.extend_from_slice(&b.to_le_bytes());
+            v.extend_from_slice(&i.to_le_bytes());
+            v.extend_from_slice(&s.to_le_bytes());
+        }
+        v
+    }
+
+    /// Applies an edit made by [`PersistedState::edit_from`] to the encoded
+    /// state `state`; `None` when either is damaged.
+    pub(crate) fn apply_edit(state: &[u8], edit: &[u8]) -> Option<Vec<u8>> {
+        use std::collections::BTreeMap;
+        let base = if state.is_empty() {
+            PersistedState::default()
+        } else {
+            PersistedState::decode(state)?
+        };
+        let mut pos = 0usize;
+        let mut word = |n: usize| -> Option<u64> {
+            let s = edit.get(pos..pos + n)?;
+            pos += n;
+            let mut w = [0u8; 8];
+            w[..n].copy_from_slice(s);
+            Some(u64::from_le_bytes(w))
+        };
+        if word(1)? != 1 {
+            return None;
+        }
+        let ckpt = (word(8)?, word(8)?);
+        if ckpt.0 > MAX_POS || ckpt.1 > MAX_POS {
+            return None;
+        }
+        let mut retired: std::collections::BTreeSet<u64> = base.retired.into_iter().collect();
+        let mut inval: BTreeMap<u64, (u64, u64)> = base
+            .invalid
+            .into_iter()
+            .map(|(b, i, s)| (b, (i, s)))
+            .collect();
+        let n = word(4)? as usize;
+        if n > edit.len() / 8 {
+            return None;
+        }
+        for _ in 0..n {
+            let b = word(8).filter(|&x| x <= MAX_POS)?;
+            retired.insert(b);
+            inval.remove(&b);
+        }
+        let n = word(4)? as usize;
+        if n > edit.len() / 8 {
+            return None;
+        }
+        for _ in 0..n {
+            let b = word(8).filter(|&x| x <= MAX_POS)?;
+            retired.remove(&b);
+            inval.remove(&b);
+        }
+        let n = word(4)? as usize;
+        if n > edit.len() / 24 {
+            return None;
+        }
+        for _ in 0..n {
+            let b = word(8).filter(|&x| x <= MAX_POS)?;
+            let (i, s) = (word(8)?, word(8)?);
+            inval.insert(b, (i, s));
+        }
+        if pos != edit.len() {
+            return None;
+        }
+        Some(
+            PersistedState {
+                ckpt,
+                retired: retired.into_iter().collect(),
+                invalid: inval.into_iter().map(|(b, (i, s))| (b, i, s)).collect(),
+            }
+            .encode(),
+        )
     }
 }
 
