@@ -52,6 +52,10 @@ pub const META: &str = "HASHMETA";
 /// Name of the meta file's edit log: the bands' state as GC steps change
 /// it, one record per step, each naming the `HASHMETA` it extends.
 pub const EDITS: &str = "HASHEDITS";
+/// Bytes of dead pages the page file may hold beyond four times its live
+/// pages before a checkpoint rewrites it (4 MiB until the churn test: a
+/// table of a few thousand nodes then kept 4 MiB of dead pages).
+const PAGE_FILE_SLACK: u64 = 512 << 10;
 /// Smallest size the edit log may reach before an edit rewrites
 /// `HASHMETA` whole instead (bytes); beyond it, the size of `HASHMETA`.
 const EDITS_MIN_COMPACT: u64 = 64 << 10;
@@ -1008,7 +1012,7 @@ impl Table {
             }
         }
         let live: u64 = self.meta.map.iter().map(|x| x.1 as u64).sum();
-        if self.file_len > 4 * live + (4 << 20) {
+        if self.file_len > 4 * live + PAGE_FILE_SLACK {
             self.rewrite_pages()?;
         }
         let path = self.path();
