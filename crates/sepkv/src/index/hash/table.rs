@@ -26,7 +26,8 @@
 //!   (write, sync, rename). A crash at any point leaves the previous meta,
 //!   whose pages are untouched (pages are never overwritten in place), so
 //!   recovery loads it and replays the bands after its position. When the
-//!   page file holds more than four times the live pages, the checkpoint
+//!   page file holds more than four times the live pages (plus
+//!   [`PAGE_FILE_SLACK`]), the checkpoint
 //!   rewrites the live pages to the next generation first.
 
 use crate::error::{Error, IoContext, Result};
@@ -53,8 +54,8 @@ pub const META: &str = "HASHMETA";
 /// it, one record per step, each naming the `HASHMETA` it extends.
 pub const EDITS: &str = "HASHEDITS";
 /// Bytes of dead pages the page file may hold beyond four times its live
-/// pages before a checkpoint rewrites it (4 MiB until the churn test: a
-/// table of a few thousand nodes then kept 4 MiB of dead pages).
+/// pages before a checkpoint rewrites it (was 4 MiB, which a table of a
+/// few thousand nodes under churn kept as dead pages).
 const PAGE_FILE_SLACK: u64 = 512 << 10;
 /// Smallest size the edit log may reach before an edit rewrites
 /// `HASHMETA` whole instead (bytes); beyond it, the size of `HASHMETA`.
