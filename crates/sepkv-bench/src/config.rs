@@ -38,11 +38,20 @@ pub enum Workload {
     /// HashKV's update-intensive experiment: load `num` records, then
     /// `phases` phases of `ops` (default `num`) Zipf-0.99 updates.
     Update,
+    /// TTL-style churn into a fresh database: `phases` phases of
+    /// [`CHURN_ROUNDS_PER_PHASE`] rounds; a round writes `num` keys never
+    /// written before, deletes them, and runs the engine's GC four times
+    /// ([`crate::engine::Engine::gc`]). Nothing stays live: what the
+    /// database keeps is overhead (its size after each phase).
+    Churn,
 }
+
+/// Rounds of the `churn` workload per phase.
+pub const CHURN_ROUNDS_PER_PHASE: u64 = 10;
 
 impl Workload {
     /// Every workload name, for help and error messages.
-    pub const NAMES: [&'static str; 17] = [
+    pub const NAMES: [&'static str; 18] = [
         "fillseq",
         "fillrandom",
         "overwrite",
@@ -60,6 +69,7 @@ impl Workload {
         "ycsb-f",
         "trace",
         "update",
+        "churn",
     ];
 }
 
@@ -78,6 +88,7 @@ impl fmt::Display for Workload {
             Workload::Ycsb(c) => write!(f, "ycsb-{c}"),
             Workload::Trace => f.write_str("trace"),
             Workload::Update => f.write_str("update"),
+            Workload::Churn => f.write_str("churn"),
         }
     }
 }
@@ -98,6 +109,7 @@ impl FromStr for Workload {
             "ycsb-load" => Workload::YcsbLoad,
             "trace" => Workload::Trace,
             "update" => Workload::Update,
+            "churn" => Workload::Churn,
             other => match other
                 .strip_prefix("ycsb-")
                 .map(|l| l.chars().collect::<Vec<_>>())

@@ -280,6 +280,13 @@ pub trait Engine: Send + Sync {
     /// The engine's I/O accounting and counters.
     fn stats(&self) -> Result<EngineStats>;
 
+    /// Runs value-store garbage collection on demand, where the engine has
+    /// such a call (sepkv: one pass of `Db::gc`). The default: nothing
+    /// (the peers collect in their compactions).
+    fn gc(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// True when [`EngineStats::io`] is measured by the engine itself
     /// (sepkv). False, the default (the peers): the harness then bills the
     /// process's storage I/O (`/proc/self/io`) as the engine's, under the
@@ -437,10 +444,25 @@ pub struct Tuning {
     /// `+align`: data blocks of SSTables and DTables start on 4 KiB
     /// boundaries and fit their pages (`block_align`).
     pub block_align: bool,
+    /// `+opX`: `band_over_provisioning` = X (FlashKey's over-provisioning),
+    /// kept in thousandths.
+    pub over_provisioning_milli: Option<u32>,
+    /// `+saX`: `space_amp_target` = X, kept in thousandths.
+    pub space_target_milli: Option<u32>,
+}
+
+/// Parses the X of `+opX` or `+saX` into thousandths.
+fn milli(flag: &str, x: &str) -> Result<u32> {
+    match x.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 1000.0 => Ok((v * 1000.0).round() as u32),
+        _ => Err(BenchError::InvalidArgument(format!(
+            "+{flag}{x}: expected a positive number such as +{flag}0.3"
+        ))),
+    }
 }
 
 /// The `+flag`s of [`Tuning`] and what each does, for `--list-engines`.
-pub const TUNING_HELP: [(&str, &str); 12] = [
+pub const TUNING_HELP: [(&str, &str); 14] = [
     (
         "+nowal",
         "the value log replaces the index WAL (WiscKey §3.4.2)",
@@ -476,6 +498,14 @@ pub const TUNING_HELP: [(&str, &str); 12] = [
     (
         "+align",
         "index data blocks start on 4 KiB boundaries and fit their pages",
+    ),
+    (
+        "+opX",
+        "band_over_provisioning X: the bands held to 1 + X bytes per live byte",
+    ),
+    (
+        "+saX",
+        "space_amp_target X (for flashkey: the bands' bound when tighter)",
     ),
 ];
 
@@ -516,6 +546,12 @@ impl fmt::Display for Tuning {
         }
         if self.block_align {
             f.write_str("+align")?;
+        }
+        if let Some(m) = self.over_provisioning_milli {
+            write!(f, "+op{}", m as f64 / 1000.0)?;
+        }
+        if let Some(m) = self.space_target_milli {
+            write!(f, "+sa{}", m as f64 / 1000.0)?;
         }
         Ok(())
     }
@@ -750,6 +786,12 @@ impl FromStr for EngineSpec {
                             "nosort" => tuning.no_sort = true,
                             "noroll" => tuning.no_roll = true,
                             "align" => tuning.block_align = true,
+                            f if f.starts_with("op") => {
+                                tuning.over_provisioning_milli = Some(milli("op", &f[2..])?)
+                            }
+                            f if f.starts_with("sa") => {
+                                tuning.space_target_milli = Some(milli("sa", &f[2..])?)
+                            }
                             _ => {
                                 let flags: Vec<&str> = TUNING_HELP.iter().map(|f| f.0).collect();
                                 return Err(BenchError::InvalidArgument(format!(
@@ -907,6 +949,12 @@ impl SepkvEngine {
             options.trie_roll_size = options.trie_table_size;
         }
         options.block_align = tuning.block_align;
+        if let Some(m) = tuning.over_provisioning_milli {
+            options.band_over_provisioning = m as f64 / 1000.0;
+        }
+        if let Some(m) = tuning.space_target_milli {
+            options.space_amp_target = m as f64 / 1000.0;
+        }
         if let Some((capacity, reserved)) = opts.value_capacity {
             options.value_capacity = Some(capacity);
             options.hashkv_reserved_ratio = reserved;
@@ -1084,6 +1132,10 @@ impl Engine for SepkvEngine {
         Ok(())
     }
 
+    fn gc(&self) -> Result<()> {
+        self.db.gc(None).map(|_| ()).map_err(|e| self.err(e))
+    }
+
     fn flush(&self) -> Result<()> {
         // Also let background compaction finish, so the phase that caused it
         // is the one billed for it.
@@ -1155,6 +1207,8 @@ impl Engine for SepkvEngine {
             "wal_only_syncs",
             "wal_values_restored",
             "flushes_in_compaction",
+            "hash_nodes",
+            "hash_buckets",
         ] {
             if let Some(&v) = s.index_figures.get(name) {
                 counters.insert(name.into(), v);
@@ -1273,6 +1327,11 @@ mod tests {
         let e = w.check_available().unwrap_err().to_string();
         assert!(e.contains("unavailable") && e.contains("bands"), "{e}");
         assert!("sepkv:nope".parse::<EngineSpec>().is_err());
+        // Over-provisioning and the space target, printed back as given.
+        let o = "sepkv:flashkey+op0.3+sa1.6".parse::<EngineSpec>().unwrap();
+        assert_eq!(o.to_string(), "sepkv:flashkey+op0.3+sa1.6");
+        assert!("sepkv:flashkey+op0".parse::<EngineSpec>().is_err());
+        assert!("sepkv:flashkey+opx".parse::<EngineSpec>().is_err());
         assert_eq!(
             "rocksdb".parse::<EngineSpec>().unwrap(),
             EngineSpec::RocksDb { blob: false }

@@ -80,11 +80,17 @@ impl Latencies {
             p99: us(self.hist.value_at_quantile(0.99)),
             p999: us(self.hist.value_at_quantile(0.999)),
             p9999: us(self.hist.value_at_quantile(0.9999)),
+            p99999: (self.hist.len() >= P99999_MIN_OPS)
+                .then(|| us(self.hist.value_at_quantile(0.99999))),
             max: us(self.hist.max()),
             mean: self.hist.mean() / 1000.0,
         }
     }
 }
+
+/// Fewest samples from which a p99.999 is reported: below a million, the
+/// 99.999th percentile rests on fewer than ten samples and is noise.
+pub const P99999_MIN_OPS: u64 = 1_000_000;
 
 /// Latency percentiles of a phase, in microseconds (µs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -97,6 +103,10 @@ pub struct LatencySummary {
     pub p999: f64,
     /// 99.99th percentile (µs).
     pub p9999: f64,
+    /// 99.999th percentile (µs); `None` (JSON `null`) for a phase of fewer
+    /// than [`P99999_MIN_OPS`] operations, where it is not meaningful.
+    #[serde(default)]
+    pub p99999: Option<f64>,
     /// Largest (µs).
     pub max: f64,
     /// Mean (µs).
@@ -221,6 +231,26 @@ mod tests {
         assert!((s.p50 - 500.0).abs() < 1.0, "{s:?}");
         assert!((s.max - 1000.0).abs() < 1.0, "{s:?}");
         assert_eq!(l.count(), 1000);
+        assert_eq!(s.p99999, None, "not meaningful below a million");
+    }
+
+    #[test]
+    fn p99999_from_a_million_operations() {
+        let mut l = Latencies::new();
+        l.record_n(10_000, P99999_MIN_OPS - 20);
+        l.record_n(5_000_000, 20);
+        let s = l.summary();
+        assert!((s.p9999 - 10.0).abs() < 0.1, "{s:?}");
+        let p = s.p99999.expect("a million operations");
+        assert!((p - 5000.0).abs() < 5.0, "{s:?}");
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(json.contains("\"p99999\":"), "{json}");
+        // Reports written before the field existed still load.
+        let old: LatencySummary = serde_json::from_str(
+            r#"{"p50":1.0,"p99":2.0,"p999":3.0,"p9999":4.0,"max":5.0,"mean":1.5}"#,
+        )
+        .unwrap();
+        assert_eq!(old.p99999, None);
     }
 
     #[test]

@@ -280,6 +280,15 @@ fn mb(b: u64) -> String {
     format!("{:.1}", b as f64 / 1e6)
 }
 
+/// The p99.999 of a phase in µs, or `n/m` (not meaningful) for a phase of
+/// fewer than [`crate::measure::P99999_MIN_OPS`] operations.
+fn fmt_p99999(l: &LatencySummary) -> String {
+    match l.p99999 {
+        Some(v) => format!("{v:.1}"),
+        None => "n/m".into(),
+    }
+}
+
 /// Writes the summary table: one row per phase, then the legend and any
 /// notes.
 ///
@@ -287,8 +296,26 @@ fn mb(b: u64) -> String {
 /// The writer's error.
 pub fn print_table(reports: &[PhaseReport], out: &mut dyn Write) -> std::io::Result<()> {
     let header = [
-        "engine", "workload", "phase", "ops", "secs", "kops/s", "p50us", "p99us", "p99.9us",
-        "p99.99us", "max_us", "WA", "RA", "SA", "wr_MB", "rd_MB", "db_MB", "live_MB", "pc",
+        "engine",
+        "workload",
+        "phase",
+        "ops",
+        "secs",
+        "kops/s",
+        "p50us",
+        "p99us",
+        "p99.9us",
+        "p99.99us",
+        "p99.999us",
+        "max_us",
+        "WA",
+        "RA",
+        "SA",
+        "wr_MB",
+        "rd_MB",
+        "db_MB",
+        "live_MB",
+        "pc",
     ];
     let rows: Vec<Vec<String>> = reports
         .iter()
@@ -304,6 +331,7 @@ pub fn print_table(reports: &[PhaseReport], out: &mut dyn Write) -> std::io::Res
                 format!("{:.1}", r.latency_us.p99),
                 format!("{:.1}", r.latency_us.p999),
                 format!("{:.1}", r.latency_us.p9999),
+                fmt_p99999(&r.latency_us),
                 format!("{:.0}", r.latency_us.max),
                 fmt_opt(r.write_amp, 2),
                 fmt_opt(r.read_amp, 2),
@@ -351,6 +379,7 @@ pub fn print_table(reports: &[PhaseReport], out: &mut dyn Write) -> std::io::Res
         out,
         "\nWA = engine bytes written / user bytes written; RA = engine bytes read / user bytes read;\n\
          SA = database directory size / live user bytes (after the phase's flush); latencies in µs;\n\
+         p99.999 only for phases of at least 1,000,000 operations (n/m: not meaningful);\n\
          MB = 10^6 bytes; pc = reads served from the page cache (process read far below engine read)."
     )?;
     let cached = reports.iter().filter(|r| r.page_cache).count();
@@ -483,13 +512,13 @@ pub fn markdown(reports: &[PhaseReport]) -> String {
     let _ = writeln!(s, "## All phases\n");
     let _ = writeln!(
         s,
-        "| engine | workload | phase | ops | secs | kops/s | p50 µs | p99 µs | p99.9 µs | WA | RA | SA | written MB | read MB | db MB | live MB | page cache |"
+        "| engine | workload | phase | ops | secs | kops/s | p50 µs | p99 µs | p99.9 µs | p99.99 µs | p99.999 µs | WA | RA | SA | written MB | read MB | db MB | live MB | page cache |"
     );
-    let _ = writeln!(s, "| --- | --- | --- |{}", " ---: |".repeat(14));
+    let _ = writeln!(s, "| --- | --- | --- |{}", " ---: |".repeat(16));
     for r in reports {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.engine,
             r.workload,
             r.phase,
@@ -499,6 +528,8 @@ pub fn markdown(reports: &[PhaseReport]) -> String {
             r.latency_us.p50,
             r.latency_us.p99,
             r.latency_us.p999,
+            r.latency_us.p9999,
+            fmt_p99999(&r.latency_us),
             fmt_opt(r.write_amp, 2),
             fmt_opt(r.read_amp, 2),
             fmt_opt(r.space_amp, 2),
@@ -514,7 +545,8 @@ pub fn markdown(reports: &[PhaseReport]) -> String {
         "\nWA = engine bytes written / user bytes written; RA = engine bytes read / user bytes read; \
          SA = database directory size / live user bytes (after the phase's flush). \
          For engines without their own I/O accounting (the peers) the engine bytes are the process's \
-         storage I/O (`/proc/self/io`), which does not count reads served by the page cache. MB = 10^6 bytes.\n"
+         storage I/O (`/proc/self/io`), which does not count reads served by the page cache. \
+         p99.999 only for phases of at least 1,000,000 operations (n/m: not meaningful). MB = 10^6 bytes.\n"
     );
     let mut seen = std::collections::BTreeSet::new();
     let mut notes = String::new();

@@ -8,7 +8,7 @@
 //! `fillrandom`, `ycsb-load`, `trace` and `update` start from an empty
 //! database (the previous one is closed and its files deleted).
 
-use crate::config::{BenchConfig, Workload, WorkloadRun};
+use crate::config::{BenchConfig, Workload, WorkloadRun, CHURN_ROUNDS_PER_PHASE};
 use crate::engine::{
     chunk_kind, Chunk, ChunkOutcome, Engine, EngineFactory, EngineIo, EngineOptions, ScanResult,
 };
@@ -484,6 +484,8 @@ enum Dataset {
     },
     /// Whatever the trace left.
     Trace,
+    /// What a churn left: no live record.
+    Other,
 }
 
 /// Runs every workload of `cfg` on engines from `factory` in the empty
@@ -771,6 +773,15 @@ impl EngineRun<'_> {
                 });
                 self.bounded = false;
                 res
+            }
+            Workload::Churn => {
+                self.fresh()?;
+                for p in 1..=self.cfg.phases as u64 {
+                    self.churn(&name, p)?;
+                }
+                // Nothing is left live; the next workload starts afresh.
+                self.dataset = Dataset::Other;
+                Ok(())
             }
         }
     }
@@ -1080,6 +1091,57 @@ impl EngineRun<'_> {
                     ex.o.user_written += key.len() as u64;
                     ex.o.ops += 1;
                     tick.tick(1);
+                }
+                ex.finish()
+            });
+            pb.finish();
+            out
+        })
+    }
+
+    /// Phase `phase` of the `churn` workload: [`CHURN_ROUNDS_PER_PHASE`]
+    /// rounds, each writing `num` keys never written before (past every
+    /// record number the other workloads use), deleting them and running
+    /// the engine's GC four times. One thread.
+    fn churn(&mut self, workload: &str, phase: u64) -> Result<()> {
+        let cfg = self.cfg;
+        let num = cfg.num;
+        let stream = self.next_stream();
+        let label = format!("{workload}/rounds-{phase}");
+        let first = (phase - 1) * CHURN_ROUNDS_PER_PHASE;
+        self.measure(workload, &format!("rounds-{phase}"), |r| {
+            let eng = r.engine.as_deref().ok_or_else(no_engine)?;
+            let values = &r.values;
+            let pb = Progress::new(
+                cfg.progress,
+                2 * num * CHURN_ROUNDS_PER_PHASE,
+                &format!("{} {}", eng.label(), label),
+            );
+            let out = parallel(1, CHURN_ROUNDS_PER_PHASE, |_, range| {
+                let mut vs = values.fork(stream);
+                let mut key = Vec::with_capacity(cfg.key_size);
+                let mut ex = Exec::new(eng);
+                let mut tick = pb.ticker();
+                for round in range {
+                    let base = (1 << 40) + (first + round) * num;
+                    for i in 0..num {
+                        bench_key(base + i, cfg.key_size, &mut key);
+                        let v = vs.next(cfg.value_len(i));
+                        ex.op(Op::Put(&key, v), false)?;
+                        ex.o.user_written += (key.len() + v.len()) as u64;
+                        ex.o.ops += 1;
+                        tick.tick(1);
+                    }
+                    for i in 0..num {
+                        bench_key(base + i, cfg.key_size, &mut key);
+                        ex.op(Op::Delete(&key), false)?;
+                        ex.o.user_written += key.len() as u64;
+                        ex.o.ops += 1;
+                        tick.tick(1);
+                    }
+                    for _ in 0..4 {
+                        eng.gc()?;
+                    }
                 }
                 ex.finish()
             });

@@ -379,8 +379,11 @@ pub struct Options {
     /// `value_capacity` and `gc_garbage_ratio`: background GC starts halfway
     /// from 1.0 to the target, writers are slowed down in the last tenth
     /// and stopped (they run GC themselves) at the target. It applies to the
-    /// `vlog`, `hashkv` and `trie` layouts; `inline` has no value store and
-    /// `bands` keeps FlashKey's band GC (FlashKey §V-B5), so both ignore it.
+    /// `vlog`, `hashkv` and `trie` layouts; `inline` has no value store.
+    /// The `bands` layout keeps FlashKey's band GC (FlashKey §V-B5) and
+    /// takes the target as the bound of its band files per live byte in
+    /// them when it is tighter than `1 + band_over_provisioning` (see
+    /// there).
     pub space_amp_target: f64,
     /// Values fetched ahead of a scan (`Scan` iterators) once it reads a
     /// contiguous run; 0 disables prefetch (default 32, WiscKey §3.3.1).
@@ -561,6 +564,24 @@ pub struct Options {
     /// GC step reads one band). Between 4 KiB and 1 GiB. May change between
     /// opens. Default 1 MiB.
     pub band_bytes: u64,
+    /// Over-provisioning `OP` of the `bands` layout (FlashKey §VI: band
+    /// capacity = live × (1 + OP)): the band files may take up to
+    /// `1 + OP` bytes per live byte in them. Background GC is due from
+    /// `1 + 0.9 OP` (unless `gc_garbage_ratio` is 0, which turns the GC
+    /// thread off), and past `1 + OP` plus one band each user write runs
+    /// a GC step itself before it appends; no write is refused for it
+    /// (`value_capacity` is the hard bound). When `space_amp_target` `T`
+    /// is tighter (`T < 1 + OP`), `T` is the bound: the tighter of the two
+    /// wins. The bound counts the band files against the live bytes in
+    /// them; the hash table's pages and the key tree are outside it, and
+    /// GC cannot collect the bands after the replay checkpoints (up to
+    /// `hash_checkpoint_bands` bands), so a store smaller than that many
+    /// bands per `OP` runs above it. Less `OP` costs more GC writes: for
+    /// uniform random updates the paper's model gives a GC write
+    /// amplification of 5.7 at 0.1, 2.4 at 0.3, 1.7 at 0.5 and 1.3 at 1.0
+    /// (see `docs/design/flashkey.md`). Must be positive; `f64::INFINITY`
+    /// sets no bound. May change between opens. Default 0.5.
+    pub band_over_provisioning: f64,
     /// Where the `hash` index keeps its table (FlashKey §V-A1):
     /// [`HashIndexMode::Memory`] (default) or [`HashIndexMode::Disk`]
     /// behind a write-back page cache of `hash_cache_size` bytes. May
@@ -683,6 +704,7 @@ impl Default for Options {
             trie_sort_sealed: true,
             band_entries: 1 << 16,
             band_bytes: 1 << 20,
+            band_over_provisioning: 0.5,
             hash_index_mode: HashIndexMode::Memory,
             hash_cache_size: 16 << 20,
             hash_memo_size: 5 << 20,
@@ -926,6 +948,13 @@ impl Options {
             return bad(format!(
                 "band_entries {} must be between 1 and 1048576",
                 self.band_entries
+            ));
+        }
+        if self.band_over_provisioning.is_nan() || self.band_over_provisioning <= 0.0 {
+            return bad(format!(
+                "band_over_provisioning {} must be positive (bytes of room per live byte; \
+                 f64::INFINITY for no bound)",
+                self.band_over_provisioning
             ));
         }
         if !(4 << 10..=1 << 30).contains(&self.band_bytes) {

@@ -118,7 +118,8 @@ const FILLER: std::ops::RangeInclusive<usize> = 100..=900;
 /// Scratch keys per writer: beside its transfers, each writer deletes its
 /// own scratch keys, or writes them small (kept inline) or large
 /// (separated), so that GC meets versions of a key that left no record in
-/// the value store. They sort after the accounts, and the readers' checks
+/// the value store; and churns keys under the same prefix (a fresh key
+/// put, read, deleted and read as absent, [`churn_write`]). They sort after the accounts, and the readers' checks
 /// of the account space skip them.
 const SCRATCH: usize = 32;
 /// Key prefix of the scratch keys.
@@ -439,6 +440,9 @@ fn scratch_key(writer: usize, j: usize) -> Vec<u8> {
 /// `value_threshold`, kept inline) or a large one (separated). False after
 /// a failure.
 fn scratch_write(sh: &Shared, id: usize, rng: &mut StdRng, name: &str) -> bool {
+    if rng.gen_ratio(1, 4) {
+        return churn_write(sh, id, rng, name);
+    }
     let j = rng.gen_range(0..SCRATCH);
     let k = scratch_key(id, j);
     let mut states = sh.scratch[id].lock();
@@ -481,6 +485,58 @@ fn scratch_write(sh: &Shared, id: usize, rng: &mut StdRng, name: &str) -> bool {
         return false;
     }
     states[j] = new;
+    sh.c.scratch_writes.fetch_add(1, Ordering::Relaxed);
+    true
+}
+
+/// Churn (a TTL-style workload): a key never written before, put, read
+/// back, deleted and read back as absent, so that GC meets delete tokens
+/// whose keys are never written again (FlashKey drops their hash-table
+/// nodes with them, §V-B5). The keys carry the scratch prefix, so the
+/// readers' checks skip them. False after a failure.
+fn churn_write(sh: &Shared, id: usize, rng: &mut StdRng, name: &str) -> bool {
+    let nonce = sh.next_nonce.fetch_add(1, Ordering::Relaxed);
+    let k = format!("scratch{id:02}-churn-{nonce}").into_bytes();
+    let mut v = Vec::new();
+    fill(nonce, &mut v, rng.gen_range(FILLER));
+    if let Err(e) = sh.db.put(&k, &v) {
+        sh.fail_err(name, "put churn key", e);
+        return false;
+    }
+    match sh.db.get(&k) {
+        Ok(Some(got)) if got == v => {}
+        Ok(got) => {
+            sh.fail(
+                name,
+                "get churn key",
+                format!("read {:?} bytes, wrote {}", got.map(|g| g.len()), v.len()),
+            );
+            return false;
+        }
+        Err(e) => {
+            sh.fail_err(name, "get churn key", e);
+            return false;
+        }
+    }
+    if let Err(e) = sh.db.delete(&k) {
+        sh.fail_err(name, "delete churn key", e);
+        return false;
+    }
+    match sh.db.get(&k) {
+        Ok(None) => {}
+        Ok(Some(g)) => {
+            sh.fail(
+                name,
+                "get deleted churn key",
+                format!("read {} bytes", g.len()),
+            );
+            return false;
+        }
+        Err(e) => {
+            sh.fail_err(name, "get deleted churn key", e);
+            return false;
+        }
+    }
     sh.c.scratch_writes.fetch_add(1, Ordering::Relaxed);
     true
 }

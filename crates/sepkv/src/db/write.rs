@@ -146,6 +146,21 @@ impl DbInner {
             self.index.make_room(false)?;
             if !self.shared.opts.wal || self.vstore.separates(batch.max_value_len()) {
                 self.space_backpressure(&mut guard, user_bytes)?;
+                if self.vstore.over_space_bound() {
+                    // The store is past its own space bound (the bands'
+                    // over-provisioning): this writer runs a GC step, or
+                    // waits for the one running, then writes whatever it
+                    // freed.
+                    let t = Instant::now();
+                    SpinMutexGuard::unlocked(&mut guard, || -> Result<()> {
+                        if !self.wait_for_running_gc() {
+                            self.gc_step()?;
+                            self.counters.write_gc_steps.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(())
+                    })?;
+                    self.shared.note_stall(t);
+                }
                 let pause = self.vstore.write_delay();
                 if !pause.is_zero() {
                     let t = Instant::now();

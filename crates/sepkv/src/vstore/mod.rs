@@ -537,6 +537,22 @@ pub trait ValueStore: Send + Sync {
         false
     }
 
+    /// True when the store takes more room than its own space bound lets it
+    /// (the bands' over-provisioning, `Options::band_over_provisioning`):
+    /// a user write then runs a GC step itself before it appends, and is
+    /// written whatever the step freed. Cheap: the write path asks before
+    /// every write. The default: never.
+    fn over_space_bound(&self) -> bool {
+        false
+    }
+
+    /// The garbage ratio at which background GC runs by the store's own
+    /// space bound, when it has one; the GC thread takes the lower of this
+    /// and `Options::gc_garbage_ratio`. The default: `None`.
+    fn gc_trigger_ratio(&self) -> Option<f64> {
+        None
+    }
+
     /// True when the store has GC work that frees no room but makes reads
     /// cheaper: the `trie` layout's sealed TrieTables still in write order,
     /// which a GC step rewrites in key order (`Options::trie_sort_sealed`).

@@ -35,7 +35,6 @@ use crate::index::memtable::Lookup;
 use crate::index::sstable::ReadCtx;
 use crate::index::{Index, IndexIter, IndexShape, IndexStats, Shared, ValueStoreOpener};
 use crate::options::{IndexKind, ValueLayout};
-use crate::vstore::bands::band::AUX_TOMBSTONE;
 use crate::vstore::bands::{BandOptions, BandStore, OwnedEntry, PrevLookup};
 use crate::vstore::prefetch::Prefetcher;
 use crate::vstore::{ReadLatency, ValuePointer, ValueStore};
@@ -43,6 +42,13 @@ use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// The bands' space bound: `1 + over_provisioning` or the space target,
+/// whichever is tighter; `None` when both are infinite.
+pub(crate) fn band_space_bound(over_provisioning: f64, space_amp_target: f64) -> Option<f64> {
+    let b = (1.0 + over_provisioning).min(space_amp_target);
+    b.is_finite().then_some(b)
+}
 
 /// Subdirectory of the key-only LSM-tree.
 pub const KEYS_DIR: &str = "keys";
@@ -89,6 +95,10 @@ impl FlashKeyIndex {
                     capacity: opts.value_capacity,
                     gc_empty_bands: 4,
                     key_index: true,
+                    space_bound: band_space_bound(
+                        opts.band_over_provisioning,
+                        opts.space_amp_target,
+                    ),
                 },
             },
         )?);
@@ -243,10 +253,12 @@ impl Index for FlashKeyIndex {
     }
 
     /// From the hash table's nodes, without reading the record again. A
-    /// delete token is never current here, as [`Index::get`] reads it as
-    /// absent.
+    /// delete token the key's node still points at is current too
+    /// (although [`Index::get`] reads it as absent): GC drops it by a
+    /// relocation to the null address, which removes the node (§V-B5)
+    /// under the same compare-and-set as any move.
     fn points_at(&self, key: &[u8], addr: &ValuePointer) -> Result<bool> {
-        Ok(addr.aux & AUX_TOMBSTONE == 0 && self.hash.points_at(key, addr)?)
+        self.hash.points_at(key, addr)
     }
 
     fn iter(&self, seq: SeqNum, ctx: ReadCtx) -> Result<IndexIter> {
@@ -311,7 +323,7 @@ impl Index for FlashKeyIndex {
         if name.ends_with(".band") {
             return None;
         }
-        if name == super::table::META {
+        if name == super::table::META || name == super::table::EDITS {
             return Some("manifest");
         }
         if name.starts_with("hash-") && name.ends_with(".pages") {

@@ -352,6 +352,8 @@ impl HashIndex {
                             "relocation record holds no pointer",
                         )
                     })?;
+                    // Log only: garbage once written (as when logged).
+                    self.bands.note_invalid(&addr, e.seq);
                     if p.file_id == 0 {
                         if let Some((n, _)) = self.find(e.key)? {
                             let (h, _) = hash_key(e.key);
@@ -929,9 +931,9 @@ impl IndexRelocator for HashIndex {
 
     fn persist_state(&self, state: &[u8]) -> Result<()> {
         let _meta_io = self.meta_io.lock();
-        let (meta, file) = self.table.read().with_bands_state(state.to_vec());
-        file.write(&meta)?;
-        self.table.write().bands_state_persisted(meta);
+        let w = self.table.read().with_bands_state(state.to_vec());
+        w.write()?;
+        self.table.write().bands_state_persisted(w);
         Ok(())
     }
 

@@ -26,7 +26,8 @@
 //!   (write, sync, rename). A crash at any point leaves the previous meta,
 //!   whose pages are untouched (pages are never overwritten in place), so
 //!   recovery loads it and replays the bands after its position. When the
-//!   page file holds more than four times the live pages, the checkpoint
+//!   page file holds more than four times the live pages (plus
+//!   [`PAGE_FILE_SLACK`]), the checkpoint
 //!   rewrites the live pages to the next generation first.
 
 use crate::error::{Error, IoContext, Result};
@@ -49,6 +50,16 @@ pub const MAX_LOAD: f64 = 0.9;
 const CLEAN_VICTIM_TRIES: usize = 16;
 /// Name of the meta file.
 pub const META: &str = "HASHMETA";
+/// Name of the meta file's edit log: the bands' state as GC steps change
+/// it, one record per step, each naming the `HASHMETA` it extends.
+pub const EDITS: &str = "HASHEDITS";
+/// Bytes of dead pages the page file may hold beyond four times its live
+/// pages before a checkpoint rewrites it (was 4 MiB, which a table of a
+/// few thousand nodes under churn kept as dead pages).
+const PAGE_FILE_SLACK: u64 = 512 << 10;
+/// Smallest size the edit log may reach before an edit rewrites
+/// `HASHMETA` whole instead (bytes); beyond it, the size of `HASHMETA`.
+const EDITS_MIN_COMPACT: u64 = 64 << 10;
 
 /// Hashes of a key: `(primary, fingerprint)`.
 pub fn hash_key(key: &[u8]) -> (u64, u32) {
@@ -357,8 +368,15 @@ pub struct Table {
     /// Most pages kept in memory (`usize::MAX` in memory mode).
     cache_pages: usize,
     meta: Meta,
-    /// The meta of the last checkpoint (what `HASHMETA` holds).
+    /// The meta of the last checkpoint (what `HASHMETA` and the edit log
+    /// hold together).
     durable: Meta,
+    /// xxh3 of the bytes of `HASHMETA`: the edits that extend it name it.
+    base_hash: u64,
+    /// Bytes of `HASHMETA`.
+    base_len: u64,
+    /// Bytes of the edit log.
+    edits_len: u64,
     /// A page file of an older generation, removed after the next meta.
     pending_remove: Option<PathBuf>,
     cache: HashMap<u64, Cached>,
@@ -440,7 +458,10 @@ pub struct MetaFile {
 }
 
 impl MetaFile {
-    /// Replaces the meta file by `meta` atomically (write, sync, rename).
+    /// Replaces the meta file by `meta` atomically (write, sync, rename),
+    /// then removes the edit log, whose records extend the replaced file
+    /// (were the removal lost in a crash, they name that file and are
+    /// passed over).
     ///
     /// # Errors
     /// `Io`; the file then holds its previous content.
@@ -448,8 +469,129 @@ impl MetaFile {
         let b = meta.encode();
         crate::fs::write_atomic(self.fs.as_ref(), &self.path, &b).ctx(&self.path)?;
         self.stats.add_written(IoCategory::Manifest, b.len() as u64);
+        let edits = self.edits_path();
+        if self.fs.exists(&edits) {
+            self.fs.remove(&edits).ctx(&edits)?;
+        }
         Ok(())
     }
+
+    fn edits_path(&self) -> PathBuf {
+        self.path.with_file_name(EDITS)
+    }
+
+    /// Appends one record to the edit log and syncs it (creating the log,
+    /// and syncing its directory, when there is none).
+    ///
+    /// # Errors
+    /// `Io`; the record may then be torn, and the next open passes over it.
+    fn append_edit(&self, rec: &[u8]) -> Result<()> {
+        let path = self.edits_path();
+        let mut f = if self.fs.exists(&path) {
+            self.fs.open_append(&path).ctx(&path)?
+        } else {
+            let f = self.fs.create(&path).ctx(&path)?;
+            if let Some(dir) = path.parent() {
+                self.fs.sync_dir(dir).ctx(dir)?;
+            }
+            f
+        };
+        f.append(rec)
+            .and_then(|_| f.flush())
+            .and_then(|_| f.sync())
+            .ctx(&path)?;
+        self.stats
+            .add_written(IoCategory::Manifest, rec.len() as u64);
+        Ok(())
+    }
+}
+
+/// A new bands state on its way to disk ([`Table::with_bands_state`]): an
+/// edit-log record, or a whole meta file.
+pub struct StateWrite {
+    meta: Meta,
+    /// The record to append; `None`: write `meta` whole.
+    edit: Option<Vec<u8>>,
+    file: MetaFile,
+}
+
+impl StateWrite {
+    /// Appends the edit (synced), or replaces `HASHMETA`.
+    ///
+    /// # Errors
+    /// `Io`; the previous state then stays in force.
+    pub fn write(&self) -> Result<()> {
+        match &self.edit {
+            Some(rec) => self.file.append_edit(rec),
+            None => self.file.write(&self.meta),
+        }
+    }
+}
+
+/// Applies to `meta` the records of the edit log in `dir` that extend the
+/// `HASHMETA` whose bytes hash to `base`, in order; returns the log's
+/// length when any record does (0 otherwise: the log is stale and goes).
+///
+/// ```text
+/// HASHEDITS := record*
+/// record    := len:u32le crc:u32le body          (crc: masked CRC-32C of body)
+/// body      := base:u64le edit                   (base: xxh3 of the HASHMETA it extends;
+///                                                 edit: vstore/bands PersistedState::edit_from)
+/// ```
+///
+/// A record cut short at the end of the log (a crash while it was
+/// appended, before its GC step went on) ends it.
+///
+/// # Errors
+/// `Corruption` (the log and the record's offset) for a damaged record
+/// before the end, or an edit that does not apply; `Io`.
+fn read_edits(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    stats: &IoStats,
+    base: u64,
+    meta: &mut Meta,
+) -> Result<u64> {
+    use crate::vstore::bands::PersistedState;
+    let path = dir.join(EDITS);
+    if !fs.exists(&path) {
+        return Ok(0);
+    }
+    let b = crate::fs::read_all(fs, &path).ctx(&path)?;
+    stats.add_read(IoCategory::Manifest, b.len() as u64);
+    let mut pos = 0usize;
+    let mut applied = false;
+    while pos + 8 <= b.len() {
+        let len = u32::from_le_bytes(b[pos..pos + 4].try_into().expect("4 bytes")) as usize;
+        let sum = u32::from_le_bytes(b[pos + 4..pos + 8].try_into().expect("4 bytes"));
+        let Some(body) = b.get(pos + 8..pos + 8 + len) else {
+            break;
+        };
+        if len < 8 || crc(body) != unmask(sum) {
+            if pos + 8 + len == b.len() {
+                break;
+            }
+            return Err(Error::corruption(
+                &path,
+                pos as u64,
+                "hash-table edit damaged",
+            ));
+        }
+        let rec_base = u64::from_le_bytes(body[..8].try_into().expect("8 bytes"));
+        if rec_base == base {
+            meta.bands_state = PersistedState::apply_edit(&meta.bands_state, &body[8..])
+                .ok_or_else(|| {
+                    Error::corruption(&path, pos as u64, "hash-table edit does not apply")
+                })?;
+            applied = true;
+        }
+        pos += 8 + len;
+    }
+    if !applied {
+        fs.remove(&path).ctx(&path)?;
+        return Ok(0);
+    }
+    Ok(b.len() as u64)
 }
 
 /// What is left of a checkpoint once its pages are appended
@@ -523,11 +665,15 @@ impl Table {
         initial_pages: u64,
     ) -> Result<(Table, bool)> {
         let meta_path = dir.join(META);
+        let (mut base_hash, mut base_len, mut edits_len) = (0, 0, 0);
         let (meta, existed) = if fs.exists(&meta_path) {
             let b = crate::fs::read_all(fs.as_ref(), &meta_path).ctx(&meta_path)?;
             stats.add_read(IoCategory::Manifest, b.len() as u64);
-            let m = Meta::decode(&b)
+            let mut m = Meta::decode(&b)
                 .ok_or_else(|| Error::corruption(&meta_path, 0, "hash-table meta damaged"))?;
+            base_hash = xxhash_rust::xxh3::xxh3_64(&b);
+            base_len = b.len() as u64;
+            edits_len = read_edits(fs.as_ref(), dir, &stats, base_hash, &mut m)?;
             (m, true)
         } else {
             let base = initial_pages.max(1).next_power_of_two();
@@ -572,6 +718,9 @@ impl Table {
                 stats,
                 cache_pages: cache_pages.max(4),
                 durable: meta.clone(),
+                base_hash,
+                base_len,
+                edits_len,
                 pending_remove: None,
                 meta,
                 cache: HashMap::new(),
@@ -864,7 +1013,7 @@ impl Table {
             }
         }
         let live: u64 = self.meta.map.iter().map(|x| x.1 as u64).sum();
-        if self.file_len > 4 * live + (4 << 20) {
+        if self.file_len > 4 * live + PAGE_FILE_SLACK {
             self.rewrite_pages()?;
         }
         let path = self.path();
@@ -886,6 +1035,7 @@ impl Table {
     /// The last half of a checkpoint, under the lock again: its meta is
     /// now the durable one, and a page file it replaced goes.
     pub fn checkpoint_done(&mut self, meta: Meta) {
+        self.based_on(&meta);
         self.durable = meta;
         if let Some(old) = self.pending_remove.take() {
             let _ = self.fs.remove(&old);
@@ -913,19 +1063,68 @@ impl Table {
         }
     }
 
-    /// The meta file of the last checkpoint with `bands_state` in place of
-    /// its bands state, for [`MetaFile::write`] without the table's lock,
-    /// then [`Table::bands_state_persisted`].
-    pub fn with_bands_state(&self, bands_state: Vec<u8>) -> (Meta, MetaFile) {
-        let mut m = self.durable.clone();
-        m.bands_state = bands_state;
-        (m, self.meta_file())
+    /// `meta` was written whole as `HASHMETA`: the edit log starts over.
+    fn based_on(&mut self, meta: &Meta) {
+        let b = meta.encode();
+        self.base_hash = xxhash_rust::xxh3::xxh3_64(&b);
+        self.base_len = b.len() as u64;
+        self.edits_len = 0;
     }
 
-    /// `meta`, from [`Table::with_bands_state`], is durable.
-    pub fn bands_state_persisted(&mut self, meta: Meta) {
-        self.meta.bands_state = meta.bands_state.clone();
-        self.durable = meta;
+    /// The last checkpoint's meta with `bands_state` in place of its bands
+    /// state, and how to persist it — for [`StateWrite::write`] without
+    /// the table's lock, then [`Table::bands_state_persisted`]: as an edit
+    /// of the changed entries appended to the edit log, or, once the log
+    /// would pass the size of `HASHMETA` (at least
+    /// [`EDITS_MIN_COMPACT`]), or when the old state does not decode, as a
+    /// whole new `HASHMETA`.
+    pub fn with_bands_state(&self, bands_state: Vec<u8>) -> StateWrite {
+        use crate::vstore::bands::PersistedState;
+        let old = &self.durable.bands_state;
+        let edit = match (
+            PersistedState::decode(&bands_state),
+            if old.is_empty() {
+                Some(PersistedState::default())
+            } else {
+                PersistedState::decode(old)
+            },
+        ) {
+            (Some(new), Some(old)) => {
+                let edit = new.edit_from(&old);
+                let mut body = self.base_hash.to_le_bytes().to_vec();
+                body.extend_from_slice(&edit);
+                let mut rec = Vec::with_capacity(8 + body.len());
+                rec.extend_from_slice(&(body.len() as u32).to_le_bytes());
+                rec.extend_from_slice(&mask(crc(&body)).to_le_bytes());
+                rec.extend_from_slice(&body);
+                let limit = self.base_len.max(EDITS_MIN_COMPACT);
+                (self.edits_len + rec.len() as u64 <= limit).then_some(rec)
+            }
+            _ => None,
+        };
+        let mut meta = self.durable.clone();
+        meta.bands_state = bands_state;
+        StateWrite {
+            meta,
+            edit,
+            file: self.meta_file(),
+        }
+    }
+
+    /// The bands state `HASHMETA` and the edit log hold together.
+    #[cfg(test)]
+    pub fn durable_bands_state(&self) -> &[u8] {
+        &self.durable.bands_state
+    }
+
+    /// `w`, from [`Table::with_bands_state`], is durable.
+    pub fn bands_state_persisted(&mut self, w: StateWrite) {
+        match &w.edit {
+            Some(rec) => self.edits_len += rec.len() as u64,
+            None => self.based_on(&w.meta),
+        }
+        self.meta.bands_state = w.meta.bands_state.clone();
+        self.durable = w.meta;
     }
 
     /// Copies the live pages into the next generation's page file.

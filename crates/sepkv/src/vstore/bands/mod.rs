@@ -88,6 +88,14 @@ pub struct BandOptions {
     /// from a checkpoint of its own ([`BandStore::set_key_checkpoint`]); GC
     /// collects only bands before both checkpoints.
     pub key_index: bool,
+    /// Most bytes the bands may take per live byte in them: `1 + OP` for
+    /// FlashKey's over-provisioning `OP` (the paper's band capacity =
+    /// live × (1 + OP)), or the space target if that is tighter; `None`
+    /// sets no bound. A soft bound: GC is due from `1 + 0.9 (B − 1)`
+    /// ([`BandStore::gc_ratio`]), and past `B` writers run GC steps
+    /// themselves ([`ValueStore::over_space_bound`]); no write is
+    /// refused for it.
+    pub space_bound: Option<f64>,
 }
 
 impl Default for BandOptions {
@@ -101,6 +109,7 @@ impl Default for BandOptions {
             capacity: None,
             gc_empty_bands: 4,
             key_index: false,
+            space_bound: None,
         }
     }
 }
@@ -202,6 +211,8 @@ pub struct BandStore {
     reader_held: AtomicU64,
     /// [`BandStore::gc_due`] as of the last band roll or GC (§V-B5).
     due: AtomicBool,
+    /// [`ValueStore::over_space_bound`] as of the last band roll or GC.
+    over_bound: AtomicBool,
 }
 
 /// The persisted state: checkpoint, retired bands and invalidity table.
@@ -225,7 +236,7 @@ const MAX_POS: u64 = 1 << 48;
 const BLOCK: u64 = crate::fs::PAGE_SIZE;
 
 impl PersistedState {
-    fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut v = vec![1u8];
         v.extend_from_slice(&self.ckpt.0.to_le_bytes());
         v.extend_from_slice(&self.ckpt.1.to_le_bytes());
@@ -279,6 +290,129 @@ impl PersistedState {
             retired,
             invalid,
         })
+    }
+}
+
+/// The change from one persisted state to the next, as the hash index's
+/// edit log records it (`index/hash/table.rs`): what a GC step changed,
+/// not the whole table.
+///
+/// ```text
+/// edit := 1 ckpt_band:u64le ckpt_off:u64le
+///         n_retired:u32le (band:u64le)*        bands newly retired
+///         n_gone:u32le (band:u64le)*           bands no longer listed at all
+///         n_inval:u32le (band:u64le invalid:u64le inval_seq:u64le)*   entries set
+/// ```
+impl PersistedState {
+    /// The edit that turns `old` into `self`.
+    pub(crate) fn edit_from(&self, old: &PersistedState) -> Vec<u8> {
+        use std::collections::{BTreeMap, BTreeSet};
+        let old_retired: BTreeSet<u64> = old.retired.iter().copied().collect();
+        let new_retired: BTreeSet<u64> = self.retired.iter().copied().collect();
+        let old_inval: BTreeMap<u64, (u64, u64)> =
+            old.invalid.iter().map(|&(b, i, s)| (b, (i, s))).collect();
+        let new_inval: BTreeMap<u64, (u64, u64)> =
+            self.invalid.iter().map(|&(b, i, s)| (b, (i, s))).collect();
+        let added: Vec<u64> = new_retired.difference(&old_retired).copied().collect();
+        let gone: Vec<u64> = old_retired
+            .iter()
+            .chain(old_inval.keys())
+            .filter(|b| !new_retired.contains(b) && !new_inval.contains_key(b))
+            .copied()
+            .collect::<BTreeSet<u64>>()
+            .into_iter()
+            .collect();
+        let set: Vec<(u64, u64, u64)> = new_inval
+            .iter()
+            .filter(|(b, v)| old_inval.get(b) != Some(v))
+            .map(|(&b, &(i, s))| (b, i, s))
+            .collect();
+        let mut v = vec![1u8];
+        v.extend_from_slice(&self.ckpt.0.to_le_bytes());
+        v.extend_from_slice(&self.ckpt.1.to_le_bytes());
+        for list in [&added, &gone] {
+            v.extend_from_slice(&(list.len() as u32).to_le_bytes());
+            for b in list {
+                v.extend_from_slice(&b.to_le_bytes());
+            }
+        }
+        v.extend_from_slice(&(set.len() as u32).to_le_bytes());
+        for (b, i, s) in set {
+            v.extend_from_slice(&b.to_le_bytes());
+            v.extend_from_slice(&i.to_le_bytes());
+            v.extend_from_slice(&s.to_le_bytes());
+        }
+        v
+    }
+
+    /// Applies an edit made by [`PersistedState::edit_from`] to the encoded
+    /// state `state`; `None` when either is damaged.
+    pub(crate) fn apply_edit(state: &[u8], edit: &[u8]) -> Option<Vec<u8>> {
+        use std::collections::BTreeMap;
+        let base = if state.is_empty() {
+            PersistedState::default()
+        } else {
+            PersistedState::decode(state)?
+        };
+        let mut pos = 0usize;
+        let mut word = |n: usize| -> Option<u64> {
+            let s = edit.get(pos..pos + n)?;
+            pos += n;
+            let mut w = [0u8; 8];
+            w[..n].copy_from_slice(s);
+            Some(u64::from_le_bytes(w))
+        };
+        if word(1)? != 1 {
+            return None;
+        }
+        let ckpt = (word(8)?, word(8)?);
+        if ckpt.0 > MAX_POS || ckpt.1 > MAX_POS {
+            return None;
+        }
+        let mut retired: std::collections::BTreeSet<u64> = base.retired.into_iter().collect();
+        let mut inval: BTreeMap<u64, (u64, u64)> = base
+            .invalid
+            .into_iter()
+            .map(|(b, i, s)| (b, (i, s)))
+            .collect();
+        let n = word(4)? as usize;
+        if n > edit.len() / 8 {
+            return None;
+        }
+        for _ in 0..n {
+            let b = word(8).filter(|&x| x <= MAX_POS)?;
+            retired.insert(b);
+            inval.remove(&b);
+        }
+        let n = word(4)? as usize;
+        if n > edit.len() / 8 {
+            return None;
+        }
+        for _ in 0..n {
+            let b = word(8).filter(|&x| x <= MAX_POS)?;
+            retired.remove(&b);
+            inval.remove(&b);
+        }
+        let n = word(4)? as usize;
+        if n > edit.len() / 24 {
+            return None;
+        }
+        for _ in 0..n {
+            let b = word(8).filter(|&x| x <= MAX_POS)?;
+            let (i, s) = (word(8)?, word(8)?);
+            inval.insert(b, (i, s));
+        }
+        if pos != edit.len() {
+            return None;
+        }
+        Some(
+            PersistedState {
+                ckpt,
+                retired: retired.into_iter().collect(),
+                invalid: inval.into_iter().map(|(b, (i, s))| (b, i, s)).collect(),
+            }
+            .encode(),
+        )
     }
 }
 
@@ -478,6 +612,7 @@ impl BandStore {
             counters: Counters::default(),
             reader_held: AtomicU64::new(0),
             due: AtomicBool::new(false),
+            over_bound: AtomicBool::new(false),
         };
         bs.refresh_due_locked(&bs.state.lock());
         Ok(bs)
@@ -603,6 +738,36 @@ impl BandStore {
             .empty_bands_locked(st)
             .is_some_and(|n| n < self.due_threshold_locked(st));
         self.due.store(due, Ordering::Relaxed);
+        if let Some(bound) = self.opts.space_bound {
+            // Past the bound by more than the open band's worth: writers
+            // help GC.
+            let (used, live) = Self::used_and_live_locked(st);
+            let over = used as f64 > live as f64 * bound + self.opts.band_bytes as f64;
+            self.over_bound.store(over, Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes the band files take and live bytes in them (each band's
+    /// entries less its invalid bytes), retired bands counted as used.
+    fn used_and_live_locked(st: &State) -> (u64, u64) {
+        st.bands.values().fold((0, 0), |(u, l), b| {
+            let live = match b.retired {
+                Some(_) => 0,
+                None => (b.valid_len - HEADER_LEN.min(b.valid_len)).saturating_sub(b.invalid),
+            };
+            (u + b.file_len.max(b.valid_len), l + live)
+        })
+    }
+
+    /// The garbage ratio (invalid ÷ all entry bytes, as
+    /// [`ValueStore::space`] gives it) at which background GC is due by
+    /// the space bound: `1 − 1 / (1 + 0.9 (B − 1))` for bound `B`, so that
+    /// GC keeps the bands a tenth of the over-provisioning below the
+    /// bound, where writers would have to help. `None` without a bound.
+    pub fn gc_ratio(&self) -> Option<f64> {
+        self.opts
+            .space_bound
+            .map(|b| 1.0 - 1.0 / (1.0 + 0.9 * (b - 1.0)))
     }
 
     /// True when fewer empty bands than the threshold remain (§V-B5):
@@ -633,7 +798,9 @@ impl BandStore {
     /// delete tokens and relocations included. `prevs` gives each entry's
     /// previous version; `None` asks the [`PrevLookup`] (entries of the
     /// same key earlier in the batch take precedence either way). A
-    /// relocation records no previous version and charges nothing.
+    /// relocation records no previous version and is charged as invalid
+    /// itself: it serves only a replay, and GC takes no band after the
+    /// replay checkpoints.
     ///
     /// # Errors
     /// `ValueStoreFull` (nothing written) when a batch with user values
@@ -747,6 +914,10 @@ impl BandStore {
                     charges.push((p, seq));
                 }
                 in_batch.insert(key, p);
+            } else if user && kind == Kind::Relocation {
+                // A relocation record is only log: garbage as soon as it is
+                // written, collectable once the replay checkpoints pass it.
+                charges.push((p, seq));
             }
             max_seq = max_seq.max(seq);
             ptrs.push(p);
@@ -1291,6 +1462,14 @@ impl ValueStore for BandStore {
 
     fn gc_due(&self) -> bool {
         BandStore::gc_due(self)
+    }
+
+    fn over_space_bound(&self) -> bool {
+        self.over_bound.load(Ordering::Relaxed)
+    }
+
+    fn gc_trigger_ratio(&self) -> Option<f64> {
+        self.gc_ratio()
     }
 
     fn gc_step(

@@ -540,6 +540,45 @@ fn persisted_state_roundtrips_and_junk_never_panics() {
     }
 }
 
+/// An edit of the persisted state (the hash index's edit log) turns the
+/// old state into the new one exactly, holds only what changed, and junk
+/// never panics.
+#[test]
+fn persisted_state_edits_apply_and_hold_only_changes() {
+    let old = PersistedState {
+        ckpt: (40, 7),
+        retired: vec![3, 5],
+        invalid: (6..400).map(|b| (b, b * 10, b + 1)).collect(),
+    };
+    let mut new = old.clone();
+    new.retired = vec![5, 6];
+    new.invalid.retain(|e| e.0 != 6 && e.0 != 9);
+    new.invalid[10].1 += 100;
+    new.invalid.push((401, 1, 2));
+    let edit = new.edit_from(&old);
+    assert!(edit.len() < 120, "{} bytes for 4 changes", edit.len());
+    assert_eq!(
+        PersistedState::apply_edit(&old.encode(), &edit),
+        Some(new.encode())
+    );
+    // From nothing (a new database's meta holds an empty state).
+    let edit = new.edit_from(&PersistedState::default());
+    assert_eq!(PersistedState::apply_edit(&[], &edit), Some(new.encode()));
+    for cut in 0..edit.len() {
+        assert_eq!(PersistedState::apply_edit(&[], &edit[..cut]), None);
+    }
+    let mut x = 1u64;
+    for len in 0..300 {
+        let b: Vec<u8> = (0..len)
+            .map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                (x >> 33) as u8
+            })
+            .collect();
+        let _ = PersistedState::apply_edit(&old.encode(), &b);
+    }
+}
+
 #[test]
 fn without_log_mode_append_works_and_gc_needs_no_checkpoint() {
     let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
