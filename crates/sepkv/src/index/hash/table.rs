@@ -27,7 +27,7 @@
 //!   whose pages are untouched (pages are never overwritten in place), so
 //!   recovery loads it and replays the bands after its position. When the
 //!   page file holds more than four times the live pages (plus
-//!   [`PAGE_FILE_SLACK`]), the checkpoint
+//!   `PAGE_FILE_SLACK`), the checkpoint
 //!   rewrites the live pages to the next generation first.
 
 use crate::error::{Error, IoContext, Result};
@@ -1076,7 +1076,7 @@ impl Table {
     /// the table's lock, then [`Table::bands_state_persisted`]: as an edit
     /// of the changed entries appended to the edit log, or, once the log
     /// would pass the size of `HASHMETA` (at least
-    /// [`EDITS_MIN_COMPACT`]), or when the old state does not decode, as a
+    /// `EDITS_MIN_COMPACT`), or when the old state does not decode, as a
     /// whole new `HASHMETA`.
     pub fn with_bands_state(&self, bands_state: Vec<u8>) -> StateWrite {
         use crate::vstore::bands::PersistedState;
