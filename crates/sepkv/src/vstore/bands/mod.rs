@@ -49,6 +49,7 @@ pub mod gc;
 use super::{open_for_reads, ReadLatency, ValueRecord, ValueStore};
 use super::{GcOutcome, IndexReader, IndexRelocator, LogEntry, SpaceStats, ValuePointer};
 use crate::error::{Error, IoContext, Result};
+use crate::format::coding::{get_fixed32, get_fixed64, put_fixed32, put_fixed64};
 use crate::format::value_record::{DecodeError, Kind};
 use crate::fs::sync_unlocked;
 use crate::fs::{FileSystem, IoCategory, IoStats, RandomAccessFile, WritableFile};
@@ -328,19 +329,19 @@ impl PersistedState {
             .map(|(&b, &(i, s))| (b, i, s))
             .collect();
         let mut v = vec![1u8];
-        v.extend_from_slice(&self.ckpt.0.to_le_bytes());
-        v.extend_from_slice(&self.ckpt.1.to_le_bytes());
+        put_fixed64(&mut v, self.ckpt.0);
+        put_fixed64(&mut v, self.ckpt.1);
         for list in [&added, &gone] {
-            v.extend_from_slice(&(list.len() as u32).to_le_bytes());
-            for b in list {
-                v.extend_from_slice(&b.to_le_bytes());
+            put_fixed32(&mut v, list.len() as u32);
+            for &b in list {
+                put_fixed64(&mut v, b);
             }
         }
-        v.extend_from_slice(&(set.len() as u32).to_le_bytes());
+        put_fixed32(&mut v, set.len() as u32);
         for (b, i, s) in set {
-            v.extend_from_slice(&b.to_le_bytes());
-            v.extend_from_slice(&i.to_le_bytes());
-            v.extend_from_slice(&s.to_le_bytes());
+            for w in [b, i, s] {
+                put_fixed64(&mut v, w);
+            }
         }
         v
     }
@@ -354,55 +355,46 @@ impl PersistedState {
         } else {
             PersistedState::decode(state)?
         };
-        let mut pos = 0usize;
-        let mut word = |n: usize| -> Option<u64> {
-            let s = edit.get(pos..pos + n)?;
-            pos += n;
-            let mut w = [0u8; 8];
-            w[..n].copy_from_slice(s);
-            Some(u64::from_le_bytes(w))
-        };
-        if word(1)? != 1 {
+        let mut src = edit;
+        let (&tag, rest) = src.split_first()?;
+        src = rest;
+        if tag != 1 {
             return None;
         }
-        let ckpt = (word(8)?, word(8)?);
-        if ckpt.0 > MAX_POS || ckpt.1 > MAX_POS {
-            return None;
-        }
+        let pos = |src: &mut &[u8]| get_fixed64(src).filter(|&x| x <= MAX_POS);
+        let ckpt = (pos(&mut src)?, pos(&mut src)?);
         let mut retired: std::collections::BTreeSet<u64> = base.retired.into_iter().collect();
         let mut inval: BTreeMap<u64, (u64, u64)> = base
             .invalid
             .into_iter()
             .map(|(b, i, s)| (b, (i, s)))
             .collect();
-        let n = word(4)? as usize;
-        if n > edit.len() / 8 {
+        // Bands newly retired, then bands no longer listed at all.
+        for retire in [true, false] {
+            let n = get_fixed32(&mut src)? as usize;
+            if n > src.len() / 8 {
+                return None;
+            }
+            for _ in 0..n {
+                let b = pos(&mut src)?;
+                if retire {
+                    retired.insert(b);
+                } else {
+                    retired.remove(&b);
+                }
+                inval.remove(&b);
+            }
+        }
+        let n = get_fixed32(&mut src)? as usize;
+        if n > src.len() / 24 {
             return None;
         }
         for _ in 0..n {
-            let b = word(8).filter(|&x| x <= MAX_POS)?;
-            retired.insert(b);
-            inval.remove(&b);
-        }
-        let n = word(4)? as usize;
-        if n > edit.len() / 8 {
-            return None;
-        }
-        for _ in 0..n {
-            let b = word(8).filter(|&x| x <= MAX_POS)?;
-            retired.remove(&b);
-            inval.remove(&b);
-        }
-        let n = word(4)? as usize;
-        if n > edit.len() / 24 {
-            return None;
-        }
-        for _ in 0..n {
-            let b = word(8).filter(|&x| x <= MAX_POS)?;
-            let (i, s) = (word(8)?, word(8)?);
+            let b = pos(&mut src)?;
+            let (i, s) = (get_fixed64(&mut src)?, get_fixed64(&mut src)?);
             inval.insert(b, (i, s));
         }
-        if pos != edit.len() {
+        if !src.is_empty() {
             return None;
         }
         Some(
