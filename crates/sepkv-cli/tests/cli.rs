@@ -3,42 +3,9 @@
 //! errors speak of presets and never repeat a prefix; `stats` tells state
 //! from per-process counters and file sizes from allocated space.
 
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+mod common;
 
-fn sepkv(db: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sepkv"))
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run sepkv")
-}
-
-fn sepkv_stdin(db: &Path, args: &[&str], input: &str) -> Output {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sepkv"))
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sepkv");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use common::{sepkv, sepkv_stdin, text};
 
 #[test]
 fn commands_that_only_read_create_nothing() {

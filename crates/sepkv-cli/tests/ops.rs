@@ -9,42 +9,16 @@
 //! - `sepkv repair` rebuilds a `wisckey` database whose manifest and
 //!   `CURRENT` were removed: the same keys read back.
 
+mod common;
+
+use common::{sepkv, sepkv_stdin, text};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-
-fn sepkv(db: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sepkv"))
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run sepkv")
-}
+use std::process::{Command, Stdio};
 
 fn import(db: &Path, preset: &str, input: &str) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sepkv"))
-        .arg("--db")
-        .arg(db)
-        .args(["--preset", preset, "import", "--batch", "50"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sepkv");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = sepkv_stdin(db, &["--preset", preset, "import", "--batch", "50"], input);
     assert!(out.status.success(), "{}", text(&out.stderr));
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 fn records(n: usize) -> String {
