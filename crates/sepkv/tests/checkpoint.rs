@@ -15,6 +15,8 @@
 //! `SEPKV_CHECKPOINT_MILLIS` sets how long the writers run before each
 //! checkpoint (default 150).
 
+mod common;
+use common::run_cmd;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sepkv::{Db, Options, Preset, WriteBatch, WriteOptions};
@@ -131,6 +133,7 @@ pub fn du(dirs: &[&Path]) -> u64 {
 }
 
 fn run(preset: Preset, wal: bool) {
+    let _serial = common::serial();
     let name = format!("{preset}{}", if wal { "" } else { "-nowal" });
     let base = tmp(&name);
     let src = base.join("db");
@@ -265,19 +268,12 @@ fn checkpoint_lwc() {
     run(Preset::Lwc, true);
 }
 
-fn run_cmd(cmd: &[&str]) -> bool {
-    std::process::Command::new(cmd[0])
-        .args(&cmd[1..])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// A checkpoint into another file system (a tmpfs the test mounts, where
 /// the machine allows it) cannot link: every SSTable is copied instead,
 /// and the copy opens and reads as the source.
 #[test]
 fn checkpoint_to_another_file_system_copies_the_tables() {
+    let _serial = common::serial();
     let base = tmp("xdev");
     let mnt = base.join("mnt");
     std::fs::create_dir_all(&mnt).unwrap();

@@ -16,6 +16,8 @@
 //! writes resume). `SEPKV_FULL_DISK=faultfs` forces the latter. Each preset
 //! prints one line: acked, lost, read on the full disk, resumed.
 
+mod common;
+use common::run_cmd;
 use sepkv::fs::{FaultFs, FileSystem, StdFs};
 use sepkv::{Db, Error, Options, Preset, WriteBatch, WriteOptions};
 use std::path::{Path, PathBuf};
@@ -87,7 +89,7 @@ impl Disk {
             Disk::Tmpfs(p) => {
                 let size = bytes.unwrap_or(GROWN);
                 assert!(
-                    run(&[
+                    run_cmd(&[
                         "mount",
                         "-o",
                         &format!("remount,size={size}"),
@@ -104,18 +106,10 @@ impl Disk {
 impl Drop for Disk {
     fn drop(&mut self) {
         if let Disk::Tmpfs(p) = self {
-            run(&["umount", p.to_str().unwrap()]);
+            run_cmd(&["umount", p.to_str().unwrap()]);
             let _ = std::fs::remove_dir(p);
         }
     }
-}
-
-fn run(cmd: &[&str]) -> bool {
-    std::process::Command::new(cmd[0])
-        .args(&cmd[1..])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 fn disk(name: &str) -> Disk {
@@ -124,7 +118,7 @@ fn disk(name: &str) -> Disk {
     if !forced {
         std::fs::create_dir_all(&mnt).unwrap();
         let size = format!("size={DISK}");
-        if run(&[
+        if run_cmd(&[
             "mount",
             "-t",
             "tmpfs",
@@ -144,6 +138,7 @@ fn disk(name: &str) -> Disk {
 }
 
 fn full_disk(preset: Preset, wal: bool) {
+    let _serial = common::serial();
     let name = format!("{preset}{}", if wal { "" } else { "-nowal" });
     let disk = disk(&name);
     let kind = match disk {

@@ -13,6 +13,8 @@
 //!   the test mount one; skipped otherwise) the open, reads and `verify`
 //!   work.
 
+mod common;
+use common::run_cmd;
 use sepkv::{Db, Error, Options, Preset};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -106,6 +108,7 @@ fn check_reads(db: &Db, m: &Model) {
 
 #[test]
 fn read_only_open_writes_nothing_and_refuses_writes() {
+    let _serial = common::serial();
     for preset in Preset::ALL {
         let dir = tmp(preset.name());
         let m = {
@@ -166,21 +169,13 @@ fn read_only_open_refuses_a_missing_database() {
     assert!(!dir.exists(), "a read-only open created the directory");
 }
 
-/// Runs `cmd`; true when it succeeded.
-fn run(cmd: &[&str]) -> bool {
-    std::process::Command::new(cmd[0])
-        .args(&cmd[1..])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 #[test]
 fn read_only_open_works_on_a_read_only_mount() {
+    let _serial = common::serial();
     let mnt = tmp("mount");
     std::fs::create_dir_all(&mnt).unwrap();
     let m = mnt.to_str().unwrap();
-    if !run(&["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", m]) {
+    if !run_cmd(&["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", m]) {
         eprintln!("skipped: this machine does not let the test mount a tmpfs");
         let _ = std::fs::remove_dir(&mnt);
         return;
@@ -188,7 +183,7 @@ fn read_only_open_works_on_a_read_only_mount() {
     struct Unmount(PathBuf);
     impl Drop for Unmount {
         fn drop(&mut self) {
-            run(&["umount", self.0.to_str().unwrap()]);
+            run_cmd(&["umount", self.0.to_str().unwrap()]);
             let _ = std::fs::remove_dir(&self.0);
         }
     }
@@ -200,12 +195,12 @@ fn read_only_open_works_on_a_read_only_mount() {
         db.close().unwrap();
         // Every handle the writer had open for writing goes with it.
         drop(db);
-        assert!(run(&["mount", "-o", "remount,ro", m]), "remount ro");
+        assert!(run_cmd(&["mount", "-o", "remount,ro", m]), "remount ro");
         assert!(std::fs::write(dir.join("probe"), b"x").is_err(), "not ro");
         let ro = Db::open_read_only(&dir, Options::default())
             .unwrap_or_else(|e| panic!("{preset} on a read-only mount: {e}"));
         check_reads(&ro, &model);
         drop(ro);
-        assert!(run(&["mount", "-o", "remount,rw", m]), "remount rw");
+        assert!(run_cmd(&["mount", "-o", "remount,rw", m]), "remount rw");
     }
 }

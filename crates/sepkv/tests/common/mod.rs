@@ -1,4 +1,5 @@
 //! Helpers shared by the scenario tests.
+#![allow(dead_code)] // each suite uses its own share of these
 
 use sepkv::fs::{FaultFs, FaultKind, FaultOp, FaultRule};
 use sepkv::Db;
@@ -32,4 +33,25 @@ fn stop_the_world(fs: &FaultFs, db: Db) {
         kind: FaultKind::Eio,
     });
     drop(db);
+}
+
+/// Runs the system command `cmd` (program, then arguments) with its
+/// errors silenced; true when it ran and succeeded. The suites that mount
+/// a tmpfs use it, and skip where the machine does not allow mounting.
+pub fn run_cmd(cmd: &[&str]) -> bool {
+    std::process::Command::new(cmd[0])
+        .args(&cmd[1..])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Serializes the tests of one binary that spawn processes with those that
+/// close a database and open it again at once. A spawned child holds a copy
+/// of every descriptor of the test process until it executes its program,
+/// so a `LOCK` a test just closed can stay locked for that moment and the
+/// next open sees `Busy`. Hold the guard for the whole test.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static GATE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    GATE.lock().unwrap_or_else(|e| e.into_inner())
 }
