@@ -17,7 +17,8 @@
 //! - [`writer`]: every write command runs on one thread, in groups that
 //!   share one engine batch and (with `--fsync always`) one fsync;
 //! - [`expire`]: active expiry and the reclaiming of flushed records;
-//!   [`durability`]: `--fsync` policies and the once-a-second sync.
+//!   [`durability`]: `--fsync` policies and the once-a-second sync;
+//! - [`cluster`]: cluster mode (hash slots, redirections, slot migration).
 //!
 //! ```no_run
 //! use sepkv_server::{serve, Config};
@@ -30,6 +31,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod cluster;
 pub mod command;
 pub mod commands;
 pub mod config;
