@@ -261,24 +261,6 @@ pub static COMMANDS: &[Spec] = &[
         Handler::Read(keycmds::randomkey)
     ),
     spec!(
-        "rename",
-        3,
-        &["write"],
-        1,
-        2,
-        1,
-        Handler::Write(keycmds::rename)
-    ),
-    spec!(
-        "renamenx",
-        3,
-        &["write", "fast"],
-        1,
-        2,
-        1,
-        Handler::Write(keycmds::renamenx)
-    ),
-    spec!(
         "readonly",
         1,
         CONN,
@@ -295,6 +277,24 @@ pub static COMMANDS: &[Spec] = &[
         0,
         0,
         Handler::Read(cluster::readonly)
+    ),
+    spec!(
+        "rename",
+        3,
+        &["write"],
+        1,
+        2,
+        1,
+        Handler::Write(keycmds::rename)
+    ),
+    spec!(
+        "renamenx",
+        3,
+        &["write", "fast"],
+        1,
+        2,
+        1,
+        Handler::Write(keycmds::renamenx)
     ),
     spec!("reset", 1, CONN, 0, 0, 0, Handler::Read(connection::reset)),
     spec!(
