@@ -6,9 +6,9 @@
 //! runs on the connection's task, reading the keyspace without a lock and
 //! writing through one [`crate::keyspace::Txn`].
 
-use crate::commands::{connection, keyspace as keycmds, server, strings};
+use crate::commands::{connection, hashes, keyspace as keycmds, server, strings};
 use crate::keys::MAX_USER_KEY;
-use crate::keyspace::Txn;
+use crate::keyspace::{Reader, Txn, Value};
 use crate::resp::Reply;
 use crate::state::{ClientState, Shared};
 use bytes::Bytes;
@@ -22,6 +22,36 @@ pub struct Ctx<'a> {
     pub shared: &'a Shared,
     /// This connection's state.
     pub client: &'a mut ClientState,
+    /// Inside `EXEC`: the transaction that reads go through (they see its
+    /// writes), `None` otherwise.
+    pub txn: Option<&'a mut dyn Reader>,
+}
+
+impl<'a> Ctx<'a> {
+    /// A context outside `EXEC`.
+    pub fn new(shared: &'a Shared, client: &'a mut ClientState) -> Ctx<'a> {
+        Ctx {
+            shared,
+            client,
+            txn: None,
+        }
+    }
+
+    /// Runs `f` on the keyspace as this command sees it.
+    pub fn read<R>(&mut self, f: impl FnOnce(&mut dyn Reader) -> R) -> R {
+        match self.txn.as_deref_mut() {
+            Some(t) => f(t),
+            None => f(&mut self.shared.ks.reader()),
+        }
+    }
+
+    /// The live value of `key` as this command sees it.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn get(&mut self, key: &[u8], now: u64) -> Result<Option<Value>, sepkv::Error> {
+        self.read(|r| r.get(key, now))
+    }
 }
 
 /// How a command runs.
@@ -167,6 +197,7 @@ pub static COMMANDS: &[Spec] = &[
         Handler::Read(strings::getrange)
     ),
     spec!("getset", 3, WF, 1, 1, 1, Handler::Write(strings::getset)),
+    spec!("hdel", -3, WF, 1, 1, 1, Handler::Write(hashes::hdel)),
     spec!(
         "hello",
         -1,
@@ -175,6 +206,69 @@ pub static COMMANDS: &[Spec] = &[
         0,
         0,
         Handler::Read(connection::hello)
+    ),
+    spec!("hexists", 3, R, 1, 1, 1, Handler::Read(hashes::hexists)),
+    spec!("hget", 3, R, 1, 1, 1, Handler::Read(hashes::hget)),
+    spec!(
+        "hgetall",
+        2,
+        &["readonly"],
+        1,
+        1,
+        1,
+        Handler::Read(hashes::hgetall)
+    ),
+    spec!("hincrby", 4, WF, 1, 1, 1, Handler::Write(hashes::hincrby)),
+    spec!(
+        "hincrbyfloat",
+        4,
+        WF,
+        1,
+        1,
+        1,
+        Handler::Write(hashes::hincrbyfloat)
+    ),
+    spec!(
+        "hkeys",
+        2,
+        &["readonly"],
+        1,
+        1,
+        1,
+        Handler::Read(hashes::hkeys)
+    ),
+    spec!("hlen", 2, R, 1, 1, 1, Handler::Read(hashes::hlen)),
+    spec!("hmget", -3, R, 1, 1, 1, Handler::Read(hashes::hmget)),
+    spec!("hmset", -4, WF, 1, 1, 1, Handler::Write(hashes::hmset)),
+    spec!(
+        "hrandfield",
+        -2,
+        &["readonly"],
+        1,
+        1,
+        1,
+        Handler::Read(hashes::hrandfield)
+    ),
+    spec!(
+        "hscan",
+        -3,
+        &["readonly"],
+        1,
+        1,
+        1,
+        Handler::Read(hashes::hscan)
+    ),
+    spec!("hset", -4, WF, 1, 1, 1, Handler::Write(hashes::hset)),
+    spec!("hsetnx", 4, WF, 1, 1, 1, Handler::Write(hashes::hsetnx)),
+    spec!("hstrlen", 3, R, 1, 1, 1, Handler::Read(hashes::hstrlen)),
+    spec!(
+        "hvals",
+        2,
+        &["readonly"],
+        1,
+        1,
+        1,
+        Handler::Read(hashes::hvals)
     ),
     spec!("incr", 2, WF, 1, 1, 1, Handler::Write(strings::incr)),
     spec!("incrby", 3, WF, 1, 1, 1, Handler::Write(strings::incrby)),

@@ -255,13 +255,7 @@ async fn serve_client(
             match parse_request(&mut rbuf) {
                 Ok(Some(args)) if args.is_empty() => continue,
                 Ok(Some(args)) => {
-                    let checked = check(
-                        &mut Ctx {
-                            shared,
-                            client: &mut *client,
-                        },
-                        &args,
-                    );
+                    let checked = check(&mut Ctx::new(shared, &mut *client), &args);
                     match checked {
                         Ok(spec) if is_write(spec) => {
                             write_bytes += writer::size(&args);
@@ -276,14 +270,9 @@ async fn serve_client(
                             flush_writes(shared, &mut writes, client.proto, &mut wbuf).await;
                             write_bytes = 0;
                             let reply = match other {
-                                Ok(spec) => run_read(
-                                    &mut Ctx {
-                                        shared,
-                                        client: &mut *client,
-                                    },
-                                    spec,
-                                    &args,
-                                ),
+                                Ok(spec) => {
+                                    run_read(&mut Ctx::new(shared, &mut *client), spec, &args)
+                                }
                                 Err(r) => r,
                             };
                             reply.encode(client.proto, &mut wbuf);

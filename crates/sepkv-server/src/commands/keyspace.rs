@@ -13,6 +13,7 @@ use rand::Rng;
 pub fn type_name(v: &Value) -> &'static str {
     match v.kind {
         TYPE_STRING => "string",
+        keys::TYPE_HASH => "hash",
         _ => "unknown",
     }
 }
@@ -32,7 +33,7 @@ pub fn exists(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
     let now = now_ms();
     let mut n = 0;
     for k in &a[1..] {
-        n += i64::from(ctx.shared.ks.get(k, now)?.is_some());
+        n += i64::from(ctx.get(k, now)?.is_some());
     }
     Ok(Reply::Int(n))
 }
@@ -40,11 +41,7 @@ pub fn exists(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
 /// `TYPE key`.
 pub fn type_(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
     Ok(Reply::Status(
-        ctx.shared
-            .ks
-            .get(&a[1], now_ms())?
-            .as_ref()
-            .map_or("none", type_name),
+        ctx.get(&a[1], now_ms())?.as_ref().map_or("none", type_name),
     ))
 }
 
@@ -142,7 +139,7 @@ pub fn pexpireat(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
 /// TTL-like replies: -2 missing, -1 no TTL, else `f(expire, now)`.
 fn ttl_generic(ctx: &mut Ctx<'_>, key: &[u8], f: impl Fn(u64, u64) -> i64) -> CmdResult {
     let now = now_ms();
-    Ok(Reply::Int(match ctx.shared.ks.get(key, now)? {
+    Ok(Reply::Int(match ctx.get(key, now)? {
         None => -2,
         Some(v) if v.expire == 0 => -1,
         Some(v) => f(v.expire, now),
@@ -195,6 +192,11 @@ fn rename_generic(t: &mut Txn<'_>, a: &[Bytes], nx: bool) -> CmdResult {
     if nx && t.get(&a[2], now)?.is_some() {
         return Ok(Reply::Int(0));
     }
+    let v = if v.kind == keys::TYPE_HASH {
+        super::hashes::copy_fields(t, &a[1], &a[2], &v)?
+    } else {
+        v
+    };
     t.del(&a[1], now)?;
     t.set(&a[2], v, now)?;
     Ok(if nx { Reply::Int(1) } else { Reply::OK })
