@@ -12,10 +12,11 @@
 //! replies and closes; then the background threads stop and the caller
 //! closes the database.
 
-use crate::command::{check, is_write, run_read, Ctx};
+use crate::command::{check, is_write, Ctx};
 use crate::config::Config;
 use crate::durability::Durability;
 use crate::keyspace::Keyspace;
+use crate::multi;
 use crate::resp::{parse_request, Reply};
 use crate::state::{ClientInfo, ClientLive, ClientState, Cursors, ServerStats, Shared};
 use crate::writer::{self, Commands, Writer};
@@ -229,8 +230,10 @@ async fn connection(
         last_command: "NULL",
         close: false,
         info,
+        tx: Default::default(),
     };
     serve_client(shared, &mut sock, &mut client, &mut shutdown).await;
+    client.tx.reset(shared);
     let _ = sock.shutdown().await;
     shared
         .clients
@@ -257,7 +260,7 @@ async fn serve_client(
                 Ok(Some(args)) => {
                     let checked = check(&mut Ctx::new(shared, &mut *client), &args);
                     match checked {
-                        Ok(spec) if is_write(spec) => {
+                        Ok(spec) if is_write(spec) && !client.tx.in_multi() => {
                             write_bytes += writer::size(&args);
                             writes.push((spec, args));
                             if writes.len() >= 1024 || write_bytes >= 16 << 20 {
@@ -271,9 +274,12 @@ async fn serve_client(
                             write_bytes = 0;
                             let reply = match other {
                                 Ok(spec) => {
-                                    run_read(&mut Ctx::new(shared, &mut *client), spec, &args)
+                                    multi::dispatch(&mut Ctx::new(shared, &mut *client), spec, args)
                                 }
-                                Err(r) => r,
+                                Err(r) => {
+                                    client.tx.refused();
+                                    r
+                                }
                             };
                             reply.encode(client.proto, &mut wbuf);
                         }
