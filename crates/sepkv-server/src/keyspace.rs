@@ -116,7 +116,17 @@ pub trait Reader {
     ) -> Result<(Fields, Option<Vec<u8>>), Error>;
     /// Live keys (`DBSIZE`).
     fn dbsize(&self) -> u64;
+    /// Up to `count` key records from engine key `from`, as
+    /// [`Keyspace::scan`].
+    ///
+    /// # Errors
+    /// Engine errors.
+    fn scan(&mut self, from: &[u8], count: usize, now: u64) -> Result<ScanPage, Error>;
 }
+
+/// A page of keys: the live `(user key, value)` pairs in key order and the
+/// engine key to continue from (`None` at the end of the key space).
+pub type ScanPage = (Vec<(Vec<u8>, Value)>, Option<Vec<u8>>);
 
 /// [`Reader`] of the committed keyspace.
 pub struct KeyspaceReader<'a>(pub &'a Keyspace);
@@ -139,6 +149,9 @@ impl Reader for KeyspaceReader<'_> {
     }
     fn dbsize(&self) -> u64 {
         self.0.len()
+    }
+    fn scan(&mut self, from: &[u8], count: usize, now: u64) -> Result<ScanPage, Error> {
+        self.0.scan(from, count, now)
     }
 }
 
@@ -533,6 +546,26 @@ impl Reader for Txn<'_> {
     }
     fn dbsize(&self) -> u64 {
         self.meta.count
+    }
+    /// The committed page with this transaction's changes in its key
+    /// range applied.
+    fn scan(&mut self, from: &[u8], count: usize, now: u64) -> Result<ScanPage, Error> {
+        let (mut found, next) = self.ks.scan(from, count, now)?;
+        if self.flushed {
+            // Every committed key belongs to a flushed generation.
+            found.clear();
+        }
+        let in_page = |rk: &[u8]| rk >= from && next.as_deref().is_none_or(|n| rk < n);
+        found.retain(|(k, _)| !self.seen.contains_key(k));
+        for (k, v) in &self.seen {
+            if let Some(v) = v {
+                if in_page(&keys::record_key(k)) {
+                    found.push((k.clone(), v.clone()));
+                }
+            }
+        }
+        found.sort_by_cached_key(|(k, _)| keys::record_key(k));
+        Ok((found, next))
     }
 }
 

@@ -341,6 +341,14 @@ pub fn hscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
         .filter(|s| !s.starts_with('+'))
         .and_then(|s| s.parse::<u64>().ok())
         .ok_or_else(|| Reply::err("invalid cursor"))?;
+    // As Redis: the key is looked up before the options are parsed.
+    let key = &a[1];
+    let Some(h) = ctx.read(|r| hash_at(r, key, now_ms()))? else {
+        return Ok(Reply::Array(vec![
+            Reply::bulk("0"),
+            Reply::Array(Vec::new()),
+        ]));
+    };
     let (mut pat, mut count) = (None, 10i64);
     let mut i = 3;
     while i < a.len() {
@@ -357,13 +365,6 @@ pub fn hscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
         }
         i += 2;
     }
-    let key = &a[1];
-    let Some(h) = ctx.read(|r| hash_at(r, key, now_ms()))? else {
-        return Ok(Reply::Array(vec![
-            Reply::bulk("0"),
-            Reply::Array(Vec::new()),
-        ]));
-    };
     let prefix = keys::field_prefix(key, h.version);
     let from = if cursor == 0 {
         Vec::new()

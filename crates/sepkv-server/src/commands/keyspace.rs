@@ -246,10 +246,7 @@ pub fn scan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
             .unwrap_or_else(|p| p.into_inner())
             .resume(cursor)
     };
-    let (found, next) = ctx
-        .shared
-        .ks
-        .scan(&from, count.min(100_000) as usize, now_ms())?;
+    let (found, next) = ctx.read(|r| r.scan(&from, count.min(100_000) as usize, now_ms()))?;
     let keys = found
         .into_iter()
         .filter(|(k, v)| {
@@ -279,7 +276,7 @@ pub fn keys(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
     let mut out = Vec::new();
     let mut from = Vec::new();
     loop {
-        let (found, next) = ctx.shared.ks.scan(&from, 1024, now)?;
+        let (found, next) = ctx.read(|r| r.scan(&from, 1024, now))?;
         out.extend(
             found
                 .into_iter()
@@ -295,7 +292,7 @@ pub fn keys(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
 
 /// `RANDOMKEY`: the first live key at or after a random slot (wrapping).
 pub fn randomkey(ctx: &mut Ctx<'_>, _: &[Bytes]) -> CmdResult {
-    if ctx.shared.ks.is_empty() {
+    if ctx.read(|r| r.dbsize()) == 0 {
         return Ok(Reply::Nil);
     }
     let now = now_ms();
@@ -304,7 +301,7 @@ pub fn randomkey(ctx: &mut Ctx<'_>, _: &[Bytes]) -> CmdResult {
         let mut from = start;
         // Bounded: a key space of expired keys ends in nil.
         for _ in 0..64 {
-            let (found, next) = ctx.shared.ks.scan(&from, 64, now)?;
+            let (found, next) = ctx.read(|r| r.scan(&from, 64, now))?;
             if let Some((k, _)) = found.into_iter().next() {
                 return Ok(Reply::bulk(k));
             }
