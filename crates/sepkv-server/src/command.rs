@@ -7,9 +7,10 @@
 //! writing through one [`crate::keyspace::Txn`].
 
 use crate::cluster::commands as cluster;
-use crate::commands::{connection, keyspace as keycmds, server, strings};
+use crate::commands::{connection, hashes, keyspace as keycmds, server, strings};
 use crate::keys::MAX_USER_KEY;
-use crate::keyspace::Txn;
+use crate::keyspace::{Reader, Txn, Value};
+use crate::multi;
 use crate::resp::Reply;
 use crate::state::{ClientState, Shared};
 use bytes::Bytes;
@@ -23,6 +24,36 @@ pub struct Ctx<'a> {
     pub shared: &'a Shared,
     /// This connection's state.
     pub client: &'a mut ClientState,
+    /// Inside `EXEC`: the transaction that reads go through (they see its
+    /// writes), `None` otherwise.
+    pub txn: Option<&'a mut dyn Reader>,
+}
+
+impl<'a> Ctx<'a> {
+    /// A context outside `EXEC`.
+    pub fn new(shared: &'a Shared, client: &'a mut ClientState) -> Ctx<'a> {
+        Ctx {
+            shared,
+            client,
+            txn: None,
+        }
+    }
+
+    /// Runs `f` on the keyspace as this command sees it.
+    pub fn read<R>(&mut self, f: impl FnOnce(&mut dyn Reader) -> R) -> R {
+        match self.txn.as_deref_mut() {
+            Some(t) => f(t),
+            None => f(&mut self.shared.ks.reader()),
+        }
+    }
+
+    /// The live value of `key` as this command sees it.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn get(&mut self, key: &[u8], now: u64) -> Result<Option<Value>, sepkv::Error> {
+        self.read(|r| r.get(key, now))
+    }
 }
 
 /// How a command runs.
@@ -57,6 +88,7 @@ const W: &[&str] = &["write", "denyoom"];
 const R: &[&str] = &["readonly", "fast"];
 const WF: &[&str] = &["write", "denyoom", "fast"];
 const CONN: &[&str] = &["fast", "loading", "stale"];
+const TX: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
 const NOAUTH: &[&str] = &["noscript", "loading", "stale", "fast", "no_auth"];
 
 macro_rules! spec {
@@ -126,7 +158,17 @@ pub static COMMANDS: &[Spec] = &[
         1,
         Handler::Write(keycmds::del)
     ),
+    spec!("discard", 1, TX, 0, 0, 0, Handler::Read(multi::discard)),
     spec!("echo", 2, CONN, 0, 0, 0, Handler::Read(connection::echo)),
+    spec!(
+        "exec",
+        1,
+        &["noscript", "loading", "stale", "skip_slowlog"],
+        0,
+        0,
+        0,
+        Handler::Read(multi::exec)
+    ),
     spec!("exists", -2, R, 1, -1, 1, Handler::Read(keycmds::exists)),
     spec!("expire", -3, WF, 1, 1, 1, Handler::Write(keycmds::expire)),
     spec!(
@@ -178,6 +220,7 @@ pub static COMMANDS: &[Spec] = &[
         Handler::Read(strings::getrange)
     ),
     spec!("getset", 3, WF, 1, 1, 1, Handler::Write(strings::getset)),
+    spec!("hdel", -3, WF, 1, 1, 1, Handler::Write(hashes::hdel)),
     spec!(
         "hello",
         -1,
@@ -186,6 +229,69 @@ pub static COMMANDS: &[Spec] = &[
         0,
         0,
         Handler::Read(connection::hello)
+    ),
+    spec!("hexists", 3, R, 1, 1, 1, Handler::Read(hashes::hexists)),
+    spec!("hget", 3, R, 1, 1, 1, Handler::Read(hashes::hget)),
+    spec!(
+        "hgetall",
+        2,
+        &["readonly"],
+        1,
+        1,
+        1,
+        Handler::Read(hashes::hgetall)
+    ),
+    spec!("hincrby", 4, WF, 1, 1, 1, Handler::Write(hashes::hincrby)),
+    spec!(
+        "hincrbyfloat",
+        4,
+        WF,
+        1,
+        1,
+        1,
+        Handler::Write(hashes::hincrbyfloat)
+    ),
+    spec!(
+        "hkeys",
+        2,
+        &["readonly"],
+        1,
+        1,
+        1,
+        Handler::Read(hashes::hkeys)
+    ),
+    spec!("hlen", 2, R, 1, 1, 1, Handler::Read(hashes::hlen)),
+    spec!("hmget", -3, R, 1, 1, 1, Handler::Read(hashes::hmget)),
+    spec!("hmset", -4, WF, 1, 1, 1, Handler::Write(hashes::hmset)),
+    spec!(
+        "hrandfield",
+        -2,
+        &["readonly"],
+        1,
+        1,
+        1,
+        Handler::Read(hashes::hrandfield)
+    ),
+    spec!(
+        "hscan",
+        -3,
+        &["readonly"],
+        1,
+        1,
+        1,
+        Handler::Read(hashes::hscan)
+    ),
+    spec!("hset", -4, WF, 1, 1, 1, Handler::Write(hashes::hset)),
+    spec!("hsetnx", 4, WF, 1, 1, 1, Handler::Write(hashes::hsetnx)),
+    spec!("hstrlen", 3, R, 1, 1, 1, Handler::Read(hashes::hstrlen)),
+    spec!(
+        "hvals",
+        2,
+        &["readonly"],
+        1,
+        1,
+        1,
+        Handler::Read(hashes::hvals)
     ),
     spec!("incr", 2, WF, 1, 1, 1, Handler::Write(strings::incr)),
     spec!("incrby", 3, WF, 1, 1, 1, Handler::Write(strings::incrby)),
@@ -219,6 +325,7 @@ pub static COMMANDS: &[Spec] = &[
     spec!("mget", -2, R, 1, -1, 1, Handler::Read(strings::mget)),
     spec!("mset", -3, W, 1, -1, 2, Handler::Write(strings::mset)),
     spec!("msetnx", -3, W, 1, -1, 2, Handler::Write(strings::msetnx)),
+    spec!("multi", 1, TX, 0, 0, 0, Handler::Read(multi::multi)),
     spec!(
         "persist",
         2,
@@ -332,6 +439,8 @@ pub static COMMANDS: &[Spec] = &[
     spec!("ttl", 2, R, 1, 1, 1, Handler::Read(keycmds::ttl)),
     spec!("type", 2, R, 1, 1, 1, Handler::Read(keycmds::type_)),
     spec!("unlink", -2, WF, 1, -1, 1, Handler::Write(keycmds::del)),
+    spec!("unwatch", 1, TX, 0, 0, 0, Handler::Read(multi::unwatch)),
+    spec!("watch", -2, TX, 1, -1, 1, Handler::Read(multi::watch)),
 ];
 
 /// The table entry of `name` (lower case).
@@ -425,29 +534,40 @@ pub fn check(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<&'static Spec, Reply> 
     if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
         return Err(arity_error(spec.name));
     }
-    if spec.first_key > 0 {
-        let last = if spec.last_key < 0 {
-            n + spec.last_key
-        } else {
-            spec.last_key.min(n - 1)
-        };
-        let mut i = spec.first_key;
-        while i <= last {
-            let k = &args[i as usize];
-            if k.len() > MAX_USER_KEY {
-                return Err(Reply::err(format!(
-                    "key of {} bytes exceeds sepkv's key limit of {MAX_USER_KEY} bytes",
-                    k.len()
-                )));
-            }
-            i += spec.step;
-        }
+    if let Some(k) = command_keys(spec, args)
+        .into_iter()
+        .find(|k| k.len() > MAX_USER_KEY)
+    {
+        return Err(Reply::err(format!(
+            "key of {} bytes exceeds sepkv's key limit of {MAX_USER_KEY} bytes",
+            k.len()
+        )));
     }
     ctx.shared
         .stats
         .commands
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(spec)
+}
+
+/// The keys a command names, from its table entry's key positions (as
+/// Redis's `COMMAND GETKEYS`): what a cluster checks for one slot, for a
+/// single command or for every command of a transaction. `args[0]` is the
+/// command name; arity is assumed checked.
+pub fn command_keys<'a>(spec: &Spec, args: &'a [Bytes]) -> Vec<&'a Bytes> {
+    if spec.first_key <= 0 {
+        return Vec::new();
+    }
+    let n = args.len() as i32;
+    let last = if spec.last_key < 0 {
+        n + spec.last_key
+    } else {
+        spec.last_key.min(n - 1)
+    };
+    (spec.first_key..=last)
+        .step_by(spec.step.max(1) as usize)
+        .map(|i| &args[i as usize])
+        .collect()
 }
 
 /// Redis's strict integer parsing (`string2ll`): optional `-`, no `+`, no
@@ -497,6 +617,30 @@ mod tests {
     #[test]
     fn table_is_sorted() {
         assert!(COMMANDS.windows(2).all(|w| w[0].name < w[1].name));
+    }
+
+    #[test]
+    fn keys_of_commands() {
+        let args = |s: &str| {
+            s.split(' ')
+                .map(|w| Bytes::from(w.to_string()))
+                .collect::<Vec<_>>()
+        };
+        let keys = |s: &str| {
+            let a = args(s);
+            let spec = lookup(&String::from_utf8_lossy(&a[0])).unwrap();
+            command_keys(spec, &a)
+                .into_iter()
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(keys("mset a 1 b 2"), ["a", "b"]);
+        assert_eq!(keys("hset h f v"), ["h"]);
+        assert_eq!(keys("rename x y"), ["x", "y"]);
+        assert_eq!(keys("del a b c"), ["a", "b", "c"]);
+        assert_eq!(keys("watch a b"), ["a", "b"]);
+        assert!(keys("ping").is_empty());
+        assert!(keys("exec").is_empty());
     }
 
     #[test]

@@ -21,15 +21,37 @@
 //! - The record kind byte `'k'` marks the key record (the metadata record
 //!   of a Redis key; for a string it holds the value itself). Later types
 //!   add sub-key kinds after the same slot and user key prefix.
-//! - `type` is the Redis type: `1` = string.
+//! - `type` is the Redis type: `1` = string, `2` = hash.
 //! - `gen` is the keyspace generation the record was written in: `FLUSHDB`
 //!   bumps the generation, and a record of an older one is absent.
 //! - `expire` is the absolute expiry in Unix milliseconds, `0` for none.
 //!
+//! A hash's key record is its metadata: its payload is the hash's
+//! *version* and its field count. Each field is one more record, under the
+//! same slot, after the key and the version:
+//!
+//! ```text
+//! hash payload:      | version u64 BE | field count u64 BE |
+//! field record key:  +----------+------+-------------+----------+-------------+-------+
+//!                    | slot u16 | 'h'  | key len u16 | user key | version u64 | field |
+//!                    | BE       | 1 B  | BE          |          | BE          |       |
+//!                    +----------+------+-------------+----------+-------------+-------+
+//! field record value: the field's value, as is.
+//! ```
+//!
+//! A version is drawn from a counter in the metadata record and never
+//! reused, so a hash that is deleted, expires, is overwritten or is flushed
+//! changes its key record only (O(1) whatever its size): the field records
+//! of other versions are dead, invisible to reads, and are dropped by the
+//! server's compaction filter ([`crate::filter`]). A field's record key
+//! obeys the engine's key limit ([`field_key_len`]).
+//!
 //! Two more kinds of records live above every slot (first byte `0xFF`):
 //!
 //! ```text
-//! 0xFF 'm'                          -> gen u32 | count u64 | expires u64 | reclaimed-below gen u32 (BE)
+//! 0xFF 'm'                          -> gen u32 | count u64 | expires u64 | reclaimed-below gen u32
+//!                                      | next hash version u64 (BE; absent in records written
+//!                                        before hashes, read as 1)
 //! 0xFF 'e' | slot u16 BE | user key -> expire u64 BE | gen u32 BE
 //! ```
 //!
@@ -55,6 +77,12 @@ pub const SLOTS: u16 = 16384;
 pub const KIND_KEY: u8 = b'k';
 /// Redis type byte: string.
 pub const TYPE_STRING: u8 = 1;
+/// Redis type byte: hash.
+pub const TYPE_HASH: u8 = 2;
+/// Record kind byte of a hash field record.
+pub const KIND_FIELD: u8 = b'h';
+/// Bytes of a hash field record's key besides the user key and the field.
+pub const FIELD_OVERHEAD: usize = 13;
 /// Bytes before a key record's payload.
 pub const HEADER: usize = 13;
 /// Prefix of the keyspace metadata record.
@@ -140,6 +168,59 @@ pub fn expire_key(user: &[u8]) -> Vec<u8> {
     k
 }
 
+/// The engine key length of field `field` of hash `user`.
+pub fn field_key_len(user: &[u8], field: &[u8]) -> usize {
+    FIELD_OVERHEAD + user.len() + field.len()
+}
+
+/// The prefix every field record of `user`'s hash version `version` starts
+/// with (the field follows it).
+pub fn field_prefix(user: &[u8], version: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(FIELD_OVERHEAD + user.len() + 16);
+    k.extend_from_slice(&slot(user).to_be_bytes());
+    k.push(KIND_FIELD);
+    // User keys are at most `MAX_USER_KEY` < 65536 bytes.
+    k.extend_from_slice(&(user.len() as u16).to_be_bytes());
+    k.extend_from_slice(user);
+    k.extend_from_slice(&version.to_be_bytes());
+    k
+}
+
+/// The engine key of field `field` of `user`'s hash version `version`.
+pub fn field_key(user: &[u8], version: u64, field: &[u8]) -> Vec<u8> {
+    let mut k = field_prefix(user, version);
+    k.extend_from_slice(field);
+    k
+}
+
+/// A field record's engine key split into user key, version and field;
+/// `None` for other records.
+pub fn parse_field_key(k: &[u8]) -> Option<(&[u8], u64, &[u8])> {
+    if k.len() < 5 || k[0] >= 0x40 || k[2] != KIND_FIELD {
+        return None;
+    }
+    let len = usize::from(u16::from_be_bytes([k[3], k[4]]));
+    let user = k.get(5..5 + len)?;
+    let version = u64::from_be_bytes(k.get(5 + len..13 + len)?.try_into().ok()?);
+    Some((user, version, &k[13 + len..]))
+}
+
+/// A hash's key record payload: version and field count.
+pub fn hash_payload(version: u64, count: u64) -> Vec<u8> {
+    let mut v = Vec::with_capacity(16);
+    v.extend_from_slice(&version.to_be_bytes());
+    v.extend_from_slice(&count.to_be_bytes());
+    v
+}
+
+/// Version and field count of a hash's key record payload.
+pub fn parse_hash_payload(p: &[u8]) -> Option<(u64, u64)> {
+    Some((
+        u64::from_be_bytes(p.get(0..8)?.try_into().ok()?),
+        u64::from_be_bytes(p.get(8..16)?.try_into().ok()?),
+    ))
+}
+
 /// A decoded key record value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
@@ -199,29 +280,35 @@ pub struct Meta {
     pub expires: u64,
     /// Records of generations below this are gone from disk.
     pub reclaimed_below: u32,
+    /// The version the next new hash gets.
+    pub next_version: u64,
 }
 
 impl Meta {
     /// Encodes the metadata value.
     pub fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(24);
+        let mut v = Vec::with_capacity(32);
         v.extend_from_slice(&self.gen.to_be_bytes());
         v.extend_from_slice(&self.count.to_be_bytes());
         v.extend_from_slice(&self.expires.to_be_bytes());
         v.extend_from_slice(&self.reclaimed_below.to_be_bytes());
+        v.extend_from_slice(&self.next_version.to_be_bytes());
         v
     }
 
-    /// Decodes the metadata value.
+    /// Decodes the metadata value (24 bytes before hashes, 32 since).
     pub fn decode(v: &[u8]) -> Option<Meta> {
-        if v.len() != 24 {
-            return None;
-        }
+        let next_version = match v.len() {
+            24 => 1,
+            32 => u64::from_be_bytes(v[24..32].try_into().ok()?),
+            _ => return None,
+        };
         Some(Meta {
             gen: u32::from_be_bytes(v[0..4].try_into().ok()?),
             count: u64::from_be_bytes(v[4..12].try_into().ok()?),
             expires: u64::from_be_bytes(v[12..20].try_into().ok()?),
             reclaimed_below: u32::from_be_bytes(v[20..24].try_into().ok()?),
+            next_version,
         })
     }
 }
@@ -337,8 +424,16 @@ mod tests {
             count: 10,
             expires: 4,
             reclaimed_below: 2,
+            next_version: 9,
         };
         assert_eq!(Meta::decode(&m.encode()), Some(m));
+        let old = Meta::decode(&m.encode()[..24]).unwrap();
+        assert_eq!(old.next_version, 1);
+        let f = field_key(b"h{x}", 7, b"field");
+        assert_eq!(f.len(), field_key_len(b"h{x}", b"field"));
+        assert_eq!(parse_field_key(&f), Some((&b"h{x}"[..], 7, &b"field"[..])));
+        assert!(parse_field_key(&record_key(b"h")).is_none());
+        assert_eq!(parse_hash_payload(&hash_payload(3, 4)), Some((3, 4)));
     }
 
     #[test]

@@ -23,9 +23,9 @@
 
 use crate::keys::{self, Meta, Record, EXPIRE_PREFIX, META_KEY, TYPE_STRING};
 use sepkv::{Db, Error, WriteBatch, WriteOptions};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -78,8 +78,137 @@ pub struct Keyspace {
     gen: AtomicU32,
     count: AtomicU64,
     expires: AtomicU64,
+    /// Watched keys: watchers and the number of changes seen (`WATCH`).
+    watched: Mutex<HashMap<Vec<u8>, (usize, u64)>>,
+    watching: AtomicUsize,
     /// Statistics.
     pub stats: KeyStats,
+}
+
+/// Hash fields as `(field, value)`, in field order.
+pub type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// Reads of the keyspace, either as committed ([`Keyspace::reader`]) or as
+/// a transaction sees them ([`Txn`]): what a read command needs, so that
+/// the same command runs alone or inside `MULTI`/`EXEC`.
+pub trait Reader {
+    /// The live value of `key`.
+    ///
+    /// # Errors
+    /// Engine errors.
+    fn get(&mut self, key: &[u8], now: u64) -> Result<Option<Value>, Error>;
+    /// The value of `field` of hash `key` version `version`.
+    ///
+    /// # Errors
+    /// Engine errors.
+    fn field(&mut self, key: &[u8], version: u64, field: &[u8]) -> Result<Option<Vec<u8>>, Error>;
+    /// Up to `n` fields of hash `key` version `version` from field `from`
+    /// (inclusive), and the field to continue from (`None` at the end).
+    ///
+    /// # Errors
+    /// Engine errors.
+    fn fields(
+        &mut self,
+        key: &[u8],
+        version: u64,
+        from: &[u8],
+        n: usize,
+    ) -> Result<(Fields, Option<Vec<u8>>), Error>;
+    /// Live keys (`DBSIZE`).
+    fn dbsize(&self) -> u64;
+    /// Up to `count` key records from engine key `from`, as
+    /// [`Keyspace::scan`].
+    ///
+    /// # Errors
+    /// Engine errors.
+    fn scan(&mut self, from: &[u8], count: usize, now: u64) -> Result<ScanPage, Error>;
+}
+
+/// A page of keys: the live `(user key, value)` pairs in key order and the
+/// engine key to continue from (`None` at the end of the key space).
+pub type ScanPage = (Vec<(Vec<u8>, Value)>, Option<Vec<u8>>);
+
+/// [`Reader`] of the committed keyspace.
+pub struct KeyspaceReader<'a>(pub &'a Keyspace);
+
+impl Reader for KeyspaceReader<'_> {
+    fn get(&mut self, key: &[u8], now: u64) -> Result<Option<Value>, Error> {
+        self.0.get(key, now)
+    }
+    fn field(&mut self, key: &[u8], version: u64, field: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        self.0.db.get(keys::field_key(key, version, field))
+    }
+    fn fields(
+        &mut self,
+        key: &[u8],
+        version: u64,
+        from: &[u8],
+        n: usize,
+    ) -> Result<(Fields, Option<Vec<u8>>), Error> {
+        scan_fields(&self.0.db, &BTreeMap::new(), key, version, from, n)
+    }
+    fn dbsize(&self) -> u64 {
+        self.0.len()
+    }
+    fn scan(&mut self, from: &[u8], count: usize, now: u64) -> Result<ScanPage, Error> {
+        self.0.scan(from, count, now)
+    }
+}
+
+/// Up to `n` fields of a hash version from field `from` on: the engine's
+/// records merged with a transaction's pending ones (`overlay`, by engine
+/// key, `None` for a deleted field).
+fn scan_fields(
+    db: &Db,
+    overlay: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    key: &[u8],
+    version: u64,
+    from: &[u8],
+    n: usize,
+) -> Result<(Fields, Option<Vec<u8>>), Error> {
+    let prefix = keys::field_prefix(key, version);
+    let mut lower = prefix.clone();
+    lower.extend_from_slice(from);
+    let upper = keys::field_prefix(key, version + 1);
+    let range = (Bound::Included(&lower[..]), Bound::Excluded(&upper[..]));
+    let mut pending = overlay
+        .range::<[u8], _>((Bound::Included(&lower[..]), Bound::Excluded(&upper[..])))
+        .peekable();
+    let mut disk = db.scan(range, false)?.peekable();
+    let mut out = Vec::new();
+    loop {
+        // The next record in key order; a pending one hides the engine's.
+        if matches!(disk.peek(), Some(Err(_))) {
+            if let Some(Err(e)) = disk.next() {
+                return Err(e);
+            }
+        }
+        let from_pending = match (disk.peek(), pending.peek()) {
+            (Some(Ok((dk, _))), Some((pk, _))) => pk.as_slice() <= dk.as_slice(),
+            (None, Some(_)) => true,
+            _ => false,
+        };
+        let (k, v) = match (from_pending, pending.peek()) {
+            (true, Some(&(pk, pv))) => {
+                if matches!(disk.peek(), Some(Ok((dk, _))) if dk == pk) {
+                    disk.next();
+                }
+                pending.next();
+                (pk.clone(), pv.clone())
+            }
+            _ => match disk.next() {
+                Some(Ok((k, v))) => (k, Some(v)),
+                Some(Err(e)) => return Err(e),
+                None => return Ok((out, None)),
+            },
+        };
+        let Some(v) = v else { continue };
+        let field = k[prefix.len()..].to_vec();
+        if out.len() == n {
+            return Ok((out, Some(field)));
+        }
+        out.push((field, v));
+    }
 }
 
 fn corrupt_meta() -> Error {
@@ -99,6 +228,7 @@ impl Keyspace {
                 count: 0,
                 expires: 0,
                 reclaimed_below: 1,
+                next_version: 1,
             },
         };
         Ok(Keyspace {
@@ -107,8 +237,43 @@ impl Keyspace {
             count: AtomicU64::new(meta.count),
             expires: AtomicU64::new(meta.expires),
             writer: Mutex::new(meta),
+            watched: Mutex::new(HashMap::new()),
+            watching: AtomicUsize::new(0),
             stats: KeyStats::default(),
         })
+    }
+
+    /// A [`Reader`] of the committed keyspace.
+    pub fn reader(&self) -> KeyspaceReader<'_> {
+        KeyspaceReader(self)
+    }
+
+    /// Starts watching `key` (`WATCH`); the number of changes seen so far,
+    /// for [`Keyspace::watch_changes`].
+    pub fn watch(&self, key: &[u8]) -> u64 {
+        let mut w = self.watched.lock().unwrap_or_else(|p| p.into_inner());
+        self.watching.fetch_add(1, Ordering::AcqRel);
+        let e = w.entry(key.to_vec()).or_insert((0, 0));
+        e.0 += 1;
+        e.1
+    }
+
+    /// Stops one watch of `key`.
+    pub fn unwatch(&self, key: &[u8]) {
+        let mut w = self.watched.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = w.get_mut(key) {
+            self.watching.fetch_sub(1, Ordering::AcqRel);
+            e.0 -= 1;
+            if e.0 == 0 {
+                w.remove(key);
+            }
+        }
+    }
+
+    /// Changes committed to a watched `key` since watching started.
+    pub fn watch_changes(&self, key: &[u8]) -> u64 {
+        let w = self.watched.lock().unwrap_or_else(|p| p.into_inner());
+        w.get(key).map_or(0, |e| e.1)
     }
 
     /// The engine handle.
@@ -181,6 +346,9 @@ impl Keyspace {
             start,
             batch: WriteBatch::new(),
             seen: HashMap::new(),
+            fields: BTreeMap::new(),
+            changed: HashSet::new(),
+            flushed: false,
         }
     }
 
@@ -348,6 +516,57 @@ pub struct Txn<'a> {
     batch: WriteBatch,
     /// Keys read or written: their state as of this transaction.
     seen: HashMap<Vec<u8>, Option<Value>>,
+    /// Hash field records written, by engine key (`None`: deleted).
+    fields: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Keys changed by a command (for `WATCH`; expiry is not a change).
+    changed: HashSet<Vec<u8>>,
+    /// Whether `FLUSHDB` ran.
+    flushed: bool,
+}
+
+impl Reader for Txn<'_> {
+    fn get(&mut self, key: &[u8], now: u64) -> Result<Option<Value>, Error> {
+        Txn::get(self, key, now)
+    }
+    fn field(&mut self, key: &[u8], version: u64, field: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        let k = keys::field_key(key, version, field);
+        match self.fields.get(&k) {
+            Some(v) => Ok(v.clone()),
+            None => self.ks.db.get(k),
+        }
+    }
+    fn fields(
+        &mut self,
+        key: &[u8],
+        version: u64,
+        from: &[u8],
+        n: usize,
+    ) -> Result<(Fields, Option<Vec<u8>>), Error> {
+        scan_fields(&self.ks.db, &self.fields, key, version, from, n)
+    }
+    fn dbsize(&self) -> u64 {
+        self.meta.count
+    }
+    /// The committed page with this transaction's changes in its key
+    /// range applied.
+    fn scan(&mut self, from: &[u8], count: usize, now: u64) -> Result<ScanPage, Error> {
+        let (mut found, next) = self.ks.scan(from, count, now)?;
+        if self.flushed {
+            // Every committed key belongs to a flushed generation.
+            found.clear();
+        }
+        let in_page = |rk: &[u8]| rk >= from && next.as_deref().is_none_or(|n| rk < n);
+        found.retain(|(k, _)| !self.seen.contains_key(k));
+        for (k, v) in &self.seen {
+            if let Some(v) = v {
+                if in_page(&keys::record_key(k)) {
+                    found.push((k.clone(), v.clone()));
+                }
+            }
+        }
+        found.sort_by_cached_key(|(k, _)| keys::record_key(k));
+        Ok((found, next))
+    }
 }
 
 impl Txn<'_> {
@@ -420,6 +639,48 @@ impl Txn<'_> {
             self.meta.expires = self.meta.expires.saturating_sub(1);
         }
         self.seen.insert(key.to_vec(), Some(v));
+        self.changed.insert(key.to_vec());
+        Ok(())
+    }
+
+    /// Counts `key` as changed for `WATCH` without writing its key record.
+    pub fn touch(&mut self, key: &[u8]) {
+        self.changed.insert(key.to_vec());
+    }
+
+    /// A version for a new hash (never handed out before).
+    pub fn new_version(&mut self) -> u64 {
+        let v = self.meta.next_version.max(1);
+        self.meta.next_version = v + 1;
+        v
+    }
+
+    /// Sets field `field` of hash `key` version `version` (the caller
+    /// updates the hash's key record).
+    ///
+    /// # Errors
+    /// `InvalidArgument` beyond the engine's limits.
+    pub fn put_field(
+        &mut self,
+        key: &[u8],
+        version: u64,
+        field: &[u8],
+        value: Vec<u8>,
+    ) -> Result<(), Error> {
+        let k = keys::field_key(key, version, field);
+        self.batch.put(&k, &value)?;
+        self.fields.insert(k, Some(value));
+        Ok(())
+    }
+
+    /// Deletes field `field` of hash `key` version `version`.
+    ///
+    /// # Errors
+    /// `InvalidArgument` beyond the engine's limits.
+    pub fn del_field(&mut self, key: &[u8], version: u64, field: &[u8]) -> Result<(), Error> {
+        let k = keys::field_key(key, version, field);
+        self.batch.delete(&k)?;
+        self.fields.insert(k, None);
         Ok(())
     }
 
@@ -432,6 +693,7 @@ impl Txn<'_> {
             Some(p) => {
                 self.remove_records(key, p.expire != 0)?;
                 self.seen.insert(key.to_vec(), None);
+                self.changed.insert(key.to_vec());
                 Ok(true)
             }
             None => Ok(false),
@@ -462,7 +724,33 @@ impl Txn<'_> {
         self.meta.count = 0;
         self.meta.expires = 0;
         self.seen.clear();
+        self.fields.clear();
         self.batch.clear();
+        self.flushed = true;
+    }
+
+    /// Counts a commit's changes against the watched keys: every key a
+    /// command changed, and after `FLUSHDB` every watched key that was live
+    /// before it (as Redis).
+    fn touch_watched(&self, start_gen: u32) {
+        if self.ks.watching.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut w = self.ks.watched.lock().unwrap_or_else(|p| p.into_inner());
+        let now = now_ms();
+        for (k, e) in w.iter_mut() {
+            let hit = self.changed.contains(k)
+                || (self.flushed
+                    && self.ks.db.get(keys::record_key(k)).map_or(true, |v| {
+                        v.is_some_and(|v| {
+                            keys::header(&v)
+                                .is_some_and(|(_, g, x)| g == start_gen && (x == 0 || x > now))
+                        })
+                    }));
+            if hit {
+                e.1 += 1;
+            }
+        }
     }
 
     /// Writes the transaction's batch (not synced) and publishes its
@@ -478,6 +766,9 @@ impl Txn<'_> {
         if self.batch.is_empty() {
             return Ok(false);
         }
+        // Before the write: a flushed key is looked up as it was (a failed
+        // write then aborts a watcher's EXEC needlessly, never wrongly).
+        self.touch_watched(self.start.gen);
         let r = self.ks.db.write(&self.batch, WriteOptions::default());
         if let Err(e) = r {
             *self.meta = self.start;

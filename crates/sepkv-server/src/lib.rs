@@ -16,6 +16,7 @@
 //!   key count in the same batch; [`keys`]: the frozen key encoding;
 //! - [`writer`]: every write command runs on one thread, in groups that
 //!   share one engine batch and (with `--fsync always`) one fsync;
+//!   [`multi`]: MULTI/EXEC transactions, one engine batch each;
 //! - [`expire`]: active expiry and the reclaiming of flushed records;
 //!   [`durability`]: `--fsync` policies and the once-a-second sync;
 //! - [`cluster`]: cluster mode (hash slots, redirections, slot migration).
@@ -39,6 +40,7 @@ pub mod durability;
 pub mod expire;
 pub mod keys;
 pub mod keyspace;
+pub mod multi;
 pub mod resp;
 pub mod server;
 pub mod state;

@@ -254,6 +254,13 @@ pub enum Reply {
     Map(Vec<(Reply, Reply)>),
     /// Text for humans (RESP3 verbatim `txt`); a bulk string in RESP2.
     Verbatim(String),
+    /// A set (RESP3 `~`); an array in RESP2.
+    Set(Vec<Reply>),
+    /// Pairs: an array of two-element arrays in RESP3, a flat array in
+    /// RESP2 (`HRANDFIELD … WITHVALUES`).
+    Pairs(Vec<(Reply, Reply)>),
+    /// The null array: `*-1` in RESP2, `_` in RESP3 (an aborted `EXEC`).
+    NilArray,
 }
 
 impl Reply {
@@ -282,6 +289,10 @@ impl Reply {
 
     /// Appends the reply's encoding in protocol `proto` (2 or 3) to `out`.
     pub fn encode(self, proto: u8, out: &mut BytesMut) {
+        if proto < 3 && self == Reply::NilArray {
+            out.extend_from_slice(b"*-1\r\n");
+            return;
+        }
         let res = if proto >= 3 {
             redis_protocol::resp3::encode::complete::extend_encode(out, &self.into_frame3(), false)
         } else {
@@ -299,12 +310,14 @@ impl Reply {
             Reply::Bulk(b) => Frame2::BulkString(b),
             Reply::Nil => Frame2::Null,
             Reply::Array(v) => Frame2::Array(v.into_iter().map(Reply::into_frame2).collect()),
-            Reply::Map(v) => Frame2::Array(
+            Reply::Map(v) | Reply::Pairs(v) => Frame2::Array(
                 v.into_iter()
                     .flat_map(|(k, v)| [k.into_frame2(), v.into_frame2()])
                     .collect(),
             ),
             Reply::Verbatim(s) => Frame2::BulkString(s.into()),
+            Reply::Set(v) => Frame2::Array(v.into_iter().map(Reply::into_frame2).collect()),
+            Reply::NilArray => Frame2::Null,
         }
     }
 
@@ -347,6 +360,21 @@ impl Reply {
                 format: VerbatimStringFormat::Text,
                 attributes: None,
             },
+            Reply::Set(v) => Frame3::Set {
+                data: v.into_iter().map(Reply::into_frame3).collect(),
+                attributes: None,
+            },
+            Reply::Pairs(v) => Frame3::Array {
+                data: v
+                    .into_iter()
+                    .map(|(a, b)| Frame3::Array {
+                        data: vec![a.into_frame3(), b.into_frame3()],
+                        attributes: None,
+                    })
+                    .collect(),
+                attributes: None,
+            },
+            Reply::NilArray => Frame3::Null,
         }
     }
 }
@@ -445,6 +473,18 @@ mod tests {
         assert_eq!(
             &b[..],
             b"$-1\r\n_\r\n*2\r\n$1\r\na\r\n:1\r\n%1\r\n$1\r\na\r\n:1\r\n"
+        );
+        b.clear();
+        Reply::NilArray.encode(2, &mut b);
+        Reply::NilArray.encode(3, &mut b);
+        Reply::Set(vec![Reply::Int(1)]).encode(2, &mut b);
+        Reply::Set(vec![Reply::Int(1)]).encode(3, &mut b);
+        let pairs = || Reply::Pairs(vec![(Reply::Int(1), Reply::Int(2))]);
+        pairs().encode(2, &mut b);
+        pairs().encode(3, &mut b);
+        assert_eq!(
+            &b[..],
+            &b"*-1\r\n_\r\n*1\r\n:1\r\n~1\r\n:1\r\n*2\r\n:1\r\n:2\r\n*1\r\n*2\r\n:1\r\n:2\r\n"[..]
         );
     }
 }

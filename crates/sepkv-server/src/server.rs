@@ -13,10 +13,11 @@
 //! closes the database.
 
 use crate::cluster::slots::Route;
-use crate::command::{check, is_write, run_read, Ctx};
+use crate::command::{check, is_write, Ctx};
 use crate::config::Config;
 use crate::durability::Durability;
 use crate::keyspace::Keyspace;
+use crate::multi;
 use crate::resp::{parse_request, Reply};
 use crate::state::{ClientInfo, ClientLive, ClientState, Cursors, ServerStats, Shared};
 use crate::writer::{self, Commands, Writer};
@@ -232,8 +233,10 @@ async fn connection(
         last_command: "NULL",
         close: false,
         info,
+        tx: Default::default(),
     };
     serve_client(shared, &mut sock, &mut client, &mut shutdown).await;
+    client.tx.reset(shared);
     let _ = sock.shutdown().await;
     shared
         .clients
@@ -258,13 +261,7 @@ async fn serve_client(
             match parse_request(&mut rbuf) {
                 Ok(Some(args)) if args.is_empty() => continue,
                 Ok(Some(args)) => {
-                    let mut checked = check(
-                        &mut Ctx {
-                            shared,
-                            client: &mut *client,
-                        },
-                        &args,
-                    );
+                    let mut checked = check(&mut Ctx::new(shared, &mut *client), &args);
                     if let (Ok(spec), Some(c)) = (&checked, &shared.cluster) {
                         let mut route = c.route(client.id, spec, &args);
                         if let Route::Wait(slot) = route {
@@ -280,7 +277,7 @@ async fn serve_client(
                         }
                     }
                     match checked {
-                        Ok(spec) if is_write(spec) => {
+                        Ok(spec) if is_write(spec) && !client.tx.in_multi() => {
                             write_bytes += writer::size(&args);
                             writes.push((spec, args));
                             if writes.len() >= 1024 || write_bytes >= 16 << 20 {
@@ -293,15 +290,13 @@ async fn serve_client(
                             flush_writes(shared, &mut writes, client.proto, &mut wbuf).await;
                             write_bytes = 0;
                             let reply = match other {
-                                Ok(spec) => run_read(
-                                    &mut Ctx {
-                                        shared,
-                                        client: &mut *client,
-                                    },
-                                    spec,
-                                    &args,
-                                ),
-                                Err(r) => r,
+                                Ok(spec) => {
+                                    multi::dispatch(&mut Ctx::new(shared, &mut *client), spec, args)
+                                }
+                                Err(r) => {
+                                    client.tx.refused();
+                                    r
+                                }
                             };
                             reply.encode(client.proto, &mut wbuf);
                         }

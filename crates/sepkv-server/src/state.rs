@@ -74,6 +74,8 @@ pub struct ClientState {
     pub close: bool,
     /// The registry entry.
     pub info: Arc<ClientInfo>,
+    /// `MULTI` queue and watched keys.
+    pub tx: crate::multi::TxState,
 }
 
 impl ClientState {

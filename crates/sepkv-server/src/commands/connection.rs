@@ -145,6 +145,7 @@ pub fn quit(ctx: &mut Ctx<'_>, _: &[Bytes]) -> CmdResult {
 pub fn reset(ctx: &mut Ctx<'_>, _: &[Bytes]) -> CmdResult {
     ctx.client.proto = 2;
     ctx.client.name = None;
+    ctx.client.tx.reset(ctx.shared);
     ctx.client.authenticated = ctx.shared.config.requirepass.is_none();
     Ok(Reply::Status("RESET"))
 }

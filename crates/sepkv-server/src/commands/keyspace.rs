@@ -13,6 +13,7 @@ use rand::Rng;
 pub fn type_name(v: &Value) -> &'static str {
     match v.kind {
         TYPE_STRING => "string",
+        keys::TYPE_HASH => "hash",
         _ => "unknown",
     }
 }
@@ -32,7 +33,7 @@ pub fn exists(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
     let now = now_ms();
     let mut n = 0;
     for k in &a[1..] {
-        n += i64::from(ctx.shared.ks.get(k, now)?.is_some());
+        n += i64::from(ctx.get(k, now)?.is_some());
     }
     Ok(Reply::Int(n))
 }
@@ -40,11 +41,7 @@ pub fn exists(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
 /// `TYPE key`.
 pub fn type_(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
     Ok(Reply::Status(
-        ctx.shared
-            .ks
-            .get(&a[1], now_ms())?
-            .as_ref()
-            .map_or("none", type_name),
+        ctx.get(&a[1], now_ms())?.as_ref().map_or("none", type_name),
     ))
 }
 
@@ -142,7 +139,7 @@ pub fn pexpireat(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
 /// TTL-like replies: -2 missing, -1 no TTL, else `f(expire, now)`.
 fn ttl_generic(ctx: &mut Ctx<'_>, key: &[u8], f: impl Fn(u64, u64) -> i64) -> CmdResult {
     let now = now_ms();
-    Ok(Reply::Int(match ctx.shared.ks.get(key, now)? {
+    Ok(Reply::Int(match ctx.get(key, now)? {
         None => -2,
         Some(v) if v.expire == 0 => -1,
         Some(v) => f(v.expire, now),
@@ -195,6 +192,11 @@ fn rename_generic(t: &mut Txn<'_>, a: &[Bytes], nx: bool) -> CmdResult {
     if nx && t.get(&a[2], now)?.is_some() {
         return Ok(Reply::Int(0));
     }
+    let v = if v.kind == keys::TYPE_HASH {
+        super::hashes::copy_fields(t, &a[1], &a[2], &v)?
+    } else {
+        v
+    };
     t.del(&a[1], now)?;
     t.set(&a[2], v, now)?;
     Ok(if nx { Reply::Int(1) } else { Reply::OK })
@@ -244,10 +246,7 @@ pub fn scan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
             .unwrap_or_else(|p| p.into_inner())
             .resume(cursor)
     };
-    let (found, next) = ctx
-        .shared
-        .ks
-        .scan(&from, count.min(100_000) as usize, now_ms())?;
+    let (found, next) = ctx.read(|r| r.scan(&from, count.min(100_000) as usize, now_ms()))?;
     let keys = found
         .into_iter()
         .filter(|(k, v)| {
@@ -277,7 +276,7 @@ pub fn keys(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
     let mut out = Vec::new();
     let mut from = Vec::new();
     loop {
-        let (found, next) = ctx.shared.ks.scan(&from, 1024, now)?;
+        let (found, next) = ctx.read(|r| r.scan(&from, 1024, now))?;
         out.extend(
             found
                 .into_iter()
@@ -293,7 +292,7 @@ pub fn keys(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
 
 /// `RANDOMKEY`: the first live key at or after a random slot (wrapping).
 pub fn randomkey(ctx: &mut Ctx<'_>, _: &[Bytes]) -> CmdResult {
-    if ctx.shared.ks.is_empty() {
+    if ctx.read(|r| r.dbsize()) == 0 {
         return Ok(Reply::Nil);
     }
     let now = now_ms();
@@ -302,7 +301,7 @@ pub fn randomkey(ctx: &mut Ctx<'_>, _: &[Bytes]) -> CmdResult {
         let mut from = start;
         // Bounded: a key space of expired keys ends in nil.
         for _ in 0..64 {
-            let (found, next) = ctx.shared.ks.scan(&from, 64, now)?;
+            let (found, next) = ctx.read(|r| r.scan(&from, 64, now))?;
             if let Some((k, _)) = found.into_iter().next() {
                 return Ok(Reply::bulk(k));
             }

@@ -1,6 +1,7 @@
 //! The commands, one file per Redis command group.
 
 pub mod connection;
+pub mod hashes;
 pub mod keyspace;
 pub mod server;
 pub mod strings;

@@ -14,7 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// `DBSIZE`: the maintained key count (keys whose TTL passed but that no
 /// reader or the expiry cycle has deleted yet included, as in Redis).
 pub fn dbsize(ctx: &mut Ctx<'_>, _: &[Bytes]) -> CmdResult {
-    Ok(Reply::Int(ctx.shared.ks.len() as i64))
+    Ok(Reply::Int(ctx.read(|r| r.dbsize()) as i64))
 }
 
 /// `FLUSHDB [ASYNC|SYNC]`: bumps the keyspace generation (one small
@@ -276,7 +276,7 @@ fn command_info(s: &Spec) -> Reply {
     Reply::Array(vec![
         Reply::bulk(s.name),
         Reply::Int(i64::from(s.arity)),
-        Reply::Array(s.flags.iter().map(|f| Reply::Status(f)).collect()),
+        Reply::Set(s.flags.iter().map(|f| Reply::Status(f)).collect()),
         Reply::Int(i64::from(s.first_key)),
         Reply::Int(i64::from(s.last_key)),
         Reply::Int(i64::from(s.step)),

@@ -33,8 +33,8 @@ fn check_len(len: usize) -> Result<(), Reply> {
 }
 
 /// The string at `key` (a read without the writer lock).
-fn read(ctx: &Ctx<'_>, key: &[u8]) -> Result<Option<Value>, Reply> {
-    match ctx.shared.ks.get(key, now_ms())? {
+fn read(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Value>, Reply> {
+    match ctx.get(key, now_ms())? {
         Some(v) if v.kind != TYPE_STRING => Err(wrongtype()),
         v => Ok(v),
     }
@@ -76,7 +76,7 @@ pub fn mget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
     let now = now_ms();
     let mut out = Vec::with_capacity(a.len() - 1);
     for k in &a[1..] {
-        let v = ctx.shared.ks.get(k, now)?;
+        let v = ctx.get(k, now)?;
         out.push(Reply::opt_bulk(
             v.filter(|v| v.kind == TYPE_STRING).map(|v| v.payload),
         ));
@@ -375,7 +375,7 @@ pub fn decrby(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
 
 /// Parses a float as Redis's `string2ld` accepts it: no leading blank,
 /// nothing after the number, not NaN.
-fn parse_float(b: &[u8]) -> Option<f64> {
+pub(crate) fn parse_float(b: &[u8]) -> Option<f64> {
     let s = std::str::from_utf8(b).ok()?;
     if s.is_empty() || s.len() > 5 * 1024 || s.starts_with(|c: char| c.is_ascii_whitespace()) {
         return None;
