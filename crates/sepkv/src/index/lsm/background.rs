@@ -9,6 +9,7 @@ use crate::format::record::RecordWriter;
 use crate::fs::{create_preallocated, IoCategory};
 use crate::index::compaction::lightweight;
 use crate::index::compaction::picker::{self, Choice};
+use crate::index::compaction::rule::FilterCtx;
 use crate::index::compaction::{flush_to_tables, run_compaction, CompactionStats};
 use crate::index::filename::{self, FileKind};
 use crate::index::memtable::MemTable;
@@ -558,6 +559,14 @@ impl LsmIndex {
             }
             return Ok(total);
         }
+        // With a filter, no GC relocation runs from here until the edit is
+        // installed (see `Shared::filter_gate`).
+        let _no_relocations = self
+            .shared
+            .opts
+            .compaction_filter
+            .is_some()
+            .then(|| self.shared.filter_gate.write());
         let smallest = self.shared.smallest_snapshot();
         // From here until the edit is installed, tables numbered from
         // `first` on that no version names are this job's outputs.
@@ -568,6 +577,17 @@ impl LsmIndex {
         let flush_waiting = || self.flush_in_compaction();
         let mut ctx = self.job_context(&mut next);
         ctx.between_outputs = Some(&flush_waiting);
+        // Taken after `smallest`: a reader registered in between only
+        // narrows what the filter is offered.
+        ctx.filter = self
+            .shared
+            .opts
+            .compaction_filter
+            .as_deref()
+            .map(|filter| FilterCtx {
+                filter,
+                newest_reader: self.shared.newest_snapshot().unwrap_or(0),
+            });
         let (mut edit, st): (VersionEdit, CompactionStats) =
             if lwc && inputs.output_level == inputs.level + 1 {
                 let o = &self.shared.opts;
@@ -587,6 +607,7 @@ impl LsmIndex {
             };
         drop(v);
         self.install(&mut edit)?;
+        drop(_no_relocations);
         let c = &self.counters;
         c.compactions.fetch_add(1, Ordering::Relaxed);
         c.compaction_bytes_in
@@ -595,6 +616,9 @@ impl LsmIndex {
             .fetch_add(st.bytes_out, Ordering::Relaxed);
         c.compaction_entries_dropped
             .fetch_add(st.dropped, Ordering::Relaxed);
+        self.shared
+            .filter_removed
+            .fetch_add(st.filter_removed, Ordering::Relaxed);
         c.segments_appended
             .fetch_add(st.segments_appended, Ordering::Relaxed);
         c.divisions.fetch_add(st.divisions, Ordering::Relaxed);
