@@ -344,28 +344,37 @@ impl LsmIndex {
         let first_new = self.versions.lock().next_file_number;
         let mut total = CompactionStats::default();
         for level in 0..levels {
-            let v = self.sv.read().version.clone();
-            let deepest = (0..levels)
-                .filter(|&l| !v.overlapping(l, begin, end).is_empty())
-                .max();
+            // The version is let go before each compaction runs: held, it
+            // would keep the files that compaction makes obsolete on disk
+            // until the next one (a whole database's worth after a
+            // bottommost rewrite).
+            let (deepest, here, stale) = {
+                let v = self.sv.read().version.clone();
+                let deepest = (0..levels)
+                    .filter(|&l| !v.overlapping(l, begin, end).is_empty())
+                    .max();
+                let bottom = deepest.unwrap_or(0).max(1);
+                // The bottommost level holds files no merge of this call
+                // produced (they may keep tombstones and old versions an
+                // earlier compaction had to keep).
+                let stale = v
+                    .overlapping(bottom, begin, end)
+                    .iter()
+                    .any(|f| f.number < first_new);
+                (deepest, !v.overlapping(level, begin, end).is_empty(), stale)
+            };
             let Some(deepest) = deepest else {
                 break;
             };
             // Level 0 files overlap one another: they always go down.
             let bottom = deepest.max(1);
             if level < bottom {
-                if !v.overlapping(level, begin, end).is_empty() {
+                if here {
                     total.add(&self.run_manual(level, false, begin, end)?);
                 }
                 continue;
             }
-            // The bottommost level: rewrite it in place when it holds files
-            // no merge of this call produced (they may keep tombstones and
-            // old versions an earlier compaction had to keep).
-            let stale = v
-                .overlapping(bottom, begin, end)
-                .iter()
-                .any(|f| f.number < first_new);
+            // The bottommost level: rewrite it in place when stale.
             if stale {
                 total.add(&self.run_manual(bottom, true, begin, end)?);
             }
