@@ -103,6 +103,9 @@ impl FlashKeyIndex {
             },
         )?);
         let bands = hash.bands().clone();
+        if let Some(f) = &opts.compaction_filter {
+            bands.set_filter(f.clone(), shared.filter_removed.clone());
+        }
         let lookup: Arc<dyn PrevLookup> = hash.clone();
         bands.set_prev_lookup(Arc::downgrade(&lookup));
         let kdir = shared.dir.join(KEYS_DIR);
@@ -111,6 +114,9 @@ impl FlashKeyIndex {
         kopts.index = Some(IndexKind::Lsm);
         kopts.value_layout = Some(ValueLayout::Inline);
         kopts.wal = false;
+        // The hash table decides what lives; band GC asks the filter and
+        // removes a key from the key-only tree too.
+        kopts.compaction_filter = None;
         let keys_shared = Arc::new(Shared {
             dir: kdir.clone(),
             opts: kopts,
@@ -122,6 +128,8 @@ impl FlashKeyIndex {
             bg_error: Mutex::new(None),
             closed: AtomicBool::new(false),
             stall_micros: AtomicU64::new(0),
+            filter_removed: Arc::new(AtomicU64::new(0)),
+            filter_gate: parking_lot::RwLock::new(()),
         });
         let manifest = kdir.join("MANIFEST");
         let kb = bands.clone();

@@ -726,6 +726,11 @@ impl HashIndex {
                     if put && !live {
                         ops.push((i, KeyOp::Insert(key.to_vec())));
                     }
+                    // GC removing a live value (the compaction filter's
+                    // removal) takes the key out of the key-only tree too.
+                    if p.file_id == 0 && live {
+                        ops.push((i, KeyOp::Remove(key.to_vec())));
+                    }
                     Some(p)
                 }
                 ValueType::Deletion => {
