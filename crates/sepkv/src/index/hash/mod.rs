@@ -465,9 +465,18 @@ impl HashIndex {
     /// that do, or when the key's liveness tells which one is the key's
     /// ([`HashIndex::by_liveness`]).
     ///
+    /// Writes only: under the writer's lock the liveness and the table
+    /// agree (see [`HashIndex::set_liveness`]).
+    ///
     /// # Errors
     /// As [`HashIndex::find`]; `Io` or `Corruption` asking the liveness.
     fn current_address(&self, key: &[u8]) -> Result<Option<ValuePointer>> {
+        self.address(key, true)
+    }
+
+    /// [`HashIndex::current_address`], asking the liveness only with
+    /// `liveness`.
+    fn address(&self, key: &[u8], liveness: bool) -> Result<Option<ValuePointer>> {
         let (h, fp) = hash_key(key);
         let cands = self.candidates(h, fp)?;
         if cands.is_empty() {
@@ -478,17 +487,21 @@ impl HashIndex {
                 return Ok(Some(p));
             }
         }
-        if let Some(p) = self.by_liveness(key, &cands)? {
-            return Ok(p);
+        if liveness {
+            if let Some(p) = self.by_liveness(key, &cands)? {
+                return Ok(p);
+            }
         }
         Ok(self.find(key)?.map(|x| x.0))
     }
 
     /// Gives the hash index a way to know whether a key is live (the
     /// key-only LSM-tree), which must hold every key that has a node not
-    /// on a delete token and no other from then on; a write then takes the
-    /// address it supersedes from the nodes alone in the common case
-    /// ([`HashIndex::by_liveness`]). Without one (the hash index alone, or
+    /// on a delete token and no other from then on, whenever the writer's
+    /// lock is free; a write then takes the address it supersedes from the
+    /// nodes alone in the common case ([`HashIndex::by_liveness`]). GC's
+    /// lookups ([`IndexReader::current_pointer`]), which may run beside a
+    /// write, do not ask it. Without one (the hash index alone, or
     /// while recovery replays the bands) a write verifies the key by
     /// reading the records of the nodes that match it.
     pub fn set_liveness(&self, l: Weak<dyn KeyLiveness>) {
@@ -917,7 +930,7 @@ impl crate::vstore::bands::PrevLookup for HashIndex {
 
 impl IndexReader for HashIndex {
     fn current_pointer(&self, key: &[u8]) -> Result<Option<ValuePointer>> {
-        self.current_address(key)
+        self.address(key, false)
     }
 
     fn points_at(&self, key: &[u8], addr: &ValuePointer) -> Result<bool> {
