@@ -21,7 +21,7 @@
 //!   writes that survived in the bands.
 
 use super::keylog::KeyLog;
-use super::{HashIndex, HashOptions, KeyOp, Walk};
+use super::{HashIndex, HashOptions, KeyLiveness, KeyOp, Walk};
 use crate::batch::WriteBatch;
 use crate::db::VerifyReport;
 use crate::error::{Error, IoContext, Result};
@@ -187,10 +187,15 @@ impl FlashKeyIndex {
 }
 
 impl Index for FlashKeyIndex {
+    /// Recovers the key tree, after which it holds exactly the live keys
+    /// the hash table holds: writes ask it whether a key is live from then
+    /// on ([`HashIndex::set_liveness`]).
     fn recover(&self) -> Result<SeqNum> {
         let k = self.keys.recover()?;
         let seq = self.hash.last_seq().max(k);
         self.keys_shared.last_seq.store(seq, Ordering::Release);
+        let keys: Arc<dyn KeyLiveness> = self.keys.clone();
+        self.hash.set_liveness(Arc::downgrade(&keys));
         Ok(seq)
     }
 
@@ -359,6 +364,24 @@ impl Index for FlashKeyIndex {
             self.hash.checkpoint()?;
         }
         self.keys.close()
+    }
+}
+
+/// The key tree holds a key, at the newest sequence number, while the
+/// key's newest version is a value (a key's first put inserts it and its
+/// delete removes it). Looked up as the bands' reads are counted, which
+/// are what it spares: a put the address memo does not serve would
+/// otherwise read the record of the key's node back.
+impl KeyLiveness for LsmIndex {
+    fn is_live(&self, key: &[u8]) -> Result<bool> {
+        let ctx = ReadCtx {
+            category: IoCategory::ValueStore,
+            fill_cache: true,
+        };
+        Ok(matches!(
+            Index::get(self, key, None, ctx)?,
+            Lookup::Found(..)
+        ))
     }
 }
 
