@@ -7,8 +7,8 @@
 //! higher), `SETSLOT <slots> MIGRATING|IMPORTING <node-id>` and `SETSLOT
 //! <slots> STABLE` (slots as `A-B[,C-D…]`), `MIGRATE <slots>` (copy the
 //! slots marked migrating to their target; answers the number of records
-//! copied), and `IMPORT-RECORDS <key> <value> …` (the copy's receiving
-//! end).
+//! copied), and `IMPORT-CLEAR <slots>` and `IMPORT-RECORDS <key> <value>
+//! …` (the copy's receiving end).
 
 use super::topology::parse_slots;
 use super::{migrate, Cluster, Mark, Topology};
@@ -168,12 +168,7 @@ fn shards_reply(c: &Cluster) -> Reply {
 
 /// Live keys of `slot`, at most `limit`.
 fn keys_in_slot(c: &Cluster, slot: u16, limit: usize) -> Result<Vec<Vec<u8>>, Reply> {
-    let lo = slot.to_be_bytes();
-    let hi: Vec<u8> = if slot + 1 < SLOTS {
-        (slot + 1).to_be_bytes().to_vec()
-    } else {
-        vec![0x40]
-    };
+    let (lo, hi) = migrate::slot_range(slot);
     let ks = c.keyspace();
     let now = now_ms();
     let mut out = Vec::new();
@@ -216,7 +211,8 @@ pub fn cluster(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
                 "KEYSLOT <key> | COUNTKEYSINSLOT <slot> | GETKEYSINSLOT <slot> <count>",
                 "GETTOPOLOGY | SETTOPOLOGY <text>",
                 "SETSLOT <slots> MIGRATING|IMPORTING <node-id> | SETSLOT <slots> STABLE",
-                "MIGRATE <slots> | IMPORT-RECORDS <key> <value> [<key> <value> ...]",
+                "MIGRATE <slots> | IMPORT-CLEAR <slots>",
+                "IMPORT-RECORDS <key> <value> [<key> <value> ...]",
             ]
             .iter()
             .map(|s| Reply::StatusOwned((*s).into()))
@@ -317,6 +313,11 @@ pub fn cluster(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
             let n = blocking(|| migrate::migrate(&c, &slots)).map_err(Reply::err)?;
             Ok(Reply::Int(n as i64))
         }
+        ("IMPORT-CLEAR", 3) => {
+            let slots = ranges_arg(&a[2])?;
+            let n = blocking(|| migrate::import_clear(&c, &slots)).map_err(Reply::err)?;
+            Ok(Reply::Int(n as i64))
+        }
         ("IMPORT-RECORDS", n) if n >= 4 && n % 2 == 0 => {
             let pairs: Vec<(&[u8], &[u8])> =
                 a[2..].chunks(2).map(|p| (&p[0][..], &p[1][..])).collect();
@@ -326,7 +327,7 @@ pub fn cluster(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
         (
             "SLOTS" | "SHARDS" | "NODES" | "INFO" | "MYID" | "MYSHARDID" | "COUNTKEYSINSLOT"
             | "GETKEYSINSLOT" | "GETTOPOLOGY" | "SETTOPOLOGY" | "SETSLOT" | "MIGRATE"
-            | "IMPORT-RECORDS",
+            | "IMPORT-CLEAR" | "IMPORT-RECORDS",
             _,
         ) => Err(wrong(&sub)),
         _ => Err(Reply::err(format!(

@@ -11,6 +11,9 @@
 //! which this node answers `-ASK` for their keys. Reads are served from the
 //! local copy until then.
 //!
+//! Before each chunk the target deletes what an interrupted earlier copy
+//! may have left of its slots ([`import_clear`]).
+//!
 //! On the target, [`import`] writes the records in one transaction: a key
 //! record is rewritten in the target's keyspace generation with its TTL,
 //! which also writes its expire index record (`0xFF 'e' | slot | key`) and
@@ -42,7 +45,7 @@ const DROP_BATCH: usize = 1000;
 type Pair = (Vec<u8>, Vec<u8>);
 
 /// The engine key range of `slot`'s records.
-fn slot_range(slot: u16) -> (Vec<u8>, Vec<u8>) {
+pub(crate) fn slot_range(slot: u16) -> (Vec<u8>, Vec<u8>) {
     let lo = slot.to_be_bytes().to_vec();
     let hi = if slot + 1 < SLOTS {
         (slot + 1).to_be_bytes().to_vec()
@@ -163,6 +166,10 @@ pub fn migrate(c: &Cluster, slots: &[(u16, u16)]) -> Result<u64, String> {
 }
 
 fn copy_chunk(c: &Cluster, client: &mut Client, slots: &[u16]) -> Result<u64, String> {
+    let ranges = super::topology::format_slots(&super::topology::ranges_of(slots.iter().copied()));
+    client
+        .call_ok(&["CLUSTER", "IMPORT-CLEAR", &ranges])
+        .map_err(|e| format!("clearing {ranges} on the target: {e}"))?;
     let gen = current_gen(c)?;
     let now = now_ms();
     let mut n = 0u64;
@@ -246,6 +253,32 @@ pub fn import(c: &Cluster, pairs: &[(&[u8], &[u8])]) -> Result<usize, String> {
     Ok(pairs.len())
 }
 
+/// Deletes whatever an earlier, interrupted copy left of `slots`
+/// (`CLUSTER IMPORT-CLEAR`), before the source copies them again: a key
+/// the source deleted since must not come back. Every slot must be
+/// importing.
+///
+/// # Errors
+/// A slot not importing (nothing is deleted then), engine errors.
+pub fn import_clear(c: &Cluster, slots: &[(u16, u16)]) -> Result<u64, String> {
+    let importing = |s: u16| c.slot_state(s) == SlotState::Importing;
+    if let Some(s) = slots
+        .iter()
+        .flat_map(|&(a, b)| a..=b)
+        .find(|&s| !importing(s))
+    {
+        return Err(format!("hash slot {s} is not importing on this node"));
+    }
+    let n = drop_slots(c, slots, importing)?;
+    if n > 0 && c.fsync != Fsync::No {
+        c.keyspace()
+            .db()
+            .write(&WriteBatch::new(), WriteOptions { sync: true })
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(n)
+}
+
 /// Deletes the records of every slot this node neither serves nor
 /// imports (after a topology gave them away, or left over from a crash).
 ///
@@ -254,8 +287,14 @@ pub fn import(c: &Cluster, pairs: &[(&[u8], &[u8])]) -> Result<usize, String> {
 pub fn drop_unowned(c: &Cluster) -> Result<u64, String> {
     let gone = |s: u16| c.slot_state(s) == SlotState::Elsewhere;
     let runs = super::topology::ranges_of((0..SLOTS).filter(|&s| gone(s)));
+    drop_slots(c, &runs, gone)
+}
+
+/// Deletes every record of the slots in `runs` for which `gone`
+/// holds (re-checked under the writer lock for each record).
+fn drop_slots(c: &Cluster, runs: &[(u16, u16)], gone: impl Fn(u16) -> bool) -> Result<u64, String> {
     let mut dropped = 0;
-    for (a, b) in runs {
+    for &(a, b) in runs {
         for (lo, hi, at) in [
             (slot_range(a).0, slot_range(b).1, 0),
             (expire_range(a).0, expire_range(b).1, EXPIRE_PREFIX.len()),

@@ -109,7 +109,8 @@ pub struct Cluster {
     pub(crate) requirepass: Option<String>,
     /// The `--fsync` policy.
     pub(crate) fsync: Fsync,
-    dropper: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The background drop: (running, run again when done).
+    dropper: Mutex<(bool, bool)>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -174,7 +175,7 @@ impl Cluster {
             asking_n: AtomicUsize::new(0),
             requirepass,
             fsync,
-            dropper: Mutex::new(None),
+            dropper: Mutex::new((false, false)),
         };
         c.check_me(&topo)?;
         c.persist_topology(&topo)?;
@@ -416,16 +417,27 @@ impl Cluster {
     /// Starts (or restarts after the current pass) the background drop
     /// of records of slots this node neither serves nor imports.
     fn drop_unowned(self: &Arc<Self>) {
-        let mut d = self.dropper.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(h) = d.take() {
-            let _ = h.join();
+        {
+            let mut d = self.dropper.lock().unwrap_or_else(|p| p.into_inner());
+            if d.0 {
+                d.1 = true;
+                return;
+            }
+            *d = (true, false);
         }
         let c = self.clone();
-        *d = Some(std::thread::spawn(move || {
+        std::thread::spawn(move || loop {
             if let Err(e) = migrate::drop_unowned(&c) {
                 eprintln!("cluster: dropping records of slots given away failed: {e}");
             }
-        }));
+            let mut d = c.dropper.lock().unwrap_or_else(|p| p.into_inner());
+            if d.1 {
+                d.1 = false;
+            } else {
+                d.0 = false;
+                return;
+            }
+        });
     }
 }
 
@@ -514,7 +526,128 @@ fn decode_marks(text: &str) -> Result<BTreeMap<u16, Mark>, String> {
 
 #[cfg(test)]
 mod tests {
+    use super::slots::{check_keys, Route};
     use super::*;
+    use crate::keys::slot;
+    use crate::resp::Reply;
+
+    const TOPO: &str = "version 1\na 0-8191 me=127.0.0.1:7001\nb 8192-16383 other=127.0.0.1:7002\n";
+
+    fn open(dir: &std::path::Path, text: &str, port: u16) -> Result<Arc<Cluster>, String> {
+        let file = dir.join("topology.conf");
+        std::fs::write(&file, text).unwrap();
+        let db = sepkv::Db::open(dir.join("db"), sepkv::Options::default()).unwrap();
+        let ks = Arc::new(Keyspace::open(Arc::new(db)).unwrap());
+        let cfg = ClusterConfig {
+            file,
+            node_id: "me".into(),
+        };
+        Cluster::open(ks, &cfg, "127.0.0.1", port, None, Fsync::No)
+    }
+
+    fn close(c: Arc<Cluster>) {
+        // The background drop holds a reference until it ends; the last
+        // one closes the database.
+        while Arc::strong_count(&c) > 1 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        drop(c);
+    }
+
+    /// A key of `slot`'s half: "mine" for slots 0-8191.
+    fn key_in(mine: bool) -> Vec<u8> {
+        (0..)
+            .map(|i| format!("k{i}").into_bytes())
+            .find(|k| (slot(k) < 8192) == mine)
+            .unwrap()
+    }
+
+    #[test]
+    fn refuses_an_address_other_than_its_own() {
+        let d = tempfile::tempdir().unwrap();
+        let e = open(d.path(), TOPO, 7009).unwrap_err();
+        assert!(
+            e.contains("127.0.0.1:7001") && e.contains("127.0.0.1:7009"),
+            "{e}"
+        );
+        let e = open(d.path(), &TOPO.replace("me=", "else="), 7001).unwrap_err();
+        assert!(e.contains("node me is not in the topology"), "{e}");
+    }
+
+    #[test]
+    fn routes_keys_by_slot() {
+        let d = tempfile::tempdir().unwrap();
+        let c = open(d.path(), TOPO, 7001).unwrap();
+        let (mine, theirs) = (key_in(true), key_in(false));
+        assert_eq!(check_keys(&c, &[&mine], true, false), Route::Serve);
+        let s = slot(&theirs);
+        assert_eq!(
+            check_keys(&c, &[&theirs], false, false),
+            Route::Redirect(Reply::Error(format!("MOVED {s} 127.0.0.1:7002")))
+        );
+        assert!(matches!(check_keys(&c, &[&mine, &theirs], false, false),
+            Route::Redirect(Reply::Error(m)) if m.starts_with("CROSSSLOT")));
+        // Importing: served after ASKING only.
+        c.set_marks(&[(s, s)], Some(Mark::Importing("other".into())))
+            .unwrap();
+        assert_eq!(check_keys(&c, &[&theirs], true, true), Route::Serve);
+        assert!(matches!(
+            check_keys(&c, &[&theirs], true, false),
+            Route::Redirect(_)
+        ));
+        // Migrating: served until copied; in flight: writes wait; moved: ASK.
+        let m = slot(&mine);
+        c.set_marks(&[(m, m)], Some(Mark::Migrating("other".into(), false)))
+            .unwrap();
+        assert_eq!(check_keys(&c, &[&mine], true, false), Route::Serve);
+        c.set_state(m, SlotState::InFlight);
+        assert_eq!(check_keys(&c, &[&mine], true, false), Route::Wait(m));
+        assert_eq!(check_keys(&c, &[&mine], false, false), Route::Serve);
+        c.mark_moved(&[m]).unwrap();
+        c.set_state(m, SlotState::Moved);
+        assert_eq!(
+            check_keys(&c, &[&mine], false, false),
+            Route::Redirect(Reply::Error(format!("ASK {m} 127.0.0.1:7002")))
+        );
+        close(c);
+        // The marks survive a restart.
+        let c = open(d.path(), TOPO, 7001).unwrap();
+        assert_eq!(c.slot_state(m), SlotState::Moved);
+        assert_eq!(c.slot_state(s), SlotState::Importing);
+        close(c);
+    }
+
+    #[test]
+    fn installs_only_higher_versions_and_keeps_them() {
+        let d = tempfile::tempdir().unwrap();
+        let c = open(d.path(), TOPO, 7001).unwrap();
+        let v2 = Topology::parse(
+            &TOPO
+                .replace("version 1", "version 2")
+                .replace("0-8191", "0-8192")
+                .replace("8192-16383", "8193-16383"),
+        )
+        .unwrap();
+        assert!(c.install(v2.clone()).unwrap());
+        assert!(!c.install(v2).unwrap());
+        assert_eq!(c.slot_state(8192), SlotState::Serve);
+        let moved_away = Topology::parse(
+            &TOPO
+                .replace("version 1", "version 3")
+                .replace("me=127.0.0.1:7001", "me=127.0.0.1:7005"),
+        )
+        .unwrap();
+        assert!(c
+            .install(moved_away)
+            .unwrap_err()
+            .contains("127.0.0.1:7005"));
+        close(c);
+        // Restarted with the old file: the stored version 2 is kept.
+        let c = open(d.path(), TOPO, 7001).unwrap();
+        assert_eq!(c.topology().version, 2);
+        assert_eq!(c.slot_state(8192), SlotState::Serve);
+        close(c);
+    }
 
     #[test]
     fn marks_round_trip() {
