@@ -352,36 +352,50 @@ impl Keyspace {
         }
     }
 
-    /// Up to `count` key records in key order from engine key `from`
-    /// (inclusive): the live ones as `(user key, value)`, and the engine key
-    /// to continue from (`None` at the end of the key space).
+    /// Up to `count` live keys in key order from engine key `from`
+    /// (inclusive), as `(user key, value)`, and the engine key to continue
+    /// from (`None` at the end of the key space). The field records of a
+    /// hash are stepped over in one seek; records that are not live keys
+    /// (expired, of a flushed generation) are read but not counted, up to
+    /// `100 count + 10 000` of them per call, so a page ends early rather
+    /// than reading without bound.
     ///
     /// # Errors
     /// Engine errors.
-    #[allow(clippy::type_complexity)]
-    pub fn scan(
-        &self,
-        from: &[u8],
-        count: usize,
-        now: u64,
-    ) -> Result<(Vec<(Vec<u8>, Value)>, Option<Vec<u8>>), Error> {
+    pub fn scan(&self, from: &[u8], count: usize, now: u64) -> Result<ScanPage, Error> {
         let upper = [0x40u8];
-        let range = (Bound::Included(from), Bound::Excluded(&upper[..]));
+        let mut lower = from.to_vec();
         let mut out = Vec::new();
-        for (seen, r) in self.db.scan(range, false)?.enumerate() {
-            let (k, v) = r?;
-            if seen == count {
-                return Ok((out, Some(k)));
+        let mut budget = count.saturating_mul(100).saturating_add(10_000);
+        'seek: loop {
+            let range = (Bound::Included(&lower[..]), Bound::Excluded(&upper[..]));
+            for r in self.db.scan(range, false)? {
+                let (k, v) = r?;
+                if budget == 0 {
+                    return Ok((out, Some(k)));
+                }
+                budget -= 1;
+                if let Some((user, _, _)) = keys::parse_field_key(&k) {
+                    // Past every field record of this key (versions never
+                    // reach all ones).
+                    let mut past = k[..5 + user.len()].to_vec();
+                    past.extend_from_slice(&[0xff; 9]);
+                    lower = past;
+                    continue 'seek;
+                }
+                let Some(user) = keys::user_key(&k) else {
+                    continue;
+                };
+                let user = user.to_vec();
+                if let Some(v) = self.live(v, now) {
+                    if out.len() == count {
+                        return Ok((out, Some(k)));
+                    }
+                    out.push((user, v));
+                }
             }
-            let Some(user) = keys::user_key(&k) else {
-                continue;
-            };
-            let user = user.to_vec();
-            if let Some(v) = self.live(v, now) {
-                out.push((user, v));
-            }
+            return Ok((out, None));
         }
-        Ok((out, None))
     }
 
     /// Up to `n` expire index records from engine key `from` (inclusive):
