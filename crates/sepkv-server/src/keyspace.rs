@@ -21,6 +21,7 @@
 //!
 //! Thread-safety: a `Keyspace` is shared by every connection (`Sync`).
 
+use crate::filter::KeyspaceFilter;
 use crate::keys::{self, Meta, Record, EXPIRE_PREFIX, META_KEY, TYPE_STRING};
 use sepkv::{Db, Error, WriteBatch, WriteOptions};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -81,6 +82,8 @@ pub struct Keyspace {
     /// Watched keys: watchers and the number of changes seen (`WATCH`).
     watched: Mutex<HashMap<Vec<u8>, (usize, u64)>>,
     watching: AtomicUsize,
+    /// Tells dead hash field records (for [`Keyspace::reclaim_step`]).
+    dead_fields: Arc<KeyspaceFilter>,
     /// Statistics.
     pub stats: KeyStats,
 }
@@ -231,8 +234,11 @@ impl Keyspace {
                 next_version: 1,
             },
         };
+        let dead_fields = KeyspaceFilter::new();
+        dead_fields.attach(&db);
         Ok(Keyspace {
             db,
+            dead_fields,
             gen: AtomicU32::new(meta.gen),
             count: AtomicU64::new(meta.count),
             expires: AtomicU64::new(meta.expires),
@@ -446,7 +452,8 @@ impl Keyspace {
         Ok((seen, due, None))
     }
 
-    /// Deletes up to `n` records of flushed generations, reading at most
+    /// Deletes up to `n` records of flushed generations (hash field records
+    /// of dead hashes too), reading at most
     /// `10 n` records from `from` on; `Ok(true)` when none remain (and
     /// records that in the metadata).
     ///
@@ -478,7 +485,8 @@ impl Keyspace {
                 v.get(8..12)
                     .is_some_and(|b| u32::from_be_bytes(b.try_into().unwrap_or_default()) < gen)
             } else {
-                false
+                // The fields of flushed hashes (and of any dead hash met).
+                self.dead_fields.is_dead(&k)
             };
             if stale {
                 old.push(k);
@@ -492,6 +500,7 @@ impl Keyspace {
                 Some(v) if k.starts_with(EXPIRE_PREFIX) => v
                     .get(8..12)
                     .is_some_and(|b| u32::from_be_bytes(b.try_into().unwrap_or_default()) < gen),
+                Some(_) if keys::parse_field_key(k).is_some() => self.dead_fields.is_dead(k),
                 Some(v) => keys::header(&v).is_some_and(|(_, g, _)| g < gen),
                 None => false,
             };
@@ -655,11 +664,6 @@ impl Txn<'_> {
         self.seen.insert(key.to_vec(), Some(v));
         self.changed.insert(key.to_vec());
         Ok(())
-    }
-
-    /// Counts `key` as changed for `WATCH` without writing its key record.
-    pub fn touch(&mut self, key: &[u8]) {
-        self.changed.insert(key.to_vec());
     }
 
     /// A version for a new hash (never handed out before).
