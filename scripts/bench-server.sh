@@ -8,7 +8,10 @@
 # Environment: N (requests per test, default 1000000), PRESETS (default
 # all six), SEPKV_BIN (default target/release/sepkv; build it with
 # `cargo build --release -p sepkv-cli`), ALWAYS_N (requests for the
-# --fsync always runs, default 20000).
+# --fsync always runs, default 20000), TESTS (redis-benchmark -t list,
+# default set,get,incr,mset), PIPELINES (the -P values, default "16 1"),
+# ALWAYS (yes: also the --fsync always runs, the default; no: not).
+# The hash benchmark: TESTS=hset PIPELINES=16 ALWAYS=no.
 # Writes one CSV per run (redis-benchmark --csv) and a summary.txt.
 set -euo pipefail
 
@@ -18,6 +21,9 @@ mkdir -p "$out"
 N="${N:-1000000}"
 ALWAYS_N="${ALWAYS_N:-20000}"
 PRESETS="${PRESETS:-leveldb wisckey hashkv ktstore flashkey lwc}"
+TESTS="${TESTS:-set,get,incr,mset}"
+PIPELINES="${PIPELINES:-16 1}"
+ALWAYS="${ALWAYS:-yes}"
 bin="${SEPKV_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/sepkv}"
 work="$(mktemp -d -t sepkv-bench-work.XXXXXX)"
 pids=()
@@ -35,13 +41,13 @@ wait_port() { for _ in $(seq 200); do redis-cli -p "$1" ping >/dev/null 2>&1 && 
     echo "build: $(git -C "$root" rev-parse --short HEAD)"
     echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/ {print $2}') GiB RAM"
     echo "redis: $(redis-server --version | cut -d' ' -f3)"
-    echo "requests per test: $N, -d 1000 -c 50"
+    echo "requests per test: $N, -t $TESTS -d 1000 -c 50, -P in: $PIPELINES"
 } | tee "$out/summary.txt"
 
-# run NAME PORT: the four tests at -P 16 and -P 1.
+# run NAME PORT: the tests at each pipeline depth.
 run() {
-    for P in 16 1; do
-        redis-benchmark -h 127.0.0.1 -p "$2" -t set,get,incr,mset -n "$N" -d 1000 -c 50 -P "$P" --csv \
+    for P in $PIPELINES; do
+        redis-benchmark -h 127.0.0.1 -p "$2" -t "$TESTS" -n "$N" -d 1000 -c 50 -P "$P" --csv \
             > "$out/$1-P$P.csv"
         awk -F, -v n="$1" -v p="$P" 'NR>1 {gsub(/"/,""); printf "%-10s P%-3s %-16s %10.0f req/s  p50 %6.3f ms  p99 %6.3f ms\n", n, p, $1, $2, $5, $7}' \
             "$out/$1-P$P.csv" | tee -a "$out/summary.txt"
@@ -66,8 +72,8 @@ for preset in $PRESETS; do
     kill "${pids[-1]}"; wait "${pids[-1]}" || true
 done
 
-echo "--fsync always: SET, 1 client against 50 clients (-P 1, -d 1000)" | tee -a "$out/summary.txt"
-for preset in $PRESETS; do
+[ "$ALWAYS" = yes ] && echo "--fsync always: SET, 1 client against 50 clients (-P 1, -d 1000)" | tee -a "$out/summary.txt"
+[ "$ALWAYS" = yes ] && for preset in $PRESETS; do
     port=$(free_port)
     rm -rf "$work/db"
     "$bin" --db "$work/db" --preset "$preset" serve --port "$port" --fsync always >"$work/serve.log" 2>&1 &

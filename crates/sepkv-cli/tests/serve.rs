@@ -1,5 +1,6 @@
 //! `sepkv serve` as a process: kill -9 under concurrent `--fsync always`
-//! writers loses no acknowledged write (every preset); malformed frames of
+//! writers loses no acknowledged write (every preset); kill -9 under
+//! MULTI/EXEC transfers keeps a bank's total (every preset); malformed frames of
 //! each kind close only their connection; limits, authentication,
 //! protected mode, `maxclients`, inline commands and a clean SIGTERM exit.
 //!
@@ -120,6 +121,10 @@ impl Conn {
             }
             b'*' => {
                 let n: i64 = text.parse().unwrap();
+                if n < 0 {
+                    // The null array (an aborted EXEC).
+                    return Some(R::Bulk(None));
+                }
                 R::Array((0..n).map(|_| self.read().unwrap()).collect())
             }
             c => panic!("unexpected reply type {c}"),
@@ -258,6 +263,179 @@ fn sigkill_under_synced_writers_loses_no_acknowledged_write() {
         eprintln!(
             "{preset}: {} acknowledged keys survived kill -9",
             acked.len()
+        );
+    }
+}
+
+/// Accounts of the bank test: string keys, and as many fields of one hash.
+const ACCOUNTS: usize = 12;
+const OPENING: i64 = 1000;
+
+fn account(i: usize) -> Vec<u8> {
+    format!("{{bank}}acct:{i}").into_bytes()
+}
+
+fn int_of(r: &R) -> i64 {
+    match r {
+        R::Bulk(Some(v)) => String::from_utf8_lossy(v).parse().unwrap(),
+        R::Int(i) => *i,
+        other => panic!("not a number: {other:?}"),
+    }
+}
+
+/// Both ledgers' totals, read in one transaction.
+fn totals(conn: &mut Conn) -> (i64, i64) {
+    assert_eq!(conn.cmd(&[b"MULTI"]), R::Status("OK".into()));
+    for i in 0..ACCOUNTS {
+        assert_eq!(conn.cmd(&[b"GET", &account(i)]), R::Status("QUEUED".into()));
+    }
+    assert_eq!(
+        conn.cmd(&[b"HVALS", b"{bank}ledger"]),
+        R::Status("QUEUED".into())
+    );
+    let R::Array(r) = conn.cmd(&[b"EXEC"]) else {
+        panic!("EXEC")
+    };
+    let strings = r[..ACCOUNTS].iter().map(int_of).sum();
+    let R::Array(fields) = &r[ACCOUNTS] else {
+        panic!("HVALS: {:?}", r[ACCOUNTS])
+    };
+    (strings, fields.iter().map(int_of).sum())
+}
+
+/// One transfer of `x` from account `a` to `b`: on the string keys, either
+/// blind (DECRBY/INCRBY) or optimistic (WATCH, GET, MULTI, SET, retried
+/// when EXEC aborts), and on the hash's fields (HINCRBY), all in one
+/// transaction. `None` when the connection is gone.
+fn transfer(conn: &mut Conn, a: usize, b: usize, x: i64, watch: bool) -> Option<()> {
+    let (ka, kb) = (account(a), account(b));
+    let (fa, fb) = (format!("f{a}").into_bytes(), format!("f{b}").into_bytes());
+    let xs = x.to_string().into_bytes();
+    let neg = (-x).to_string().into_bytes();
+    loop {
+        let sets = if watch {
+            if conn.cmd(&[b"WATCH", &ka, &kb]) != R::Status("OK".into()) {
+                return None;
+            }
+            let va = int_of(&conn.cmd(&[b"GET", &ka]));
+            let vb = int_of(&conn.cmd(&[b"GET", &kb]));
+            Some(((va - x).to_string(), (vb + x).to_string()))
+        } else {
+            None
+        };
+        if conn.cmd(&[b"MULTI"]) != R::Status("OK".into()) {
+            return None;
+        }
+        let mut queued = Vec::new();
+        match &sets {
+            Some((na, nb)) => {
+                queued.push(conn.cmd(&[b"SET", &ka, na.as_bytes()]));
+                queued.push(conn.cmd(&[b"SET", &kb, nb.as_bytes()]));
+            }
+            None => {
+                queued.push(conn.cmd(&[b"DECRBY", &ka, &xs]));
+                queued.push(conn.cmd(&[b"INCRBY", &kb, &xs]));
+            }
+        }
+        queued.push(conn.cmd(&[b"HINCRBY", b"{bank}ledger", &fa, &neg]));
+        queued.push(conn.cmd(&[b"HINCRBY", b"{bank}ledger", &fb, &xs]));
+        if queued.iter().any(|r| *r != R::Status("QUEUED".into())) {
+            return None;
+        }
+        match conn.cmd(&[b"EXEC"]) {
+            R::Array(r) if r.len() == 4 && r.iter().all(|x| !matches!(x, R::Err(_))) => {
+                return Some(())
+            }
+            R::Bulk(None) if watch => continue,
+            _ => return None,
+        }
+    }
+}
+
+#[test]
+fn sigkill_under_multi_exec_transfers_keeps_the_bank_total() {
+    let secs: f64 = std::env::var("SEPKV_SERVE_KILL_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1.5);
+    let total = OPENING * ACCOUNTS as i64;
+    for preset in PRESETS {
+        let tmp = tempfile::tempdir().unwrap();
+        let db = tmp.path().join("db");
+        let mut srv = serve(&db, preset, &[]);
+        let mut conn = Conn::new(srv.port);
+        let mut open: Vec<Vec<u8>> = vec![b"MSET".to_vec()];
+        let mut fields: Vec<Vec<u8>> = vec![b"HSET".to_vec(), b"{bank}ledger".to_vec()];
+        for i in 0..ACCOUNTS {
+            open.extend([account(i), OPENING.to_string().into_bytes()]);
+            fields.extend([
+                format!("f{i}").into_bytes(),
+                OPENING.to_string().into_bytes(),
+            ]);
+        }
+        fn args(v: &[Vec<u8>]) -> Vec<&[u8]> {
+            v.iter().map(Vec::as_slice).collect()
+        }
+        assert_eq!(conn.cmd(&args(&open)), R::Status("OK".into()));
+        assert_eq!(conn.cmd(&args(&fields)), R::Int(ACCOUNTS as i64));
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let threads: Vec<_> = (0..6)
+            .map(|c| {
+                let (stop, done, port) = (stop.clone(), done.clone(), srv.port);
+                std::thread::spawn(move || {
+                    let mut conn = Conn::new(port);
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    let mut n = c as u64;
+                    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                        n = n
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        let a = (n >> 33) as usize % ACCOUNTS;
+                        let b = (a + 1 + (n >> 40) as usize % (ACCOUNTS - 1)) % ACCOUNTS;
+                        let x = 1 + (n >> 50) as i64 % 50;
+                        // A killed server ends the writer (a read error
+                        // panics inside Conn).
+                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            transfer(&mut conn, a, b, x, c % 2 == 0)
+                        }));
+                        if !matches!(r, Ok(Some(()))) {
+                            return;
+                        }
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        // While they run, a transaction reads both totals whole.
+        let until = Instant::now() + Duration::from_secs_f64(secs);
+        let mut checks = 0;
+        while Instant::now() < until {
+            assert_eq!(totals(&mut conn), (total, total), "{preset}: live totals");
+            checks += 1;
+        }
+        // SIGKILL while the writers are mid-transaction.
+        srv.child.kill().unwrap();
+        srv.child.wait().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        for t in threads {
+            let _ = t.join();
+        }
+        let transfers = done.load(Ordering::Relaxed);
+        assert!(transfers > 20, "{preset}: only {transfers} transfers");
+        let srv = serve(&db, preset, &[]);
+        let mut conn = Conn::new(srv.port);
+        assert_eq!(
+            totals(&mut conn),
+            (total, total),
+            "{preset}: totals after kill -9"
+        );
+        assert_eq!(
+            conn.cmd(&[b"HLEN", b"{bank}ledger"]),
+            R::Int(ACCOUNTS as i64)
+        );
+        eprintln!(
+            "{preset}: {transfers} transfers, {checks} live checks, total kept across kill -9"
         );
     }
 }

@@ -428,6 +428,15 @@ pub static COMMANDS: &[Spec] = &[
     spec!("setrange", 4, W, 1, 1, 1, Handler::Write(strings::setrange)),
     spec!("strlen", 2, R, 1, 1, 1, Handler::Read(strings::strlen)),
     spec!(
+        "substr",
+        4,
+        &["readonly"],
+        1,
+        1,
+        1,
+        Handler::Read(strings::getrange)
+    ),
+    spec!(
         "time",
         1,
         &["loading", "stale", "fast"],

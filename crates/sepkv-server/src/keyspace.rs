@@ -21,6 +21,7 @@
 //!
 //! Thread-safety: a `Keyspace` is shared by every connection (`Sync`).
 
+use crate::filter::KeyspaceFilter;
 use crate::keys::{self, Meta, Record, EXPIRE_PREFIX, META_KEY, TYPE_STRING};
 use sepkv::{Db, Error, WriteBatch, WriteOptions};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -81,6 +82,8 @@ pub struct Keyspace {
     /// Watched keys: watchers and the number of changes seen (`WATCH`).
     watched: Mutex<HashMap<Vec<u8>, (usize, u64)>>,
     watching: AtomicUsize,
+    /// Tells dead hash field records (for [`Keyspace::reclaim_step`]).
+    dead_fields: Arc<KeyspaceFilter>,
     /// Statistics.
     pub stats: KeyStats,
 }
@@ -231,8 +234,11 @@ impl Keyspace {
                 next_version: 1,
             },
         };
+        let dead_fields = KeyspaceFilter::new();
+        dead_fields.attach(&db);
         Ok(Keyspace {
             db,
+            dead_fields,
             gen: AtomicU32::new(meta.gen),
             count: AtomicU64::new(meta.count),
             expires: AtomicU64::new(meta.expires),
@@ -352,36 +358,50 @@ impl Keyspace {
         }
     }
 
-    /// Up to `count` key records in key order from engine key `from`
-    /// (inclusive): the live ones as `(user key, value)`, and the engine key
-    /// to continue from (`None` at the end of the key space).
+    /// Up to `count` live keys in key order from engine key `from`
+    /// (inclusive), as `(user key, value)`, and the engine key to continue
+    /// from (`None` at the end of the key space). The field records of a
+    /// hash are stepped over in one seek; records that are not live keys
+    /// (expired, of a flushed generation) are read but not counted, up to
+    /// `100 count + 10 000` of them per call, so a page ends early rather
+    /// than reading without bound.
     ///
     /// # Errors
     /// Engine errors.
-    #[allow(clippy::type_complexity)]
-    pub fn scan(
-        &self,
-        from: &[u8],
-        count: usize,
-        now: u64,
-    ) -> Result<(Vec<(Vec<u8>, Value)>, Option<Vec<u8>>), Error> {
+    pub fn scan(&self, from: &[u8], count: usize, now: u64) -> Result<ScanPage, Error> {
         let upper = [0x40u8];
-        let range = (Bound::Included(from), Bound::Excluded(&upper[..]));
+        let mut lower = from.to_vec();
         let mut out = Vec::new();
-        for (seen, r) in self.db.scan(range, false)?.enumerate() {
-            let (k, v) = r?;
-            if seen == count {
-                return Ok((out, Some(k)));
+        let mut budget = count.saturating_mul(100).saturating_add(10_000);
+        'seek: loop {
+            let range = (Bound::Included(&lower[..]), Bound::Excluded(&upper[..]));
+            for r in self.db.scan(range, false)? {
+                let (k, v) = r?;
+                if budget == 0 {
+                    return Ok((out, Some(k)));
+                }
+                budget -= 1;
+                if let Some((user, _, _)) = keys::parse_field_key(&k) {
+                    // Past every field record of this key (versions never
+                    // reach all ones).
+                    let mut past = k[..5 + user.len()].to_vec();
+                    past.extend_from_slice(&[0xff; 9]);
+                    lower = past;
+                    continue 'seek;
+                }
+                let Some(user) = keys::user_key(&k) else {
+                    continue;
+                };
+                let user = user.to_vec();
+                if let Some(v) = self.live(v, now) {
+                    if out.len() == count {
+                        return Ok((out, Some(k)));
+                    }
+                    out.push((user, v));
+                }
             }
-            let Some(user) = keys::user_key(&k) else {
-                continue;
-            };
-            let user = user.to_vec();
-            if let Some(v) = self.live(v, now) {
-                out.push((user, v));
-            }
+            return Ok((out, None));
         }
-        Ok((out, None))
     }
 
     /// Up to `n` expire index records from engine key `from` (inclusive):
@@ -432,7 +452,8 @@ impl Keyspace {
         Ok((seen, due, None))
     }
 
-    /// Deletes up to `n` records of flushed generations, reading at most
+    /// Deletes up to `n` records of flushed generations (hash field records
+    /// of dead hashes too), reading at most
     /// `10 n` records from `from` on; `Ok(true)` when none remain (and
     /// records that in the metadata).
     ///
@@ -464,7 +485,8 @@ impl Keyspace {
                 v.get(8..12)
                     .is_some_and(|b| u32::from_be_bytes(b.try_into().unwrap_or_default()) < gen)
             } else {
-                false
+                // The fields of flushed hashes (and of any dead hash met).
+                self.dead_fields.is_dead(&k)
             };
             if stale {
                 old.push(k);
@@ -478,6 +500,7 @@ impl Keyspace {
                 Some(v) if k.starts_with(EXPIRE_PREFIX) => v
                     .get(8..12)
                     .is_some_and(|b| u32::from_be_bytes(b.try_into().unwrap_or_default()) < gen),
+                Some(_) if keys::parse_field_key(k).is_some() => self.dead_fields.is_dead(k),
                 Some(v) => keys::header(&v).is_some_and(|(_, g, _)| g < gen),
                 None => false,
             };
@@ -641,11 +664,6 @@ impl Txn<'_> {
         self.seen.insert(key.to_vec(), Some(v));
         self.changed.insert(key.to_vec());
         Ok(())
-    }
-
-    /// Counts `key` as changed for `WATCH` without writing its key record.
-    pub fn touch(&mut self, key: &[u8]) {
-        self.changed.insert(key.to_vec());
     }
 
     /// A version for a new hash (never handed out before).

@@ -18,6 +18,7 @@
 //!   share one engine batch and (with `--fsync always`) one fsync;
 //!   [`multi`]: MULTI/EXEC transactions, one engine batch each;
 //! - [`expire`]: active expiry and the reclaiming of flushed records;
+//!   [`filter`]: the compaction filter that drops dead hash fields;
 //!   [`durability`]: `--fsync` policies and the once-a-second sync;
 //! - [`cluster`]: cluster mode (hash slots, redirections, slot migration).
 //!
@@ -38,6 +39,7 @@ pub mod commands;
 pub mod config;
 pub mod durability;
 pub mod expire;
+pub mod filter;
 pub mod keys;
 pub mod keyspace;
 pub mod multi;
