@@ -563,7 +563,7 @@ pub fn check(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<&'static Spec, Reply> 
 /// Redis's `COMMAND GETKEYS`): what a cluster checks for one slot, for a
 /// single command or for every command of a transaction. `args[0]` is the
 /// command name; arity is assumed checked.
-pub fn command_keys<'a>(spec: &Spec, args: &'a [Bytes]) -> Vec<&'a Bytes> {
+pub fn command_keys<'a>(spec: &Spec, args: &'a [Bytes]) -> Vec<&'a [u8]> {
     if spec.first_key <= 0 {
         return Vec::new();
     }
@@ -575,7 +575,7 @@ pub fn command_keys<'a>(spec: &Spec, args: &'a [Bytes]) -> Vec<&'a Bytes> {
     };
     (spec.first_key..=last)
         .step_by(spec.step.max(1) as usize)
-        .map(|i| &args[i as usize])
+        .map(|i| &args[i as usize][..])
         .collect()
 }
 

@@ -185,6 +185,16 @@ fn run_queue(ctx: &mut Ctx<'_>, queue: &[(&'static Spec, Vec<Bytes>)]) -> CmdRes
     if changed {
         return Ok(Reply::NilArray);
     }
+    // In cluster mode a slot may have moved since the commands were
+    // queued: the whole transaction is then redirected, as Redis does.
+    if let Some(c) = &shared.cluster {
+        if let Some(r) = queue
+            .iter()
+            .find_map(|(spec, args)| c.recheck_write(spec, args))
+        {
+            return Err(r);
+        }
+    }
     let mut replies = Vec::with_capacity(queue.len());
     for (spec, args) in queue {
         let r = match spec.handler {

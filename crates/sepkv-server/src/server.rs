@@ -12,7 +12,7 @@
 //! replies and closes; then the background threads stop and the caller
 //! closes the database.
 
-use crate::cluster::slots::Route;
+use crate::cluster::slots::{check_transaction, Route};
 use crate::command::{check, is_write, Ctx};
 use crate::config::Config;
 use crate::durability::Durability;
@@ -274,6 +274,10 @@ async fn serve_client(
                         }
                         if let Route::Redirect(r) = route {
                             checked = Err(r);
+                        } else if client.tx.in_multi() {
+                            if let Err(r) = check_transaction(client.tx.queued(), spec, &args) {
+                                checked = Err(r);
+                            }
                         }
                     }
                     match checked {

@@ -14,7 +14,7 @@
 //! command (a transaction's queued commands as well) can ask it.
 
 use super::{Cluster, Mark, SlotState};
-use crate::command::Spec;
+use crate::command::{command_keys, Spec};
 use crate::keys::slot;
 use crate::resp::Reply;
 use bytes::Bytes;
@@ -34,29 +34,31 @@ pub enum Route {
     Wait(u16),
 }
 
-/// The key arguments of a command, by its table entry.
-pub fn command_keys<'a>(spec: &Spec, args: &'a [Bytes]) -> Vec<&'a [u8]> {
-    let mut out = Vec::new();
-    if spec.first_key <= 0 {
-        return out;
-    }
-    let n = args.len() as i32;
-    let last = if spec.last_key < 0 {
-        n + spec.last_key
-    } else {
-        spec.last_key.min(n - 1)
-    };
-    let mut i = spec.first_key;
-    while i <= last && spec.step > 0 {
-        out.push(&args[i as usize][..]);
-        i += spec.step;
-    }
-    out
-}
-
 /// The error for keys in different slots.
 pub fn crossslot() -> Reply {
     Reply::Error("CROSSSLOT Keys in request don't hash to the same slot".into())
+}
+
+/// The queue-time check of a command inside `MULTI`: its keys must be in
+/// the slot of the keys queued before it, as Redis Cluster requires of a
+/// transaction (each queued command was already checked for one slot of
+/// its own).
+///
+/// # Errors
+/// `-CROSSSLOT` when they are not; the connection then marks the
+/// transaction refused, and its `EXEC` answers `-EXECABORT`.
+pub fn check_transaction(
+    queued: &[(&'static Spec, Vec<Bytes>)],
+    spec: &Spec,
+    args: &[Bytes],
+) -> Result<(), Reply> {
+    let first = queued
+        .iter()
+        .find_map(|(s, a)| command_keys(s, a).first().map(|k| slot(k)));
+    match first {
+        Some(f) if command_keys(spec, args).iter().any(|k| slot(k) != f) => Err(crossslot()),
+        _ => Ok(()),
+    }
 }
 
 /// The error for a write that waited too long for its slot.
@@ -147,8 +149,8 @@ impl Cluster {
     }
 
     /// The writer's check of a write it is about to run (under the
-    /// writer lock): `Some(reply)` when its slot changed state since the
-    /// connection's check.
+    /// writer lock), and `EXEC`'s of each queued command: `Some(reply)`
+    /// when its slot changed state since the connection's check.
     pub fn recheck_write(&self, spec: &Spec, args: &[Bytes]) -> Option<Reply> {
         let keys = command_keys(spec, args);
         let s = slot_of(&keys).ok()??;

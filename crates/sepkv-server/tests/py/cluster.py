@@ -174,6 +174,31 @@ def three_nodes():
         assert sizes == shares, (sizes, shares)
         print(f"three nodes: {2 * half} keys written and read in {wrote:.1f} s; shares {shares}")
 
+        # A transaction's keys must share a slot: a queued command of
+        # another slot is refused with CROSSSLOT and EXEC aborts; within
+        # one hash tag MULTI/EXEC runs.
+        mine = [f"key:{i}" for i in range(half) if keyslot(f"key:{i}") in cl.owned(0)]
+        a, b = mine[0], next(k for k in mine if keyslot(k) != keyslot(mine[0]))
+        n0 = cl.node(0)
+        n0.execute_command("MULTI")
+        assert n0.execute_command("SET", a, "x") in (b"QUEUED", "QUEUED")
+        try:
+            n0.execute_command("SET", b, "y")
+            raise AssertionError("CROSSSLOT expected inside MULTI")
+        except redis.ResponseError as e:
+            assert "CROSSSLOT" in str(e), e
+        try:
+            n0.execute_command("EXEC")
+            raise AssertionError("EXECABORT expected")
+        except redis.ResponseError as e:
+            assert "EXECABORT" in str(e), e
+        assert n0.get(a) == f"v{a.split(':')[1]}".encode()
+        tx = n0.pipeline(transaction=True)
+        tx.incr(f"{{{a}}}:x", 5)
+        tx.incr(f"{{{a}}}:y", -5)
+        assert tx.execute() == [5, -5]
+        print("MULTI/EXEC: CROSSSLOT inside a transaction, EXEC within one hash tag")
+
         cli = common.need("redis-cli")
         far = next(f"key:{i}" for i in range(half) if keyslot(f"key:{i}") not in cl.owned(0))
         r = subprocess.run([cli, "-c", "-p", str(cl.ports[0]), "GET", far],
