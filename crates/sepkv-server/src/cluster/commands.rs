@@ -321,7 +321,7 @@ pub fn cluster(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
         ("IMPORT-RECORDS", n) if n >= 4 && n % 2 == 0 => {
             let pairs: Vec<(&[u8], &[u8])> =
                 a[2..].chunks(2).map(|p| (&p[0][..], &p[1][..])).collect();
-            let n = migrate::import(&c, &pairs).map_err(Reply::err)?;
+            let n = blocking(|| migrate::import(&c, &pairs)).map_err(Reply::err)?;
             Ok(Reply::Int(n as i64))
         }
         (

@@ -21,6 +21,7 @@ Environment: SEPKV_BIN, SEPKV_CLUSTER_KEYS (default 30000).
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -210,6 +211,29 @@ def three_nodes():
         info = cl.node(0).info("cluster")
         assert info["cluster_enabled"] == 1, info
         print("redis-cli -c follows MOVED")
+
+        # SIGHUP rereads the file: a higher version is installed (and
+        # persisted), a lower one is kept.
+        with open(cl.conf) as f:
+            text = f.read()
+        with open(cl.conf, "w") as f:
+            f.write(text.replace("version 1", "version 5"))
+        cl.servers[0].proc.send_signal(signal.SIGHUP)
+        wait_until("SIGHUP to install version 5",
+                   lambda: cl.node(0).info("cluster")["cluster_topology_version"] == 5, 10)
+        with open(cl.conf, "w") as f:
+            f.write(text.replace("version 1", "version 4"))
+        cl.servers[0].proc.send_signal(signal.SIGHUP)
+        time.sleep(0.3)
+        assert cl.node(0).info("cluster")["cluster_topology_version"] == 5
+        # A node whose entry is not the address it binds refuses to start.
+        other = common.free_port()
+        r = subprocess.run([common.sepkv_binary(), "--db", os.path.join(cl.dir, "x"), "serve",
+                            "--port", str(other), "--cluster-config", cl.conf,
+                            "--cluster-node-id", cl.ids[0]], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2 and f"127.0.0.1:{cl.ports[0]}" in r.stderr \
+            and f"127.0.0.1:{other}" in r.stderr, r.stderr
+        print("SIGHUP installs a higher version only; a wrong address is refused, naming both")
 
         bench = common.need("redis-benchmark")
         r = subprocess.run([bench, "--cluster", "-p", str(cl.ports[0]), "-t", "set,get",
