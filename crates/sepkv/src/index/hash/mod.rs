@@ -499,11 +499,12 @@ impl HashIndex {
     /// key-only LSM-tree), which must hold every key that has a node not
     /// on a delete token and no other from then on, whenever the writer's
     /// lock is free; a write then takes the address it supersedes from the
-    /// nodes alone in the common case ([`HashIndex::by_liveness`]). GC's
-    /// lookups ([`IndexReader::current_pointer`]), which may run beside a
-    /// write, do not ask it. Without one (the hash index alone, or
-    /// while recovery replays the bands) a write verifies the key by
-    /// reading the records of the nodes that match it.
+    /// nodes whose hash bits are the key's and the key's liveness, in the
+    /// common case without reading a record. GC's lookups
+    /// ([`IndexReader::current_pointer`]), which may run beside a write, do
+    /// not ask it. Without one (the hash index alone, or while recovery
+    /// replays the bands) a write verifies the key by reading the records
+    /// of the nodes that match it.
     pub fn set_liveness(&self, l: Weak<dyn KeyLiveness>) {
         *self.liveness.write() = Some(l);
     }
