@@ -16,57 +16,18 @@
 # SEPKV_TOOLS_REQUESTS (see the suites' headers), CARGO_TARGET_DIR.
 set -euo pipefail
 
-REDIS_PY_VERSION=5.0.8
-PYTEST_VERSION=8.3.5
 root="$(cd "$(dirname "$0")/.." && pwd)"
 target="${CARGO_TARGET_DIR:-$root/target}"
-ci="${CI:-false}"
+# shellcheck source=scripts/lib/prereqs.sh
+. "$root/scripts/lib/prereqs.sh"
 
-fail_or_skip() {
-    if [ "$ci" = "true" ]; then
-        echo "FAIL: $1 (CI=true)" >&2
-        exit 1
-    fi
-    echo "SKIP: $1" >&2
-    exit 0
-}
-
-as_root() {
-    if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else return 1; fi
-}
-
-if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null \
-    || ! command -v redis-benchmark >/dev/null; then
-    echo "installing redis-server and redis-tools"
-    if command -v apt-get >/dev/null; then
-        as_root apt-get update -qq || true
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools \
-            || true
-    fi
-    command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null \
-        || fail_or_skip "redis-server/redis-tools could not be installed"
-fi
-
-python="${PYTHON:-python3}"
-command -v "$python" >/dev/null || fail_or_skip "python3 not found"
-has_redis_py() { "$1" -c "import redis, sys; sys.exit(redis.__version__ != '$REDIS_PY_VERSION')" 2>/dev/null; }
-venv="$target/redis-py-$REDIS_PY_VERSION"
-if has_redis_py "$venv/bin/python"; then
-    py="$venv/bin/python"
-elif "$python" -m venv "$venv" >/dev/null 2>&1 \
-    && "$venv/bin/python" -m pip install -q "redis==$REDIS_PY_VERSION"; then
-    echo "installed redis-py $REDIS_PY_VERSION into a virtualenv under the target directory"
-    py="$venv/bin/python"
-elif has_redis_py "$python" || "$python" -m pip install -q --user "redis==$REDIS_PY_VERSION"; then
-    # No venv module (Debian's python3-venv): the user site instead.
-    py="$python"
-else
-    fail_or_skip "redis-py $REDIS_PY_VERSION could not be installed"
-fi
+need_tools "redis-server redis-cli redis-benchmark" "redis-server redis-tools"
+need_redis_py
 
 # redis-py's own test suite: its source distribution, and what it imports.
+PYTEST_VERSION=8.3.5
 user_site=()
-[ "$py" = "$python" ] && user_site=(--user)
+[ "$py" = "$target/redis-py-$REDIS_PY_VERSION/bin/python" ] || user_site=(--user)
 "$py" -c "import pytest, packaging, sys; sys.exit(pytest.__version__ != '$PYTEST_VERSION')" 2>/dev/null \
     || "$py" -m pip install -q "${user_site[@]}" "pytest==$PYTEST_VERSION" packaging \
     || fail_or_skip "pytest could not be installed"

@@ -125,12 +125,67 @@ enum Cmd {
     /// SIGTERM or SIGINT; prints `ready: listening on HOST:PORT` once
     /// connections are accepted.
     Serve(ServeArgs),
+    /// Administer a cluster of `sepkv serve --cluster-config` nodes.
+    #[command(subcommand)]
+    Cluster(ClusterCmd),
     /// Run benchmarks (with no options: the default suite, every preset
     /// beside fjall and fjall-kv with 1000-byte values, about two minutes;
     /// its report goes to ./sepkv-bench-report/). The
     /// database lives in --db when given, else in a temporary directory,
     /// and is deleted afterwards unless --keep.
     Bench(Box<sepkv_bench::cli::BenchArgs>),
+}
+
+/// `sepkv cluster …`.
+#[derive(Subcommand)]
+enum ClusterCmd {
+    /// Move hash slots to node ID while the cluster serves writes: mark
+    /// them migrating and importing, copy them, install the next topology
+    /// version on every node and rewrite FILE. Repeat a failed run to
+    /// resume it.
+    Migrate {
+        /// The topology file (the nodes' `--cluster-config`).
+        #[arg(long)]
+        config: PathBuf,
+        /// Slots to move: `A-B`, or ranges separated by commas.
+        #[arg(long)]
+        slots: String,
+        /// The node ID to move them to.
+        #[arg(long)]
+        to: String,
+        /// The nodes' password (`--requirepass`); also read from
+        /// SEPKV_PASSWORD.
+        #[arg(long)]
+        password: Option<String>,
+    },
+}
+
+/// `sepkv cluster …`.
+fn cluster(cmd: &ClusterCmd) -> Result<ExitCode, Failure> {
+    match cmd {
+        ClusterCmd::Migrate {
+            config,
+            slots,
+            to,
+            password,
+        } => {
+            let slots = sepkv_server::cluster::topology::parse_slots(slots)
+                .map_err(|e| Failure::Message(format!("--slots: {e}")))?;
+            let password = password
+                .clone()
+                .or_else(|| std::env::var("SEPKV_PASSWORD").ok());
+            let t = sepkv_server::cluster::admin::migrate(
+                config,
+                &slots,
+                to,
+                password.as_deref(),
+                |line| println!("{line}"),
+            )
+            .map_err(Failure::Message)?;
+            println!("topology version {} in force", t.version);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
 }
 
 /// Flags of `sepkv serve`.
@@ -156,6 +211,14 @@ struct ServeArgs {
     /// --requirepass; no: allow it.
     #[arg(long, default_value = "yes")]
     protected_mode: String,
+    /// Cluster mode: the topology file (reread on SIGHUP; see
+    /// docs/cluster.md). Needs --cluster-node-id.
+    #[arg(long, requires = "cluster_node_id")]
+    cluster_config: Option<PathBuf>,
+    /// This node's ID in the topology file; its entry there must be the
+    /// --bind/--port address.
+    #[arg(long, requires = "cluster_config")]
+    cluster_node_id: Option<String>,
 }
 
 /// `sepkv serve`.
@@ -170,7 +233,13 @@ fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, Failure> {
             )))
         }
     };
-    let db = Db::open(&cli.db, options(cli, true)?)?;
+    // The server's compaction filter drops the field records of deleted,
+    // expired and overwritten hashes; it reads the database it filters.
+    let filter = sepkv_server::filter::KeyspaceFilter::new();
+    let mut opts = options(cli, true)?;
+    opts.compaction_filter = Some(filter.clone());
+    let db = std::sync::Arc::new(Db::open(&cli.db, opts)?);
+    filter.attach(&db);
     let preset = db.stats().ok().and_then(|s| {
         Preset::from_axes(s.index.parse().ok()?, s.value_layout.parse().ok()?)
             .map(|p| p.to_string())
@@ -183,6 +252,13 @@ fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, Failure> {
         maxclients: args.maxclients,
         protected_mode,
         preset: preset.unwrap_or_else(|| "custom".into()),
+        cluster: args
+            .cluster_config
+            .as_ref()
+            .map(|file| sepkv_server::cluster::ClusterConfig {
+                file: file.clone(),
+                node_id: args.cluster_node_id.clone().unwrap_or_default(),
+            }),
     };
     sepkv_server::serve(db, config, |addr| {
         println!("ready: listening on {addr}");
@@ -412,7 +488,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             ExitCode::SUCCESS
         }
         Cmd::Verify | Cmd::Repair => unreachable!("handled above"),
-        Cmd::Bench(_) | Cmd::Serve(_) => unreachable!("handled in main"),
+        Cmd::Bench(_) | Cmd::Serve(_) | Cmd::Cluster(_) => unreachable!("handled in main"),
     };
     out.flush().map_err(stdout_err)?;
     drop(out);
@@ -635,6 +711,15 @@ fn main() -> ExitCode {
     };
     if let Cmd::Bench(args) = &cli.cmd {
         return bench(&cli, args, db_given);
+    }
+    if let Cmd::Cluster(c) = &cli.cmd {
+        return match cluster(c) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        };
     }
     if let Cmd::Serve(args) = &cli.cmd {
         return match serve(&cli, args) {

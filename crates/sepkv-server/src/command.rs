@@ -6,6 +6,7 @@
 //! runs on the connection's task, reading the keyspace without a lock and
 //! writing through one [`crate::keyspace::Txn`].
 
+use crate::cluster::commands as cluster;
 use crate::commands::{connection, hashes, keyspace as keycmds, server, strings};
 use crate::keys::MAX_USER_KEY;
 use crate::keyspace::{Reader, Txn, Value};
@@ -107,6 +108,7 @@ macro_rules! spec {
 /// Every command the server knows, in alphabetical order.
 pub static COMMANDS: &[Spec] = &[
     spec!("append", 3, WF, 1, 1, 1, Handler::Write(strings::append)),
+    spec!("asking", 1, CONN, 0, 0, 0, Handler::Read(cluster::asking)),
     spec!("auth", -2, NOAUTH, 0, 0, 0, Handler::Read(connection::auth)),
     spec!(
         "client",
@@ -116,6 +118,15 @@ pub static COMMANDS: &[Spec] = &[
         0,
         0,
         Handler::Read(connection::client)
+    ),
+    spec!(
+        "cluster",
+        -2,
+        &["admin", "stale"],
+        0,
+        0,
+        0,
+        Handler::Read(cluster::cluster)
     ),
     spec!(
         "command",
@@ -355,6 +366,24 @@ pub static COMMANDS: &[Spec] = &[
         0,
         0,
         Handler::Read(keycmds::randomkey)
+    ),
+    spec!(
+        "readonly",
+        1,
+        CONN,
+        0,
+        0,
+        0,
+        Handler::Read(cluster::readonly)
+    ),
+    spec!(
+        "readwrite",
+        1,
+        CONN,
+        0,
+        0,
+        0,
+        Handler::Read(cluster::readonly)
     ),
     spec!(
         "rename",

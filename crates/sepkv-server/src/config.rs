@@ -19,6 +19,8 @@ pub struct Config {
     pub protected_mode: bool,
     /// Name of the engine preset, for `INFO`.
     pub preset: String,
+    /// Cluster mode: the topology file and this node's ID.
+    pub cluster: Option<crate::cluster::ClusterConfig>,
 }
 
 impl Default for Config {
@@ -31,6 +33,7 @@ impl Default for Config {
             maxclients: 10_000,
             protected_mode: true,
             preset: String::new(),
+            cluster: None,
         }
     }
 }

@@ -55,6 +55,15 @@
 //! 0xFF 'e' | slot u16 BE | user key -> expire u64 BE | gen u32 BE
 //! ```
 //!
+//! In cluster mode ([`crate::cluster`]) two more:
+//!
+//! ```text
+//! 0xFF "cluster-topology" -> the topology in force, as its file text (UTF-8)
+//! 0xFF "cluster-marks"    -> migration marks, one a line (UTF-8):
+//!                            "migrating SLOT NODE-ID" | "moved SLOT NODE-ID"
+//!                            | "importing SLOT NODE-ID"
+//! ```
+//!
 //! The `m` record is the keyspace's metadata: its generation, the number of
 //! live keys of that generation (`DBSIZE`), how many of them have a TTL,
 //! and the oldest generation whose
@@ -78,6 +87,10 @@ pub const FIELD_OVERHEAD: usize = 13;
 pub const HEADER: usize = 13;
 /// Prefix of the keyspace metadata record.
 pub const META_KEY: &[u8] = b"\xffm";
+/// The record holding the cluster topology in force.
+pub const CLUSTER_TOPOLOGY_KEY: &[u8] = b"\xffcluster-topology";
+/// The record holding the cluster's migration marks.
+pub const CLUSTER_MARKS_KEY: &[u8] = b"\xffcluster-marks";
 /// Prefix of expire index records.
 pub const EXPIRE_PREFIX: &[u8] = b"\xffe";
 /// Longest user key: the engine's key limit less the expire index prefix.

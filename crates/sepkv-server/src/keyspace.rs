@@ -718,6 +718,24 @@ impl Txn<'_> {
         }
     }
 
+    /// Writes an engine record as it is (a sub-key record copied by slot
+    /// migration); key records go through [`Txn::set`].
+    ///
+    /// # Errors
+    /// `InvalidArgument` beyond the engine's limits.
+    pub fn put_raw(&mut self, k: &[u8], v: &[u8]) -> Result<(), Error> {
+        self.batch.put(k, v)
+    }
+
+    /// Deletes an engine record (slot migration's drop of a slot's
+    /// records; key records go through [`Txn::del`] first, which counts).
+    ///
+    /// # Errors
+    /// `InvalidArgument` beyond the engine's limits.
+    pub fn delete_raw(&mut self, k: &[u8]) -> Result<(), Error> {
+        self.batch.delete(k)
+    }
+
     /// Empties the keyspace: bumps the generation.
     pub fn flush(&mut self) {
         self.meta.gen += 1;

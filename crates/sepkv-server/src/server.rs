@@ -12,6 +12,7 @@
 //! replies and closes; then the background threads stop and the caller
 //! closes the database.
 
+use crate::cluster::slots::Route;
 use crate::command::{check, is_write, Ctx};
 use crate::config::Config;
 use crate::durability::Durability;
@@ -101,11 +102,13 @@ impl Server {
         let listener = TcpListener::bind((config.bind.as_str(), config.port)).await?;
         let port = listener.local_addr()?.port();
         let ks = Arc::new(Keyspace::open(db.clone())?);
+        let cluster = crate::cluster::start(&ks, &config, port)?;
         let stop = Arc::new(AtomicBool::new(false));
         let expiry = Some(crate::expire::spawn(ks.clone(), stop.clone()));
         let shared = Arc::new(Shared {
             durability: Durability::start(db, config.fsync),
-            writer: Writer::start(ks.clone(), config.fsync),
+            writer: Writer::start(ks.clone(), config.fsync, cluster.clone()),
+            cluster,
             config,
             ks,
             stats: ServerStats::default(),
@@ -258,7 +261,21 @@ async fn serve_client(
             match parse_request(&mut rbuf) {
                 Ok(Some(args)) if args.is_empty() => continue,
                 Ok(Some(args)) => {
-                    let checked = check(&mut Ctx::new(shared, &mut *client), &args);
+                    let mut checked = check(&mut Ctx::new(shared, &mut *client), &args);
+                    if let (Ok(spec), Some(c)) = (&checked, &shared.cluster) {
+                        let mut route = c.route(client.id, spec, &args);
+                        if let Route::Wait(slot) = route {
+                            // Its slot is being copied: earlier writes go
+                            // first, then this one waits (bounded).
+                            flush_writes(shared, &mut writes, client.proto, &mut wbuf).await;
+                            write_bytes = 0;
+                            c.wait_slot(slot).await;
+                            route = c.route_after_wait(spec, &args);
+                        }
+                        if let Route::Redirect(r) = route {
+                            checked = Err(r);
+                        }
+                    }
                     match checked {
                         Ok(spec) if is_write(spec) && !client.tx.in_multi() => {
                             write_bytes += writer::size(&args);

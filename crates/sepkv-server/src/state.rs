@@ -154,6 +154,8 @@ pub struct Shared {
     pub started_wall: SystemTime,
     /// Bound TCP port.
     pub port: u16,
+    /// Cluster mode's state, when on.
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 impl Shared {

@@ -17,6 +17,7 @@
 //!
 //! Thread-safety: [`Writer`] is shared by every connection.
 
+use crate::cluster::Cluster;
 use crate::command::{run_write, Spec};
 use crate::durability::Fsync;
 use crate::keyspace::Keyspace;
@@ -54,8 +55,9 @@ pub fn size(args: &[Bytes]) -> usize {
 }
 
 impl Writer {
-    /// Starts the writer thread.
-    pub fn start(ks: Arc<Keyspace>, fsync: Fsync) -> Writer {
+    /// Starts the writer thread. In cluster mode, `cluster` re-checks each
+    /// write's slot before it runs ([`Cluster::recheck_write`]).
+    pub fn start(ks: Arc<Keyspace>, fsync: Fsync, cluster: Option<Arc<Cluster>>) -> Writer {
         let (tx, rx) = mpsc::channel::<Job>();
         let thread = std::thread::spawn(move || {
             let mut carry: Option<Job> = None;
@@ -86,7 +88,7 @@ impl Writer {
                         Err(_) => break,
                     }
                 }
-                run_group(&ks, fsync, jobs);
+                run_group(&ks, fsync, cluster.as_deref(), jobs);
             }
         });
         Writer {
@@ -121,14 +123,17 @@ impl Writer {
     }
 }
 
-fn run_group(ks: &Keyspace, fsync: Fsync, jobs: Vec<Job>) {
+fn run_group(ks: &Keyspace, fsync: Fsync, cluster: Option<&Cluster>, jobs: Vec<Job>) {
     let mut t = ks.txn();
     let replies: Vec<Vec<Reply>> = jobs
         .iter()
         .map(|j| {
             j.cmds
                 .iter()
-                .map(|(s, a)| run_write(s, &mut t, a))
+                .map(|(s, a)| match cluster.and_then(|c| c.recheck_write(s, a)) {
+                    Some(redirect) => redirect,
+                    None => run_write(s, &mut t, a),
+                })
                 .collect()
         })
         .collect();

@@ -108,6 +108,7 @@
 
 mod batch;
 mod commit;
+pub mod compaction_filter;
 mod counter;
 mod db;
 pub mod error;
@@ -133,6 +134,7 @@ pub mod vstore;
 pub struct ReadmeDoctests;
 
 pub use batch::{BatchEntry, WriteBatch};
+pub use compaction_filter::{CompactionFilter, FilterDecision, LazyValue};
 pub use db::{
     stored_config, CheckpointReport, Db, DbStats, FileGroupStats, GcReport, LevelStats,
     RepairReport, VerifyReport,

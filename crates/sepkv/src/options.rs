@@ -18,6 +18,7 @@
 //! it was created, and `Options::preset(p)` both creates a `p` database and
 //! checks that an existing one is `p`.
 
+use crate::compaction_filter::CompactionFilter;
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, StdFs};
 use std::fmt;
@@ -601,6 +602,14 @@ pub struct Options {
     /// bands (FlashKey §V-B6); recovery replays the bands after the last
     /// checkpoint. Default 64.
     pub hash_checkpoint_bands: u64,
+    /// A filter that drops records while compaction (and, for the `hash`
+    /// index, band GC) rewrites them, as RocksDB's compaction filter does
+    /// (default `None`). See [`crate::CompactionFilter`] for the contract:
+    /// which records it is offered, when, and how snapshots and value-store
+    /// garbage follow. Takes effect per open and is not recorded: a reopen
+    /// may set another filter or none. Its [`crate::CompactionFilter::name`]
+    /// must be 1 to 128 bytes without control characters.
+    pub compaction_filter: Option<Arc<dyn CompactionFilter>>,
 }
 
 /// Where the `hash` index keeps its table (FlashKey §V-A1).
@@ -647,6 +656,10 @@ impl fmt::Debug for Options {
             .field("vlog_file_size", &self.vlog_file_size)
             .field("gc_garbage_ratio", &self.gc_garbage_ratio)
             .field("space_amp_target", &self.space_amp_target)
+            .field(
+                "compaction_filter",
+                &self.compaction_filter.as_ref().map(|f| f.name()),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -709,6 +722,7 @@ impl Default for Options {
             hash_cache_size: 16 << 20,
             hash_memo_size: 5 << 20,
             hash_checkpoint_bands: 64,
+            compaction_filter: None,
         }
     }
 }
@@ -974,6 +988,14 @@ impl Options {
                 "hash_cache_size {} must be at least 64 KiB",
                 self.hash_cache_size
             ));
+        }
+        if let Some(f) = &self.compaction_filter {
+            let name = f.name();
+            if name.is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
+                return bad(format!(
+                    "compaction_filter name {name:?} must be 1 to 128 bytes without control characters"
+                ));
+            }
         }
         if !(1..=1 << 20).contains(&self.hash_checkpoint_bands) {
             return bad(format!(

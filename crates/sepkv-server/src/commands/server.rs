@@ -136,7 +136,15 @@ pub fn info(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
             "Server",
             &[
                 ("redis_version", REDIS_VERSION.into()),
-                ("redis_mode", "standalone".into()),
+                (
+                    "redis_mode",
+                    if sh.cluster.is_some() {
+                        "cluster"
+                    } else {
+                        "standalone"
+                    }
+                    .into(),
+                ),
                 ("sepkv_version", env!("CARGO_PKG_VERSION").into()),
                 ("os", std::env::consts::OS.into()),
                 ("arch_bits", (usize::BITS).to_string()),
@@ -208,7 +216,8 @@ pub fn info(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
         );
     }
     if wants("cluster") {
-        section(&mut out, "Cluster", &[("cluster_enabled", "0".into())]);
+        let body = crate::cluster::commands::info_fields(sh.cluster.as_deref());
+        section(&mut out, "Cluster", &body);
     }
     if wants("keyspace") {
         let n = sh.ks.len();

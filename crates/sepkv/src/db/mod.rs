@@ -410,6 +410,8 @@ impl Db {
             bg_error: Mutex::new(None),
             closed: AtomicBool::new(false),
             stall_micros: AtomicU64::new(0),
+            filter_removed: Arc::new(AtomicU64::new(0)),
+            filter_gate: parking_lot::RwLock::new(()),
         });
         // The index reads the value store's persisted state from its own
         // manifest or checkpoint, so it opens the value store.

@@ -306,6 +306,10 @@ impl IndexReader for DbInner {
         self.shared.last_seq.load(Ordering::Acquire)
     }
 
+    fn has_readers(&self) -> bool {
+        self.shared.newest_snapshot().is_some()
+    }
+
     fn wait_in_flight_writes(&self) -> Result<()> {
         // A write appends its values, logs and inserts them, and publishes
         // its sequence number all under the writer lock; a write that fails

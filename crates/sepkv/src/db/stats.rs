@@ -103,6 +103,9 @@ pub struct DbStats {
     /// Entries compaction dropped: shadowed versions, obsolete tombstones
     /// (counter since open).
     pub compaction_entries_dropped: u64,
+    /// Records the compaction filter removed, in compactions and band GC
+    /// (counter since open).
+    pub filter_removed: u64,
     /// Index-specific figures, named by the index (for `lsm`: `sstables`,
     /// `sstable_bytes`); sizes and loads are state, tallies count since
     /// open.
@@ -285,6 +288,7 @@ impl DbInner {
             compaction_bytes_in: ix.compaction_bytes_in,
             compaction_bytes_out: ix.compaction_bytes_out,
             compaction_entries_dropped: ix.compaction_entries_dropped,
+            filter_removed: shared.filter_removed.load(Ordering::Relaxed),
             index_figures: ix
                 .figures
                 .into_iter()

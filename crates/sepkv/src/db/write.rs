@@ -489,6 +489,9 @@ impl DbInner {
         moves: &[Relocation],
         judged_at: Option<SeqNum>,
     ) -> Result<(Vec<bool>, Option<SeqNum>)> {
+        // No filtering compaction runs from the lookups to the write (see
+        // `Shared::filter_gate`).
+        let _gate = self.shared.filter_gate.read();
         // Loaded before the lookups: if `last_seq` still holds it under the
         // writer lock, nothing was published since they ran (writes and
         // relocations publish under that lock) and they still hold.

@@ -54,7 +54,7 @@ use compaction::CompactionStats;
 use iter::InternalIterator;
 use key::{SeqNum, ValueType};
 use memtable::Lookup;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use sstable::ReadCtx;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -90,6 +90,15 @@ pub(crate) struct Shared {
     pub closed: AtomicBool,
     /// Time writers spent delayed or stopped (µs).
     pub stall_micros: AtomicU64,
+    /// Records the compaction filter removed (compactions and band GC).
+    pub filter_removed: Arc<AtomicU64>,
+    /// Keeps value-store GC's relocations and filtering compactions apart:
+    /// a compaction that asks a filter holds it exclusively from before it
+    /// reads its inputs until its edit is installed, a relocation shares it
+    /// from its liveness lookups through its write. Otherwise a relocation
+    /// that judged a record live before the compaction removed it would
+    /// write the record back under a newer sequence number.
+    pub filter_gate: RwLock<()>,
 }
 
 impl Shared {
@@ -146,6 +155,12 @@ impl Shared {
             .next()
             .copied()
             .unwrap_or_else(|| self.last_seq.load(Ordering::Acquire))
+    }
+
+    /// The newest sequence number a live snapshot or iterator reads at, if
+    /// any: the compaction filter is not offered records at or below it.
+    pub fn newest_snapshot(&self) -> Option<SeqNum> {
+        self.snapshots.lock().keys().next_back().copied()
     }
 
     /// Adds the time since `since` to the writers' stall time.

@@ -264,6 +264,13 @@ pub trait IndexReader: Send + Sync {
     fn oldest_visible_seq(&self) -> SeqNum;
     /// The latest sequence number visible to new readers.
     fn last_sequence(&self) -> SeqNum;
+    /// True when a snapshot or iterator is registered: GC then asks the
+    /// compaction filter nothing (removing a key's node would cut a reader
+    /// off from the older versions it walks back to). The default claims
+    /// one.
+    fn has_readers(&self) -> bool {
+        true
+    }
     /// Returns once no write is *in flight*: every value appended to the
     /// store before the call belongs to a write that has either published
     /// its index entries (so [`IndexReader::current_pointer`] sees them) or
@@ -562,6 +569,19 @@ pub trait ValueStore: Send + Sync {
     /// at most; asked once per background GC round. The default: never.
     fn reorganize_due(&self) -> bool {
         false
+    }
+
+    /// Starts a pass of GC steps over every record written so far, for the
+    /// compaction filter to meet them (see [`crate::CompactionFilter`]):
+    /// the bands layout, whose hash index has no compaction, takes each of
+    /// its bands in turn in the steps that follow, even without garbage.
+    /// Returns the bytes the pass will read. Default: nothing, 0
+    /// (compaction offers the other layouts' records).
+    ///
+    /// # Errors
+    /// `Io` or `Poisoned` from closing the open band.
+    fn start_filter_pass(&self) -> Result<u64> {
+        Ok(0)
     }
 
     /// Runs one garbage-collection step.

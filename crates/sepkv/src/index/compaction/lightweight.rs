@@ -82,19 +82,17 @@
 //! deletes obsolete files.
 
 use super::picker::{self, Choice, CompactionInputs, PickerConfig};
+use super::rule::{DropRule, Verdict};
 use super::{CompactionStats, JobContext};
 use crate::error::{Error, Result};
 use crate::fs::IoCategory;
 use crate::index::dtable::{append_segment, Aggregated, Directory};
 use crate::index::filename::table_path;
 use crate::index::iter::InternalIterator;
-use crate::index::key::{
-    compare_internal, parse_internal_key, user_key, SeqNum, ValueType, MAX_SEQ,
-};
+use crate::index::key::{compare_internal, user_key, SeqNum};
 use crate::index::merger::MergingIterator;
 use crate::index::sstable::ReadCtx;
 use crate::index::version::{FileMeta, Version, VersionEdit};
-use crate::vstore::{ValuePointer, ValueStore};
 use std::cmp::Ordering;
 use std::path::Path;
 use std::sync::Arc;
@@ -158,78 +156,6 @@ pub fn pick(v: &Version, cfg: &PickerConfig, compact_pointers: &[Option<&[u8]>])
             }
         }
         c => c,
-    }
-}
-
-/// The drop rules of leveled compaction, applied to one sorted stream.
-struct DropRule<'a> {
-    version: &'a Version,
-    snapshot: SeqNum,
-    /// Tombstones are kept while a level `> below` may hold the key.
-    below: usize,
-    vstore: &'a dyn ValueStore,
-    current: Vec<u8>,
-    has_current: bool,
-    last_seq: SeqNum,
-    tombstones: u64,
-    dropped: u64,
-}
-
-impl<'a> DropRule<'a> {
-    fn new(
-        version: &'a Version,
-        snapshot: SeqNum,
-        below: usize,
-        vstore: &'a dyn ValueStore,
-    ) -> Self {
-        DropRule {
-            version,
-            snapshot,
-            below,
-            vstore,
-            current: Vec::new(),
-            has_current: false,
-            last_seq: MAX_SEQ,
-            tombstones: 0,
-            dropped: 0,
-        }
-    }
-
-    /// Adds `seen` entries read, and what this rule dropped, to `st`.
-    fn tally(&self, seen: u64, st: &mut CompactionStats) {
-        st.entries_in += seen;
-        st.dropped += self.dropped;
-        st.tombstones_dropped += self.tombstones;
-    }
-
-    fn keep(&mut self, ikey: &[u8], value: &[u8]) -> Option<bool> {
-        let p = parse_internal_key(ikey)?;
-        if !self.has_current || p.user_key != self.current.as_slice() {
-            self.current.clear();
-            self.current.extend_from_slice(p.user_key);
-            self.has_current = true;
-            self.last_seq = MAX_SEQ;
-        }
-        let drop = if self.last_seq <= self.snapshot {
-            true
-        } else {
-            p.vtype == ValueType::Deletion
-                && p.seq <= self.snapshot
-                && !self.version.key_may_exist_below(self.below, p.user_key)
-        };
-        self.last_seq = p.seq;
-        if drop {
-            self.dropped += 1;
-            if p.vtype == ValueType::Deletion {
-                self.tombstones += 1;
-            }
-            if p.vtype == ValueType::Pointer {
-                if let Some(ptr) = ValuePointer::decode(value) {
-                    self.vstore.note_garbage(&ptr);
-                }
-            }
-        }
-        Some(!drop)
     }
 }
 
@@ -317,8 +243,9 @@ trait Source {
 struct Filtered<'a, I> {
     iter: I,
     rule: DropRule<'a>,
-    /// The cursor is positioned and its entry passed the rule.
-    ready: bool,
+    /// The cursor is positioned and its entry passed the rule (as what
+    /// the verdict says: itself or the rule's replacement).
+    ready: Option<Verdict>,
     /// Entries the rule has seen.
     seen: u64,
     dir: &'a Path,
@@ -331,7 +258,7 @@ impl<'a, I: InternalIterator> Filtered<'a, I> {
         Filtered {
             iter,
             rule,
-            ready: false,
+            ready: None,
             seen: 0,
             dir,
         }
@@ -345,28 +272,31 @@ impl<'a, I: InternalIterator> Filtered<'a, I> {
 
 impl<I: InternalIterator> Source for Filtered<'_, I> {
     fn peek(&mut self) -> Result<Option<(&[u8], &[u8])>> {
-        while !self.ready && self.iter.valid() {
+        while self.ready.is_none() && self.iter.valid() {
             self.seen += 1;
-            let keep = self
+            let verdict = self
                 .rule
-                .keep(self.iter.key(), self.iter.value())
+                .verdict(self.iter.key(), self.iter.value(), true)
                 .ok_or_else(|| bad_key(self.dir))?;
-            if keep {
-                self.ready = true;
-            } else {
+            if verdict == Verdict::Drop {
                 self.iter.next();
+            } else {
+                self.ready = Some(verdict);
             }
         }
         if !self.iter.valid() {
             self.iter.status()?;
             return Ok(None);
         }
-        Ok(Some((self.iter.key(), self.iter.value())))
+        Ok(Some(match self.ready {
+            Some(Verdict::Replace) => (self.rule.replacement(), &[]),
+            _ => (self.iter.key(), self.iter.value()),
+        }))
     }
 
     fn advance(&mut self) {
         self.iter.next();
-        self.ready = false;
+        self.ready = None;
     }
 }
 
@@ -560,8 +490,8 @@ struct TargetMerge<'r, 's, 't, 'a, I> {
     rest: Option<Rest<'r, 's, 't>>,
     rule: DropRule<'a>,
     /// Which side the peeked entry comes from (true: the table), once it
-    /// passed the rule.
-    ready: Option<bool>,
+    /// passed the rule, and the rule's verdict on it.
+    ready: Option<(bool, Verdict)>,
     /// Entries of the table the rule has seen.
     table_seen: u64,
     dir: &'a Path,
@@ -629,30 +559,36 @@ impl<I: InternalIterator> TargetMerge<'_, '_, '_, '_, I> {
 
 impl<I: InternalIterator> Source for TargetMerge<'_, '_, '_, '_, I> {
     fn peek(&mut self) -> Result<Option<(&[u8], &[u8])>> {
-        let side = loop {
-            if let Some(side) = self.ready {
-                break side;
+        let (side, verdict) = loop {
+            if let Some(ready) = self.ready {
+                break ready;
             }
             let Some(side) = self.smaller()? else {
                 return Ok(None);
             };
-            let keep = if side {
+            // The run's entries passed the victims' rule, which offered
+            // their keys to the filter; a key the table alone holds is
+            // offered here.
+            let verdict = if side {
                 self.table_seen += 1;
-                self.rule.keep(self.table.key(), self.table.value())
+                self.rule
+                    .verdict(self.table.key(), self.table.value(), true)
             } else {
                 match run_entry(self.run, self.pos, &mut self.rest)? {
-                    Some((k, v)) => self.rule.keep(k, v),
+                    Some((k, v)) => self.rule.verdict(k, v, false),
                     None => return Ok(None),
                 }
             }
             .ok_or_else(|| bad_key(self.dir))?;
-            if keep {
-                self.ready = Some(side);
-            } else {
+            if verdict == Verdict::Drop {
                 self.advance_side(side);
+            } else {
+                self.ready = Some((side, verdict));
             }
         };
-        if side {
+        if verdict == Verdict::Replace {
+            Ok(Some((self.rule.replacement(), &[])))
+        } else if side {
             Ok(Some((self.table.key(), self.table.value())))
         } else {
             run_entry(self.run, self.pos, &mut self.rest)
@@ -660,7 +596,7 @@ impl<I: InternalIterator> Source for TargetMerge<'_, '_, '_, '_, I> {
     }
 
     fn advance(&mut self) {
-        if let Some(side) = self.ready.take() {
+        if let Some((side, _)) = self.ready.take() {
             self.advance_side(side);
         }
     }
@@ -730,7 +666,7 @@ pub fn run_lightweight(
     }
     // Tombstones must stay while the output level or a deeper one may hold
     // the key: the output level keeps its older segments.
-    let rule = DropRule::new(version, smallest_snapshot, level, ctx.vstore);
+    let rule = DropRule::new(version, smallest_snapshot, level, ctx.vstore, ctx.filter);
     let mut src = Filtered::new(MergingIterator::new(children), rule, ctx.dir);
     let mut edit = VersionEdit::default();
     for f in &inputs.upper {
@@ -800,7 +736,7 @@ pub fn run_in_place(
             .get(f.number, f.size, IoCategory::Compaction)?;
         children.push(Box::new(t.iter(rctx)));
     }
-    let rule = DropRule::new(version, smallest_snapshot, level, ctx.vstore);
+    let rule = DropRule::new(version, smallest_snapshot, level, ctx.vstore, ctx.filter);
     let mut src = Filtered::new(MergingIterator::new(children), rule, ctx.dir);
     let divider = Divider::equal(st.bytes_in, ctx.picker.target_file_size);
     let tables = write_new_tables(ctx, version, level, &mut src, divider, &mut st)?;
@@ -1031,7 +967,13 @@ impl Sink<'_> {
             run,
             pos: 0,
             rest,
-            rule: DropRule::new(version, self.smallest_snapshot, level, ctx.vstore),
+            rule: DropRule::new(
+                version,
+                self.smallest_snapshot,
+                level,
+                ctx.vstore,
+                ctx.filter,
+            ),
             ready: None,
             table_seen: 0,
             dir: ctx.dir,
@@ -1100,7 +1042,7 @@ impl Sink<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::index::key::internal_key;
+    use crate::index::key::{internal_key, ValueType};
 
     fn meta(n: u64, lo: &str, hi: &str, size: u64) -> Arc<FileMeta> {
         Arc::new(FileMeta {

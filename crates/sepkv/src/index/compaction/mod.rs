@@ -19,18 +19,20 @@
 
 pub mod lightweight;
 pub mod picker;
+pub mod rule;
 
 use super::filename::table_path;
 use super::iter::InternalIterator;
-use super::key::{parse_internal_key, user_key, SeqNum, ValueType, MAX_SEQ};
+use super::key::{parse_internal_key, user_key, SeqNum};
 use super::merger::{LevelIterator, MergingIterator};
 use super::sstable::{ReadCtx, TableBuilder, TableOptions};
 use super::table_cache::TableCache;
 use super::version::{FileMeta, Version, VersionEdit};
 use crate::error::{Error, IoContext, Result};
 use crate::fs::{FileSystem, IoCategory, IoStats};
-use crate::vstore::{ValuePointer, ValueStore};
+use crate::vstore::ValueStore;
 use picker::{CompactionInputs, PickerConfig};
+use rule::{DropRule, FilterCtx, Verdict};
 use std::cmp::Ordering;
 use std::path::Path;
 use std::sync::Arc;
@@ -53,6 +55,9 @@ pub struct CompactionStats {
     pub dropped: u64,
     /// Tombstones dropped (part of `dropped`).
     pub tombstones_dropped: u64,
+    /// Records the compaction filter removed (each either dropped, and
+    /// then part of `dropped`, or written as a tombstone).
+    pub filter_removed: u64,
     /// Bytes of input files.
     pub bytes_in: u64,
     /// Bytes of output files (for a lightweight compaction: bytes appended
@@ -84,6 +89,7 @@ impl CompactionStats {
         self.entries_out += o.entries_out;
         self.dropped += o.dropped;
         self.tombstones_dropped += o.tombstones_dropped;
+        self.filter_removed += o.filter_removed;
         self.bytes_in += o.bytes_in;
         self.bytes_out += o.bytes_out;
         self.segments_appended += o.segments_appended;
@@ -110,6 +116,8 @@ pub struct JobContext<'a> {
     pub picker: PickerConfig,
     /// The value store (told about pointers compaction drops).
     pub vstore: &'a dyn ValueStore,
+    /// The compaction filter, when one is set (never used by a flush).
+    pub filter: Option<FilterCtx<'a>>,
     /// Hands out file numbers.
     pub new_file_number: &'a mut dyn FnMut() -> u64,
     /// Called by a compaction between two outputs (files written, segments
@@ -131,14 +139,14 @@ impl JobContext<'_> {
 }
 
 /// Writes the entries of `iter` (already positioned or not) into SSTables,
-/// cutting files per the rules in the module docs. `drop_rule` decides, per
-/// entry, whether it is kept.
+/// cutting files per the rules in the module docs. `rule` decides, per
+/// entry, whether it is kept (a flush passes none: every entry is).
 fn write_tables(
     ctx: &mut JobContext<'_>,
     iter: &mut dyn InternalIterator,
     category: IoCategory,
     grandparents: &[Arc<FileMeta>],
-    mut keep: impl FnMut(&[u8], SeqNum, ValueType, &[u8]) -> bool,
+    mut rule: Option<&mut DropRule<'_>>,
     stats: &mut CompactionStats,
 ) -> Result<Vec<FileMeta>> {
     let mut outputs = Vec::new();
@@ -179,7 +187,13 @@ fn write_tables(
             }
             last_user_key = Some(p.user_key.to_vec());
         }
-        if keep(p.user_key, p.seq, p.vtype, iter.value()) {
+        let verdict = match rule.as_deref_mut() {
+            Some(r) => r.verdict(ikey, iter.value(), true).ok_or_else(|| {
+                Error::corruption(ctx.dir, 0, "unparsable internal key in compaction input")
+            })?,
+            None => Verdict::Keep,
+        };
+        if verdict != Verdict::Drop {
             if builder.is_none() {
                 let n = (ctx.new_file_number)();
                 let path = table_path(ctx.dir, n);
@@ -195,14 +209,12 @@ fn write_tables(
                     ),
                 ));
             }
-            builder
-                .as_mut()
-                .expect("builder")
-                .1
-                .add(ikey, iter.value())?;
+            let b = &mut builder.as_mut().expect("builder").1;
+            match (verdict, rule.as_deref()) {
+                (Verdict::Replace, Some(r)) => b.add(r.replacement(), &[])?,
+                _ => b.add(ikey, iter.value())?,
+            }
             stats.entries_out += 1;
-        } else {
-            stats.dropped += 1;
         }
         iter.next();
     }
@@ -243,14 +255,7 @@ pub fn flush_to_tables(
     let saved = ctx.picker.target_file_size;
     // A flush produces one file however large the memtable is.
     ctx.picker.target_file_size = u64::MAX;
-    let r = write_tables(
-        ctx,
-        iter,
-        IoCategory::Flush,
-        &[],
-        |_, _, _, _| true,
-        &mut st,
-    );
+    let r = write_tables(ctx, iter, IoCategory::Flush, &[], None, &mut st);
     ctx.picker.target_file_size = saved;
     r
 }
@@ -303,46 +308,23 @@ pub fn run_compaction(
         ..Default::default()
     };
     let output_level = inputs.output_level;
-    let mut tombstones = 0u64;
-    let mut current: Vec<u8> = Vec::new();
-    let mut has_current = false;
-    let mut last_seq_for_key = MAX_SEQ;
-    let vstore = ctx.vstore;
-    let keep = |uk: &[u8], seq: SeqNum, vt: ValueType, value: &[u8]| -> bool {
-        if !has_current || uk != current.as_slice() {
-            current.clear();
-            current.extend_from_slice(uk);
-            has_current = true;
-            last_seq_for_key = MAX_SEQ;
-        }
-        let drop = if last_seq_for_key <= smallest_snapshot {
-            // A newer version of this key is visible to every reader.
-            true
-        } else {
-            vt == ValueType::Deletion
-                && seq <= smallest_snapshot
-                && !version.key_may_exist_below(output_level, uk)
-        };
-        last_seq_for_key = seq;
-        if drop && vt == ValueType::Deletion {
-            tombstones += 1;
-        }
-        if drop && vt == ValueType::Pointer {
-            if let Some(p) = ValuePointer::decode(value) {
-                vstore.note_garbage(&p);
-            }
-        }
-        !drop
-    };
+    let mut rule = DropRule::new(
+        version,
+        smallest_snapshot,
+        output_level,
+        ctx.vstore,
+        ctx.filter,
+    );
     let outputs = write_tables(
         ctx,
         &mut merged,
         IoCategory::Compaction,
         &inputs.grandparents,
-        keep,
+        Some(&mut rule),
         &mut st,
     )?;
-    st.tombstones_dropped = tombstones;
+    // `write_tables` counted the entries read.
+    rule.tally(0, &mut st);
     st.files_out = outputs.len() as u64;
     let mut edit = VersionEdit::default();
     for f in &inputs.upper {

@@ -21,7 +21,7 @@
 //!   writes that survived in the bands.
 
 use super::keylog::KeyLog;
-use super::{HashIndex, HashOptions, KeyOp, Walk};
+use super::{HashIndex, HashOptions, KeyLiveness, KeyOp, Walk};
 use crate::batch::WriteBatch;
 use crate::db::VerifyReport;
 use crate::error::{Error, IoContext, Result};
@@ -103,6 +103,9 @@ impl FlashKeyIndex {
             },
         )?);
         let bands = hash.bands().clone();
+        if let Some(f) = &opts.compaction_filter {
+            bands.set_filter(f.clone(), shared.filter_removed.clone());
+        }
         let lookup: Arc<dyn PrevLookup> = hash.clone();
         bands.set_prev_lookup(Arc::downgrade(&lookup));
         let kdir = shared.dir.join(KEYS_DIR);
@@ -111,6 +114,9 @@ impl FlashKeyIndex {
         kopts.index = Some(IndexKind::Lsm);
         kopts.value_layout = Some(ValueLayout::Inline);
         kopts.wal = false;
+        // The hash table decides what lives; band GC asks the filter and
+        // removes a key from the key-only tree too.
+        kopts.compaction_filter = None;
         let keys_shared = Arc::new(Shared {
             dir: kdir.clone(),
             opts: kopts,
@@ -122,6 +128,8 @@ impl FlashKeyIndex {
             bg_error: Mutex::new(None),
             closed: AtomicBool::new(false),
             stall_micros: AtomicU64::new(0),
+            filter_removed: Arc::new(AtomicU64::new(0)),
+            filter_gate: parking_lot::RwLock::new(()),
         });
         let manifest = kdir.join("MANIFEST");
         let kb = bands.clone();
@@ -179,10 +187,15 @@ impl FlashKeyIndex {
 }
 
 impl Index for FlashKeyIndex {
+    /// Recovers the key tree, after which it holds exactly the live keys
+    /// the hash table holds: writes ask it whether a key is live from then
+    /// on ([`HashIndex::set_liveness`]).
     fn recover(&self) -> Result<SeqNum> {
         let k = self.keys.recover()?;
         let seq = self.hash.last_seq().max(k);
         self.keys_shared.last_seq.store(seq, Ordering::Release);
+        let keys: Arc<dyn KeyLiveness> = self.keys.clone();
+        self.hash.set_liveness(Arc::downgrade(&keys));
         Ok(seq)
     }
 
@@ -351,6 +364,24 @@ impl Index for FlashKeyIndex {
             self.hash.checkpoint()?;
         }
         self.keys.close()
+    }
+}
+
+/// The key tree holds a key, at the newest sequence number, while the
+/// key's newest version is a value (a key's first put inserts it and its
+/// delete removes it). Looked up as the bands' reads are counted, which
+/// are what it spares: a put the address memo does not serve would
+/// otherwise read the record of the key's node back.
+impl KeyLiveness for LsmIndex {
+    fn is_live(&self, key: &[u8]) -> Result<bool> {
+        let ctx = ReadCtx {
+            category: IoCategory::ValueStore,
+            fill_cache: true,
+        };
+        Ok(matches!(
+            Index::get(self, key, None, ctx)?,
+            Lookup::Found(..)
+        ))
     }
 }
 

@@ -11,7 +11,11 @@
 //!   key's node, append the batch to the open band (each entry records the
 //!   address it supersedes, which the invalidity table charges), then point
 //!   the node at the new entry or add a node for a new key. A delete of a
-//!   key the table does not hold writes nothing.
+//!   key the table does not hold writes nothing. Finding the node reads no
+//!   record in the common case (see [`HashIndex::set_liveness`]): a node
+//!   holds 64 bits of the key's hashes besides its bucket, and the key-only
+//!   LSM-tree says whether the key is live, which together name the node
+//!   unless two nodes share all those bits (a true collision).
 //! - **Snapshots** (beyond the paper): a read at sequence number `s` starts
 //!   at the newest version and follows the previous-version addresses back
 //!   to the first entry with a sequence number `<= s`. GC keeps such
@@ -54,7 +58,7 @@ use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use table::{hash_key, Probe, Table, TableFigures};
 
 /// Where the hash table lives (§V-A1): the engine's option.
@@ -114,7 +118,21 @@ pub struct HashIndex {
     /// Addresses known to hold a key's record, so that a write finds the
     /// address it supersedes without reading the record back.
     known: AddressMemo,
+    /// Whether a key is live, for a write the memo does not serve
+    /// ([`HashIndex::set_liveness`]).
+    liveness: RwLock<Option<Weak<dyn KeyLiveness>>>,
     opts: HashOptions,
+}
+
+/// Whether a key is live — its newest version a value, not a delete token
+/// — as a structure beside the hash table knows it exactly: the key-only
+/// LSM-tree (§V-A3), which holds every live key and no other.
+pub trait KeyLiveness: Send + Sync {
+    /// True when `key`'s newest version is a value.
+    ///
+    /// # Errors
+    /// `Io` or `Corruption` reading the structure.
+    fn is_live(&self, key: &[u8]) -> Result<bool>;
 }
 
 /// Slots of one set of the [`AddressMemo`] (a power of two).
@@ -327,6 +345,7 @@ impl HashIndex {
             meta_io: Mutex::new(()),
             pending_prev: Mutex::new(HashMap::new()),
             known: AddressMemo::new(opts.memo_bytes),
+            liveness: RwLock::new(None),
             opts,
         };
         idx.recover()?;
@@ -441,13 +460,23 @@ impl HashIndex {
     }
 
     /// The address of `key`'s newest record (a delete token included), as
-    /// [`HashIndex::find`] gives it, without reading a record when the
-    /// [`AddressMemo`] names a node of the key's bucket (or no node has the
-    /// key's fingerprint).
+    /// [`HashIndex::find`] gives it, without reading a record when no node
+    /// has the key's hash bits, when the [`AddressMemo`] names one of those
+    /// that do, or when the key's liveness tells which one is the key's
+    /// ([`HashIndex::by_liveness`]).
+    ///
+    /// Writes only: under the writer's lock the liveness and the table
+    /// agree (see [`HashIndex::set_liveness`]).
     ///
     /// # Errors
-    /// As [`HashIndex::find`].
+    /// As [`HashIndex::find`]; `Io` or `Corruption` asking the liveness.
     fn current_address(&self, key: &[u8]) -> Result<Option<ValuePointer>> {
+        self.address(key, true)
+    }
+
+    /// [`HashIndex::current_address`], asking the liveness only with
+    /// `liveness`.
+    fn address(&self, key: &[u8], liveness: bool) -> Result<Option<ValuePointer>> {
         let (h, fp) = hash_key(key);
         let cands = self.candidates(h, fp)?;
         if cands.is_empty() {
@@ -458,7 +487,57 @@ impl HashIndex {
                 return Ok(Some(p));
             }
         }
+        if liveness {
+            if let Some(p) = self.by_liveness(key, &cands)? {
+                return Ok(p);
+            }
+        }
         Ok(self.find(key)?.map(|x| x.0))
+    }
+
+    /// Gives the hash index a way to know whether a key is live (the
+    /// key-only LSM-tree), which must hold every key that has a node not
+    /// on a delete token and no other from then on, whenever the writer's
+    /// lock is free; a write then takes the address it supersedes from the
+    /// nodes alone in the common case ([`HashIndex::by_liveness`]). GC's
+    /// lookups ([`IndexReader::current_pointer`]), which may run beside a
+    /// write, do not ask it. Without one (the hash index alone, or
+    /// while recovery replays the bands) a write verifies the key by
+    /// reading the records of the nodes that match it.
+    pub fn set_liveness(&self, l: Weak<dyn KeyLiveness>) {
+        *self.liveness.write() = Some(l);
+    }
+
+    /// `key`'s current address decided from its liveness and the nodes
+    /// `cands` that hold its hash bits (all of them, so the key's node is
+    /// among them if it has one), or `None` when only reading records can
+    /// tell:
+    /// - the key is live: its node is the one of `cands` not on a delete
+    ///   token, when there is one such node only;
+    /// - the key is not live: it has no node when no node of `cands` is on
+    ///   a delete token (a new key whose hash bits another key's node
+    ///   holds: a true collision, and the new key gets a node of its own).
+    ///
+    /// A live key's node is never one a collected band holds (GC moves
+    /// live values first), so no node here is a dangling one
+    /// [`HashIndex::find`] would remove.
+    fn by_liveness(
+        &self,
+        key: &[u8],
+        cands: &[table::Node],
+    ) -> Result<Option<Option<ValuePointer>>> {
+        let Some(l) = self.liveness.read().as_ref().and_then(Weak::upgrade) else {
+            return Ok(None);
+        };
+        let token = |n: &&table::Node| n.ptr.aux & AUX_TOMBSTONE != 0;
+        if l.is_live(key)? {
+            let mut values = cands.iter().filter(|n| !token(n));
+            return Ok(match (values.next(), values.next()) {
+                (Some(n), None) => Some(Some(n.ptr)),
+                _ => None,
+            });
+        }
+        Ok((!cands.iter().any(|n| token(&n))).then_some(None))
     }
 
     /// True when a node of `key`'s bucket points at `addr`, a record known
@@ -726,6 +805,11 @@ impl HashIndex {
                     if put && !live {
                         ops.push((i, KeyOp::Insert(key.to_vec())));
                     }
+                    // GC removing a live value (the compaction filter's
+                    // removal) takes the key out of the key-only tree too.
+                    if p.file_id == 0 && live {
+                        ops.push((i, KeyOp::Remove(key.to_vec())));
+                    }
                     Some(p)
                 }
                 ValueType::Deletion => {
@@ -851,7 +935,7 @@ impl crate::vstore::bands::PrevLookup for HashIndex {
 
 impl IndexReader for HashIndex {
     fn current_pointer(&self, key: &[u8]) -> Result<Option<ValuePointer>> {
-        self.current_address(key)
+        self.address(key, false)
     }
 
     fn points_at(&self, key: &[u8], addr: &ValuePointer) -> Result<bool> {

@@ -8,7 +8,8 @@
 //!   address (band, offset, length; `aux` bit 0 marks a delete token), the
 //!   home bits and a 32-bit **key fingerprint** from a second, seeded hash.
 //!   Keys are not stored: a lookup reads the record of each node whose
-//!   fingerprint matches until one holds the key.
+//!   home bits and fingerprint match (70 bits of hash with the bucket's
+//!   six) until one holds the key.
 //! - **Growth.** Past 90 % load (nodes ÷ two per bucket) the table doubles
 //!   incrementally, by linear hashing: each later insert splits one more
 //!   page of the old size into itself and its new twin (the home bits say
@@ -61,8 +62,18 @@ const PAGE_FILE_SLACK: u64 = 512 << 10;
 /// `HASHMETA` whole instead (bytes); beyond it, the size of `HASHMETA`.
 const EDITS_MIN_COMPACT: u64 = 64 << 10;
 
+/// Keys that begin with these bytes all hash alike, primary and
+/// fingerprint, in the crate's test builds: tests reach the paths of true
+/// collisions through them.
+#[cfg(test)]
+pub(crate) const COLLIDING_PREFIX: &[u8] = b"\xffcollide:";
+
 /// Hashes of a key: `(primary, fingerprint)`.
 pub fn hash_key(key: &[u8]) -> (u64, u32) {
+    #[cfg(test)]
+    if key.starts_with(COLLIDING_PREFIX) {
+        return (0x0123_4567_89ab_cdef, 0x5eed_5eed);
+    }
     let h = xxhash_rust::xxh3::xxh3_64(key);
     let fp = xxhash_rust::xxh3::xxh3_64_with_seed(key, 0x5e9_f1a5) as u32;
     (h, fp)
@@ -216,11 +227,13 @@ impl Page {
         Some(p)
     }
 
-    /// Nodes of `h`'s bucket whose fingerprint is `fp`, in bucket order.
+    /// Nodes of `h`'s bucket whose home bits are `h`'s and whose
+    /// fingerprint is `fp` (70 bits of the key's hashes), in bucket order.
     pub fn candidates(&self, h: u64, fp: u32) -> Vec<Node> {
+        let home = (h >> 6) as u32;
         self.buckets[(h as usize) % BUCKETS_PER_PAGE]
             .iter()
-            .filter(|n| n.fp == fp)
+            .filter(|n| n.fp == fp && n.home == home)
             .copied()
             .collect()
     }
@@ -828,7 +841,8 @@ impl Table {
         Ok(())
     }
 
-    /// Nodes of `h`'s bucket whose fingerprint is `fp`, in bucket order.
+    /// Nodes of `h`'s bucket whose home bits and fingerprint are the
+    /// key's ([`Page::candidates`]), in bucket order.
     ///
     /// # Errors
     /// `Corruption` for a damaged page; `Io`.

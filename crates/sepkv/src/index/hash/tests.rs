@@ -926,3 +926,149 @@ fn gc_steps_append_edits_not_the_whole_meta() {
         assert!(idx.get(&key(k), None).unwrap().is_some(), "key {k}");
     }
 }
+
+/// Blind puts through the engine, where the key-only LSM-tree says whether
+/// a key is live: with the address memo off, overwrites read no record
+/// back (the nodes' hash bits and the key's liveness name its node).
+#[test]
+fn engine_overwrites_read_no_record_back() {
+    use crate::{Db, Options, Preset};
+    let fs = Arc::new(MemFs::new());
+    let o = Options {
+        fs: fs.clone(),
+        hash_memo_size: 0,
+        ..Options::preset(Preset::FlashKey)
+    };
+    let db = Db::open("/db", o).unwrap();
+    let k = |i: u32| format!("key{i:04}");
+    for i in 0..200 {
+        db.put(k(i), format!("first {i}")).unwrap();
+    }
+    let before = db.stats().unwrap().io.total_read();
+    for round in 0..2 {
+        for i in 0..200 {
+            db.put(k(i), format!("round {round} {i}")).unwrap();
+        }
+    }
+    assert_eq!(
+        db.stats().unwrap().io.total_read(),
+        before,
+        "400 overwrites read nothing"
+    );
+    for i in 0..200 {
+        assert_eq!(
+            db.get(k(i)).unwrap(),
+            Some(format!("round 1 {i}").into_bytes())
+        );
+    }
+    assert_eq!(db.stats().unwrap().index_figures["hash_nodes"], 200);
+}
+
+/// Keys whose hashes collide in every bit the table keeps
+/// ([`table::COLLIDING_PREFIX`]), mixed with ordinary keys, through the
+/// engine: puts of new colliding keys beside live ones, overwrites,
+/// deletes, puts after deletes, batches, GC, a reopen and a power loss,
+/// each step checked against a model (gets and a scan).
+#[test]
+fn engine_keeps_keys_with_colliding_hashes_apart() {
+    use crate::{Db, Options, Preset, ReadOptions, WriteBatch, WriteOptions};
+    let fs = FaultFs::new();
+    let o = Options {
+        fs: Arc::new(fs.clone()),
+        band_entries: 32,
+        hash_checkpoint_bands: 4,
+        write_buffer_size: 64 << 10,
+        gc_garbage_ratio: 0.0,
+        ..Options::preset(Preset::FlashKey)
+    };
+    let colliding = |i: u64| {
+        let mut k = table::COLLIDING_PREFIX.to_vec();
+        k.extend_from_slice(format!("{i:02}").as_bytes());
+        k
+    };
+    let check = |db: &Db, model: &BTreeMap<Vec<u8>, Vec<u8>>, when: &str| {
+        for i in 0..12 {
+            let k = colliding(i);
+            assert_eq!(db.get(&k).unwrap().as_ref(), model.get(&k), "{when}: {i}");
+        }
+        for i in 0..20 {
+            let k = key(i);
+            assert_eq!(db.get(&k).unwrap().as_ref(), model.get(&k), "{when}: {i}");
+        }
+        let mut it = db.iter(&ReadOptions::default()).unwrap();
+        it.seek_to_first();
+        let mut seen = BTreeMap::new();
+        while it.valid() {
+            seen.insert(it.key().to_vec(), it.value().to_vec());
+            it.next();
+        }
+        it.status().unwrap();
+        assert_eq!(&seen, model, "{when}: scan");
+    };
+    let mut model = BTreeMap::new();
+    let db = Db::open("/db", o.clone()).unwrap();
+    // A new colliding key beside one live colliding key, then beside two,
+    // then beside a delete token.
+    for (i, v) in [(0, "a"), (1, "b"), (0, "c"), (2, "d"), (1, "e")] {
+        db.put(colliding(i), v).unwrap();
+        model.insert(colliding(i), v.as_bytes().to_vec());
+        check(&db, &model, "steps");
+    }
+    db.delete(colliding(0)).unwrap();
+    model.remove(&colliding(0));
+    db.put(colliding(3), "f").unwrap();
+    model.insert(colliding(3), b"f".to_vec());
+    db.put(colliding(0), "g").unwrap();
+    model.insert(colliding(0), b"g".to_vec());
+    check(&db, &model, "after a delete");
+
+    let mut rng = Rng(0x5eed);
+    let mut step = |db: &Db, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, n: u64, sync: bool| {
+        let mut b = WriteBatch::new();
+        let mut after = model.clone();
+        for _ in 0..1 + rng.below(3) {
+            let k = if rng.below(2) == 0 {
+                colliding(rng.below(12))
+            } else {
+                key(rng.below(20))
+            };
+            if rng.below(4) == 0 {
+                b.delete(&k).unwrap();
+                after.remove(&k);
+            } else {
+                let v = value(rng.below(1000), n);
+                b.put(&k, &v).unwrap();
+                after.insert(k, v);
+            }
+        }
+        db.write(&b, WriteOptions { sync }).unwrap();
+        *model = after;
+        if n % 50 == 49 {
+            db.gc(None).unwrap();
+        }
+    };
+    for n in 0..600 {
+        step(&db, &mut model, n, false);
+        if n % 100 == 99 {
+            check(&db, &model, &format!("op {n}"));
+        }
+    }
+    let st = db.stats().unwrap();
+    assert!(st.value_store_figures["gc_runs"] > 0, "GC ran");
+    db.close().unwrap();
+    drop(db);
+    let db = Db::open("/db", o.clone()).unwrap();
+    check(&db, &model, "after reopen");
+    for n in 600..900 {
+        step(&db, &mut model, n, true);
+    }
+    check(&db, &model, "before the power loss");
+    fs.crash();
+    drop(db);
+    let db = Db::open("/db", o).unwrap();
+    check(&db, &model, "after the power loss");
+    for n in 900..1000 {
+        step(&db, &mut model, n, false);
+    }
+    check(&db, &model, "after more writes");
+}

@@ -9,6 +9,7 @@ use crate::format::record::RecordWriter;
 use crate::fs::{create_preallocated, IoCategory};
 use crate::index::compaction::lightweight;
 use crate::index::compaction::picker::{self, Choice};
+use crate::index::compaction::rule::FilterCtx;
 use crate::index::compaction::{flush_to_tables, run_compaction, CompactionStats};
 use crate::index::filename::{self, FileKind};
 use crate::index::memtable::MemTable;
@@ -343,28 +344,37 @@ impl LsmIndex {
         let first_new = self.versions.lock().next_file_number;
         let mut total = CompactionStats::default();
         for level in 0..levels {
-            let v = self.sv.read().version.clone();
-            let deepest = (0..levels)
-                .filter(|&l| !v.overlapping(l, begin, end).is_empty())
-                .max();
+            // The version is let go before each compaction runs: held, it
+            // would keep the files that compaction makes obsolete on disk
+            // until the next one (a whole database's worth after a
+            // bottommost rewrite).
+            let (deepest, here, stale) = {
+                let v = self.sv.read().version.clone();
+                let deepest = (0..levels)
+                    .filter(|&l| !v.overlapping(l, begin, end).is_empty())
+                    .max();
+                let bottom = deepest.unwrap_or(0).max(1);
+                // The bottommost level holds files no merge of this call
+                // produced (they may keep tombstones and old versions an
+                // earlier compaction had to keep).
+                let stale = v
+                    .overlapping(bottom, begin, end)
+                    .iter()
+                    .any(|f| f.number < first_new);
+                (deepest, !v.overlapping(level, begin, end).is_empty(), stale)
+            };
             let Some(deepest) = deepest else {
                 break;
             };
             // Level 0 files overlap one another: they always go down.
             let bottom = deepest.max(1);
             if level < bottom {
-                if !v.overlapping(level, begin, end).is_empty() {
+                if here {
                     total.add(&self.run_manual(level, false, begin, end)?);
                 }
                 continue;
             }
-            // The bottommost level: rewrite it in place when it holds files
-            // no merge of this call produced (they may keep tombstones and
-            // old versions an earlier compaction had to keep).
-            let stale = v
-                .overlapping(bottom, begin, end)
-                .iter()
-                .any(|f| f.number < first_new);
+            // The bottommost level: rewrite it in place when stale.
             if stale {
                 total.add(&self.run_manual(bottom, true, begin, end)?);
             }
@@ -558,6 +568,14 @@ impl LsmIndex {
             }
             return Ok(total);
         }
+        // With a filter, no GC relocation runs from here until the edit is
+        // installed (see `Shared::filter_gate`).
+        let _no_relocations = self
+            .shared
+            .opts
+            .compaction_filter
+            .is_some()
+            .then(|| self.shared.filter_gate.write());
         let smallest = self.shared.smallest_snapshot();
         // From here until the edit is installed, tables numbered from
         // `first` on that no version names are this job's outputs.
@@ -568,6 +586,17 @@ impl LsmIndex {
         let flush_waiting = || self.flush_in_compaction();
         let mut ctx = self.job_context(&mut next);
         ctx.between_outputs = Some(&flush_waiting);
+        // Taken after `smallest`: a reader registered in between only
+        // narrows what the filter is offered.
+        ctx.filter = self
+            .shared
+            .opts
+            .compaction_filter
+            .as_deref()
+            .map(|filter| FilterCtx {
+                filter,
+                newest_reader: self.shared.newest_snapshot().unwrap_or(0),
+            });
         let (mut edit, st): (VersionEdit, CompactionStats) =
             if lwc && inputs.output_level == inputs.level + 1 {
                 let o = &self.shared.opts;
@@ -587,6 +616,7 @@ impl LsmIndex {
             };
         drop(v);
         self.install(&mut edit)?;
+        drop(_no_relocations);
         let c = &self.counters;
         c.compactions.fetch_add(1, Ordering::Relaxed);
         c.compaction_bytes_in
@@ -595,6 +625,9 @@ impl LsmIndex {
             .fetch_add(st.bytes_out, Ordering::Relaxed);
         c.compaction_entries_dropped
             .fetch_add(st.dropped, Ordering::Relaxed);
+        self.shared
+            .filter_removed
+            .fetch_add(st.filter_removed, Ordering::Relaxed);
         c.segments_appended
             .fetch_add(st.segments_appended, Ordering::Relaxed);
         c.divisions.fetch_add(st.divisions, Ordering::Relaxed);

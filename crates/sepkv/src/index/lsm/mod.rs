@@ -489,6 +489,7 @@ impl LsmIndex {
             table_options: self.table_options.clone(),
             picker: self.picker,
             vstore: self.vstore.as_ref(),
+            filter: None,
             new_file_number: next,
             between_outputs: None,
         }

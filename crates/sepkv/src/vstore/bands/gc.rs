@@ -38,6 +38,7 @@
 
 use super::band::{self, AUX_TOMBSTONE, HEADER_LEN};
 use super::BandStore;
+use crate::compaction_filter::{FilterDecision, LazyValue};
 use crate::error::{Error, IoContext, Result};
 use crate::format::value_record::Kind;
 use crate::fs::IoCategory;
@@ -84,6 +85,19 @@ pub fn step(
             }
         }
         bs.reader_held.store(by_readers, Ordering::Relaxed);
+        // A filter pass under way takes its next band first, garbage or
+        // not, so that the filter meets every record once.
+        let eligible = st.bands.iter().filter(|(&id, b)| {
+            b.closed
+                && id != st.open
+                && b.retired.is_none()
+                && limit.is_none_or(|l| id < l)
+                && b.inval_seq <= oldest
+        });
+        let pass = bs
+            .next_filter_band(eligible.map(|(&id, _)| id))
+            .and_then(|id| st.bands.get(&id).map(|b| (id, b)));
+        let best = pass.or(best);
         out.held_by_checkpoint = best.is_none() && by_ckpt;
         best.map(|(id, b)| (id, b.valid_len, b.inval_seq))
     };
@@ -110,6 +124,11 @@ pub fn step(
     }
     let mut moves: Vec<Move> = Vec::new();
     let mut drops: Vec<Relocation> = Vec::new();
+    // Live records the compaction filter removed: their nodes go as a
+    // delete token's do (relocation to the null address). Not while a
+    // reader is registered: it may walk back through the node.
+    let mut removes: Vec<Relocation> = Vec::new();
+    let filter = bs.filter().filter(|_| !index.has_readers());
     let mut err = None;
     let (stop, _, _) = band::scan_batches(&buf, HEADER_LEN, |at, e| {
         if err.is_some() {
@@ -131,8 +150,14 @@ pub fn step(
         }
         match index.points_at(e.key, &addr) {
             Ok(true) => {
-                if e.kind == Kind::Tombstone {
-                    drops.push(Relocation {
+                let removed = e.kind != Kind::Tombstone
+                    && filter.is_some_and(|(f, _)| {
+                        f.filter(e.key, &LazyValue::here(e.key, e.payload))
+                            == FilterDecision::Remove
+                    });
+                if e.kind == Kind::Tombstone || removed {
+                    let to = if removed { &mut removes } else { &mut drops };
+                    to.push(Relocation {
                         key: e.key.to_vec(),
                         old: addr,
                         new: ValuePointer::default(),
@@ -182,7 +207,9 @@ pub fn step(
         }
     }
     let n_moves = relocs.len();
+    let n_drops = drops.len();
     relocs.extend(drops);
+    relocs.extend(removes);
     let mut free_seq = inval_seq;
     if !relocs.is_empty() {
         let (installed, seq) = relocator.relocate(&relocs)?;
@@ -194,10 +221,14 @@ pub fn step(
                 super::BandStore::charge_locked(&mut st, &r.new, seq);
             }
         }
-        let dropped = installed[n_moves..].iter().filter(|&&x| x).count();
+        let count = |r: &[bool]| r.iter().filter(|&&x| x).count() as u64;
+        let (dropped, removed) = installed[n_moves..].split_at(n_drops);
         bs.counters
             .gc_tombstones_dropped
-            .fetch_add(dropped as u64, Ordering::Relaxed);
+            .fetch_add(count(dropped), Ordering::Relaxed);
+        if let Some((_, counter)) = filter {
+            counter.fetch_add(count(removed), Ordering::Relaxed);
+        }
     }
     // A write may have superseded a record of the band after it was picked
     // and before it was judged (the record was then judged dead and

@@ -48,6 +48,7 @@ pub mod gc;
 
 use super::{open_for_reads, ReadLatency, ValueRecord, ValueStore};
 use super::{GcOutcome, IndexReader, IndexRelocator, LogEntry, SpaceStats, ValuePointer};
+use crate::compaction_filter::CompactionFilter;
 use crate::error::{Error, IoContext, Result};
 use crate::format::coding::{get_fixed32, get_fixed64, put_fixed32, put_fixed64};
 use crate::format::value_record::{DecodeError, Kind};
@@ -59,7 +60,7 @@ use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 /// Knobs of the bands (from `Options`).
 #[derive(Debug, Clone)]
@@ -214,6 +215,12 @@ pub struct BandStore {
     due: AtomicBool,
     /// [`ValueStore::over_space_bound`] as of the last band roll or GC.
     over_bound: AtomicBool,
+    /// The compaction filter GC asks about live records, and the counter
+    /// of its removals ([`BandStore::set_filter`]).
+    filter: OnceLock<(Arc<dyn CompactionFilter>, Arc<AtomicU64>)>,
+    /// The filter pass under way ([`ValueStore::start_filter_pass`]): the
+    /// lowest band it has not taken yet, and the band it ends before.
+    filter_pass: Mutex<Option<(u64, u64)>>,
 }
 
 /// The persisted state: checkpoint, retired bands and invalidity table.
@@ -603,6 +610,8 @@ impl BandStore {
             last_batch: Mutex::new(Vec::new()),
             counters: Counters::default(),
             reader_held: AtomicU64::new(0),
+            filter: OnceLock::new(),
+            filter_pass: Mutex::new(None),
             due: AtomicBool::new(false),
             over_bound: AtomicBool::new(false),
         };
@@ -627,6 +636,35 @@ impl BandStore {
             fs.sync_dir(dir).ctx(dir)?;
         }
         Ok((f, h.len() as u64))
+    }
+
+    /// Sets the compaction filter GC asks about the live records it
+    /// relocates (the hash index has no compaction that could), and the
+    /// counter its removals add to. Once; later calls are ignored.
+    pub fn set_filter(&self, filter: Arc<dyn CompactionFilter>, removed: Arc<AtomicU64>) {
+        let _ = self.filter.set((filter, removed));
+    }
+
+    /// The filter and its removal counter, if set.
+    pub(crate) fn filter(&self) -> Option<&(Arc<dyn CompactionFilter>, Arc<AtomicU64>)> {
+        self.filter.get()
+    }
+
+    /// Takes the next band of the filter pass under way among `eligible`
+    /// (closed bands GC may collect, ascending), or ends the pass.
+    pub(crate) fn next_filter_band(&self, eligible: impl Iterator<Item = u64>) -> Option<u64> {
+        let mut pass = self.filter_pass.lock();
+        let (from, end) = (*pass)?;
+        match eligible.filter(|&id| id >= from && id < end).min() {
+            Some(id) => {
+                *pass = Some((id + 1, end));
+                Some(id)
+            }
+            None => {
+                *pass = None;
+                None
+            }
+        }
     }
 
     /// Lets the index tell the bands each key's current address, which the
@@ -1470,6 +1508,28 @@ impl ValueStore for BandStore {
         relocator: &dyn IndexRelocator,
     ) -> Result<GcOutcome> {
         gc::step(self, index, relocator)
+    }
+
+    /// Closes the open band (when it holds entries) so that the pass covers
+    /// every record written so far, and starts a pass over the bands up to
+    /// it. Without a filter, nothing.
+    fn start_filter_pass(&self) -> Result<u64> {
+        if self.filter.get().is_none() {
+            return Ok(0);
+        }
+        let mut o = self.io.lock();
+        if let Some(f) = &o.failed {
+            return Err(Error::Poisoned(f.clone()));
+        }
+        if o.entries > 0 {
+            if let Err(e) = self.roll(&mut o) {
+                o.failed = Some(format!("closing the band failed: {e}"));
+                return Err(e);
+            }
+        }
+        *self.filter_pass.lock() = Some((0, o.band));
+        let st = self.state.lock();
+        Ok(st.bands.range(..o.band).map(|(_, b)| b.file_len).sum())
     }
 }
 
