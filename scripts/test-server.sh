@@ -16,7 +16,6 @@
 # SEPKV_TOOLS_REQUESTS (see the suites' headers), CARGO_TARGET_DIR.
 set -euo pipefail
 
-PYTEST_VERSION=8.3.5
 root="$(cd "$(dirname "$0")/.." && pwd)"
 target="${CARGO_TARGET_DIR:-$root/target}"
 # shellcheck source=scripts/lib/prereqs.sh
@@ -26,8 +25,9 @@ need_tools "redis-server redis-cli redis-benchmark" "redis-server redis-tools"
 need_redis_py
 
 # redis-py's own test suite: its source distribution, and what it imports.
+PYTEST_VERSION=8.3.5
 user_site=()
-[ "$py" = "${PYTHON:-python3}" ] && user_site=(--user)
+[ "$py" = "$target/redis-py-$REDIS_PY_VERSION/bin/python" ] || user_site=(--user)
 "$py" -c "import pytest, packaging, sys; sys.exit(pytest.__version__ != '$PYTEST_VERSION')" 2>/dev/null \
     || "$py" -m pip install -q "${user_site[@]}" "pytest==$PYTEST_VERSION" packaging \
     || fail_or_skip "pytest could not be installed"

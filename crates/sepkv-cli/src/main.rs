@@ -233,7 +233,13 @@ fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, Failure> {
             )))
         }
     };
-    let db = Db::open(&cli.db, options(cli, true)?)?;
+    // The server's compaction filter drops the field records of deleted,
+    // expired and overwritten hashes; it reads the database it filters.
+    let filter = sepkv_server::filter::KeyspaceFilter::new();
+    let mut opts = options(cli, true)?;
+    opts.compaction_filter = Some(filter.clone());
+    let db = std::sync::Arc::new(Db::open(&cli.db, opts)?);
+    filter.attach(&db);
     let preset = db.stats().ok().and_then(|s| {
         Preset::from_axes(s.index.parse().ok()?, s.value_layout.parse().ok()?)
             .map(|p| p.to_string())

@@ -2,11 +2,19 @@
 //!
 //! A hash's field records outlive their hash: `DEL`, expiry, `FLUSHDB` and
 //! overwriting a hash change its key record only (see [`crate::keys`]).
-//! [`KeyspaceFilter`] tells the engine's compaction (and, for a layout
-//! without compaction, its value-store GC) to drop a field record when its
-//! hash's key record is absent, of another type, of a flushed generation,
-//! expired, or of another version — so their values become garbage the
-//! value store reclaims, and deleted hashes give their space back.
+//! [`KeyspaceFilter`] is the server's [`sepkv::CompactionFilter`]: it tells
+//! the engine's compaction (and `flashkey`'s band GC, which stands in for
+//! compaction there) to drop a field record when its hash's key record is
+//! absent, of another type, of a flushed generation, expired, or of another
+//! version — so their values become garbage the value store reclaims, and
+//! deleted hashes give their space back. It decides on the key alone and
+//! never reads a value. `sepkv serve` installs it
+//! ([`sepkv::Options::compaction_filter`]) and attaches it to the database
+//! once open ([`KeyspaceFilter::attach`]).
+//!
+//! Every decision is final, as the engine's contract asks: a version that
+//! is not its key's live one never becomes live again, a flushed
+//! generation never comes back, and an expiry that has passed stays past.
 //!
 //! The decision reads the database (`Db::get` of the key record and of the
 //! metadata record) and caches the last hash looked up, since a hash's
@@ -31,7 +39,7 @@
 
 use crate::keys::{self, Meta, META_KEY, TYPE_HASH};
 use crate::keyspace::now_ms;
-use sepkv::Db;
+use sepkv::{CompactionFilter, Db, FilterDecision, LazyValue};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -98,6 +106,20 @@ impl KeyspaceFilter {
         match c.live {
             Some((v, expire)) => v != version || (expire != 0 && expire <= now_ms()),
             None => true,
+        }
+    }
+}
+
+impl CompactionFilter for KeyspaceFilter {
+    fn name(&self) -> &str {
+        "sepkv-server-dead-hash-fields"
+    }
+
+    fn filter(&self, key: &[u8], _value: &LazyValue<'_>) -> FilterDecision {
+        if self.is_dead(key) {
+            FilterDecision::Remove
+        } else {
+            FilterDecision::Keep
         }
     }
 }

@@ -257,6 +257,10 @@ impl Keyspace {
     /// Starts watching `key` (`WATCH`); the number of changes seen so far,
     /// for [`Keyspace::watch_changes`].
     pub fn watch(&self, key: &[u8]) -> u64 {
+        // Under the writer lock: a commit is either wholly before the watch
+        // (its write visible to the reads that follow) or after it (its
+        // change counted), never astride.
+        let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         let mut w = self.watched.lock().unwrap_or_else(|p| p.into_inner());
         self.watching.fetch_add(1, Ordering::AcqRel);
         let e = w.entry(key.to_vec()).or_insert((0, 0));

@@ -56,15 +56,21 @@ use sepkv::Db;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-/// Serves `db` until SIGTERM or SIGINT, then finishes the commands in
-/// flight, closes the database and returns. `ready` is called with the
-/// bound address once connections are accepted.
+/// Serves `db` (a [`Db`], or an `Arc<Db>` the caller shares, such as one
+/// a [`filter::KeyspaceFilter`] is attached to) until SIGTERM or SIGINT,
+/// then finishes the commands in flight, closes the database and returns.
+/// `ready` is called with the bound address once connections are
+/// accepted.
 ///
 /// # Errors
 /// Start-up refusals ([`ServeError::Config`]), bind errors, and the
 /// database's close error.
-pub fn serve(db: Db, config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(), ServeError> {
-    let db = Arc::new(db);
+pub fn serve(
+    db: impl Into<Arc<Db>>,
+    config: Config,
+    ready: impl FnOnce(SocketAddr),
+) -> Result<(), ServeError> {
+    let db: Arc<Db> = db.into();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

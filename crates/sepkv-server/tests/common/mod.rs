@@ -18,13 +18,17 @@ pub struct Running {
 }
 
 impl Running {
-    /// Serves `dir` (preset wisckey) with `fsync`, opened with `opts`.
+    /// Serves `dir` with `fsync`, opened with `opts`.
     pub fn start_with(dir: &Path, opts: Options, fsync: Fsync) -> Running {
+        Running::serve(Arc::new(Db::open(dir, opts).unwrap()), fsync)
+    }
+
+    /// Serves the open database `db` with `fsync` (the caller may keep a
+    /// handle: to compact, to read stats); closes it when stopped.
+    pub fn serve(db: Arc<Db>, fsync: Fsync) -> Running {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let (ptx, prx) = std::sync::mpsc::channel();
-        let dir = dir.to_path_buf();
         let thread = std::thread::spawn(move || {
-            let db = Arc::new(Db::open(&dir, opts).unwrap());
             let rt = tokio::runtime::Runtime::new().unwrap();
             rt.block_on(async {
                 let config = Config {

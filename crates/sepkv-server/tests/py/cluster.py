@@ -181,18 +181,27 @@ def three_nodes():
         mine = [f"key:{i}" for i in range(half) if keyslot(f"key:{i}") in cl.owned(0)]
         a, b = mine[0], next(k for k in mine if keyslot(k) != keyslot(mine[0]))
         n0 = cl.node(0)
-        n0.execute_command("MULTI")
-        assert n0.execute_command("SET", a, "x") in (b"QUEUED", "QUEUED")
+        conn = redis.Connection(port=cl.ports[0], socket_timeout=10)
+
+        def raw(*args):
+            conn.send_command(*args)
+            return conn.read_response()
+
         try:
-            n0.execute_command("SET", b, "y")
-            raise AssertionError("CROSSSLOT expected inside MULTI")
-        except redis.ResponseError as e:
-            assert "CROSSSLOT" in str(e), e
-        try:
-            n0.execute_command("EXEC")
-            raise AssertionError("EXECABORT expected")
-        except redis.ResponseError as e:
-            assert "EXECABORT" in str(e), e
+            assert raw("MULTI") == b"OK"
+            assert raw("SET", a, "x") == b"QUEUED"
+            try:
+                raw("SET", b, "y")
+                raise AssertionError("CROSSSLOT expected inside MULTI")
+            except redis.ResponseError as e:
+                assert "CROSSSLOT" in str(e), e
+            try:
+                raw("EXEC")
+                raise AssertionError("EXECABORT expected")
+            except redis.ResponseError as e:
+                assert "EXECABORT" in str(e), e
+        finally:
+            conn.disconnect()
         assert n0.get(a) == f"v{a.split(':')[1]}".encode()
         tx = n0.pipeline(transaction=True)
         tx.incr(f"{{{a}}}:x", 5)
