@@ -677,6 +677,15 @@ impl Txn<'_> {
         v
     }
 
+    /// Keeps every later [`Txn::new_version`] above `version`: a hash
+    /// copied from another node keeps its version (its field records are
+    /// named by it), so this node must never hand that version out again,
+    /// or a later hash of the same key would take over the copy's dead
+    /// fields.
+    pub fn reserve_version(&mut self, version: u64) {
+        self.meta.next_version = self.meta.next_version.max(version.saturating_add(1));
+    }
+
     /// Sets field `field` of hash `key` version `version` (the caller
     /// updates the hash's key record).
     ///

@@ -27,7 +27,7 @@
 use super::client::Client;
 use super::{Cluster, Mark, SlotState};
 use crate::durability::Fsync;
-use crate::keys::{self, Meta, Record, EXPIRE_PREFIX, KIND_KEY, META_KEY, SLOTS};
+use crate::keys::{self, Meta, Record, EXPIRE_PREFIX, KIND_KEY, META_KEY, SLOTS, TYPE_HASH};
 use crate::keyspace::{now_ms, Value};
 use sepkv::{WriteBatch, WriteOptions};
 use std::ops::Bound;
@@ -234,6 +234,11 @@ pub fn import(c: &Cluster, pairs: &[(&[u8], &[u8])]) -> Result<usize, String> {
                 if r.expire != 0 && r.expire <= now {
                     continue;
                 }
+                if r.kind == TYPE_HASH {
+                    if let Some((version, _)) = keys::parse_hash_payload(&r.payload) {
+                        t.reserve_version(version);
+                    }
+                }
                 let val = Value {
                     kind: r.kind,
                     payload: r.payload,
@@ -241,7 +246,14 @@ pub fn import(c: &Cluster, pairs: &[(&[u8], &[u8])]) -> Result<usize, String> {
                 };
                 t.set(user, val, now).map_err(|e| e.to_string())?;
             }
-            None => t.put_raw(k, v).map_err(|e| e.to_string())?,
+            None => {
+                // A hash's field records, live or not yet dropped: their
+                // versions are reserved too.
+                if let Some((_, version, _)) = keys::parse_field_key(k) {
+                    t.reserve_version(version);
+                }
+                t.put_raw(k, v).map_err(|e| e.to_string())?
+            }
         }
     }
     t.commit().map_err(|e| e.to_string())?;
