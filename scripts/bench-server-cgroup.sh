@@ -38,6 +38,8 @@ pids=()
 groups=()
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    sleep 2
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
     sleep 0.5
     for g in "${groups[@]}"; do rmdir "$g" 2>/dev/null || true; done
     rm -rf "$work"
@@ -82,11 +84,13 @@ group_report() {
     fi
 }
 
-# Runs the rest of the command line inside group $1.
+# Runs the rest of the command line inside group $1, replacing the shell
+# that runs it: start it in the background (`in_group G cmd &`), so that
+# `$!` is the server itself.
 in_group() {
     local g="$1"
     shift
-    sh -c 'echo $$ > "$0/cgroup.procs"; exec "$@"' "$g" "$@"
+    exec sh -c 'echo $$ > "$0/cgroup.procs"; exec "$@"' "$g" "$@"
 }
 
 # The load: SETs of key:%012d (redis-benchmark's __rand_int__ keys), then
@@ -191,7 +195,8 @@ if [[ $alive == yes ]]; then
     redis-benchmark -h 127.0.0.1 -p "$port" -t get -r "$n_set" -n "$GETS" -c 50 -P 1 --csv \
         > "$out/redis-get-P1.csv" 2>&1 || true
     log "redis GET random keys -c 50 -P 1: $(awk -F, 'NR>1 {gsub(/"/,""); printf "%.0f req/s, p50 %s ms, p99 %s ms", $2, $5, $7}' "$out/redis-get-P1.csv")"
-    kill "$rpid"; wait "$rpid" 2>/dev/null || true
+    redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || kill "$rpid"
+    wait "$rpid" 2>/dev/null || true
 fi
 tail -5 "$out/redis-server.log" > "$out/redis-server-tail.txt" || true
 echo "results in $out"
