@@ -374,13 +374,22 @@ fn the_filter_is_not_recorded_and_its_name_is_checked() {
 }
 
 /// Random puts, deletes and filter removals against a `BTreeMap` model
-/// that applies the same filter whenever the database is swept.
+/// that applies the same filter whenever the database is swept. Background
+/// GC is off: a relocation it installs between the sweep's flush and its
+/// compaction is a newer version that compaction does not meet (the
+/// contract's "a newer version may still sit in the memtable"), which the
+/// model would count as a miss until the next sweep.
 #[test]
 fn matches_a_model_that_applies_the_filter_at_each_sweep() {
     for preset in PRESETS {
         let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
         let filter = Arc::new(TestFilter::default());
-        let db = Db::open("/db", opts(preset, &fs, Some(filter.clone()))).unwrap();
+        let o = Options {
+            gc_garbage_ratio: 0.0,
+            space_amp_target: f64::INFINITY,
+            ..opts(preset, &fs, Some(filter.clone()))
+        };
+        let db = Db::open("/db", o).unwrap();
         let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ preset as u64;
         let mut next = || {
@@ -503,8 +512,12 @@ fn expiring_keys_keep_every_preset_within_its_space_target() {
                 s.files
             );
         }
+        // Only the last two epochs are left, in full, once a sweep has met
+        // every record: background GC may have moved a value the last
+        // compaction would have removed into the memtable just after the
+        // sweep's flush (a newer version, for the next sweep).
+        sweep(&db);
         let s = db.stats().unwrap();
-        // Only the last two epochs are left, in full.
         assert_eq!(db.get(key(EPOCHS - 3, 0)).unwrap(), None, "{preset:?}");
         assert!(db.get(key(EPOCHS - 2, 7)).unwrap().is_some(), "{preset:?}");
         assert_eq!(

@@ -22,7 +22,11 @@ impl Db {
     /// that is reclaimable). When only the index's replay checkpoint keeps
     /// GC from the garbage (log mode: `wisckey` without WAL, `flashkey`),
     /// the index is checkpointed once (a memtable flush) and GC goes on.
-    /// A no-op for the inline layout.
+    /// With a [`crate::CompactionFilter`] set, the `bands` layout
+    /// (`flashkey`, whose hash index has no compaction) first closes its
+    /// open band and then takes every band written so far once, garbage or
+    /// not, so that the filter meets every record. A no-op for the inline
+    /// layout.
     ///
     /// # Errors
     /// `Closed`; `ReadOnly`; `Poisoned`; `Io`; `Corruption` found in the

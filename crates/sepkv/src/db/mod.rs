@@ -412,6 +412,7 @@ impl Db {
             stall_micros: AtomicU64::new(0),
             filter_removed: Arc::new(AtomicU64::new(0)),
             filter_gate: parking_lot::RwLock::new(()),
+            filter_installed_at: AtomicU64::new(0),
         });
         // The index reads the value store's persisted state from its own
         // manifest or checkpoint, so it opens the value store.

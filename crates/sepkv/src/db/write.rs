@@ -492,6 +492,11 @@ impl DbInner {
         // No filtering compaction runs from the lookups to the write (see
         // `Shared::filter_gate`).
         let _gate = self.shared.filter_gate.read();
+        // A judgment made before a filtering compaction's removals were
+        // installed no longer holds: look the keys up (under the gate, so
+        // after the install).
+        let judged_at =
+            judged_at.filter(|&at| self.shared.filter_installed_at.load(Ordering::Acquire) < at);
         // Loaded before the lookups: if `last_seq` still holds it under the
         // writer lock, nothing was published since they ran (writes and
         // relocations publish under that lock) and they still hold.

@@ -99,6 +99,11 @@ pub(crate) struct Shared {
     /// that judged a record live before the compaction removed it would
     /// write the record back under a newer sequence number.
     pub filter_gate: RwLock<()>,
+    /// The last published sequence number when a filtering compaction that
+    /// removed records was last installed (0: never). GC that judged
+    /// liveness at a sequence number not past it may have judged before
+    /// the removal, so its relocation looks the keys up again.
+    pub filter_installed_at: AtomicU64,
 }
 
 impl Shared {

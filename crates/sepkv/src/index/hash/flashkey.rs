@@ -130,6 +130,7 @@ impl FlashKeyIndex {
             stall_micros: AtomicU64::new(0),
             filter_removed: Arc::new(AtomicU64::new(0)),
             filter_gate: parking_lot::RwLock::new(()),
+            filter_installed_at: AtomicU64::new(0),
         });
         let manifest = kdir.join("MANIFEST");
         let kb = bands.clone();

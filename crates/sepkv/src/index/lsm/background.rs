@@ -616,6 +616,12 @@ impl LsmIndex {
             };
         drop(v);
         self.install(&mut edit)?;
+        if st.filter_removed > 0 {
+            self.shared.filter_installed_at.store(
+                self.shared.last_seq.load(Ordering::Acquire),
+                Ordering::Release,
+            );
+        }
         drop(_no_relocations);
         let c = &self.counters;
         c.compactions.fetch_add(1, Ordering::Relaxed);
