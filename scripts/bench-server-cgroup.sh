@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The case Redis cannot serve (issue 61): DATA bytes of 1000-byte values
+# The case Redis cannot serve: DATA bytes of 1000-byte values
 # written with SET and HSET into a server running inside a memory cgroup of
 # LIMIT bytes, then GETs of random keys with redis-benchmark — first
 # `sepkv serve`, then `redis-server` with its defaults (no maxmemory), as a
