@@ -9,6 +9,7 @@
 //! [`Txn`] and keep the field count in the key record, so `HLEN` is one
 //! read and `DEL` of any hash writes one record.
 
+use super::keyspace::{scan_cursor, scan_options, ScanOptions};
 use super::strings::{format_float, parse_float, wrongtype};
 use crate::command::{arity_error, int_arg, is, parse_i64, syntax_error, CmdResult, Ctx};
 use crate::keys::{self, glob_match, TYPE_HASH};
@@ -336,11 +337,7 @@ pub fn hincrbyfloat(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
 /// `HSCAN key cursor [MATCH pattern] [COUNT count]`: fields in field order;
 /// the cursor names the field to go on from.
 pub fn hscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
-    let cursor = std::str::from_utf8(&a[2])
-        .ok()
-        .filter(|s| !s.starts_with('+'))
-        .and_then(|s| s.parse::<u64>().ok())
-        .ok_or_else(|| Reply::err("invalid cursor"))?;
+    let cursor = scan_cursor(&a[2])?;
     // As Redis: the key is looked up before the options are parsed.
     let key = &a[1];
     let Some(h) = ctx.read(|r| hash_at(r, key, now_ms()))? else {
@@ -349,22 +346,7 @@ pub fn hscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
             Reply::Array(Vec::new()),
         ]));
     };
-    let (mut pat, mut count) = (None, 10i64);
-    let mut i = 3;
-    while i < a.len() {
-        let more = i + 1 < a.len();
-        if is(&a[i], "count") && more {
-            count = int_arg(&a[i + 1])?;
-            if count < 1 {
-                return Err(syntax_error());
-            }
-        } else if is(&a[i], "match") && more {
-            pat = Some(a[i + 1].clone());
-        } else {
-            return Err(syntax_error());
-        }
-        i += 2;
-    }
+    let ScanOptions { pat, count, .. } = scan_options(&a[3..], false)?;
     let prefix = keys::field_prefix(key, h.version);
     let from = if cursor == 0 {
         Vec::new()

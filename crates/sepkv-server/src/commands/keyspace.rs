@@ -212,31 +212,64 @@ pub fn renamenx(t: &mut Txn<'_>, a: &[Bytes]) -> CmdResult {
     rename_generic(t, a, true)
 }
 
-/// `SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]`.
-pub fn scan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
-    let cursor = std::str::from_utf8(&a[1])
+/// The options of `SCAN` and `HSCAN`.
+pub(crate) struct ScanOptions {
+    /// `MATCH pattern`.
+    pub pat: Option<Bytes>,
+    /// `COUNT n` (default 10, at least 1).
+    pub count: i64,
+    /// `TYPE type`, lower-cased (`SCAN` only).
+    pub ty: Option<String>,
+}
+
+/// A scan cursor: an unsigned decimal without a sign.
+///
+/// # Errors
+/// `invalid cursor`.
+pub(crate) fn scan_cursor(b: &[u8]) -> Result<u64, Reply> {
+    std::str::from_utf8(b)
         .ok()
         .filter(|s| !s.starts_with('+'))
         .and_then(|s| s.parse::<u64>().ok())
-        .ok_or_else(|| Reply::err("invalid cursor"))?;
-    let (mut pat, mut count, mut ty) = (None, 10i64, None);
-    let mut i = 2;
+        .ok_or_else(|| Reply::err("invalid cursor"))
+}
+
+/// Parses `[MATCH pattern] [COUNT n]` (and `[TYPE type]` when `with_type`)
+/// in any order, as Redis does.
+///
+/// # Errors
+/// A syntax error for an unknown or incomplete option or a `COUNT` below
+/// 1; a non-integer `COUNT`.
+pub(crate) fn scan_options(a: &[Bytes], with_type: bool) -> Result<ScanOptions, Reply> {
+    let mut o = ScanOptions {
+        pat: None,
+        count: 10,
+        ty: None,
+    };
+    let mut i = 0;
     while i < a.len() {
         let more = i + 1 < a.len();
         if is(&a[i], "count") && more {
-            count = int_arg(&a[i + 1])?;
-            if count < 1 {
+            o.count = int_arg(&a[i + 1])?;
+            if o.count < 1 {
                 return Err(syntax_error());
             }
         } else if is(&a[i], "match") && more {
-            pat = Some(a[i + 1].clone());
-        } else if is(&a[i], "type") && more {
-            ty = Some(String::from_utf8_lossy(&a[i + 1]).to_ascii_lowercase());
+            o.pat = Some(a[i + 1].clone());
+        } else if with_type && is(&a[i], "type") && more {
+            o.ty = Some(String::from_utf8_lossy(&a[i + 1]).to_ascii_lowercase());
         } else {
             return Err(syntax_error());
         }
         i += 2;
     }
+    Ok(o)
+}
+
+/// `SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]`.
+pub fn scan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
+    let cursor = scan_cursor(&a[1])?;
+    let ScanOptions { pat, count, ty } = scan_options(&a[2..], true)?;
     let from = if cursor == 0 {
         Vec::new()
     } else {
