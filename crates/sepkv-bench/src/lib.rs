@@ -31,6 +31,7 @@
 pub mod cgroup;
 pub mod cli;
 pub mod config;
+pub mod contract;
 pub mod engine;
 mod error;
 pub mod gen;

@@ -19,8 +19,9 @@
 
 use crate::error::{Error, Result};
 use crate::format::coding::{get_fixed32, get_fixed64, get_length_prefixed, put_length_prefixed};
-use crate::index::key::{SeqNum, ValueType};
 use crate::options::{MAX_KEY_SIZE, MAX_VALUE_SIZE};
+use crate::seqno::SeqNum;
+use crate::value_type::ValueType;
 
 const HEADER: usize = 12;
 

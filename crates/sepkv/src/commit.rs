@@ -28,7 +28,7 @@
 
 use crate::batch::WriteBatch;
 use crate::error::{Error, Result};
-use crate::index::key::SeqNum;
+use crate::seqno::SeqNum;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -121,10 +121,13 @@ pub mod index;
 mod iterator;
 pub mod options;
 mod range;
+pub mod report;
 mod sched;
+pub mod seqno;
 mod snapshot;
 pub mod space;
 mod spin;
+pub mod value_type;
 pub mod vstore;
 
 /// The README's Rust program, compiled and run as a doctest so that the

@@ -14,10 +14,10 @@
 
 use crate::db::Db;
 use crate::error::Result;
-use crate::index::key::SeqNum;
 use crate::iterator::{DbIterator, Scan};
 use crate::options::ReadOptions;
 use crate::range::KeyRange;
+use crate::seqno::SeqNum;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -12,7 +12,7 @@
 //! runs cover Badger as they cover the other peers.
 
 use super::{PROCESS_IO_NOTE, SEPKV_BLOCK_CACHE, SEPKV_VALUE_THRESHOLD};
-use crate::engine::{
+use crate::contract::{
     BatchOp, Chunk, ChunkOp, ChunkOutcome, Engine, EngineIo, EngineOptions, EngineStats, ScanResult,
 };
 use crate::error::{BenchError, Result};

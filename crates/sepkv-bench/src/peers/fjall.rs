@@ -15,7 +15,7 @@
 //! 200,000 1000-byte values (past 5×); with 1.0 it levelled off near 3×.
 
 use super::{PROCESS_IO_NOTE, SEPKV_BLOCK_CACHE, SEPKV_VALUE_THRESHOLD};
-use crate::engine::{BatchOp, Engine, EngineIo, EngineOptions, EngineStats, ScanResult};
+use crate::contract::{BatchOp, Engine, EngineIo, EngineOptions, EngineStats, ScanResult};
 use crate::error::{BenchError, Result};
 use fjall::config::CompressionPolicy;
 use fjall::{

@@ -10,7 +10,7 @@
 //! counters of its own.
 
 use super::{PROCESS_IO_NOTE, SEPKV_BLOCK_CACHE};
-use crate::engine::{BatchOp, Engine, EngineIo, EngineOptions, EngineStats, ScanResult};
+use crate::contract::{BatchOp, Engine, EngineIo, EngineOptions, EngineStats, ScanResult};
 use crate::error::{BenchError, Result};
 use leveldb_sys as c;
 use serde_json::json;

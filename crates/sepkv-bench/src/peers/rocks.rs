@@ -3,7 +3,7 @@
 //! values of at least 128 bytes in blob files, blob GC on).
 
 use super::{PROCESS_IO_NOTE, SEPKV_BLOCK_CACHE, SEPKV_VALUE_THRESHOLD};
-use crate::engine::{BatchOp, Engine, EngineIo, EngineOptions, EngineStats, ScanResult};
+use crate::contract::{BatchOp, Engine, EngineIo, EngineOptions, EngineStats, ScanResult};
 use crate::error::{BenchError, Result};
 use rocksdb::{BlockBasedOptions, Cache, DBCompressionType, Options, WriteBatch, WriteOptions, DB};
 use serde_json::json;

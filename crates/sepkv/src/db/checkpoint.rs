@@ -45,8 +45,8 @@ use super::Db;
 use crate::error::{Error, IoContext, Result};
 use crate::fs::FileSystem;
 use crate::index::filename::LOCK;
-use crate::index::key::SeqNum;
 use crate::options::IndexKind;
+use crate::seqno::SeqNum;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 

@@ -5,13 +5,14 @@ use super::{Db, DbInner};
 use crate::batch::check_key;
 use crate::error::{Error, Result};
 use crate::fs::IoCategory;
-use crate::index::key::{SeqNum, ValueType};
 use crate::index::memtable::Lookup;
 use crate::index::sstable::ReadCtx;
 use crate::iterator::{DbIterator, Scan};
 use crate::options::ReadOptions;
 use crate::range::{check_order, KeyRange};
+use crate::seqno::SeqNum;
 use crate::snapshot::{Snapshot, SnapshotPin};
+use crate::value_type::ValueType;
 use crate::vstore::{IndexReader, ValuePointer};
 use std::sync::atomic::Ordering;
 

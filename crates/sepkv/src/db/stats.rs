@@ -2,9 +2,10 @@
 //! report types, [`Db::stats`] and [`Db::verify`].
 
 use super::{Db, DbInner};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::fs::IoStatsSnapshot;
 use crate::index::filename::{IDENTITY, LOCK};
+pub use crate::report::{LevelStats, VerifyReport};
 use crate::vstore::SpaceStats;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -22,21 +23,6 @@ pub struct GcReport {
     pub bytes_freed: u64,
     /// Estimated garbage ratio afterwards.
     pub garbage_ratio: f64,
-}
-
-/// Files and bytes of one level.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct LevelStats {
-    /// Level number.
-    pub level: usize,
-    /// Number of SSTables.
-    pub files: usize,
-    /// Total bytes of the SSTables.
-    pub bytes: u64,
-    /// Segments of the level's tables: one per SSTable, the segment count
-    /// of each DTable (index `lwc`, LWC-tree §3.3); `segments / files` is
-    /// the mean number of segments per table.
-    pub segments: u64,
 }
 
 /// The files of one kind in the database directory.
@@ -169,23 +155,6 @@ pub struct DbStats {
     pub disk_bytes: u64,
     /// Background error that poisoned the database, if any.
     pub background_error: Option<String>,
-}
-
-/// Result of [`Db::verify`].
-#[derive(Debug, Default)]
-pub struct VerifyReport {
-    /// SSTables checked.
-    pub tables: usize,
-    /// Entries read from SSTables.
-    pub entries: u64,
-    /// Manifest edits checked.
-    pub manifest_edits: usize,
-    /// WAL records checked.
-    pub wal_records: usize,
-    /// Value-store records checked.
-    pub value_records: u64,
-    /// Every fault found, each naming file and offset.
-    pub faults: Vec<Error>,
 }
 
 impl Db {

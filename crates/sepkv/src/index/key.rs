@@ -13,42 +13,15 @@
 
 use std::cmp::Ordering;
 
-/// A sequence number: every write gets the next one; 56 bits.
-pub type SeqNum = u64;
-
-/// Largest valid sequence number.
-pub const MAX_SEQ: SeqNum = (1 << 56) - 1;
+pub use crate::seqno::{SeqNum, MAX_SEQ};
+pub use crate::value_type::ValueType;
 
 /// Bytes of the trailer.
 pub const TRAILER_LEN: usize = 8;
 
-/// Type of an index entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[repr(u8)]
-pub enum ValueType {
-    /// A tombstone: the key was deleted.
-    Deletion = 0,
-    /// The value is stored inline in the index.
-    Value = 1,
-    /// The index holds an encoded value pointer into the value store.
-    Pointer = 2,
-}
-
 /// Type used in seek keys: sorts before every real type of the same
 /// sequence number.
 pub const TYPE_FOR_SEEK: u8 = 0xff;
-
-impl ValueType {
-    /// Decodes a type byte.
-    pub fn from_u8(b: u8) -> Option<ValueType> {
-        match b {
-            0 => Some(ValueType::Deletion),
-            1 => Some(ValueType::Value),
-            2 => Some(ValueType::Pointer),
-            _ => None,
-        }
-    }
-}
 
 /// Packs a sequence number and type byte.
 pub fn pack_trailer(seq: SeqNum, t: u8) -> u64 {

@@ -44,10 +44,10 @@ pub mod table_cache;
 pub mod version;
 
 use crate::batch::WriteBatch;
-use crate::db::{LevelStats, VerifyReport};
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, IoCategory, IoStats};
 use crate::options::Options;
+use crate::report::{LevelStats, VerifyReport};
 use crate::snapshot::SnapshotList;
 use crate::vstore::{ValuePointer, ValueStore};
 use compaction::CompactionStats;

@@ -24,6 +24,7 @@
 pub mod bands;
 pub mod garbage;
 pub mod hashkv;
+pub(crate) mod index_log;
 mod inline;
 mod pointer;
 pub mod prefetch;
@@ -37,7 +38,7 @@ pub use trie::TrieStore;
 pub use vlog::VlogStore;
 
 use crate::error::Result;
-use crate::index::key::SeqNum;
+use crate::seqno::SeqNum;
 
 /// One value handed to [`ValueStore::append`].
 #[derive(Debug, Clone, Copy)]
@@ -171,14 +172,14 @@ pub(crate) fn open_for_reads(
 
 /// Receiver of replayed log entries: `(sequence, type, key, value)`.
 pub type ReplaySink<'a> =
-    dyn FnMut(SeqNum, crate::index::key::ValueType, &[u8], &[u8]) -> Result<()> + 'a;
+    dyn FnMut(SeqNum, crate::value_type::ValueType, &[u8], &[u8]) -> Result<()> + 'a;
 
 /// One entry of [`ValueStore::log_batch`].
 #[derive(Debug, Clone, Copy)]
 pub struct LogEntry<'a> {
     /// `Value` (with `separate` deciding inline or not), `Deletion`, or
     /// `Pointer` for a GC relocation (value = encoded pointer).
-    pub vtype: crate::index::key::ValueType,
+    pub vtype: crate::value_type::ValueType,
     /// For `Value`: store the value separately (and return a pointer).
     pub separate: bool,
     /// The user key.

@@ -23,7 +23,6 @@
 use super::keylog::KeyLog;
 use super::{HashIndex, HashOptions, KeyLiveness, KeyOp, Walk};
 use crate::batch::WriteBatch;
-use crate::db::VerifyReport;
 use crate::error::{Error, IoContext, Result};
 use crate::format::value_record::Kind;
 use crate::fs::IoCategory;
@@ -35,7 +34,8 @@ use crate::index::memtable::Lookup;
 use crate::index::sstable::ReadCtx;
 use crate::index::{Index, IndexIter, IndexShape, IndexStats, Shared, ValueStoreOpener};
 use crate::options::{IndexKind, ValueLayout};
-use crate::vstore::bands::{BandOptions, BandStore, OwnedEntry, PrevLookup};
+use crate::report::VerifyReport;
+use crate::vstore::index_log::{BandOptions, BandStore, OwnedEntry, PrevLookup};
 use crate::vstore::prefetch::Prefetcher;
 use crate::vstore::{ReadLatency, ValuePointer, ValueStore};
 use parking_lot::Mutex;

@@ -13,7 +13,7 @@
 use crate::error::Result;
 use crate::format::value_record::Kind;
 use crate::index::key::ValueType;
-use crate::vstore::bands::BandStore;
+use crate::vstore::index_log::BandStore;
 use crate::vstore::{
     GcOutcome, IndexReader, IndexRelocator, ReplaySink, SpaceStats, ValuePointer, ValueRecord,
     ValueStore,
@@ -127,7 +127,7 @@ impl ValueStore for KeyLog {
 mod tests {
     use super::*;
     use crate::fs::{FileSystem, IoStats, MemFs};
-    use crate::vstore::bands::BandOptions;
+    use crate::vstore::index_log::BandOptions;
     use crate::vstore::LogEntry;
     use std::path::Path;
 

@@ -19,7 +19,7 @@
 //! - **Snapshots** (beyond the paper): a read at sequence number `s` starts
 //!   at the newest version and follows the previous-version addresses back
 //!   to the first entry with a sequence number `<= s`. GC keeps such
-//!   versions (see `vstore::bands`).
+//!   versions (see `vstore::index_log`).
 //! - **Modes** (§V-A1): `Memory` keeps every page in memory; `Disk` keeps
 //!   at most `cache_bytes` of pages. Both checkpoint the dirty pages every
 //!   `checkpoint_bands` closed bands (§V-B6), so recovery loads the
@@ -49,8 +49,7 @@ use crate::error::{Error, Result};
 use crate::format::value_record::Kind;
 use crate::fs::{FileSystem, IoStats};
 use crate::index::key::{SeqNum, ValueType};
-use crate::vstore::bands::band::AUX_TOMBSTONE;
-use crate::vstore::bands::{BandOptions, BandStore, OwnedEntry};
+use crate::vstore::index_log::{BandOptions, BandStore, OwnedEntry, AUX_TOMBSTONE};
 use crate::vstore::{
     GcOutcome, IndexReader, IndexRelocator, LogEntry, Relocation, ValuePointer, ValueStore,
 };
@@ -925,7 +924,7 @@ impl HashIndex {
     }
 }
 
-impl crate::vstore::bands::PrevLookup for HashIndex {
+impl crate::vstore::index_log::PrevLookup for HashIndex {
     fn prev(&self, key: &[u8]) -> Option<ValuePointer> {
         let r = self.current_address(key).map_err(|e| e.to_string());
         let p = r.clone().ok().flatten();

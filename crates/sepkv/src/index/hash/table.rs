@@ -565,7 +565,7 @@ fn read_edits(
     base: u64,
     meta: &mut Meta,
 ) -> Result<u64> {
-    use crate::vstore::bands::PersistedState;
+    use crate::vstore::index_log::PersistedState;
     let path = dir.join(EDITS);
     if !fs.exists(&path) {
         return Ok(0);
@@ -1093,7 +1093,7 @@ impl Table {
     /// `EDITS_MIN_COMPACT`), or when the old state does not decode, as a
     /// whole new `HASHMETA`.
     pub fn with_bands_state(&self, bands_state: Vec<u8>) -> StateWrite {
-        use crate::vstore::bands::PersistedState;
+        use crate::vstore::index_log::PersistedState;
         let old = &self.durable.bands_state;
         let edit = match (
             PersistedState::decode(&bands_state),

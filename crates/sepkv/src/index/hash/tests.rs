@@ -383,8 +383,8 @@ fn damaged_records_and_pages_are_corruption() {
     }
     idx.checkpoint().unwrap();
     let p = idx.current_pointer(&key(7)).unwrap().unwrap();
+    let band = idx.bands().band_file(p.file_id);
     drop(idx);
-    let band = crate::vstore::bands::band_path(dir(), p.file_id);
     ffs.corrupt(&band, p.offset + 40, 0x08).unwrap();
     let idx = open(&fs, opts(HashMode::Disk));
     match idx.get(&key(7), None) {
@@ -517,8 +517,8 @@ fn concurrent_writers_readers_snapshots_and_gc() {
 /// version, as the engine wires them ([`engine_write`]).
 fn open_for_engine_writes(fs: &Arc<dyn FileSystem>) -> Arc<HashIndex> {
     let idx = Arc::new(open(fs, opts(HashMode::Memory)));
-    let weak: std::sync::Weak<dyn crate::vstore::bands::PrevLookup> =
-        Arc::downgrade(&idx) as std::sync::Weak<dyn crate::vstore::bands::PrevLookup>;
+    let weak: std::sync::Weak<dyn crate::vstore::index_log::PrevLookup> =
+        Arc::downgrade(&idx) as std::sync::Weak<dyn crate::vstore::index_log::PrevLookup>;
     idx.bands().set_prev_lookup(weak);
     idx
 }
@@ -632,7 +632,7 @@ fn a_node_left_on_a_collected_delete_token_is_removed() {
     }
     let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
     let idx = Arc::new(open(&fs, opts(HashMode::Memory)));
-    let lookup: Arc<dyn crate::vstore::bands::PrevLookup> = idx.clone();
+    let lookup: Arc<dyn crate::vstore::index_log::PrevLookup> = idx.clone();
     idx.bands().set_prev_lookup(Arc::downgrade(&lookup));
     engine_write(&idx, 1, &[(b"gone", Some(b"v"))]);
     engine_write(&idx, 2, &[(b"gone", None)]);
@@ -757,7 +757,7 @@ fn a_write_finds_the_version_it_supersedes_without_reading_it_back() {
     let idx = Arc::new(
         HashIndex::open(dir(), fs.clone(), stats.clone(), opts(HashMode::Memory)).unwrap(),
     );
-    let lookup: Arc<dyn crate::vstore::bands::PrevLookup> = idx.clone();
+    let lookup: Arc<dyn crate::vstore::index_log::PrevLookup> = idx.clone();
     idx.bands().set_prev_lookup(Arc::downgrade(&lookup));
     let read = || stats.snapshot().total_read();
 
@@ -817,7 +817,7 @@ fn writes_the_memo_does_not_cover_fall_back_to_record_reads() {
             ..opts(HashMode::Memory)
         };
         let idx = Arc::new(HashIndex::open(dir(), fs.clone(), stats.clone(), o).unwrap());
-        let lookup: Arc<dyn crate::vstore::bands::PrevLookup> = idx.clone();
+        let lookup: Arc<dyn crate::vstore::index_log::PrevLookup> = idx.clone();
         idx.bands().set_prev_lookup(Arc::downgrade(&lookup));
         let read = || stats.snapshot().total_read();
         let long = vec![b'L'; 40];

@@ -21,7 +21,6 @@ pub(crate) mod repair;
 mod verify;
 
 use crate::batch::WriteBatch;
-use crate::db::LevelStats;
 use crate::error::{Error, IoContext, Result};
 use crate::format::record::RecordWriter;
 use crate::fs::IoCategory;
@@ -38,6 +37,7 @@ use crate::index::table_cache::TableCache;
 use crate::index::version::{log_and_apply, Version, VersionEdit, VersionSet};
 use crate::index::{Index, IndexIter, IndexShape, IndexStats, Shared, ValueStoreOpener};
 use crate::options::IndexKind;
+use crate::report::LevelStats;
 use crate::vstore::ValueStore;
 use background::BgState;
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
@@ -806,7 +806,7 @@ impl Index for LsmIndex {
         }
     }
 
-    fn verify(&self, rep: &mut crate::db::VerifyReport) {
+    fn verify(&self, rep: &mut crate::report::VerifyReport) {
         self.verify_files(rep)
     }
 

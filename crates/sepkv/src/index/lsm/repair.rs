@@ -50,7 +50,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-/// What an LSM repair found and did (filled into `crate::db::RepairReport`).
+/// What an LSM repair found and did (filled into the facade's `RepairReport`).
 #[derive(Debug, Default)]
 pub(crate) struct LsmRepair {
     pub tables_kept: Vec<u64>,

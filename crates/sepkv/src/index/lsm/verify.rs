@@ -3,12 +3,12 @@
 
 use super::LsmIndex;
 use crate::batch::decode_batch;
-use crate::db::VerifyReport;
 use crate::error::Error;
 use crate::format::record::RecordReader;
 use crate::fs::{read_all, IoCategory};
 use crate::index::filename::CURRENT;
 use crate::index::version::VersionEdit;
+use crate::report::VerifyReport;
 
 impl LsmIndex {
     /// Checks the manifest `CURRENT` names (every edit decodes), the

@@ -38,8 +38,7 @@ pub const TRAILER_LEN: usize = 32;
 pub const PREV_LEN: usize = 20;
 /// Record flag: last entry of a write batch.
 pub const BATCH_END: u8 = 1;
-/// `ValuePointer::aux` bit: the pointer addresses a delete token.
-pub const AUX_TOMBSTONE: u64 = 1;
+pub use crate::vstore::index_log::AUX_TOMBSTONE;
 
 const HEADER_MAGIC: &[u8; 8] = b"SKVBAND1";
 const TRAILER_MAGIC: &[u8; 8] = b"SKVBEND1";

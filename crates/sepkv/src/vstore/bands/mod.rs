@@ -46,6 +46,7 @@
 pub mod band;
 pub mod gc;
 
+use super::index_log::{OwnedEntry, PrevLookup};
 use super::{open_for_reads, ReadLatency, ValueRecord, ValueStore};
 use super::{GcOutcome, IndexReader, IndexRelocator, LogEntry, SpaceStats, ValuePointer};
 use crate::compaction_filter::CompactionFilter;
@@ -54,7 +55,8 @@ use crate::format::coding::{get_fixed32, get_fixed64, put_fixed32, put_fixed64};
 use crate::format::value_record::{DecodeError, Kind};
 use crate::fs::sync_unlocked;
 use crate::fs::{FileSystem, IoCategory, IoStats, RandomAccessFile, WritableFile};
-use crate::index::key::{SeqNum, ValueType};
+use crate::seqno::SeqNum;
+use crate::value_type::ValueType;
 use band::{Entry, AUX_TOMBSTONE, BATCH_END, HEADER_LEN, TRAILER_LEN};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
@@ -114,14 +116,6 @@ impl Default for BandOptions {
             space_bound: None,
         }
     }
-}
-
-/// Where an index tells the bands the current address of a key (the
-/// previous version of the entry being written). Called with the writer's
-/// lock held, before the entry is appended.
-pub trait PrevLookup: Send + Sync {
-    /// The address the index holds for `key`, if any.
-    fn prev(&self, key: &[u8]) -> Option<ValuePointer>;
 }
 
 /// Path of band `id`.
@@ -413,21 +407,6 @@ impl PersistedState {
             .encode(),
         )
     }
-}
-
-/// A band entry read back for an index (see [`BandStore::read_entry`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OwnedEntry {
-    /// What the entry is.
-    pub kind: Kind,
-    /// The user key.
-    pub key: Vec<u8>,
-    /// Sequence number of the write.
-    pub seq: SeqNum,
-    /// Address of the key's previous version.
-    pub prev: Option<ValuePointer>,
-    /// Value, encoded pointer, or empty.
-    pub payload: Vec<u8>,
 }
 
 impl BandStore {

@@ -30,7 +30,7 @@
 
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, IoStats};
-use crate::index::key::SeqNum;
+use crate::seqno::SeqNum;
 use crate::vstore::vlog::{VlogOptions, VlogStore};
 use crate::vstore::{
     GcOutcome, IndexReader, IndexRelocator, Relocation, SpaceStats, ValuePointer, ValueRecord,

@@ -90,7 +90,7 @@ use super::record::{self, Kind};
 use super::HashKvStore;
 use crate::error::{Error, Result};
 use crate::fs::{Advice, IoCategory};
-use crate::index::key::SeqNum;
+use crate::seqno::SeqNum;
 use crate::vstore::{
     GcOutcome, IndexReader, IndexRelocator, Relocation, ValuePointer, ValueRecord,
 };

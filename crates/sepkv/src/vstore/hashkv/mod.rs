@@ -184,8 +184,8 @@ use crate::format::record::{RecordReader, RecordWriter};
 use crate::fs::{
     create_preallocated, read_all, Advice, FileSystem, IoCategory, IoStats, WritableFile,
 };
-use crate::index::key::SeqNum;
 use crate::options::Options;
+use crate::seqno::SeqNum;
 use cache::{Pending, WriteCache};
 use cold::{is_cold, ColdLog};
 use journal::{journal_path, parse_journal_name, Entry, GroupIntent, Place, GC_JOURNAL};

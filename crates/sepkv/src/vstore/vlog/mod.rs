@@ -1059,7 +1059,7 @@ impl ValueStore for VlogStore {
     }
 
     fn log_batch(&self, entries: &[super::LogEntry<'_>]) -> Result<Vec<Option<ValuePointer>>> {
-        use crate::index::key::ValueType;
+        use crate::value_type::ValueType;
         let recs: Vec<(Kind, &[u8], u64, &[u8])> = entries
             .iter()
             .map(|e| {
@@ -1097,7 +1097,7 @@ impl ValueStore for VlogStore {
     }
 
     fn replay(&self, f: &mut super::ReplaySink<'_>) -> Result<()> {
-        use crate::index::key::ValueType;
+        use crate::value_type::ValueType;
         let ranges = {
             let st = self.state.lock();
             let Some(ckpt) = st.ckpt else { return Ok(()) };
