@@ -268,6 +268,10 @@ impl RaftStateMachine<TypeConfig> for Machine {
                 applied.log_id, meta.last_log_id
             )));
         }
+        eprintln!(
+            "cluster: installed a snapshot at log index {}",
+            applied.log_id.map_or(0, |l| l.index)
+        );
         self.applied = applied;
         *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some((meta.clone(), data));
         Ok(())
@@ -383,7 +387,11 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
         let meta = SnapshotMeta {
             last_log_id: applied.log_id,
             last_membership: applied.membership.clone(),
-            snapshot_id: format!("{}-{n}", applied.log_id.map_or(0, |l| l.index)),
+            snapshot_id: format!(
+                "{}-{}-{n}",
+                applied.log_id.map_or(0, |l| l.index),
+                crate::keyspace::now_ms()
+            ),
         };
         *self.current.lock().unwrap_or_else(|p| p.into_inner()) =
             Some((meta.clone(), data.clone()));

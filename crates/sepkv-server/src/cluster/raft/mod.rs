@@ -134,7 +134,7 @@ impl Replica {
             election_timeout_min: 400,
             election_timeout_max: 800,
             install_snapshot_timeout: 10_000,
-            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(20_000),
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(5_000),
             max_in_snapshot_log_to_keep: 1000,
             purge_batch_size: 256,
             ..Default::default()
