@@ -9,7 +9,10 @@
 # on free ports instead.
 #
 # Usage: scripts/cluster-hosts.sh [--nodes N] [--loopback] [--fsync POLICY]
-#                                 [-- COMMAND [ARG...]]
+#                                 [--replicated] [-- COMMAND [ARG...]]
+#
+# --replicated puts every node in one shard of all slots: one Raft group
+# (docs/replication.md) instead of one shard per node.
 #
 # With a COMMAND, runs it once the cluster is up and tears everything down
 # when it ends (its exit status is the script's); without one, prints the
@@ -20,6 +23,9 @@
 #   SEPKV_CLUSTER_HOST, SEPKV_CLUSTER_PORT   the first node
 #   SEPKV_CLUSTER_CONFIG  the topology file (for `sepkv cluster migrate`)
 #   SEPKV_PASSWORD        the nodes' password (random unless set)
+#   SEPKV_CLUSTER_NETNS   the nodes' namespaces, in node order (namespaces)
+#   SEPKV_CLUSTER_LINKS   this side's veth of each node (namespaces): taking
+#                         one down cuts that node off (partition tests)
 #
 # Environment: SEPKV_BIN (default: target/release/sepkv, else
 # target/debug/sepkv), SEPKV_PRESET (default leveldb).
@@ -29,13 +35,15 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 nodes=3
 loopback=false
 fsync=everysec
+replicated=false
 while [ $# -gt 0 ]; do
     case "$1" in
         --nodes) nodes="$2"; shift 2 ;;
         --loopback) loopback=true; shift ;;
         --fsync) fsync="$2"; shift 2 ;;
+        --replicated) replicated=true; shift ;;
         --) shift; break ;;
-        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
         *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -104,9 +112,15 @@ fi
 conf="$dir/topology.conf"
 {
     echo "version 1"
-    for i in $(seq 1 "$nodes"); do
-        echo "shard$i $(( (i - 1) * 16384 / nodes ))-$(( i * 16384 / nodes - 1 )) node$i=${hosts[i]}:${ports[i]}"
-    done
+    if [ "$replicated" = true ]; then
+        line="shard1 0-16383"
+        for i in $(seq 1 "$nodes"); do line="$line node$i=${hosts[i]}:${ports[i]}"; done
+        echo "$line"
+    else
+        for i in $(seq 1 "$nodes"); do
+            echo "shard$i $(( (i - 1) * 16384 / nodes ))-$(( i * 16384 / nodes - 1 )) node$i=${hosts[i]}:${ports[i]}"
+        done
+    fi
 } >"$conf"
 
 for i in $(seq 1 "$nodes"); do
@@ -130,6 +144,12 @@ for i in $(seq 1 "$nodes"); do list="$list ${hosts[i]}:${ports[i]}"; done
 export SEPKV_CLUSTER_HOSTS="${list# }"
 export SEPKV_CLUSTER_HOST="${hosts[1]}" SEPKV_CLUSTER_PORT="${ports[1]}"
 export SEPKV_CLUSTER_CONFIG="$conf"
+if [ "$mode" = namespaces ]; then
+    export SEPKV_CLUSTER_NETNS="${made_ns[*]}"
+    links=""
+    for i in $(seq 1 "$nodes"); do links="$links ${tag}v$i"; done
+    export SEPKV_CLUSTER_LINKS="${links# }"
+fi
 echo "cluster of $nodes node(s) on $mode: $SEPKV_CLUSTER_HOSTS" >&2
 
 if [ $# -eq 0 ]; then

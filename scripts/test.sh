@@ -19,7 +19,7 @@ cargo test --workspace
 if [[ "${SEPKV_TEST_QUICK:-}" != 1 ]]; then
   # Suites beyond cargo (servers, language bindings) bring their own
   # script, which installs what they need and runs them.
-  for extra in scripts/test-server.sh scripts/test-cluster.sh scripts/test-python.sh; do
+  for extra in scripts/test-server.sh scripts/test-cluster.sh scripts/test-replication.sh scripts/test-python.sh; do
     if [[ -x "$extra" ]]; then
       step "$extra"
       "$extra"

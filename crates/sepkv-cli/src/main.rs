@@ -219,6 +219,10 @@ struct ServeArgs {
     /// --bind/--port address.
     #[arg(long, requires = "cluster_config")]
     cluster_node_id: Option<String>,
+    /// The port Raft messages between the replicas of a shard arrive on
+    /// (default: the topology's `HOST:PORT@BUS`, else --port + 10000).
+    #[arg(long, requires = "cluster_config")]
+    cluster_bus_port: Option<u16>,
 }
 
 /// `sepkv serve`.
@@ -258,6 +262,7 @@ fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, Failure> {
             .map(|file| sepkv_server::cluster::ClusterConfig {
                 file: file.clone(),
                 node_id: args.cluster_node_id.clone().unwrap_or_default(),
+                bus_port: args.cluster_bus_port,
             }),
     };
     sepkv_server::serve(db, config, |addr| {

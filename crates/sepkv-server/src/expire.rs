@@ -50,7 +50,7 @@ pub fn cycle(ks: &Keyspace, cursor: &mut Vec<u8>) -> Result<usize, sepkv::Error>
 }
 
 /// Starts the thread; it ends when `stop` is set.
-pub fn spawn(ks: Arc<Keyspace>, stop: Arc<AtomicBool>) -> JoinHandle<()> {
+pub fn spawn(ks: Arc<Keyspace>, stop: Arc<AtomicBool>, active: bool) -> JoinHandle<()> {
     std::thread::spawn(move || {
         let mut cursor = Vec::new();
         let mut reclaim = Vec::new();
@@ -58,7 +58,9 @@ pub fn spawn(ks: Arc<Keyspace>, stop: Arc<AtomicBool>) -> JoinHandle<()> {
             std::thread::sleep(PERIOD);
             // Errors (a poisoned database) are retried next cycle; reads
             // keep treating expired keys as absent meanwhile.
-            let _ = cycle(&ks, &mut cursor);
+            if active {
+                let _ = cycle(&ks, &mut cursor);
+            }
             let start = Instant::now();
             while start.elapsed() < BUDGET && !stop.load(Ordering::Acquire) {
                 match ks.reclaim_step(&mut reclaim, 1000) {

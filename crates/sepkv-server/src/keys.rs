@@ -91,6 +91,11 @@ pub const META_KEY: &[u8] = b"\xffm";
 pub const CLUSTER_TOPOLOGY_KEY: &[u8] = b"\xffcluster-topology";
 /// The record holding the cluster's migration marks.
 pub const CLUSTER_MARKS_KEY: &[u8] = b"\xffcluster-marks";
+/// The state machine's last applied Raft log id and membership (a
+/// replicated shard), written in the batch of the entries it covers.
+pub const RAFT_APPLIED_KEY: &[u8] = b"\xffraft-applied";
+/// Present while a replica replaces its records with a snapshot's.
+pub const RAFT_INSTALLING_KEY: &[u8] = b"\xffraft-installing";
 /// Prefix of expire index records.
 pub const EXPIRE_PREFIX: &[u8] = b"\xffe";
 /// Longest user key: the engine's key limit less the expire index prefix.

@@ -30,11 +30,34 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Milliseconds since the Unix epoch.
+thread_local! {
+    /// The clock a replicated entry is applied at ([`with_clock`]).
+    static CLOCK: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// Milliseconds since the Unix epoch; while [`with_clock`] runs on this
+/// thread, the time it was given.
 pub fn now_ms() -> u64 {
+    if let Some(t) = CLOCK.with(|c| c.get()) {
+        return t;
+    }
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Runs `f` with [`now_ms`] reading `ms` on this thread: a replicated
+/// entry carries its leader's clock reading, and every replica runs its
+/// commands at that time, so TTLs and expiry decide the same everywhere.
+pub fn with_clock<T>(ms: u64, f: impl FnOnce() -> T) -> T {
+    struct Reset(Option<u64>);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            CLOCK.with(|c| c.set(self.0));
+        }
+    }
+    let _reset = Reset(CLOCK.with(|c| c.replace(Some(ms))));
+    f()
 }
 
 /// A live value: payload and expiry (Unix ms, 0 for none).
@@ -247,6 +270,30 @@ impl Keyspace {
             watching: AtomicUsize::new(0),
             stats: KeyStats::default(),
         })
+    }
+
+    /// Rereads the metadata record after the database's records were
+    /// replaced underneath the keyspace (a replica installing a snapshot).
+    ///
+    /// # Errors
+    /// Engine errors; a malformed metadata record.
+    pub fn reload(&self) -> Result<(), Error> {
+        let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let meta = match self.db.get(META_KEY)? {
+            Some(v) => Meta::decode(&v).ok_or_else(corrupt_meta)?,
+            None => Meta {
+                gen: 1,
+                count: 0,
+                expires: 0,
+                reclaimed_below: 1,
+                next_version: 1,
+            },
+        };
+        *w = meta;
+        self.gen.store(meta.gen, Ordering::Release);
+        self.count.store(meta.count, Ordering::Relaxed);
+        self.expires.store(meta.expires, Ordering::Relaxed);
+        Ok(())
     }
 
     /// A [`Reader`] of the committed keyspace.

@@ -188,6 +188,11 @@ fn run_queue(ctx: &mut Ctx<'_>, queue: &[(&'static Spec, Vec<Bytes>)]) -> CmdRes
     // In cluster mode a slot may have moved since the commands were
     // queued: the whole transaction is then redirected, as Redis does.
     if let Some(c) = &shared.cluster {
+        if c.replica().is_some() && queue.iter().any(|(s, _)| crate::command::is_write(s)) {
+            return Err(Reply::err(
+                "MULTI/EXEC with write commands is not replicated yet; send the writes one by one",
+            ));
+        }
         if let Some(r) = queue
             .iter()
             .find_map(|(spec, args)| c.recheck_write(spec, args))

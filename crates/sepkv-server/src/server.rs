@@ -102,9 +102,11 @@ impl Server {
         let listener = TcpListener::bind((config.bind.as_str(), config.port)).await?;
         let port = listener.local_addr()?.port();
         let ks = Arc::new(Keyspace::open(db.clone())?);
-        let cluster = crate::cluster::start(&ks, &config, port)?;
+        let cluster = crate::cluster::start(&ks, &config, port).await?;
         let stop = Arc::new(AtomicBool::new(false));
-        let expiry = Some(crate::expire::spawn(ks.clone(), stop.clone()));
+        // A replicated shard's leader proposes its expiry deletes instead.
+        let replicated = cluster.as_ref().is_some_and(|c| c.replica().is_some());
+        let expiry = Some(crate::expire::spawn(ks.clone(), stop.clone(), !replicated));
         let shared = Arc::new(Shared {
             durability: Durability::start(db, config.fsync),
             writer: Writer::start(ks.clone(), config.fsync, cluster.clone()),
@@ -183,6 +185,9 @@ impl Server {
         .await;
         self.stop.store(true, Ordering::Release);
         self.shared.writer.stop();
+        if let Some(r) = self.shared.cluster.as_ref().and_then(|c| c.replica()) {
+            r.shutdown().await;
+        }
         self.shared.durability.stop();
         if let Some(t) = self.expiry.take() {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
@@ -237,6 +242,9 @@ async fn connection(
     };
     serve_client(shared, &mut sock, &mut client, &mut shutdown).await;
     client.tx.reset(shared);
+    if let Some(c) = &shared.cluster {
+        c.forget_client(id);
+    }
     let _ = sock.shutdown().await;
     shared
         .clients
@@ -294,9 +302,14 @@ async fn serve_client(
                             flush_writes(shared, &mut writes, client.proto, &mut wbuf).await;
                             write_bytes = 0;
                             let reply = match other {
-                                Ok(spec) => {
-                                    multi::dispatch(&mut Ctx::new(shared, &mut *client), spec, args)
-                                }
+                                Ok(spec) => match read_barrier(shared, client, spec, &args).await {
+                                    Ok(()) => multi::dispatch(
+                                        &mut Ctx::new(shared, &mut *client),
+                                        spec,
+                                        args,
+                                    ),
+                                    Err(r) => r,
+                                },
                                 Err(r) => {
                                     client.tx.refused();
                                     r
@@ -347,15 +360,43 @@ async fn serve_client(
     }
 }
 
-/// Runs the pending write commands in the writer and encodes their
-/// replies.
+/// Runs the pending write commands in the writer (or, on a replica of a
+/// Raft group, through the group's log) and encodes their replies.
 async fn flush_writes(shared: &Shared, writes: &mut Commands, proto: u8, wbuf: &mut BytesMut) {
     if writes.is_empty() {
         return;
     }
-    for r in shared.writer.run(std::mem::take(writes)).await {
+    let replies = match shared.cluster.as_ref().and_then(|c| c.replica()) {
+        Some(r) => r.write(std::mem::take(writes)).await,
+        None => shared.writer.run(std::mem::take(writes)).await,
+    };
+    for r in replies {
         r.encode(proto, wbuf);
     }
+}
+
+/// On the leader of a Raft group, a read of keys (outside `MULTI`) first
+/// waits for a read index confirmed by a majority: it sees every write
+/// acknowledged before it. Replicas serving `READONLY` clients do not wait.
+async fn read_barrier(
+    shared: &Shared,
+    client: &ClientState,
+    spec: &'static crate::command::Spec,
+    args: &[bytes::Bytes],
+) -> Result<(), Reply> {
+    let Some(c) = &shared.cluster else {
+        return Ok(());
+    };
+    let Some(r) = c.replica() else {
+        return Ok(());
+    };
+    if client.tx.in_multi() || crate::command::command_keys(spec, args).is_empty() {
+        return Ok(());
+    }
+    if !r.is_leader() {
+        return Ok(());
+    }
+    r.read_barrier(spec, args).await
 }
 
 /// Whether the buffer may hold a complete request already (a pipeline cut

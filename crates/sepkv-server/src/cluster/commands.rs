@@ -34,10 +34,11 @@ pub fn asking(ctx: &mut Ctx<'_>, _: &[Bytes]) -> CmdResult {
     Ok(Reply::OK)
 }
 
-/// `READONLY` / `READWRITE`: accepted (a shard has no replicas to read
-/// from yet).
-pub fn readonly(ctx: &mut Ctx<'_>, _: &[Bytes]) -> CmdResult {
-    cluster_of(ctx)?;
+/// `READONLY` / `READWRITE`: on a replica of a Raft group, `READONLY`
+/// lets this client's reads be served here (possibly stale).
+pub fn readonly(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
+    let c = cluster_of(ctx)?;
+    c.set_readonly(ctx.client.id, a[0].eq_ignore_ascii_case(b"readonly"));
     Ok(Reply::OK)
 }
 
@@ -99,17 +100,31 @@ fn nodes_text(c: &Cluster) -> String {
     let marks = c.marks();
     let mut out = String::new();
     for s in &t.shards {
-        for n in &s.nodes {
+        let roles = c.shard_roles(s);
+        let master_id = roles[0].0.id.clone();
+        for (n, master) in roles {
             let me = n.id == c.my_id();
-            let cport = n.port.checked_add(10000).unwrap_or(0);
+            let cport = n.bus_port().unwrap_or(0);
+            let role = match (me, master) {
+                (true, true) => "myself,master".to_string(),
+                (false, true) => "master".to_string(),
+                (true, false) => format!("myself,slave {master_id}"),
+                (false, false) => format!("slave {master_id}"),
+            };
+            let (flags, parent) = role.split_once(' ').unwrap_or((role.as_str(), "-"));
             out.push_str(&format!(
-                "{} {}@{} {} - 0 0 {} connected",
+                "{} {}@{} {} {} 0 0 {} connected",
                 n.id,
                 n.addr(),
                 cport,
-                if me { "myself,master" } else { "master" },
+                flags,
+                parent,
                 t.version
             ));
+            if !master {
+                out.push('\n');
+                continue;
+            }
             for &(a, b) in &s.slots {
                 if a == b {
                     out.push_str(&format!(" {a}"));
@@ -142,16 +157,19 @@ fn shards_reply(c: &Cluster) -> Reply {
                     .iter()
                     .flat_map(|&(a, b)| [Reply::Int(i64::from(a)), Reply::Int(i64::from(b))])
                     .collect();
-                let nodes = s
-                    .nodes
-                    .iter()
-                    .map(|n| {
+                let nodes = c
+                    .shard_roles(s)
+                    .into_iter()
+                    .map(|(n, master)| {
                         Reply::Map(vec![
                             (Reply::bulk("id"), Reply::bulk(n.id.clone())),
                             (Reply::bulk("port"), Reply::Int(i64::from(n.port))),
                             (Reply::bulk("ip"), Reply::bulk(n.host.clone())),
                             (Reply::bulk("endpoint"), Reply::bulk(n.host.clone())),
-                            (Reply::bulk("role"), Reply::bulk("master")),
+                            (
+                                Reply::bulk("role"),
+                                Reply::bulk(if master { "master" } else { "replica" }),
+                            ),
                             (Reply::bulk("replication-offset"), Reply::Int(0)),
                             (Reply::bulk("health"), Reply::bulk("online")),
                         ])
@@ -235,7 +253,7 @@ pub fn cluster(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
                     .into_iter()
                     .map(|(a, b, s)| {
                         let mut v = vec![Reply::Int(i64::from(a)), Reply::Int(i64::from(b))];
-                        v.extend(s.nodes.iter().map(node_reply));
+                        v.extend(c.shard_roles(s).into_iter().map(|(n, _)| node_reply(n)));
                         Reply::Array(v)
                     })
                     .collect(),

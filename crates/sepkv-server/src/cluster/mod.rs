@@ -5,6 +5,7 @@
 //! - [`slots`]: where a command's keys are served: here, `-MOVED`, `-ASK`,
 //!   `-CROSSSLOT` or `-TRYAGAIN`;
 //! - [`migrate`]: moving slots between nodes while they serve writes;
+//! - [`raft`]: a shard of several nodes replicated as one Raft group;
 //! - [`commands`]: `CLUSTER …`, `ASKING`, `READONLY`, `READWRITE`;
 //! - [`admin`]: `sepkv cluster migrate`, which drives a migration;
 //! - [`client`]: the small blocking RESP client migration and the
@@ -31,6 +32,7 @@ pub mod admin;
 pub mod client;
 pub mod commands;
 pub mod migrate;
+pub mod raft;
 pub mod slots;
 pub mod topology;
 
@@ -41,7 +43,7 @@ use sepkv::{WriteBatch, WriteOptions};
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 pub use topology::{Node, Shard, Topology, TopologyError};
 
 /// How `sepkv serve` runs in cluster mode.
@@ -51,6 +53,9 @@ pub struct ClusterConfig {
     pub file: PathBuf,
     /// This node's ID in it.
     pub node_id: String,
+    /// The Raft bus port to listen on (default: the topology's, else the
+    /// client port + 10000).
+    pub bus_port: Option<u16>,
 }
 
 /// A slot's effective state on this node (one byte per slot).
@@ -111,12 +116,21 @@ pub struct Cluster {
     pub(crate) fsync: Fsync,
     /// The background drop: (running, run again when done).
     dropper: Mutex<(bool, bool)>,
+    /// This node's replica of its shard's Raft group (several nodes).
+    replica: OnceLock<Arc<raft::Replica>>,
+    /// Clients that sent `READONLY`.
+    readonly: Mutex<HashSet<u64>>,
 }
 
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cluster").field("me", &self.me).finish()
     }
+}
+
+/// Whether node `me` is one of the nodes of `slot`'s shard.
+fn serves(t: &Topology, slot: u16, me: &str) -> bool {
+    t.shard_of(slot).nodes.iter().any(|n| n.id == me)
 }
 
 fn bind_matches(bind: &str, port: u16, n: &Node) -> bool {
@@ -176,6 +190,8 @@ impl Cluster {
             requirepass,
             fsync,
             dropper: Mutex::new((false, false)),
+            replica: OnceLock::new(),
+            readonly: Mutex::new(HashSet::new()),
         };
         c.check_me(&topo)?;
         c.persist_topology(&topo)?;
@@ -263,7 +279,7 @@ impl Cluster {
         let mut marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
         let before = marks.len();
         marks.retain(|&slot, m| {
-            let mine = t.owner(slot).id == self.me;
+            let mine = serves(t, slot, &self.me);
             match m {
                 Mark::Migrating(..) => mine,
                 Mark::Importing(_) => !mine,
@@ -280,7 +296,7 @@ impl Cluster {
         let t = self.topology();
         let marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
         for slot in 0..SLOTS {
-            let mine = t.owner(slot).id == self.me;
+            let mine = serves(&t, slot, &self.me);
             let s = match (mine, marks.get(&slot)) {
                 (true, Some(Mark::Migrating(_, true))) => SlotState::Moved,
                 (true, Some(Mark::Migrating(_, false))) => SlotState::Migrating,
@@ -341,7 +357,7 @@ impl Cluster {
         let mut next = marks.clone();
         for &(a, b) in slots {
             for slot in a..=b {
-                let mine = t.owner(slot).id == self.me;
+                let mine = serves(&t, slot, &self.me);
                 match &mark {
                     None => {
                         next.remove(&slot);
@@ -391,6 +407,52 @@ impl Cluster {
             }
         }
         self.persist_marks(&marks)
+    }
+
+    /// This node's replica, when its shard is a Raft group.
+    pub fn replica(&self) -> Option<&Arc<raft::Replica>> {
+        self.replica.get()
+    }
+
+    /// Sets client `id`'s `READONLY` flag (`false`: `READWRITE`).
+    pub fn set_readonly(&self, id: u64, on: bool) {
+        let mut r = self.readonly.lock().unwrap_or_else(|p| p.into_inner());
+        if on {
+            r.insert(id);
+        } else {
+            r.remove(&id);
+        }
+    }
+
+    /// Whether client `id` sent `READONLY`.
+    pub fn is_readonly(&self, id: u64) -> bool {
+        self.replica.get().is_some()
+            && self
+                .readonly
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&id)
+    }
+
+    /// Forgets a closed client's flags.
+    pub fn forget_client(&self, id: u64) {
+        self.set_readonly(id, false);
+        self.take_asking(id);
+    }
+
+    /// The nodes of `shard` as clients should see them: the master first
+    /// (this shard's Raft leader, when known), then `false` for replicas.
+    pub fn shard_roles<'a>(&self, shard: &'a Shard) -> Vec<(&'a Node, bool)> {
+        let leader = match self.replica.get() {
+            Some(r) if shard.nodes.iter().any(|n| n.id == self.me) => {
+                r.leader().map(|l| l.id.clone())
+            }
+            _ => None,
+        };
+        let master = leader.unwrap_or_else(|| shard.nodes[0].id.clone());
+        let mut out: Vec<(&Node, bool)> = shard.nodes.iter().map(|n| (n, n.id == master)).collect();
+        out.sort_by_key(|(_, m)| !*m);
+        out
     }
 
     /// Remembers that client `id` sent `ASKING`.
@@ -447,7 +509,7 @@ impl Cluster {
 ///
 /// # Errors
 /// [`crate::ServeError::Config`] with [`Cluster::open`]'s reason.
-pub fn start(
+pub async fn start(
     ks: &Arc<Keyspace>,
     config: &crate::Config,
     port: u16,
@@ -464,6 +526,31 @@ pub fn start(
         config.fsync,
     )
     .map_err(crate::ServeError::Config)?;
+    let t = c.topology();
+    if let Some((shard, me)) = t.node(&cfg.node_id) {
+        if shard.nodes.len() > 1 {
+            let bus = match cfg.bus_port.or_else(|| me.bus_port()) {
+                Some(p) => p,
+                None => {
+                    return Err(crate::ServeError::Config(format!(
+                        "port {port} + 10000 is no TCP port: give --cluster-bus-port"
+                    )))
+                }
+            };
+            let log_dir = std::path::PathBuf::from(format!("{}.raft", ks.db().path().display()));
+            let r = raft::Replica::start(
+                ks.clone(),
+                &cfg.node_id,
+                &shard.nodes,
+                &config.bind,
+                bus,
+                &log_dir,
+            )
+            .await
+            .map_err(crate::ServeError::Config)?;
+            let _ = c.replica.set(r);
+        }
+    }
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
@@ -541,6 +628,7 @@ mod tests {
         let cfg = ClusterConfig {
             file,
             node_id: "me".into(),
+            bus_port: None,
         };
         Cluster::open(ks, &cfg, "127.0.0.1", port, None, Fsync::No)
     }

@@ -128,7 +128,18 @@ impl Cluster {
             return Route::Serve;
         }
         let asking = self.take_asking(client);
-        check_keys(self, &keys, crate::command::is_write(spec), asking)
+        let write = crate::command::is_write(spec);
+        let r = check_keys(self, &keys, write, asking);
+        match (r, self.replica()) {
+            // A replica of a Raft group: writes go to the leader, and so
+            // do reads unless the client sent READONLY.
+            (Route::Serve, Some(rep))
+                if !rep.is_leader() && (write || !self.is_readonly(client)) =>
+            {
+                Route::Redirect(rep.not_leader(spec, args))
+            }
+            (r, _) => r,
+        }
     }
 
     /// Waits until `slot` is no longer being copied, at most [`WAIT`].

@@ -15,8 +15,9 @@
 //! one in force). Then one shard a line: its name, its slots as ranges
 //! (`0-100,200,300-400`; `-` for none, a node about to receive slots), and
 //! its nodes as `NODE-ID=HOST:PORT`. Shard names and node IDs are 1–40
-//! characters of `[A-Za-z0-9_-]`, each used once. A shard has one node
-//! today (replicas are not served yet). Every one of the 16384 slots must
+//! characters of `[A-Za-z0-9_-]`, each used once. A shard of several
+//! nodes is one Raft group ([`super::raft`]); a node may name its Raft bus
+//! port as `HOST:PORT@BUS` (default `PORT + 10000`). Every one of the 16384 slots must
 //! be covered exactly once; otherwise the topology is refused naming the
 //! first slot in error.
 
@@ -32,6 +33,8 @@ pub struct Node {
     pub host: String,
     /// TCP port.
     pub port: u16,
+    /// The Raft bus port (`HOST:PORT@BUS`), when not `PORT + 10000`.
+    pub bus: Option<u16>,
 }
 
 impl Node {
@@ -43,6 +46,21 @@ impl Node {
             format!("{}:{}", self.host, self.port)
         }
     }
+
+    /// The port Raft messages reach this node at: the one written after
+    /// `@`, else `PORT + 10000` (the Redis cluster-bus convention), `None`
+    /// when that is beyond 65535.
+    pub fn bus_port(&self) -> Option<u16> {
+        self.bus.or_else(|| self.port.checked_add(10000))
+    }
+
+    /// `HOST:PORT`, with `@BUS` when the bus port was written.
+    pub fn entry(&self) -> String {
+        match self.bus {
+            Some(b) => format!("{}@{b}", self.addr()),
+            None => self.addr(),
+        }
+    }
 }
 
 /// One shard: a set of slot ranges served by its node.
@@ -52,7 +70,7 @@ pub struct Shard {
     pub name: String,
     /// Inclusive slot ranges, in the order written.
     pub slots: Vec<(u16, u16)>,
-    /// Its nodes; the first is the primary (and today the only one).
+    /// Its nodes: one, or the replicas of a Raft group.
     pub nodes: Vec<Node>,
 }
 
@@ -171,6 +189,18 @@ fn parse_node(line: usize, s: &str) -> Result<Node, TopologyError> {
             format!("node ID {id:?} is not 1-40 characters of [A-Za-z0-9_-]"),
         ));
     }
+    let (addr, bus) = match addr.split_once('@') {
+        Some((a, b)) => (
+            a,
+            Some(
+                b.parse::<u16>()
+                    .ok()
+                    .filter(|&p| p > 0)
+                    .ok_or_else(|| err(line, format!("{b:?} is not a TCP port")))?,
+            ),
+        ),
+        None => (addr, None),
+    };
     let (host, port) = addr
         .rsplit_once(':')
         .ok_or_else(|| err(line, format!("{addr:?} is not HOST:PORT")))?;
@@ -187,6 +217,7 @@ fn parse_node(line: usize, s: &str) -> Result<Node, TopologyError> {
         id: id.into(),
         host: host.into(),
         port,
+        bus,
     })
 }
 
@@ -241,15 +272,6 @@ impl Topology {
                 .iter()
                 .map(|w| parse_node(line, w))
                 .collect::<Result<Vec<_>, _>>()?;
-            if nodes.len() > 1 {
-                return Err(err(
-                    line,
-                    format!(
-                        "shard {name} has {} nodes; one node per shard is served (no replicas yet)",
-                        nodes.len()
-                    ),
-                ));
-            }
             for n in &nodes {
                 let dup = shards
                     .iter()
@@ -385,7 +407,7 @@ impl fmt::Display for Topology {
         for s in &self.shards {
             write!(f, "{} {}", s.name, format_slots(&s.slots))?;
             for n in &s.nodes {
-                write!(f, " {}={}", n.id, n.addr())?;
+                write!(f, " {}={}", n.id, n.entry())?;
             }
             writeln!(f)?;
         }
@@ -450,11 +472,7 @@ mod tests {
             ("version 1\na 0-16383 n1\n", 2, "not NODE-ID"),
             ("version 1\na 0-16383 n1=h:0\n", 2, "not a TCP port"),
             ("version 1\na 0-16383 n!=h:1\n", 2, "node ID"),
-            (
-                "version 1\na 0-16383 n1=h:1 n2=h:2\n",
-                2,
-                "one node per shard",
-            ),
+            ("version 1\na 0-16383 n1=h:1@0\n", 2, "not a TCP port"),
             (
                 "version 1\na 0-100 n1=h:1\na 101-16383 n2=h:2\n",
                 3,

@@ -1,0 +1,297 @@
+//! Replication: each shard of several nodes is one Raft group, through
+//! openraft (see `docs/replication.md`).
+//!
+//! - [`log`]: the Raft log and vote, in a database of their own, synced;
+//! - [`machine`]: committed entries applied to the keyspace; snapshots as
+//!   checkpoints;
+//! - [`net`]: Raft messages between the nodes on the bus port.
+//!
+//! An entry is a run of one client's write commands (or an expiry
+//! sweep's keys) with the leader's clock reading. The leader answers a
+//! client once its entry is committed on a majority and applied, with the
+//! replies its own apply produced. A follower answers writes with
+//! `-MOVED SLOT LEADER`, or `-CLUSTERDOWN` while it knows no leader; reads
+//! on the leader are linearizable (openraft's `ensure_linearizable`, a
+//! read index confirmed by a round of heartbeats, with no clock involved).
+//!
+//! Thread-safety: [`Replica`] is shared by every connection.
+
+pub mod log;
+pub mod machine;
+pub mod net;
+
+use super::Node;
+use crate::command::{command_keys, Spec};
+use crate::keys::slot;
+use crate::keyspace::{now_ms, Keyspace};
+use crate::resp::Reply;
+use bytes::Bytes;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, Raft};
+use std::collections::BTreeMap;
+use std::io::Cursor;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+openraft::declare_raft_types!(
+    /// The Raft types of a replicated shard.
+    pub TypeConfig:
+        D = Request,
+        R = Response,
+);
+
+/// A log entry's payload.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub enum Request {
+    /// Write commands, each as its arguments (the name first), run in
+    /// order at the leader's clock reading `time` (Unix ms).
+    Commands {
+        /// The leader's clock when it proposed them.
+        time: u64,
+        /// The commands.
+        cmds: Vec<Vec<Vec<u8>>>,
+    },
+    /// Keys the leader's expiry cycle found expired at `time`: each is
+    /// deleted if it is still expired then.
+    Expire {
+        /// The leader's clock.
+        time: u64,
+        /// The keys.
+        keys: Vec<Vec<u8>>,
+    },
+}
+
+impl Request {
+    /// The clock reading the entry runs at.
+    pub fn time(&self) -> u64 {
+        match self {
+            Request::Commands { time, .. } | Request::Expire { time, .. } => *time,
+        }
+    }
+}
+
+/// What applying an entry produced: the replies of its commands (kept on
+/// the node that applied it; never sent).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct Response {
+    /// The replies, in command order.
+    #[serde(skip)]
+    pub replies: Option<Vec<Reply>>,
+}
+
+/// The Raft node ID of topology node `id` (stable: a hash of the ID).
+pub fn raft_id(id: &str) -> u64 {
+    xxhash_rust::xxh64::xxh64(id.as_bytes(), 0)
+}
+
+/// This node's replica of its shard's Raft group.
+pub struct Replica {
+    raft: Raft<TypeConfig>,
+    log: log::LogStore,
+    peers: BTreeMap<u64, Node>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica").finish()
+    }
+}
+
+fn bus_addr(n: &Node) -> Result<String, String> {
+    let p = n.bus_port().ok_or_else(|| {
+        format!(
+            "node {}: port {} + 10000 is no TCP port; give HOST:PORT@BUS",
+            n.id, n.port
+        )
+    })?;
+    Ok(if n.host.contains(':') {
+        format!("[{}]:{p}", n.host)
+    } else {
+        format!("{}:{p}", n.host)
+    })
+}
+
+impl Replica {
+    /// Starts this node's replica: opens the log (`LOG_DIR`), the state
+    /// machine over `ks`, listens on the bus (`bind`:`bus_port`), and
+    /// initializes the group with `nodes` when it is new.
+    ///
+    /// # Errors
+    /// The log database, the bus port, openraft's start-up.
+    pub async fn start(
+        ks: Arc<Keyspace>,
+        me: &str,
+        nodes: &[Node],
+        bind: &str,
+        bus_port: u16,
+        log_dir: &Path,
+    ) -> Result<Arc<Replica>, String> {
+        let config = openraft::Config {
+            cluster_name: "sepkv".into(),
+            heartbeat_interval: 100,
+            election_timeout_min: 400,
+            election_timeout_max: 800,
+            install_snapshot_timeout: 10_000,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(5_000),
+            max_in_snapshot_log_to_keep: 1000,
+            purge_batch_size: 256,
+            ..Default::default()
+        };
+        let config = Arc::new(config.validate().map_err(|e| e.to_string())?);
+        let log = log::LogStore::open(log_dir)
+            .map_err(|e| format!("the Raft log at {}: {e}", log_dir.display()))?;
+        let work = log_dir.join("snapshots");
+        let sm = machine::Machine::open(ks.clone(), work)?;
+        let listener = tokio::net::TcpListener::bind((bind, bus_port))
+            .await
+            .map_err(|e| format!("the cluster bus port {bind}:{bus_port}: {e}"))?;
+        let raft = Raft::new(raft_id(me), config, net::Network, log.clone(), sm)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut peers = BTreeMap::new();
+        let mut members = BTreeMap::new();
+        for n in nodes {
+            peers.insert(raft_id(&n.id), n.clone());
+            members.insert(raft_id(&n.id), BasicNode::new(bus_addr(n)?));
+        }
+        if !raft.is_initialized().await.map_err(|e| e.to_string())? {
+            // Every node of a new group proposes the same membership;
+            // openraft accepts that, and the election picks one leader.
+            if let Err(e) = raft.initialize(members).await {
+                eprintln!("cluster: Raft group not initialized here: {e}");
+            }
+        }
+        let mut tasks = vec![tokio::spawn(net::serve(listener, raft.clone()))];
+        tasks.push(tokio::spawn(expire_on_leader(raft.clone(), ks)));
+        Ok(Arc::new(Replica {
+            raft,
+            log,
+            peers,
+            tasks,
+        }))
+    }
+
+    /// The leader this node knows of, if any.
+    pub fn leader(&self) -> Option<&Node> {
+        let id = self.raft.metrics().borrow().current_leader?;
+        self.peers.get(&id)
+    }
+
+    /// Whether this node is the leader.
+    pub fn is_leader(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.current_leader == Some(m.id)
+    }
+
+    /// The nodes of the group.
+    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
+        self.peers.values()
+    }
+
+    /// Raft's metrics: term, last log and applied index, for `INFO`.
+    pub fn metrics(&self) -> (u64, Option<u64>, Option<u64>) {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        (
+            m.current_term,
+            m.last_log_index,
+            m.last_applied.map(|l| l.index),
+        )
+    }
+
+    /// What a node that is not the leader answers a command on `keys`
+    /// (`write` or not): `-MOVED` to the leader, `-CLUSTERDOWN` without
+    /// one; a write without keys gets `-READONLY`.
+    pub fn not_leader(&self, spec: &Spec, args: &[Bytes]) -> Reply {
+        let keys = command_keys(spec, args);
+        match (keys.first(), self.leader()) {
+            (Some(k), Some(l)) => Reply::Error(format!("MOVED {} {}", slot(k), l.addr())),
+            (None, Some(_)) => {
+                Reply::Error("READONLY You can't write against a read only replica.".into())
+            }
+            (_, None) => Reply::Error(
+                "CLUSTERDOWN The shard has no leader (an election is under way)".into(),
+            ),
+        }
+    }
+
+    /// Proposes `cmds` as one entry and waits until it is committed and
+    /// applied; the replies of this node's apply.
+    pub async fn write(&self, cmds: Vec<(&'static Spec, Vec<Bytes>)>) -> Vec<Reply> {
+        let n = cmds.len();
+        let req = Request::Commands {
+            time: now_ms(),
+            cmds: cmds
+                .iter()
+                .map(|(_, a)| a.iter().map(|b| b.to_vec()).collect())
+                .collect(),
+        };
+        match self.raft.client_write(req).await {
+            Ok(r) => r
+                .data
+                .replies
+                .filter(|r| r.len() == n)
+                .unwrap_or_else(|| vec![Reply::err("internal error: no reply from apply"); n]),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
+                cmds.iter().map(|(s, a)| self.not_leader(s, a)).collect()
+            }
+            Err(e) => vec![Reply::err(format!("CLUSTERDOWN write not acknowledged: {e}")); n],
+        }
+    }
+
+    /// Waits until this node, as leader, has applied everything committed
+    /// before the call (a read index confirmed by a majority). `Err`: the
+    /// reply to give instead.
+    ///
+    /// # Errors
+    /// Not the leader (any more).
+    pub async fn read_barrier(&self, spec: &Spec, args: &[Bytes]) -> Result<(), Reply> {
+        match self.raft.ensure_linearizable().await {
+            Ok(_) => Ok(()),
+            Err(_) => Err(self.not_leader(spec, args)),
+        }
+    }
+
+    /// Stops Raft and the bus, and closes the log.
+    pub async fn shutdown(&self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        let _ = self.raft.shutdown().await;
+        self.log.close();
+    }
+}
+
+/// The active expiry of a replicated shard: the leader samples expired
+/// keys and proposes their deletion, so that every replica deletes the
+/// same keys at the same clock reading.
+async fn expire_on_leader(raft: Raft<TypeConfig>, ks: Arc<Keyspace>) {
+    let mut cursor = Vec::new();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let leader = {
+            let m = raft.metrics();
+            let m = m.borrow();
+            m.current_leader == Some(m.id)
+        };
+        if !leader {
+            continue;
+        }
+        let now = now_ms();
+        let Ok((_, due, next)) = ks.sample_expires(&cursor, 20, now) else {
+            continue;
+        };
+        cursor = next.unwrap_or_default();
+        if !due.is_empty() {
+            let _ = raft
+                .client_write(Request::Expire {
+                    time: now,
+                    keys: due,
+                })
+                .await;
+        }
+    }
+}
