@@ -75,8 +75,10 @@ pub fn apply(opts: &mut Options, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult
             value: target_file_size, max_bytes_for_level_base, level_size_multiplier,
                 lwc_max_table_bytes, vlog_file_size, gc_chunk_size, hashkv_main_segment_size,
                 hashkv_log_segment_size, hashkv_journal_size, trie_table_size, trie_roll_size,
+                trie_span_max, trie_span_parallel, scan_batch_bytes,
                 band_bytes, hash_cache_size, hash_memo_size, hash_checkpoint_bands, band_entries;
-            value: gc_garbage_ratio, space_amp_target, hashkv_reserved_ratio, trie_split_skew;
+            value: gc_garbage_ratio, space_amp_target, hashkv_reserved_ratio, trie_split_skew,
+                trie_span_density, trie_span_density_memory;
             value: value_capacity;
         );
     }

@@ -88,6 +88,15 @@ pub struct Tuning {
     /// (`trie_roll_size` = `trie_table_size`), one of the paper's rules
     /// (§3.2); adaptive and skew splits stay on.
     pub no_roll: bool,
+    /// `+paper`: KT-Store as its paper describes it, through public
+    /// options: no sorting of sealed tables (§3.2), no rolling (one table
+    /// per leaf, §3.2), no skew splits, each table's whole span from the
+    /// least to the greatest requested offset read once per range query
+    /// (§3.3: span density floors 0, spans up to 1 GiB, not cut for
+    /// parallel reads) and no parallel reads (`prefetch_threads` 0). The
+    /// trie still splits a leaf when it fills (`trie_table_size`) — the
+    /// nearest the engine has to §3.5's fixed levels.
+    pub paper: bool,
     /// `+align`: data blocks of SSTables and DTables start on 4 KiB
     /// boundaries and fit their pages (`block_align`).
     pub block_align: bool,
@@ -109,7 +118,7 @@ fn milli(flag: &str, x: &str) -> Result<u32> {
 }
 
 /// The `+flag`s of [`Tuning`] and what each does, for `--list-engines`.
-pub const TUNING_HELP: [(&str, &str); 14] = [
+pub const TUNING_HELP: [(&str, &str); 15] = [
     (
         "+nowal",
         "the value log replaces the index WAL (WiscKey §3.4.2)",
@@ -141,6 +150,10 @@ pub const TUNING_HELP: [(&str, &str); 14] = [
     (
         "+noroll",
         "a KT-Store leaf keeps one TrieTable until it splits (as §3.2; splits stay adaptive)",
+    ),
+    (
+        "+paper",
+        "KT-Store as its paper: no sorting, rolling or skew splits; whole spans once; serial reads",
     ),
     (
         "+align",
@@ -190,6 +203,9 @@ impl fmt::Display for Tuning {
         }
         if self.no_roll {
             f.write_str("+noroll")?;
+        }
+        if self.paper {
+            f.write_str("+paper")?;
         }
         if self.block_align {
             f.write_str("+align")?;
@@ -361,8 +377,14 @@ impl EngineSpec {
                          use it with sepkv:lwc or with +lwc"
                     )));
                 }
-                if (t.no_sort || t.no_roll) && o.layout() != sepkv::ValueLayout::Trie {
-                    let flag = if t.no_sort { "+nosort" } else { "+noroll" };
+                if (t.no_sort || t.no_roll || t.paper) && o.layout() != sepkv::ValueLayout::Trie {
+                    let flag = if t.no_sort {
+                        "+nosort"
+                    } else if t.no_roll {
+                        "+noroll"
+                    } else {
+                        "+paper"
+                    };
                     return Err(BenchError::Unavailable(format!(
                         "engine {self} is unavailable: {flag} concerns KT-Store's TrieTables; \
                          use it with sepkv:ktstore"
@@ -432,6 +454,7 @@ impl FromStr for EngineSpec {
                             "wide" => tuning.wide_dtables = true,
                             "nosort" => tuning.no_sort = true,
                             "noroll" => tuning.no_roll = true,
+                            "paper" => tuning.paper = true,
                             "align" => tuning.block_align = true,
                             f if f.starts_with("op") => {
                                 tuning.over_provisioning_milli = Some(milli("op", &f[2..])?)
@@ -594,6 +617,16 @@ impl SepkvEngine {
         }
         if tuning.no_roll {
             options.trie_roll_size = options.trie_table_size;
+        }
+        if tuning.paper {
+            options.trie_sort_sealed = false;
+            options.trie_roll_size = options.trie_table_size;
+            options.trie_split_skew = 1.0;
+            options.trie_span_density = 0.0;
+            options.trie_span_density_memory = 0.0;
+            options.trie_span_max = 1 << 30;
+            options.trie_span_parallel = options.trie_span_max;
+            options.prefetch_threads = 0;
         }
         options.block_align = tuning.block_align;
         if let Some(m) = tuning.over_provisioning_milli {
@@ -913,6 +946,12 @@ impl Engine for SepkvEngine {
             "trie_table_size": o.trie_table_size,
             "trie_roll_size": o.trie_roll_size,
             "trie_sort_sealed": o.trie_sort_sealed,
+            "trie_split_skew": o.trie_split_skew,
+            "trie_span_density": o.trie_span_density,
+            "trie_span_density_memory": o.trie_span_density_memory,
+            "trie_span_max": o.trie_span_max,
+            "trie_span_parallel": o.trie_span_parallel,
+            "scan_batch_bytes": o.scan_batch_bytes,
             "l0_compaction_trigger": o.l0_compaction_trigger,
             "l0_slowdown_writes_trigger": o.l0_slowdown_writes_trigger,
             "l0_stop_writes_trigger": o.l0_stop_writes_trigger,

@@ -570,6 +570,31 @@ fn nosort_and_noroll_change_trie_tables_only_on_ktstore() {
     root.finish(false).unwrap();
 }
 
+/// `+paper` sets the public options of KT-Store as its paper describes it
+/// (recorded in the report), and is refused without TrieTables.
+#[test]
+fn paper_sets_the_papers_options_only_on_ktstore() {
+    let root = DbRoot::prepare(None).unwrap();
+    let cfg = config(&[Workload::FillRandom, Workload::SeekRandom], 200);
+    let mut reports = Vec::new();
+    let spec: EngineSpec = "sepkv:ktstore+paper".parse().unwrap();
+    assert_eq!(spec.to_string(), "sepkv:ktstore+paper");
+    sepkv_bench::run_engines(&[spec], &cfg, &root, &mut reports, &mut |_| {}).unwrap();
+    let o = |k: &str| reports[0].engine_options[k].clone();
+    assert_eq!(o("trie_sort_sealed"), false);
+    assert_eq!(o("trie_roll_size"), o("trie_table_size"));
+    assert_eq!(o("trie_split_skew"), 1.0);
+    assert_eq!(o("trie_span_density"), 0.0);
+    assert_eq!(o("trie_span_density_memory"), 0.0);
+    assert_eq!(o("trie_span_parallel"), o("trie_span_max"));
+    assert_eq!(o("prefetch_threads"), 0);
+    let spec: EngineSpec = "sepkv:wisckey+paper".parse().unwrap();
+    let err =
+        sepkv_bench::run_engines(&[spec], &cfg, &root, &mut Vec::new(), &mut |_| {}).unwrap_err();
+    assert!(err.to_string().contains("+paper"), "{err}");
+    root.finish(false).unwrap();
+}
+
 #[test]
 fn db_root_refuses_non_empty_dirs_and_cleans_up() {
     let dir = tempfile::tempdir().unwrap();

@@ -381,10 +381,11 @@ enum Pulled {
 ///
 /// A caller that knows how many entries it wants says so with
 /// [`Scan::limit`]: the scan then ends there, and once batches pay it
-/// resolves the values of the whole rest of the scan in one window (at most
-/// [`Scan::MAX_LIMITED_WINDOW`] entries) instead of ramping up — a layout
-/// that reads spans (KT-Store §3.3) sees every pointer of the range at once,
-/// and nothing past the end is read.
+/// resolves the values of the whole rest of the scan in one batch (up to
+/// `Options::scan_batch_bytes` of values) instead of ramping up — a layout
+/// that reads spans (KT-Store §3.3) sees every pointer of the range at once
+/// and reads each table's span at most once, and nothing past the end is
+/// read.
 pub struct Scan {
     it: DbIterator,
     reverse: bool,
@@ -393,11 +394,13 @@ pub struct Scan {
     depth: usize,
     yielded: usize,
     limit: Option<usize>,
+    /// Most bytes of separated values one batch of a limited scan reads.
+    batch_bytes: u64,
     ready: std::collections::VecDeque<Result<(Vec<u8>, Vec<u8>)>>,
 }
 
 impl Scan {
-    pub(crate) fn new(mut it: DbIterator, reverse: bool, depth: usize) -> Self {
+    pub(crate) fn new(mut it: DbIterator, reverse: bool, depth: usize, batch_bytes: u64) -> Self {
         it.defer = true;
         Scan {
             it,
@@ -407,19 +410,22 @@ impl Scan {
             depth,
             yielded: 0,
             limit: None,
+            batch_bytes,
             ready: std::collections::VecDeque::new(),
         }
     }
 
-    /// Most entries one window of a limited scan resolves at once.
+    /// Most entries a limited scan announces ahead to an index that looks
+    /// values up itself (FlashKey's hash table). The values of a limited
+    /// scan are batched by bytes (`Options::scan_batch_bytes`), not by this.
     pub const MAX_LIMITED_WINDOW: usize = 4096;
 
     /// Ends the scan after `n` entries (like [`Iterator::take`]) and lets it
-    /// read the values of all of them — up to
-    /// [`Scan::MAX_LIMITED_WINDOW`] per window — in one batch once batches
-    /// pay, rather than in windows that grow from one entry to
-    /// `scan_prefetch_depth`. The entries and values are the same either
-    /// way; only how they are read differs.
+    /// read the values of all of them — up to `Options::scan_batch_bytes`
+    /// of values per batch — in one batch once batches pay, rather than in
+    /// windows that grow from one entry to `scan_prefetch_depth`. The
+    /// entries and values are the same either way; only how they are read
+    /// differs.
     #[must_use]
     pub fn limit(mut self, n: usize) -> Self {
         self.limit = Some(n);
@@ -480,17 +486,20 @@ impl Scan {
     /// values behind pointers read in one batch. After the iterator's last
     /// entry, or the first that failed, queues the iterator's error if it
     /// has one.
-    fn fill(&mut self, n: usize) {
+    /// Stops early once the pointers pulled name `max_bytes` of values.
+    fn fill(&mut self, n: usize, max_bytes: u64) {
         let start = self.ready.len();
         // Where each pointer's entry waits in `ready`, and its read.
         let mut at: Vec<usize> = Vec::new();
         let mut reqs: Vec<(Vec<u8>, ValuePointer)> = Vec::new();
-        while self.ready.len() - start < n {
+        let mut bytes = 0u64;
+        while self.ready.len() - start < n && bytes < max_bytes {
             match self.pull() {
                 None => break,
                 Some(Pulled::Inline(key, value)) => self.ready.push_back(Ok((key, value))),
                 Some(Pulled::Behind(key, p)) => {
                     at.push(self.ready.len());
+                    bytes += u64::from(p.length);
                     reqs.push((key.clone(), p));
                     self.ready.push_back(Ok((key, Vec::new())));
                 }
@@ -567,15 +576,17 @@ impl Iterator for Scan {
             // Reads from memory gain nothing from batches: resolve one
             // value at a time and read none past where the caller stops.
             let pays = || self.it.vstore.batch_reads_pay();
-            let n = match self.limit {
-                Some(l) if pays() => (l - self.yielded).min(Self::MAX_LIMITED_WINDOW),
-                None if self.yielded >= 2 && pays() => self.yielded.clamp(1, self.depth.max(1)),
-                _ => 1,
+            let (n, max_bytes) = match self.limit {
+                Some(l) if pays() => (l - self.yielded, self.batch_bytes),
+                None if self.yielded >= 2 && pays() => {
+                    (self.yielded.clamp(1, self.depth.max(1)), u64::MAX)
+                }
+                _ => (1, u64::MAX),
             };
             if n == 1 {
                 self.one()?
             } else {
-                self.fill(n);
+                self.fill(n, max_bytes);
                 self.ready.pop_front()?
             }
         } else {

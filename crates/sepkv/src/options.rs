@@ -389,6 +389,15 @@ pub struct Options {
     /// Values fetched ahead of a scan (`Scan` iterators) once it reads a
     /// contiguous run; 0 disables prefetch (default 32, WiscKey §3.3.1).
     pub scan_prefetch_depth: usize,
+    /// Most bytes of separated values a scan told its length
+    /// (`Scan::limit`) resolves in one batch (bytes, counted from the value
+    /// pointers before reading). The whole rest of a limited scan is one
+    /// batch up to this, so a layout that reads spans (KT-Store §3.3)
+    /// reads each table's span at most once per range query; a longer
+    /// range is read in batches of this size, holding at most about this
+    /// much of values in memory. At least 64 KiB. Default 128 MiB (a
+    /// 20,000-entry range of 4 KiB values is 80 MiB).
+    pub scan_batch_bytes: u64,
     /// Most threads that read prefetched values in parallel, i.e. the most
     /// reads a scan keeps in flight (default 32: on an SSD that serves 20k
     /// 4 KiB reads per second at queue depth 1, 66k at 8 and 90k at 32,
@@ -555,6 +564,35 @@ pub struct Options {
     /// (`gc_garbage_ratio` > 0), after any GC the garbage calls for. May
     /// change between opens. Default true.
     pub trie_sort_sealed: bool,
+    /// Least share of a `trie` span's bytes that the requested records must
+    /// fill for the span to be read with one sequential read, while value
+    /// reads reach the device (the span rule, KT-Store §3.3; see
+    /// `vstore::trie::scan`). Records of a table that fill less are grouped
+    /// into denser spans or read one by one. A fraction in `[0, 1]`; `0.0`
+    /// reads each table's whole span from its least to its greatest
+    /// requested offset, as the paper does. Default 1/16 (100-entry scans
+    /// of 1 KiB values on a virtual disk: 1/8, 1/16 and 1/32 gave 367, 423
+    /// and 373 scans/s). May change between opens.
+    pub trie_span_density: f64,
+    /// [`Options::trie_span_density`] while value reads are served from the
+    /// page cache, where a read call costs about a microsecond and every
+    /// byte read is a copy. A fraction in `[0, 1]`. Default 3/4: at 1/16,
+    /// spans read three times the requested bytes and the copying took a
+    /// third of a scan's time. May change between opens.
+    pub trie_span_density_memory: f64,
+    /// Longest `trie` span read at once (bytes); a longer run of requested
+    /// records is cut at record boundaries into reads of at most this
+    /// (each byte is still read at most once per batch). Also the size of
+    /// each reading thread's span buffer. Between 4 KiB and 1 GiB. Default
+    /// 4 MiB (see docs/design/ktstore.md for the measurement). May change
+    /// between opens.
+    pub trie_span_max: u64,
+    /// Longest `trie` span read at once while spans are read in parallel
+    /// (reads reach the device and `prefetch_threads` > 0), so one long
+    /// span does not leave the other threads idle (bytes). Between 4 KiB
+    /// and `trie_span_max`; equal to it, spans are cut only at
+    /// `trie_span_max`. Default 512 KiB. May change between opens.
+    pub trie_span_parallel: u64,
     /// Entries after which a `bands` logical band is closed and the next
     /// opened, if `band_bytes` has not closed it first (FlashKey §V-A2).
     /// May change between opens. Default 65,536.
@@ -698,6 +736,7 @@ impl Default for Options {
             gc_garbage_ratio: 0.5,
             space_amp_target: 1.5,
             scan_prefetch_depth: 32,
+            scan_batch_bytes: 128 << 20,
             prefetch_threads: 32,
             fs: Arc::new(StdFs),
             use_direct_reads: false,
@@ -715,6 +754,10 @@ impl Default for Options {
             trie_roll_size: 512 << 10,
             trie_split_skew: 0.5,
             trie_sort_sealed: true,
+            trie_span_density: 1.0 / 16.0,
+            trie_span_density_memory: 0.75,
+            trie_span_max: 4 << 20,
+            trie_span_parallel: 512 << 10,
             band_entries: 1 << 16,
             band_bytes: 1 << 20,
             band_over_provisioning: 0.5,
@@ -1019,6 +1062,32 @@ impl Options {
             return bad(format!(
                 "trie_split_skew {} must be a fraction in (0, 1]",
                 self.trie_split_skew
+            ));
+        }
+        for (name, d) in [
+            ("trie_span_density", self.trie_span_density),
+            ("trie_span_density_memory", self.trie_span_density_memory),
+        ] {
+            if !(0.0..=1.0).contains(&d) {
+                return bad(format!("{name} {d} must be a fraction in [0, 1]"));
+            }
+        }
+        if !(4 << 10..=1 << 30).contains(&self.trie_span_max) {
+            return bad(format!(
+                "trie_span_max {} must be between 4 KiB and 1 GiB",
+                self.trie_span_max
+            ));
+        }
+        if !(4 << 10..=self.trie_span_max).contains(&self.trie_span_parallel) {
+            return bad(format!(
+                "trie_span_parallel {} must be between 4 KiB and trie_span_max ({})",
+                self.trie_span_parallel, self.trie_span_max
+            ));
+        }
+        if self.scan_batch_bytes < 64 << 10 {
+            return bad(format!(
+                "scan_batch_bytes {} must be at least 64 KiB",
+                self.scan_batch_bytes
             ));
         }
         if !(64 << 10..=1 << 40).contains(&self.hashkv_journal_size) {

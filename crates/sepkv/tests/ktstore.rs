@@ -92,6 +92,7 @@ fn store_rolling(fs: &MemFs, table_size: u64, roll_size: u64, split_skew: f64) -
             prefetch_threads: 4,
             max_open_writers: 500,
             capacity: None,
+            spans: Default::default(),
         },
     )
     .unwrap()
@@ -298,6 +299,105 @@ fn a_limited_scan_plans_its_whole_range_at_once() {
     let tail = db.scan(&key(N - 5).., false).unwrap().limit(100).count();
     assert_eq!(tail, 5);
     assert_eq!(db.scan(&key(0).., true).unwrap().limit(0).count(), 0);
+}
+
+/// A range query of N entries, N well past what one window of the prefetch
+/// depth or 4,096 entries holds, reads each TrieTable at most once: the
+/// tables read over the whole scan (`span_tables`) are at most the tables
+/// there are, and no more span or single reads than that are made. With a
+/// small `scan_batch_bytes` the same scan is read in several batches, so
+/// some tables are read again — the figure can tell the two apart.
+#[test]
+fn a_long_limited_scan_reads_each_table_at_most_once() {
+    const N: usize = 10_000;
+    let load = |batch: u64| {
+        let db = Db::open(
+            "/db",
+            Options {
+                scan_batch_bytes: batch,
+                ..opts(Arc::new(MemFs::new()))
+            },
+        )
+        .unwrap();
+        for i in 0..N {
+            db.put(key(i), value(i, 0)).unwrap();
+        }
+        db
+    };
+    let db = load(128 << 20);
+    // Tables in key order: batches pay even from memory.
+    assert!(figure(&db, "trie_sorted_permille") > 900);
+    let tables = figure(&db, "trie_tables");
+    assert!(tables >= 20, "{tables} tables");
+    let reads = |db: &Db| {
+        (
+            figure(db, "span_tables"),
+            figure(db, "span_reads") + figure(db, "single_reads"),
+        )
+    };
+    let (t0, r0) = reads(&db);
+    let got: Vec<_> = db
+        .scan(&key(0).., false)
+        .unwrap()
+        .limit(N)
+        .map(|r| r.unwrap())
+        .collect();
+    let (t1, r1) = reads(&db);
+    assert_eq!(got.len(), N);
+    for (j, (k, v)) in got.iter().enumerate() {
+        assert_eq!((k, v), (&key(j), &value(j, 0)));
+    }
+    assert!(
+        t1 - t0 <= tables,
+        "{} table reads, {tables} tables",
+        t1 - t0
+    );
+    assert!(r1 - r0 <= tables, "{} reads, {tables} tables", r1 - r0);
+    // Batches of 1 MiB: about ten of them, each table at a boundary read
+    // twice.
+    let small = load(1 << 20);
+    let (t0, _) = reads(&small);
+    assert_eq!(small.scan(&key(0).., false).unwrap().limit(N).count(), N);
+    let (t1, _) = reads(&small);
+    assert!(
+        t1 - t0 > figure(&small, "trie_tables"),
+        "{} table reads in 1 MiB batches",
+        t1 - t0
+    );
+}
+
+/// The span options are checked when the database opens.
+#[test]
+fn span_options_out_of_range_are_refused() {
+    let bad = [
+        Options {
+            trie_span_density: 1.5,
+            ..opts(Arc::new(MemFs::new()))
+        },
+        Options {
+            trie_span_density_memory: -0.1,
+            ..opts(Arc::new(MemFs::new()))
+        },
+        Options {
+            trie_span_max: 100,
+            ..opts(Arc::new(MemFs::new()))
+        },
+        Options {
+            trie_span_parallel: 8 << 20,
+            ..opts(Arc::new(MemFs::new()))
+        },
+        Options {
+            scan_batch_bytes: 10,
+            ..opts(Arc::new(MemFs::new()))
+        },
+    ];
+    for o in bad {
+        match Db::open("/db", o) {
+            Err(Error::InvalidArgument(_)) => {}
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("accepted"),
+        }
+    }
 }
 
 /// The trie adapts to YCSB's keys (`user` + decimal hash): the first split
@@ -521,6 +621,7 @@ fn open_append_handles_stay_under_the_cap() {
                 prefetch_threads: 0,
                 max_open_writers: cap,
                 capacity: None,
+                spans: Default::default(),
             },
         )
         .unwrap()
@@ -989,6 +1090,7 @@ fn many_written_tables_sync_in_one_call() {
         prefetch_threads: 4,
         max_open_writers: 500,
         capacity: None,
+        spans: Default::default(),
     };
     let open = || {
         TrieStore::open(

@@ -260,6 +260,7 @@ impl Db {
             self.iter_range(opts, range)?,
             reverse,
             self.inner.shared.opts.scan_prefetch_depth,
+            self.inner.shared.opts.scan_batch_bytes,
         ))
     }
 }

@@ -213,6 +213,7 @@ mod tests {
                         prefetch_threads: 0,
                         max_open_writers: 500,
                         capacity: None,
+                        spans: Default::default(),
                     },
                 )
                 .unwrap(),

@@ -126,6 +126,9 @@ pub struct TrieOptions {
     /// Most bytes the tables may hold before a user append is refused with
     /// `ValueStoreFull`; `None` = unbounded. GC copies are exempt.
     pub capacity: Option<u64>,
+    /// How range queries cut each table's requested records into span
+    /// reads (see [`scan`]).
+    pub spans: scan::SpanRules,
 }
 
 impl TrieOptions {
@@ -140,6 +143,12 @@ impl TrieOptions {
             prefetch_threads: o.prefetch_threads,
             max_open_writers: o.max_open_files,
             capacity: o.value_capacity,
+            spans: scan::SpanRules {
+                density: o.trie_span_density,
+                density_memory: o.trie_span_density_memory,
+                max: o.trie_span_max,
+                parallel: o.trie_span_parallel,
+            },
         }
     }
 }
@@ -270,6 +279,9 @@ struct Counters {
     span_bytes: AtomicU64,
     span_values: AtomicU64,
     single_reads: AtomicU64,
+    /// Per batch of a range query, the tables it read (a table read in
+    /// several spans of one batch counts once).
+    span_tables: AtomicU64,
     gc_runs: AtomicU64,
     gc_bytes_read: AtomicU64,
     gc_bytes_rewritten: AtomicU64,
@@ -1349,6 +1361,7 @@ impl ValueStore for TrieStore {
             ("span_bytes", ld(&c.span_bytes)),
             ("span_values", ld(&c.span_values)),
             ("single_reads", ld(&c.single_reads)),
+            ("span_tables", ld(&c.span_tables)),
             ("gc_runs", ld(&c.gc_runs)),
             ("gc_bytes_read", ld(&c.gc_bytes_read)),
             ("gc_bytes_rewritten", ld(&c.gc_bytes_rewritten)),

@@ -18,10 +18,10 @@
 //!
 //! 1. a table's whole span is read at once when it holds at least two
 //!    requested records, its density is at least `d` and it is at most
-//!    [`MAX_SPAN`] (4 MiB) long;
+//!    [`SpanRules::max`] (default 4 MiB) long;
 //! 2. otherwise its pointers are taken in offset order and grouped
 //!    greedily: a pointer joins the current group while the group's span
-//!    stays within [`MAX_SPAN`] and its density stays at least `d`; a
+//!    stays within [`SpanRules::max`] and its density stays at least `d`; a
 //!    group of two or more records is read as one span;
 //! 3. a pointer left alone is read by itself, as a point read.
 //!
@@ -45,10 +45,26 @@
 //!
 //! While the reads run in parallel (reads reach the device and the
 //! prefetch pool has threads), spans are planned with a bound of
-//! [`PARALLEL_SPAN`] (512 KiB) instead of [`MAX_SPAN`]: a long dense run is
+//! [`SpanRules::parallel`] (default 512 KiB) instead of [`SpanRules::max`]: a long dense run is
 //! then cut at record boundaries into chunks that the pool's threads read
 //! at once, and the longest reads are handed out first, so one big span
 //! does not leave the other threads idle behind it.
+//!
+//! The floors and bounds are options (`Options::trie_span_density`,
+//! `trie_span_density_memory`, `trie_span_max`, `trie_span_parallel`,
+//! gathered in [`SpanRules`]); the figures above chose their defaults. A
+//! floor of `0.0` with bounds as large as the tables reads each table's
+//! whole span from its least to its greatest requested offset, as the
+//! paper does.
+//!
+//! # Each table once per range query
+//! A scan told its length (`Scan::limit`) hands the pointers of its whole
+//! range to one call, up to `Options::scan_batch_bytes` of values, so the
+//! plan sees every pointer of the range at once and no byte of a table is
+//! read twice for one range query (a table whose requested records are cut
+//! into several spans reads disjoint pieces). The `span_tables` figure
+//! counts, per call, the tables read; over one range query it is at most
+//! the number of tables the range touches.
 //!
 //! The result is exactly what per-pointer reads return: a span is only a
 //! cheaper way to fetch the same bytes; a pointer outside its table's valid
@@ -63,15 +79,41 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// Least share of a span's bytes that requested records must fill while
-/// reads reach the device.
+/// Default least share of a span's bytes that requested records must fill
+/// while reads reach the device ([`SpanRules::density`]).
 pub const MIN_DENSITY: f64 = 1.0 / 16.0;
-/// The same while reads are served from memory.
+/// The same while reads are served from memory
+/// ([`SpanRules::density_memory`]).
 pub const MIN_DENSITY_MEMORY: f64 = 3.0 / 4.0;
-/// Longest span read at once (bytes).
+/// Default longest span read at once (bytes, [`SpanRules::max`]).
 pub const MAX_SPAN: u64 = 4 << 20;
-/// Longest span read at once while spans are read in parallel (bytes).
+/// Default longest span read at once while spans are read in parallel
+/// (bytes, [`SpanRules::parallel`]).
 pub const PARALLEL_SPAN: u64 = 512 << 10;
+
+/// The span rule's knobs (`Options::trie_span_*`; module docs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SpanRules {
+    /// Density floor while value reads reach the device.
+    pub density: f64,
+    /// Density floor while value reads are served from memory.
+    pub density_memory: f64,
+    /// Longest span read at once (bytes).
+    pub max: u64,
+    /// Longest span read at once while spans are read in parallel (bytes).
+    pub parallel: u64,
+}
+
+impl Default for SpanRules {
+    fn default() -> Self {
+        SpanRules {
+            density: MIN_DENSITY,
+            density_memory: MIN_DENSITY_MEMORY,
+            max: MAX_SPAN,
+            parallel: PARALLEL_SPAN,
+        }
+    }
+}
 
 /// One read of the plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,7 +244,8 @@ fn run(reader: &Reader, reqs: &[(Vec<u8>, ValuePointer)], read: &Read) -> Served
 }
 
 thread_local! {
-    /// The span buffer of the calling thread (at most [`MAX_SPAN`] bytes).
+    /// The span buffer of the calling thread (at most [`SpanRules::max`]
+    /// bytes).
     static SPAN_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -222,16 +265,17 @@ pub fn read_many(
             .collect()
     };
     let from_memory = store.reader.latency.from_memory();
+    let rules = &store.opts.spans;
     let floor = if from_memory {
-        MIN_DENSITY_MEMORY
+        rules.density_memory
     } else {
-        MIN_DENSITY
+        rules.density
     };
     let parallel = store.prefetch.threads() > 0 && !from_memory;
     let mut reads = plan(
         &valid,
         floor,
-        if parallel { PARALLEL_SPAN } else { MAX_SPAN },
+        if parallel { rules.parallel } else { rules.max },
     );
     // Longest first: the pool hands out jobs in order.
     reads.sort_by_key(|r| match r {
@@ -239,6 +283,9 @@ pub fn read_many(
         Read::Single(_) => std::cmp::Reverse(0),
     });
     let c = &store.counters;
+    let tables: std::collections::BTreeSet<u64> = valid.iter().map(|(_, p)| p.file_id).collect();
+    c.span_tables
+        .fetch_add(tables.len() as u64, Ordering::Relaxed);
     for r in &reads {
         match r {
             Read::Single(_) => {
@@ -357,6 +404,40 @@ mod tests {
             .map(|i| (i as usize, p(5, i * 1000, 1000)))
             .collect();
         assert_eq!(plan(&tight, MIN_DENSITY_MEMORY, MAX_SPAN).len(), 1);
+    }
+
+    #[test]
+    fn the_papers_rule_reads_each_table_once() {
+        // Scattered records of three tables, in any request order: a floor
+        // of 0 and bounds as long as the tables read one span per table
+        // holding two or more, from the least to the greatest offset.
+        let mut x = 7u64;
+        let reqs: Vec<_> = (0..300)
+            .map(|i| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                (i, p(x % 3, (x >> 20) % 3_000_000, 4096))
+            })
+            .collect();
+        let got = plan(&reqs, 0.0, 64 << 20);
+        assert_eq!(got.len(), 3);
+        for r in got {
+            let Read::Span {
+                table,
+                start,
+                end,
+                members,
+            } = r
+            else {
+                panic!("a single read: {r:?}")
+            };
+            let mine: Vec<_> = reqs.iter().filter(|(_, q)| q.file_id == table).collect();
+            assert_eq!(members.len(), mine.len());
+            assert_eq!(start, mine.iter().map(|(_, q)| q.offset).min().unwrap());
+            assert_eq!(
+                end,
+                mine.iter().map(|(_, q)| q.offset + 4096).max().unwrap()
+            );
+        }
     }
 
     #[test]
