@@ -433,6 +433,18 @@ pub struct Tuning {
     /// ratio, `lwc_max_table_bytes` = 8 × `target_file_size`): fewer
     /// divisions and less compaction I/O, more index blocks per lookup.
     pub wide_dtables: bool,
+    /// `+pushdown`: full DTables are pushed down a level instead of
+    /// divided in their own (`lwc_push_down`).
+    pub push_down: bool,
+    /// `+paper`: the LWC-tree paper's bounds (§4.4, §5.1), scaled: a
+    /// DTable is bounded by its band alone (no segment bound; the band is
+    /// `lwc_max_table_bytes`' default, 4 × `target_file_size`, for the
+    /// paper's 40 MB) and a full one is divided into the level ratio's
+    /// number of parts.
+    pub paper_bounds: bool,
+    /// `+divN`: `lwc_division_number` = N (§4.4; the paper's Fig. 19
+    /// sweeps 2–16).
+    pub division_number: Option<u8>,
     /// `+nosort`: KT-Store's sealed TrieTables stay in write order
     /// (`trie_sort_sealed` off), one of the paper's rules (§3.2); adaptive
     /// and skew splits stay on, so this is not the paper's layout alone.
@@ -462,7 +474,7 @@ fn milli(flag: &str, x: &str) -> Result<u32> {
 }
 
 /// The `+flag`s of [`Tuning`] and what each does, for `--list-engines`.
-pub const TUNING_HELP: [(&str, &str); 14] = [
+pub const TUNING_HELP: [(&str, &str); 17] = [
     (
         "+nowal",
         "the value log replaces the index WAL (WiscKey §3.4.2)",
@@ -486,6 +498,18 @@ pub const TUNING_HELP: [(&str, &str); 14] = [
     (
         "+wide",
         "LWC-tree DTables take 2x the segments and bytes before division",
+    ),
+    (
+        "+pushdown",
+        "full LWC-tree DTables pushed down a level instead of divided",
+    ),
+    (
+        "+paper",
+        "the LWC-tree paper's bounds, scaled: a band (16 MiB) per DTable, no segment bound, division into 10",
+    ),
+    (
+        "+divN",
+        "LWC-tree division number N (2-64): a full DTable divided into N equal parts",
     ),
     (
         "+nosort",
@@ -537,6 +561,15 @@ impl fmt::Display for Tuning {
         }
         if self.wide_dtables {
             f.write_str("+wide")?;
+        }
+        if self.push_down {
+            f.write_str("+pushdown")?;
+        }
+        if self.paper_bounds {
+            f.write_str("+paper")?;
+        }
+        if let Some(n) = self.division_number {
+            write!(f, "+div{n}")?;
         }
         if self.no_sort {
             f.write_str("+nosort")?;
@@ -708,11 +741,24 @@ impl EngineSpec {
                 if t.lwc_index {
                     o.index = Some(sepkv::IndexKind::Lwc);
                 }
-                if t.wide_dtables && o.index.unwrap_or(p.axes().0) != sepkv::IndexKind::Lwc {
-                    return Err(BenchError::Unavailable(format!(
-                        "engine {self} is unavailable: +wide bounds the LWC-tree's DTables; \
-                         use it with sepkv:lwc or with +lwc"
-                    )));
+                let lwc_flag = if t.wide_dtables {
+                    Some("+wide")
+                } else if t.push_down {
+                    Some("+pushdown")
+                } else if t.paper_bounds {
+                    Some("+paper")
+                } else if t.division_number.is_some() {
+                    Some("+divN")
+                } else {
+                    None
+                };
+                if let Some(flag) = lwc_flag {
+                    if o.index.unwrap_or(p.axes().0) != sepkv::IndexKind::Lwc {
+                        return Err(BenchError::Unavailable(format!(
+                            "engine {self} is unavailable: {flag} concerns the LWC-tree's \
+                             DTables; use it with sepkv:lwc or with +lwc"
+                        )));
+                    }
                 }
                 if (t.no_sort || t.no_roll) && o.layout() != sepkv::ValueLayout::Trie {
                     let flag = if t.no_sort { "+nosort" } else { "+noroll" };
@@ -783,6 +829,18 @@ impl FromStr for EngineSpec {
                             "diskhash" => tuning.disk_hash = true,
                             "lwc" => tuning.lwc_index = true,
                             "wide" => tuning.wide_dtables = true,
+                            "pushdown" => tuning.push_down = true,
+                            "paper" => tuning.paper_bounds = true,
+                            f if f.starts_with("div") => {
+                                tuning.division_number = match f[3..].parse::<u8>() {
+                                    Ok(n) if (2..=64).contains(&n) => Some(n),
+                                    _ => {
+                                        return Err(BenchError::InvalidArgument(format!(
+                                            "+{f}: expected a division number from 2 to 64, such as +div10"
+                                        )))
+                                    }
+                                }
+                            }
                             "nosort" => tuning.no_sort = true,
                             "noroll" => tuning.no_roll = true,
                             "align" => tuning.block_align = true,
@@ -941,6 +999,21 @@ impl SepkvEngine {
         if tuning.wide_dtables {
             options.lwc_max_segments = 2 * options.level_size_multiplier as usize;
             options.lwc_max_table_bytes = 8 * options.target_file_size;
+        }
+        if tuning.push_down {
+            options.lwc_push_down = true;
+        }
+        if tuning.paper_bounds {
+            // §4.4: a DTable is bounded by its band only, and a full one is
+            // divided into the level ratio's number of parts. The paper's
+            // 40 MB band under a 100 GB store is scaled to the default
+            // DTable bound (16 MiB) of the 0.3-1 GiB stores run here.
+            options.lwc_max_segments = 1024;
+            options.lwc_max_table_bytes = 4 * options.target_file_size;
+            options.lwc_division_number = options.level_size_multiplier as usize;
+        }
+        if let Some(n) = tuning.division_number {
+            options.lwc_division_number = n as usize;
         }
         if tuning.no_sort {
             options.trie_sort_sealed = false;
@@ -1204,6 +1277,7 @@ impl Engine for SepkvEngine {
             "divisions",
             "pushdowns",
             "metadata_from_victim",
+            "metadata_reads",
             "wal_only_syncs",
             "wal_values_restored",
             "flushes_in_compaction",
@@ -1263,6 +1337,8 @@ impl Engine for SepkvEngine {
             "num_levels": o.num_levels,
             "lwc_max_segments": o.lwc_max_segments,
             "lwc_max_table_bytes": o.lwc_max_table_bytes,
+            "lwc_division_number": o.lwc_division_number,
+            "lwc_push_down": o.lwc_push_down,
             "trie_table_size": o.trie_table_size,
             "trie_roll_size": o.trie_roll_size,
             "trie_sort_sealed": o.trie_sort_sealed,
