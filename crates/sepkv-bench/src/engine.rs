@@ -445,6 +445,9 @@ pub struct Tuning {
     /// `+divN`: `lwc_division_number` = N (§4.4; the paper's Fig. 19
     /// sweeps 2–16).
     pub division_number: Option<u8>,
+    /// `+segN`: `lwc_max_segments` = N (2-1024): fewer segments per DTable
+    /// mean fewer cursors per scan and more divisions.
+    pub max_segments: Option<u16>,
     /// `+nosort`: KT-Store's sealed TrieTables stay in write order
     /// (`trie_sort_sealed` off), one of the paper's rules (§3.2); adaptive
     /// and skew splits stay on, so this is not the paper's layout alone.
@@ -474,7 +477,7 @@ fn milli(flag: &str, x: &str) -> Result<u32> {
 }
 
 /// The `+flag`s of [`Tuning`] and what each does, for `--list-engines`.
-pub const TUNING_HELP: [(&str, &str); 17] = [
+pub const TUNING_HELP: [(&str, &str); 18] = [
     (
         "+nowal",
         "the value log replaces the index WAL (WiscKey §3.4.2)",
@@ -510,6 +513,10 @@ pub const TUNING_HELP: [(&str, &str); 17] = [
     (
         "+divN",
         "LWC-tree division number N (2-64): a full DTable divided into N equal parts",
+    ),
+    (
+        "+segN",
+        "LWC-tree DTables hold at most N segments (2-1024) before division",
     ),
     (
         "+nosort",
@@ -570,6 +577,9 @@ impl fmt::Display for Tuning {
         }
         if let Some(n) = self.division_number {
             write!(f, "+div{n}")?;
+        }
+        if let Some(n) = self.max_segments {
+            write!(f, "+seg{n}")?;
         }
         if self.no_sort {
             f.write_str("+nosort")?;
@@ -749,6 +759,8 @@ impl EngineSpec {
                     Some("+paper")
                 } else if t.division_number.is_some() {
                     Some("+divN")
+                } else if t.max_segments.is_some() {
+                    Some("+segN")
                 } else {
                     None
                 };
@@ -831,6 +843,16 @@ impl FromStr for EngineSpec {
                             "wide" => tuning.wide_dtables = true,
                             "pushdown" => tuning.push_down = true,
                             "paper" => tuning.paper_bounds = true,
+                            f if f.starts_with("seg") => {
+                                tuning.max_segments = match f[3..].parse::<u16>() {
+                                    Ok(n) if (2..=1024).contains(&n) => Some(n),
+                                    _ => {
+                                        return Err(BenchError::InvalidArgument(format!(
+                                            "+{f}: expected a segment bound from 2 to 1024, such as +seg4"
+                                        )))
+                                    }
+                                }
+                            }
                             f if f.starts_with("div") => {
                                 tuning.division_number = match f[3..].parse::<u8>() {
                                     Ok(n) if (2..=64).contains(&n) => Some(n),
@@ -1014,6 +1036,9 @@ impl SepkvEngine {
         }
         if let Some(n) = tuning.division_number {
             options.lwc_division_number = n as usize;
+        }
+        if let Some(n) = tuning.max_segments {
+            options.lwc_max_segments = n as usize;
         }
         if tuning.no_sort {
             options.trie_sort_sealed = false;

@@ -537,8 +537,8 @@ fn wide_dtables_apply_to_the_lwc_index_only() {
     root.finish(false).unwrap();
 }
 
-/// `+paper`, `+divN` and `+pushdown` set the LWC-tree's division and
-/// push-down options on an `lwc` index and are refused elsewhere.
+/// `+paper`, `+divN`, `+segN` and `+pushdown` set the LWC-tree's bounds,
+/// division and push-down options on an `lwc` index and are refused elsewhere.
 #[test]
 fn paper_division_and_push_down_flags_apply_to_the_lwc_index_only() {
     let root = DbRoot::prepare(None).unwrap();
@@ -547,6 +547,7 @@ fn paper_division_and_push_down_flags_apply_to_the_lwc_index_only() {
         ("sepkv:lwc+paper", 1024, 10, false),
         ("sepkv:lwc+div4", 0, 4, false),
         ("sepkv:lwc+pushdown", 0, 0, true),
+        ("sepkv:lwc+seg4", 4, 0, false),
         ("sepkv:wisckey+lwc+paper+div12", 1024, 12, false),
     ] {
         let spec: EngineSpec = name.parse().unwrap();
@@ -562,6 +563,8 @@ fn paper_division_and_push_down_flags_apply_to_the_lwc_index_only() {
         let err = bad.parse::<EngineSpec>().unwrap_err().to_string();
         assert!(err.contains("division number"), "{bad}: {err}");
     }
+    let err = "sepkv:lwc+seg1".parse::<EngineSpec>().unwrap_err();
+    assert!(err.to_string().contains("segment bound"), "{err}");
     for other in [
         "sepkv:leveldb+paper",
         "sepkv:wisckey+pushdown",
