@@ -80,6 +80,15 @@ pub struct Tuning {
     /// ratio, `lwc_max_table_bytes` = 8 × `target_file_size`): fewer
     /// divisions and less compaction I/O, more index blocks per lookup.
     pub wide_dtables: bool,
+    /// `+pushdown`: full DTables are pushed down a level instead of
+    /// divided in their own (`lwc_push_down`).
+    pub push_down: bool,
+    /// `+divN`: `lwc_division_number` = N (§4.4; the paper's Fig. 19
+    /// sweeps 2–16).
+    pub division_number: Option<u8>,
+    /// `+segN`: `lwc_max_segments` = N (2-1024): fewer segments per DTable
+    /// mean fewer cursors per scan and more divisions.
+    pub max_segments: Option<u16>,
     /// `+nosort`: KT-Store's sealed TrieTables stay in write order
     /// (`trie_sort_sealed` off), one of the paper's rules (§3.2); adaptive
     /// and skew splits stay on, so this is not the paper's layout alone.
@@ -88,8 +97,12 @@ pub struct Tuning {
     /// (`trie_roll_size` = `trie_table_size`), one of the paper's rules
     /// (§3.2); adaptive and skew splits stay on.
     pub no_roll: bool,
-    /// `+paper`: KT-Store as its paper describes it, through public
-    /// options: no sorting of sealed tables (§3.2), no rolling (one table
+    /// `+paper`: the layout as its paper describes it, through public
+    /// options. For the LWC-tree index, the paper's bounds (§4.4, §5.1),
+    /// scaled: a DTable is bounded by its band alone (no segment bound;
+    /// the band is `lwc_max_table_bytes`' default, 4 × `target_file_size`,
+    /// for the paper's 40 MB) and a full one is divided into the level
+    /// ratio's number of parts. For KT-Store's TrieTables: no sorting of sealed tables (§3.2), no rolling (one table
     /// per leaf, §3.2), no skew splits, each table's whole span from the
     /// least to the greatest requested offset read once per range query
     /// (§3.3: span density floors 0, spans up to 1 GiB, not cut for
@@ -118,7 +131,7 @@ fn milli(flag: &str, x: &str) -> Result<u32> {
 }
 
 /// The `+flag`s of [`Tuning`] and what each does, for `--list-engines`.
-pub const TUNING_HELP: [(&str, &str); 15] = [
+pub const TUNING_HELP: [(&str, &str); 18] = [
     (
         "+nowal",
         "the value log replaces the index WAL (WiscKey §3.4.2)",
@@ -144,6 +157,18 @@ pub const TUNING_HELP: [(&str, &str); 15] = [
         "LWC-tree DTables take 2x the segments and bytes before division",
     ),
     (
+        "+pushdown",
+        "full LWC-tree DTables pushed down a level instead of divided",
+    ),
+    (
+        "+divN",
+        "LWC-tree division number N (2-64): a full DTable divided into N equal parts",
+    ),
+    (
+        "+segN",
+        "LWC-tree DTables hold at most N segments (2-1024) before division",
+    ),
+    (
         "+nosort",
         "sealed TrieTables stay in write order (as KT-Store §3.2; splits stay adaptive)",
     ),
@@ -153,7 +178,9 @@ pub const TUNING_HELP: [(&str, &str); 15] = [
     ),
     (
         "+paper",
-        "KT-Store as its paper: no sorting, rolling or skew splits; whole spans once; serial reads",
+        "the layout as its paper: KT-Store without sorting, rolling or skew splits, whole spans once, \
+         serial reads; the LWC-tree's bounds scaled (a 16 MiB band per DTable, no segment bound, \
+         division into 10)",
     ),
     (
         "+align",
@@ -197,6 +224,15 @@ impl fmt::Display for Tuning {
         }
         if self.wide_dtables {
             f.write_str("+wide")?;
+        }
+        if self.push_down {
+            f.write_str("+pushdown")?;
+        }
+        if let Some(n) = self.division_number {
+            write!(f, "+div{n}")?;
+        }
+        if let Some(n) = self.max_segments {
+            write!(f, "+seg{n}")?;
         }
         if self.no_sort {
             f.write_str("+nosort")?;
@@ -371,20 +407,34 @@ impl EngineSpec {
                 if t.lwc_index {
                     o.index = Some(sepkv::IndexKind::Lwc);
                 }
-                if t.wide_dtables && o.index.unwrap_or(p.axes().0) != sepkv::IndexKind::Lwc {
+                let lwc_flag = if t.wide_dtables {
+                    Some("+wide")
+                } else if t.push_down {
+                    Some("+pushdown")
+                } else if t.division_number.is_some() {
+                    Some("+divN")
+                } else if t.max_segments.is_some() {
+                    Some("+segN")
+                } else {
+                    None
+                };
+                if let Some(flag) = lwc_flag {
+                    if o.index.unwrap_or(p.axes().0) != sepkv::IndexKind::Lwc {
+                        return Err(BenchError::Unavailable(format!(
+                            "engine {self} is unavailable: {flag} concerns the LWC-tree's \
+                             DTables; use it with sepkv:lwc or with +lwc"
+                        )));
+                    }
+                }
+                let lwc = o.index.unwrap_or(p.axes().0) == sepkv::IndexKind::Lwc;
+                if t.paper && !lwc && o.layout() != sepkv::ValueLayout::Trie {
                     return Err(BenchError::Unavailable(format!(
-                        "engine {self} is unavailable: +wide bounds the LWC-tree's DTables; \
-                         use it with sepkv:lwc or with +lwc"
+                        "engine {self} is unavailable: +paper is the paper configuration of \
+                         KT-Store and of the LWC-tree; use it with sepkv:ktstore or sepkv:lwc"
                     )));
                 }
-                if (t.no_sort || t.no_roll || t.paper) && o.layout() != sepkv::ValueLayout::Trie {
-                    let flag = if t.no_sort {
-                        "+nosort"
-                    } else if t.no_roll {
-                        "+noroll"
-                    } else {
-                        "+paper"
-                    };
+                if (t.no_sort || t.no_roll) && o.layout() != sepkv::ValueLayout::Trie {
+                    let flag = if t.no_sort { "+nosort" } else { "+noroll" };
                     return Err(BenchError::Unavailable(format!(
                         "engine {self} is unavailable: {flag} concerns KT-Store's TrieTables; \
                          use it with sepkv:ktstore"
@@ -452,6 +502,27 @@ impl FromStr for EngineSpec {
                             "diskhash" => tuning.disk_hash = true,
                             "lwc" => tuning.lwc_index = true,
                             "wide" => tuning.wide_dtables = true,
+                            "pushdown" => tuning.push_down = true,
+                            f if f.starts_with("seg") => {
+                                tuning.max_segments = match f[3..].parse::<u16>() {
+                                    Ok(n) if (2..=1024).contains(&n) => Some(n),
+                                    _ => {
+                                        return Err(BenchError::InvalidArgument(format!(
+                                            "+{f}: expected a segment bound from 2 to 1024, such as +seg4"
+                                        )))
+                                    }
+                                }
+                            }
+                            f if f.starts_with("div") => {
+                                tuning.division_number = match f[3..].parse::<u8>() {
+                                    Ok(n) if (2..=64).contains(&n) => Some(n),
+                                    _ => {
+                                        return Err(BenchError::InvalidArgument(format!(
+                                            "+{f}: expected a division number from 2 to 64, such as +div10"
+                                        )))
+                                    }
+                                }
+                            }
                             "nosort" => tuning.no_sort = true,
                             "noroll" => tuning.no_roll = true,
                             "paper" => tuning.paper = true,
@@ -612,13 +683,31 @@ impl SepkvEngine {
             options.lwc_max_segments = 2 * options.level_size_multiplier as usize;
             options.lwc_max_table_bytes = 8 * options.target_file_size;
         }
+        if tuning.push_down {
+            options.lwc_push_down = true;
+        }
+        if tuning.paper && options.index.unwrap_or(preset.axes().0) == sepkv::IndexKind::Lwc {
+            // §4.4: a DTable is bounded by its band only, and a full one is
+            // divided into the level ratio's number of parts. The paper's
+            // 40 MB band under a 100 GB store is scaled to the default
+            // DTable bound (16 MiB) of the 0.3-1 GiB stores run here.
+            options.lwc_max_segments = 1024;
+            options.lwc_max_table_bytes = 4 * options.target_file_size;
+            options.lwc_division_number = options.level_size_multiplier as usize;
+        }
+        if let Some(n) = tuning.division_number {
+            options.lwc_division_number = n as usize;
+        }
+        if let Some(n) = tuning.max_segments {
+            options.lwc_max_segments = n as usize;
+        }
         if tuning.no_sort {
             options.trie_sort_sealed = false;
         }
         if tuning.no_roll {
             options.trie_roll_size = options.trie_table_size;
         }
-        if tuning.paper {
+        if tuning.paper && options.layout() == sepkv::ValueLayout::Trie {
             options.trie_sort_sealed = false;
             options.trie_roll_size = options.trie_table_size;
             options.trie_split_skew = 1.0;
@@ -884,6 +973,7 @@ impl Engine for SepkvEngine {
             "divisions",
             "pushdowns",
             "metadata_from_victim",
+            "metadata_reads",
             "wal_only_syncs",
             "wal_values_restored",
             "flushes_in_compaction",
@@ -943,6 +1033,8 @@ impl Engine for SepkvEngine {
             "num_levels": o.num_levels,
             "lwc_max_segments": o.lwc_max_segments,
             "lwc_max_table_bytes": o.lwc_max_table_bytes,
+            "lwc_division_number": o.lwc_division_number,
+            "lwc_push_down": o.lwc_push_down,
             "trie_table_size": o.trie_table_size,
             "trie_roll_size": o.trie_roll_size,
             "trie_sort_sealed": o.trie_sort_sealed,

@@ -537,6 +537,48 @@ fn wide_dtables_apply_to_the_lwc_index_only() {
     root.finish(false).unwrap();
 }
 
+/// `+paper`, `+divN`, `+segN` and `+pushdown` set the LWC-tree's bounds,
+/// division and push-down options on an `lwc` index and are refused elsewhere.
+#[test]
+fn paper_division_and_push_down_flags_apply_to_the_lwc_index_only() {
+    let root = DbRoot::prepare(None).unwrap();
+    let cfg = config(&[Workload::FillSeq], 10);
+    for (name, segments, division, push) in [
+        ("sepkv:lwc+paper", 1024, 10, false),
+        ("sepkv:lwc+div4", 0, 4, false),
+        ("sepkv:lwc+pushdown", 0, 0, true),
+        ("sepkv:lwc+seg4", 4, 0, false),
+        ("sepkv:wisckey+lwc+paper+div12", 1024, 12, false),
+    ] {
+        let spec: EngineSpec = name.parse().unwrap();
+        assert_eq!(spec.to_string(), name);
+        let mut reports = Vec::new();
+        sepkv_bench::run_engines(&[spec], &cfg, &root, &mut reports, &mut |_| {}).unwrap();
+        let o = &reports[0].engine_options;
+        assert_eq!(o["lwc_max_segments"], segments, "{name}");
+        assert_eq!(o["lwc_division_number"], division, "{name}");
+        assert_eq!(o["lwc_push_down"], push, "{name}");
+    }
+    for bad in ["sepkv:lwc+div1", "sepkv:lwc+div65", "sepkv:lwc+divx"] {
+        let err = bad.parse::<EngineSpec>().unwrap_err().to_string();
+        assert!(err.contains("division number"), "{bad}: {err}");
+    }
+    let err = "sepkv:lwc+seg1".parse::<EngineSpec>().unwrap_err();
+    assert!(err.to_string().contains("segment bound"), "{err}");
+    for other in [
+        "sepkv:leveldb+paper",
+        "sepkv:wisckey+pushdown",
+        "sepkv:hashkv+div8",
+    ] {
+        let spec: EngineSpec = other.parse().unwrap();
+        let mut reports = Vec::new();
+        let err =
+            sepkv_bench::run_engines(&[spec], &cfg, &root, &mut reports, &mut |_| {}).unwrap_err();
+        assert!(err.to_string().contains("LWC-tree"), "{other}: {err}");
+    }
+    root.finish(false).unwrap();
+}
+
 /// `+nosort` keeps KT-Store's sealed TrieTables in write order; it is
 /// refused on a preset without TrieTables.
 #[test]

@@ -12,7 +12,7 @@
 //! | [`Options::wal`] (`false`: WiscKey's log mode) | in `IDENTITY` | follows the record when no index or layout is named; otherwise it must match (`ConfigMismatch`) |
 //! | `hashkv_main_segment_size`, `hashkv_log_segment_size`, `hashkv_reserved_ratio`, and `value_capacity` of a `hashkv` store | in the segment table | ignored: the store keeps its geometry |
 //! | `num_levels` | no | may grow; below the deepest level holding files the open fails |
-//! | everything else: cache sizes (`block_cache_size`, `max_open_files`), `write_buffer_size`, table format knobs (`block_size`, `block_align`, `block_restart_interval`, `bloom_bits_per_key`, `target_file_size`), level sizes and level-0 triggers, `sync_values_in_wal`, `flush_on_close`, `gc_on_close`, `mmap_reads`, the LWC-tree's DTable bounds and push-down (`lwc_max_segments`, `lwc_max_table_bytes`, `lwc_push_down`), `value_threshold`, GC knobs (`gc_garbage_ratio`, `gc_chunk_size`, `space_amp_target`), `value_capacity` of a value log, `vlog_file_size`, prefetch, the `hashkv` cache, hotness and journal switches, `create_if_missing`, `error_if_exists`, `fs` | no | may change at every open; tables and value files written under older values stay readable |
+//! | everything else: cache sizes (`block_cache_size`, `max_open_files`), `write_buffer_size`, table format knobs (`block_size`, `block_align`, `block_restart_interval`, `bloom_bits_per_key`, `target_file_size`), level sizes and level-0 triggers, `sync_values_in_wal`, `flush_on_close`, `gc_on_close`, `mmap_reads`, the LWC-tree's DTable bounds, division number and push-down (`lwc_max_segments`, `lwc_max_table_bytes`, `lwc_division_number`, `lwc_push_down`), `value_threshold`, GC knobs (`gc_garbage_ratio`, `gc_chunk_size`, `space_amp_target`), `value_capacity` of a value log, `vlog_file_size`, prefetch, the `hashkv` cache, hotness and journal switches, `create_if_missing`, `error_if_exists`, `fs` | no | may change at every open; tables and value files written under older values stay readable |
 //!
 //! So `Db::open(path, Options::default())` opens any existing database as
 //! it was created, and `Options::preset(p)` both creates a `p` database and
@@ -299,6 +299,13 @@ pub struct Options {
     /// division (LWC-tree §4.4); 0 (the default) means 4 ×
     /// `target_file_size`. At least `target_file_size` when set.
     pub lwc_max_table_bytes: u64,
+    /// `lwc` index: the division number `n` of equal division (LWC-tree
+    /// §4.4): a full DTable is divided into `n` DTables of equal size.
+    /// 0 (the default) divides into parts of about `target_file_size`
+    /// (`n = ceil(bytes / target_file_size)`); the paper's default is the
+    /// level size ratio, and its Fig. 19 sweeps 2 to 16. Between 2 and 64
+    /// when set.
+    pub lwc_division_number: usize,
     /// `lwc` index: push a full DTable down to the next level (merged with
     /// its new entries and appended there) instead of dividing it in its
     /// own level, where the next level holds its keys (default false).
@@ -685,6 +692,7 @@ impl fmt::Debug for Options {
             .field("target_file_size", &self.target_file_size)
             .field("lwc_max_segments", &self.lwc_max_segments)
             .field("lwc_max_table_bytes", &self.lwc_max_table_bytes)
+            .field("lwc_division_number", &self.lwc_division_number)
             .field("lwc_push_down", &self.lwc_push_down)
             .field("max_bytes_for_level_base", &self.max_bytes_for_level_base)
             .field("wal", &self.wal)
@@ -723,6 +731,7 @@ impl Default for Options {
             num_levels: 7,
             lwc_max_segments: 0,
             lwc_max_table_bytes: 0,
+            lwc_division_number: 0,
             lwc_push_down: false,
             l0_compaction_trigger: 4,
             l0_slowdown_writes_trigger: 8,
@@ -920,6 +929,12 @@ impl Options {
             return bad(format!(
                 "lwc_max_segments {} must be 0 (the level size ratio) or between 2 and 1024",
                 self.lwc_max_segments
+            ));
+        }
+        if self.lwc_division_number != 0 && !(2..=64).contains(&self.lwc_division_number) {
+            return bad(format!(
+                "lwc_division_number {} must be 0 (parts of target_file_size) or between 2 and 64",
+                self.lwc_division_number
             ));
         }
         if self.lwc_max_table_bytes != 0

@@ -111,6 +111,14 @@ fn appends_divides_and_reads_back_under_every_layout() {
             fig("metadata_from_victim") > 0,
             "{layout}: no append took its target's metadata from the victim"
         );
+        // Every append took its target's directory from one place or the
+        // other; full targets (merged, divided or pushed down) count in
+        // neither.
+        assert_eq!(
+            fig("metadata_from_victim") + fig("metadata_reads"),
+            fig("segments_appended"),
+            "{layout}: metadata counters do not add up to the appends"
+        );
         assert!(
             two_segments,
             "{layout}: no DTable held two segments at any pause: {:?}",
@@ -193,6 +201,50 @@ fn dtable_bounds_follow_the_options() {
         check(&db, &model);
         db.close().unwrap();
     }
+}
+
+/// The division number (§4.4, `lwc_max_segments` unbounded as in the
+/// paper's configuration) sets how many parts a full DTable becomes: the
+/// same load divided into 2 parts leaves fewer, larger tables in levels 1
+/// and up than division into parts of `target_file_size` (here a quarter of
+/// the byte bound), and reads back the same.
+#[test]
+fn division_number_sets_the_parts_of_a_division() {
+    let mut tables = Vec::new();
+    for n in [0usize, 2] {
+        let fs = MemFs::new();
+        let dir = Path::new("/lwc-division");
+        let opts = || Options {
+            lwc_division_number: n,
+            lwc_max_segments: 1024,
+            lwc_max_table_bytes: 256 << 10,
+            ..small(Arc::new(fs.clone()), ValueLayout::Inline)
+        };
+        let db = Db::open(dir, opts()).unwrap();
+        let mut model = Model::new();
+        let mut rng = StdRng::seed_from_u64(5);
+        for i in 0..30_000u32 {
+            let k = format!("key{:06}", rng.gen_range(0..20_000)).into_bytes();
+            let v = vec![b'a' + (i % 26) as u8; 64];
+            db.put(&k, &v).unwrap();
+            model.insert(k, v);
+        }
+        db.wait_idle().unwrap();
+        let st = db.stats().unwrap();
+        assert!(figure(&st, "divisions") > 0, "n = {n}: no division");
+        let deep = st.levels.iter().skip(1);
+        let (files, bytes) = deep.fold((0u64, 0u64), |(f, b), l| (f + l.files as u64, b + l.bytes));
+        tables.push((n, files, bytes / files.max(1)));
+        check(&db, &model);
+        db.close().unwrap();
+        let db = Db::open(dir, opts()).unwrap();
+        check(&db, &model);
+    }
+    let (by_size, halves) = (tables[0], tables[1]);
+    assert!(
+        halves.2 > by_size.2,
+        "parts of a division into 2 are not larger: {tables:?}"
+    );
 }
 
 /// A target that takes a run of new entries longer than a DTable may hold

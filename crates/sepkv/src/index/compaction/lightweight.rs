@@ -108,6 +108,9 @@ pub struct LwcConfig {
     /// Push full DTables down instead of dividing them where the next
     /// level holds their keys (`Options::lwc_push_down`).
     pub push_down: bool,
+    /// Parts of an equal division (`Options::lwc_division_number`); 0
+    /// divides into parts of about `target_file_size`.
+    pub division_number: usize,
 }
 
 impl LwcConfig {
@@ -133,6 +136,17 @@ impl LwcConfig {
                 max_table_bytes
             },
             push_down: false,
+            division_number: 0,
+        }
+    }
+
+    /// The divider of a full target's `total` merged bytes (§4.4): `n`
+    /// equal parts with a division number, else parts of about
+    /// `target_file_size`.
+    fn divider(&self, total: u64, target_file_size: u64) -> Divider {
+        match self.division_number {
+            0 => Divider::equal(total, target_file_size),
+            n => Divider::new(total.div_ceil(n as u64)),
         }
     }
 }
@@ -893,13 +907,10 @@ impl Sink<'_> {
             .iter()
             .find(|a| a.number == t.number && a.size == t.size)
             .map(|a| a.directory.clone());
+        let from_victim = copy.is_some();
         let directory: Option<Directory> = match copy {
-            Some(d) => {
-                st.metadata_from_victim += 1;
-                Some(d)
-            }
+            Some(d) => Some(d),
             None => {
-                st.metadata_reads += 1;
                 let r = ctx
                     .table_cache
                     .get(t.number, t.size, IoCategory::Compaction)?;
@@ -933,6 +944,13 @@ impl Sink<'_> {
                 IoCategory::Compaction,
             )?;
             st.segments_appended += 1;
+            // Counted for appends only: a full target is read whole below,
+            // whichever copy of its directory was at hand.
+            if from_victim {
+                st.metadata_from_victim += 1;
+            } else {
+                st.metadata_reads += 1;
+            }
             st.bytes_out += o.bytes_written;
             st.entries_out += run.len() as u64;
             edit.deleted.push((level, t.number));
@@ -1007,7 +1025,7 @@ impl Sink<'_> {
                 return Ok(());
             }
             st.divisions += 1;
-            let divider = Divider::equal(kept.bytes(), ctx.picker.target_file_size);
+            let divider = lwc.divider(kept.bytes(), ctx.picker.target_file_size);
             let mut src = BufSource { buf: kept, pos: 0 };
             for f in write_new_tables(ctx, version, level, &mut src, divider, st)? {
                 edit.added.push((level, f));
@@ -1020,10 +1038,12 @@ impl Sink<'_> {
         // last part is the smaller); a run too long to hold is cut into
         // parts of `target_file_size`.
         let divider = if whole_run {
-            Divider::equal(
+            lwc.divider(
                 t.size.saturating_add(run.bytes()),
                 ctx.picker.target_file_size,
             )
+        } else if lwc.division_number > 0 {
+            Divider::new(lwc.max_table_bytes.div_ceil(lwc.division_number as u64))
         } else {
             Divider::new(ctx.picker.target_file_size)
         };

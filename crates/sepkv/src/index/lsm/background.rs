@@ -602,6 +602,7 @@ impl LsmIndex {
                 let o = &self.shared.opts;
                 let bounds = lightweight::LwcConfig {
                     push_down: o.lwc_push_down,
+                    division_number: o.lwc_division_number,
                     ..lightweight::LwcConfig::new(
                         &self.picker,
                         o.lwc_max_segments,
@@ -640,6 +641,8 @@ impl LsmIndex {
         c.pushdowns.fetch_add(st.pushdowns, Ordering::Relaxed);
         c.metadata_from_victim
             .fetch_add(st.metadata_from_victim, Ordering::Relaxed);
+        c.metadata_reads
+            .fetch_add(st.metadata_reads, Ordering::Relaxed);
         self.delete_obsolete_files();
         Ok(st)
     }

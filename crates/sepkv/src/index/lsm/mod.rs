@@ -341,6 +341,7 @@ struct Counters {
     divisions: AtomicU64,
     pushdowns: AtomicU64,
     metadata_from_victim: AtomicU64,
+    metadata_reads: AtomicU64,
     /// Synced writes made durable by the WAL's fsync alone, their values
     /// carried in the WAL (`Options::sync_values_in_wal`).
     wal_only_syncs: AtomicU64,
@@ -781,6 +782,7 @@ impl Index for LsmIndex {
                     "metadata_from_victim",
                     c.metadata_from_victim.load(Ordering::Relaxed),
                 ),
+                ("metadata_reads", c.metadata_reads.load(Ordering::Relaxed)),
             ]);
         }
         IndexStats {
