@@ -20,7 +20,7 @@
 //! - **Previous versions.** Every entry records the address of its key's
 //!   previous version, so a read at an older sequence number can walk back
 //!   from the newest version (as in FASTER's hybrid log; the paper has no
-//!   snapshots). The address comes from the index through [`PrevLookup`]
+//!   snapshots). The address comes from the index through `index_log::PrevLookup`
 //!   or from the caller of [`BandStore::log_linked`].
 //! - **Invalidity table** (§V-A4): the invalid bytes of each band, raised on
 //!   every overwrite and delete from the previous version's length the

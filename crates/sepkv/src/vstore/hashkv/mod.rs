@@ -2111,7 +2111,7 @@ impl ValueStore for HashKvStore {
     /// bytes between the two figures instead of making live bytes swell
     /// while it copies and the disk look a step's worth fuller after it
     /// commits. The space target judges every write by these figures
-    /// ([`crate::space`]).
+    /// (`db/space/policy.rs`).
     fn space(&self) -> SpaceStats {
         let (total, noted, seg_bytes, jlen, copies, retired) = {
             let st = self.state.lock();
