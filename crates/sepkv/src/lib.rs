@@ -111,23 +111,28 @@ mod commit;
 pub mod compaction_filter;
 mod counter;
 mod db;
-pub mod error;
+mod error;
+#[doc(hidden)]
 pub mod format;
 pub mod fs;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod identity;
+#[doc(hidden)]
 pub mod index;
 mod iterator;
-pub mod options;
+mod options;
 mod range;
-pub mod report;
+mod report;
 mod sched;
+#[doc(hidden)]
 pub mod seqno;
 mod snapshot;
-pub mod space;
 mod spin;
+#[doc(hidden)]
 pub mod value_type;
+#[doc(hidden)]
 pub mod vstore;
 
 /// The README's Rust program, compiled and run as a doctest so that the
@@ -148,7 +153,7 @@ pub use index::compaction::CompactionStats;
 pub use iterator::{DbIterator, Scan};
 pub use options::{
     HashIndexMode, IndexKind, Options, Preset, ReadOptions, ValueLayout, WriteOptions,
-    MAX_BATCH_SIZE, MAX_KEY_SIZE, MAX_VALUE_SIZE,
+    GC_ON_CLOSE_BUDGET, MAX_BATCH_SIZE, MAX_KEY_SIZE, MAX_VALUE_SIZE,
 };
 pub use range::KeyRange;
 pub use snapshot::Snapshot;

@@ -1,22 +1,6 @@
-//! Options for opening a database, writing and reading.
-//!
-//! # What a database records, and what may change at every open
-//!
-//! Like RocksDB's options file and fjall's stored configuration, a database
-//! records the choices its files depend on when it is created, and a later
-//! [`crate::Db::open`] reads them back:
-//!
-//! | option | recorded | at a later open |
-//! |--------|----------|-----------------|
-//! | [`Options::index`], [`Options::value_layout`] | in `IDENTITY` | `None` opens what is recorded; a different `Some` is refused with [`crate::Error::ConfigMismatch`] |
-//! | [`Options::wal`] (`false`: WiscKey's log mode) | in `IDENTITY` | follows the record when no index or layout is named; otherwise it must match (`ConfigMismatch`) |
-//! | `hashkv_main_segment_size`, `hashkv_log_segment_size`, `hashkv_reserved_ratio`, and `value_capacity` of a `hashkv` store | in the segment table | ignored: the store keeps its geometry |
-//! | `num_levels` | no | may grow; below the deepest level holding files the open fails |
-//! | everything else: cache sizes (`block_cache_size`, `max_open_files`), `write_buffer_size`, table format knobs (`block_size`, `block_align`, `block_restart_interval`, `bloom_bits_per_key`, `target_file_size`), level sizes and level-0 triggers, `sync_values_in_wal`, `flush_on_close`, `gc_on_close`, `mmap_reads`, the LWC-tree's DTable bounds, division number and push-down (`lwc_max_segments`, `lwc_max_table_bytes`, `lwc_division_number`, `lwc_push_down`), `value_threshold`, GC knobs (`gc_garbage_ratio`, `gc_chunk_size`, `space_amp_target`), `value_capacity` of a value log, `vlog_file_size`, prefetch, the `hashkv` cache, hotness and journal switches, `create_if_missing`, `error_if_exists`, `fs` | no | may change at every open; tables and value files written under older values stay readable |
-//!
-//! So `Db::open(path, Options::default())` opens any existing database as
-//! it was created, and `Options::preset(p)` both creates a `p` database and
-//! checks that an existing one is `p`.
+//! Options for opening a database, writing and reading. What a database
+//! records of its options, and what may change at every open, is told on
+//! [`Options`].
 
 use crate::compaction_filter::CompactionFilter;
 use crate::error::{Error, Result};
@@ -228,6 +212,24 @@ pub(crate) fn config_available(index: IndexKind, layout: ValueLayout) -> bool {
 }
 
 /// Options for [`crate::Db::open`]. Sizes are in bytes.
+///
+/// # What a database records, and what may change at every open
+///
+/// Like RocksDB's options file and fjall's stored configuration, a database
+/// records the choices its files depend on when it is created, and a later
+/// [`crate::Db::open`] reads them back:
+///
+/// | option | recorded | at a later open |
+/// |--------|----------|-----------------|
+/// | [`Options::index`], [`Options::value_layout`] | in `IDENTITY` | `None` opens what is recorded; a different `Some` is refused with [`crate::Error::ConfigMismatch`] |
+/// | [`Options::wal`] (`false`: WiscKey's log mode) | in `IDENTITY` | follows the record when no index or layout is named; otherwise it must match (`ConfigMismatch`) |
+/// | `hashkv_main_segment_size`, `hashkv_log_segment_size`, `hashkv_reserved_ratio`, and `value_capacity` of a `hashkv` store | in the segment table | ignored: the store keeps its geometry |
+/// | `num_levels` | no | may grow; below the deepest level holding files the open fails |
+/// | everything else: cache sizes (`block_cache_size`, `max_open_files`), `write_buffer_size`, table format knobs (`block_size`, `block_align`, `block_restart_interval`, `bloom_bits_per_key`, `target_file_size`), level sizes and level-0 triggers, `sync_values_in_wal`, `flush_on_close`, `gc_on_close`, `mmap_reads`, the LWC-tree's DTable bounds, division number and push-down (`lwc_max_segments`, `lwc_max_table_bytes`, `lwc_division_number`, `lwc_push_down`), KT-Store's span rules (`trie_span_*`), `scan_batch_bytes`, `value_threshold`, GC knobs (`gc_garbage_ratio`, `gc_chunk_size`, `space_amp_target`), `value_capacity` of a value log, `vlog_file_size`, prefetch, the `hashkv` cache, hotness and journal switches, `create_if_missing`, `error_if_exists`, `fs` | no | may change at every open; tables and value files written under older values stay readable |
+///
+/// So `Db::open(path, Options::default())` opens any existing database as
+/// it was created, and `Options::preset(p)` both creates a `p` database and
+/// checks that an existing one is `p`.
 #[derive(Clone)]
 pub struct Options {
     /// Create the database when the directory holds none (default true).
@@ -383,7 +385,7 @@ pub struct Options {
     pub gc_garbage_ratio: f64,
     /// The space amplification the database keeps to: bytes on disk (index
     /// and value store) ÷ live bytes, must be > 1.0; `f64::INFINITY` sets
-    /// no target. Default 1.5. See [`crate::space`] for how it relates to
+    /// no target. Default 1.5. See `db/space/policy.rs` for how it relates to
     /// `value_capacity` and `gc_garbage_ratio`: background GC starts halfway
     /// from 1.0 to the target, writers are slowed down in the last tenth
     /// and stopped (they run GC themselves) at the target. It applies to the

@@ -170,7 +170,7 @@ impl DbInner {
     /// silently.
     ///
     /// A step that did work feeds the space governor's measure of GC's
-    /// rate ([`crate::space::SpaceGovernor::gc_ran`]).
+    /// rate ([`super::space::policy::SpaceGovernor::gc_ran`]).
     pub(super) fn gc_step(&self) -> Result<GcOutcome> {
         // A checkpoint copying the value files holds the gate: the step
         // finds nothing to do rather than wait (a writer that runs GC for
@@ -229,13 +229,13 @@ impl DbInner {
     /// keeps GC from the garbage — or while the estimated garbage ratio is
     /// at or above `Options::gc_garbage_ratio`, and, paced by the write
     /// rate and the distance to the target, while the space amplification
-    /// is in the target's GC band ([`crate::space`]); otherwise while the
+    /// is in the target's GC band ([`super::space::policy`]); otherwise while the
     /// store has work that makes reads cheaper
     /// ([`crate::vstore::ValueStore::reorganize_due`]). Compacts the index
     /// first when most of what is over the line may be garbage compaction
     /// has not reported yet — in its first round after open also by what
     /// the index's upper levels may shadow, before any write has been
-    /// sampled ([`crate::space::SpaceGovernor::discovery_due_at_open`]).
+    /// sampled ([`super::space::policy::SpaceGovernor::discovery_due_at_open`]).
     pub(super) fn gc_loop(self: Arc<Self>) {
         let closed =
             || self.shared.closed.load(Ordering::Acquire) || self.gc_stop.load(Ordering::Acquire);
@@ -310,7 +310,7 @@ impl DbInner {
                         let t = Instant::now();
                         let out = self.gc_step();
                         if rate > 0.0 {
-                            rest = Some(t.elapsed().min(crate::space::MAX_GC_PAUSE));
+                            rest = Some(t.elapsed().min(super::space::policy::MAX_GC_PAUSE));
                         }
                         out
                     }

@@ -135,8 +135,8 @@ struct DbInner {
     gc_steps: Mutex<GcSteps>,
     gc_step_cv: Condvar,
     lock: Mutex<Option<Box<dyn FileLock>>>,
-    /// The space-amplification target's state ([`crate::space`]).
-    space: crate::space::SpaceGovernor,
+    /// The space-amplification target's state ([`space::policy`]).
+    space: space::policy::SpaceGovernor,
     /// Opened by [`Db::open_read_only`]: every write is refused with
     /// [`Error::ReadOnly`], no background work runs, and the file system
     /// is an [`crate::fs::OverlayFs`] that keeps recovery's writes in
@@ -214,7 +214,7 @@ impl Db {
     /// was created (index, value layout, WAL mode) unless `opts` names one
     /// ([`Options::index`], [`Options::value_layout`]), which must then
     /// match; every other option may change at each open (the table in
-    /// [`crate::options`] lists what is recorded). A new database gets the
+    /// [`Options`](crate::Options) lists what is recorded). A new database gets the
     /// configuration `opts` names, `leveldb` (lsm + inline) when none.
     /// Recovery replays the write-ahead logs newer than the manifest's log
     /// number into SSTables, then starts a new log and manifest.
@@ -468,7 +468,7 @@ impl Db {
             gc_steps: Mutex::new(GcSteps::default()),
             gc_step_cv: Condvar::new(),
             lock: Mutex::new(lock),
-            space: crate::space::SpaceGovernor::new(space_target, bounded),
+            space: space::policy::SpaceGovernor::new(space_target, bounded),
             read_only,
             work_gate: parking_lot::RwLock::new(()),
         });
@@ -730,7 +730,7 @@ impl Db {
     /// Before that, with a value store, close stops the GC thread after its
     /// current step and collects garbage until the store is below the
     /// space target's GC band (for at most
-    /// [`crate::options::GC_ON_CLOSE_BUDGET`], 2 s;
+    /// [`crate::GC_ON_CLOSE_BUDGET`], 2 s;
     /// `Options::gc_on_close = false` skips it), so that a short-lived
     /// process leaves no more garbage than the target allows.
     ///

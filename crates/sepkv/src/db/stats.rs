@@ -127,7 +127,7 @@ pub struct DbStats {
     /// Estimated space amplification the target is judged by: index and
     /// value-store bytes on disk ÷ live value bytes, garbage the index may
     /// still hide counted as garbage once its estimate is settled (state;
-    /// see [`crate::space`]).
+    /// see `db/space/policy.rs`).
     pub space_amp_estimate: f64,
     /// Value bytes the index may hide as garbage: overwritten pointers
     /// compaction has not dropped yet (state, estimate).

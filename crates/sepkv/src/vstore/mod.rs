@@ -202,7 +202,7 @@ pub struct SpaceStats {
 }
 
 /// How much of `value_capacity` a store has in use, for the capacity
-/// bands of the space governor ([`crate::space`]). Bytes.
+/// bands of the space governor (`db/space/policy.rs`). Bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CapacityUse {
     /// Bytes counted against the capacity now.
@@ -436,7 +436,7 @@ pub trait ValueStore: Send + Sync {
     /// reports through [`ValueStore::note_garbage`] that fell in its range,
     /// plus dead bytes its GC found that no report had named. The engine
     /// compares it with the garbage its writes may have made to estimate
-    /// what the index still hides ([`crate::space`]). The default, 0, makes
+    /// what the index still hides (`db/space/policy.rs`). The default, 0, makes
     /// that estimate only shrink when the index is compacted whole.
     fn garbage_found(&self) -> u64 {
         0

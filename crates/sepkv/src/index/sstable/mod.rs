@@ -72,14 +72,20 @@ mod footer;
 mod map_gauge;
 mod table;
 
-pub(crate) use block::{
-    block_trailer, check_trailer, Block, BlockBuilder, BlockIter, Cmp, BLOCK_TRAILER_LEN,
-};
+pub(crate) use block::{block_trailer, check_trailer, Block, BLOCK_TRAILER_LEN};
 pub use builder::{TableBuilder, TableOptions, TableSummary};
-pub(crate) use filter::{key_hash, BloomFilter, FilterBuilder};
-pub(crate) use footer::{BlockHandle, Footer, FOOTER_LEN};
+pub(crate) use filter::{key_hash, BloomFilter};
+pub(crate) use footer::BlockHandle;
+// What the unit tests and the fuzzing entry points build and decode blocks,
+// filters and footers with.
 pub(crate) use map_gauge::MapGauge;
 pub use table::{ReadCtx, Table, TableIterator};
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) use {
+    block::{BlockBuilder, BlockIter, Cmp},
+    filter::FilterBuilder,
+    footer::{Footer, FOOTER_LEN},
+};
 
 /// Name of the bloom filter's entry in the metaindex block.
 pub(crate) const FILTER_META_NAME: &str = "filter.bloom";

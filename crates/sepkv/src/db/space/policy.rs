@@ -341,7 +341,9 @@ impl SpacePolicy {
     /// How long a writer pauses per write in the slowdown band while GC's
     /// rate is not known yet: from nothing at its start to 100 µs at its
     /// end (once it is known, [`SpaceGovernor::before_write`] holds writers
-    /// to [`SpacePolicy::allowed_rate`] instead).
+    /// to [`SpacePolicy::allowed_rate`] instead). The writers' path
+    /// computes the same pause inline; this form is what the tests check.
+    #[cfg(test)]
     pub fn write_delay(&self, d: &Decision) -> Duration {
         if d.pressure != Pressure::Slowdown {
             return Duration::ZERO;
@@ -556,13 +558,9 @@ impl SpaceGovernor {
     }
 
     /// GC's net rate as last measured (bytes per second; 0 before any).
+    #[cfg(test)]
     pub fn gc_rate(&self) -> f64 {
         self.cached.lock().gc_rate
-    }
-
-    /// The last decision (`None` before the first view).
-    pub fn last(&self) -> Option<Decision> {
-        self.cached.lock().decision
     }
 
     /// What a writer about to add `bytes` does. Projects the last view by

@@ -1,12 +1,14 @@
-//! The facade's side of the space-amplification target
-//! ([`crate::space`]): the space view, the writers' backpressure and the
+//! The space-amplification target: the pacing policy ([`policy`]) and
+//! the facade's side of it: the space view, the writers' backpressure and the
 //! index compaction that finds garbage the index hides.
+
+pub(crate) mod policy;
 
 use super::DbInner;
 use crate::error::{Error, Result};
 use crate::options::GC_ON_CLOSE_BUDGET;
-use crate::space::{Pressure, SpaceView, WriteAction};
 use crate::spin::SpinMutexGuard;
+use policy::{Pressure, SpaceView, WriteAction};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -66,7 +68,7 @@ impl DbInner {
     }
 
     /// Compacts the whole index so that compaction reports the garbage its
-    /// upper levels and memtable hide ([`crate::space::Decision::discover`]).
+    /// upper levels and memtable hide ([`policy::Decision::discover`]).
     pub(super) fn discover_garbage(&self) -> Result<()> {
         // A checkpoint is copying: discover another time (see `work_gate`).
         let Some(_gate) = self.work_gate.try_read() else {

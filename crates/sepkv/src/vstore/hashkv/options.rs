@@ -1,0 +1,62 @@
+//! [`HashKvOptions`]: the knobs of the HashKV value store, taken from
+//! the database's [`Options`].
+
+use super::*;
+
+/// Knobs of the HashKV value store (from [`Options`]).
+#[derive(Debug, Clone)]
+pub struct HashKvOptions {
+    /// Values shorter than this stay inline in the index (bytes).
+    pub value_threshold: usize,
+    /// Total value-store capacity (bytes): main segments plus reserved space.
+    pub capacity: u64,
+    /// Main segment size (bytes).
+    pub main_segment_size: u64,
+    /// Log segment size (bytes).
+    pub log_segment_size: u64,
+    /// Share of the capacity reserved for log segments.
+    pub reserved_ratio: f64,
+    /// Write cache size (bytes); 0 flushes within every append.
+    pub write_cache_size: usize,
+    /// Hot/cold separation in GC.
+    pub hotness: bool,
+    /// The write journal (segment allocations of writes and GC copies).
+    pub journal: bool,
+    /// The journal carries the values too, and the write cache batches
+    /// their segment writes (only with `journal`).
+    pub journal_values: bool,
+    /// Write-journal size at which it is checkpointed and recycled (bytes).
+    pub journal_size: u64,
+    /// Cold data log file size (bytes).
+    pub cold_file_size: u64,
+    /// Bytes the cold data log's GC reads per step.
+    pub cold_gc_chunk_size: u64,
+    /// Known-garbage ratio of the cold data log at which a GC step collects
+    /// it (the engine's `gc_garbage_ratio`; 0.5 when that is 0).
+    pub cold_gc_ratio: f64,
+}
+
+impl HashKvOptions {
+    /// The store's knobs from the database options.
+    pub fn from_options(o: &Options) -> HashKvOptions {
+        HashKvOptions {
+            value_threshold: o.value_threshold,
+            capacity: o.hashkv_capacity(),
+            main_segment_size: o.hashkv_main_segment_size,
+            log_segment_size: o.hashkv_log_segment_size,
+            reserved_ratio: o.hashkv_reserved_ratio,
+            write_cache_size: o.hashkv_write_cache_size,
+            hotness: o.hashkv_hotness,
+            journal: o.hashkv_journal,
+            journal_values: o.hashkv_journal_values,
+            journal_size: o.hashkv_journal_size,
+            cold_file_size: o.vlog_file_size,
+            cold_gc_chunk_size: o.gc_chunk_size,
+            cold_gc_ratio: if o.gc_garbage_ratio > 0.0 {
+                o.gc_garbage_ratio
+            } else {
+                0.5
+            },
+        }
+    }
+}
