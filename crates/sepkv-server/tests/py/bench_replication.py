@@ -72,7 +72,7 @@ def failover():
           f"max {times[-1] * 1000:.0f} ms, min {times[0] * 1000:.0f} ms")
 
 
-def bench(name, port):
+def bench(name, tag, port):
     lines = []
     for p in (1, 16):
         r = subprocess.run(["redis-benchmark", "-p", str(port), "-t", "set,get", "-n", str(N),
@@ -84,7 +84,7 @@ def bench(name, port):
             # answers -MOVED or -CLUSTERDOWN): say so, keep the rest.
             lines.append(f"{name:<22} P{p:<3} redis-benchmark failed: "
                          f"{(r.stderr or r.stdout).strip()[-300:]}")
-        with open(os.path.join(OUT, f"{name}-P{p}.csv"), "w") as f:
+        with open(os.path.join(OUT, f"{tag}-P{p}.csv"), "w") as f:
             f.write(out)
         for row in out.splitlines()[1:]:
             if not row.startswith('"'):
@@ -100,14 +100,14 @@ def throughput():
     single = common.Server([common.sepkv_binary(), "--db", os.path.join(OUT, "tmp-single"),
                             "serve", "--port", str(port := common.free_port())], port)
     try:
-        bench("single node", port)
+        bench("single node", "single", port)
     finally:
         single.stop()
         subprocess.run(["rm", "-rf", os.path.join(OUT, "tmp-single")])
     shard = Shard()
     try:
         wait_until("a leader", lambda: shard.leader() is not None)
-        bench("three replicas, leader", shard.ports[shard.leader()])
+        bench("three replicas, leader", "replicas3", shard.ports[shard.leader()])
     finally:
         shard.stop()
 
