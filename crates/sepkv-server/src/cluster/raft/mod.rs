@@ -380,3 +380,63 @@ async fn expire_on_leader(raft: Raft<TypeConfig>, ks: Arc<Keyspace>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_ids_are_stable() {
+        let r = Request::Commands {
+            time: 17,
+            cmds: vec![vec![b"set".to_vec(), b"k".to_vec(), vec![0, 255]]],
+        };
+        let b = bincode::serialize(&r).unwrap();
+        let back: Request = bincode::deserialize(&b).unwrap();
+        assert_eq!(back.time(), 17);
+        assert!(matches!(back, Request::Commands { cmds, .. } if cmds[0][2] == [0, 255]));
+        assert_eq!(raft_id("node1"), raft_id("node1"));
+        assert_ne!(raft_id("node1"), raft_id("node2"));
+    }
+
+    #[test]
+    fn the_entry_clock_is_the_thread_clock_while_applying() {
+        let before = now_ms();
+        assert_eq!(crate::keyspace::with_clock(5, || now_ms()), 5);
+        assert_eq!(
+            crate::keyspace::with_clock(9, || crate::keyspace::with_clock(3, now_ms)),
+            3
+        );
+        assert!(now_ms() >= before);
+    }
+}
+
+/// openraft's own conformance suite for log and state-machine storage,
+/// over a fresh log database and keyspace each time.
+#[cfg(test)]
+mod storage_suite {
+    use super::*;
+    use openraft::testing::{StoreBuilder, Suite};
+    use openraft::StorageError;
+
+    struct Fresh;
+
+    impl StoreBuilder<TypeConfig, log::LogStore, machine::Machine, tempfile::TempDir> for Fresh {
+        async fn build(
+            &self,
+        ) -> Result<(tempfile::TempDir, log::LogStore, machine::Machine), StorageError<u64>>
+        {
+            let d = tempfile::tempdir().unwrap();
+            let db = sepkv::Db::open(d.path().join("db"), sepkv::Options::default()).unwrap();
+            let ks = Arc::new(Keyspace::open(Arc::new(db)).unwrap());
+            let log = log::LogStore::open(&d.path().join("db.raft")).unwrap();
+            let sm = machine::Machine::open(ks, d.path().join("db.raft/snapshots")).unwrap();
+            Ok((d, log, sm))
+        }
+    }
+
+    #[test]
+    fn openraft_storage_suite() {
+        Suite::test_all(Fresh).unwrap();
+    }
+}
