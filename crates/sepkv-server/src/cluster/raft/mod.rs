@@ -402,7 +402,7 @@ mod tests {
     #[test]
     fn the_entry_clock_is_the_thread_clock_while_applying() {
         let before = now_ms();
-        assert_eq!(crate::keyspace::with_clock(5, || now_ms()), 5);
+        assert_eq!(crate::keyspace::with_clock(5, now_ms), 5);
         assert_eq!(
             crate::keyspace::with_clock(9, || crate::keyspace::with_clock(3, now_ms)),
             3
