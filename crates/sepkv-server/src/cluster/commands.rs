@@ -245,6 +245,17 @@ pub fn cluster(ctx: &mut Ctx<'_>, a: &[Bytes]) -> CmdResult {
     }
     let c = cluster_of(ctx)?;
     let n = a.len();
+    if c.replica().is_some()
+        && matches!(
+            sub.as_str(),
+            "SETSLOT" | "MIGRATE" | "IMPORT-CLEAR" | "IMPORT-RECORDS"
+        )
+    {
+        // These write the node's records directly, past the Raft log.
+        return Err(Reply::err(
+            "slot migration is not supported on a replicated shard yet",
+        ));
+    }
     match (sub.as_str(), n) {
         ("SLOTS", 2) => {
             let t = c.topology();

@@ -464,6 +464,21 @@ mod tests {
     }
 
     #[test]
+    fn replicas_and_bus_ports() {
+        let text = "version 1\ns 0-16383 a=127.0.0.1:7001@17101 b=127.0.0.1:7002 c=h:60000\n";
+        let t = Topology::parse(text).unwrap();
+        let n = &t.shards[0].nodes;
+        assert_eq!(n.len(), 3);
+        assert_eq!(n[0].bus_port(), Some(17101));
+        assert_eq!(n[1].bus_port(), Some(17002));
+        assert_eq!(n[2].bus_port(), None);
+        assert_eq!(Topology::parse(&t.to_string()).unwrap(), t);
+        assert!(t
+            .to_string()
+            .contains("a=127.0.0.1:7001@17101 b=127.0.0.1:7002"));
+    }
+
+    #[test]
     fn refuses_bad_lines() {
         let cases = [
             ("a 0-16383 n1=h:1\n", 1, "first line"),

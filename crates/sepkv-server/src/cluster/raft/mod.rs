@@ -6,8 +6,9 @@
 //!   checkpoints;
 //! - [`net`]: Raft messages between the nodes on the bus port.
 //!
-//! An entry is a run of one client's write commands (or an expiry
-//! sweep's keys) with the leader's clock reading. The leader answers a
+//! An entry is the write commands of the clients that waited while the
+//! previous entry was in flight, in order (or an expiry sweep's keys),
+//! with the leader's clock reading. The leader answers a
 //! client once its entry is committed on a majority and applied, with the
 //! replies its own apply produced. A follower answers writes with
 //! `-MOVED SLOT LEADER`, or `-CLUSTERDOWN` while it knows no leader; reads
@@ -85,12 +86,26 @@ pub fn raft_id(id: &str) -> u64 {
     xxhash_rust::xxh64::xxh64(id.as_bytes(), 0)
 }
 
+/// Write commands of one connection waiting for their entry, and where
+/// to send the replies (`None`: the entry was not acknowledged; the error
+/// reply is given).
+struct Job {
+    cmds: Vec<Vec<Vec<u8>>>,
+    done: tokio::sync::oneshot::Sender<Result<Vec<Reply>, Option<Reply>>>,
+}
+
+/// Most commands in one entry.
+const ENTRY_COMMANDS: usize = 4096;
+/// Most argument bytes in one entry.
+const ENTRY_BYTES: usize = 16 << 20;
+
 /// This node's replica of its shard's Raft group.
 pub struct Replica {
     raft: Raft<TypeConfig>,
     log: log::LogStore,
     peers: BTreeMap<u64, Node>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    proposer: tokio::sync::mpsc::UnboundedSender<Job>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -163,13 +178,16 @@ impl Replica {
                 eprintln!("cluster: Raft group not initialized here: {e}");
             }
         }
+        let (proposer, jobs) = tokio::sync::mpsc::unbounded_channel();
         let mut tasks = vec![tokio::spawn(net::serve(listener, raft.clone()))];
         tasks.push(tokio::spawn(expire_on_leader(raft.clone(), ks)));
+        tasks.push(tokio::spawn(propose(raft.clone(), jobs)));
         Ok(Arc::new(Replica {
             raft,
             log,
             peers,
             tasks,
+            proposer,
         }))
     }
 
@@ -218,27 +236,30 @@ impl Replica {
         }
     }
 
-    /// Proposes `cmds` as one entry and waits until it is committed and
-    /// applied; the replies of this node's apply.
+    /// Proposes `cmds` and waits until their entry is committed and
+    /// applied; the replies of this node's apply. The commands of the
+    /// connections waiting meanwhile share one entry (group commit: one
+    /// synced log write and one round trip for all of them).
     pub async fn write(&self, cmds: Vec<(&'static Spec, Vec<Bytes>)>) -> Vec<Reply> {
         let n = cmds.len();
-        let req = Request::Commands {
-            time: now_ms(),
+        let (done, rx) = tokio::sync::oneshot::channel();
+        let job = Job {
             cmds: cmds
                 .iter()
                 .map(|(_, a)| a.iter().map(|b| b.to_vec()).collect())
                 .collect(),
+            done,
         };
-        match self.raft.client_write(req).await {
-            Ok(r) => r
-                .data
-                .replies
-                .filter(|r| r.len() == n)
-                .unwrap_or_else(|| vec![Reply::err("internal error: no reply from apply"); n]),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
-                cmds.iter().map(|(s, a)| self.not_leader(s, a)).collect()
-            }
-            Err(e) => vec![Reply::err(format!("CLUSTERDOWN write not acknowledged: {e}")); n],
+        let down = || vec![Reply::err("the server is shutting down"); n];
+        if self.proposer.send(job).is_err() {
+            return down();
+        }
+        match rx.await {
+            Ok(Ok(r)) if r.len() == n => r,
+            Ok(Ok(_)) => vec![Reply::err("internal error: no reply from apply"); n],
+            Ok(Err(None)) => cmds.iter().map(|(s, a)| self.not_leader(s, a)).collect(),
+            Ok(Err(Some(e))) => vec![e; n],
+            Err(_) => down(),
         }
     }
 
@@ -262,6 +283,70 @@ impl Replica {
         }
         let _ = self.raft.shutdown().await;
         self.log.close();
+    }
+}
+
+/// The proposer: takes every job queued while the previous entry was in
+/// flight, proposes their commands as one entry, and hands each job its
+/// replies.
+async fn propose(raft: Raft<TypeConfig>, mut jobs: tokio::sync::mpsc::UnboundedReceiver<Job>) {
+    let mut carry: Option<Job> = None;
+    loop {
+        let first = match carry.take() {
+            Some(j) => j,
+            None => match jobs.recv().await {
+                Some(j) => j,
+                None => return,
+            },
+        };
+        let size = |j: &Job| -> usize { j.cmds.iter().flatten().map(|a| a.len() + 16).sum() };
+        let (mut n, mut bytes) = (first.cmds.len(), size(&first));
+        let mut batch = vec![first];
+        while n < ENTRY_COMMANDS && bytes < ENTRY_BYTES {
+            match jobs.try_recv() {
+                Ok(j) if n + j.cmds.len() <= ENTRY_COMMANDS && bytes + size(&j) <= ENTRY_BYTES => {
+                    n += j.cmds.len();
+                    bytes += size(&j);
+                    batch.push(j);
+                }
+                Ok(j) => {
+                    carry = Some(j);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        let mut cmds = Vec::with_capacity(n);
+        let mut counts = Vec::with_capacity(batch.len());
+        let mut dones = Vec::with_capacity(batch.len());
+        for j in batch {
+            counts.push(j.cmds.len());
+            cmds.extend(j.cmds);
+            dones.push(j.done);
+        }
+        let req = Request::Commands {
+            time: now_ms(),
+            cmds,
+        };
+        match raft.client_write(req).await {
+            Ok(r) => {
+                let mut replies = r.data.replies.unwrap_or_default().into_iter();
+                for (done, c) in dones.into_iter().zip(counts) {
+                    let _ = done.send(Ok(replies.by_ref().take(c).collect()));
+                }
+            }
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
+                for done in dones {
+                    let _ = done.send(Err(None));
+                }
+            }
+            Err(e) => {
+                let e = Reply::err(format!("CLUSTERDOWN write not acknowledged: {e}"));
+                for done in dones {
+                    let _ = done.send(Err(Some(e.clone())));
+                }
+            }
+        }
     }
 }
 
@@ -293,5 +378,65 @@ async fn expire_on_leader(raft: Raft<TypeConfig>, ks: Arc<Keyspace>) {
                 })
                 .await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_ids_are_stable() {
+        let r = Request::Commands {
+            time: 17,
+            cmds: vec![vec![b"set".to_vec(), b"k".to_vec(), vec![0, 255]]],
+        };
+        let b = bincode::serialize(&r).unwrap();
+        let back: Request = bincode::deserialize(&b).unwrap();
+        assert_eq!(back.time(), 17);
+        assert!(matches!(back, Request::Commands { cmds, .. } if cmds[0][2] == [0, 255]));
+        assert_eq!(raft_id("node1"), raft_id("node1"));
+        assert_ne!(raft_id("node1"), raft_id("node2"));
+    }
+
+    #[test]
+    fn the_entry_clock_is_the_thread_clock_while_applying() {
+        let before = now_ms();
+        assert_eq!(crate::keyspace::with_clock(5, now_ms), 5);
+        assert_eq!(
+            crate::keyspace::with_clock(9, || crate::keyspace::with_clock(3, now_ms)),
+            3
+        );
+        assert!(now_ms() >= before);
+    }
+}
+
+/// openraft's own conformance suite for log and state-machine storage,
+/// over a fresh log database and keyspace each time.
+#[cfg(test)]
+mod storage_suite {
+    use super::*;
+    use openraft::testing::{StoreBuilder, Suite};
+    use openraft::StorageError;
+
+    struct Fresh;
+
+    impl StoreBuilder<TypeConfig, log::LogStore, machine::Machine, tempfile::TempDir> for Fresh {
+        async fn build(
+            &self,
+        ) -> Result<(tempfile::TempDir, log::LogStore, machine::Machine), StorageError<u64>>
+        {
+            let d = tempfile::tempdir().unwrap();
+            let db = sepkv::Db::open(d.path().join("db"), sepkv::Options::default()).unwrap();
+            let ks = Arc::new(Keyspace::open(Arc::new(db)).unwrap());
+            let log = log::LogStore::open(&d.path().join("db.raft")).unwrap();
+            let sm = machine::Machine::open(ks, d.path().join("db.raft/snapshots")).unwrap();
+            Ok((d, log, sm))
+        }
+    }
+
+    #[test]
+    fn openraft_storage_suite() {
+        Suite::test_all(Fresh).unwrap();
     }
 }
