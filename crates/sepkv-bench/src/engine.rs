@@ -118,6 +118,9 @@ pub struct Tuning {
     pub over_provisioning_milli: Option<u32>,
     /// `+saX`: `space_amp_target` = X, kept in thousandths.
     pub space_target_milli: Option<u32>,
+    /// `+batchM`: `scan_batch_bytes` = M MiB (values a limited scan
+    /// resolves in one batch).
+    pub scan_batch_mib: Option<u32>,
 }
 
 /// Parses the X of `+opX` or `+saX` into thousandths.
@@ -131,7 +134,7 @@ fn milli(flag: &str, x: &str) -> Result<u32> {
 }
 
 /// The `+flag`s of [`Tuning`] and what each does, for `--list-engines`.
-pub const TUNING_HELP: [(&str, &str); 18] = [
+pub const TUNING_HELP: [(&str, &str); 19] = [
     (
         "+nowal",
         "the value log replaces the index WAL (WiscKey §3.4.2)",
@@ -189,6 +192,10 @@ pub const TUNING_HELP: [(&str, &str); 18] = [
     (
         "+opX",
         "band_over_provisioning X: the bands held to 1 + X bytes per live byte",
+    ),
+    (
+        "+batchM",
+        "scan_batch_bytes M MiB: values a limited scan resolves in one batch",
     ),
     (
         "+saX",
@@ -251,6 +258,9 @@ impl fmt::Display for Tuning {
         }
         if let Some(m) = self.space_target_milli {
             write!(f, "+sa{}", m as f64 / 1000.0)?;
+        }
+        if let Some(m) = self.scan_batch_mib {
+            write!(f, "+batch{m}")?;
         }
         Ok(())
     }
@@ -527,6 +537,14 @@ impl FromStr for EngineSpec {
                             "noroll" => tuning.no_roll = true,
                             "paper" => tuning.paper = true,
                             "align" => tuning.block_align = true,
+                            f if f.starts_with("batch") => {
+                                let m = f[5..].parse::<u32>().ok().filter(|m| (1..=65536).contains(m));
+                                tuning.scan_batch_mib = Some(m.ok_or_else(|| {
+                                    BenchError::InvalidArgument(format!(
+                                        "+{f}: expected MiB from 1 to 65536, such as +batch16"
+                                    ))
+                                })?)
+                            }
                             f if f.starts_with("op") => {
                                 tuning.over_provisioning_milli = Some(milli("op", &f[2..])?)
                             }
@@ -723,6 +741,9 @@ impl SepkvEngine {
         }
         if let Some(m) = tuning.space_target_milli {
             options.space_amp_target = m as f64 / 1000.0;
+        }
+        if let Some(m) = tuning.scan_batch_mib {
+            options.scan_batch_bytes = u64::from(m) << 20;
         }
         if let Some((capacity, reserved)) = opts.value_capacity {
             options.value_capacity = Some(capacity);
