@@ -152,15 +152,18 @@ impl LwcConfig {
 }
 
 /// The next automatic compaction of an LWC-tree: the leveled picker's
-/// choice (same scores, same victims), except that a level-0 file is never
-/// moved down as it is (deeper levels take DTables; it is rewritten as one)
-/// and a victim of level 1 or deeper with no overlap below is always moved
-/// (moving a DTable keeps its segments; there is nothing to append to).
+/// choice (same scores, same victims, and the same trivial moves of a
+/// level-0 file that overlaps nothing below), except that a victim of
+/// level 1 or deeper with no overlap below is always moved (moving a DTable
+/// keeps its segments; there is nothing to append to).
+///
+/// A level-0 SSTable moved down stays an SSTable in a level of DTables.
+/// The first victim that reaches it merges it with its new entries and
+/// divides the result into DTables (an SSTable takes no appends), which
+/// writes its bytes once, as rewriting it on the way down would have; a
+/// sequential load, whose tables never overlap, writes them never.
 pub fn pick(v: &Version, cfg: &PickerConfig, compact_pointers: &[Option<&[u8]>]) -> Choice {
     match picker::pick(v, cfg, compact_pointers) {
-        Choice::Move { level: 0, file } => {
-            Choice::Merge(picker::setup_inputs(v, cfg, 0, vec![file]))
-        }
         Choice::Merge(inputs)
             if inputs.level > 0 && inputs.lower.is_empty() && inputs.upper.len() == 1 =>
         {
