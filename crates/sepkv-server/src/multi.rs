@@ -76,6 +76,21 @@ impl TxState {
         }
     }
 
+    /// For `EXEC` on a replica of a Raft group: takes the queue when it
+    /// holds write commands only, nothing was refused and no key is
+    /// watched (the transaction then goes through the log as one entry);
+    /// `None` leaves the state as it is.
+    pub fn take_replicable(&mut self) -> Option<Vec<(&'static Spec, Vec<Bytes>)>> {
+        let q = self.queue.as_ref()?;
+        if self.dirty || !self.watched.is_empty() || q.is_empty() {
+            return None;
+        }
+        if !q.iter().all(|(s, _)| crate::command::is_write(s)) {
+            return None;
+        }
+        self.queue.take()
+    }
+
     /// Leaves `MULTI` and ends every watch (`DISCARD`, `RESET`, a closed
     /// connection).
     pub fn reset(&mut self, shared: &Shared) {
@@ -190,7 +205,7 @@ fn run_queue(ctx: &mut Ctx<'_>, queue: &[(&'static Spec, Vec<Bytes>)]) -> CmdRes
     if let Some(c) = &shared.cluster {
         if c.replica().is_some() && queue.iter().any(|(s, _)| crate::command::is_write(s)) {
             return Err(Reply::err(
-                "MULTI/EXEC with write commands is not replicated yet; send the writes one by one",
+                "MULTI/EXEC mixing writes with reads or WATCH is not replicated yet",
             ));
         }
         if let Some(r) = queue

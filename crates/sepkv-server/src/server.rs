@@ -302,6 +302,16 @@ async fn serve_client(
                             flush_writes(shared, &mut writes, client.proto, &mut wbuf).await;
                             write_bytes = 0;
                             let reply = match other {
+                                Ok(spec) if spec.name == "exec" && replicated(shared) => {
+                                    match client.tx.take_replicable() {
+                                        Some(q) => exec_replicated(shared, client, q).await,
+                                        None => multi::dispatch(
+                                            &mut Ctx::new(shared, &mut *client),
+                                            spec,
+                                            args,
+                                        ),
+                                    }
+                                }
                                 Ok(spec) => match read_barrier(shared, client, spec, &args).await {
                                     Ok(()) => multi::dispatch(
                                         &mut Ctx::new(shared, &mut *client),
@@ -373,6 +383,33 @@ async fn flush_writes(shared: &Shared, writes: &mut Commands, proto: u8, wbuf: &
     for r in replies {
         r.encode(proto, wbuf);
     }
+}
+
+/// Whether this node is a replica of a Raft group.
+fn replicated(shared: &Shared) -> bool {
+    shared
+        .cluster
+        .as_ref()
+        .is_some_and(|c| c.replica().is_some())
+}
+
+/// `EXEC` of a transaction of writes only on a replica of a Raft group:
+/// its commands go through the log as one entry (applied in one engine
+/// batch); a node that is not the leader redirects the whole transaction.
+async fn exec_replicated(
+    shared: &Shared,
+    client: &mut ClientState,
+    queue: Vec<(&'static crate::command::Spec, Vec<bytes::Bytes>)>,
+) -> Reply {
+    client.tx.reset(shared);
+    let Some(r) = shared.cluster.as_ref().and_then(|c| c.replica()) else {
+        return Reply::err("internal error: not a replica");
+    };
+    if !r.is_leader() {
+        let (spec, args) = &queue[0];
+        return r.not_leader(spec, args);
+    }
+    Reply::Array(r.write(queue).await)
 }
 
 /// On the leader of a Raft group, a read of keys (outside `MULTI`) first

@@ -87,11 +87,26 @@ fn info_text(c: &Cluster) -> String {
 pub fn info_fields(c: Option<&Cluster>) -> Vec<(&'static str, String)> {
     match c {
         None => vec![("cluster_enabled", "0".into())],
-        Some(c) => vec![
-            ("cluster_enabled", "1".into()),
-            ("cluster_topology_version", c.topology().version.to_string()),
-            ("cluster_node_id", c.my_id().into()),
-        ],
+        Some(c) => {
+            let mut v = vec![
+                ("cluster_enabled", "1".into()),
+                ("cluster_topology_version", c.topology().version.to_string()),
+                ("cluster_node_id", c.my_id().into()),
+            ];
+            if let Some(r) = c.replica() {
+                let (term, last_log, applied) = r.metrics();
+                let role = if r.is_leader() { "leader" } else { "follower" };
+                v.push(("raft_role", role.into()));
+                v.push((
+                    "raft_leader",
+                    r.leader().map_or("-".into(), |n| n.id.clone()),
+                ));
+                v.push(("raft_term", term.to_string()));
+                v.push(("raft_last_log_index", last_log.unwrap_or(0).to_string()));
+                v.push(("raft_last_applied_index", applied.unwrap_or(0).to_string()));
+            }
+            v
+        }
     }
 }
 

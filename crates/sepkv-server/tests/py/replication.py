@@ -6,9 +6,10 @@ driven by redis-py's RedisCluster.
    through the cluster client within 5 s. The old leader restarts and
    catches up; every acknowledged key is then readable with its last value
    on all three nodes (READONLY reads on each).
-2. Snapshot: a follower is stopped, its data directory and Raft log wiped,
-   and restarted; it must rejoin by snapshot (its log says so) and serve
-   the same keys.
+2. Snapshot: MULTI/EXEC of writes on the leader reaches all three nodes;
+   then a follower is stopped, its data directory and Raft log wiped, and
+   restarted; it must rejoin by snapshot (its log says so) and serve the
+   same keys.
 
 Every server listens on 127.0.0.1 (client and bus ports) and is stopped by
 its pid at the end. Environment: SEPKV_BIN, SEPKV_REPLICATION_KEYS
@@ -212,6 +213,17 @@ def failover(shard):
 def snapshot(shard, acked):
     wait_until("a leader", lambda: shard.leader() is not None)
     leader = shard.leader()
+    # A transaction of writes goes through the log as one entry.
+    p = shard.node(leader).pipeline(transaction=True)
+    p.set("{tx}a", 1)
+    p.incr("{tx}a")
+    p.set("{tx}b", "x")
+    assert p.execute() == [True, 2, True]
+    acked["{tx}a"], acked["{tx}b"] = "2", "x"
+    for i in range(3):
+        wait_until(f"{shard.ids[i]} to apply the transaction",
+                   lambda i=i: replica_values(shard, i, ["{tx}a", "{tx}b"])
+                   == {"{tx}a": b"2", "{tx}b": b"x"})
     victim = next(i for i in range(3) if i != leader)
     shard.term(victim)
     shutil.rmtree(shard.db(victim))
