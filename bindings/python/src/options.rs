@@ -69,7 +69,8 @@ pub fn apply(opts: &mut Options, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult
                 hashkv_journal, hashkv_journal_values, trie_sort_sealed;
             value: value_threshold, write_buffer_size, block_size, block_restart_interval,
                 bloom_bits_per_key, block_cache_size, max_open_files, num_levels,
-                lwc_max_segments, l0_compaction_trigger, l0_slowdown_writes_trigger,
+                lwc_max_segments, lwc_division_number, l0_compaction_trigger,
+                l0_slowdown_writes_trigger,
                 l0_stop_writes_trigger, scan_prefetch_depth, prefetch_threads,
                 hashkv_write_cache_size;
             value: target_file_size, max_bytes_for_level_base, level_size_multiplier,
