@@ -547,6 +547,38 @@ struct EngineRun<'a> {
     bounded: bool,
 }
 
+/// What the threads of a phase share besides the engine (see
+/// [`EngineRun::op_phase`]).
+struct PhaseData<'r> {
+    cfg: &'r BenchConfig,
+    dense: &'r DenseLive,
+    values: &'r ValueSource,
+}
+
+impl PhaseData<'_> {
+    /// A buffer for one key.
+    fn key_buf(&self) -> Vec<u8> {
+        Vec::with_capacity(self.cfg.key_size)
+    }
+
+    /// Puts record `n` with the next value of `vs`, recording it as live
+    /// and its bytes as written.
+    fn put(
+        &self,
+        ex: &mut Exec<'_>,
+        vs: &mut ValueSource,
+        key: &mut Vec<u8>,
+        n: u64,
+    ) -> Result<()> {
+        bench_key(n, self.cfg.key_size, key);
+        let v = vs.next(self.cfg.value_len(n));
+        ex.op(Op::Put(key, v), false)?;
+        self.dense.put(n, key.len(), v.len());
+        ex.o.user_written += (key.len() + v.len()) as u64;
+        Ok(())
+    }
+}
+
 fn clear_dir(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| BenchError::io(dir, e))?;
     for entry in std::fs::read_dir(dir).map_err(|e| BenchError::io(dir, e))? {
@@ -812,6 +844,45 @@ impl EngineRun<'_> {
         }
     }
 
+    /// One measured phase of `ops` operations, one at a time, shared out
+    /// over the threads: each thread makes its own state with `init(t)`
+    /// (random streams, a key buffer) and runs `step` for each index `i` of
+    /// its share; an operation and its progress tick are counted after each
+    /// step. The phases below differ only in `init` and `step`.
+    fn op_phase<S>(
+        &mut self,
+        workload: &str,
+        phase: &str,
+        ops: u64,
+        init: impl Fn(&PhaseData<'_>, usize) -> S + Sync,
+        step: impl Fn(&PhaseData<'_>, &mut S, &mut Exec<'_>, u64) -> Result<()> + Sync,
+    ) -> Result<()> {
+        let cfg = self.cfg;
+        let label = format!("{workload}/{phase}");
+        self.measure(workload, phase, |r| {
+            let eng = r.engine.as_deref().ok_or_else(no_engine)?;
+            let d = PhaseData {
+                cfg,
+                dense: &r.dense,
+                values: &r.values,
+            };
+            let pb = Progress::new(cfg.progress, ops, &format!("{} {label}", eng.label()));
+            let out = parallel(cfg.threads, ops, |t, range| {
+                let mut state = init(&d, t);
+                let mut ex = Exec::new(eng);
+                let mut tick = pb.ticker();
+                for i in range {
+                    step(&d, &mut state, &mut ex, i)?;
+                    ex.o.ops += 1;
+                    tick.tick(1);
+                }
+                ex.finish()
+            });
+            pb.finish();
+            out
+        })
+    }
+
     /// Writes records `0..num` once each, in key order or a random order,
     /// into an empty database.
     fn fill(&mut self, workload: &str, phase: &str, random: bool) -> Result<()> {
@@ -822,32 +893,17 @@ impl EngineRun<'_> {
         let num = cfg.num;
         self.dense.ensure(num);
         let stream = self.next_stream();
-        let label = format!("{workload}/{phase}");
-        self.measure(workload, phase, |r| {
-            let eng = r.engine.as_deref().ok_or_else(no_engine)?;
-            let (dense, values) = (&r.dense, &r.values);
-            let perm = Permutation::new(num, cfg.seed ^ stream);
-            let pb = Progress::new(cfg.progress, num, &format!("{} {}", eng.label(), label));
-            let out = parallel(cfg.threads, num, |t, range| {
-                let mut vs = values.fork(stream + t as u64);
-                let mut key = Vec::with_capacity(cfg.key_size);
-                let mut ex = Exec::new(eng);
-                let mut tick = pb.ticker();
-                for i in range {
-                    let n = if random { perm.get(i) } else { i };
-                    bench_key(n, cfg.key_size, &mut key);
-                    let v = vs.next(cfg.value_len(n));
-                    ex.op(Op::Put(&key, v), false)?;
-                    dense.put(n, key.len(), v.len());
-                    ex.o.user_written += (key.len() + v.len()) as u64;
-                    ex.o.ops += 1;
-                    tick.tick(1);
-                }
-                ex.finish()
-            });
-            pb.finish();
-            out
-        })?;
+        let perm = Permutation::new(num, cfg.seed ^ stream);
+        self.op_phase(
+            workload,
+            phase,
+            num,
+            |d, t| (d.values.fork(stream + t as u64), d.key_buf()),
+            |d, (vs, key), ex, i| {
+                let n = if random { perm.get(i) } else { i };
+                d.put(ex, vs, key, n)
+            },
+        )?;
         self.dataset = Dataset::Bench;
         Ok(())
     }
@@ -858,66 +914,40 @@ impl EngineRun<'_> {
         let cfg = self.cfg;
         let num = cfg.num;
         let stream = self.next_stream();
-        let label = format!("{workload}/{phase}");
-        self.measure(workload, phase, |r| {
-            let eng = r.engine.as_deref().ok_or_else(no_engine)?;
-            let (dense, values) = (&r.dense, &r.values);
-            let pb = Progress::new(cfg.progress, ops, &format!("{} {}", eng.label(), label));
-            let out = parallel(cfg.threads, ops, |t, range| {
-                let mut rng = rng(cfg.seed, stream + t as u64);
-                let mut zipfian = ScrambledZipfian::new(0, num - 1);
-                let mut vs = values.fork(stream + t as u64);
-                let mut key = Vec::with_capacity(cfg.key_size);
-                let mut ex = Exec::new(eng);
-                let mut tick = pb.ticker();
-                for _ in range {
-                    let n = if zipf {
-                        zipfian.next(&mut rng)
-                    } else {
-                        rng.gen_range(0..num)
-                    };
-                    bench_key(n, cfg.key_size, &mut key);
-                    let v = vs.next(cfg.value_len(n));
-                    ex.op(Op::Put(&key, v), false)?;
-                    dense.put(n, key.len(), v.len());
-                    ex.o.user_written += (key.len() + v.len()) as u64;
-                    ex.o.ops += 1;
-                    tick.tick(1);
-                }
-                ex.finish()
-            });
-            pb.finish();
-            out
-        })
+        self.op_phase(
+            workload,
+            phase,
+            ops,
+            |d, t| {
+                let s = stream + t as u64;
+                let z = ScrambledZipfian::new(0, num - 1);
+                (rng(cfg.seed, s), z, d.values.fork(s), d.key_buf())
+            },
+            |d, (rng, zipfian, vs, key), ex, _| {
+                let n = if zipf {
+                    zipfian.next(rng)
+                } else {
+                    rng.gen_range(0..num)
+                };
+                d.put(ex, vs, key, n)
+            },
+        )
     }
 
     fn read_random(&mut self, workload: &str, ops: u64) -> Result<()> {
         let cfg = self.cfg;
         let num = cfg.num;
         let stream = self.next_stream();
-        self.measure(workload, "run", |r| {
-            let eng = r.engine.as_deref().ok_or_else(no_engine)?;
-            let pb = Progress::new(
-                cfg.progress,
-                ops,
-                &format!("{} {workload}/run", eng.label()),
-            );
-            let out = parallel(cfg.threads, ops, |t, range| {
-                let mut rng = rng(cfg.seed, stream + t as u64);
-                let mut key = Vec::with_capacity(cfg.key_size);
-                let mut ex = Exec::new(eng);
-                let mut tick = pb.ticker();
-                for _ in range {
-                    bench_key(rng.gen_range(0..num), cfg.key_size, &mut key);
-                    ex.op(Op::Get(&key), false)?;
-                    ex.o.ops += 1;
-                    tick.tick(1);
-                }
-                ex.finish()
-            });
-            pb.finish();
-            out
-        })
+        self.op_phase(
+            workload,
+            "run",
+            ops,
+            |d, t| (rng(cfg.seed, stream + t as u64), d.key_buf()),
+            |_, (rng, key), ex, _| {
+                bench_key(rng.gen_range(0..num), cfg.key_size, key);
+                ex.op(Op::Get(key), false)
+            },
+        )
     }
 
     fn read_seq(&mut self, workload: &str, ops: u64) -> Result<()> {
@@ -972,29 +1002,16 @@ impl EngineRun<'_> {
         let cfg = self.cfg;
         let num = cfg.num;
         let stream = self.next_stream();
-        self.measure(workload, "run", |r| {
-            let eng = r.engine.as_deref().ok_or_else(no_engine)?;
-            let pb = Progress::new(
-                cfg.progress,
-                ops,
-                &format!("{} {workload}/run", eng.label()),
-            );
-            let out = parallel(cfg.threads, ops, |t, range| {
-                let mut rng = rng(cfg.seed, stream + t as u64);
-                let mut key = Vec::with_capacity(cfg.key_size);
-                let mut ex = Exec::new(eng);
-                let mut tick = pb.ticker();
-                for _ in range {
-                    bench_key(rng.gen_range(0..num), cfg.key_size, &mut key);
-                    ex.op(Op::Scan(&key, cfg.scan_length), false)?;
-                    ex.o.ops += 1;
-                    tick.tick(1);
-                }
-                ex.finish()
-            });
-            pb.finish();
-            out
-        })
+        self.op_phase(
+            workload,
+            "run",
+            ops,
+            |d, t| (rng(cfg.seed, stream + t as u64), d.key_buf()),
+            |_, (rng, key), ex, _| {
+                bench_key(rng.gen_range(0..num), cfg.key_size, key);
+                ex.op(Op::Scan(key, cfg.scan_length), false)
+            },
+        )
     }
 
     fn read_while_writing(&mut self, workload: &str, ops: u64) -> Result<()> {
@@ -1070,33 +1087,21 @@ impl EngineRun<'_> {
         let cfg = self.cfg;
         let num = cfg.num;
         let stream = self.next_stream();
-        self.measure(workload, "run", |r| {
-            let eng = r.engine.as_deref().ok_or_else(no_engine)?;
-            let dense = &r.dense;
-            let perm = Permutation::new(num, cfg.seed ^ stream);
-            let pb = Progress::new(
-                cfg.progress,
-                ops,
-                &format!("{} {workload}/run", eng.label()),
-            );
-            let out = parallel(cfg.threads, ops, |_, range| {
-                let mut key = Vec::with_capacity(cfg.key_size);
-                let mut ex = Exec::new(eng);
-                let mut tick = pb.ticker();
-                for i in range {
-                    let n = perm.get(i % num);
-                    bench_key(n, cfg.key_size, &mut key);
-                    ex.op(Op::Delete(&key), false)?;
-                    dense.delete(n);
-                    ex.o.user_written += key.len() as u64;
-                    ex.o.ops += 1;
-                    tick.tick(1);
-                }
-                ex.finish()
-            });
-            pb.finish();
-            out
-        })
+        let perm = Permutation::new(num, cfg.seed ^ stream);
+        self.op_phase(
+            workload,
+            "run",
+            ops,
+            |d, _| d.key_buf(),
+            |d, key, ex, i| {
+                let n = perm.get(i % num);
+                bench_key(n, cfg.key_size, key);
+                ex.op(Op::Delete(key), false)?;
+                d.dense.delete(n);
+                ex.o.user_written += key.len() as u64;
+                Ok(())
+            },
+        )
     }
 
     /// Phase `phase` of the `churn` workload: [`CHURN_ROUNDS_PER_PHASE`]

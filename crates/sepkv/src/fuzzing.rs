@@ -794,7 +794,7 @@ impl Target {
 
     /// A valid encoding for the decoder, varied by `seed`.
     pub fn sample(self, seed: u64) -> Vec<u8> {
-        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let mut rng = Rng::seeded(seed);
         match self {
             Target::DataBlock => {
                 let mut b = BlockBuilder::new(1 + rng.below(4) as usize);
@@ -1129,24 +1129,23 @@ fn seal_identity(data: &mut Vec<u8>) {
     data.extend_from_slice(format!("crc={c:08x}\n").as_bytes());
 }
 
-/// A small deterministic generator (splitmix64).
-struct Rng(u64);
+/// The samples' deterministic generator: `rand`'s seeded standard
+/// generator, with the two draws the samples make.
+struct Rng(rand::rngs::StdRng);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+    fn seeded(seed: u64) -> Rng {
+        Rng(rand::SeedableRng::seed_from_u64(seed))
     }
 
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        rand::Rng::gen_range(&mut self.0, 0..n.max(1))
     }
 
     fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
+        let mut v = vec![0; n];
+        rand::RngCore::fill_bytes(&mut self.0, &mut v);
+        v
     }
 }
 
