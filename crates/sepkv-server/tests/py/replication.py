@@ -13,7 +13,10 @@ driven by redis-py's RedisCluster.
 3. Shared reads: on the leader, one connection increments a counter while
    eight others read it; every read must see at least the value the last
    increment acknowledged before that read was sent (reads waiting at
-   once share one read-index round; none may see an older state).
+   once share one read-index round; none may see an older state). It runs
+   after the wiped follower rejoined, so it also checks that the leader
+   survived that (openraft's leader panics on a follower's log going
+   backwards unless built with `loosen-follower-log-revert`).
 
 Every server listens on 127.0.0.1 (client and bus ports) and is stopped by
 its pid at the end. Environment: SEPKV_BIN, SEPKV_REPLICATION_KEYS
