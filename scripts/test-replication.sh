@@ -3,7 +3,9 @@
 # of three nodes as a Raft group on loopback: the leader killed with kill -9
 # under four RedisCluster writers, the new leader serving within 5 s, the
 # old one catching up, every acknowledged key on all three nodes; then a
-# wiped follower rejoining by snapshot).
+# wiped follower rejoining by snapshot; then eight readers against an
+# incrementing writer on the leader, no read older than an acknowledged
+# increment).
 #
 # Installs what it needs when missing (scripts/lib/prereqs.sh): redis-py
 # (pinned). With CI=true anything that cannot be installed fails the run.

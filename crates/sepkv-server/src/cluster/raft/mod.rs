@@ -14,6 +14,8 @@
 //! `-MOVED SLOT LEADER`, or `-CLUSTERDOWN` while it knows no leader; reads
 //! on the leader are linearizable (openraft's `ensure_linearizable`, a
 //! read index confirmed by a round of heartbeats, with no clock involved).
+//! Reads share rounds: the reads that arrive while a round is in flight
+//! wait together for the next one, which starts after all of them arrived.
 //!
 //! Thread-safety: [`Replica`] is shared by every connection.
 
@@ -94,6 +96,11 @@ struct Job {
     done: tokio::sync::oneshot::Sender<Result<Vec<Reply>, Option<Reply>>>,
 }
 
+/// A read waiting for a read index: told `true` once the leader has
+/// applied everything committed before the round it shared started,
+/// `false` if this node was not the leader then.
+type ReadWaiter = tokio::sync::oneshot::Sender<bool>;
+
 /// Most commands in one entry.
 const ENTRY_COMMANDS: usize = 4096;
 /// Most argument bytes in one entry.
@@ -106,6 +113,7 @@ pub struct Replica {
     peers: BTreeMap<u64, Node>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     proposer: tokio::sync::mpsc::UnboundedSender<Job>,
+    reads: tokio::sync::mpsc::UnboundedSender<ReadWaiter>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -182,12 +190,15 @@ impl Replica {
         let mut tasks = vec![tokio::spawn(net::serve(listener, raft.clone()))];
         tasks.push(tokio::spawn(expire_on_leader(raft.clone(), ks)));
         tasks.push(tokio::spawn(propose(raft.clone(), jobs)));
+        let (reads, waiters) = tokio::sync::mpsc::unbounded_channel();
+        tasks.push(tokio::spawn(read_rounds(raft.clone(), waiters)));
         Ok(Arc::new(Replica {
             raft,
             log,
             peers,
             tasks,
             proposer,
+            reads,
         }))
     }
 
@@ -264,15 +275,21 @@ impl Replica {
     }
 
     /// Waits until this node, as leader, has applied everything committed
-    /// before the call (a read index confirmed by a majority). `Err`: the
-    /// reply to give instead.
+    /// before the call (a read index confirmed by a majority). The reads
+    /// waiting at once share one round, which starts after they all
+    /// arrived (see [`read_rounds`]). `Err`: the reply to give instead.
     ///
     /// # Errors
     /// Not the leader (any more).
     pub async fn read_barrier(&self, spec: &Spec, args: &[Bytes]) -> Result<(), Reply> {
-        match self.raft.ensure_linearizable().await {
-            Ok(_) => Ok(()),
-            Err(_) => Err(self.not_leader(spec, args)),
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if self.reads.send(tx).is_err() {
+            return Err(Reply::err("the server is shutting down"));
+        }
+        match rx.await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(self.not_leader(spec, args)),
+            Err(_) => Err(Reply::err("the server is shutting down")),
         }
     }
 
@@ -346,6 +363,36 @@ async fn propose(raft: Raft<TypeConfig>, mut jobs: tokio::sync::mpsc::UnboundedR
                     let _ = done.send(Err(Some(e.clone())));
                 }
             }
+        }
+    }
+}
+
+/// The read rounds: takes every read queued so far, runs one
+/// `ensure_linearizable` round for all of them, and answers them together;
+/// the reads that arrive meanwhile wait for the next round.
+///
+/// Still linearizable: a round starts after each of its reads arrived, so
+/// its read index (the leader's commit index when the round starts,
+/// confirmed by a majority's heartbeat replies) covers every write
+/// acknowledged before any of those reads arrived, and each read runs only
+/// after that index is applied. A read never joins a round already in
+/// flight, whose index may predate it.
+async fn read_rounds(
+    raft: Raft<TypeConfig>,
+    mut waiters: tokio::sync::mpsc::UnboundedReceiver<ReadWaiter>,
+) {
+    let mut round = Vec::new();
+    loop {
+        match waiters.recv().await {
+            Some(w) => round.push(w),
+            None => return,
+        }
+        while let Ok(w) = waiters.try_recv() {
+            round.push(w);
+        }
+        let ok = raft.ensure_linearizable().await.is_ok();
+        for w in round.drain(..) {
+            let _ = w.send(ok);
         }
     }
 }
