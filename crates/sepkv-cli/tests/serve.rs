@@ -199,6 +199,14 @@ fn sigkill_under_synced_writers_loses_no_acknowledged_write() {
                 })
             })
             .collect();
+        // The kill is timed from the writers' progress: on a loaded
+        // machine a fixed window may hold too few synced writes, so it
+        // starts once more than 50 are acknowledged (the writers give up
+        // after 60 s, and the assertion below then fails).
+        let progress_deadline = Instant::now() + Duration::from_secs(60);
+        while acked.lock().unwrap().len() <= 50 && Instant::now() < progress_deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         std::thread::sleep(Duration::from_secs_f64(secs));
         // SIGKILL while the writers are mid-command.
         srv.child.kill().unwrap();
@@ -408,9 +416,14 @@ fn sigkill_under_multi_exec_transfers_keeps_the_bank_total() {
             })
             .collect();
         // While they run, a transaction reads both totals whole.
+        // For `secs`, and on a loaded machine longer: until more than 20
+        // transfers are done (bounded by the writers' 60 s).
         let until = Instant::now() + Duration::from_secs_f64(secs);
+        let progress_deadline = Instant::now() + Duration::from_secs(60);
         let mut checks = 0;
-        while Instant::now() < until {
+        while Instant::now() < until
+            || (done.load(Ordering::Relaxed) <= 20 && Instant::now() < progress_deadline)
+        {
             assert_eq!(totals(&mut conn), (total, total), "{preset}: live totals");
             checks += 1;
         }
