@@ -277,7 +277,7 @@ impl Replica {
     /// Waits until this node, as leader, has applied everything committed
     /// before the call (a read index confirmed by a majority). The reads
     /// waiting at once share one round, which starts after they all
-    /// arrived (see [`read_rounds`]). `Err`: the reply to give instead.
+    /// arrived (see `read_rounds`). `Err`: the reply to give instead.
     ///
     /// # Errors
     /// Not the leader (any more).
