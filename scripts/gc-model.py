@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A record-level model of the update experiment's GC (issue: HashKV's update bytes).
+"""A record-level model of the update experiment's GC (HashKV's update bytes).
 
 Counts the records GC copies per update phase, for a value log collected
 from its tail and for HashKV's segment groups under several hot/cold rules,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Space after short-lived, killed writers (issue: space that stays bounded).
+"""Space after short-lived, killed writers (space that stays bounded).
 
 Overwrites the same keys in ROUNDS separate `sepkv import` processes; rounds
 2, 4, ..., 12 are killed with SIGKILL once KILL_AT records were acknowledged.

@@ -1,5 +1,5 @@
-//! Deleted, expired and overwritten hashes give their space back (issue
-//! 61): a server in-process, driven over the protocol, churns hashes of
+//! Deleted, expired and overwritten hashes give their space back: a
+//! server in-process, driven over the protocol, churns hashes of
 //! many fields — each round writes them, then deletes, expires or
 //! overwrites each one — for many times their lifetime, with a sweep per
 //! round (`compact_range(..)` and `gc(None)`, what a server does now and

@@ -446,7 +446,7 @@ fn matches_a_model_that_applies_the_filter_at_each_sweep() {
     }
 }
 
-/// The space test (issue 61): keys carry an epoch, the filter removes those
+/// The space test: keys carry an epoch, the filter removes those
 /// two epochs old, and 30 epochs are written — 15 times the live data —
 /// with a sweep per epoch (what a server does once per lifetime of its
 /// data: `compact_range(..)` and `gc(None)`) and background GC on. Every

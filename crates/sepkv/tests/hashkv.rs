@@ -1187,7 +1187,7 @@ impl FileSystem for GateFs {
     }
 }
 
-/// Issue 10 item 2, deterministically: a GC step seals the groups it
+/// The sealed-group case, deterministically: a GC step seals the groups it
 /// collects; writes that reach those groups while it runs must not take a
 /// log segment each (with more groups than log segments that refused
 /// writes with the store nearly empty), and once GC is done every group
@@ -1230,7 +1230,7 @@ fn writes_during_gc_take_no_reserved_space() {
         };
         fs.wait_until_holding();
         // GC has sealed its groups and waits: overwrite every key, in
-        // pairs, as the writers of the issue did.
+        // pairs, as the writers of the original report did.
         let writer = {
             let db = db.clone();
             std::thread::spawn(move || {
@@ -1361,7 +1361,7 @@ fn a_failed_segment_removal_loses_no_space() {
     assert!(db.verify().unwrap().faults.is_empty());
 }
 
-/// The load of issue 10 item 2, bounded by operations rather than time:
+/// The sealed-group load, bounded by operations rather than time:
 /// capacity 8 MiB, main segments 256 KiB, log segments 64 KiB, 2000 keys
 /// with values of 100–900 bytes (about 1 MB live); three writers each read
 /// two keys and write both back in one batch (1 % synced), two readers
