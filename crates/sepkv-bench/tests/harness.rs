@@ -548,7 +548,7 @@ fn paper_division_and_push_down_flags_apply_to_the_lwc_index_only() {
         ("sepkv:lwc+div4", 0, 4, false),
         ("sepkv:lwc+pushdown", 0, 0, true),
         ("sepkv:lwc+seg4", 4, 0, false),
-        ("sepkv:wisckey+lwc+paper+div12", 1024, 12, false),
+        ("sepkv:wisckey+lwc+div12+paper", 1024, 12, false),
     ] {
         let spec: EngineSpec = name.parse().unwrap();
         assert_eq!(spec.to_string(), name);
