@@ -247,16 +247,7 @@ impl Keyspace {
     /// # Errors
     /// Engine errors; a malformed metadata record.
     pub fn open(db: Arc<Db>) -> Result<Keyspace, Error> {
-        let meta = match db.get(META_KEY)? {
-            Some(v) => Meta::decode(&v).ok_or_else(corrupt_meta)?,
-            None => Meta {
-                gen: 1,
-                count: 0,
-                expires: 0,
-                reclaimed_below: 1,
-                next_version: 1,
-            },
-        };
+        let meta = read_meta(&db)?;
         let dead_fields = KeyspaceFilter::new();
         dead_fields.attach(&db);
         Ok(Keyspace {
@@ -279,16 +270,7 @@ impl Keyspace {
     /// Engine errors; a malformed metadata record.
     pub fn reload(&self) -> Result<(), Error> {
         let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-        let meta = match self.db.get(META_KEY)? {
-            Some(v) => Meta::decode(&v).ok_or_else(corrupt_meta)?,
-            None => Meta {
-                gen: 1,
-                count: 0,
-                expires: 0,
-                reclaimed_below: 1,
-                next_version: 1,
-            },
-        };
+        let meta = read_meta(&self.db)?;
         *w = meta;
         self.gen.store(meta.gen, Ordering::Release);
         self.count.store(meta.count, Ordering::Relaxed);
@@ -866,5 +848,22 @@ impl Drop for Txn<'_> {
         if !self.batch.is_empty() || *self.meta != self.start {
             *self.meta = self.start;
         }
+    }
+}
+
+/// The keyspace's metadata record (a fresh database starts at generation 1).
+///
+/// # Errors
+/// Engine errors; a malformed metadata record.
+fn read_meta(db: &Db) -> Result<Meta, Error> {
+    match db.get(META_KEY)? {
+        Some(v) => Meta::decode(&v).ok_or_else(corrupt_meta),
+        None => Ok(Meta {
+            gen: 1,
+            count: 0,
+            expires: 0,
+            reclaimed_below: 1,
+            next_version: 1,
+        }),
     }
 }

@@ -30,6 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 import common  # noqa: E402
+from common import wait_until  # noqa: E402
 
 import redis  # noqa: E402
 from redis.cluster import RedisCluster  # noqa: E402
@@ -114,14 +115,6 @@ class Cluster:
                 s.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-
-def wait_until(what, cond, timeout=30.0):
-    end = time.time() + timeout
-    while time.time() < end:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def all_keys(node):

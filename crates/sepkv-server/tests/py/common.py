@@ -107,3 +107,15 @@ def start_redis():
     argv = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
             "--dir", d, "--daemonize", "no", "--protected-mode", "yes"]
     return Server(argv, port, workdir=d)
+
+
+def wait_until(what, cond, timeout=30.0):
+    """Polls `cond` every 100 ms until it returns a true value, which is
+    returned; fails after `timeout` seconds naming `what`."""
+    end = time.time() + timeout
+    while time.time() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
