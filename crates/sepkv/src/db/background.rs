@@ -216,9 +216,11 @@ impl DbInner {
             return false;
         }
         let done = g.done;
+        g.waiting += 1;
         while g.done == done {
             self.gc_step_cv.wait(&mut g);
         }
+        g.waiting -= 1;
         self.counters.write_gc_waits.fetch_add(1, Ordering::Relaxed);
         true
     }
@@ -375,7 +377,13 @@ mod tests {
                 (waited, ended.load(Ordering::SeqCst))
             })
         };
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        // The step ends only once the writer waits for it (a busy machine
+        // may start the thread late).
+        let start = std::time::Instant::now();
+        while inner.gc_steps.lock().waiting == 0 {
+            assert!(start.elapsed().as_secs() < 60, "the writer never waited");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         ended.store(true, Ordering::SeqCst);
         {
             let mut g = inner.gc_steps.lock();

@@ -99,6 +99,8 @@ struct Counters {
 struct GcSteps {
     running: u32,
     done: u64,
+    /// Writers blocked in `wait_for_running_gc` now.
+    waiting: u32,
 }
 
 /// The state behind a [`Db`] handle, shared with its GC thread.
