@@ -494,7 +494,7 @@ enum Dataset {
 /// stay in `reports`.
 ///
 /// # Errors
-/// [`BenchError::InvalidArgument`](crate::BenchError::InvalidArgument) for
+/// [`crate::BenchError::InvalidArgument`] for
 /// settings [`BenchConfig::validate`] refuses; the first engine, file or
 /// trace error.
 pub fn run_engine(

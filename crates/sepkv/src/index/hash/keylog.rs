@@ -8,7 +8,7 @@
 //! already present is harmless, so replay is idempotent. The hash table and
 //! the key tree each replay from their own checkpoint, so after a crash
 //! both hold exactly the operations that survived in the bands; GC keeps
-//! the bands after either checkpoint ([`IndexLog::set_key_checkpoint`]).
+//! the bands after either checkpoint (`IndexLog::set_key_checkpoint`).
 
 use crate::error::Result;
 use crate::format::value_record::Kind;

@@ -1,7 +1,7 @@
 //! The FlashKey hash index (§V-A1, §V-B1–B3, §V-B6) over logical bands.
 //!
 //! [`HashIndex`] maps each key to the address of its newest version in the
-//! bands (an [`IndexLog`]) through the [`table::Table`]; every put, delete token and
+//! bands (an `IndexLog`) through the [`table::Table`]; every put, delete token and
 //! GC relocation is logged in the bands, which are the only log.
 //!
 //! - **Get** (§V-B1): hash the key, read the record of each node of its
@@ -758,7 +758,7 @@ impl HashIndex {
     /// Applies a batch the bands logged through [`ValueStore::log_batch`]
     /// (the engine's write path): `entries` are the batch as the index
     /// receives it (`Pointer` for a put or a GC relocation, `Deletion`),
-    /// `addrs` the address of each entry ([`IndexLog::take_last_batch`]).
+    /// `addrs` the address of each entry (`IndexLog::take_last_batch`).
     /// Returns how the batch changed the set of keys, each change with the
     /// position in `entries` of the entry that made it. Writer lock held.
     ///
