@@ -207,18 +207,16 @@ impl Plan {
             traces: args.trace.clone(),
             sync: args.sync,
             direct_io: args.direct_io,
-            memory_limit: args
-                .memory_limit
-                .as_deref()
-                .map(crate::cgroup::parse_bytes)
-                .transpose()
-                .map_err(|e| flag_error("--memory-limit", e))?,
-            device_bandwidth: args
-                .device_bandwidth
-                .as_deref()
-                .map(crate::cgroup::parse_bandwidth)
-                .transpose()
-                .map_err(|e| flag_error("--device-bandwidth", e))?,
+            memory_limit: parse_flag(
+                "--memory-limit",
+                args.memory_limit.as_deref(),
+                crate::cgroup::parse_bytes,
+            )?,
+            device_bandwidth: parse_flag(
+                "--device-bandwidth",
+                args.device_bandwidth.as_deref(),
+                crate::cgroup::parse_bandwidth,
+            )?,
             checkpoint_after: checkpoint_after(args.checkpoint_after)?,
             phases: args.phases,
             field_count: args.field_count,
@@ -348,12 +346,17 @@ fn reserve(r: Option<&str>) -> Result<Option<f64>> {
     }
 }
 
-/// Names `flag` in an `InvalidArgument` from parsing its value.
-fn flag_error(flag: &str, e: BenchError) -> BenchError {
-    match e {
+/// The value of `flag`, if given, parsed by `parse`; an `InvalidArgument`
+/// from parsing names the flag.
+fn parse_flag<T>(
+    flag: &str,
+    value: Option<&str>,
+    parse: fn(&str) -> Result<T>,
+) -> Result<Option<T>> {
+    value.map(parse).transpose().map_err(|e| match e {
         BenchError::InvalidArgument(m) => BenchError::InvalidArgument(format!("{flag} {m}")),
         e => e,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -465,5 +468,25 @@ mod tests {
             Command::new(&list, None, None),
             Ok(Command::ListEngines)
         ));
+    }
+
+    #[test]
+    fn a_bad_size_or_rate_names_its_flag() {
+        for (memory_limit, device_bandwidth, flag) in [
+            (Some("lots"), None, "--memory-limit "),
+            (None, Some("fast"), "--device-bandwidth "),
+        ] {
+            let bad = BenchArgs {
+                workload: vec!["fillseq".into()],
+                memory_limit: memory_limit.map(String::from),
+                device_bandwidth: device_bandwidth.map(String::from),
+                ..args()
+            };
+            let err = Plan::new(&bad, None, None).unwrap_err();
+            assert!(
+                matches!(&err, BenchError::InvalidArgument(m) if m.starts_with(flag)),
+                "{err}"
+            );
+        }
     }
 }
