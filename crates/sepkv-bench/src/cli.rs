@@ -1,6 +1,8 @@
 //! The `sepkv bench` command: its options ([`BenchArgs`], flattened into
-//! the CLI by clap), the default suite, and [`run`], which runs a benchmark
-//! and prints the summary table.
+//! the CLI by clap), the default suite, and [`run`], which turns the
+//! options into a [`Command`] once ([`crate::plan`]) and carries it out:
+//! lists the engines, reports on earlier results, or runs a benchmark and
+//! prints the summary table.
 //!
 //! The default suite (`sepkv bench` with no workload) is the project's main
 //! job: every sepkv preset beside the fjall peers (`fjall`, and `fjall-kv`
@@ -10,13 +12,13 @@
 //! to the best peer per workload ([`crate::report::print_ratios`]) and
 //! writes the tables, the JSON and the charts to [`SUITE_REPORT_DIR`].
 
-use crate::config::{BenchConfig, Workload, WorkloadRun};
 use crate::engine::EngineSpec;
 use crate::error::{BenchError, Result};
+use crate::plan::{Command, Outputs, Plan};
 use crate::report::{
     print_ratios, print_table, read_json, write_json, write_markdown, PhaseReport,
 };
-use crate::{run_engines, DbRoot};
+use crate::DbRoot;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -164,156 +166,16 @@ pub fn bundled_data_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("data")
 }
 
-/// A benchmark to run: engines, settings and where.
-#[derive(Debug, Clone)]
-pub struct Plan {
-    /// Engines, in order.
-    pub engines: Vec<EngineSpec>,
-    /// Settings and workloads.
-    pub config: BenchConfig,
-    /// Database directory (`None`: a temporary one).
-    pub db: Option<PathBuf>,
-    /// Keep the databases afterwards.
-    pub keep: bool,
-    /// Write JSON here.
-    pub json: Option<PathBuf>,
-    /// Write markdown here.
-    pub markdown: Option<PathBuf>,
-    /// True when this is the default suite.
-    pub suite: bool,
-}
-
 impl BenchArgs {
-    /// The plan these options describe; `db` is the database directory
-    /// named on the command line, if any.
+    /// The run these options describe; `db` is the database directory
+    /// named on the command line, if any (see [`Plan::new`]).
     ///
     /// # Errors
     /// [`BenchError::InvalidArgument`] or [`BenchError::Unavailable`] for
     /// unknown or unavailable engines and workloads, bad settings, or a
-    /// missing bundled trace sample.
+    /// missing trace file.
     pub fn plan(&self, db: Option<PathBuf>) -> Result<Plan> {
-        let suite = self.workload.is_empty() && self.trace.is_empty();
-        let engines = if self.engine.is_empty() && suite {
-            sepkv::Preset::ALL
-                .iter()
-                .map(|&p| EngineSpec::Sepkv(p, Default::default()))
-                .chain(
-                    SUITE_PEERS
-                        .iter()
-                        .map(|s| s.parse())
-                        .collect::<Result<Vec<_>>>()?,
-                )
-                .collect()
-        } else if self.engine.is_empty() {
-            vec![EngineSpec::Sepkv(
-                sepkv::Preset::LevelDb,
-                Default::default(),
-            )]
-        } else {
-            self.engine
-                .iter()
-                .filter(|s| !s.trim().is_empty())
-                .map(|s| s.parse())
-                .collect::<Result<Vec<_>>>()?
-        };
-        let traces = self.trace.clone();
-        let workloads: Vec<WorkloadRun> = if suite {
-            let num = self.num.unwrap_or(SUITE_NUM);
-            vec![
-                Workload::FillRandom.into(),
-                Workload::ReadRandom.into(),
-                WorkloadRun {
-                    workload: Workload::SeekRandom,
-                    ops: Some(self.ops.unwrap_or((num / 10).max(1))),
-                },
-                Workload::Overwrite.into(),
-            ]
-        } else if self.workload.is_empty() {
-            vec![Workload::Trace.into()]
-        } else {
-            self.workload
-                .iter()
-                .filter(|s| !s.trim().is_empty())
-                .map(|s| s.parse::<Workload>().map(WorkloadRun::from))
-                .collect::<Result<_>>()?
-        };
-        for t in &traces {
-            if !t.is_file() {
-                return Err(BenchError::InvalidArgument(format!(
-                    "trace file {} not found",
-                    t.display()
-                )));
-            }
-        }
-        let config = BenchConfig {
-            workloads,
-            num: self
-                .num
-                .unwrap_or(if suite { SUITE_NUM } else { DEFAULT_NUM }),
-            value_size: self.value_size.unwrap_or(if suite {
-                SUITE_VALUE_SIZE
-            } else {
-                DEFAULT_VALUE_SIZE
-            }),
-            key_size: self.key_size,
-            ops: self.ops,
-            threads: self.threads,
-            seed: self.seed,
-            scan_length: self.scan_length,
-            traces,
-            sync: self.sync,
-            direct_io: self.direct_io,
-            memory_limit: self
-                .memory_limit
-                .as_deref()
-                .map(crate::cgroup::parse_bytes)
-                .transpose()
-                .map_err(|e| flag_error("--memory-limit", e))?,
-            device_bandwidth: self
-                .device_bandwidth
-                .as_deref()
-                .map(crate::cgroup::parse_bandwidth)
-                .transpose()
-                .map_err(|e| flag_error("--device-bandwidth", e))?,
-            checkpoint_after: match self.checkpoint_after {
-                Some(s) if !(0.0..=86_400.0).contains(&s) => {
-                    return Err(BenchError::InvalidArgument(format!(
-                        "--checkpoint-after {s}: not between 0 and 86400 seconds"
-                    )))
-                }
-                s => s.map(std::time::Duration::from_secs_f64),
-            },
-            phases: self.phases,
-            field_count: self.field_count,
-            field_length: self.field_length,
-            progress: !self.no_progress,
-            small_values: self
-                .small_values
-                .as_deref()
-                .map(str::parse::<crate::config::SmallValues>)
-                .transpose()?,
-            reserve: match self.reserve.as_deref().unwrap_or("0.3").trim() {
-                "none" => None,
-                r => Some(r.parse().map_err(|_| {
-                    BenchError::InvalidArgument(format!(
-                        "--reserve {r:?}: expected a share such as 0.3, or none"
-                    ))
-                })?),
-            },
-        };
-        config.validate()?;
-        for e in &engines {
-            e.check_available()?;
-        }
-        Ok(Plan {
-            engines,
-            config,
-            db,
-            keep: self.keep,
-            json: self.json.clone(),
-            markdown: self.markdown.clone(),
-            suite,
-        })
+        Plan::new(self, db, None)
     }
 }
 
@@ -333,21 +195,36 @@ fn print_catalogue(out: &mut dyn Write) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Writes the markdown file and the charts to the paths given.
-fn write_outputs(
-    markdown: Option<&Path>,
-    plot: Option<&Path>,
-    reports: &[PhaseReport],
-) -> Result<()> {
-    if let Some(path) = markdown {
+/// Writes the markdown file and the charts where `outputs` names them.
+fn write_outputs(outputs: &Outputs, reports: &[PhaseReport]) -> Result<()> {
+    if let Some(path) = &outputs.markdown {
         write_markdown(reports, path)?;
         eprintln!("wrote markdown tables to {}", path.display());
     }
-    if let Some(dir) = plot {
+    if let Some(dir) = &outputs.plot {
         let files = crate::plot::write_plots(reports, dir)?;
         eprintln!("wrote {} chart(s) to {}", files.len(), dir.display());
     }
     Ok(())
+}
+
+/// `--from-json`: prints the table of the results in `inputs` and writes
+/// `outputs` (the JSON combined) from them.
+fn report(inputs: &[PathBuf], outputs: &Outputs) -> Result<()> {
+    let reports = read_json(inputs)?;
+    {
+        let mut out = std::io::stdout().lock();
+        print_table(&reports, &mut out).map_err(out_err)?;
+        out.flush().map_err(out_err)?;
+    }
+    if let Some(path) = &outputs.json {
+        write_json(&reports, path)?;
+    }
+    write_outputs(outputs, &reports)
+}
+
+fn out_err(e: std::io::Error) -> BenchError {
+    BenchError::io("<stdout>", e)
 }
 
 /// Runs `sepkv bench`: prints a line per finished phase on stderr, then the
@@ -356,34 +233,19 @@ fn write_outputs(
 ///
 /// # Errors
 /// Any planning, engine, trace or output error.
-pub fn run(args: &BenchArgs, db: Option<PathBuf>) -> Result<()> {
-    let stdout = std::io::stdout();
-    let out_err = |e| BenchError::io("<stdout>", e);
-    if args.list_engines {
-        return print_catalogue(&mut stdout.lock()).map_err(out_err);
+pub fn run(args: &BenchArgs, db: Option<PathBuf>, preset: Option<&str>) -> Result<()> {
+    match Command::new(args, db, preset)? {
+        Command::ListEngines => print_catalogue(&mut std::io::stdout().lock()).map_err(out_err),
+        Command::Report { inputs, outputs } => report(&inputs, &outputs),
+        Command::Run(plan) => run_plan(&plan),
     }
-    if !args.from_json.is_empty() {
-        let reports = read_json(&args.from_json)?;
-        {
-            let mut out = stdout.lock();
-            print_table(&reports, &mut out).map_err(out_err)?;
-            out.flush().map_err(out_err)?;
-        }
-        if let Some(path) = &args.json {
-            write_json(&reports, path)?;
-        }
-        return write_outputs(args.markdown.as_deref(), args.plot.as_deref(), &reports);
-    }
-    let mut plan = args.plan(db)?;
-    // The default suite leaves its report behind even when no output was
-    // asked for: the tables, the JSON and the charts, in one directory.
-    let mut plot = args.plot.clone();
-    if plan.suite && plan.json.is_none() && plan.markdown.is_none() && plot.is_none() {
-        let dir = PathBuf::from(SUITE_REPORT_DIR);
-        std::fs::create_dir_all(&dir).map_err(|e| BenchError::io(&dir, e))?;
-        plan.json = Some(dir.join("results.json"));
-        plan.markdown = Some(dir.join("results.md"));
-        plot = Some(dir.clone());
+}
+
+/// Runs `plan`: the header and notes on stderr, the limits, every engine,
+/// then the summary on stdout and the outputs.
+fn run_plan(plan: &Plan) -> Result<()> {
+    if let Some(dir) = &plan.outputs.create_dir {
+        std::fs::create_dir_all(dir).map_err(|e| BenchError::io(dir, e))?;
     }
     let cfg = &plan.config;
     let root = DbRoot::prepare(plan.db.as_deref())?;
@@ -413,7 +275,7 @@ pub fn run(args: &BenchArgs, db: Option<PathBuf>) -> Result<()> {
             sv.size
         );
     }
-    if names.iter().any(|n| n == "update") {
+    if plan.has_update() {
         match cfg.update_capacity() {
             Some((cap, _)) => eprintln!(
                 "update: sepkv value stores bounded to {cap} B (data + {:.0} % reserve); GC runs when a write would pass it",
@@ -423,9 +285,10 @@ pub fn run(args: &BenchArgs, db: Option<PathBuf>) -> Result<()> {
         }
     }
     if cfg.direct_io
-        && engines
+        && plan
+            .engines
             .iter()
-            .any(|e| !e.starts_with("rocksdb") && !e.starts_with("sepkv"))
+            .any(|e| !matches!(e, EngineSpec::RocksDb { .. } | EngineSpec::Sepkv(..)))
     {
         eprintln!("note: --direct-io: only sepkv and the RocksDB peers read with direct I/O; the others use buffered I/O and the report says so");
     }
@@ -471,7 +334,7 @@ pub fn run(args: &BenchArgs, db: Option<PathBuf>) -> Result<()> {
     };
     let started = std::time::Instant::now();
     let mut reports: Vec<PhaseReport> = Vec::new();
-    let res = run_engines(&plan.engines, cfg, &root, &mut reports, &mut |r| {
+    let res = plan.run(&root, &mut reports, &mut |r| {
         eprintln!(
             "  {} {}/{}: {} ops in {:.2} s ({:.0} ops/s), p99 {:.1} µs",
             r.engine, r.workload, r.phase, r.ops, r.seconds, r.ops_per_sec, r.latency_us.p99
@@ -488,7 +351,7 @@ pub fn run(args: &BenchArgs, db: Option<PathBuf>) -> Result<()> {
     }
     drop(io_limit);
     {
-        let mut out = stdout.lock();
+        let mut out = std::io::stdout().lock();
         if !reports.is_empty() {
             print_table(&reports, &mut out).map_err(out_err)?;
             if plan.suite {
@@ -503,7 +366,7 @@ pub fn run(args: &BenchArgs, db: Option<PathBuf>) -> Result<()> {
         }
         out.flush().map_err(out_err)?;
     }
-    if let Some(path) = &plan.json {
+    if let Some(path) = &plan.outputs.json {
         write_json(&reports, path)?;
         eprintln!(
             "wrote {} phase report(s) to {}",
@@ -511,18 +374,10 @@ pub fn run(args: &BenchArgs, db: Option<PathBuf>) -> Result<()> {
             path.display()
         );
     }
-    write_outputs(plan.markdown.as_deref(), plot.as_deref(), &reports)?;
+    write_outputs(&plan.outputs, &reports)?;
     if let Ok(Some(dir)) = &kept {
         eprintln!("kept the database directory {}", dir.display());
     }
     res?;
     kept.map(|_| ())
-}
-
-/// Names `flag` in an `InvalidArgument` from parsing its value.
-fn flag_error(flag: &str, e: BenchError) -> BenchError {
-    match e {
-        BenchError::InvalidArgument(m) => BenchError::InvalidArgument(format!("{flag} {m}")),
-        e => e,
-    }
 }

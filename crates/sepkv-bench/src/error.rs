@@ -11,6 +11,9 @@ pub enum BenchError {
     /// A command-line value or setting is out of range or unknown.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// Two options that cannot be given together; the message names both.
+    #[error("{0}")]
+    Conflict(String),
     /// The engine or one of its configurations is not available in this build.
     #[error("{0}")]
     Unavailable(String),

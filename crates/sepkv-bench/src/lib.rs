@@ -38,6 +38,7 @@ pub mod gen;
 pub mod live;
 pub mod measure;
 pub mod peers;
+pub mod plan;
 pub mod plot;
 pub mod report;
 pub mod runner;
@@ -189,7 +190,7 @@ pub fn run_engines(
     }
     for e in engines {
         let dir = root.engine_dir(&e.label(), engines.len());
-        runner::run_engine(e, &dir, cfg, reports, on_phase)?;
+        runner::run_checked(e, &dir, cfg, reports, on_phase)?;
     }
     Ok(())
 }

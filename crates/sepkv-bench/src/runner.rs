@@ -494,7 +494,9 @@ enum Dataset {
 /// stay in `reports`.
 ///
 /// # Errors
-/// The first engine, file or trace error.
+/// [`crate::BenchError::InvalidArgument`] for
+/// settings [`BenchConfig::validate`] refuses; the first engine, file or
+/// trace error.
 pub fn run_engine(
     factory: &dyn EngineFactory,
     dir: &Path,
@@ -503,6 +505,17 @@ pub fn run_engine(
     on_phase: &mut dyn FnMut(&PhaseReport),
 ) -> Result<()> {
     cfg.validate()?;
+    run_checked(factory, dir, cfg, reports, on_phase)
+}
+
+/// [`run_engine`] for settings already checked (a [`crate::plan::Plan`]'s).
+pub(crate) fn run_checked(
+    factory: &dyn EngineFactory,
+    dir: &Path,
+    cfg: &BenchConfig,
+    reports: &mut Vec<PhaseReport>,
+    on_phase: &mut dyn FnMut(&PhaseReport),
+) -> Result<()> {
     let mut run = EngineRun {
         factory,
         dir: dir.to_path_buf(),

@@ -687,15 +687,8 @@ fn print_stats(s: &sepkv::DbStats, out: &mut impl Write) -> std::io::Result<()> 
 /// `sepkv bench`: `db_given` says whether `--db` was named on the command
 /// line (otherwise the benchmark uses a temporary directory).
 fn bench(cli: &Cli, args: &sepkv_bench::cli::BenchArgs, db_given: bool) -> ExitCode {
-    let mut args = args.clone();
-    if let Some(p) = &cli.preset {
-        if !args.engine.is_empty() {
-            eprintln!("error: give either --preset or --engine to bench, not both");
-            return ExitCode::from(2);
-        }
-        args.engine = vec![format!("sepkv:{p}")];
-    }
-    match sepkv_bench::cli::run(&args, db_given.then(|| cli.db.clone())) {
+    let db = db_given.then(|| cli.db.clone());
+    match sepkv_bench::cli::run(args, db, cli.preset.as_deref()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");

@@ -35,7 +35,7 @@ use crate::index::sstable::ReadCtx;
 use crate::index::{Index, IndexIter, IndexShape, IndexStats, Shared, ValueStoreOpener};
 use crate::options::{IndexKind, ValueLayout};
 use crate::report::VerifyReport;
-use crate::vstore::index_log::{BandOptions, BandStore, OwnedEntry, PrevLookup};
+use crate::vstore::index_log::{BandOptions, IndexLog, OwnedEntry, PrevLookup};
 use crate::vstore::prefetch::Prefetcher;
 use crate::vstore::{ReadLatency, ValuePointer, ValueStore};
 use parking_lot::Mutex;
@@ -57,7 +57,7 @@ pub const KEYS_DIR: &str = "keys";
 pub(crate) struct FlashKeyIndex {
     shared: Arc<Shared>,
     hash: Arc<HashIndex>,
-    bands: Arc<BandStore>,
+    bands: Arc<dyn IndexLog>,
     keys: Arc<LsmIndex>,
     keys_shared: Arc<Shared>,
     /// Parallel lookups for scans (see [`ValueResolver`]).

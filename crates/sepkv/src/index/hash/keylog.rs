@@ -8,12 +8,12 @@
 //! already present is harmless, so replay is idempotent. The hash table and
 //! the key tree each replay from their own checkpoint, so after a crash
 //! both hold exactly the operations that survived in the bands; GC keeps
-//! the bands after either checkpoint ([`BandStore::set_key_checkpoint`]).
+//! the bands after either checkpoint (`IndexLog::set_key_checkpoint`).
 
 use crate::error::Result;
 use crate::format::value_record::Kind;
 use crate::index::key::ValueType;
-use crate::vstore::index_log::BandStore;
+use crate::vstore::index_log::IndexLog;
 use crate::vstore::{
     GcOutcome, IndexReader, IndexRelocator, ReplaySink, SpaceStats, ValuePointer, ValueRecord,
     ValueStore,
@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 /// The key tree's view of the bands.
 pub struct KeyLog {
-    bands: Arc<BandStore>,
+    bands: Arc<dyn IndexLog>,
     /// Replay starts here.
     from: (u64, u64),
 }
@@ -52,7 +52,7 @@ impl KeyLog {
     /// # Errors
     /// `Corruption` for a malformed checkpoint.
     pub fn open(
-        bands: Arc<BandStore>,
+        bands: Arc<dyn IndexLog>,
         state: Option<&[u8]>,
         manifest: &std::path::Path,
     ) -> Result<KeyLog> {
@@ -107,7 +107,7 @@ impl ValueStore for KeyLog {
 
     fn replay(&self, f: &mut ReplaySink<'_>) -> Result<()> {
         self.bands
-            .replay_entries_from(self.from, &mut |_, e| match e.kind {
+            .replay_entries(Some(self.from), &mut |_, e| match e.kind {
                 Kind::Value => f(e.seq, ValueType::Value, e.key, b""),
                 Kind::Tombstone => f(e.seq, ValueType::Deletion, e.key, b""),
                 _ => Ok(()),
@@ -127,7 +127,7 @@ impl ValueStore for KeyLog {
 mod tests {
     use super::*;
     use crate::fs::{FileSystem, IoStats, MemFs};
-    use crate::vstore::index_log::BandOptions;
+    use crate::vstore::index_log::{open_bands, BandOptions};
     use crate::vstore::LogEntry;
     use std::path::Path;
 
@@ -136,20 +136,18 @@ mod tests {
         let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
         let dir = Path::new("/db");
         fs.create_dir_all(dir).unwrap();
-        let bands = Arc::new(
-            BandStore::open(
-                dir,
-                fs,
-                Arc::new(IoStats::default()),
-                BandOptions {
-                    band_entries: 2,
-                    key_index: true,
-                    ..Default::default()
-                },
-                None,
-            )
-            .unwrap(),
-        );
+        let bands = open_bands(
+            dir,
+            fs,
+            Arc::new(IoStats::default()),
+            BandOptions {
+                band_entries: 2,
+                key_index: true,
+                ..Default::default()
+            },
+            None,
+        )
+        .unwrap();
         let log = |seq: u64, vtype, key: &'static [u8]| {
             bands
                 .log_linked(

@@ -1,7 +1,7 @@
 //! The FlashKey hash index (§V-A1, §V-B1–B3, §V-B6) over logical bands.
 //!
 //! [`HashIndex`] maps each key to the address of its newest version in the
-//! [`BandStore`] through the [`table::Table`]; every put, delete token and
+//! bands (an `IndexLog`) through the [`table::Table`]; every put, delete token and
 //! GC relocation is logged in the bands, which are the only log.
 //!
 //! - **Get** (§V-B1): hash the key, read the record of each node of its
@@ -49,10 +49,8 @@ use crate::error::{Error, Result};
 use crate::format::value_record::Kind;
 use crate::fs::{FileSystem, IoStats};
 use crate::index::key::{SeqNum, ValueType};
-use crate::vstore::index_log::{BandOptions, BandStore, OwnedEntry, AUX_TOMBSTONE};
-use crate::vstore::{
-    GcOutcome, IndexReader, IndexRelocator, LogEntry, Relocation, ValuePointer, ValueStore,
-};
+use crate::vstore::index_log::{open_bands, BandOptions, IndexLog, OwnedEntry, AUX_TOMBSTONE};
+use crate::vstore::{GcOutcome, IndexReader, IndexRelocator, LogEntry, Relocation, ValuePointer};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -98,7 +96,7 @@ pub type Op<'a> = (&'a [u8], Option<&'a [u8]>);
 
 /// The hash index with its bands. See the module docs.
 pub struct HashIndex {
-    bands: Arc<BandStore>,
+    bands: Arc<dyn IndexLog>,
     /// Read-locked by lookups of pages in memory, write-locked by
     /// everything that changes the table or its cache.
     table: RwLock<Table>,
@@ -328,13 +326,13 @@ impl HashIndex {
             opts.initial_pages,
         )?;
         let state = existed.then(|| table.checkpoint_state().1.to_vec());
-        let bands = Arc::new(BandStore::open(
+        let bands = open_bands(
             dir,
             fs,
             stats,
             opts.bands.clone(),
             state.as_deref().filter(|s| !s.is_empty()),
-        )?);
+        )?;
         let idx = HashIndex {
             last_seq: AtomicU64::new(0),
             bands,
@@ -356,7 +354,7 @@ impl HashIndex {
     fn recover(&self) -> Result<()> {
         let mut w = self.writer.lock();
         let bands = self.bands.clone();
-        bands.replay_entries(&mut |addr, e| {
+        bands.replay_entries(None, &mut |addr, e| {
             match e.kind {
                 Kind::Value | Kind::Tombstone => {
                     let old = self.upsert(e.key, None, addr)?;
@@ -760,7 +758,7 @@ impl HashIndex {
     /// Applies a batch the bands logged through [`ValueStore::log_batch`]
     /// (the engine's write path): `entries` are the batch as the index
     /// receives it (`Pointer` for a put or a GC relocation, `Deletion`),
-    /// `addrs` the address of each entry ([`BandStore::take_last_batch`]).
+    /// `addrs` the address of each entry (`IndexLog::take_last_batch`).
     /// Returns how the batch changed the set of keys, each change with the
     /// position in `entries` of the entry that made it. Writer lock held.
     ///
@@ -909,7 +907,7 @@ impl HashIndex {
     }
 
     /// The bands.
-    pub fn bands(&self) -> &Arc<BandStore> {
+    pub fn bands(&self) -> &Arc<dyn IndexLog> {
         &self.bands
     }
 

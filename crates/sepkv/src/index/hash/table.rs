@@ -549,7 +549,7 @@ impl StateWrite {
 /// HASHEDITS := record*
 /// record    := len:u32le crc:u32le body          (crc: masked CRC-32C of body)
 /// body      := base:u64le edit                   (base: xxh3 of the HASHMETA it extends;
-///                                                 edit: vstore/bands PersistedState::edit_from)
+///                                                 edit: vstore/index_log state_edit)
 /// ```
 ///
 /// A record cut short at the end of the log (a crash while it was
@@ -565,7 +565,6 @@ fn read_edits(
     base: u64,
     meta: &mut Meta,
 ) -> Result<u64> {
-    use crate::vstore::index_log::PersistedState;
     let path = dir.join(EDITS);
     if !fs.exists(&path) {
         return Ok(0);
@@ -592,10 +591,11 @@ fn read_edits(
         }
         let rec_base = u64::from_le_bytes(body[..8].try_into().expect("8 bytes"));
         if rec_base == base {
-            meta.bands_state = PersistedState::apply_edit(&meta.bands_state, &body[8..])
-                .ok_or_else(|| {
-                    Error::corruption(&path, pos as u64, "hash-table edit does not apply")
-                })?;
+            meta.bands_state =
+                crate::vstore::index_log::apply_state_edit(&meta.bands_state, &body[8..])
+                    .ok_or_else(|| {
+                        Error::corruption(&path, pos as u64, "hash-table edit does not apply")
+                    })?;
             applied = true;
         }
         pos += 8 + len;
@@ -1093,18 +1093,8 @@ impl Table {
     /// `EDITS_MIN_COMPACT`), or when the old state does not decode, as a
     /// whole new `HASHMETA`.
     pub fn with_bands_state(&self, bands_state: Vec<u8>) -> StateWrite {
-        use crate::vstore::index_log::PersistedState;
-        let old = &self.durable.bands_state;
-        let edit = match (
-            PersistedState::decode(&bands_state),
-            if old.is_empty() {
-                Some(PersistedState::default())
-            } else {
-                PersistedState::decode(old)
-            },
-        ) {
-            (Some(new), Some(old)) => {
-                let edit = new.edit_from(&old);
+        let edit = crate::vstore::index_log::state_edit(&self.durable.bands_state, &bands_state)
+            .and_then(|edit| {
                 let mut body = self.base_hash.to_le_bytes().to_vec();
                 body.extend_from_slice(&edit);
                 let mut rec = Vec::with_capacity(8 + body.len());
@@ -1113,9 +1103,7 @@ impl Table {
                 rec.extend_from_slice(&body);
                 let limit = self.base_len.max(EDITS_MIN_COMPACT);
                 (self.edits_len + rec.len() as u64 <= limit).then_some(rec)
-            }
-            _ => None,
-        };
+            });
         let mut meta = self.durable.clone();
         meta.bands_state = bands_state;
         StateWrite {

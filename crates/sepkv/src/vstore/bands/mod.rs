@@ -45,6 +45,7 @@
 
 pub mod band;
 pub mod gc;
+mod index_log;
 mod value_store;
 
 use super::index_log::{OwnedEntry, PrevLookup};
@@ -307,6 +308,17 @@ impl PersistedState {
 ///         n_inval:u32le (band:u64le invalid:u64le inval_seq:u64le)*   entries set
 /// ```
 impl PersistedState {
+    /// The edit that turns the encoded state `old` (empty: none yet) into
+    /// the encoded state `new`; `None` when either does not decode.
+    pub(crate) fn edit(old: &[u8], new: &[u8]) -> Option<Vec<u8>> {
+        let old = if old.is_empty() {
+            PersistedState::default()
+        } else {
+            PersistedState::decode(old)?
+        };
+        Some(PersistedState::decode(new)?.edit_from(&old))
+    }
+
     /// The edit that turns `old` into `self`.
     pub(crate) fn edit_from(&self, old: &PersistedState) -> Vec<u8> {
         use std::collections::{BTreeMap, BTreeSet};
