@@ -11,7 +11,8 @@ RedisCluster writer threads, which record every acknowledged write, while:
    catches it up (by snapshot, then log) and makes it a voter;
 3. a fifth node is added, this time by SIGHUP after the file is rewritten;
 4. the leader itself is removed: a new leader is elected among the other
-   four, and the removed node answers -MOVED for the shard's keys.
+   four, the removed node leaves the group (INFO says raft_role:removed)
+   and answers -MOVED for the shard's keys.
 
 Then the writers stop, and every acknowledged write must be present with
 its value on each of the four remaining nodes (READONLY reads on each),
@@ -206,6 +207,14 @@ def install(group, members, text):
         assert group.node(i).execute_command("CLUSTER", "SETTOPOLOGY", text) in (b"OK", "OK", True)
 
 
+def settled(group, members):
+    """Whether the leader of `members` says its membership change is done."""
+    at = group.leader(members)
+    if at is None:
+        return False
+    return group.node(at).info("cluster").get("raft_membership") == "settled"
+
+
 def voters_listed(group, at, want):
     ids = sorted(group.ids[i] for i in want)
     master, listed = group.listed(at)
@@ -254,6 +263,7 @@ def main():
         wait_until("node4 listed as a voter",
                    lambda: voters_listed(g, g.leader([0, 1, 2]) or 0, [0, 1, 2, 3]), timeout=60)
         add4 = time.time() - t_add4
+        wait_until("the change to four nodes to end", lambda: settled(g, range(4)), timeout=30)
         at4 = w.count()
 
         # A fifth node, by SIGHUP.
@@ -265,6 +275,7 @@ def main():
         wait_until("node5 listed as a voter",
                    lambda: voters_listed(g, g.leader(range(5)) or 0, range(5)), timeout=60)
         add5 = time.time() - t_add5
+        wait_until("the change to five nodes to end", lambda: settled(g, range(5)), timeout=30)
         for i in range(5):
             wait_until(f"{g.ids[i]} to list five voters",
                        lambda i=i: voters_listed(g, i, range(5)), timeout=30)
@@ -282,6 +293,14 @@ def main():
                    timeout=60)
         rm = time.time() - t_rm
         new_leader = g.leader(rest)
+        wait_until("the removal to end", lambda: settled(g, rest), timeout=30)
+        voters = g.node(new_leader).info("cluster")["raft_voters"]
+        if isinstance(voters, str):  # redis-py splits a value with commas
+            voters = voters.split(",")
+        assert voters == sorted(g.ids[i] for i in rest), f"voters {voters}"
+        wait_until("the removed node to leave the group",
+                   lambda: g.node(gone).info("cluster").get("raft_role") == "removed",
+                   timeout=30)
         for i in rest:
             wait_until(f"{g.ids[i]} to list the four voters",
                        lambda i=i: voters_listed(g, i, rest), timeout=30)

@@ -26,6 +26,7 @@ use super::{bus_addr, net, raft_id, TypeConfig};
 use crate::cluster::Node;
 use openraft::{BasicNode, ChangeMembers, Raft};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -152,19 +153,41 @@ fn is_leader(raft: &Raft<TypeConfig>) -> bool {
 /// voters differ from `target` (the shard's nodes in the topology in
 /// force), adds the missing nodes as learners, waits until each caught up,
 /// then replaces the voters (joint consensus); also drops learners the
-/// topology no longer lists. Runs until aborted.
+/// topology no longer lists. On a node the topology removed, stops Raft
+/// and sets `left` once this node is no leader still named by the group
+/// (a removed node's vote is not needed: every change keeps a majority of
+/// the nodes). Runs until aborted or left.
 pub async fn reconcile(
     raft: Raft<TypeConfig>,
+    me: u64,
     mut target: tokio::sync::watch::Receiver<Vec<Node>>,
     peers: Arc<RwLock<BTreeMap<u64, Node>>>,
+    left: Arc<AtomicBool>,
 ) {
     loop {
         // Woken by a new topology, else every 200 ms (a new leader).
         let _ = tokio::time::timeout(Duration::from_millis(200), target.changed()).await;
+        let want: Vec<Node> = target.borrow().clone();
+        if !want.iter().any(|n| raft_id(&n.id) == me) {
+            // Removed: leave, unless this node leads and the group still
+            // names it (it carries the change out first, then steps down).
+            let named = raft
+                .metrics()
+                .borrow()
+                .membership_config
+                .membership()
+                .nodes()
+                .any(|(i, _)| *i == me);
+            if !is_leader(&raft) || !named {
+                left.store(true, Ordering::Release);
+                let _ = raft.shutdown().await;
+                eprintln!("cluster: this node left the shard's Raft group (its Raft is stopped)");
+                return;
+            }
+        }
         if !is_leader(&raft) {
             continue;
         }
-        let want: Vec<Node> = target.borrow().clone();
         let mut desired = BTreeMap::new();
         let mut bad = false;
         for n in &want {

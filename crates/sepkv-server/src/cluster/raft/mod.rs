@@ -37,6 +37,7 @@ use openraft::Raft;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Cursor;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -119,6 +120,9 @@ pub struct Replica {
     /// The shard's nodes in the topology in force, which the leader
     /// brings the voters to ([`membership::reconcile`]).
     target: tokio::sync::watch::Sender<Vec<Node>>,
+    /// Set once this node left the group (removed by the topology; its
+    /// Raft is stopped).
+    left: Arc<AtomicBool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     proposer: tokio::sync::mpsc::UnboundedSender<Job>,
     reads: tokio::sync::mpsc::UnboundedSender<ReadWaiter>,
@@ -202,24 +206,37 @@ impl Replica {
             me.to_string(),
             nodes.to_vec(),
         )));
+        let left = Arc::new(AtomicBool::new(false));
         tasks.push(tokio::spawn(membership::reconcile(
             raft.clone(),
+            raft_id(me),
             target_rx,
             peers.clone(),
+            left.clone(),
         )));
         Ok(Arc::new(Replica {
             raft,
             log,
             peers,
             target,
+            left,
             tasks,
             proposer,
             reads,
         }))
     }
 
-    /// The leader this node knows of, if any.
+    /// Whether this node left the group: the topology in force removed it
+    /// from the shard, and it is no leader still carrying out the change.
+    pub fn has_left(&self) -> bool {
+        self.left.load(Ordering::Acquire)
+    }
+
+    /// The leader this node knows of, if any (none once it left).
     pub fn leader(&self) -> Option<Node> {
+        if self.has_left() {
+            return None;
+        }
         let id = self.raft.metrics().borrow().current_leader?;
         self.peers
             .read()
@@ -230,6 +247,9 @@ impl Replica {
 
     /// Whether this node is the leader.
     pub fn is_leader(&self) -> bool {
+        if self.has_left() {
+            return false;
+        }
         let m = self.raft.metrics();
         let m = m.borrow();
         m.current_leader == Some(m.id)
@@ -244,6 +264,16 @@ impl Replica {
             .membership_config
             .membership()
             .voter_ids()
+            .collect()
+    }
+
+    /// Every node the shard has listed since this node started.
+    pub fn known_nodes(&self) -> Vec<Node> {
+        self.peers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
             .collect()
     }
 
