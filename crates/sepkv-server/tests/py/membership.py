@@ -7,8 +7,10 @@ RedisCluster writer threads, which record every acknowledged write, while:
    leaves one node, one that keeps only half of the nodes, and (on the
    leader) a second change while the first waits for its new node;
 2. a fourth node is added (CLUSTER SETTOPOLOGY on every node, then the node
-   starts with the new topology file): the leader adds it as a learner,
-   catches it up (by snapshot, then log) and makes it a voter;
+   starts with the new topology file): the leader is killed with kill -9
+   before the new node starts, and the new leader adds it as a learner,
+   catches it up (by snapshot, then log) and makes it a voter; the killed
+   node restarts and catches up;
 3. a fifth node is added, this time by SIGHUP after the file is rewritten;
 4. the leader itself is removed: a new leader is elected among the other
    four, the removed node leaves the group (INFO says raft_role:removed)
@@ -48,8 +50,17 @@ class Group:
 
     def __init__(self, n=5):
         self.dir = tempfile.mkdtemp(prefix="sepkv-membership-")
-        self.ports = [common.free_port() for _ in range(n)]
-        self.bus = [common.free_port() for _ in range(n)]
+        # free_port may hand out a port twice (each is released before
+        # the next call): draw until 2n distinct ones, boundedly.
+        ports = []
+        for _ in range(20 * n):
+            p = common.free_port()
+            if p not in ports:
+                ports.append(p)
+            if len(ports) == 2 * n:
+                break
+        assert len(ports) == 2 * n, "no distinct free ports"
+        self.ports, self.bus = ports[:n], ports[n:]
         self.ids = [f"node{i + 1}" for i in range(n)]
         self.conf = os.path.join(self.dir, "topology.conf")
         self.procs = [None] * n
@@ -80,6 +91,10 @@ class Group:
         self.procs[i] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
         out.close()
         common.wait_port(self.ports[i], self.procs[i])
+
+    def kill9(self, i):
+        self.procs[i].kill()
+        self.procs[i].wait()
 
     def running(self):
         return [i for i, p in enumerate(self.procs) if p is not None and p.poll() is None]
@@ -258,11 +273,19 @@ def main():
         leader = g.leader([0, 1, 2])
         msg = refused(g.node(leader), g.topology([0, 1, 2, 3, 4], g.version + 1),
                       "shard1", "in progress")
+        # The leader is killed in the middle of the change: the new one
+        # carries it on from the topology in force and the log.
+        killed = leader
+        g.kill9(killed)
+        live = [i for i in range(3) if i != killed]
+        wait_until("a new leader of the two left", lambda: g.leader(live) in live, timeout=30)
         t_add4 = time.time()
         g.start(3)
         wait_until("node4 listed as a voter",
-                   lambda: voters_listed(g, g.leader([0, 1, 2]) or 0, [0, 1, 2, 3]), timeout=60)
+                   lambda: voters_listed(g, g.leader(live + [3]) or live[0], [0, 1, 2, 3]),
+                   timeout=60)
         add4 = time.time() - t_add4
+        g.start(killed)
         wait_until("the change to four nodes to end", lambda: settled(g, range(4)), timeout=30)
         at4 = w.count()
 
@@ -334,7 +357,8 @@ def main():
         elapsed = time.time() - t0
         assert elapsed < LIMIT, f"the scenario took {elapsed:.1f} s"
         print(f"membership: refused: {msg}")
-        print(f"membership: node4 a voter {add4:.2f} s after it started (snapshot at index "
+        print(f"membership: leader {g.ids[killed]} killed during the change to four nodes; "
+              f"node4 a voter {add4:.2f} s after it started (snapshot at index "
               f"{snaps[0]}), node5 {add5:.2f} s (snapshot at index {snaps[1]}); leader "
               f"{g.ids[gone]} removed, {g.ids[new_leader]} leading {rm:.2f} s after the "
               f"topology was installed")
