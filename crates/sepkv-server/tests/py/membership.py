@@ -14,10 +14,12 @@ RedisCluster writer threads, which record every acknowledged write, while:
 3. a fifth node is added, this time by SIGHUP after the file is rewritten;
 4. the leader itself is removed: a new leader is elected among the other
    four, the removed node leaves the group (INFO says raft_role:removed)
-   and answers -MOVED for the shard's keys.
+   and answers -MOVED for the shard's keys;
+5. a follower is killed with kill -9 and replaced by a sixth node in one
+   change (the dead machine is never needed).
 
 Then the writers stop, and every acknowledged write must be present with
-its value on each of the four remaining nodes (READONLY reads on each),
+its value on each of the four nodes of the end (READONLY reads on each),
 whose DBSIZE must equal the leader's: acknowledged writes lost: 0, and the
 new replicas serve the same data. CLUSTER NODES must list the voters only.
 
@@ -46,9 +48,9 @@ LIMIT = 90.0  # seconds the whole scenario may take
 
 
 class Group:
-    """Up to five nodes on loopback; the topology lists those in `members`."""
+    """Up to six nodes on loopback; the topology lists those in `members`."""
 
-    def __init__(self, n=5):
+    def __init__(self, n=6):
         self.dir = tempfile.mkdtemp(prefix="sepkv-membership-")
         # free_port may hand out a port twice (each is released before
         # the next call): draw until 2n distinct ones, boundedly.
@@ -333,11 +335,31 @@ def main():
         except redis.ResponseError as e:
             assert isinstance(e, redis.exceptions.MovedError) or str(e).startswith("MOVED"), \
                 f"the removed node answered {e!r}"
-        # More writes to the four.
         at_rm = w.count()
         wait_until("writes after the removal", lambda: w.count() >= at_rm + 500, timeout=60)
+
+        # A dead machine replaced: a follower killed with kill -9, and a
+        # topology with node6 in its place; the three survivors carry both
+        # configurations of the joint change.
+        dead = next(i for i in rest if i != new_leader)
+        g.kill9(dead)
+        alive = [i for i in rest if i != dead]
+        final = alive + [5]
+        v5 = g.write(final)
+        install(g, alive, v5)
+        t_rep = time.time()
+        g.start(5)
+        wait_until("node6 in the dead node's place",
+                   lambda: voters_listed(g, g.leader(final) or alive[0], final), timeout=60)
+        rep = time.time() - t_rep
+        wait_until("the replacement to end", lambda: settled(g, final), timeout=30)
+        at_rep = w.count()
+        wait_until("writes after the replacement", lambda: w.count() >= at_rep + 300, timeout=60)
         w.stop()
 
+        new_leader = g.leader(final)
+        assert new_leader is not None, "no leader at the end"
+        rest = final
         keys = sorted(w.acked)
         lead = g.node(new_leader)
         size = lead.dbsize()
@@ -350,7 +372,7 @@ def main():
             wait_until(f"{g.ids[i]} to hold the leader's {size} keys",
                        lambda i=i: g.node(i).dbsize() == size, timeout=30)
         snaps = []
-        for i in (3, 4):
+        for i in (3, 4, 5):
             with open(g.log(i)) as f:
                 line = next((ln for ln in f if "installed a snapshot" in ln), None)
             snaps.append(line.split("at log index ")[1].strip() if line else "none")
@@ -361,11 +383,12 @@ def main():
               f"node4 a voter {add4:.2f} s after it started (snapshot at index "
               f"{snaps[0]}), node5 {add5:.2f} s (snapshot at index {snaps[1]}); leader "
               f"{g.ids[gone]} removed, {g.ids[new_leader]} leading {rm:.2f} s after the "
-              f"topology was installed")
+              f"topology was installed; {g.ids[dead]} killed and replaced by node6, a voter "
+              f"{rep:.2f} s after it started (snapshot at index {snaps[2]})")
         print(f"membership: {len(keys)} writes acknowledged ({at4} before node4 was a voter, "
-              f"{at5} before node5, {at_rm} before the removal), {w.errors} retried errors; "
-              f"all present with their values on the four remaining nodes, DBSIZE {size} on "
-              f"each (acknowledged writes lost: 0)")
+              f"{at5} before node5, {at_rm} before the removal, {at_rep} before the "
+              f"replacement), {w.errors} retried errors; all present with their values on the "
+              f"four nodes of the end, DBSIZE {size} on each (acknowledged writes lost: 0)")
     except BaseException:
         for i, p in enumerate(g.procs):
             if p is None:

@@ -242,9 +242,18 @@ async fn change(
         .filter(|i| !voters.contains(i))
         .copied()
         .collect();
-    if new.iter().any(|i| !known.contains(i)) {
+    let replicated = |i: &u64| {
+        raft.metrics()
+            .borrow()
+            .replication
+            .as_ref()
+            .and_then(|r| r.get(i).copied().flatten())
+            .is_some()
+    };
+    if new.iter().any(|i| !known.contains(i) || !replicated(i)) {
         // A new node starts from a checkpoint rather than the whole log:
-        // a fresh snapshot lets the log behind it be purged.
+        // a fresh snapshot lets the log behind it be purged. (A leader
+        // elected while a learner waits does the same.)
         snapshot_now(raft).await;
     }
     for &id in &new {
