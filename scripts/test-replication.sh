@@ -6,8 +6,9 @@
 # wiped follower rejoining by snapshot; then eight readers against an
 # incrementing writer on the leader, no read older than an acknowledged
 # increment); then crates/sepkv-server/tests/py/membership.py (a fourth node
-# added while the leader is killed, a fifth added, the leader removed, all
-# under four writers; every acknowledged write on the four remaining nodes).
+# added while the leader is killed, a fifth added, the leader removed, a
+# killed follower replaced, all under four writers; every acknowledged
+# write on the four nodes of the end).
 #
 # Installs what it needs when missing (scripts/lib/prereqs.sh): redis-py
 # (pinned). With CI=true anything that cannot be installed fails the run.
