@@ -5,7 +5,10 @@
 # old one catching up, every acknowledged key on all three nodes; then a
 # wiped follower rejoining by snapshot; then eight readers against an
 # incrementing writer on the leader, no read older than an acknowledged
-# increment).
+# increment); then crates/sepkv-server/tests/py/membership.py (a fourth node
+# added while the leader is killed, a fifth added, the leader removed, a
+# killed follower replaced, all under four writers; every acknowledged
+# write on the four nodes of the end).
 #
 # Installs what it needs when missing (scripts/lib/prereqs.sh): redis-py
 # (pinned). With CI=true anything that cannot be installed fails the run.
@@ -25,6 +28,7 @@ cargo build --profile test -p sepkv-cli --bin sepkv --manifest-path "$root/Cargo
 export SEPKV_BIN="$target/debug/sepkv"
 
 timeout 600 "$py" "$root/crates/sepkv-server/tests/py/replication.py"
+timeout 300 "$py" "$root/crates/sepkv-server/tests/py/membership.py"
 
 # A partition in network namespaces (root and iproute2 needed): the
 # leader's link taken down, the majority serving, no acknowledged write

@@ -95,7 +95,13 @@ pub fn info_fields(c: Option<&Cluster>) -> Vec<(&'static str, String)> {
             ];
             if let Some(r) = c.replica() {
                 let (term, last_log, applied) = r.metrics();
-                let role = if r.is_leader() { "leader" } else { "follower" };
+                let role = if r.has_left() {
+                    "removed"
+                } else if r.is_leader() {
+                    "leader"
+                } else {
+                    "follower"
+                };
                 v.push(("raft_role", role.into()));
                 v.push((
                     "raft_leader",
@@ -104,6 +110,23 @@ pub fn info_fields(c: Option<&Cluster>) -> Vec<(&'static str, String)> {
                 v.push(("raft_term", term.to_string()));
                 v.push(("raft_last_log_index", last_log.unwrap_or(0).to_string()));
                 v.push(("raft_last_applied_index", applied.unwrap_or(0).to_string()));
+                let t = c.topology();
+                let voters = r.voters();
+                let mut names: Vec<String> = r
+                    .known_nodes()
+                    .into_iter()
+                    .filter(|n| voters.contains(&super::raft::raft_id(&n.id)))
+                    .map(|n| n.id)
+                    .collect();
+                names.sort();
+                v.push(("raft_voters", names.join(",")));
+                let settled = t
+                    .node(c.my_id())
+                    .is_none_or(|(s, _)| r.settled_at(&s.nodes));
+                v.push((
+                    "raft_membership",
+                    if settled { "settled" } else { "changing" }.into(),
+                ));
             }
             v
         }

@@ -312,14 +312,32 @@ impl Cluster {
     /// persists it, settles the marks, and starts dropping the records of
     /// slots this node no longer serves. Returns whether it was installed.
     ///
+    /// On a replica of a Raft group, a change of the shard's nodes is
+    /// handed to the group ([`raft::Replica::set_nodes`]), whose leader
+    /// adds and removes nodes; a topology that removes this node from the
+    /// shard is accepted (the node then answers `-MOVED` for the shard's
+    /// slots), and the shard's records are kept.
+    ///
     /// # Errors
-    /// This node missing from `t` or at another address; engine errors.
+    /// This node missing from `t` or at another address; a membership
+    /// change refused ([`raft::membership::check_change`], or one still in
+    /// flight on the leader); engine errors.
     pub fn install(self: &Arc<Self>, t: Topology) -> Result<bool, String> {
         let cur = self.topology();
         if t.version <= cur.version {
             return Ok(false);
         }
-        self.check_me(&t)?;
+        let replicated = match self.replica.get() {
+            Some(r) => self.check_membership(r, &cur, &t)?,
+            None => None,
+        };
+        // A replica the new version removes from its shard accepts it.
+        if replicated
+            .as_ref()
+            .is_none_or(|n| n.iter().any(|n| n.id == self.me))
+        {
+            self.check_me(&t)?;
+        }
         self.persist_topology(&t)?;
         {
             // Under the writer lock: a write the writer runs after this
@@ -329,8 +347,55 @@ impl Cluster {
             self.settle_marks(&t)?;
             self.refresh_states();
         }
-        self.drop_unowned();
+        match (replicated, self.replica.get()) {
+            // The shard's records belong to its Raft group's state machine
+            // (slot migration is refused on a replicated shard): they are
+            // kept, also on a node the topology removed from the shard.
+            (Some(nodes), Some(r)) => r.set_nodes(&nodes),
+            _ => self.drop_unowned(),
+        }
         Ok(true)
+    }
+
+    /// A replica's check of topology `t` replacing `cur`: the nodes `t`
+    /// lists for this node's shard (this node may be left out: it then
+    /// stops serving the shard's slots, and the group's leader, which may
+    /// be this node, removes it).
+    ///
+    /// # Errors
+    /// [`raft::membership::check_change`]'s reasons; a change while the
+    /// previous one is still in flight, on the leader.
+    fn check_membership(
+        &self,
+        r: &raft::Replica,
+        cur: &Topology,
+        t: &Topology,
+    ) -> Result<Option<Vec<Node>>, String> {
+        let Some((old, _)) = cur.node(&self.me) else {
+            return Ok(None);
+        };
+        let new = t.shards.iter().find(|s| s.name == old.name);
+        raft::membership::check_change(&old.name, &old.nodes, new.map(|s| &s.nodes[..]))?;
+        let new = new.map(|s| s.nodes.clone()).unwrap_or_default();
+
+        let same = |a: &[Node], b: &[Node]| {
+            a.len() == b.len() && a.iter().all(|n| b.iter().any(|m| m.id == n.id))
+        };
+        if !same(&old.nodes, &new) && r.is_leader() && !r.settled_at(&old.nodes) {
+            return Err(format!(
+                "shard {}: a membership change is in progress (the topology in force, version {}, \
+                 lists {}); install version {} once it is done",
+                old.name,
+                cur.version,
+                old.nodes
+                    .iter()
+                    .map(|n| n.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                t.version
+            ));
+        }
+        Ok(Some(new))
     }
 
     /// Rereads the topology file (SIGHUP) and installs it when newer.
@@ -443,14 +508,29 @@ impl Cluster {
     /// The nodes of `shard` as clients should see them: the master first
     /// (this shard's Raft leader, when known), then `false` for replicas.
     pub fn shard_roles<'a>(&self, shard: &'a Shard) -> Vec<(&'a Node, bool)> {
-        let leader = match self.replica.get() {
+        let (leader, voters) = match self.replica.get() {
             Some(r) if shard.nodes.iter().any(|n| n.id == self.me) => {
-                r.leader().map(|l| l.id.clone())
+                (r.leader().map(|l| l.id), Some(r.voters()))
             }
-            _ => None,
+            _ => (None, None),
         };
-        let master = leader.unwrap_or_else(|| shard.nodes[0].id.clone());
-        let mut out: Vec<(&Node, bool)> = shard.nodes.iter().map(|n| (n, n.id == master)).collect();
+        // This node's own group lists its nodes once they are voters.
+        let mut listed: Vec<&Node> = shard
+            .nodes
+            .iter()
+            .filter(|n| {
+                voters
+                    .as_ref()
+                    .is_none_or(|v| v.contains(&raft::raft_id(&n.id)))
+            })
+            .collect();
+        if listed.is_empty() {
+            listed = shard.nodes.iter().collect();
+        }
+        let master = leader
+            .filter(|l| listed.iter().any(|n| &n.id == l))
+            .unwrap_or_else(|| listed[0].id.clone());
+        let mut out: Vec<(&Node, bool)> = listed.into_iter().map(|n| (n, n.id == master)).collect();
         out.sort_by_key(|(_, m)| !*m);
         out
     }

@@ -4,7 +4,9 @@
 //! - [`log`]: the Raft log and vote, in a database of their own, synced;
 //! - [`machine`]: committed entries applied to the keyspace; snapshots as
 //!   checkpoints;
-//! - [`net`]: Raft messages between the nodes on the bus port.
+//! - [`net`]: Raft messages between the nodes on the bus port;
+//! - [`membership`]: nodes added to and removed from the group when the
+//!   topology in force changes the shard's nodes.
 //!
 //! An entry is the write commands of the clients that waited while the
 //! previous entry was in flight, in order (or an expiry sweep's keys),
@@ -21,6 +23,7 @@
 
 pub mod log;
 pub mod machine;
+pub mod membership;
 pub mod net;
 
 use super::Node;
@@ -30,11 +33,12 @@ use crate::keyspace::{now_ms, Keyspace};
 use crate::resp::Reply;
 use bytes::Bytes;
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::{BasicNode, Raft};
-use std::collections::BTreeMap;
+use openraft::Raft;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Cursor;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 openraft::declare_raft_types!(
@@ -110,7 +114,15 @@ const ENTRY_BYTES: usize = 16 << 20;
 pub struct Replica {
     raft: Raft<TypeConfig>,
     log: log::LogStore,
-    peers: BTreeMap<u64, Node>,
+    /// Every node the shard has listed since start (Raft ID → node), so a
+    /// leader is named even after the topology dropped it.
+    peers: Arc<RwLock<BTreeMap<u64, Node>>>,
+    /// The shard's nodes in the topology in force, which the leader
+    /// brings the voters to ([`membership::reconcile`]).
+    target: tokio::sync::watch::Sender<Vec<Node>>,
+    /// Set once this node left the group (removed by the topology; its
+    /// Raft is stopped).
+    left: Arc<AtomicBool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     proposer: tokio::sync::mpsc::UnboundedSender<Job>,
     reads: tokio::sync::mpsc::UnboundedSender<ReadWaiter>,
@@ -139,7 +151,10 @@ fn bus_addr(n: &Node) -> Result<String, String> {
 impl Replica {
     /// Starts this node's replica: opens the log (`LOG_DIR`), the state
     /// machine over `ks`, listens on the bus (`bind`:`bus_port`), and
-    /// initializes the group with `nodes` when it is new.
+    /// initializes the group with `nodes` when it is new: when every other
+    /// node of `nodes` answers on the bus and none holds Raft state (a
+    /// node that finds the group exists waits to be added by its leader;
+    /// see [`membership::join_or_initialize`]).
     ///
     /// # Errors
     /// The log database, the bus port, openraft's start-up.
@@ -174,50 +189,113 @@ impl Replica {
             .await
             .map_err(|e| e.to_string())?;
         let mut peers = BTreeMap::new();
-        let mut members = BTreeMap::new();
         for n in nodes {
+            bus_addr(n)?;
             peers.insert(raft_id(&n.id), n.clone());
-            members.insert(raft_id(&n.id), BasicNode::new(bus_addr(n)?));
         }
-        if !raft.is_initialized().await.map_err(|e| e.to_string())? {
-            // Every node of a new group proposes the same membership;
-            // openraft accepts that, and the election picks one leader.
-            if let Err(e) = raft.initialize(members).await {
-                eprintln!("cluster: Raft group not initialized here: {e}");
-            }
-        }
+        let peers = Arc::new(RwLock::new(peers));
+        let (target, target_rx) = tokio::sync::watch::channel(nodes.to_vec());
         let (proposer, jobs) = tokio::sync::mpsc::unbounded_channel();
         let mut tasks = vec![tokio::spawn(net::serve(listener, raft.clone()))];
         tasks.push(tokio::spawn(expire_on_leader(raft.clone(), ks)));
         tasks.push(tokio::spawn(propose(raft.clone(), jobs)));
         let (reads, waiters) = tokio::sync::mpsc::unbounded_channel();
         tasks.push(tokio::spawn(read_rounds(raft.clone(), waiters)));
+        tasks.push(tokio::spawn(membership::join_or_initialize(
+            raft.clone(),
+            me.to_string(),
+            nodes.to_vec(),
+        )));
+        let left = Arc::new(AtomicBool::new(false));
+        tasks.push(tokio::spawn(membership::reconcile(
+            raft.clone(),
+            raft_id(me),
+            target_rx,
+            peers.clone(),
+            left.clone(),
+        )));
         Ok(Arc::new(Replica {
             raft,
             log,
             peers,
+            target,
+            left,
             tasks,
             proposer,
             reads,
         }))
     }
 
-    /// The leader this node knows of, if any.
-    pub fn leader(&self) -> Option<&Node> {
+    /// Whether this node left the group: the topology in force removed it
+    /// from the shard, and it is no leader still carrying out the change.
+    pub fn has_left(&self) -> bool {
+        self.left.load(Ordering::Acquire)
+    }
+
+    /// The leader this node knows of, if any (none once it left).
+    pub fn leader(&self) -> Option<Node> {
+        if self.has_left() {
+            return None;
+        }
         let id = self.raft.metrics().borrow().current_leader?;
-        self.peers.get(&id)
+        self.peers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
     }
 
     /// Whether this node is the leader.
     pub fn is_leader(&self) -> bool {
+        if self.has_left() {
+            return false;
+        }
         let m = self.raft.metrics();
         let m = m.borrow();
         m.current_leader == Some(m.id)
     }
 
-    /// The nodes of the group.
-    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
-        self.peers.values()
+    /// The Raft IDs of the group's voters (of both configurations while a
+    /// joint one is in force).
+    pub fn voters(&self) -> BTreeSet<u64> {
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .collect()
+    }
+
+    /// Every node the shard has listed since this node started.
+    pub fn known_nodes(&self) -> Vec<Node> {
+        self.peers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Whether the group's membership is one configuration (no change in
+    /// flight) whose voters are exactly `nodes`.
+    pub fn settled_at(&self, nodes: &[Node]) -> bool {
+        let m = self.raft.metrics().borrow().membership_config.clone();
+        let m = m.membership();
+        let want: BTreeSet<u64> = nodes.iter().map(|n| raft_id(&n.id)).collect();
+        m.get_joint_config().len() == 1 && m.voter_ids().collect::<BTreeSet<_>>() == want
+    }
+
+    /// Sets the shard's nodes from a new topology: the leader adds the new
+    /// ones and removes the ones left out (see [`membership::reconcile`]).
+    pub fn set_nodes(&self, nodes: &[Node]) {
+        {
+            let mut p = self.peers.write().unwrap_or_else(|p| p.into_inner());
+            for n in nodes {
+                p.insert(raft_id(&n.id), n.clone());
+            }
+        }
+        self.target.send_replace(nodes.to_vec());
     }
 
     /// Raft's metrics: term, last log and applied index, for `INFO`.

@@ -4,7 +4,10 @@
 //!
 //! Framing is tokio-util's length-delimited codec (a 4-byte big-endian
 //! length, frames up to 1 GiB for snapshot chunks); each frame is one
-//! bincode-encoded [`BusRequest`] or [`BusResponse`]. A connection carries
+//! bincode-encoded [`BusRequest`] or [`BusResponse`]. Besides openraft's
+//! messages, [`BusRequest::Probe`] asks a node whether it holds Raft state
+//! (a node of a new group initializes it only when no node listed for the
+//! shard does; see [`probe`]). A connection carries
 //! one request at a time; the sending side keeps one connection per peer
 //! and reconnects after an error.
 //!
@@ -33,6 +36,8 @@ pub enum BusRequest {
     Vote(VoteRequest<u64>),
     /// One chunk of a snapshot.
     Snapshot(InstallSnapshotRequest<TypeConfig>),
+    /// Whether the node holds Raft state (a log or a membership).
+    Probe,
 }
 
 /// A peer's answer.
@@ -44,6 +49,9 @@ pub enum BusResponse {
     Vote(Result<VoteResponse<u64>, RaftError<u64>>),
     /// To [`BusRequest::Snapshot`].
     Snapshot(Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>),
+    /// To [`BusRequest::Probe`]: `true` when the node's group is
+    /// initialized.
+    Probe(bool),
 }
 
 fn codec() -> LengthDelimitedCodec {
@@ -74,6 +82,10 @@ pub async fn serve(listener: TcpListener, raft: Raft<TypeConfig>) {
                     BusRequest::Snapshot(r) => {
                         BusResponse::Snapshot(raft.install_snapshot(r).await)
                     }
+                    BusRequest::Probe => match raft.is_initialized().await {
+                        Ok(b) => BusResponse::Probe(b),
+                        Err(_) => return,
+                    },
                 };
                 let Ok(out) = bincode::serialize(&resp) else {
                     return;
@@ -83,6 +95,20 @@ pub async fn serve(listener: TcpListener, raft: Raft<TypeConfig>) {
                 }
             }
         });
+    }
+}
+
+/// Asks the node whose bus is at `addr` whether its group is initialized;
+/// `None` when it does not answer within `ttl`.
+pub async fn probe(addr: &str, ttl: Duration) -> Option<bool> {
+    let mut c = Conn {
+        target: 0,
+        addr: addr.to_string(),
+        stream: None,
+    };
+    match c.call(&BusRequest::Probe, ttl).await {
+        Ok(BusResponse::Probe(b)) => Some(b),
+        _ => None,
     }
 }
 
