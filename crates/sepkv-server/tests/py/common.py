@@ -32,10 +32,22 @@ def need(tool):
     return path
 
 
+_handed_out = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now and not handed out before in this process
+    (the kernel may offer a port again once its probe socket is closed,
+    and a test that draws several before starting its servers would then
+    give two of them the same port)."""
+    for _ in range(1000):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("no free loopback port not handed out already")
 
 
 def wait_port(port, proc, timeout=20.0):
