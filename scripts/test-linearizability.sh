@@ -82,16 +82,17 @@ caught=false
 for seed in $seeds; do
     h="$work/history-seed-$seed.json"
     timeout $((seconds * 3 + 120)) "$py" "$root/crates/sepkv-server/tests/py/linearizability.py" \
-        --seed "$seed" --seconds "$seconds" --out "$h"
+        --seed "$seed" --seconds "$seconds" --ops $((seconds * 300)) --out "$h"
     histories+=("$h")
     if [ "$broken" = true ]; then
         set +e
-        "$target/lincheck" -timeout 120s -html "$work/history-seed-$seed.html" "$h"
+        "$target/lincheck" -timeout 60s -html "$work/history-seed-$seed.html" "$h"
         status=$?
         set -e
         if [ "$status" = 1 ]; then
             mkdir -p "$keep"
-            cp "$h" "$work/history-seed-$seed.html" "$keep/"
+            cp "$h" "$keep/"
+            [ -f "$work/history-seed-$seed.html" ] && cp "$work/history-seed-$seed.html" "$keep/"
             echo "the fault was caught (seed $seed); history and visualization kept in the target directory (linearizability/)"
             caught=true
             break

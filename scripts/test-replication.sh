@@ -5,7 +5,9 @@
 # old one catching up, every acknowledged key on all three nodes; then a
 # wiped follower rejoining by snapshot; then eight readers against an
 # incrementing writer on the leader, no read older than an acknowledged
-# increment).
+# increment). Then the linearizability check's short seed
+# (scripts/test-linearizability.sh: recorded histories under kill -9 and
+# partitions, checked with porcupine).
 #
 # Installs what it needs when missing (scripts/lib/prereqs.sh): redis-py
 # (pinned). With CI=true anything that cannot be installed fails the run.
@@ -40,3 +42,6 @@ elif [ "${CI:-}" = true ]; then
 else
     echo "partition: skipped (network namespaces unavailable: needs root and iproute2)"
 fi
+
+# Linearizability: one short seed (SEPKV_LONG=1 runs the long mode).
+timeout 600 "$root/scripts/test-linearizability.sh"

@@ -38,7 +38,8 @@ server is stopped by its pid and the namespaces removed at the end.
 Usage: linearizability.py --seed N --out FILE [--seconds S] [--clients C]
            [--keys K] [--ops N] [--faults kill,partition] [--loopback]
 Prints one line of figures:
-  seed N: O operations recorded (I indeterminate), faults: K kills, P partitions (NETWORK)
+  seed N: O operations recorded (C completed, I indeterminate (reads among
+  them), F failed), faults: K kills, P partitions (NETWORK)
 Environment: SEPKV_BIN.
 """
 
@@ -393,7 +394,7 @@ def main():
     failed = sum(1 for r in history if r.get("failed"))
     completed = len(history) - unknown - failed
     print(f"seed {a.seed}: {len(history)} operations recorded ({completed} completed, {unknown} "
-          f"indeterminate, {failed} failed), faults: {counts['kills']} kills, {counts['partitions']} partitions "
+          f"indeterminate (reads among them), {failed} failed), faults: {counts['kills']} kills, {counts['partitions']} partitions "
           f"({'network namespaces' if netns else 'loopback'})")
     if completed == 0:
         sys.exit("FAIL: no operation completed")
