@@ -73,7 +73,7 @@ if [ "$broken" = true ]; then
     export CI=true  # the fault shows only with partitions: namespaces are needed
 fi
 
-work="$(mktemp -d "${TMPDIR:-/tmp}/sepkv-linearizability.XXXXXX")"
+work="$(mktemp -d -t sepkv-linearizability.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 keep="$target/linearizability"
 
