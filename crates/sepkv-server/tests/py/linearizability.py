@@ -9,7 +9,7 @@ namespace per node on 198.19.X.1-3, nothing leaving the machine) or, where
 they cannot be made, on 127.0.0.1.
 
 The recorder: CLIENTS threads, one redis-py connection each (no automatic
-retry, short socket timeouts), issue GET, SET and INCR on KEYS keys against
+retry, short socket timeouts), send GET, SET and INCR on KEYS keys against
 the node they believe leads. Each operation records its client, op, key,
 argument, the monotonic-clock readings (ns) before it was sent and after
 its reply came, and the reply. An operation whose reply does not come
