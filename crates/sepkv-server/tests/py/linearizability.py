@@ -119,7 +119,7 @@ class Net:
                 ip("-n", ns, "link", "set", peer, "up")
                 ip("-n", ns, "link", "set", "lo", "up")
                 ip("link", "set", veth, "master", self.bridge, "up")
-        except Exception:
+        except BaseException:  # SIGTERM too
             self.close()
             raise
 
@@ -165,10 +165,13 @@ class Shard:
             f.write("version 1\nshard1 0-16383 " + " ".join(
                 f"{nid}={a}" for nid, a in zip(self.ids, addrs)) + "\n")
         self.procs = [None] * n
+        # start, kill9 and stop hold it; after stop nothing starts again.
+        self.lock = threading.Lock()
+        self.closed = False
         try:
             for i in range(n):
                 self.start(i)
-        except Exception:
+        except BaseException:  # SIGTERM too
             self.stop()
             raise
 
@@ -178,8 +181,11 @@ class Shard:
                 "--cluster-config", self.conf, "--cluster-node-id", self.ids[i]]
         if self.net:
             argv = self.net.prefix(i) + argv  # ip netns exec execs the server: same pid
-        with open(os.path.join(self.dir, f"{self.ids[i]}.out"), "a") as out:
-            self.procs[i] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        with self.lock:
+            if self.closed:
+                raise RuntimeError("the shard is stopped")
+            with open(os.path.join(self.dir, f"{self.ids[i]}.out"), "a") as out:
+                self.procs[i] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
         end = time.monotonic() + 20
         while not self.answers(i):
             if self.procs[i].poll() is not None or time.monotonic() > end:
@@ -193,8 +199,9 @@ class Shard:
             return False
 
     def kill9(self, i):
-        self.procs[i].kill()
-        self.procs[i].wait()
+        with self.lock:
+            self.procs[i].kill()
+            self.procs[i].wait()
 
     def client(self, i, timeout=SOCKET_TIMEOUT):
         # No retry of a command by redis-py: a resent INCR would count twice.
@@ -223,17 +230,21 @@ class Shard:
         return out
 
     def stop(self):
-        for p in self.procs:
-            if p is not None and p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-        if self.net:
-            self.net.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        with self.lock:
+            self.closed = True
+        try:
+            for p in self.procs:
+                if p is not None and p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+                    try:
+                        p.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+                        p.wait()
+        finally:
+            if self.net:
+                self.net.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def client_loop(shard, cid, seed, keys, end, max_ops, history, lock):
@@ -356,6 +367,13 @@ def main():
         faults = [f for f in faults if f != "partition"] or ["kill"]
         why = "--loopback" if a.loopback else "network namespaces unavailable: needs root and iproute2"
         print(f"partitions: skipped ({why})")
+    # Stopped from outside (timeout sends SIGTERM): the servers and the
+    # namespaces are still removed (the finally below).
+    def stopped(*_):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one is enough: let the cleanup run
+        sys.exit("FAIL: stopped by SIGTERM")
+
+    signal.signal(signal.SIGTERM, stopped)
     rng = random.Random(a.seed)
     shard = Shard(3, netns)
     history, lock, counts = [], threading.Lock(), {"kills": 0, "partitions": 0}
@@ -366,7 +384,8 @@ def main():
         end = start + a.seconds
         keys = [f"lin:{k}" for k in range(a.keys)]
         threads = [threading.Thread(target=client_loop,
-                                    args=(shard, c, a.seed, keys, end, a.ops, history, lock))
+                                    args=(shard, c, a.seed, keys, end, a.ops, history, lock),
+                                    daemon=True)
                    for c in range(a.clients)]
         for t in threads:
             t.start()
@@ -378,7 +397,7 @@ def main():
             except Exception as e:  # reported after the clients stop
                 nem_error.append(e)
 
-        nem = threading.Thread(target=run_nemesis)
+        nem = threading.Thread(target=run_nemesis, daemon=True)
         nem.start()
         for t in threads:
             t.join(timeout=a.seconds + 60)
