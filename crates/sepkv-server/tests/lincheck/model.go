@@ -56,7 +56,16 @@ type History struct {
 	Network string `json:"network"`
 	// Faults counts what the nemesis did: "kills", "partitions".
 	Faults map[string]int `json:"faults"`
-	Ops    []Op           `json:"ops"`
+	// Events are the nemesis's steps, for reading a history.
+	Events []Event `json:"events"`
+	Ops    []Op    `json:"ops"`
+}
+
+// Event is one step of the nemesis: a kill, a restart, a cut, a heal.
+type Event struct {
+	// Time is a reading of the recorder's monotonic clock, in ns.
+	Time int64  `json:"time"`
+	What string `json:"what"`
 }
 
 type input struct {

@@ -316,7 +316,7 @@ def client_loop(shard, cid, seed, keys, end, max_ops, history, lock):
         done += 1
 
 
-def nemesis(shard, rng, faults, end, counts, stop):
+def nemesis(shard, rng, faults, end, counts, stop, events):
     """One fault at a time until `end`; every node up and healed after."""
     n = len(shard.ids)
     while time.monotonic() < end and not stop.is_set():
@@ -329,18 +329,23 @@ def nemesis(shard, rng, faults, end, counts, stop):
         # cut-off follower only stops answering).
         leads = leaders and (kind == "partition" or rng.random() < 2 / 3)
         victim = leaders[0] if leads else rng.randrange(n)
+        name = shard.ids[victim]
         if kind == "kill":
+            events.append({"time": time.monotonic_ns(), "what": f"kill -9 {name}"})
             shard.kill9(victim)
             counts["kills"] += 1
             time.sleep(rng.uniform(0.3, 1.5))
+            events.append({"time": time.monotonic_ns(), "what": f"restart {name}"})
             shard.start(victim)
         else:
+            events.append({"time": time.monotonic_ns(), "what": f"cut {name} off"})
             shard.net.cut(victim)
             counts["partitions"] += 1
             try:
                 time.sleep(rng.uniform(2.0, 4.0))
             finally:
                 shard.net.heal()
+                events.append({"time": time.monotonic_ns(), "what": f"heal {name}"})
         common.wait_until("a leader after the fault", lambda: shard.leaders(), timeout=30)
 
 
@@ -376,7 +381,7 @@ def main():
     signal.signal(signal.SIGTERM, stopped)
     rng = random.Random(a.seed)
     shard = Shard(3, netns)
-    history, lock, counts = [], threading.Lock(), {"kills": 0, "partitions": 0}
+    history, lock, counts, events = [], threading.Lock(), {"kills": 0, "partitions": 0}, []
     stop = threading.Event()
     try:
         common.wait_until("a leader", lambda: shard.leaders(), timeout=30)
@@ -393,7 +398,7 @@ def main():
 
         def run_nemesis():
             try:
-                nemesis(shard, rng, faults, end - 2, counts, stop)
+                nemesis(shard, rng, faults, end - 2, counts, stop, events)
             except Exception as e:  # reported after the clients stop
                 nem_error.append(e)
 
@@ -412,7 +417,7 @@ def main():
     history.sort(key=lambda r: r["call"])
     with open(a.out, "w") as f:
         json.dump({"seed": a.seed, "network": "network namespaces" if netns else "loopback",
-                   "faults": counts, "ops": history}, f)
+                   "faults": counts, "events": events, "ops": history}, f)
     unknown = sum(1 for r in history if "ret" not in r)
     failed = sum(1 for r in history if r.get("failed"))
     completed = len(history) - unknown - failed
