@@ -8,7 +8,9 @@
 # increment); then crates/sepkv-server/tests/py/membership.py (a fourth node
 # added while the leader is killed, a fifth added, the leader removed, a
 # killed follower replaced, all under four writers; every acknowledged
-# write on the four nodes of the end).
+# write on the four nodes of the end). Then the linearizability check's
+# short seed (scripts/test-linearizability.sh: recorded histories under
+# kill -9 and partitions, checked with porcupine).
 #
 # Installs what it needs when missing (scripts/lib/prereqs.sh): redis-py
 # (pinned). With CI=true anything that cannot be installed fails the run.
@@ -44,3 +46,6 @@ elif [ "${CI:-}" = true ]; then
 else
     echo "partition: skipped (network namespaces unavailable: needs root and iproute2)"
 fi
+
+# Linearizability: one short seed (SEPKV_LONG=1 runs the long mode).
+timeout 600 "$root/scripts/test-linearizability.sh"
