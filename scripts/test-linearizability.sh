@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Linearizability check of a replicated shard (docs/replication.md,
 # "Linearizability check"): concurrent clients record GET, SET and INCR on
-# a few keys while a nemesis kills nodes with kill -9 and cuts the leader
-# off in network namespaces; each recorded history is checked with
+# a few keys while a nemesis kills nodes with kill -9, cuts the leader
+# off in network namespaces and (in the long mode) replaces a voter by a
+# spare node through a new topology version; each recorded history is checked with
 # porcupine (crates/sepkv-server/tests/lincheck, a Go module).
 #
 # Usage: scripts/test-linearizability.sh [--broken]
 #
-#   (default)  one short seed (about 20 s of load); SEPKV_LONG=1 runs six
-#              seeds of 40 s each instead.
+#   (default)  one short seed (about 20 s of load; kills and partitions);
+#              SEPKV_LONG=1 runs six seeds of 40 s each instead, with
+#              membership changes too.
 #   --broken   builds the server with the test-only fault
 #              `unsafe-skip-read-index` (a leader serves reads without a
 #              read index) into a binary of its own and runs seeds until
@@ -16,7 +18,8 @@
 #              three seeds. Needs network namespaces.
 #
 # Prints each history's verdict and the figures: operations recorded,
-# faults injected (kills, partitions), histories checked, violations. A
+# faults injected (kills, partitions, membership changes), histories
+# checked, violations. A
 # history that is not linearizable is kept under the target directory
 # (`linearizability/`), with porcupine's visualization beside it.
 #
@@ -26,7 +29,8 @@
 # installed, or namespaces that cannot be made, fail the run.
 #
 # Environment: SEPKV_LONG=1, SEPKV_LIN_SEEDS ("1 2 3": the seeds to run),
-# SEPKV_LIN_SECONDS (load per seed), CARGO_TARGET_DIR.
+# SEPKV_LIN_SECONDS (load per seed), SEPKV_LIN_FAULTS (the nemesis's
+# faults, of kill, partition and member, comma-separated), CARGO_TARGET_DIR.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -63,13 +67,16 @@ export SEPKV_BIN="$target/debug/sepkv"
 if [ "${SEPKV_LONG:-}" = 1 ]; then
     seeds="${SEPKV_LIN_SEEDS:-1 2 3 4 5 6}"
     seconds="${SEPKV_LIN_SECONDS:-40}"
+    faults="${SEPKV_LIN_FAULTS:-kill,partition,member}"
 else
     seeds="${SEPKV_LIN_SEEDS:-1}"
     seconds="${SEPKV_LIN_SECONDS:-20}"
+    faults="${SEPKV_LIN_FAULTS:-kill,partition}"
 fi
 if [ "$broken" = true ]; then
     export SEPKV_BIN="$target/debug/sepkv-unsafe-skip-read-index"
     seeds="${SEPKV_LIN_SEEDS:-1 2 3}"
+    faults="${SEPKV_LIN_FAULTS:-kill,partition}"
     export CI=true  # the fault shows only with partitions: namespaces are needed
 fi
 
@@ -82,7 +89,7 @@ caught=false
 for seed in $seeds; do
     h="$work/history-seed-$seed.json"
     timeout $((seconds * 3 + 120)) "$py" "$root/crates/sepkv-server/tests/py/linearizability.py" \
-        --seed "$seed" --seconds "$seconds" --ops $((seconds * 300)) --out "$h"
+        --seed "$seed" --seconds "$seconds" --ops $((seconds * 300)) --faults "$faults" --out "$h"
     histories+=("$h")
     if [ "$broken" = true ]; then
         set +e

@@ -30,7 +30,7 @@ func main() {
 	}
 	status := 0
 	var total Counts
-	checked, violations, undecided, kills, partitions := 0, 0, 0, 0, 0
+	checked, violations, undecided, kills, partitions, changes := 0, 0, 0, 0, 0, 0
 	for _, path := range flag.Args() {
 		f, err := os.Open(path)
 		if err != nil {
@@ -51,6 +51,7 @@ func main() {
 		total.DroppedReads += c.DroppedReads
 		kills += h.Faults["kills"]
 		partitions += h.Faults["partitions"]
+		changes += h.Faults["membership"]
 		fmt.Printf("%s: %d operations (%d indeterminate writes; %d failed and %d unanswered reads left out) on %d keys: %s in %.2f s\n",
 			path, c.Ops, c.Indeterminate, c.Failed, c.DroppedReads, c.Keys, verdict(res), time.Since(start).Seconds())
 		switch res {
@@ -71,9 +72,9 @@ func main() {
 			}
 		}
 	}
-	fmt.Printf("operations recorded: %d (indeterminate writes: %d), faults injected: %d kills, %d partitions, "+
+	fmt.Printf("operations recorded: %d (indeterminate writes: %d), faults injected: %d kills, %d partitions, %d membership changes, "+
 		"histories checked: %d, violations: %d, undecided: %d\n",
-		total.Ops, total.Indeterminate, kills, partitions, checked, violations, undecided)
+		total.Ops, total.Indeterminate, kills, partitions, changes, checked, violations, undecided)
 	os.Exit(status)
 }
 

@@ -54,7 +54,8 @@ type History struct {
 	Seed int64 `json:"seed"`
 	// Network is where the nodes ran: "network namespaces" or "loopback".
 	Network string `json:"network"`
-	// Faults counts what the nemesis did: "kills", "partitions".
+	// Faults counts what the nemesis did: "kills", "partitions",
+	// "membership" (changes of the voters).
 	Faults map[string]int `json:"faults"`
 	// Events are the nemesis's steps, for reading a history.
 	Events []Event `json:"events"`

@@ -3,10 +3,11 @@ nemesis. The history it writes is checked by the Go program in
 crates/sepkv-server/tests/lincheck (porcupine); scripts/test-linearizability.sh
 runs both.
 
-Three `sepkv serve` nodes form one shard of all slots (one Raft group). In
+Three `sepkv serve` nodes form one shard of all slots (one Raft group);
+with membership changes, two spare machines stand beside them. In
 network namespaces (root and iproute2; a bridge on 198.19.X.254 and one
-namespace per node on 198.19.X.1-3, nothing leaving the machine) or, where
-they cannot be made, on 127.0.0.1.
+namespace per machine on 198.19.X.1-5, nothing leaving the machine) or,
+where they cannot be made, on 127.0.0.1.
 
 The recorder: CLIENTS threads, one redis-py connection each (no automatic
 retry, short socket timeouts), send GET, SET and INCR on KEYS keys against
@@ -18,8 +19,11 @@ without a return time: indeterminate. `-MOVED` and `-CLUSTERDOWN The shard
 has no leader` are definite failures (the node never proposed the write,
 or openraft cut its entry from the log): recorded as failed, and the check
 holds the server to that. The client then moves on (to the node `-MOVED`
-names, else the next node), and whatever it does next is a new operation.
-Client c's home is node c mod 3: away from it, a client goes back there
+names, else the next member), and whatever it does next is a new operation.
+Clients connect only to the shard's current members (a client still
+connected to a node just removed gets its `-MOVED`, a definite failure:
+the node does not propose). Client c's home is member c mod 3 of the
+current list: away from it, a client goes back there
 before one operation in five, so every node keeps being asked, a leader
 cut off from the others included. SET writes integers unique to the run, so a read tells
 which write it saw.
@@ -29,17 +33,27 @@ kill -9 (the leader, two times in three) and restarts it; or, in
 namespaces, cuts the leader off from the two
 others (blackhole routes both ways between the nodes; the clients still
 reach every node, so a deposed leader that answers is seen) and heals the
-cut. It stops two seconds before the clients, with every node up and
-every cut healed.
+cut; or (fault `member`) replaces a voter (the leader one time in three)
+by a spare: a new topology version listing the spare in its place is
+installed with CLUSTER SETTOPOLOGY on every node, the leader first, the
+spare starts with an empty data directory, and once the leader says
+`raft_membership:settled` with the new voters (at most 60 s) and the
+removed node says `raft_role:removed` (at most 30 s), the removed node is
+stopped and its data directory and Raft records deleted: the machine is
+a spare again, to come back only as a new node (a new ID and port). Each
+step is written to the history's events with its clock reading. It stops
+two seconds before the clients, with every member up and every cut
+healed.
 
 Bounded: the clients stop after SECONDS or OPS operations each; every
 server is stopped by its pid and the namespaces removed at the end.
 
 Usage: linearizability.py --seed N --out FILE [--seconds S] [--clients C]
-           [--keys K] [--ops N] [--faults kill,partition] [--loopback]
+           [--keys K] [--ops N] [--faults kill,partition,member] [--loopback]
 Prints one line of figures:
   seed N: O operations recorded (C completed, I indeterminate (reads among
-  them), F failed), faults: K kills, P partitions (NETWORK)
+  them), F failed), faults: K kills, P partitions, M membership changes
+  (NETWORK)
 Environment: SEPKV_BIN.
 """
 
@@ -146,34 +160,79 @@ class Net:
 
 
 class Shard:
-    """Three nodes, one shard of all slots, one Raft group."""
+    """One shard of all slots, one Raft group: `voters` machines (slots
+    0..voters-1) are its nodes at first; the others are spares, not
+    started until a membership change adds them."""
 
-    def __init__(self, n, netns):
+    def __init__(self, n, netns, voters=3):
         self.dir = tempfile.mkdtemp(prefix="sepkv-linearizability-")
         self.net = Net(n) if netns else None
-        if self.net:
-            self.hosts = self.net.hosts
-            self.ports = [6379] * n
-            addrs = [f"{h}:6379" for h in self.hosts]
-        else:
-            self.hosts = ["127.0.0.1"] * n
-            self.ports = [common.free_port() for _ in range(n)]
-            addrs = [f"127.0.0.1:{p}@{common.free_port()}" for p in self.ports]
-        self.ids = [f"node{i + 1}" for i in range(n)]
+        self.hosts = self.net.hosts if self.net else ["127.0.0.1"] * n
+        self.ports = [0] * n
+        self.addrs = [""] * n
+        self.ids = [""] * n
+        self.gen = [0] * n
         self.conf = os.path.join(self.dir, "topology.conf")
-        with open(self.conf, "w") as f:
-            f.write("version 1\nshard1 0-16383 " + " ".join(
-                f"{nid}={a}" for nid, a in zip(self.ids, addrs)) + "\n")
+        self.version = 0
         self.procs = [None] * n
-        # start, kill9 and stop hold it; after stop nothing starts again.
+        # start, kill9, stop and the members list hold it; after stop
+        # nothing starts again.
         self.lock = threading.Lock()
         self.closed = False
+        self.members = list(range(voters))
+        for i in range(n):
+            self.new_identity(i)
+        self.write_topology()
         try:
-            for i in range(n):
+            for i in self.members:
                 self.start(i)
         except BaseException:  # SIGTERM too
             self.stop()
             raise
+
+    def new_identity(self, i):
+        """Machine i's next node: a new ID, a new client port, a new data
+        directory (a removed node comes back only as a new node)."""
+        self.gen[i] += 1
+        g = self.gen[i]
+        self.ids[i] = f"node{i + 1}" if g == 1 else f"node{i + 1}-{g}"
+        if self.net:
+            self.ports[i] = 6378 + g
+            self.addrs[i] = f"{self.hosts[i]}:{self.ports[i]}"
+        else:
+            self.ports[i] = common.free_port()
+            self.addrs[i] = f"127.0.0.1:{self.ports[i]}@{common.free_port()}"
+
+    def topology(self):
+        """The next version of the topology, listing the members."""
+        self.version += 1
+        return f"version {self.version}\nshard1 0-16383 " + " ".join(
+            f"{self.ids[i]}={self.addrs[i]}" for i in self.members) + "\n"
+
+    def write_topology(self):
+        text = self.topology()
+        with open(self.conf, "w") as f:
+            f.write(text)
+        return text
+
+    def current(self):
+        with self.lock:
+            return list(self.members)
+
+    def home(self, cid):
+        m = self.current()
+        return m[cid % len(m)]
+
+    def after(self, i):
+        """The member after machine i (the first one if i is none)."""
+        m = self.current()
+        return m[(m.index(i) + 1) % len(m)] if i in m else m[0]
+
+    def wipe(self, i):
+        """Deletes machine i's data directory and its Raft records."""
+        db = os.path.join(self.dir, self.ids[i])
+        shutil.rmtree(db, ignore_errors=True)
+        shutil.rmtree(db + ".raft", ignore_errors=True)
 
     def start(self, i):
         argv = [common.sepkv_binary(), "--db", os.path.join(self.dir, self.ids[i]), "serve",
@@ -203,6 +262,17 @@ class Shard:
             self.procs[i].kill()
             self.procs[i].wait()
 
+    def terminate(self, i):
+        """Stops machine i's server with SIGTERM (kill -9 after 30 s)."""
+        with self.lock:
+            p = self.procs[i]
+            p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
     def client(self, i, timeout=SOCKET_TIMEOUT):
         # No retry of a command by redis-py: a resent INCR would count twice.
         return redis.Redis(host=self.hosts[i], port=self.ports[i], password=PASSWORD,
@@ -211,15 +281,20 @@ class Shard:
 
     def node_of(self, addr):
         host, port = addr.rsplit(":", 1)
-        for i in range(len(self.ids)):
-            if self.hosts[i] == host and self.ports[i] == int(port):
-                return i
+        with self.lock:
+            for i in self.members:
+                if self.hosts[i] == host and self.ports[i] == int(port):
+                    return i
         return None
+
+    def info(self, i):
+        return self.client(i, timeout=1).info("cluster")
 
     def leaders(self):
         """The nodes that call themselves leader (INFO cluster)."""
         out = []
-        for i, p in enumerate(self.procs):
+        for i in self.current():
+            p = self.procs[i]
             if p is None or p.poll() is not None:
                 continue
             try:
@@ -249,19 +324,20 @@ class Shard:
 
 def client_loop(shard, cid, seed, keys, end, max_ops, history, lock):
     rng = random.Random(seed * 1009 + cid)
-    n = len(shard.ids)
-    node, conn, done, serial = cid % n, None, 0, 0
-    home = cid % n
+    node, conn, done, serial = shard.home(cid), None, 0, 0
     while done < max_ops and time.monotonic() < end:
+        home = shard.home(cid)
         if node != home and rng.random() < HOME_RETURN:
             node, conn = home, None
         if conn is None:
-            # Connecting is not an operation: a node that is down is skipped.
+            # Connecting is not an operation: a node that is down is
+            # skipped, and a client connects only to current members.
+            node = node if node in shard.current() else shard.after(node)
             conn = shard.client(node)
             try:
                 conn.ping()
             except redis.RedisError:
-                conn, node = None, (node + 1) % n
+                conn, node = None, shard.after(node)
                 time.sleep(0.05)
                 continue
         key = rng.choice(keys)
@@ -303,32 +379,100 @@ def client_loop(shard, cid, seed, keys, end, max_ops, history, lock):
             # Any other error: indeterminate (it may have been proposed).
             moved = msg.split()[2] if msg.startswith("MOVED") and len(msg.split()) > 2 else None
             nxt = shard.node_of(moved) if moved else None
-            node = nxt if nxt is not None else (node + 1) % n
+            node = nxt if nxt is not None else shard.after(node)
             conn = None
             if nxt is None:
                 time.sleep(0.05)
         except (redis.ConnectionError, redis.TimeoutError) as e:
             rec["error"] = type(e).__name__
-            conn, node = None, (node + 1) % n
+            conn, node = None, shard.after(node)
             time.sleep(0.05)
         with lock:
             history.append(rec)
         done += 1
 
 
+def voters_of(info):
+    v = info.get("raft_voters", "")
+    if isinstance(v, str):  # redis-py splits a value with commas
+        v = v.split(",")
+    return sorted(str(x) for x in v)
+
+
+def settled(shard, want):
+    """Whether a leader among the members says the change to the voters
+    `want` (node IDs) is done."""
+    for i in shard.leaders():
+        try:
+            info = shard.info(i)
+        except redis.RedisError:
+            continue
+        if info.get("raft_membership") == "settled" and voters_of(info) == want:
+            return True
+    return False
+
+
+def role(shard, i):
+    try:
+        return shard.info(i).get("raft_role")
+    except redis.RedisError:
+        return None
+
+
+def change_membership(shard, rng, events, counts):
+    """Replaces a voter (the leader one time in three) by a spare machine,
+    in one topology version installed on every node (the leader first),
+    then waits for the change to settle, stops the removed node and wipes
+    its data: the machine comes back only as a new node."""
+    members = shard.current()
+    spares = [i for i in range(len(shard.ids)) if i not in members]
+    leaders = shard.leaders()
+    followers = [i for i in members if i not in leaders]
+    out = leaders[0] if leaders and (rng.random() < 1 / 3 or not followers) else rng.choice(followers)
+    new = rng.choice(spares)
+    old_id, new_id = shard.ids[out], shard.ids[new]
+    order = leaders[:1] + [i for i in members if i not in leaders[:1]]
+    with shard.lock:
+        shard.members = [new if i == out else i for i in members]
+    text = shard.write_topology()
+    want = sorted(shard.ids[i] for i in shard.current())
+    events.append({"time": time.monotonic_ns(),
+                   "what": f"topology version {shard.version}: {new_id} replaces {old_id}"})
+    counts["membership"] += 1
+    for i in order:
+        r = shard.client(i, timeout=10).execute_command("CLUSTER", "SETTOPOLOGY", text)
+        if r not in (b"OK", "OK", True):
+            raise RuntimeError(f"{shard.ids[i]} answered {r!r} to the topology")
+    events.append({"time": time.monotonic_ns(), "what": f"start {new_id} (empty data directory)"})
+    shard.start(new)
+    common.wait_until(f"the change to {','.join(want)} to settle",
+                      lambda: settled(shard, want), timeout=60)
+    events.append({"time": time.monotonic_ns(), "what": f"settled: voters {','.join(want)}"})
+    common.wait_until(f"{old_id} to leave the group",
+                      lambda: role(shard, out) == "removed", timeout=30)
+    shard.terminate(out)
+    shard.wipe(out)
+    shard.new_identity(out)
+    events.append({"time": time.monotonic_ns(),
+                   "what": f"{old_id} removed: stopped, data wiped (a spare again, as {shard.ids[out]})"})
+
+
 def nemesis(shard, rng, faults, end, counts, stop, events):
     """One fault at a time until `end`; every node up and healed after."""
-    n = len(shard.ids)
     while time.monotonic() < end and not stop.is_set():
         time.sleep(rng.uniform(0.5, 1.5))
         if time.monotonic() >= end:
             break
-        leaders = shard.leaders()
         kind = rng.choice(faults)
+        if kind == "member":
+            change_membership(shard, rng, events, counts)
+            common.wait_until("a leader after the change", lambda: shard.leaders(), timeout=30)
+            continue
+        leaders = shard.leaders()
         # Kills hit the leader two times in three; cuts always do (a
         # cut-off follower only stops answering).
         leads = leaders and (kind == "partition" or rng.random() < 2 / 3)
-        victim = leaders[0] if leads else rng.randrange(n)
+        victim = leaders[0] if leads else rng.choice(shard.current())
         name = shard.ids[victim]
         if kind == "kill":
             events.append({"time": time.monotonic_ns(), "what": f"kill -9 {name}"})
@@ -363,8 +507,8 @@ def main():
     if not (1 <= a.clients <= 64 and 1 <= a.keys <= 64 and 0 < a.seconds <= 3600 and a.ops > 0):
         ap.error("--clients and --keys take 1-64, --seconds 0-3600, --ops a positive count")
     faults = [f for f in a.faults.split(",") if f]
-    if not faults or any(f not in ("kill", "partition") for f in faults):
-        ap.error("--faults takes kill and/or partition")
+    if not faults or any(f not in ("kill", "partition", "member") for f in faults):
+        ap.error("--faults takes kill, partition and/or member")
     netns = not a.loopback and netns_available()
     if not netns and "partition" in faults:
         if common.ci():
@@ -380,8 +524,9 @@ def main():
 
     signal.signal(signal.SIGTERM, stopped)
     rng = random.Random(a.seed)
-    shard = Shard(3, netns)
-    history, lock, counts, events = [], threading.Lock(), {"kills": 0, "partitions": 0}, []
+    # Three voters; with membership changes two spare machines beside.
+    shard = Shard(5 if "member" in faults else 3, netns)
+    history, lock, counts, events = [], threading.Lock(), {"kills": 0, "partitions": 0, "membership": 0}, []
     stop = threading.Event()
     try:
         common.wait_until("a leader", lambda: shard.leaders(), timeout=30)
@@ -422,7 +567,8 @@ def main():
     failed = sum(1 for r in history if r.get("failed"))
     completed = len(history) - unknown - failed
     print(f"seed {a.seed}: {len(history)} operations recorded ({completed} completed, {unknown} "
-          f"indeterminate (reads among them), {failed} failed), faults: {counts['kills']} kills, {counts['partitions']} partitions "
+          f"indeterminate (reads among them), {failed} failed), faults: {counts['kills']} kills, {counts['partitions']} partitions, "
+          f"{counts['membership']} membership changes "
           f"({'network namespaces' if netns else 'loopback'})")
     if completed == 0:
         sys.exit("FAIL: no operation completed")
