@@ -2,16 +2,15 @@
 # Linearizability check of a replicated shard (docs/replication.md,
 # "Linearizability check"): concurrent clients record GET, SET and INCR on
 # a few keys while a nemesis kills nodes with kill -9, cuts the leader
-# off in network namespaces and (in the long mode) replaces a voter by a
+# off in network namespaces and replaces a voter by a
 # spare node through a new topology version; each recorded history is checked with
 # porcupine (crates/sepkv-server/tests/lincheck, a Go module).
 #
 # Usage: scripts/test-linearizability.sh [--broken]
 #
-#   (default)  one short seed (about 20 s of load; kills and partitions);
-#              SEPKV_LONG=1 runs six seeds of 40 s each instead, with
-#              membership changes too.
-#   --broken   builds the server with the test-only fault
+#   (default)  one short seed (about 20 s of load); SEPKV_LONG=1 runs six
+#              seeds of 40 s each instead.
+#   --broken   (kills and partitions only) builds the server with the test-only fault
 #              `unsafe-skip-read-index` (a leader serves reads without a
 #              read index) into a binary of its own and runs seeds until
 #              the check finds a violation; it fails if none is found in
@@ -71,7 +70,7 @@ if [ "${SEPKV_LONG:-}" = 1 ]; then
 else
     seeds="${SEPKV_LIN_SEEDS:-1}"
     seconds="${SEPKV_LIN_SECONDS:-20}"
-    faults="${SEPKV_LIN_FAULTS:-kill,partition}"
+    faults="${SEPKV_LIN_FAULTS:-kill,partition,member}"
 fi
 if [ "$broken" = true ]; then
     export SEPKV_BIN="$target/debug/sepkv-unsafe-skip-read-index"
