@@ -40,9 +40,11 @@ type Op struct {
 	Ret  *int64 `json:"ret"`
 	// Out is GET's value (absent or null: nil) or INCR's new value.
 	Out *int64 `json:"out"`
-	// Node (the node it was sent to) and Error (why it is indeterminate)
-	// are for reading a history; the check ignores them.
+	// Node and ID (the machine it was sent to and that machine's node
+	// ID at the time) and Error (why it is indeterminate) are for
+	// reading a history; the check ignores them.
 	Node  int    `json:"node"`
+	ID    string `json:"id"`
 	Error string `json:"error"`
 	// Failed marks a definite failure: the server said it did not take
 	// effect. It is left out, so a read of its value is a violation.

@@ -13,7 +13,7 @@ The recorder: CLIENTS threads, one redis-py connection each (no automatic
 retry, short socket timeouts), send GET, SET and INCR on KEYS keys against
 the node they believe leads. Each operation records its client, op, key,
 argument, the monotonic-clock readings (ns) before it was sent and after
-its reply came, and the reply. An operation whose reply does not come
+its reply came, and the reply (and the node, by machine and node ID). An operation whose reply does not come
 (timeout, connection lost, an error after the node proposed it) is recorded
 without a return time: indeterminate. `-MOVED` and `-CLUSTERDOWN The shard
 has no leader` are definite failures (the node never proposed the write,
@@ -342,7 +342,7 @@ def client_loop(shard, cid, seed, keys, end, max_ops, history, lock):
                 continue
         key = rng.choice(keys)
         x = rng.random()
-        rec = {"client": cid, "node": node, "key": key}
+        rec = {"client": cid, "node": node, "id": shard.ids[node], "key": key}
         if x < 0.5:
             rec["op"] = "get"
         elif x < 0.8:
