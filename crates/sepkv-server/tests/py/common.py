@@ -75,6 +75,38 @@ def sepkv_binary():
     sys.exit("FAIL: no sepkv binary: build it (cargo build --release -p sepkv-cli) or set SEPKV_BIN")
 
 
+def stop_process(proc, sig=signal.SIGTERM, grace=30.0):
+    """Sends `sig` to a running process and waits `grace` seconds for it,
+    then kills it; returns its exit status."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
+def stop_processes(procs):
+    """`stop_process` for each of `procs` that is not None."""
+    for p in procs:
+        if p is not None:
+            stop_process(p)
+
+
+def start_cluster_node(db, port, conf, node_id, log_path):
+    """Starts `sepkv serve` for one node of a cluster topology file on
+    127.0.0.1:`port`, output appended to `log_path`; returns the process
+    once the port accepts connections."""
+    argv = [sepkv_binary(), "--db", db, "serve", "--port", str(port),
+            "--cluster-config", conf, "--cluster-node-id", node_id]
+    with open(log_path, "a") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    wait_port(port, proc)
+    return proc
+
+
 class Server:
     """A server process: `sepkv serve` or `redis-server`."""
 
@@ -89,14 +121,7 @@ class Server:
             raise
 
     def stop(self, sig=signal.SIGTERM):
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return stop_process(self.proc, sig)
 
     def kill9(self):
         if self.proc.poll() is None:

@@ -266,12 +266,7 @@ class Shard:
         """Stops machine i's server with SIGTERM (kill -9 after 30 s)."""
         with self.lock:
             p = self.procs[i]
-            p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        common.stop_process(p)
 
     def client(self, i, timeout=SOCKET_TIMEOUT):
         # No retry of a command by redis-py: a resent INCR would count twice.
@@ -308,14 +303,7 @@ class Shard:
         with self.lock:
             self.closed = True
         try:
-            for p in self.procs:
-                if p is not None and p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-                    try:
-                        p.wait(timeout=30)
-                    except subprocess.TimeoutExpired:
-                        p.kill()
-                        p.wait()
+            common.stop_processes(self.procs)
         finally:
             if self.net:
                 self.net.close()

@@ -30,7 +30,6 @@ its pid at the end. Environment: SEPKV_BIN.
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -79,12 +78,8 @@ class Group:
         return os.path.join(self.dir, f"{self.ids[i]}.out")
 
     def start(self, i):
-        argv = [common.sepkv_binary(), "--db", self.db(i), "serve", "--port", str(self.ports[i]),
-                "--cluster-config", self.conf, "--cluster-node-id", self.ids[i]]
-        out = open(self.log(i), "a")
-        self.procs[i] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-        out.close()
-        common.wait_port(self.ports[i], self.procs[i])
+        self.procs[i] = common.start_cluster_node(self.db(i), self.ports[i], self.conf, self.ids[i],
+                                                  self.log(i))
 
     def kill9(self, i):
         self.procs[i].kill()
@@ -132,14 +127,7 @@ class Group:
         return self.ids.index(nid) if nid in self.ids else None
 
     def stop(self):
-        for p in self.procs:
-            if p is not None and p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+        common.stop_processes(self.procs)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
