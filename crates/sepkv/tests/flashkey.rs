@@ -620,3 +620,45 @@ fn over_provisioning_bounds_the_bands() {
     .unwrap_err();
     assert!(err.to_string().contains("band_over_provisioning"), "{err}");
 }
+
+/// `stats().files` and `disk_bytes` count the key tree's files in `keys/`
+/// (as `sstables`), not only the files at the top of the directory.
+#[test]
+fn stats_count_the_key_trees_files() {
+    use sepkv::fs::FileSystem;
+    let fs = Arc::new(MemFs::new());
+    let db = Db::open("/db", opts(&fs, HashIndexMode::Memory)).unwrap();
+    for i in 0..3000u32 {
+        db.put(format!("k{i:06}"), vec![b'v'; 100]).unwrap();
+    }
+    db.flush().unwrap();
+    db.wait_idle().unwrap();
+    let in_keys = fs.list("/db/keys".as_ref()).unwrap();
+    assert!(
+        in_keys.iter().any(|n| n.ends_with(".sst")),
+        "no key-tree table in keys/: {in_keys:?}"
+    );
+    let keys_bytes: u64 = in_keys
+        .iter()
+        .map(|n| {
+            fs.allocated_size(&std::path::Path::new("/db/keys").join(n))
+                .unwrap()
+        })
+        .sum();
+    let top: Vec<String> = fs.list("/db".as_ref()).unwrap();
+    let top_files = top
+        .iter()
+        .filter(|n| !fs.is_dir(&std::path::Path::new("/db").join(n)))
+        .count();
+    let st = db.stats().unwrap();
+    let counted: u64 = st.files.iter().map(|g| g.files).sum();
+    assert_eq!(
+        counted,
+        (top_files + in_keys.len()) as u64,
+        "{:?}",
+        st.files
+    );
+    let sstables = st.files.iter().find(|g| g.kind == "sstables").unwrap();
+    assert!(sstables.allocated_bytes >= keys_bytes, "{:?}", st.files);
+    assert!(st.disk_bytes >= keys_bytes, "{st:?}");
+}

@@ -3,11 +3,12 @@
 
 use super::{Db, DbInner};
 use crate::error::Result;
-use crate::fs::IoStatsSnapshot;
+use crate::fs::{FileSystem, IoStatsSnapshot};
 use crate::index::filename::{IDENTITY, LOCK};
 pub use crate::report::{LevelStats, VerifyReport};
 use crate::vstore::SpaceStats;
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::atomic::Ordering;
 
 /// What [`Db::gc`] did (bytes).
@@ -192,8 +193,10 @@ impl DbInner {
 
     /// The directory's files by kind (see [`FileGroupStats`]): `IDENTITY`
     /// and `LOCK` are `other`, the index names the kind of its files, and
-    /// every other file is the value store's. Files that vanish while they
-    /// are counted are skipped.
+    /// every other file is the value store's. The files of a subdirectory
+    /// (FlashKey's key tree in `keys/`) count under the kind the index
+    /// gives the subdirectory. Files that vanish while they are counted
+    /// are skipped.
     fn file_groups(&self) -> Vec<FileGroupStats> {
         const KINDS: [&str; 5] = ["sstables", "wal", "manifest", "value store", "other"];
         let mut groups: Vec<FileGroupStats> = KINDS
@@ -211,22 +214,13 @@ impl DbInner {
                 self.index.file_kind(&name).unwrap_or("value store")
             };
             let path = dir.join(&name);
-            let (Ok(size), Ok(allocated)) = (fs.file_size(&path), fs.allocated_size(&path)) else {
-                continue;
-            };
-            let g = match groups.iter().position(|g| g.kind == kind) {
-                Some(i) => &mut groups[i],
-                None => {
-                    groups.push(FileGroupStats {
-                        kind: kind.to_string(),
-                        ..Default::default()
-                    });
-                    groups.last_mut().expect("just pushed")
+            if fs.is_dir(&path) {
+                for child in fs.list(&path).unwrap_or_default() {
+                    add_file(&mut groups, kind, fs.as_ref(), &path.join(child));
                 }
-            };
-            g.files += 1;
-            g.size_bytes += size;
-            g.allocated_bytes += allocated;
+            } else {
+                add_file(&mut groups, kind, fs.as_ref(), &path);
+            }
         }
         groups
     }
@@ -289,4 +283,29 @@ impl DbInner {
             background_error: shared.bg_error.lock().as_ref().map(|e| e.to_string()),
         }
     }
+}
+
+/// Adds the file at `path` to `kind`'s group of `groups` (made if
+/// missing); a file that vanished (or a directory's entry that is not a
+/// file) is skipped.
+fn add_file(groups: &mut Vec<FileGroupStats>, kind: &str, fs: &dyn FileSystem, path: &Path) {
+    if fs.is_dir(path) {
+        return;
+    }
+    let (Ok(size), Ok(allocated)) = (fs.file_size(path), fs.allocated_size(path)) else {
+        return;
+    };
+    let g = match groups.iter().position(|g| g.kind == kind) {
+        Some(i) => &mut groups[i],
+        None => {
+            groups.push(FileGroupStats {
+                kind: kind.to_string(),
+                ..Default::default()
+            });
+            groups.last_mut().expect("just pushed")
+        }
+    };
+    g.files += 1;
+    g.size_bytes += size;
+    g.allocated_bytes += allocated;
 }
