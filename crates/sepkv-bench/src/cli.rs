@@ -287,7 +287,7 @@ fn run_plan(plan: &Plan) -> Result<()> {
         cfg.sync,
         plan.repeat,
         if plan.settle { "on" } else { "off" },
-        root.path().display()
+        root.shown()
     );
     if let Some(sv) = cfg.small_values {
         eprintln!(

@@ -114,6 +114,16 @@ impl DbRoot {
         }
     }
 
+    /// The directory as run logs show it: the path the user named, or
+    /// `<temporary directory>` for a temporary one (its name says nothing
+    /// worth keeping in a result file).
+    pub fn shown(&self) -> String {
+        match &self.kind {
+            RootKind::Temp(_) => "<temporary directory>".into(),
+            RootKind::Given { path, .. } => path.display().to_string(),
+        }
+    }
+
     /// The directory of engine `label` when `engines` engines run: the root
     /// itself for one engine, else a subdirectory named after the label.
     pub fn engine_dir(&self, label: &str, engines: usize) -> PathBuf {

@@ -190,7 +190,7 @@ impl Settler {
     pub fn settle(&mut self, dir: &Path, what: &str) -> SettleRecord {
         let t0 = Instant::now();
         if let Err(e) = syncfs(dir) {
-            eprintln!("settle: syncfs on {} failed: {e}", dir.display());
+            eprintln!("settle: syncfs on the databases' file system failed: {e}");
         }
         let wait = wait_for_writeback(
             || Meminfo::read().map(|m| m.pending()),
