@@ -341,13 +341,19 @@ impl Plan {
     }
 }
 
-/// An identifier of this invocation: the start time (Unix seconds) and
-/// the process id.
+/// An identifier of this run: the start time (Unix seconds), the process
+/// id and, after the first, the count of runs this process made before
+/// (two runs within a second of one process stay apart).
 fn run_id() -> String {
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    format!("{secs}-{}", std::process::id())
+    match n {
+        0 => format!("{secs}-{}", std::process::id()),
+        n => format!("{secs}-{}-{n}", std::process::id()),
+    }
 }
 
 /// The engines of a run: `--engine`, else `--preset`, else the default
