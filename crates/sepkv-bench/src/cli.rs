@@ -155,6 +155,17 @@ pub struct BenchArgs {
     /// List the engine specs and whether this build can run them, then exit.
     #[arg(long)]
     pub list_engines: bool,
+    /// Run the whole engine list N times, round r starting from the r-th
+    /// engine (rotated), each engine on a fresh database every round; the
+    /// report gives per engine and phase the median of the rounds and
+    /// their range [default: 1].
+    #[arg(long, value_name = "N")]
+    pub repeat: Option<u32>,
+    /// Do not settle the machine before each engine's run and each phase
+    /// that starts from an empty database (by default: syncfs, wait up to
+    /// 30 s for dirty pages to drain, drop the page cache where allowed).
+    #[arg(long)]
+    pub no_settle: bool,
     /// Hide progress: the bars drawn on a terminal, and the lines printed
     /// every 5 seconds when stderr is not one.
     #[arg(long)]
@@ -202,7 +213,12 @@ fn write_outputs(outputs: &Outputs, reports: &[PhaseReport]) -> Result<()> {
         eprintln!("wrote markdown tables to {}", path.display());
     }
     if let Some(dir) = &outputs.plot {
-        let files = crate::plot::write_plots(reports, dir)?;
+        // Repeated rounds: one bar per engine, at the median.
+        let files = if crate::repeat::is_repeated(reports) {
+            crate::plot::write_plots(&crate::repeat::medians(reports), dir)?
+        } else {
+            crate::plot::write_plots(reports, dir)?
+        };
         eprintln!("wrote {} chart(s) to {}", files.len(), dir.display());
     }
     Ok(())
@@ -215,6 +231,9 @@ fn report(inputs: &[PathBuf], outputs: &Outputs) -> Result<()> {
     {
         let mut out = std::io::stdout().lock();
         print_table(&reports, &mut out).map_err(out_err)?;
+        if crate::repeat::is_repeated(&reports) {
+            crate::repeat::print_summary(&reports, &mut out).map_err(out_err)?;
+        }
         out.flush().map_err(out_err)?;
     }
     if let Some(path) = &outputs.json {
@@ -256,7 +275,7 @@ fn run_plan(plan: &Plan) -> Result<()> {
         .collect();
     let engines: Vec<String> = plan.engines.iter().map(|e| e.to_string()).collect();
     eprintln!(
-        "sepkv bench{}: engines {}; workloads {}; num {}; value {} B; key {} B; threads {}; seed {}; sync {}; db {}",
+        "sepkv bench{}: engines {}; workloads {}; num {}; value {} B; key {} B; threads {}; seed {}; sync {}; rounds {}; settle {}; db {}",
         if plan.suite { " (default suite)" } else { "" },
         engines.join(","),
         names.join(","),
@@ -266,7 +285,9 @@ fn run_plan(plan: &Plan) -> Result<()> {
         cfg.threads,
         cfg.seed,
         cfg.sync,
-        root.path().display()
+        plan.repeat,
+        if plan.settle { "on" } else { "off" },
+        root.shown()
     );
     if let Some(sv) = cfg.small_values {
         eprintln!(
@@ -354,8 +375,17 @@ fn run_plan(plan: &Plan) -> Result<()> {
         let mut out = std::io::stdout().lock();
         if !reports.is_empty() {
             print_table(&reports, &mut out).map_err(out_err)?;
+            let repeated = crate::repeat::is_repeated(&reports);
+            if repeated {
+                crate::repeat::print_summary(&reports, &mut out).map_err(out_err)?;
+            }
             if plan.suite {
-                print_ratios(&reports, &mut out).map_err(out_err)?;
+                if repeated {
+                    print_ratios(&crate::repeat::medians(&reports), &mut out)
+                } else {
+                    print_ratios(&reports, &mut out)
+                }
+                .map_err(out_err)?;
                 writeln!(
                     out,
                     "\ncaution: one short run on a shared machine can move a phase by tens of \

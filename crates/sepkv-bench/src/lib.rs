@@ -40,8 +40,10 @@ pub mod measure;
 pub mod peers;
 pub mod plan;
 pub mod plot;
+pub mod repeat;
 pub mod report;
 pub mod runner;
+pub mod settle;
 pub mod trace;
 pub mod ycsb;
 
@@ -112,11 +114,28 @@ impl DbRoot {
         }
     }
 
+    /// The directory as run logs show it: the path the user named, or
+    /// `<temporary directory>` for a temporary one (its name says nothing
+    /// worth keeping in a result file).
+    pub fn shown(&self) -> String {
+        match &self.kind {
+            RootKind::Temp(_) => "<temporary directory>".into(),
+            RootKind::Given { path, .. } => path.display().to_string(),
+        }
+    }
+
     /// The directory of engine `label` when `engines` engines run: the root
     /// itself for one engine, else a subdirectory named after the label.
     pub fn engine_dir(&self, label: &str, engines: usize) -> PathBuf {
+        Self::dir_under(self.path(), label, engines)
+    }
+
+    /// The directory of engine `label` under `base` when `engines` engines
+    /// run: `base` for one engine, else a subdirectory named after the
+    /// label.
+    pub(crate) fn dir_under(base: &Path, label: &str, engines: usize) -> PathBuf {
         if engines <= 1 {
-            self.path().to_path_buf()
+            base.to_path_buf()
         } else {
             let name: String = label
                 .chars()
@@ -128,7 +147,7 @@ impl DbRoot {
                     }
                 })
                 .collect();
-            self.path().join(name)
+            base.join(name)
         }
     }
 
@@ -190,7 +209,7 @@ pub fn run_engines(
     }
     for e in engines {
         let dir = root.engine_dir(&e.label(), engines.len());
-        runner::run_checked(e, &dir, cfg, reports, on_phase)?;
+        runner::run_checked(e, &dir, cfg, None, reports, on_phase)?;
     }
     Ok(())
 }

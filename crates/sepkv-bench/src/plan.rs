@@ -104,6 +104,11 @@ pub struct Plan {
     pub outputs: Outputs,
     /// True when this is the default suite (no `--workload`, no `--trace`).
     pub suite: bool,
+    /// Rounds of the whole engine list (`--repeat`, at least 1).
+    pub repeat: u32,
+    /// Settle the machine before each empty database (not `--no-settle`;
+    /// see [`crate::settle`]).
+    pub settle: bool,
 }
 
 impl Command {
@@ -143,6 +148,8 @@ fn refuse_run_flags(args: &BenchArgs, preset: Option<&str>) -> Result<()> {
         ("--checkpoint-after", args.checkpoint_after.is_some()),
         ("--memory-limit", args.memory_limit.is_some()),
         ("--device-bandwidth", args.device_bandwidth.is_some()),
+        ("--repeat", args.repeat.is_some()),
+        ("--no-settle", args.no_settle),
     ];
     match given.iter().find(|(_, on)| *on) {
         Some((flag, _)) => Err(BenchError::InvalidArgument(format!(
@@ -160,6 +167,15 @@ impl Plan {
     /// As [`Command::new`].
     pub fn new(args: &BenchArgs, db: Option<PathBuf>, preset: Option<&str>) -> Result<Self> {
         let suite = args.workload.is_empty() && args.trace.is_empty();
+        let repeat = match args.repeat {
+            None => 1,
+            Some(0) => {
+                return Err(BenchError::InvalidArgument(
+                    "--repeat 0: the engines must run at least once (1 or more rounds)".into(),
+                ))
+            }
+            Some(n) => n,
+        };
         let engines = engines(args, preset, suite)?;
         let num = args
             .num
@@ -254,6 +270,8 @@ impl Plan {
             keep: args.keep,
             outputs,
             suite,
+            repeat,
+            settle: !args.no_settle,
         })
     }
 
@@ -265,25 +283,76 @@ impl Plan {
             .any(|w| w.workload == Workload::Update)
     }
 
-    /// Runs the plan's workloads on each engine in turn, each in its own
-    /// directory under `root`, pushing the reports onto `reports` and
-    /// calling `on_phase` as each phase completes. The plan was checked
-    /// when it was made, so nothing is checked again.
+    /// Runs the plan's workloads on each engine in turn, [`Plan::repeat`]
+    /// times (round `r` in the order [`crate::repeat::rotation`] gives),
+    /// each engine in its own directory under `root` (with several
+    /// rounds, under `round-<r>/`; emptied after the engine's run unless
+    /// [`Plan::keep`]), settling the machine before each empty database
+    /// unless told not to. Pushes the reports, each tagged with an
+    /// identifier of this run and its round, onto `reports`, calling
+    /// `on_phase` as each phase completes. The plan was checked when it
+    /// was made, so nothing is checked again.
     ///
     /// # Errors
     /// The first error of a run (the reports of the phases completed
-    /// before it stay in `reports`).
+    /// before it stay in `reports`), or a directory that cannot be
+    /// created or emptied.
     pub fn run(
         &self,
         root: &DbRoot,
         reports: &mut Vec<PhaseReport>,
         on_phase: &mut dyn FnMut(&PhaseReport),
     ) -> Result<()> {
-        for e in &self.engines {
-            let dir = root.engine_dir(&e.label(), self.engines.len());
-            crate::runner::run_checked(e, &dir, &self.config, reports, on_phase)?;
+        let mut settler = self.settle.then(crate::settle::Settler::new);
+        let run_id = run_id();
+        let n = self.engines.len();
+        for round in 0..self.repeat {
+            let base = if self.repeat > 1 {
+                root.path().join(format!("round-{round}"))
+            } else {
+                root.path().to_path_buf()
+            };
+            for i in crate::repeat::rotation(n, round as usize) {
+                let e = &self.engines[i];
+                if self.repeat > 1 {
+                    eprintln!("round {} of {}: {e}", round + 1, self.repeat);
+                }
+                let dir = crate::DbRoot::dir_under(&base, &e.label(), n);
+                let first = reports.len();
+                let res = crate::runner::run_checked(
+                    e,
+                    &dir,
+                    &self.config,
+                    settler.as_mut(),
+                    reports,
+                    on_phase,
+                );
+                for r in &mut reports[first..] {
+                    r.run = Some(run_id.clone());
+                    r.round = Some(round);
+                }
+                res?;
+                if !self.keep && dir != root.path() {
+                    std::fs::remove_dir_all(&dir).map_err(|e| BenchError::io(&dir, e))?;
+                }
+            }
         }
         Ok(())
+    }
+}
+
+/// An identifier of this run: the start time (Unix seconds), the process
+/// id and, after the first, the count of runs this process made before
+/// (two runs within a second of one process stay apart).
+fn run_id() -> String {
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    match n {
+        0 => format!("{secs}-{}", std::process::id()),
+        n => format!("{secs}-{}-{n}", std::process::id()),
     }
 }
 

@@ -197,6 +197,21 @@ pub struct PhaseReport {
     pub settings: Settings,
     /// The engine's configuration.
     pub engine_options: serde_json::Value,
+    /// The run this phase belongs to: an identifier of one `sepkv bench`
+    /// invocation, so that results merged with `--from-json` keep each
+    /// run's rounds apart. Reports written before the field existed get
+    /// one when they are read ([`read_json`]).
+    #[serde(default)]
+    pub run: Option<String>,
+    /// The round of a `--repeat` run (0 = the first); `null` in reports
+    /// written before the field existed.
+    #[serde(default)]
+    pub round: Option<u32>,
+    /// The settling done before the phase (see [`crate::settle`]); `null`
+    /// when the phase continued on the database of the one before it, or
+    /// settling was off (`--no-settle`).
+    #[serde(default)]
+    pub settle: Option<crate::settle::SettleRecord>,
 }
 
 /// `num / den`, or `None` when `den` is zero.
@@ -272,6 +287,15 @@ impl PhaseMeasurements {
     }
 }
 
+/// The engine cell of a phase row: with its round (`engine r2`) when the
+/// reports hold repeated rounds.
+fn engine_and_round(r: &PhaseReport, repeated: bool) -> String {
+    match r.round {
+        Some(n) if repeated => format!("{} r{n}", r.engine),
+        _ => r.engine.clone(),
+    }
+}
+
 fn fmt_opt(v: Option<f64>, prec: usize) -> String {
     v.map_or_else(|| "-".into(), |x| format!("{x:.prec$}"))
 }
@@ -317,11 +341,12 @@ pub fn print_table(reports: &[PhaseReport], out: &mut dyn Write) -> std::io::Res
         "live_MB",
         "pc",
     ];
+    let repeated = crate::repeat::is_repeated(reports);
     let rows: Vec<Vec<String>> = reports
         .iter()
         .map(|r| {
             vec![
-                r.engine.clone(),
+                engine_and_round(r, repeated),
                 r.workload.clone(),
                 r.phase.clone(),
                 r.ops.to_string(),
@@ -391,6 +416,12 @@ pub fn print_table(reports: &[PhaseReport], out: &mut dyn Write) -> std::io::Res
             reports.len()
         )?;
     }
+    if repeated {
+        writeln!(
+            out,
+            "rN after an engine: the round (0 = the first) of a repeated run."
+        )?;
+    }
     for (engine, mode) in modes(reports) {
         writeln!(out, "mode: {engine}: {mode}")?;
     }
@@ -419,17 +450,43 @@ fn modes(reports: &[PhaseReport]) -> Vec<(String, String)> {
 }
 
 /// Reads reports written by [`write_json`] (several files are
-/// concatenated in order).
+/// concatenated in order): an array of reports, or the object a repeated
+/// run writes (`phases` and `summary`; the summary is made again from the
+/// phases). Reports without a run identifier (written before it existed)
+/// get one per file, `<file name> #<position in the list>`, so rounds of
+/// different files never merge.
 ///
 /// # Errors
 /// [`BenchError::Io`] when a file cannot be read or is not such JSON.
 pub fn read_json(paths: &[std::path::PathBuf]) -> Result<Vec<PhaseReport>> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum File {
+        Phases(Vec<PhaseReport>),
+        Repeated { phases: Vec<PhaseReport> },
+    }
     let mut all = Vec::new();
-    for p in paths {
+    for (i, p) in paths.iter().enumerate() {
         let text = std::fs::read_to_string(p).map_err(|e| BenchError::io(p, e))?;
-        let v: Vec<PhaseReport> =
-            serde_json::from_str(&text).map_err(|e| BenchError::io(p, std::io::Error::other(e)))?;
-        all.extend(v);
+        let file: File = serde_json::from_str(&text).map_err(|e| {
+            BenchError::io(
+                p,
+                std::io::Error::other(format!(
+                    "not a sepkv bench JSON file (an array of phase reports, or an object with `phases`): {e}"
+                )),
+            )
+        })?;
+        let (File::Phases(v) | File::Repeated { phases: v }) = file;
+        let name = p.file_name().map_or_else(
+            || p.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        all.extend(v.into_iter().map(|mut r| {
+            if r.run.is_none() {
+                r.run = Some(format!("{name} #{}", i + 1));
+            }
+            r
+        }));
     }
     Ok(all)
 }
@@ -457,9 +514,16 @@ pub fn engines_and_phases(reports: &[PhaseReport]) -> (Vec<String>, Vec<(String,
 /// and the notes.
 pub fn markdown(reports: &[PhaseReport]) -> String {
     use std::fmt::Write as _;
-    let (engines, phases) = engines_and_phases(reports);
+    let repeated = crate::repeat::is_repeated(reports);
+    // Repeated rounds: the tables side by side show each group's medians.
+    let shown = if repeated {
+        crate::repeat::medians(reports)
+    } else {
+        reports.to_vec()
+    };
+    let (engines, phases) = engines_and_phases(&shown);
     let find = |e: &str, w: &str, p: &str| {
-        reports
+        shown
             .iter()
             .find(|r| r.engine == e && r.workload == w && r.phase == p)
     };
@@ -485,7 +549,10 @@ pub fn markdown(reports: &[PhaseReport]) -> String {
         }
         let _ = writeln!(s);
     }
-    s.push_str(&best_vs_peers(reports, &phases));
+    if repeated {
+        s.push_str(&crate::repeat::markdown_summary(reports));
+    }
+    s.push_str(&best_vs_peers(&shown, &phases));
     type Cell = fn(&PhaseReport) -> String;
     let sections: [(&str, Cell); 5] = [
         ("Throughput (kops/s)", |r| {
@@ -497,7 +564,12 @@ pub fn markdown(reports: &[PhaseReport]) -> String {
         ("Space amplification", |r| fmt_opt(r.space_amp, 2)),
     ];
     for (title, cell) in sections {
-        let _ = writeln!(s, "## {title}\n");
+        let of = if repeated {
+            ", medians of the rounds"
+        } else {
+            ""
+        };
+        let _ = writeln!(s, "## {title}{of}\n");
         let _ = writeln!(s, "| workload | phase | {} |", engines.join(" | "));
         let _ = writeln!(s, "| --- | --- |{}", " ---: |".repeat(engines.len()));
         for (w, p) in &phases {
@@ -519,7 +591,7 @@ pub fn markdown(reports: &[PhaseReport]) -> String {
         let _ = writeln!(
             s,
             "| {} | {} | {} | {} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            r.engine,
+            engine_and_round(r, repeated),
             r.workload,
             r.phase,
             r.ops,
@@ -640,13 +712,22 @@ pub fn write_markdown(reports: &[PhaseReport], path: &Path) -> Result<()> {
     std::fs::write(path, markdown(reports)).map_err(|e| BenchError::io(path, e))
 }
 
-/// Writes `reports` as a JSON array to `path`.
+/// Writes `reports` as a JSON array to `path`; reports of repeated rounds
+/// ([`crate::repeat::is_repeated`]) as an object of the array (`phases`)
+/// and its summary (`summary`, [`crate::repeat::summarize`]).
 ///
 /// # Errors
 /// [`BenchError::Io`] when the file cannot be written.
 pub fn write_json(reports: &[PhaseReport], path: &Path) -> Result<()> {
-    let text = serde_json::to_string_pretty(reports)
-        .map_err(|e| BenchError::io(path, std::io::Error::other(e)))?;
+    let text = if crate::repeat::is_repeated(reports) {
+        serde_json::to_string_pretty(&serde_json::json!({
+            "phases": reports,
+            "summary": crate::repeat::summarize(reports),
+        }))
+    } else {
+        serde_json::to_string_pretty(reports)
+    }
+    .map_err(|e| BenchError::io(path, std::io::Error::other(e)))?;
     std::fs::write(path, text + "\n").map_err(|e| BenchError::io(path, e))
 }
 

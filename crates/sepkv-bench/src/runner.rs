@@ -7,6 +7,11 @@
 //! first load it in a phase reported as `auto-load`. `fillseq`,
 //! `fillrandom`, `ycsb-load`, `trace` and `update` start from an empty
 //! database (the previous one is closed and its files deleted).
+//!
+//! With a [`Settler`], the machine is settled (see [`crate::settle`])
+//! before the engine opens its first database and before each phase that
+//! starts from an empty one; the phase after a settling records it
+//! ([`PhaseReport::settle`]).
 
 use crate::config::{BenchConfig, Workload, WorkloadRun, CHURN_ROUNDS_PER_PHASE};
 use crate::engine::{
@@ -17,6 +22,7 @@ use crate::gen::{bench_key, rng, Permutation, ValueSource};
 use crate::live::{DenseLive, KeyedLive};
 use crate::measure::{Latencies, ProcIo};
 use crate::report::{PhaseMeasurements, PhaseReport, Settings, PAGE_CACHE_NOTE};
+use crate::settle::{SettleRecord, Settler};
 use crate::trace::{OpKind, TraceChunk, TraceReader};
 use crate::ycsb::{self, InsertSequence, ScrambledZipfian, WorkloadSpec, YcsbGenerator, YcsbOp};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -505,14 +511,16 @@ pub fn run_engine(
     on_phase: &mut dyn FnMut(&PhaseReport),
 ) -> Result<()> {
     cfg.validate()?;
-    run_checked(factory, dir, cfg, reports, on_phase)
+    run_checked(factory, dir, cfg, None, reports, on_phase)
 }
 
-/// [`run_engine`] for settings already checked (a [`crate::plan::Plan`]'s).
+/// [`run_engine`] for settings already checked (a [`crate::plan::Plan`]'s),
+/// settling with `settler` when one is given.
 pub(crate) fn run_checked(
     factory: &dyn EngineFactory,
     dir: &Path,
     cfg: &BenchConfig,
+    settler: Option<&mut Settler>,
     reports: &mut Vec<PhaseReport>,
     on_phase: &mut dyn FnMut(&PhaseReport),
 ) -> Result<()> {
@@ -529,6 +537,8 @@ pub(crate) fn run_checked(
         reports,
         on_phase,
         bounded: false,
+        settler,
+        settled: None,
     };
     let res = run.start().and_then(|_| {
         for w in &cfg.workloads {
@@ -558,6 +568,10 @@ struct EngineRun<'a> {
     /// The database being opened is the `update` workload's (bounded value
     /// store, see [`BenchConfig::update_capacity`]).
     bounded: bool,
+    /// Settles the machine before each empty database, when given.
+    settler: Option<&'a mut Settler>,
+    /// The last settling, for the report of the next phase.
+    settled: Option<SettleRecord>,
 }
 
 /// What the threads of a phase share besides the engine (see
@@ -639,6 +653,10 @@ impl EngineRun<'_> {
 
     fn start(&mut self) -> Result<()> {
         clear_dir(&self.dir)?;
+        if let Some(s) = self.settler.as_deref_mut() {
+            let what = self.factory.label();
+            self.settled = Some(s.settle(&self.dir, &what));
+        }
         self.engine = Some(self.factory.open(&self.dir, &self.engine_options())?);
         Ok(())
     }
@@ -758,6 +776,9 @@ impl EngineRun<'_> {
             engine_counters: after.counters,
             settings: Settings::of(self.cfg, eng.direct_io()),
             engine_options: eng.settings(),
+            run: None,
+            round: None,
+            settle: self.settled.take(),
         };
         (self.on_phase)(&report);
         self.reports.push(report);

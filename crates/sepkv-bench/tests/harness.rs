@@ -802,3 +802,217 @@ fn churn_workload_on_flashkey() {
     );
     assert!(last.engine_counters["vstore_gc_tombstones_dropped"] > 0);
 }
+
+fn repeat_args(engines: &[&str], repeat: Option<u32>) -> sepkv_bench::cli::BenchArgs {
+    sepkv_bench::cli::BenchArgs {
+        engine: engines.iter().map(|e| e.to_string()).collect(),
+        workload: vec!["fillrandom".into(), "overwrite".into()],
+        num: Some(2000),
+        value_size: Some(200),
+        key_size: 16,
+        threads: 1,
+        seed: 1,
+        scan_length: 100,
+        phases: 3,
+        field_count: 10,
+        field_length: 100,
+        repeat,
+        no_settle: true,
+        no_progress: true,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn repeat_zero_is_refused_and_repeat_applies_to_runs_only() {
+    let err = repeat_args(&["sepkv:leveldb"], Some(0))
+        .plan(None)
+        .unwrap_err();
+    assert!(matches!(err, BenchError::InvalidArgument(_)), "{err:?}");
+    assert!(err.to_string().contains("--repeat 0"), "{err}");
+    let plan = repeat_args(&["sepkv:leveldb"], None).plan(None).unwrap();
+    assert_eq!((plan.repeat, plan.settle), (1, false));
+    let from_json = sepkv_bench::cli::BenchArgs {
+        from_json: vec!["a.json".into()],
+        repeat: Some(3),
+        ..Default::default()
+    };
+    let err = sepkv_bench::plan::Command::new(&from_json, None, None).unwrap_err();
+    assert!(err.to_string().contains("--repeat does not apply"), "{err}");
+}
+
+/// Runs `args`' plan in a fresh root and returns its reports.
+fn run_plan(args: &sepkv_bench::cli::BenchArgs) -> Vec<PhaseReport> {
+    let plan = args.plan(None).unwrap();
+    let root = DbRoot::prepare(None).unwrap();
+    let mut reports = Vec::new();
+    let mut order = Vec::new();
+    plan.run(&root, &mut reports, &mut |r| {
+        order.push((r.engine.clone(), r.workload.clone()))
+    })
+    .unwrap();
+    // Each engine's directory is emptied after its run (no --keep).
+    assert_eq!(
+        std::fs::read_dir(root.path())
+            .unwrap()
+            .flat_map(|e| std::fs::read_dir(e.unwrap().path()).into_iter().flatten())
+            .count(),
+        0,
+        "databases left behind"
+    );
+    root.finish(false).unwrap();
+    reports
+}
+
+#[test]
+fn repeated_rounds_rotate_the_engines_and_report_medians() {
+    let reports = run_plan(&repeat_args(
+        &["sepkv:leveldb", "sepkv:wisckey", "fjall"],
+        Some(3),
+    ));
+    assert_eq!(reports.len(), 3 * 3 * 2);
+    // Round r starts from engine r; each engine runs both phases in turn.
+    let firsts: Vec<(&str, u32)> = reports
+        .iter()
+        .filter(|r| r.workload == "fillrandom")
+        .map(|r| (r.engine.as_str(), r.round.unwrap()))
+        .collect();
+    assert_eq!(
+        firsts,
+        [
+            ("sepkv:leveldb", 0),
+            ("sepkv:wisckey", 0),
+            ("fjall", 0),
+            ("sepkv:wisckey", 1),
+            ("fjall", 1),
+            ("sepkv:leveldb", 1),
+            ("fjall", 2),
+            ("sepkv:leveldb", 2),
+            ("sepkv:wisckey", 2),
+        ]
+    );
+    let run = reports[0].run.clone().expect("a run identifier");
+    assert!(reports.iter().all(|r| r.run.as_ref() == Some(&run)));
+    // Every round starts on an empty database: the fill finds nothing.
+    for r in reports.iter().filter(|r| r.workload == "fillrandom") {
+        assert_eq!(r.live_records, 2000, "{}", r.engine);
+        assert!(r.settle.is_none(), "--no-settle");
+    }
+    assert!(sepkv_bench::repeat::is_repeated(&reports));
+    let sums = sepkv_bench::repeat::summarize(&reports);
+    assert_eq!(sums.len(), 6);
+    for s in &sums {
+        assert_eq!(s.rounds, 3, "{}", s.engine);
+        let mut v: Vec<f64> = reports
+            .iter()
+            .filter(|r| r.engine == s.engine && r.workload == s.workload)
+            .map(|r| r.ops_per_sec)
+            .collect();
+        v.sort_by(f64::total_cmp);
+        assert_eq!(
+            (s.ops_per_sec.min, s.ops_per_sec.median, s.ops_per_sec.max),
+            (v[0], v[1], v[2])
+        );
+        let wa = s.process_write_amp.or(s.write_amp).expect("bytes written");
+        assert!(wa.min <= wa.median && wa.median <= wa.max);
+        assert!(s.latency_us.p50.min <= s.latency_us.p99.max);
+    }
+    // Text and markdown carry the medians and ranges.
+    let mut text = Vec::new();
+    sepkv_bench::repeat::print_summary(&reports, &mut text).unwrap();
+    let text = String::from_utf8(text).unwrap();
+    assert!(text.contains("Medians over the rounds"), "{text}");
+    let leveldb_fill = &sums[0];
+    assert!(
+        text.contains(&format!(
+            "{:.1} ({:.1}–{:.1})",
+            leveldb_fill.ops_per_sec.median / 1000.0,
+            leveldb_fill.ops_per_sec.min / 1000.0,
+            leveldb_fill.ops_per_sec.max / 1000.0
+        )),
+        "{text}"
+    );
+    let md = sepkv_bench::report::markdown(&reports);
+    assert!(md.contains("## Medians over the rounds"), "{md}");
+    assert!(md.contains("## Throughput (kops/s), medians of the rounds"));
+    assert!(md.contains("| sepkv:wisckey r2 | fillrandom |"), "{md}");
+}
+
+#[test]
+fn repeated_json_round_trips_and_runs_merged_from_json_stay_apart() {
+    let args = repeat_args(&["sepkv:wisckey"], Some(2));
+    let a = run_plan(&args);
+    let b = run_plan(&args);
+    assert_ne!(a[0].run, b[0].run, "two invocations, two run identifiers");
+    let dir = tempfile::tempdir().unwrap();
+    let (pa, pb) = (dir.path().join("a.json"), dir.path().join("b.json"));
+    write_json(&a, &pa).unwrap();
+    write_json(&b, &pb).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&pa).unwrap()).unwrap();
+    assert_eq!(v["phases"].as_array().unwrap().len(), 4);
+    let summary = v["summary"].as_array().unwrap();
+    assert_eq!(summary.len(), 2);
+    assert_eq!(summary[0]["rounds"], 2);
+    for f in ["median", "min", "max"] {
+        assert!(summary[0]["ops_per_sec"][f].is_number(), "{f}");
+        assert!(summary[0]["latency_us"]["p99"][f].is_number(), "{f}");
+    }
+    let merged = sepkv_bench::report::read_json(&[pa.clone(), pb]).unwrap();
+    assert_eq!(merged.len(), 8);
+    let sums = sepkv_bench::repeat::summarize(&merged);
+    let labels: Vec<(&str, &str, usize)> = sums
+        .iter()
+        .map(|s| (s.engine.as_str(), s.workload.as_str(), s.rounds))
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            ("sepkv:wisckey [run 1]", "fillrandom", 2),
+            ("sepkv:wisckey [run 1]", "overwrite", 2),
+            ("sepkv:wisckey [run 2]", "fillrandom", 2),
+            ("sepkv:wisckey [run 2]", "overwrite", 2),
+        ]
+    );
+    // Side by side in the markdown: one column per run.
+    let md = sepkv_bench::report::markdown(&merged);
+    assert!(
+        md.contains("| workload | phase | sepkv:wisckey [run 1] | sepkv:wisckey [run 2] |"),
+        "{md}"
+    );
+    // A file of single runs (an array, without run identifiers) still
+    // reads; two such files stay apart too.
+    let mut single = a[..2].to_vec();
+    for r in &mut single {
+        r.run = None;
+        r.round = None;
+    }
+    let ps = dir.path().join("single.json");
+    std::fs::write(&ps, serde_json::to_string(&single).unwrap()).unwrap();
+    let back = sepkv_bench::report::read_json(&[ps.clone(), ps]).unwrap();
+    assert_eq!(back[0].run.as_deref(), Some("single.json #1"));
+    assert_eq!(back[2].run.as_deref(), Some("single.json #2"));
+    assert_eq!(sepkv_bench::repeat::summarize(&back).len(), 4);
+    // Not JSON of the harness: a clear error naming the file.
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "{\"x\": 1}").unwrap();
+    let err = sepkv_bench::report::read_json(&[bad]).unwrap_err();
+    assert!(err.to_string().contains("bad.json"), "{err}");
+    assert!(
+        err.to_string().contains("not a sepkv bench JSON file"),
+        "{err}"
+    );
+}
+
+#[test]
+fn settling_is_recorded_before_each_empty_database() {
+    let mut args = repeat_args(&["sepkv:leveldb"], None);
+    args.no_settle = false;
+    args.workload = vec!["fillrandom".into(), "overwrite".into(), "fillseq".into()];
+    let reports = run_plan(&args);
+    let settle = |w: &str| phase(&reports, w, "run").settle;
+    let s = settle("fillrandom").expect("settled before the first database");
+    assert!(s.seconds >= 0.0 && s.seconds < 60.0, "{s:?}");
+    assert!(settle("overwrite").is_none(), "continues the same database");
+    assert!(settle("fillseq").is_some(), "starts from an empty database");
+}
