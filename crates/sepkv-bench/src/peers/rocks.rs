@@ -282,3 +282,41 @@ fn options_file_version(dir: &Path) -> Option<String> {
         .find_map(|l| l.trim().strip_prefix("rocksdb_version="))
         .map(|v| v.trim().to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::options_file_version;
+
+    #[test]
+    fn version_comes_from_the_newest_options_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, version: &str| {
+            let text =
+                format!("[Version]\n  rocksdb_version={version}\n  options_file_version=1.1\n");
+            std::fs::write(dir.path().join(name), text).unwrap();
+        };
+        assert_eq!(options_file_version(dir.path()), None);
+        write("OPTIONS-000012", "7.8.3");
+        // Older by number though later by name.
+        write("OPTIONS-9", "6.0.0");
+        write("OPTIONS-000012.dbtmp", "1.0.0");
+        assert_eq!(options_file_version(dir.path()).as_deref(), Some("7.8.3"));
+        std::fs::write(dir.path().join("OPTIONS-000013"), "[Version]\n").unwrap();
+        assert_eq!(options_file_version(dir.path()), None);
+    }
+
+    #[test]
+    fn rocksdb_records_the_version_it_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = rocksdb::Options::default();
+        o.create_if_missing(true);
+        let db = rocksdb::DB::open(&o, dir.path()).unwrap();
+        db.put(b"k", b"v").unwrap();
+        let v = options_file_version(dir.path()).expect("a rocksdb_version line");
+        let parts: Vec<&str> = v.split('.').collect();
+        assert_eq!(parts.len(), 3, "{v}");
+        assert!(parts.iter().all(|p| p.parse::<u32>().is_ok()), "{v}");
+        // The crate binds the C API of RocksDB 7.8 and 7.9.
+        assert!(v.starts_with("7.8.") || v.starts_with("7.9."), "{v}");
+    }
+}
