@@ -281,7 +281,7 @@ const PEERS: [(&str, EngineSpec, &str); 7] = [
     (
         "rocksdb",
         EngineSpec::RocksDb { blob: false },
-        "RocksDB (bundled), leveled, no compression, 32 MiB block cache",
+        "RocksDB 7.8/7.9 (rocksdb crate 0.20: the system library or the bundled build), leveled, no compression, 32 MiB block cache",
     ),
     (
         "rocksdb-blob",

@@ -1,6 +1,14 @@
 //! RocksDB behind the [`Engine`] trait (cargo feature `rocksdb`):
 //! `rocksdb` (leveled LSM-tree) and `rocksdb-blob` (integrated BlobDB,
 //! values of at least 128 bytes in blob files, blob GC on).
+//!
+//! Through the `rocksdb` crate 0.20, whose C bindings match RocksDB 7.8 and
+//! 7.9: either a system library (`ROCKSDB_LIB_DIR` and
+//! `ROCKSDB_INCLUDE_DIR`, as `scripts/build-rocksdb-peers.sh` sets them for
+//! the distribution's RocksDB 7.8.3) or the crate's bundled RocksDB 7.9.2,
+//! built from C++ sources when those variables are unset. The library's
+//! version is read back from the `OPTIONS` file RocksDB writes at open
+//! ([`RocksEngine::rocksdb_version`]).
 
 use super::{PROCESS_IO_NOTE, SEPKV_BLOCK_CACHE, SEPKV_VALUE_THRESHOLD};
 use crate::contract::{BatchOp, Engine, EngineIo, EngineOptions, EngineStats, ScanResult};
@@ -24,6 +32,7 @@ pub struct RocksEngine {
     write: bool,
     direct_io_requested: bool,
     path: PathBuf,
+    version: Option<String>,
 }
 
 impl RocksEngine {
@@ -49,7 +58,9 @@ impl RocksEngine {
         o.set_write_buffer_size(WRITE_BUFFER_SIZE);
         o.increase_parallelism(2);
         let mut t = BlockBasedOptions::default();
-        t.set_block_cache(&Cache::new_lru_cache(SEPKV_BLOCK_CACHE as usize));
+        let cache = Cache::new_lru_cache(SEPKV_BLOCK_CACHE as usize)
+            .map_err(|e| BenchError::engine(&label, e))?;
+        t.set_block_cache(&cache);
         t.set_block_size(4096);
         t.set_bloom_filter(10.0, false);
         o.set_block_based_table_factory(&t);
@@ -72,7 +83,15 @@ impl RocksEngine {
             write: opts.sync,
             direct_io_requested: opts.direct_io,
             path: dir.to_path_buf(),
+            version: options_file_version(dir),
         })
+    }
+
+    /// The version of the RocksDB library that opened the database (for
+    /// example `7.8.3`), as RocksDB recorded it in its newest `OPTIONS`
+    /// file; `None` when no such file or line was found.
+    pub fn rocksdb_version(&self) -> Option<&str> {
+        self.version.as_deref()
     }
 
     fn err(&self, e: rocksdb::Error) -> BenchError {
@@ -199,7 +218,8 @@ impl Engine for RocksEngine {
     fn settings(&self) -> serde_json::Value {
         json!({
             "engine": "rocksdb",
-            "crate": "rocksdb 0.24 (bundled RocksDB 10.4)",
+            "crate": "rocksdb 0.20",
+            "rocksdb_version": self.version,
             "blob_files": self.blob,
             "min_blob_size": self.blob.then_some(SEPKV_VALUE_THRESHOLD),
             "blob_gc": self.blob,
@@ -222,6 +242,11 @@ impl Engine for RocksEngine {
 
     fn notes(&self) -> Vec<String> {
         let mut v = vec![format!("{}: {PROCESS_IO_NOTE}", self.label)];
+        v.push(format!(
+            "{}: RocksDB {} (rocksdb crate 0.20)",
+            self.label,
+            self.version.as_deref().unwrap_or("of unknown version")
+        ));
         if self.direct_io_requested {
             v.push(format!(
                 "{}: direct I/O for reads (use_direct_reads); writes, WAL and flushes stay buffered",
@@ -238,5 +263,60 @@ impl Engine for RocksEngine {
             .map_err(|e| BenchError::engine(&label, e))?;
         drop(self.db);
         Ok(())
+    }
+}
+
+/// The `rocksdb_version=` line of the newest `OPTIONS-<number>` file in
+/// `dir` (RocksDB writes one at every open and options change).
+fn options_file_version(dir: &Path) -> Option<String> {
+    let newest = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let n: u64 = name.strip_prefix("OPTIONS-")?.parse().ok()?;
+            Some((n, name))
+        })
+        .max()?;
+    let text = std::fs::read_to_string(dir.join(newest.1)).ok()?;
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("rocksdb_version="))
+        .map(|v| v.trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::options_file_version;
+
+    #[test]
+    fn version_comes_from_the_newest_options_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, version: &str| {
+            let text =
+                format!("[Version]\n  rocksdb_version={version}\n  options_file_version=1.1\n");
+            std::fs::write(dir.path().join(name), text).unwrap();
+        };
+        assert_eq!(options_file_version(dir.path()), None);
+        write("OPTIONS-000012", "7.8.3");
+        // Older by number though later by name.
+        write("OPTIONS-9", "6.0.0");
+        write("OPTIONS-000012.dbtmp", "1.0.0");
+        assert_eq!(options_file_version(dir.path()).as_deref(), Some("7.8.3"));
+        std::fs::write(dir.path().join("OPTIONS-000013"), "[Version]\n").unwrap();
+        assert_eq!(options_file_version(dir.path()), None);
+    }
+
+    #[test]
+    fn rocksdb_records_the_version_it_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = rocksdb::Options::default();
+        o.create_if_missing(true);
+        let db = rocksdb::DB::open(&o, dir.path()).unwrap();
+        db.put(b"k", b"v").unwrap();
+        let v = options_file_version(dir.path()).expect("a rocksdb_version line");
+        let parts: Vec<&str> = v.split('.').collect();
+        assert_eq!(parts.len(), 3, "{v}");
+        assert!(parts.iter().all(|p| p.parse::<u32>().is_ok()), "{v}");
+        // The crate binds the C API of RocksDB 7.8 and 7.9.
+        assert!(v.starts_with("7.8.") || v.starts_with("7.9."), "{v}");
     }
 }
