@@ -165,6 +165,7 @@ mod tests {
                         log_mode: false,
                         capacity: None,
                         mmap_reads: false,
+                        legacy_below: Some(0),
                     },
                     None,
                 )

@@ -144,6 +144,7 @@ impl ColdLog {
         stats: Arc<IoStats>,
         file_size: u64,
         gc_chunk_size: u64,
+        legacy_below: Option<u64>,
         state: Option<&[u8]>,
     ) -> Result<ColdLog> {
         let log = VlogStore::open(
@@ -158,10 +159,17 @@ impl ColdLog {
                 log_mode: false,
                 capacity: None,
                 mmap_reads: false,
+                legacy_below,
             },
             state,
         )?;
         Ok(ColdLog { log })
+    }
+
+    /// Files numbered below this hold the format-1 record codec
+    /// ([`VlogStore::legacy_below`]).
+    pub fn legacy_below(&self) -> u64 {
+        self.log.legacy_below()
     }
 
     /// Appends cold values; returns cold pointers.

@@ -268,6 +268,10 @@ pub struct Table {
     /// Set when one group's copies would not fit otherwise (see
     /// `gc::copies_fit`).
     pub gc_overdraft: u64,
+    /// Segments numbered below this hold the format-1 record codec (in
+    /// memory, set at open; never persisted): they take no more records,
+    /// so a group whose last segment is one continues in a new segment.
+    pub legacy_below: u64,
 }
 
 /// Message of the store-full error.
@@ -296,6 +300,7 @@ impl Table {
             main_appended: 0,
             counted_below: 0,
             gc_overdraft: 0,
+            legacy_below: 0,
         }
     }
 
@@ -483,7 +488,7 @@ impl Table {
         if !g.sealed {
             if let Some(&last) = g.segs.last() {
                 let s = self.segs.get(&last).ok_or(PlaceError::Unknown(last))?;
-                if s.len + len <= s.cap {
+                if s.len + len <= s.cap && last >= self.legacy_below {
                     let counted = s.kind == SegKind::Main && last < self.counted_below;
                     if counted && self.takes_cold_room(len, headroom) {
                         let in_use = self.geo.reserved_units - self.free_units();
