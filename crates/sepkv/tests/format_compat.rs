@@ -31,7 +31,7 @@
 
 use sepkv::format::checksum::{crc, mask};
 use sepkv::format::value_record::{Codec, DecodeError};
-use sepkv::{Db, Error, Options, Preset, FORMAT_VERSION};
+use sepkv::{Db, Error, Options, Preset, FORMAT_VERSION, OLDEST_FORMAT_VERSION};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -50,7 +50,7 @@ const FIXTURES: [(&str, Preset, bool); 7] = [
 
 /// The oldest format version this build reads; every version from it to
 /// `FORMAT_VERSION` has fixtures.
-const OLDEST: u32 = 1;
+const OLDEST: u32 = OLDEST_FORMAT_VERSION;
 
 fn fixture_root(version: u32) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/format-v{version}"))

@@ -279,6 +279,13 @@ impl Db {
     /// Recovery replays the write-ahead logs newer than the manifest's log
     /// number into SSTables, then starts a new log and manifest.
     ///
+    /// A database of format version [`crate::OLDEST_FORMAT_VERSION`] (1)
+    /// is upgraded to [`crate::FORMAT_VERSION`] (2) in place: its value-log
+    /// files and HashKV segments stay in the older record codecs and are
+    /// read in them, new records go to new files, and `IDENTITY` records
+    /// which files are older; builds of version 1 refuse it from then on
+    /// (`docs/format.md`, "Files in the older record codecs").
+    ///
     /// # Examples
     /// ```
     /// use sepkv::{Db, Options, Preset};

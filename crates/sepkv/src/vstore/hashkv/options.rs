@@ -38,7 +38,7 @@ pub struct HashKvOptions {
     /// when there are none (a database created in format 2). `None` opens
     /// the store of a format-1 database: every segment allocated so far is
     /// in the older codec and receives no more appends, and
-    /// [`HashKvStore::legacy_below`] reports the number the store chose
+    /// [`StoreCore::legacy_below`] reports the number the store chose
     /// (for the caller to record durably before the first append).
     pub legacy_below: Option<u64>,
     /// As `legacy_below`, for the cold data log's files

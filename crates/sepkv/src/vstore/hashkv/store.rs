@@ -72,7 +72,7 @@ impl StoreCore {
         self.legacy_below
     }
 
-    /// As [`HashKvStore::legacy_below`], for the cold data log's files.
+    /// As [`StoreCore::legacy_below`], for the cold data log's files.
     pub fn cold_legacy_below(&self) -> u64 {
         self.cold.legacy_below()
     }
