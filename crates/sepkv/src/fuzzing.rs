@@ -605,16 +605,7 @@ fn pointer_stores() -> Result<&'static PointerStores> {
 }
 
 fn vlog_opts() -> VlogOptions {
-    VlogOptions {
-        value_threshold: 1,
-        file_size: 2048,
-        gc_chunk_size: 4096,
-        prefetch_threads: 0,
-        log_mode: false,
-        capacity: None,
-        mmap_reads: false,
-        legacy_below: Some(0),
-    }
+    VlogOptions::new(2048, 4096)
 }
 
 fn hashkv_opts() -> HashKvOptions {

@@ -70,6 +70,18 @@ pub struct LegacyFiles {
 }
 
 impl Identity {
+    /// The record of a new database of the configuration `opts` selects,
+    /// in this build's format.
+    pub fn new(opts: &crate::Options) -> Identity {
+        Identity {
+            format: FORMAT_VERSION,
+            index: opts.index_kind(),
+            layout: opts.layout(),
+            wal: Some(opts.wal),
+            legacy: LegacyFiles::default(),
+        }
+    }
+
     /// Renders the file body.
     pub fn encode(&self) -> String {
         let mut body = format!(

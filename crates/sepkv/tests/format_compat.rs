@@ -274,6 +274,22 @@ fn check_codecs(dir: &Path, vlog_below: u64, hseg_below: u64) -> usize {
     new
 }
 
+/// The fixtures whose layout has files of the format-1 record codecs
+/// (value log, HashKV segments and cold data log).
+fn separating_fixtures() -> impl Iterator<Item = (&'static str, Preset, bool)> {
+    FIXTURES
+        .into_iter()
+        .filter(|f| matches!(f.1, Preset::WiscKey | Preset::HashKv))
+}
+
+/// Opens `dir` again and checks that `verify` finds no fault.
+fn reopen_verified(dir: &Path, name: &str) -> Db {
+    let db = Db::open(dir, Options::default()).unwrap();
+    let rep = db.verify().unwrap();
+    assert!(rep.faults.is_empty(), "{name}: {:?}", rep.faults);
+    db
+}
+
 /// A value GC and the upgrade tests give the separated keys (every third).
 fn third(i: u32) -> Vec<u8> {
     let mut v = value(i, 2);
@@ -284,10 +300,7 @@ fn third(i: u32) -> Vec<u8> {
 #[test]
 fn format_1_upgrade_writes_new_files_in_the_shared_codec_and_gc_moves_old_records() {
     let tmp = tempfile::tempdir().unwrap();
-    for (name, preset, wal) in FIXTURES {
-        if !matches!(preset, Preset::WiscKey | Preset::HashKv) {
-            continue;
-        }
+    for (name, preset, wal) in separating_fixtures() {
         let dir = tmp.path().join(name);
         copy_dir(&fixture_root(1).join(name), &dir);
         let old_vlogs = files(&dir, ".vlog");
@@ -343,25 +356,20 @@ fn format_1_upgrade_writes_new_files_in_the_shared_codec_and_gc_moves_old_record
         db.close().unwrap();
         drop(db);
         // Reopened: the same files, read in the same codecs.
-        let db = Db::open(&dir, Options::default()).unwrap();
+        let db = reopen_verified(&dir, name);
         assert_eq!(
             identity_line(&dir, "v1-vlog-below"),
             Some(vlog_below).filter(|&n| n > 0)
         );
         let got: BTreeMap<_, _> = db.scan(.., false).unwrap().map(|r| r.unwrap()).collect();
         assert!(got == want, "{name}: the scan differs after reopen");
-        let rep = db.verify().unwrap();
-        assert!(rep.faults.is_empty(), "{name}: {:?}", rep.faults);
     }
 }
 
 #[test]
 fn format_1_upgrade_cut_short_before_identity_is_rewritten_opens_again() {
     let tmp = tempfile::tempdir().unwrap();
-    for (name, preset, wal) in FIXTURES {
-        if !matches!(preset, Preset::WiscKey | Preset::HashKv) {
-            continue;
-        }
+    for (name, preset, wal) in separating_fixtures() {
         let dir = tmp.path().join(name);
         copy_dir(&fixture_root(1).join(name), &dir);
         let v1 = std::fs::read(dir.join("IDENTITY")).unwrap();
@@ -379,20 +387,15 @@ fn format_1_upgrade_cut_short_before_identity_is_rewritten_opens_again() {
         db.put(key(3), third(3)).unwrap();
         db.close().unwrap();
         drop(db);
-        let db = Db::open(&dir, Options::default()).unwrap();
+        let db = reopen_verified(&dir, name);
         assert_eq!(db.get(key(3)).unwrap(), Some(third(3)), "{name}");
-        let rep = db.verify().unwrap();
-        assert!(rep.faults.is_empty(), "{name}: {:?}", rep.faults);
     }
 }
 
 #[test]
 fn a_new_database_is_written_in_the_shared_codec_only() {
     let tmp = tempfile::tempdir().unwrap();
-    for (name, preset, wal) in FIXTURES {
-        if !matches!(preset, Preset::WiscKey | Preset::HashKv) {
-            continue;
-        }
+    for (name, preset, wal) in separating_fixtures() {
         let dir = tmp.path().join(name);
         write_into(&dir, preset, wal);
         let db = Db::open(&dir, opts(preset, wal)).unwrap();
@@ -409,9 +412,7 @@ fn a_new_database_is_written_in_the_shared_codec_only() {
         assert_eq!(identity_line(&dir, "v1-vlog-below"), None, "{name}");
         assert_eq!(identity_line(&dir, "v1-hseg-below"), None, "{name}");
         check_codecs(&dir, 0, 0);
-        let db = Db::open(&dir, Options::default()).unwrap();
-        let rep = db.verify().unwrap();
-        assert!(rep.faults.is_empty(), "{name}: {:?}", rep.faults);
+        reopen_verified(&dir, name);
     }
 }
 

@@ -664,13 +664,7 @@ impl Db {
 
     /// `ConfigMismatch` unless `opts` selects the recorded configuration.
     fn check_config(stored: &Identity, opts: &Options) -> Result<()> {
-        let wanted = Identity {
-            format: FORMAT_VERSION,
-            index: opts.index_kind(),
-            layout: opts.layout(),
-            wal: Some(opts.wal),
-            legacy: LegacyFiles::default(),
-        };
+        let wanted = Identity::new(opts);
         let same = (stored.index, stored.layout) == (wanted.index, wanted.layout)
             && stored.wal.is_none_or(|w| w == opts.wal);
         if !same {
@@ -712,13 +706,7 @@ impl Db {
         stats: &IoStats,
     ) -> Result<Option<Identity>> {
         let id_path = dir.join(IDENTITY);
-        let wanted = Identity {
-            format: FORMAT_VERSION,
-            index: opts.index_kind(),
-            layout: opts.layout(),
-            wal: Some(opts.wal),
-            legacy: LegacyFiles::default(),
-        };
+        let wanted = Identity::new(opts);
         if fs.exists(&id_path) {
             let data = read_all(fs, &id_path).ctx(&id_path)?;
             stats.add_read(IoCategory::Manifest, data.len() as u64);

@@ -152,14 +152,8 @@ impl ColdLog {
             fs,
             stats,
             VlogOptions {
-                value_threshold: 1,
-                file_size,
-                gc_chunk_size,
-                prefetch_threads: 0,
-                log_mode: false,
-                capacity: None,
-                mmap_reads: false,
                 legacy_below,
+                ..VlogOptions::new(file_size, gc_chunk_size)
             },
             state,
         )?;

@@ -686,11 +686,8 @@ fn scan_and_copy(
             continue;
         }
         for batch in batches(&hot, |h| h.2.length as usize) {
-            let recs = batch
-                .iter()
-                .map(|h| copy_bytes(s, &h.2, slice(&bufs, v, &h.2)))
-                .collect::<Result<Vec<_>>>()?;
-            let recs: Vec<&[u8]> = recs.iter().map(|r| r.as_ref()).collect();
+            let copies = copies(s, &bufs, v, batch.iter().map(|h| &h.2))?;
+            let recs: Vec<&[u8]> = copies.iter().map(|r| r.as_ref()).collect();
             let srcs: Vec<(u64, u64)> = batch.iter().map(|h| (h.2.file_id, h.2.offset)).collect();
             let Some(ptrs) = s.place_for_gc(v.group, &recs, Some(&srcs))? else {
                 stall(s, v.group);
@@ -710,11 +707,8 @@ fn scan_and_copy(
         }
         // Tags are hints: without room they are dropped.
         if !tags.is_empty() {
-            let recs = tags
-                .iter()
-                .map(|p| copy_bytes(s, p, slice(&bufs, v, p)))
-                .collect::<Result<Vec<_>>>()?;
-            let recs: Vec<&[u8]> = recs.iter().map(|r| r.as_ref()).collect();
+            let copies = copies(s, &bufs, v, tags.iter())?;
+            let recs: Vec<&[u8]> = copies.iter().map(|r| r.as_ref()).collect();
             let srcs: Vec<(u64, u64)> = tags.iter().map(|p| (p.file_id, p.offset)).collect();
             if let Some(ptrs) = s.place_for_gc(v.group, &recs, Some(&srcs))? {
                 *carried_tags += ptrs.len() as u64;
@@ -767,6 +761,17 @@ fn copy_bytes<'a>(s: &HashKvStore, p: &ValuePointer, rec: &'a [u8]) -> Result<Co
             Ok(Cow::Owned(record::reencode(&r)))
         }
     }
+}
+
+/// The bytes of GC copies of the records at `ptrs` in victim `v`'s
+/// segments (read into `bufs`), as [`copy_bytes`] gives them.
+fn copies<'a, 'p>(
+    s: &HashKvStore,
+    bufs: &'a [Vec<u8>],
+    v: &Victim,
+    ptrs: impl Iterator<Item = &'p ValuePointer>,
+) -> Result<Vec<Cow<'a, [u8]>>> {
+    ptrs.map(|p| copy_bytes(s, p, slice(bufs, v, p))).collect()
 }
 
 fn slice<'a>(bufs: &'a [Vec<u8>], v: &Victim, p: &ValuePointer) -> &'a [u8] {

@@ -440,16 +440,7 @@ mod tests {
             dir,
             fs,
             Arc::new(IoStats::default()),
-            VlogOptions {
-                value_threshold: 1,
-                file_size: 1 << 20,
-                gc_chunk_size,
-                prefetch_threads: 0,
-                log_mode: false,
-                capacity: None,
-                mmap_reads: false,
-                legacy_below: Some(0),
-            },
+            VlogOptions::new(1 << 20, gc_chunk_size),
             None,
         )
         .unwrap()

@@ -98,6 +98,25 @@ pub struct VlogOptions {
     pub legacy_below: Option<u64>,
 }
 
+impl VlogOptions {
+    /// A log of files of `file_size` bytes, GC reading `gc_chunk_size`
+    /// bytes per step, created in the current format: every value
+    /// separated, no log mode, no capacity, no prefetch threads, plain
+    /// reads.
+    pub fn new(file_size: u64, gc_chunk_size: u64) -> VlogOptions {
+        VlogOptions {
+            value_threshold: 1,
+            file_size,
+            gc_chunk_size,
+            prefetch_threads: 0,
+            log_mode: false,
+            capacity: None,
+            mmap_reads: false,
+            legacy_below: Some(0),
+        }
+    }
+}
+
 /// Path of vLog file `id`.
 pub fn vlog_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("{id:06}.vlog"))
@@ -1286,16 +1305,7 @@ mod tests {
                 dir,
                 Arc::new(fs.clone()),
                 Arc::new(IoStats::default()),
-                VlogOptions {
-                    value_threshold: 1,
-                    file_size: 1 << 20,
-                    gc_chunk_size: GARBAGE_REGION,
-                    prefetch_threads: 0,
-                    log_mode: false,
-                    capacity: None,
-                    mmap_reads: false,
-                    legacy_below: Some(0),
-                },
+                VlogOptions::new(1 << 20, GARBAGE_REGION),
                 None,
             )
             .unwrap()
@@ -1350,14 +1360,8 @@ mod tests {
             Arc::new(StdFs),
             Arc::new(IoStats::default()),
             VlogOptions {
-                value_threshold: 1,
-                file_size: 64 << 10,
-                gc_chunk_size: GARBAGE_REGION,
-                prefetch_threads: 0,
-                log_mode: false,
-                capacity: None,
                 mmap_reads: true,
-                legacy_below: Some(0),
+                ..VlogOptions::new(64 << 10, GARBAGE_REGION)
             },
             None,
         )
@@ -1416,16 +1420,7 @@ mod tests {
             Path::new("/db"),
             fs,
             Arc::new(IoStats::default()),
-            VlogOptions {
-                value_threshold: 1,
-                file_size: 8 << 20,
-                gc_chunk_size: GARBAGE_REGION,
-                prefetch_threads: 0,
-                log_mode: false,
-                capacity: None,
-                mmap_reads: false,
-                legacy_below: Some(0),
-            },
+            VlogOptions::new(8 << 20, GARBAGE_REGION),
             None,
         )
         .unwrap();
