@@ -534,15 +534,8 @@ fn scan_and_copy(
             }
             bytes_read += len;
             let mut pos = 0usize;
-            let codec = s.codec(id);
             while pos < buf.len() {
-                let r = codec.decode(&buf[pos..]).map_err(|e| {
-                    Error::corruption(
-                        s.path(id),
-                        pos as u64,
-                        format!("hashkv record damaged ({e:?}) inside a segment's valid range"),
-                    )
-                })?;
+                let r = record_at(s, id, &buf, pos)?;
                 if !matches!(r.kind, Kind::Value | Kind::Tag) {
                     return Err(Error::corruption(
                         s.path(id),
@@ -761,6 +754,23 @@ fn copy_bytes<'a>(s: &HashKvStore, p: &ValuePointer, rec: &'a [u8]) -> Result<Co
             Ok(Cow::Owned(record::reencode(&r)))
         }
     }
+}
+
+/// The record at `pos` of `buf`, the bytes of segment `id` within its
+/// valid length, in the segment's codec; damage is Corruption there.
+fn record_at<'a>(
+    s: &HashKvStore,
+    id: u64,
+    buf: &'a [u8],
+    pos: usize,
+) -> Result<record::Record<'a>> {
+    s.codec(id).decode(&buf[pos..]).map_err(|e| {
+        Error::corruption(
+            s.path(id),
+            pos as u64,
+            format!("hashkv record damaged ({e:?}) inside a segment's valid range"),
+        )
+    })
 }
 
 /// The bytes of GC copies of the records at `ptrs` in victim `v`'s
@@ -1045,15 +1055,8 @@ fn keys_since_seal(s: &HashKvStore, v: &Victim) -> Result<HashMap<Vec<u8>, u64>>
         let mut buf = vec![0u8; len as usize];
         s.files.read_exact(id, 0, &mut buf, IoCategory::Gc)?;
         let mut pos = 0;
-        let codec = s.codec(id);
         while pos < buf.len() {
-            let r = codec.decode(&buf[pos..]).map_err(|e| {
-                Error::corruption(
-                    s.path(id),
-                    pos as u64,
-                    format!("hashkv record damaged ({e:?})"),
-                )
-            })?;
+            let r = record_at(s, id, &buf, pos)?;
             let q = keys.entry(r.key.to_vec()).or_insert(r.seq);
             *q = (*q).max(r.seq);
             pos += r.len;
