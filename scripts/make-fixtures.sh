@@ -8,4 +8,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SEPKV_WRITE_FIXTURES=1 cargo test -p sepkv --test format_compat -- \
   --ignored --exact write_fixtures --nocapture
-du -sh crates/sepkv/tests/fixtures/format-v1/*
+du -sh crates/sepkv/tests/fixtures/format-v*/*

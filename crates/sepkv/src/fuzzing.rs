@@ -30,6 +30,7 @@ use crate::batch::decode_batch;
 use crate::error::{Error, Result};
 use crate::format::checksum::{crc, crc_parts, mask};
 use crate::format::record::{encode_record, RecordReader, HEADER_LEN as LOG_HEADER_LEN};
+use crate::format::value_record::{self, legacy, Codec, DecodeError};
 use crate::fs::{FileSystem, IoCategory, IoStats, MemFs};
 use crate::identity::Identity;
 use crate::index::cache::BlockCache;
@@ -46,8 +47,8 @@ use crate::index::version::{FileMeta, Version, VersionEdit, VersionSet};
 use crate::options::{IndexKind, ValueLayout};
 use crate::vstore::hashkv::journal::{self, GroupIntent, Place};
 use crate::vstore::hashkv::segment::{Alloc, Geometry, Seg, SegKind, Table as SegTable};
-use crate::vstore::hashkv::{record as hrecord, HashKvOptions, HashKvStore};
-use crate::vstore::vlog::{self, record as vrecord, VlogOptions, VlogStore};
+use crate::vstore::hashkv::{HashKvOptions, HashKvStore};
+use crate::vstore::vlog::{self, VlogOptions, VlogStore};
 use crate::vstore::{ValuePointer, ValueRecord, ValueStore};
 use crate::WriteBatch;
 use std::path::{Path, PathBuf};
@@ -319,8 +320,9 @@ pub fn write_batch(data: &[u8]) -> Option<usize> {
     Some(b.entries.len())
 }
 
-/// Decodes value-log records back to back from the start of `data`, as
-/// recovery's scan does. Returns the number of intact records before the
+/// Decodes format-1 value-log records ([`legacy::decode_vlog`], the codec
+/// of the value-log files a format-1 database wrote) back to back from the
+/// start of `data`, as recovery's scan does. Returns the number of intact records before the
 /// first truncated, zeroed or damaged one.
 ///
 /// # Errors
@@ -329,13 +331,13 @@ pub fn vlog_records(data: &[u8]) -> Result<usize> {
     let mut pos = 0;
     let mut n = 0;
     loop {
-        match vrecord::decode(&data[pos..]) {
+        match Codec::VlogV1.decode(&data[pos..]) {
             Ok(r) => {
-                let _ = (r.kind.holds_value(), r.batch_end, r.seq);
+                let _ = (r.kind.holds_value(), r.flags, r.seq);
                 pos += r.len;
                 n += 1;
             }
-            Err(vrecord::DecodeError::Checksum) if n == 0 => {
+            Err(DecodeError::Checksum) if n == 0 => {
                 return Err(corruption("000001.vlog", 0, "value-log record damaged"));
             }
             Err(_) => return Ok(n),
@@ -386,8 +388,9 @@ pub fn vlog_state(data: &[u8]) -> Result<usize> {
     Ok(n)
 }
 
-/// Decodes HashKV segment records back to back from the start of `data`,
-/// as recovery and GC scans do. Returns the number of intact records.
+/// Decodes format-1 HashKV segment records ([`legacy::decode_hashkv`],
+/// the codec of the segments a format-1 database wrote) back to back from
+/// the start of `data`, as recovery and GC scans do. Returns the number of intact records.
 ///
 /// # Errors
 /// `Corruption` when the first record is damaged (not truncated or zero).
@@ -396,14 +399,14 @@ pub fn hashkv_records(data: &[u8]) -> Result<usize> {
     let mut n = 0;
     loop {
         let rest = &data[pos..];
-        let _ = hrecord::announced_len(rest);
-        match hrecord::decode(rest) {
+        let _ = Codec::HashKvV1.announced_len(rest);
+        match Codec::HashKvV1.decode(rest) {
             Ok(r) => {
                 let _ = (r.kind, r.seq);
                 pos += r.len;
                 n += 1;
             }
-            Err(hrecord::DecodeError::Checksum) if n == 0 => {
+            Err(DecodeError::Checksum) if n == 0 => {
                 return Err(corruption("000001.hseg", 0, "hashkv record damaged"));
             }
             Err(_) => return Ok(n),
@@ -583,7 +586,8 @@ fn pointer_stores() -> Result<&'static PointerStores> {
             let values = sample_values(8, 300);
             let (first, rest) = values.split_at(1);
             let value = [b'v'; 700];
-            for (s, len) in [(&vlog as &dyn ValueStore, 700), (&hashkv, 699)] {
+            // One record codec: 22 header bytes, an 8-byte key, 698 bytes.
+            for (s, len) in [(&vlog as &dyn ValueStore, 698), (&hashkv, 698)] {
                 let head = ValueRecord {
                     value: &value[..len],
                     ..first[0]
@@ -601,15 +605,7 @@ fn pointer_stores() -> Result<&'static PointerStores> {
 }
 
 fn vlog_opts() -> VlogOptions {
-    VlogOptions {
-        value_threshold: 1,
-        file_size: 2048,
-        gc_chunk_size: 4096,
-        prefetch_threads: 0,
-        log_mode: false,
-        capacity: None,
-        mmap_reads: false,
-    }
+    VlogOptions::new(2048, 4096)
 }
 
 fn hashkv_opts() -> HashKvOptions {
@@ -627,6 +623,8 @@ fn hashkv_opts() -> HashKvOptions {
         cold_file_size: 4096,
         cold_gc_chunk_size: 4096,
         cold_gc_ratio: 0.5,
+        legacy_below: Some(0),
+        cold_legacy_below: Some(0),
     }
 }
 
@@ -871,20 +869,19 @@ impl Target {
                 let mut v = Vec::new();
                 for (i, (k, val)) in sample_entries(&mut rng).into_iter().enumerate() {
                     let kind = match rng.below(5) {
-                        0 => vrecord::Kind::Value,
-                        1 => vrecord::Kind::Inline,
-                        2 => vrecord::Kind::Tombstone,
-                        3 => vrecord::Kind::Relocation,
-                        _ => vrecord::Kind::GcCopy,
+                        0 => value_record::Kind::Value,
+                        1 => value_record::Kind::Inline,
+                        2 => value_record::Kind::Tombstone,
+                        3 => value_record::Kind::Relocation,
+                        _ => value_record::Kind::GcCopy,
                     };
-                    vrecord::encode(
-                        &mut v,
+                    v.extend(legacy::vlog_v1_bytes(
                         kind,
                         rng.below(2) == 0,
                         user_key(&k),
                         i as u64,
                         &val,
-                    );
+                    ));
                 }
                 v
             }
@@ -898,12 +895,12 @@ impl Target {
             Target::HashkvRecords => {
                 let mut v = Vec::new();
                 for (i, (k, val)) in sample_entries(&mut rng).into_iter().enumerate() {
-                    let kind = if rng.below(4) == 0 {
-                        hrecord::Kind::Tag
-                    } else {
-                        hrecord::Kind::Value
-                    };
-                    hrecord::encode(&mut v, kind, user_key(&k), i as u64, &val);
+                    v.extend(legacy::hashkv_v1_bytes(
+                        rng.below(4) == 0,
+                        user_key(&k),
+                        i as u64,
+                        &val,
+                    ));
                 }
                 v
             }
@@ -922,6 +919,10 @@ impl Target {
                     ValueLayout::Bands,
                 ][rng.below(5) as usize],
                 wal: [None, Some(true), Some(false)][rng.below(3) as usize],
+                legacy: crate::identity::LegacyFiles {
+                    vlog_below: rng.below(3),
+                    hseg_below: rng.below(3),
+                },
             }
             .encode()
             .into_bytes(),
@@ -1080,10 +1081,10 @@ fn seal_log(data: &mut [u8]) {
 /// Seals value-log records back to back.
 fn seal_vlog_records(data: &mut [u8]) {
     let mut pos = 0;
-    while data.len() - pos >= vrecord::HEADER_LEN {
+    while data.len() - pos >= legacy::VLOG_HEADER_LEN {
         let rec = &mut data[pos..];
         let word = |i: usize| u32::from_le_bytes([rec[i], rec[i + 1], rec[i + 2], rec[i + 3]]);
-        let len = vrecord::HEADER_LEN
+        let len = legacy::VLOG_HEADER_LEN
             .saturating_add((word(4) & 0x00ff_ffff) as usize)
             .saturating_add(word(8) as usize);
         if len > rec.len() {
@@ -1098,7 +1099,7 @@ fn seal_vlog_records(data: &mut [u8]) {
 /// Seals HashKV records back to back.
 fn seal_hashkv_records(data: &mut [u8]) {
     let mut pos = 0;
-    while let Some(len) = hrecord::announced_len(&data[pos..]) {
+    while let Some(len) = legacy::hashkv_announced_len(&data[pos..]) {
         let rec = &mut data[pos..];
         if len > rec.len() {
             return;
@@ -1282,7 +1283,14 @@ fn sample_journals(rng: &mut Rng) -> Vec<u8> {
         out.extend_from_slice(&payload);
     };
     let mut rec = Vec::new();
-    hrecord::encode(&mut rec, hrecord::Kind::Value, b"key-0000", 1, b"value");
+    value_record::encode(
+        &mut rec,
+        value_record::Kind::Value,
+        0,
+        b"key-0000",
+        1,
+        b"value",
+    );
     let allocs = vec![Alloc {
         id: 1,
         seg: seg(0, SegKind::Main, 0),

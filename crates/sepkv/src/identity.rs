@@ -2,26 +2,39 @@
 //!
 //! ```text
 //! sepkv-identity
-//! format=1
+//! format=2
 //! index=lsm
 //! layout=inline
 //! wal=on               `off` in WiscKey's log mode (`Options::wal = false`)
+//! v1-vlog-below=N      only in a database upgraded from format 1, see below
+//! v1-hseg-below=N      likewise
 //! crc=XXXXXXXX          masked CRC-32C (hex) of every line above
 //! ```
-//! Written once, atomically, when the database is created. On open it tells
-//! a sepkv database from any other directory, supplies the configuration
-//! when the options name none, and refuses a configuration other than the
-//! recorded one. The `wal` line came later: a file without it was written
-//! before the mode was recorded, and the options decide (as they did then);
-//! builds of that time ignore the line. Frozen: format version 1.
+//! Written atomically when the database is created, and once more when a
+//! read-write open upgrades a format-1 database to format 2. On open it
+//! tells a sepkv database from any other directory, supplies the
+//! configuration when the options name none, and refuses a configuration
+//! other than the recorded one. The `wal` line came later in format 1: a
+//! file without it was written before the mode was recorded, and the
+//! options decide (as they did then); builds of that time ignore the line.
+//!
+//! Format 2 moved the value log and HashKV segments to the shared
+//! value-record codec. An upgraded database keeps its older files as they
+//! are: `v1-vlog-below` and `v1-hseg-below` record that the value-log
+//! files and HashKV segments numbered below them hold the format-1 codecs
+//! ([`LegacyFiles`]). Frozen: format version 2.
 
 use crate::error::{Error, Result};
 use crate::format::checksum::{crc, mask};
 use crate::options::{describe_config, IndexKind, ValueLayout};
 use std::path::Path;
 
-/// The on-disk format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The on-disk format version this build writes (and reads).
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The oldest format version this build reads: a database of this version
+/// opens, and a read-write open upgrades it to [`FORMAT_VERSION`].
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
 
 const MAGIC: &str = "sepkv-identity";
 
@@ -37,12 +50,41 @@ pub struct Identity {
     /// `Some(false)` in WiscKey's log mode (the value log is the only log);
     /// `None` when the file predates the record.
     pub wal: Option<bool>,
+    /// Files that hold the format-1 record codecs (all zero unless the
+    /// database was upgraded from format 1; meaningless in a format-1
+    /// record, whose every value-log file and segment is in them).
+    pub legacy: LegacyFiles,
+}
+
+/// The value-store files of a database upgraded from format 1 that hold
+/// the format-1 record codecs (`docs/format.md`, "Files in the older
+/// record codecs"). Each number is the first file the upgrading open left
+/// to the shared codec; 0 means none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LegacyFiles {
+    /// Value-log files (`NNNNNN.vlog`: the value log, or HashKV's cold
+    /// data log) numbered below this.
+    pub vlog_below: u64,
+    /// HashKV segments (`NNNNNN.hseg`) numbered below this.
+    pub hseg_below: u64,
 }
 
 impl Identity {
+    /// The record of a new database of the configuration `opts` selects,
+    /// in this build's format.
+    pub fn new(opts: &crate::Options) -> Identity {
+        Identity {
+            format: FORMAT_VERSION,
+            index: opts.index_kind(),
+            layout: opts.layout(),
+            wal: Some(opts.wal),
+            legacy: LegacyFiles::default(),
+        }
+    }
+
     /// Renders the file body.
     pub fn encode(&self) -> String {
-        let body = format!(
+        let mut body = format!(
             "{MAGIC}\nformat={}\nindex={}\nlayout={}\n{}",
             self.format,
             self.index,
@@ -53,6 +95,14 @@ impl Identity {
                 Some(false) => "wal=off\n",
             }
         );
+        for (name, n) in [
+            ("v1-vlog-below", self.legacy.vlog_below),
+            ("v1-hseg-below", self.legacy.hseg_below),
+        ] {
+            if n > 0 {
+                body.push_str(&format!("{name}={n}\n"));
+            }
+        }
         format!("{body}crc={:08x}\n", mask(crc(body.as_bytes())))
     }
 
@@ -62,7 +112,7 @@ impl Identity {
     /// `NotADatabase` when the magic line is missing (a foreign file);
     /// `Corruption` for a checksum mismatch or a malformed field;
     /// `FormatTooNew` for a format version newer than [`FORMAT_VERSION`];
-    /// `NotADatabase` for an older, unsupported one.
+    /// `NotADatabase` for one older than [`OLDEST_FORMAT_VERSION`].
     pub fn decode(path: &Path, data: &[u8]) -> Result<Identity> {
         let dir = path.parent().unwrap_or(Path::new("."));
         if !data.starts_with(MAGIC.as_bytes()) {
@@ -110,11 +160,11 @@ impl Identity {
                 supported: FORMAT_VERSION,
             });
         }
-        if format != FORMAT_VERSION {
+        if format < OLDEST_FORMAT_VERSION {
             return Err(Error::NotADatabase {
                 path: dir.into(),
                 reason: format!(
-                    "format version {format} is not supported (this build reads {FORMAT_VERSION})"
+                    "format version {format} is not supported (this build reads {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION})"
                 ),
             });
         }
@@ -132,11 +182,24 @@ impl Identity {
                 ))
             }
         };
+        let number = |name: &str| -> Result<u64> {
+            match find(name) {
+                None => Ok(0),
+                Some(v) => v.parse().map_err(|_| {
+                    Error::corruption(path, 0, format!("IDENTITY: {name} is not a number"))
+                }),
+            }
+        };
+        let legacy = LegacyFiles {
+            vlog_below: number("v1-vlog-below")?,
+            hseg_below: number("v1-hseg-below")?,
+        };
         Ok(Identity {
             format,
             index,
             layout,
             wal,
+            legacy,
         })
     }
 
@@ -162,6 +225,7 @@ mod tests {
             index: IndexKind::Lsm,
             layout: ValueLayout::Inline,
             wal: Some(true),
+            legacy: LegacyFiles::default(),
         };
         let p = Path::new("db/IDENTITY");
         let enc = id.encode();

@@ -148,7 +148,7 @@ pub use db::{
     RepairReport, VerifyReport,
 };
 pub use error::{Error, Result};
-pub use identity::FORMAT_VERSION;
+pub use identity::{FORMAT_VERSION, OLDEST_FORMAT_VERSION};
 pub use index::compaction::CompactionStats;
 pub use iterator::{DbIterator, Scan};
 pub use options::{

@@ -599,7 +599,7 @@ fn a_different_recorded_configuration_is_refused() {
     db.close().unwrap();
     let original = read_all(&fs, &id).unwrap();
     // The hand-made file matches what the engine writes.
-    assert_eq!(original, identity("1", "lsm", "inline").as_bytes());
+    assert_eq!(original, identity("2", "lsm", "inline").as_bytes());
 
     // Named configurations must match the record.
     let leveldb = || Options {
@@ -647,26 +647,32 @@ fn a_different_recorded_configuration_is_refused() {
         Err(Error::Corruption { reason, .. }) => assert!(reason.contains("wal"), "{reason}"),
         other => panic!("expected Corruption, got {:?}", other.map(|_| ())),
     }
-    // A file written before the mode was recorded (no `wal` line) opens.
+    // A file written before the mode was recorded (no `wal` line) opens,
+    // and the read-write open upgrades it to format 2.
     let text = identity_lines("format=1\nindex=lsm\nlayout=inline\n".into());
     write_atomic(&fs, &id, text.as_bytes()).unwrap();
     Db::open(dir(), leveldb()).unwrap().close().unwrap();
+    let upgraded = String::from_utf8(read_all(&fs, &id).unwrap()).unwrap();
+    assert!(upgraded.contains("\nformat=2\n"), "{upgraded}");
     // An older format is not a database this build knows; a newer one is
     // named as such, with both versions.
     write_atomic(&fs, &id, identity("0", "lsm", "inline").as_bytes()).unwrap();
     match Db::open(dir(), mem_opts(&fs)) {
-        Err(Error::NotADatabase { reason, .. }) => assert!(reason.contains('0'), "{reason}"),
+        Err(Error::NotADatabase { reason, .. }) => assert!(
+            reason.contains("format version 0") && reason.contains("1 to 2"),
+            "{reason}"
+        ),
         other => panic!(
             "format 0: expected NotADatabase, got {:?}",
             other.map(|_| ())
         ),
     }
-    for format in ["2", "4294967295"] {
+    for format in ["3", "4294967295"] {
         write_atomic(&fs, &id, identity(format, "lsm", "inline").as_bytes()).unwrap();
         match Db::open(dir(), mem_opts(&fs)) {
             Err(e @ Error::FormatTooNew { .. }) => {
                 let m = e.to_string();
-                assert!(m.contains(format) && m.contains("version 1"), "{m}");
+                assert!(m.contains(format) && m.contains("version 2"), "{m}");
             }
             other => panic!(
                 "format {format}: expected FormatTooNew, got {:?}",

@@ -1,6 +1,7 @@
 //! Format compatibility: databases written by an earlier build still open.
 //!
-//! `tests/fixtures/format-v1/<preset>/` holds one small database per preset
+//! `tests/fixtures/format-v<N>/<preset>/` holds, for every format version
+//! this build reads, one small database per preset
 //! (and `wisckey-nowal`, WiscKey's log mode), written by
 //! `scripts/make-fixtures.sh` (the ignored test `write_fixtures` below)
 //! with the build that introduced them and committed. Each holds the keys
@@ -13,7 +14,14 @@
 //! every key back value for value, by `get` and by scan, then writes to it.
 //! A change that can no longer read a committed format fails here; such a
 //! change must bump `FORMAT_VERSION` and keep reading the old format (see
-//! the format-version policy in `docs/operations.md`).
+//! the format-version policy in `docs/format.md`).
+//!
+//! Format 2 moved the value log and HashKV segments to the shared
+//! value-record codec. The `format_1_*` tests check the upgrade of the
+//! format-1 fixtures: old files stay in the older codecs and are read in
+//! them, new files are in the shared codec only, GC moves old records into
+//! new files, and an upgrade cut short before `IDENTITY` is rewritten is
+//! taken up again by the next open.
 //!
 //! `a_newer_format_is_refused_naming_both_versions` rewrites a copy's
 //! `IDENTITY` with the next format version.
@@ -22,7 +30,8 @@
 //! changing them means regenerating every fixture of the format.
 
 use sepkv::format::checksum::{crc, mask};
-use sepkv::{Db, Error, Options, Preset, FORMAT_VERSION};
+use sepkv::format::value_record::{Codec, DecodeError};
+use sepkv::{Db, Error, Options, Preset, FORMAT_VERSION, OLDEST_FORMAT_VERSION};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -39,8 +48,12 @@ const FIXTURES: [(&str, Preset, bool); 7] = [
     ("lwc", Preset::Lwc, true),
 ];
 
-fn fixture_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format-v1")
+/// The oldest format version this build reads; every version from it to
+/// `FORMAT_VERSION` has fixtures.
+const OLDEST: u32 = OLDEST_FORMAT_VERSION;
+
+fn fixture_root(version: u32) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/format-v{version}"))
 }
 
 fn key(i: u32) -> Vec<u8> {
@@ -144,25 +157,262 @@ fn check(db: &Db, name: &str) {
 #[test]
 fn fixtures_open_verify_and_read_back() {
     let tmp = tempfile::tempdir().unwrap();
-    for (name, _, _) in FIXTURES {
-        let src = fixture_root().join(name);
-        assert!(
-            src.join("IDENTITY").exists(),
-            "fixture {name} is missing: run scripts/make-fixtures.sh"
-        );
-        let dir = tmp.path().join(name);
-        copy_dir(&src, &dir);
-        {
-            let ro = Db::open_read_only(&dir, Options::default()).unwrap();
-            check(&ro, name);
+    for version in OLDEST..=FORMAT_VERSION {
+        for (name, _, _) in FIXTURES {
+            let src = fixture_root(version).join(name);
+            assert!(
+                src.join("IDENTITY").exists(),
+                "fixture v{version}/{name} is missing: run scripts/make-fixtures.sh"
+            );
+            let name = &format!("v{version}/{name}");
+            let dir = tmp.path().join(name);
+            copy_dir(&src, &dir);
+            {
+                let ro = Db::open_read_only(&dir, Options::default()).unwrap();
+                check(&ro, name);
+            }
+            // A read-only open changes nothing, the upgrade included.
+            assert_eq!(
+                identity_line(&dir, "format"),
+                Some(version as u64),
+                "{name}"
+            );
+            let db = Db::open(&dir, Options::default()).unwrap();
+            check(&db, name);
+            db.put("after", "upgrade").unwrap();
+            db.close().unwrap();
+            drop(db);
+            assert_eq!(
+                identity_line(&dir, "format"),
+                Some(FORMAT_VERSION as u64),
+                "{name}"
+            );
+            let db = Db::open(&dir, Options::default()).unwrap();
+            assert_eq!(db.get("after").unwrap().as_deref(), Some(&b"upgrade"[..]));
         }
-        let db = Db::open(&dir, Options::default()).unwrap();
-        check(&db, name);
-        db.put("after", "upgrade").unwrap();
+    }
+}
+
+/// The number on the `name=` line of `dir`'s `IDENTITY`, if any.
+fn identity_line(dir: &Path, name: &str) -> Option<u64> {
+    let id = std::fs::read_to_string(dir.join("IDENTITY")).unwrap();
+    id.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix('='))
+        .map(|v| v.parse().unwrap())
+}
+
+/// The value-store files of `dir` with suffix `suffix`, by number.
+fn files(dir: &Path, suffix: &str) -> BTreeMap<u64, PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.unwrap().path();
+            let n = p
+                .file_name()?
+                .to_str()?
+                .strip_suffix(suffix)?
+                .parse()
+                .ok()?;
+            Some((n, p))
+        })
+        .collect()
+}
+
+/// Walks the records of `path` in `codec` up to its end, or to the zeros
+/// of preallocated space; returns how many there are. Zeros GC left where
+/// it freed a value log's tail (a punched hole) are stepped over: the next
+/// record starts at most 4 bytes (its checksum's zero bytes) before the
+/// next byte that is not zero. Damage, or bytes of another codec, is an
+/// error.
+fn records_in(path: &Path, codec: Codec) -> Result<usize, (u64, DecodeError)> {
+    let data = std::fs::read(path).unwrap();
+    let (mut pos, mut n) = (0usize, 0usize);
+    while pos < data.len() {
+        match codec.decode(&data[pos..]) {
+            Ok(r) => {
+                pos += r.len;
+                n += 1;
+            }
+            Err(DecodeError::Zero) => {
+                let Some(q) = data[pos..].iter().position(|&b| b != 0) else {
+                    break;
+                };
+                let q = pos + q;
+                pos = (q.saturating_sub(4).max(pos)..=q)
+                    .find(|&at| codec.decode(&data[at..]).is_ok())
+                    .ok_or((q as u64, DecodeError::Zero))?;
+            }
+            Err(e) => return Err((pos as u64, e)),
+        }
+    }
+    Ok(n)
+}
+
+/// Checks that the value-log files (`.vlog`) and HashKV segments
+/// (`.hseg`) of `dir` numbered below `vlog_below` and `hseg_below` are in
+/// the format-1 codecs and the others in the shared one; returns the
+/// records of the new files.
+fn check_codecs(dir: &Path, vlog_below: u64, hseg_below: u64) -> usize {
+    let mut new = 0;
+    for (suffix, below, old) in [
+        (".vlog", vlog_below, Codec::VlogV1),
+        (".hseg", hseg_below, Codec::HashKvV1),
+    ] {
+        for (n, p) in files(dir, suffix) {
+            let codec = if n < below { old } else { Codec::Shared };
+            let count = records_in(&p, codec)
+                .unwrap_or_else(|e| panic!("{} in {codec:?}: {e:?}", p.display()));
+            if codec == Codec::Shared {
+                new += count;
+                // Nothing new decodes in an older codec.
+                if count > 0 {
+                    assert!(records_in(&p, old).is_err(), "{}", p.display());
+                }
+            }
+        }
+    }
+    new
+}
+
+/// The fixtures whose layout has files of the format-1 record codecs
+/// (value log, HashKV segments and cold data log).
+fn separating_fixtures() -> impl Iterator<Item = (&'static str, Preset, bool)> {
+    FIXTURES
+        .into_iter()
+        .filter(|f| matches!(f.1, Preset::WiscKey | Preset::HashKv))
+}
+
+/// Opens `dir` again and checks that `verify` finds no fault.
+fn reopen_verified(dir: &Path, name: &str) -> Db {
+    let db = Db::open(dir, Options::default()).unwrap();
+    let rep = db.verify().unwrap();
+    assert!(rep.faults.is_empty(), "{name}: {:?}", rep.faults);
+    db
+}
+
+/// A value GC and the upgrade tests give the separated keys (every third).
+fn third(i: u32) -> Vec<u8> {
+    let mut v = value(i, 2);
+    v.resize(200, i as u8);
+    v
+}
+
+#[test]
+fn format_1_upgrade_writes_new_files_in_the_shared_codec_and_gc_moves_old_records() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, preset, wal) in separating_fixtures() {
+        let dir = tmp.path().join(name);
+        copy_dir(&fixture_root(1).join(name), &dir);
+        let old_vlogs = files(&dir, ".vlog");
+        let old_segs = files(&dir, ".hseg");
+        assert!(!old_vlogs.is_empty() || !old_segs.is_empty(), "{name}");
+        let old_left = |dir: &Path, vlog_below: u64, hseg_below: u64| {
+            files(dir, ".vlog")
+                .keys()
+                .filter(|&&n| n < vlog_below)
+                .count()
+                + files(dir, ".hseg")
+                    .keys()
+                    .filter(|&&n| n < hseg_below)
+                    .count()
+        };
+        let db = Db::open(&dir, opts(preset, wal)).unwrap();
+        // The upgrade is recorded before anything is written: every file
+        // present is below the recorded numbers.
+        let vlog_below = identity_line(&dir, "v1-vlog-below").unwrap_or(0);
+        let hseg_below = identity_line(&dir, "v1-hseg-below").unwrap_or(0);
+        assert_eq!(identity_line(&dir, "format"), Some(2), "{name}");
+        assert!(old_vlogs.keys().all(|&n| n < vlog_below), "{name}");
+        assert!(old_segs.keys().all(|&n| n < hseg_below), "{name}");
+        assert_eq!(preset == Preset::HashKv, hseg_below > 0, "{name}");
+        let before = old_left(&dir, vlog_below, hseg_below);
+        assert!(before > 0, "{name}");
+        let old_left = |dir: &Path| old_left(dir, vlog_below, hseg_below);
+        // New versions of half the separated keys: the other half stays in
+        // the old files until GC moves it.
+        let mut want = expected();
+        for i in (0..KEYS).step_by(6) {
+            db.put(key(i), third(i)).unwrap();
+            want.insert(key(i), third(i));
+        }
+        db.flush().unwrap();
+        assert!(check_codecs(&dir, vlog_below, hseg_below) > 0, "{name}");
+        // GC until no old file is left (bounded: a few passes; the
+        // background GC may have begun).
+        for _ in 0..8 {
+            if old_left(&dir) == 0 {
+                break;
+            }
+            db.gc(None).unwrap();
+        }
+        assert!(
+            old_left(&dir) < before,
+            "{name}: GC freed none of the {before} old files"
+        );
+        check_codecs(&dir, vlog_below, hseg_below);
+        for (k, v) in &want {
+            assert_eq!(db.get(k).unwrap().as_ref(), Some(v), "{name}");
+        }
         db.close().unwrap();
         drop(db);
-        let db = Db::open(&dir, Options::default()).unwrap();
-        assert_eq!(db.get("after").unwrap().as_deref(), Some(&b"upgrade"[..]));
+        // Reopened: the same files, read in the same codecs.
+        let db = reopen_verified(&dir, name);
+        assert_eq!(
+            identity_line(&dir, "v1-vlog-below"),
+            Some(vlog_below).filter(|&n| n > 0)
+        );
+        let got: BTreeMap<_, _> = db.scan(.., false).unwrap().map(|r| r.unwrap()).collect();
+        assert!(got == want, "{name}: the scan differs after reopen");
+    }
+}
+
+#[test]
+fn format_1_upgrade_cut_short_before_identity_is_rewritten_opens_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, preset, wal) in separating_fixtures() {
+        let dir = tmp.path().join(name);
+        copy_dir(&fixture_root(1).join(name), &dir);
+        let v1 = std::fs::read(dir.join("IDENTITY")).unwrap();
+        // The store opens and starts its first new files; the process
+        // dies before `IDENTITY` names them (put back here).
+        let db = Db::open(&dir, opts(preset, wal)).unwrap();
+        db.close().unwrap();
+        drop(db);
+        let first = identity_line(&dir, "v1-vlog-below");
+        std::fs::write(dir.join("IDENTITY"), &v1).unwrap();
+        let db = Db::open(&dir, opts(preset, wal)).unwrap();
+        check(&db, name);
+        // The new open counts the empty files of the first among the old.
+        assert!(identity_line(&dir, "v1-vlog-below") >= first, "{name}");
+        db.put(key(3), third(3)).unwrap();
+        db.close().unwrap();
+        drop(db);
+        let db = reopen_verified(&dir, name);
+        assert_eq!(db.get(key(3)).unwrap(), Some(third(3)), "{name}");
+    }
+}
+
+#[test]
+fn a_new_database_is_written_in_the_shared_codec_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, preset, wal) in separating_fixtures() {
+        let dir = tmp.path().join(name);
+        write_into(&dir, preset, wal);
+        let db = Db::open(&dir, opts(preset, wal)).unwrap();
+        for i in (0..KEYS).step_by(6) {
+            db.put(key(i), third(i)).unwrap();
+        }
+        db.flush().unwrap();
+        assert!(check_codecs(&dir, 0, 0) > 0, "{name}");
+        // GC copies too.
+        db.gc(None).unwrap();
+        db.close().unwrap();
+        drop(db);
+        assert_eq!(identity_line(&dir, "format"), Some(2), "{name}");
+        assert_eq!(identity_line(&dir, "v1-vlog-below"), None, "{name}");
+        assert_eq!(identity_line(&dir, "v1-hseg-below"), None, "{name}");
+        check_codecs(&dir, 0, 0);
+        reopen_verified(&dir, name);
     }
 }
 
@@ -170,7 +420,7 @@ fn fixtures_open_verify_and_read_back() {
 fn a_newer_format_is_refused_naming_both_versions() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("db");
-    copy_dir(&fixture_root().join("wisckey"), &dir);
+    copy_dir(&fixture_root(FORMAT_VERSION).join("wisckey"), &dir);
     let id = std::fs::read_to_string(dir.join("IDENTITY")).unwrap();
     let newer = FORMAT_VERSION + 1;
     let body: String = id
@@ -208,6 +458,18 @@ fn a_newer_format_is_refused_naming_both_versions() {
         before,
         "a refused open created files"
     );
+    // Older than any version this build reads: refused, naming both.
+    let older = body.replace(&format!("format={newer}\n"), "format=0\n");
+    let text = format!("{older}crc={:08x}\n", mask(crc(older.as_bytes())));
+    std::fs::write(dir.join("IDENTITY"), text).unwrap();
+    let e = Db::open(&dir, Options::default()).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        matches!(e, Error::NotADatabase { .. })
+            && msg.contains("format version 0 is not supported")
+            && msg.contains(&format!("reads {OLDEST} to {FORMAT_VERSION}")),
+        "{msg}"
+    );
 }
 
 /// Regenerates the committed fixtures (`scripts/make-fixtures.sh`). Only
@@ -220,7 +482,7 @@ fn write_fixtures() {
         eprintln!("set SEPKV_WRITE_FIXTURES=1 to rewrite the fixtures");
         return;
     }
-    let root = fixture_root();
+    let root = fixture_root(FORMAT_VERSION);
     for (name, preset, wal) in FIXTURES {
         let dir = root.join(name);
         let _ = std::fs::remove_dir_all(&dir);

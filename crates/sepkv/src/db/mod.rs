@@ -66,7 +66,7 @@ pub use stats::{DbStats, FileGroupStats, GcReport, LevelStats, VerifyReport};
 use crate::commit::CommitQueue;
 use crate::error::{Error, IoContext, Result};
 use crate::fs::{read_all, write_atomic, FileLock, FileSystem, IoCategory, IoStats};
-use crate::identity::{Identity, FORMAT_VERSION};
+use crate::identity::{Identity, LegacyFiles, FORMAT_VERSION};
 use crate::index::filename::{IDENTITY, LOCK};
 use crate::index::lsm::LsmIndex;
 use crate::index::{Index, Shared};
@@ -155,31 +155,64 @@ struct DbInner {
 
 /// Opens the value store of the layout `shared.opts` names, handing it the
 /// state the index persisted for it (`None` for a new database).
-fn open_value_store(shared: &Shared, state: Option<&[u8]>) -> Result<Arc<dyn ValueStore>> {
+///
+/// `stored` is the database's `IDENTITY` (`None` for a new database). A
+/// format-1 database is upgraded here: the store opens with every file it
+/// has in the format-1 record codecs and starts new ones for its appends,
+/// and `IDENTITY` is rewritten in the current format, naming those first
+/// new files, before anything is written in the shared codec
+/// (`*upgraded` is then set).
+fn open_value_store(
+    shared: &Shared,
+    stored: Option<&Identity>,
+    upgraded: &mut bool,
+    state: Option<&[u8]>,
+) -> Result<Arc<dyn ValueStore>> {
     let (dir, fs, stats, opts) = (&shared.dir, &shared.fs, &shared.stats, &shared.opts);
-    Ok(match opts.layout() {
-        ValueLayout::Vlog => Arc::new(VlogStore::open(
-            dir,
-            fs.clone(),
-            stats.clone(),
-            VlogOptions {
-                value_threshold: opts.value_threshold,
-                file_size: opts.vlog_file_size,
-                gc_chunk_size: opts.gc_chunk_size,
-                prefetch_threads: opts.prefetch_threads,
-                log_mode: !opts.wal,
-                capacity: opts.value_capacity,
-                mmap_reads: opts.mmap_reads,
-            },
-            state,
-        )?),
-        ValueLayout::HashKv => Arc::new(HashKvStore::open(
-            dir,
-            fs.clone(),
-            stats.clone(),
-            HashKvOptions::from_options(opts),
-            state,
-        )?),
+    let upgrading = stored.filter(|id| id.format < FORMAT_VERSION);
+    let legacy = stored.map(|id| id.legacy).unwrap_or_default();
+    // `None`: a format-1 store, which picks its own boundary.
+    let below = |n: u64| upgrading.is_none().then_some(n);
+    let mut found = LegacyFiles::default();
+    let store: Arc<dyn ValueStore> = match opts.layout() {
+        ValueLayout::Vlog => {
+            let v = VlogStore::open(
+                dir,
+                fs.clone(),
+                stats.clone(),
+                VlogOptions {
+                    value_threshold: opts.value_threshold,
+                    file_size: opts.vlog_file_size,
+                    gc_chunk_size: opts.gc_chunk_size,
+                    prefetch_threads: opts.prefetch_threads,
+                    log_mode: !opts.wal,
+                    capacity: opts.value_capacity,
+                    mmap_reads: opts.mmap_reads,
+                    legacy_below: below(legacy.vlog_below),
+                },
+                state,
+            )?;
+            found.vlog_below = v.legacy_below();
+            Arc::new(v)
+        }
+        ValueLayout::HashKv => {
+            let h = HashKvStore::open(
+                dir,
+                fs.clone(),
+                stats.clone(),
+                HashKvOptions {
+                    legacy_below: below(legacy.hseg_below),
+                    cold_legacy_below: below(legacy.vlog_below),
+                    ..HashKvOptions::from_options(opts)
+                },
+                state,
+            )?;
+            found = LegacyFiles {
+                vlog_below: h.cold_legacy_below(),
+                hseg_below: h.legacy_below(),
+            };
+            Arc::new(h)
+        }
         ValueLayout::Trie => Arc::new(crate::vstore::trie::TrieStore::open(
             dir,
             fs.clone(),
@@ -187,7 +220,32 @@ fn open_value_store(shared: &Shared, state: Option<&[u8]>) -> Result<Arc<dyn Val
             crate::vstore::trie::TrieOptions::from_options(opts),
         )?),
         _ => Arc::new(InlineStore),
-    })
+    };
+    if let Some(id) = upgrading {
+        upgrade_identity(shared, id, found)?;
+        *upgraded = true;
+    }
+    Ok(store)
+}
+
+/// Rewrites the `IDENTITY` of a format-1 database (`stored`) in the
+/// current format, recording which value-store files hold the format-1
+/// record codecs (`legacy`). Atomic (`write_atomic`): a crash leaves the
+/// old record or the new one, and an open after the old one upgrades
+/// again, from the same files.
+fn upgrade_identity(shared: &Shared, stored: &Identity, legacy: LegacyFiles) -> Result<()> {
+    let id_path = shared.dir.join(IDENTITY);
+    let body = Identity {
+        format: FORMAT_VERSION,
+        legacy,
+        ..*stored
+    }
+    .encode();
+    write_atomic(shared.fs.as_ref(), &id_path, body.as_bytes()).ctx(&id_path)?;
+    shared
+        .stats
+        .add_written(IoCategory::Manifest, body.len() as u64);
+    Ok(())
 }
 
 /// A persistent key-value database. See the module docs for the write and
@@ -220,6 +278,13 @@ impl Db {
     /// configuration `opts` names, `leveldb` (lsm + inline) when none.
     /// Recovery replays the write-ahead logs newer than the manifest's log
     /// number into SSTables, then starts a new log and manifest.
+    ///
+    /// A database of format version [`crate::OLDEST_FORMAT_VERSION`] (1)
+    /// is upgraded to [`crate::FORMAT_VERSION`] (2) in place: its value-log
+    /// files and HashKV segments stay in the older record codecs and are
+    /// read in them, new records go to new files, and `IDENTITY` records
+    /// which files are older; builds of version 1 refuse it from then on
+    /// (`docs/format.md`, "Files in the older record codecs").
     ///
     /// # Examples
     /// ```
@@ -396,7 +461,7 @@ impl Db {
         let opts = Self::direct_reads(opts, &probe)?;
         let fs = opts.fs.clone();
         let stats = Arc::new(IoStats::default());
-        Self::check_identity(&dir, fs.as_ref(), &opts, &stats)?;
+        let stored_identity = Self::check_identity(&dir, fs.as_ref(), &opts, &stats)?;
         if !read_only {
             Self::sync_what_the_os_holds(&dir, fs.as_ref())?;
         }
@@ -418,7 +483,10 @@ impl Db {
         });
         // The index reads the value store's persisted state from its own
         // manifest or checkpoint, so it opens the value store.
-        let mut open_vstore = |state: Option<&[u8]>| open_value_store(&shared, state);
+        let mut upgraded = false;
+        let mut open_vstore = |state: Option<&[u8]>| {
+            open_value_store(&shared, stored_identity.as_ref(), &mut upgraded, state)
+        };
         // The one place that names an index: adding one adds an arm here.
         let (index, vstore): (Arc<dyn Index>, Arc<dyn ValueStore>) = match shared.opts.index_kind()
         {
@@ -436,6 +504,13 @@ impl Db {
                 (index, vstore)
             }
         };
+        // A layout whose store was not opened through `open_value_store`
+        // has no files in the older codecs.
+        if let Some(id) = stored_identity.as_ref() {
+            if id.format < FORMAT_VERSION && !upgraded {
+                upgrade_identity(&shared, id, LegacyFiles::default())?;
+            }
+        }
         // The space policy covers the layouts whose garbage it tracks (value
         // log, HashKV, TrieTables). The bands keep FlashKey's own policy
         // (their invalidity table and band GC, §V-B5): the policy's hidden
@@ -589,12 +664,7 @@ impl Db {
 
     /// `ConfigMismatch` unless `opts` selects the recorded configuration.
     fn check_config(stored: &Identity, opts: &Options) -> Result<()> {
-        let wanted = Identity {
-            format: FORMAT_VERSION,
-            index: opts.index_kind(),
-            layout: opts.layout(),
-            wal: Some(opts.wal),
-        };
+        let wanted = Identity::new(opts);
         let same = (stored.index, stored.layout) == (wanted.index, wanted.layout)
             && stored.wal.is_none_or(|w| w == opts.wal);
         if !same {
@@ -627,19 +697,16 @@ impl Db {
     /// Reads `IDENTITY` and checks the configuration it records, or writes
     /// it for a new database. Whether the index holds data yet is the
     /// index's to judge at its open.
+    ///
+    /// Returns the stored record, `None` for a new database.
     fn check_identity(
         dir: &Path,
         fs: &dyn FileSystem,
         opts: &Options,
         stats: &IoStats,
-    ) -> Result<()> {
+    ) -> Result<Option<Identity>> {
         let id_path = dir.join(IDENTITY);
-        let wanted = Identity {
-            format: FORMAT_VERSION,
-            index: opts.index_kind(),
-            layout: opts.layout(),
-            wal: Some(opts.wal),
-        };
+        let wanted = Identity::new(opts);
         if fs.exists(&id_path) {
             let data = read_all(fs, &id_path).ctx(&id_path)?;
             stats.add_read(IoCategory::Manifest, data.len() as u64);
@@ -651,7 +718,7 @@ impl Db {
                     dir.display()
                 )));
             }
-            return Ok(());
+            return Ok(Some(stored));
         }
         let names = fs.list(dir).ctx(dir)?;
         let foreign: Vec<_> = names.iter().filter(|n| n.as_str() != LOCK).collect();
@@ -673,7 +740,7 @@ impl Db {
         let body = wanted.encode();
         write_atomic(fs, &id_path, body.as_bytes()).ctx(&id_path)?;
         stats.add_written(IoCategory::Manifest, body.len() as u64);
-        Ok(())
+        Ok(None)
     }
 
     fn check_open(&self) -> Result<()> {

@@ -64,8 +64,9 @@ impl Db {
     /// table is rebuilt at every open from its checkpoint and bands; its
     /// state is not a manifest) nor WiscKey's log mode (`wal = false`),
     /// whose history is the value log after a checkpoint the manifest
-    /// held. `IDENTITY` must survive (it is written once and never
-    /// changed). Memory: every key's newest version is held during the
+    /// held. `IDENTITY` must survive (it is written at creation and
+    /// rewritten only when an open upgrades a format-1 database; the open
+    /// that ends a repair does so too). Memory: every key's newest version is held during the
     /// repair.
     ///
     /// # Errors

@@ -12,23 +12,96 @@
 //!   crc        masked CRC-32C of every byte after it (rest of header, key, value)
 //!   kind       what the record is (see [`Kind`]); never 0, so an all-zero
 //!              header (preallocated or hole-punched space) never decodes
-//!   flags      bits the layout defines (0 where it defines none)
+//!   flags      bits the layout defines (0 where it defines none); bit 0
+//!              ([`FLAG_BATCH_END`]) marks the last record of a write batch
+//!              in the stores that keep batches (value log, bands)
 //!   key_len    key length in bytes
 //!   value_len  value length in bytes
 //!   seq        sequence number of the write that stored the record
 //! ```
 //! 22 header bytes. A layout adds only its own header fields, in `flags`.
-//! Frozen: format version 1. Do not change without bumping the format
-//! version recorded in the database.
+//! Frozen: database format version 2 (format 1 had it too, for TrieTables
+//! and bands only). Do not change without bumping the format version
+//! recorded in the database.
 //!
-//! Users: TrieTables (`vstore::trie`, flags 0) and logical bands
-//! (`vstore::bands`). The value log and HashKV segments still use their
-//! own, older near-copies of this layout.
+//! Writers: the value log and HashKV's cold data log (`vstore::vlog`,
+//! [`FLAG_BATCH_END`] on each append's last record), HashKV segments
+//! (`vstore::hashkv`: kinds [`Kind::Value`] and [`Kind::Tag`], flags 0),
+//! TrieTables (`vstore::trie`, flags 0) and logical bands
+//! (`vstore::bands`, [`FLAG_BATCH_END`]). Files of those first two a
+//! format-1 database wrote hold the older codecs of [`legacy`]; a store
+//! reads each file with the [`Codec`] its number gives, and writes only
+//! this one.
+
+pub mod legacy;
 
 use super::checksum::{crc_parts, mask, unmask};
 
 /// Bytes of a record header.
 pub const HEADER_LEN: usize = 22;
+
+/// Flag bit: the record is the last of its write batch (value log and
+/// bands; recovery applies whole batches only).
+pub const FLAG_BATCH_END: u8 = 1;
+
+/// Which codec a file's records are in: this one, or one of the two a
+/// format-1 database used for its value log and HashKV segments. A store
+/// knows it from the file's number (see `docs/format.md`, "Files in the
+/// older record codecs"); nothing in the bytes tells them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    /// The shared codec of this module (every file a format-2 build writes).
+    Shared,
+    /// The format-1 value-log record ([`legacy::decode_vlog`]).
+    VlogV1,
+    /// The format-1 HashKV segment record ([`legacy::decode_hashkv`]).
+    HashKvV1,
+}
+
+impl Codec {
+    /// Bytes of a record header in this codec.
+    pub fn header_len(self) -> usize {
+        match self {
+            Codec::Shared => HEADER_LEN,
+            Codec::VlogV1 => legacy::VLOG_HEADER_LEN,
+            Codec::HashKvV1 => legacy::HASHKV_HEADER_LEN,
+        }
+    }
+
+    /// Decodes and checks the record at the start of `buf`, as
+    /// [`decode`] does for the shared codec; an older record's kind comes
+    /// back as the shared [`Kind`] of the same meaning, and the value
+    /// log's end-of-batch bit as [`FLAG_BATCH_END`].
+    ///
+    /// # Errors
+    /// [`DecodeError`] says why the bytes are not a record.
+    pub fn decode(self, buf: &[u8]) -> Result<Record<'_>, DecodeError> {
+        match self {
+            Codec::Shared => decode(buf),
+            Codec::VlogV1 => legacy::decode_vlog(buf),
+            Codec::HashKvV1 => legacy::decode_hashkv(buf),
+        }
+    }
+
+    /// Total length the header at the start of `buf` announces; `None`
+    /// when `buf` is shorter than a header or the length overflows.
+    pub fn announced_len(self, buf: &[u8]) -> Option<usize> {
+        match self {
+            Codec::Shared => announced_len(buf),
+            Codec::VlogV1 => legacy::vlog_announced_len(buf),
+            Codec::HashKvV1 => legacy::hashkv_announced_len(buf),
+        }
+    }
+}
+
+/// The record `r` encoded in the shared codec (a GC copy of a record read
+/// from a file in an older codec keeps its kind, flags, key, sequence
+/// number and value).
+pub fn reencode(r: &Record<'_>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(record_len(r.key, r.value));
+    encode(&mut out, r.kind, r.flags, r.key, r.seq, r.value);
+    out
+}
 
 /// What a record is. The numbering is frozen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,8 +120,7 @@ pub enum Kind {
     /// that serve as the write-ahead log).
     Relocation = 5,
     /// A tag left where a value moved elsewhere; the value is the encoded
-    /// pointer to it. Reserved: no layout writes it yet (HashKV's cold-log
-    /// tags use its own record codec).
+    /// pointer to it (HashKV: a value GC moved to the cold data log).
     Tag = 6,
 }
 

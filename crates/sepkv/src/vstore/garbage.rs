@@ -156,16 +156,7 @@ mod tests {
                     Path::new("/db"),
                     fs,
                     Arc::new(IoStats::default()),
-                    crate::vstore::vlog::VlogOptions {
-                        value_threshold: 1,
-                        // Several files.
-                        file_size: 16 << 10,
-                        gc_chunk_size: 1 << 20,
-                        prefetch_threads: 0,
-                        log_mode: false,
-                        capacity: None,
-                        mmap_reads: false,
-                    },
+                    crate::vstore::vlog::VlogOptions::new(16 << 10, 1 << 20),
                     None,
                 )
                 .unwrap(),

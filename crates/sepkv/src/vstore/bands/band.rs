@@ -36,8 +36,9 @@ pub const HEADER_LEN: u64 = 20;
 pub const TRAILER_LEN: usize = 32;
 /// Bytes of the band's own entry field (previous-version address).
 pub const PREV_LEN: usize = 20;
-/// Record flag: last entry of a write batch.
-pub const BATCH_END: u8 = 1;
+/// Record flag: last entry of a write batch (the shared codec's
+/// [`value_record::FLAG_BATCH_END`]).
+pub const BATCH_END: u8 = value_record::FLAG_BATCH_END;
 pub use crate::vstore::index_log::AUX_TOMBSTONE;
 
 const HEADER_MAGIC: &[u8; 8] = b"SKVBAND1";

@@ -144,6 +144,7 @@ impl ColdLog {
         stats: Arc<IoStats>,
         file_size: u64,
         gc_chunk_size: u64,
+        legacy_below: Option<u64>,
         state: Option<&[u8]>,
     ) -> Result<ColdLog> {
         let log = VlogStore::open(
@@ -151,17 +152,18 @@ impl ColdLog {
             fs,
             stats,
             VlogOptions {
-                value_threshold: 1,
-                file_size,
-                gc_chunk_size,
-                prefetch_threads: 0,
-                log_mode: false,
-                capacity: None,
-                mmap_reads: false,
+                legacy_below,
+                ..VlogOptions::new(file_size, gc_chunk_size)
             },
             state,
         )?;
         Ok(ColdLog { log })
+    }
+
+    /// Files numbered below this hold the format-1 record codec
+    /// ([`VlogStore::legacy_below`]).
+    pub fn legacy_below(&self) -> u64 {
+        self.log.legacy_below()
     }
 
     /// Appends cold values; returns cold pointers.

@@ -86,14 +86,15 @@
 //! segment of space per group while its GC runs.
 
 use super::cold::is_cold;
-use super::record::{self, Kind};
 use super::HashKvStore;
 use crate::error::{Error, Result};
+use crate::format::value_record::{self as record, Codec, Kind};
 use crate::fs::{Advice, IoCategory};
 use crate::seqno::SeqNum;
 use crate::vstore::{
     GcOutcome, IndexReader, IndexRelocator, Relocation, ValuePointer, ValueRecord,
 };
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
@@ -534,13 +535,14 @@ fn scan_and_copy(
             bytes_read += len;
             let mut pos = 0usize;
             while pos < buf.len() {
-                let r = record::decode(&buf[pos..]).map_err(|e| {
-                    Error::corruption(
+                let r = record_at(s, id, &buf, pos)?;
+                if !matches!(r.kind, Kind::Value | Kind::Tag) {
+                    return Err(Error::corruption(
                         s.path(id),
                         pos as u64,
-                        format!("hashkv record damaged ({e:?}) inside a segment's valid range"),
-                    )
-                })?;
+                        format!("hashkv segment holds a record of kind {:?}", r.kind),
+                    ));
+                }
                 if dead.contains(&(id, pos as u64)) {
                     pos += r.len;
                     continue;
@@ -587,7 +589,9 @@ fn scan_and_copy(
                 length: len,
                 aux: 0,
             };
-            let r = record::decode(slice(&bufs, v, &tag))
+            let r = s
+                .codec(tag.file_id)
+                .decode(slice(&bufs, v, &tag))
                 .map_err(|e| Error::corruption(s.path(tag.file_id), off, format!("{e:?}")))?;
             stale_cold.extend(ValuePointer::decode(r.value).filter(is_cold));
         }
@@ -633,13 +637,12 @@ fn scan_and_copy(
                 aux: 0,
             };
             match l.kind {
-                Kind::Tag => tags.push(old),
                 // Written once since its insert: neither a second record
                 // in the group nor a value an earlier GC kept hot.
                 Kind::Value if cold_candidate(&l) && cold_room >= l.len as u64 => {
                     cold_room -= l.len as u64;
                     let bytes = slice(&bufs, v, &old);
-                    let r = record::decode(bytes).map_err(|e| {
+                    let r = s.codec(old.file_id).decode(bytes).map_err(|e| {
                         Error::corruption(s.path(old.file_id), old.offset, format!("{e:?}"))
                     })?;
                     cold_vals.push(ColdValue {
@@ -658,10 +661,16 @@ fn scan_and_copy(
                     }
                     hot.push((key, l.seq, old));
                 }
+                // Tags (the scan let no other kind through).
+                _ => tags.push(old),
             }
         }
-        let need: u64 = hot.iter().map(|h| h.2.length as u64).sum();
-        let max_rec = hot.iter().map(|h| h.2.length as u64).max().unwrap_or(0);
+        // A copy out of a format-1 segment is re-encoded, a byte longer.
+        let copy_len = |p: &ValuePointer| {
+            (p.length as usize + record::HEADER_LEN - s.codec(p.file_id).header_len()) as u64
+        };
+        let need: u64 = hot.iter().map(|h| copy_len(&h.2)).sum();
+        let max_rec = hot.iter().map(|h| copy_len(&h.2)).max().unwrap_or(0);
         if !copies_fit(s, v.group, need, max_rec)? {
             // Left alone, its records where they are, until space is freed.
             v.skipped = true;
@@ -670,7 +679,8 @@ fn scan_and_copy(
             continue;
         }
         for batch in batches(&hot, |h| h.2.length as usize) {
-            let recs: Vec<&[u8]> = batch.iter().map(|h| slice(&bufs, v, &h.2)).collect();
+            let copies = copies(s, &bufs, v, batch.iter().map(|h| &h.2))?;
+            let recs: Vec<&[u8]> = copies.iter().map(|r| r.as_ref()).collect();
             let srcs: Vec<(u64, u64)> = batch.iter().map(|h| (h.2.file_id, h.2.offset)).collect();
             let Some(ptrs) = s.place_for_gc(v.group, &recs, Some(&srcs))? else {
                 stall(s, v.group);
@@ -690,7 +700,8 @@ fn scan_and_copy(
         }
         // Tags are hints: without room they are dropped.
         if !tags.is_empty() {
-            let recs: Vec<&[u8]> = tags.iter().map(|p| slice(&bufs, v, p)).collect();
+            let copies = copies(s, &bufs, v, tags.iter())?;
+            let recs: Vec<&[u8]> = copies.iter().map(|r| r.as_ref()).collect();
             let srcs: Vec<(u64, u64)> = tags.iter().map(|p| (p.file_id, p.offset)).collect();
             if let Some(ptrs) = s.place_for_gc(v.group, &recs, Some(&srcs))? {
                 *carried_tags += ptrs.len() as u64;
@@ -730,6 +741,49 @@ fn batches<T>(items: &[T], size: impl Fn(&T) -> usize) -> Vec<&[T]> {
 }
 
 /// The bytes of the old record at `p` among the victim's segment buffers.
+/// The bytes a GC copy of the record at `p` (`rec`, read from its
+/// segment) writes: the record as it is, or re-encoded in the shared codec
+/// when its segment is in the format-1 codec.
+fn copy_bytes<'a>(s: &HashKvStore, p: &ValuePointer, rec: &'a [u8]) -> Result<Cow<'a, [u8]>> {
+    match s.codec(p.file_id) {
+        Codec::Shared => Ok(Cow::Borrowed(rec)),
+        codec => {
+            let r = codec
+                .decode(rec)
+                .map_err(|e| Error::corruption(s.path(p.file_id), p.offset, format!("{e:?}")))?;
+            Ok(Cow::Owned(record::reencode(&r)))
+        }
+    }
+}
+
+/// The record at `pos` of `buf`, the bytes of segment `id` within its
+/// valid length, in the segment's codec; damage is Corruption there.
+fn record_at<'a>(
+    s: &HashKvStore,
+    id: u64,
+    buf: &'a [u8],
+    pos: usize,
+) -> Result<record::Record<'a>> {
+    s.codec(id).decode(&buf[pos..]).map_err(|e| {
+        Error::corruption(
+            s.path(id),
+            pos as u64,
+            format!("hashkv record damaged ({e:?}) inside a segment's valid range"),
+        )
+    })
+}
+
+/// The bytes of GC copies of the records at `ptrs` in victim `v`'s
+/// segments (read into `bufs`), as [`copy_bytes`] gives them.
+fn copies<'a, 'p>(
+    s: &HashKvStore,
+    bufs: &'a [Vec<u8>],
+    v: &Victim,
+    ptrs: impl Iterator<Item = &'p ValuePointer>,
+) -> Result<Vec<Cow<'a, [u8]>>> {
+    ptrs.map(|p| copy_bytes(s, p, slice(bufs, v, p))).collect()
+}
+
 fn slice<'a>(bufs: &'a [Vec<u8>], v: &Victim, p: &ValuePointer) -> &'a [u8] {
     let si = v
         .old
@@ -830,7 +884,7 @@ fn relocate_and_commit(
                 let mut buf = vec![0u8; p.length as usize];
                 s.files
                     .read_exact(p.file_id, p.offset, &mut buf, IoCategory::Gc)?;
-                let seq = match record::decode(&buf) {
+                let seq = match s.codec(p.file_id).decode(&buf) {
                     Ok(r) if r.key == m.key && r.kind == Kind::Value && r.len == buf.len() => r.seq,
                     _ => {
                         return Err(Error::corruption(
@@ -840,7 +894,9 @@ fn relocate_and_commit(
                         ))
                     }
                 };
-                let Some(new) = s.place_for_gc(v.group, &[&buf], Some(&[(p.file_id, p.offset)]))?
+                let copy = copy_bytes(s, &p, &buf)?;
+                let Some(new) =
+                    s.place_for_gc(v.group, &[&copy], Some(&[(p.file_id, p.offset)]))?
                 else {
                     stall(s, v.group);
                     return Ok(false);
@@ -880,7 +936,7 @@ fn relocate_and_commit(
     let mut by_victim: HashMap<usize, Vec<Vec<u8>>> = HashMap::new();
     for (vi, key, seq, cold_ptr) in tags {
         let mut rec = Vec::new();
-        record::encode(&mut rec, Kind::Tag, &key, seq, &cold_ptr.encode());
+        record::encode(&mut rec, Kind::Tag, 0, &key, seq, &cold_ptr.encode());
         by_victim.entry(vi).or_default().push(rec);
     }
     for (vi, recs) in by_victim {
@@ -1000,13 +1056,7 @@ fn keys_since_seal(s: &HashKvStore, v: &Victim) -> Result<HashMap<Vec<u8>, u64>>
         s.files.read_exact(id, 0, &mut buf, IoCategory::Gc)?;
         let mut pos = 0;
         while pos < buf.len() {
-            let r = record::decode(&buf[pos..]).map_err(|e| {
-                Error::corruption(
-                    s.path(id),
-                    pos as u64,
-                    format!("hashkv record damaged ({e:?})"),
-                )
-            })?;
+            let r = record_at(s, id, &buf, pos)?;
             let q = keys.entry(r.key.to_vec()).or_insert(r.seq);
             *q = (*q).max(r.seq);
             pos += r.len;

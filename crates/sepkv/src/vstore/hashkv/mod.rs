@@ -172,7 +172,6 @@ pub mod cache;
 pub mod cold;
 pub mod gc;
 pub mod journal;
-pub mod record;
 pub mod segment;
 
 mod options;
@@ -190,6 +189,7 @@ use super::{
 };
 use crate::error::{Error, IoContext, Result};
 use crate::format::record::{RecordReader, RecordWriter};
+use crate::format::value_record::{self as record, Codec, Kind};
 use crate::fs::{
     create_preallocated, read_all, Advice, FileSystem, IoCategory, IoStats, WritableFile,
 };
@@ -199,7 +199,6 @@ use cache::{Pending, WriteCache};
 use cold::{is_cold, ColdLog};
 use journal::{journal_path, parse_journal_name, Entry, GroupIntent, Place, GC_JOURNAL};
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use record::Kind;
 use segment::{parse_seg_name, Alloc, Geometry, PlaceError, SegFiles, Table};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -338,6 +337,9 @@ impl std::ops::Deref for HashKvStore {
 /// What a HashKV store shares with its background worker.
 pub struct StoreCore {
     opts: HashKvOptions,
+    /// Segments numbered below this hold the format-1 record codec
+    /// ([`Codec::HashKvV1`]); 0 when there are none.
+    legacy_below: u64,
     files: SegFiles,
     state: Mutex<State>,
     /// The write journal (`None` without journaling). Its own lock, taken
@@ -441,12 +443,13 @@ fn write_table_file(fs: &dyn FileSystem, dir: &Path, stats: &IoStats, data: &[u8
 /// Checks a record read for `key` at `ptr`; returns where its value lies
 /// in `buf`. `path` names the file, built only for an error.
 fn check_record(
+    codec: Codec,
     path: impl FnOnce() -> PathBuf,
     ptr: &ValuePointer,
     key: &[u8],
     buf: &[u8],
 ) -> Result<std::ops::Range<usize>> {
-    let why = match record::decode(buf) {
+    let why = match codec.decode(buf) {
         Ok(r) if r.len == buf.len() && r.key == key && r.kind == Kind::Value => {
             let start = r.value.as_ptr() as usize - buf.as_ptr() as usize;
             return Ok(start..start + r.value.len());
@@ -459,10 +462,20 @@ fn check_record(
     Err(Error::corruption(path(), ptr.offset, why))
 }
 
+/// The record codec of segment `id` when the segments below
+/// `legacy_below` are in the format-1 codec.
+fn seg_codec(id: u64, legacy_below: u64) -> Codec {
+    if id < legacy_below {
+        Codec::HashKvV1
+    } else {
+        Codec::Shared
+    }
+}
+
 /// End of the intact records of `buf` (which starts at a record boundary).
-fn intact_prefix(buf: &[u8]) -> usize {
+fn intact_prefix(codec: Codec, buf: &[u8]) -> usize {
     let mut pos = 0;
-    while let Ok(r) = record::decode(&buf[pos..]) {
+    while let Ok(r) = codec.decode(&buf[pos..]) {
         pos += r.len;
     }
     pos

@@ -34,6 +34,16 @@ pub struct HashKvOptions {
     /// Known-garbage ratio of the cold data log at which a GC step collects
     /// it (the engine's `gc_garbage_ratio`; 0.5 when that is 0).
     pub cold_gc_ratio: f64,
+    /// Segments numbered below this hold the format-1 record codec; 0
+    /// when there are none (a database created in format 2). `None` opens
+    /// the store of a format-1 database: every segment allocated so far is
+    /// in the older codec and receives no more appends, and
+    /// [`StoreCore::legacy_below`] reports the number the store chose
+    /// (for the caller to record durably before the first append).
+    pub legacy_below: Option<u64>,
+    /// As `legacy_below`, for the cold data log's files
+    /// ([`crate::vstore::vlog::VlogOptions::legacy_below`]).
+    pub cold_legacy_below: Option<u64>,
 }
 
 impl HashKvOptions {
@@ -57,6 +67,8 @@ impl HashKvOptions {
             } else {
                 0.5
             },
+            legacy_below: Some(0),
+            cold_legacy_below: Some(0),
         }
     }
 }

@@ -53,6 +53,9 @@ impl HashKvStore {
             )),
         };
         let files = SegFiles::new(dir, fs.clone(), stats.clone());
+        // A format-1 store: every segment allocated before this open is in
+        // the older codec (fixed below, once replay has allocated all).
+        let mut legacy_below = opts.legacy_below.unwrap_or(u64::MAX);
 
         let snapshot_next = table.next_seg;
 
@@ -155,7 +158,7 @@ impl HashKvStore {
         for (path, off, e) in &entries {
             match e {
                 Entry::Write(w) => replay_records(&mut table, &files, path, *off, w)?,
-                Entry::Copy(c) => replay_copies(&mut table, &files, path, *off, c)?,
+                Entry::Copy(c) => replay_copies(&mut table, &files, legacy_below, path, *off, c)?,
                 _ => {}
             }
         }
@@ -189,7 +192,7 @@ impl HashKvStore {
                     // which the WAL then decides.
                     let mut buf = vec![0u8; (fl - len) as usize];
                     files.read_exact(id, len, &mut buf, IoCategory::ValueStore)?;
-                    let keep = len + intact_prefix(&buf) as u64;
+                    let keep = len + intact_prefix(seg_codec(id, legacy_below), &buf) as u64;
                     if keep < fl {
                         files.truncate(id, keep)?;
                     }
@@ -201,7 +204,7 @@ impl HashKvStore {
                     if fl > 0 {
                         files.read_exact(id, 0, &mut buf, IoCategory::ValueStore)?;
                     }
-                    let e = intact_prefix(&buf) as u64;
+                    let e = intact_prefix(seg_codec(id, legacy_below), &buf) as u64;
                     if e < fl {
                         files.truncate(id, e)?;
                     }
@@ -240,6 +243,10 @@ impl HashKvStore {
         if let Some(&m) = listed.iter().max() {
             table.next_seg = table.next_seg.max(m + 1);
         }
+        if opts.legacy_below.is_none() {
+            legacy_below = table.next_seg;
+        }
+        table.legacy_below = legacy_below;
 
         let cold = ColdLog::open(
             dir,
@@ -247,6 +254,7 @@ impl HashKvStore {
             stats.clone(),
             opts.cold_file_size,
             opts.cold_gc_chunk_size,
+            opts.cold_legacy_below,
             table.cold_state.as_deref(),
         )?;
 
@@ -324,6 +332,7 @@ impl HashKvStore {
             counters: Counters::default(),
             latency: ReadLatency::default(),
             opts,
+            legacy_below,
         };
         let core = Arc::new(core);
         let worker = if core.opts.journal {
@@ -441,9 +450,13 @@ fn replay_records(
 
 /// Applies the copies of one copy entry: puts each copy in its segment
 /// file unless it is already there, reading it again from its source.
+///
+/// A copy out of a segment in the format-1 codec was re-encoded by GC:
+/// its source is read at the older length and re-encoded the same way.
 fn replay_copies(
     table: &mut Table,
     files: &SegFiles,
+    legacy_below: u64,
     jpath: &Path,
     joff: u64,
     c: &journal::CopyEntry,
@@ -467,29 +480,35 @@ fn replay_copies(
         }
         if fl < end {
             // The copy's source stays until the copy is synced.
-            let mut buf = vec![0u8; p.len as usize];
+            let codec = seg_codec(*src, legacy_below);
+            let src_len = (p.len as usize).saturating_sub(record::HEADER_LEN - codec.header_len());
+            let mut buf = vec![0u8; src_len];
             let read = if table.segs.contains_key(src) {
                 files.read_exact(*src, *src_off, &mut buf, IoCategory::Gc)
             } else {
                 Err(Error::corruption(jpath, joff, "source segment is gone"))
             };
-            match (read, record::decode(&buf)) {
-                (Ok(()), Ok(r)) if r.len == buf.len() => {}
-                _ => {
-                    return Err(Error::corruption(
-                        jpath,
-                        joff,
-                        format!(
-                            "write journal copies {} bytes at {src_off} of segment {src} that are not a record",
-                            p.len
-                        ),
-                    ))
-                }
-            }
+            let copy = match (read, codec.decode(&buf)) {
+                (Ok(()), Ok(r)) if r.len == buf.len() => match codec {
+                    Codec::Shared => Some(buf.clone()),
+                    _ => Some(record::reencode(&r)),
+                },
+                _ => None,
+            };
+            let Some(copy) = copy.filter(|b| b.len() == p.len as usize) else {
+                return Err(Error::corruption(
+                    jpath,
+                    joff,
+                    format!(
+                        "write journal copies {} bytes at {src_off} of segment {src} that are not a record",
+                        p.len
+                    ),
+                ));
+            };
             if fl > p.off {
                 files.truncate(p.seg, p.off)?;
             }
-            files.append(p.seg, p.off, &buf, IoCategory::Gc)?;
+            files.append(p.seg, p.off, &copy, IoCategory::Gc)?;
         } else {
             files.mark_dirty(p.seg);
         }

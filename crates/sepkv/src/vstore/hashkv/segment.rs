@@ -268,6 +268,10 @@ pub struct Table {
     /// Set when one group's copies would not fit otherwise (see
     /// `gc::copies_fit`).
     pub gc_overdraft: u64,
+    /// Segments numbered below this hold the format-1 record codec (in
+    /// memory, set at open; never persisted): they take no more records,
+    /// so a group whose last segment is one continues in a new segment.
+    pub legacy_below: u64,
 }
 
 /// Message of the store-full error.
@@ -296,6 +300,7 @@ impl Table {
             main_appended: 0,
             counted_below: 0,
             gc_overdraft: 0,
+            legacy_below: 0,
         }
     }
 
@@ -384,7 +389,9 @@ impl Table {
     /// group's next GC) and retired ones not deleted yet are left out:
     /// they are the one extra main segment per group under collection
     /// that the store's design allows beyond `value_capacity` (see
-    /// [`super::gc`]).
+    /// [`super::gc`]). A main segment in the format-1 record codec
+    /// (numbered below `legacy_below`) has no room: it takes no more
+    /// records.
     pub fn main_slack(&self) -> u64 {
         self.groups
             .iter()
@@ -393,9 +400,17 @@ impl Table {
                     .segs
                     .iter()
                     .rev()
-                    .filter_map(|id| self.segs.get(id))
-                    .find(|s| s.kind == SegKind::Main)
-                    .map_or(0, |s| s.len);
+                    .filter_map(|id| Some((*id, self.segs.get(id)?)))
+                    .find(|(_, s)| s.kind == SegKind::Main)
+                    // A segment of the format-1 codec takes no more
+                    // records: its room is not free.
+                    .map_or(0, |(id, s)| {
+                        if id < self.legacy_below {
+                            self.geo.main_size
+                        } else {
+                            s.len
+                        }
+                    });
                 self.geo.main_size.saturating_sub(len)
             })
             .sum()
@@ -483,7 +498,7 @@ impl Table {
         if !g.sealed {
             if let Some(&last) = g.segs.last() {
                 let s = self.segs.get(&last).ok_or(PlaceError::Unknown(last))?;
-                if s.len + len <= s.cap {
+                if s.len + len <= s.cap && last >= self.legacy_below {
                     let counted = s.kind == SegKind::Main && last < self.counted_below;
                     if counted && self.takes_cold_room(len, headroom) {
                         let in_use = self.geo.reserved_units - self.free_units();
@@ -1421,6 +1436,28 @@ mod tests {
         assert!(t.groups[1].sealed);
         assert_eq!(t.groups[1].segs, vec![m1, l1]);
         assert_eq!(t.used_units, before);
+    }
+
+    #[test]
+    fn segments_of_the_older_codec_take_no_more_records() {
+        // 4 groups of 64 KiB, 2 log segments of 16 KiB.
+        let geo = Geometry::new(288 << 10, 64 << 10, 16 << 10, 32.0 / 288.0);
+        let mut t = Table::new(geo);
+        let (mut a, mut u) = (Vec::new(), Vec::new());
+        let (m1, _) = t.place(1, 1000, 0, &mut a, &mut u).unwrap();
+        assert_eq!(t.place(1, 1000, 0, &mut a, &mut u).unwrap(), (m1, 1000));
+        assert_eq!(t.main_slack(), 4 * (64 << 10) - 2000);
+        // An upgraded store: `m1` is in the older codec. Its room is not
+        // free, and the group continues in a new (log) segment.
+        t.legacy_below = t.next_seg;
+        assert_eq!(t.main_slack(), 3 * (64 << 10));
+        let (l1, o) = t.place(1, 1000, 0, &mut a, &mut u).unwrap();
+        assert_eq!((t.segs[&l1].kind, o), (SegKind::Log, 0));
+        assert!(l1 >= t.legacy_below);
+        assert_eq!(t.place(1, 1000, 0, &mut a, &mut u).unwrap(), (l1, 1000));
+        // Other groups are untouched until they write.
+        let (m2, _) = t.place(2, 1000, 0, &mut a, &mut u).unwrap();
+        assert_eq!(t.segs[&m2].kind, SegKind::Main);
     }
 
     #[test]

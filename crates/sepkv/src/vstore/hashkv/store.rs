@@ -60,6 +60,23 @@ impl StoreCore {
             && self.departed[departed_bucket(key)].load(Ordering::Relaxed) < seq
     }
 
+    /// The record codec of segment `id`.
+    pub(super) fn codec(&self, id: u64) -> Codec {
+        seg_codec(id, self.legacy_below)
+    }
+
+    /// Segments numbered below this hold the format-1 record codec (0:
+    /// none). After an open with [`HashKvOptions::legacy_below`] `None`,
+    /// the first segment number the store had not allocated.
+    pub fn legacy_below(&self) -> u64 {
+        self.legacy_below
+    }
+
+    /// As [`StoreCore::legacy_below`], for the cold data log's files.
+    pub fn cold_legacy_below(&self) -> u64 {
+        self.cold.legacy_below()
+    }
+
     pub(super) fn path(&self, id: u64) -> PathBuf {
         self.files.path(id)
     }
@@ -142,7 +159,13 @@ impl StoreCore {
         };
         match found {
             Some(b) => {
-                let range = check_record(|| self.path(ptr.file_id), ptr, key, &b)?;
+                let range = check_record(
+                    self.codec(ptr.file_id),
+                    || self.path(ptr.file_id),
+                    ptr,
+                    key,
+                    &b,
+                )?;
                 Ok(Some(b[range].to_vec()))
             }
             None => Ok(None),
@@ -666,7 +689,13 @@ impl StoreCore {
             }
             Err(e) => return Err(e),
         }
-        let range = check_record(|| self.path(ptr.file_id), ptr, key, &buf)?;
+        let range = check_record(
+            self.codec(ptr.file_id),
+            || self.path(ptr.file_id),
+            ptr,
+            key,
+            &buf,
+        )?;
         buf.truncate(range.end);
         buf.drain(..range.start);
         Ok(Some(buf))

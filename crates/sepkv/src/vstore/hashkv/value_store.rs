@@ -48,7 +48,7 @@ impl ValueStore for HashKvStore {
                         len: len32,
                     });
                     groups.push(g);
-                    record::encode(&mut data, Kind::Value, r.key, r.seq, r.value);
+                    record::encode(&mut data, Kind::Value, 0, r.key, r.seq, r.value);
                 }
                 Err(PlaceError::Full(msg)) => {
                     st.table.rollback(undo);
@@ -282,8 +282,9 @@ impl ValueStore for HashKvStore {
                 continue;
             }
             let mut pos = 0usize;
+            let codec = self.codec(id);
             while pos < buf.len() {
-                match record::decode(&buf[pos..]) {
+                match codec.decode(&buf[pos..]) {
                     Ok(r) => {
                         pos += r.len;
                         records += 1;

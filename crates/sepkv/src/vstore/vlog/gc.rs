@@ -95,7 +95,8 @@ pub fn step(
     // Read whole records from [start, start + chunk).
     let path = vlog.path(file);
     let handle = vlog.reader.handle(file)?;
-    let want = (end - start).min(vlog.opts.gc_chunk_size.max(record::HEADER_LEN as u64));
+    let codec = vlog.reader.codec(file);
+    let want = (end - start).min(vlog.opts.gc_chunk_size.max(codec.header_len() as u64));
     let mut buf = vec![0u8; want as usize];
     // The tail is read front to back (WiscKey §3.5), in one read of the
     // whole chunk, so no read-ahead hint is needed.
@@ -103,7 +104,7 @@ pub fn step(
     let mut pos = 0usize;
     let mut live: Vec<(Vec<u8>, u64, Vec<u8>, ValuePointer)> = Vec::new();
     loop {
-        match record::decode(&buf[pos..]) {
+        match codec.decode(&buf[pos..]) {
             Ok(r) => {
                 let ptr = ValuePointer {
                     file_id: file,
@@ -121,7 +122,7 @@ pub fn step(
                     break;
                 }
                 // A record larger than the chunk: read it whole.
-                let need = record_len_at(&buf).unwrap_or(buf.len()) as u64;
+                let need = codec.announced_len(&buf).unwrap_or(buf.len()) as u64;
                 let need = need.min(end - start);
                 if need <= buf.len() as u64 {
                     return Err(Error::corruption(
@@ -245,16 +246,6 @@ pub fn step(
     vlog.counters.gc_runs.fetch_add(1, Ordering::Relaxed);
     out.did_work = true;
     Ok(out)
-}
-
-/// Length announced by the record header at the start of `buf`.
-fn record_len_at(buf: &[u8]) -> Option<usize> {
-    if buf.len() < record::HEADER_LEN {
-        return None;
-    }
-    let k = (u32::from_le_bytes(buf[4..8].try_into().ok()?) & 0x00ff_ffff) as usize;
-    let v = u32::from_le_bytes(buf[8..12].try_into().ok()?) as usize;
-    record::HEADER_LEN.checked_add(k)?.checked_add(v)
 }
 
 /// Persists `new_tail` and queues the freeing of `range = (file, start,
@@ -449,15 +440,7 @@ mod tests {
             dir,
             fs,
             Arc::new(IoStats::default()),
-            VlogOptions {
-                value_threshold: 1,
-                file_size: 1 << 20,
-                gc_chunk_size,
-                prefetch_threads: 0,
-                log_mode: false,
-                capacity: None,
-                mmap_reads: false,
-            },
+            VlogOptions::new(1 << 20, gc_chunk_size),
             None,
         )
         .unwrap()

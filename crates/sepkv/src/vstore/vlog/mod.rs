@@ -1,8 +1,10 @@
 //! The WiscKey value log (vLog), the `vlog` layout (WiscKey §3).
 //!
 //! Values at least `value_threshold` bytes long are appended to the vLog as
-//! records `(checksum, key size, value size, sequence number, key, value)`
-//! ([`record`]); the index keeps a [`ValuePointer`] `(file, offset, record
+//! records of the shared value-record codec ([`crate::format::value_record`]:
+//! checksum, kind, flags, key size, value size, sequence number, key,
+//! value; the last record of each append carries
+//! [`FLAG_BATCH_END`]); the index keeps a [`ValuePointer`] `(file, offset, record
 //! length)`. The log is split into files `NNNNNN.vlog` of about
 //! `vlog_file_size` bytes; it is one append-only sequence from the **tail**
 //! (oldest byte still needed) to the **head** (end of the newest file).
@@ -28,6 +30,11 @@
 //!   behind, never read); appends go to a new file. A pointer outside the
 //!   valid range reads as lost (absent); a checksum or key mismatch inside it
 //!   is `Corruption` with file and offset.
+//! - **Older files**: a database of format 1 wrote its value-log files in
+//!   the older record codec of [`crate::format::value_record::legacy`].
+//!   Files numbered below [`VlogOptions::legacy_below`] are read in it;
+//!   appends never go to one (an upgrading open starts a new file), and
+//!   GC re-encodes the live records it copies out of them.
 //! - **Scans** (§3.3.1): [`ValueStore::read_many`] reads values in
 //!   parallel on a small pool ([`crate::vstore::prefetch`]) while value reads reach the
 //!   device; while they are served from memory ([`ReadLatency`]) it reads
@@ -42,13 +49,13 @@
 //! after a failure is unsafe.
 
 pub mod gc;
-pub mod record;
 
 use super::{
     GcOutcome, IndexReader, IndexRelocator, ReadLatency, SpaceStats, ValuePointer, ValueRecord,
     ValueStore,
 };
 use crate::error::{Error, IoContext, Result};
+use crate::format::value_record::{self as record, Codec, Kind, FLAG_BATCH_END};
 use crate::fs::sync_unlocked;
 use crate::fs::{
     create_preallocated, Advice, FileSystem, IoCategory, IoStats, RandomAccessFile, WritableFile,
@@ -57,7 +64,6 @@ use crate::spin::SpinMutex;
 use crate::vstore::open_for_reads;
 use crate::vstore::prefetch::Prefetcher;
 use parking_lot::Mutex;
-use record::Kind;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -83,6 +89,32 @@ pub struct VlogOptions {
     /// Serve value reads from a mapping of each file while reads come from
     /// memory (`Options::mmap_reads`).
     pub mmap_reads: bool,
+    /// Files numbered below this hold the format-1 record codec
+    /// ([`Codec::VlogV1`]); 0 when there are none (a database created in
+    /// format 2). `None` opens the log of a format-1 database: every file
+    /// present is in the older codec, and the store starts a new file for
+    /// its appends, whose number [`VlogStore::legacy_below`] then reports
+    /// (for the caller to record durably before the first append).
+    pub legacy_below: Option<u64>,
+}
+
+impl VlogOptions {
+    /// A log of files of `file_size` bytes, GC reading `gc_chunk_size`
+    /// bytes per step, created in the current format: every value
+    /// separated, no log mode, no capacity, no prefetch threads, plain
+    /// reads.
+    pub fn new(file_size: u64, gc_chunk_size: u64) -> VlogOptions {
+        VlogOptions {
+            value_threshold: 1,
+            file_size,
+            gc_chunk_size,
+            prefetch_threads: 0,
+            log_mode: false,
+            capacity: None,
+            mmap_reads: false,
+            legacy_below: Some(0),
+        }
+    }
 }
 
 /// Path of vLog file `id`.
@@ -299,6 +331,8 @@ struct Reader {
     latency: ReadLatency,
     /// Map the files ([`VlogOptions::mmap_reads`]).
     mmap: bool,
+    /// Files below this number are in the format-1 codec.
+    legacy_below: u64,
 }
 
 /// Most value-log files the reader keeps open (one descriptor each, beside
@@ -308,6 +342,11 @@ struct Reader {
 const MAX_OPEN_VLOG_FILES: usize = 384;
 
 impl Reader {
+    /// The record codec of file `id`.
+    fn codec(&self, id: u64) -> Codec {
+        codec_of(id, self.legacy_below)
+    }
+
     fn handle(&self, id: u64) -> Result<Arc<dyn RandomAccessFile>> {
         if let Some(h) = self.handles.get(&id) {
             return Ok(h);
@@ -325,7 +364,7 @@ impl Reader {
             .read(&*h, ptr.offset, ptr.length as usize)
             .map_err(|e| Error::io(path(), e))?;
         self.stats.add_read(cat, buf.len() as u64);
-        let range = check_record(path, ptr, key, &buf)?;
+        let range = check_record(self.codec(ptr.file_id), path, ptr, key, &buf)?;
         Ok(into_value(buf, range))
     }
 }
@@ -333,12 +372,13 @@ impl Reader {
 /// Checks a record read for `key` at `ptr`; returns where its value lies
 /// in `buf`. `path` names the file, built only for an error.
 fn check_record(
+    codec: Codec,
     path: impl FnOnce() -> PathBuf,
     ptr: &ValuePointer,
     key: &[u8],
     buf: &[u8],
 ) -> Result<std::ops::Range<usize>> {
-    let why = match record::decode(buf) {
+    let why = match codec.decode(buf) {
         Ok(r) if r.len == buf.len() && r.key == key && r.kind.holds_value() => {
             let start = r.value.as_ptr() as usize - buf.as_ptr() as usize;
             return Ok(start..start + r.value.len());
@@ -370,6 +410,16 @@ pub struct VlogStore {
     gc_lock: Mutex<()>,
     counters: Counters,
     prefetch: Prefetcher,
+}
+
+/// The record codec of file `id` when files below `legacy_below` are in
+/// the format-1 codec.
+fn codec_of(id: u64, legacy_below: u64) -> Codec {
+    if id < legacy_below {
+        Codec::VlogV1
+    } else {
+        Codec::Shared
+    }
 }
 
 /// Encodes the state persisted in the manifest: the tail and, in log mode,
@@ -460,13 +510,18 @@ impl VlogStore {
         // there (durably, so that its size is its valid length at every
         // later open, when it is no longer scanned) and appends go to a new
         // file: the torn bytes are never read.
+        // A format-1 log: every file present is in the older codec, and
+        // appends go to a new file, the first in the shared codec.
+        let upgrading = opts.legacy_below.is_none();
+        let mut legacy_below = opts.legacy_below.unwrap_or(u64::MAX);
         let mut reuse = None;
         if let Some((&last, info)) = files.iter_mut().next_back() {
             let start = if last == tail.0 { tail.1 } else { 0 };
             let len = info.valid_len;
             let path = vlog_path(dir, last);
-            info.valid_len = scan_valid_len(fs.as_ref(), &path, start, len, &stats)?;
-            if info.valid_len == len && len < opts.file_size {
+            let codec = codec_of(last, legacy_below);
+            info.valid_len = scan_valid_len(fs.as_ref(), &path, codec, start, len, &stats)?;
+            if info.valid_len == len && len < opts.file_size && !upgrading {
                 reuse = Some((last, len));
             } else if info.valid_len < len {
                 fs.truncate_synced(&path, info.valid_len).ctx(&path)?;
@@ -479,6 +534,9 @@ impl VlogStore {
             }
             None => {
                 let id = files.keys().next_back().map_or(tail.0.max(1), |l| l + 1);
+                if upgrading {
+                    legacy_below = id;
+                }
                 let path = vlog_path(dir, id);
                 // Preallocated to its roll size.
                 let file = create_preallocated(fs.as_ref(), &path, opts.file_size).ctx(&path)?;
@@ -498,6 +556,7 @@ impl VlogStore {
             handles: quick_cache::sync::Cache::new(MAX_OPEN_VLOG_FILES),
             latency: ReadLatency::default(),
             mmap: opts.mmap_reads,
+            legacy_below,
         });
         Ok(VlogStore {
             prefetch: Prefetcher::new(opts.prefetch_threads),
@@ -525,6 +584,13 @@ impl VlogStore {
 
     fn path(&self, id: u64) -> PathBuf {
         vlog_path(&self.reader.dir, id)
+    }
+
+    /// Files numbered below this hold the format-1 record codec (0: none).
+    /// After an open with [`VlogOptions::legacy_below`] `None`, the number
+    /// of the file the store started for its appends.
+    pub fn legacy_below(&self) -> u64 {
+        self.reader.legacy_below
     }
 
     /// Refuses to touch a file whose earlier write or sync failed.
@@ -605,7 +671,12 @@ impl VlogStore {
         let mut ptrs = Vec::with_capacity(records.len());
         for (i, &(kind, key, seq, value)) in records.iter().enumerate() {
             let before = buf.len();
-            record::encode(&mut buf, kind, i + 1 == records.len(), key, seq, value);
+            let flags = if i + 1 == records.len() {
+                FLAG_BATCH_END
+            } else {
+                0
+            };
+            record::encode(&mut buf, kind, flags, key, seq, value);
             ptrs.push(ValuePointer {
                 file_id: a.id,
                 offset: a.flushed + before as u64,
@@ -771,6 +842,7 @@ impl VlogStore {
 fn scan_valid_len(
     fs: &dyn FileSystem,
     path: &Path,
+    codec: Codec,
     start: u64,
     len: u64,
     stats: &IoStats,
@@ -784,10 +856,10 @@ fn scan_valid_len(
     let mut buf_start = start;
     loop {
         let rel = (pos - buf_start) as usize;
-        match record::decode(&buf[rel..]) {
+        match codec.decode(&buf[rel..]) {
             Ok(r) => {
                 pos += r.len as u64;
-                if r.batch_end {
+                if r.flags & FLAG_BATCH_END != 0 {
                     batch_end = pos;
                 }
             }
@@ -1020,8 +1092,9 @@ impl ValueStore for VlogStore {
                 }
                 self.reader.stats.add_read(IoCategory::ValueStore, n);
                 let mut rel = 0usize;
+                let codec = self.reader.codec(id);
                 loop {
-                    match record::decode(&buf[rel..]) {
+                    match codec.decode(&buf[rel..]) {
                         Ok(r) => {
                             rel += r.len;
                             records += 1;
@@ -1122,8 +1195,9 @@ impl ValueStore for VlogStore {
                 .add_read(IoCategory::Wal, buf.len() as u64);
             let mut pos = 0usize;
             let mut batch: Vec<(u64, ValueType, Vec<u8>, Vec<u8>)> = Vec::new();
+            let codec = self.reader.codec(id);
             while pos < buf.len() {
-                let r = record::decode(&buf[pos..]).map_err(|e| {
+                let r = codec.decode(&buf[pos..]).map_err(|e| {
                     Error::corruption(
                         &path,
                         start + pos as u64,
@@ -1145,13 +1219,14 @@ impl ValueStore for VlogStore {
                     Kind::Inline => Some((ValueType::Value, r.value.to_vec())),
                     Kind::Tombstone => Some((ValueType::Deletion, Vec::new())),
                     Kind::Relocation => Some((ValueType::Pointer, r.value.to_vec())),
-                    Kind::GcCopy => None,
+                    // Never in a value log: HashKV's tags live in its segments.
+                    Kind::GcCopy | Kind::Tag => None,
                 };
                 if let Some((t, v)) = entry {
                     batch.push((r.seq, t, r.key.to_vec(), v));
                 }
                 pos += r.len;
-                if r.batch_end {
+                if r.flags & FLAG_BATCH_END != 0 {
                     for (seq, t, k, v) in batch.drain(..) {
                         f(seq, t, &k, &v)?;
                     }
@@ -1230,15 +1305,7 @@ mod tests {
                 dir,
                 Arc::new(fs.clone()),
                 Arc::new(IoStats::default()),
-                VlogOptions {
-                    value_threshold: 1,
-                    file_size: 1 << 20,
-                    gc_chunk_size: GARBAGE_REGION,
-                    prefetch_threads: 0,
-                    log_mode: false,
-                    capacity: None,
-                    mmap_reads: false,
-                },
+                VlogOptions::new(1 << 20, GARBAGE_REGION),
                 None,
             )
             .unwrap()
@@ -1293,13 +1360,8 @@ mod tests {
             Arc::new(StdFs),
             Arc::new(IoStats::default()),
             VlogOptions {
-                value_threshold: 1,
-                file_size: 64 << 10,
-                gc_chunk_size: GARBAGE_REGION,
-                prefetch_threads: 0,
-                log_mode: false,
-                capacity: None,
                 mmap_reads: true,
+                ..VlogOptions::new(64 << 10, GARBAGE_REGION)
             },
             None,
         )
@@ -1358,15 +1420,7 @@ mod tests {
             Path::new("/db"),
             fs,
             Arc::new(IoStats::default()),
-            VlogOptions {
-                value_threshold: 1,
-                file_size: 8 << 20,
-                gc_chunk_size: GARBAGE_REGION,
-                prefetch_threads: 0,
-                log_mode: false,
-                capacity: None,
-                mmap_reads: false,
-            },
+            VlogOptions::new(8 << 20, GARBAGE_REGION),
             None,
         )
         .unwrap();
