@@ -40,6 +40,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+fn mask_crc(v: &[u8]) -> u32 {
+    mask(crc(v))
+}
+
 /// Buckets in one page.
 pub const BUCKETS_PER_PAGE: usize = 64;
 /// Bytes of an encoded node.
@@ -58,6 +62,14 @@ pub const EDITS: &str = "HASHEDITS";
 /// pages before a checkpoint rewrites it (was 4 MiB, which a table of a
 /// few thousand nodes under churn kept as dead pages).
 const PAGE_FILE_SLACK: u64 = 512 << 10;
+/// Most delta records a page's image may end with in memory mode, where a
+/// chain is read only at open: each checkpoint after the page's whole
+/// image appends the buckets it changed, until this many deltas or the
+/// size of the whole page.
+const MAX_DELTAS_MEMORY: u32 = 8;
+/// The same in disk mode, where a page missing from the cache is read
+/// through its chain, one read per record.
+const MAX_DELTAS_DISK: u32 = 2;
 /// Smallest size the edit log may reach before an edit rewrites
 /// `HASHMETA` whole instead (bytes); beyond it, the size of `HASHMETA`.
 const EDITS_MIN_COMPACT: u64 = 64 << 10;
@@ -169,21 +181,143 @@ impl Bucket {
     }
 }
 
+/// The delta records a page's image in the page file ends with, since its
+/// last whole image.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Chain {
+    /// Delta records after the whole image.
+    depth: u32,
+    /// Their bytes.
+    bytes: u64,
+}
+
+/// Bit of a record's `page_no` field that marks a delta record.
+const DELTA_FLAG: u64 = 1 << 63;
+/// Bytes of a delta record before its nodes.
+const DELTA_HEADER: usize = 36;
+
+/// A record of the page file, decoded.
+enum Image {
+    /// A whole page.
+    Full(Page),
+    /// The buckets of `mask` replaced by `nodes` (bucket, node), over the
+    /// image at `prev`, which has `depth − 1` delta records.
+    Delta {
+        prev: (u64, u32),
+        depth: u32,
+        mask: u64,
+        nodes: Vec<(u8, Node)>,
+    },
+}
+
 /// A page of buckets.
 #[derive(Debug, Clone)]
 pub struct Page {
     buckets: Vec<Bucket>,
+    /// The delta records of the page file image this page was read from
+    /// (or last written as).
+    chain: Chain,
 }
 
 impl Page {
     fn new() -> Page {
         Page {
             buckets: vec![Bucket::default(); BUCKETS_PER_PAGE],
+            chain: Chain::default(),
+        }
+    }
+
+    fn nodes(&self) -> usize {
+        self.buckets.iter().map(|b| b.iter().count()).sum()
+    }
+
+    /// A delta record: the buckets of `mask`, whole, over the image at
+    /// `prev` of `depth − 1` delta records.
+    ///
+    /// ```text
+    /// delta := page_no|2^63:u64le prev_off:u64le prev_len:u32le depth:u32le
+    ///          mask:u64le n:u32le (bucket:u8 node){n} crc:u32le
+    /// ```
+    fn encode_delta(&self, page_no: u64, prev: (u64, u32), depth: u32, mask: u64) -> Vec<u8> {
+        let mut v = Vec::with_capacity(DELTA_HEADER + 4 + 4 * (NODE_LEN + 1));
+        v.extend_from_slice(&(page_no | DELTA_FLAG).to_le_bytes());
+        v.extend_from_slice(&prev.0.to_le_bytes());
+        v.extend_from_slice(&prev.1.to_le_bytes());
+        v.extend_from_slice(&depth.to_le_bytes());
+        v.extend_from_slice(&mask.to_le_bytes());
+        v.extend_from_slice(&0u32.to_le_bytes());
+        let mut n = 0u32;
+        for (i, b) in self.buckets.iter().enumerate() {
+            if mask & (1 << i) != 0 {
+                for node in b.iter() {
+                    v.push(i as u8);
+                    node.encode_to(&mut v);
+                    n += 1;
+                }
+            }
+        }
+        v[32..36].copy_from_slice(&n.to_le_bytes());
+        let c = mask_crc(&v);
+        v.extend_from_slice(&c.to_le_bytes());
+        v
+    }
+
+    /// Decodes a record of page `page_no`: a whole page or a delta.
+    fn decode_image(b: &[u8], page_no: u64) -> Option<Image> {
+        if b.len() < 16 {
+            return None;
+        }
+        let body = &b[..b.len() - 4];
+        let stored = unmask(u32::from_le_bytes(b[b.len() - 4..].try_into().ok()?));
+        if crc(body) != stored {
+            return None;
+        }
+        let no = u64::from_le_bytes(body[0..8].try_into().ok()?);
+        if no == page_no {
+            return Page::decode(b, page_no).map(Image::Full);
+        }
+        if no != page_no | DELTA_FLAG || body.len() < DELTA_HEADER {
+            return None;
+        }
+        let w4 = |i: usize| u32::from_le_bytes(body[i..i + 4].try_into().expect("4 bytes"));
+        let w8 = |i: usize| u64::from_le_bytes(body[i..i + 8].try_into().expect("8 bytes"));
+        let (prev, depth, mask) = ((w8(8), w4(16)), w4(20), w8(24));
+        let n = w4(32) as usize;
+        if depth == 0 || prev.1 == 0 || body.len() != DELTA_HEADER + n.checked_mul(NODE_LEN + 1)? {
+            return None;
+        }
+        let mut nodes = Vec::with_capacity(n);
+        for i in 0..n {
+            let at = DELTA_HEADER + i * (NODE_LEN + 1);
+            let bucket = body[at];
+            let node = Node::decode(&body[at + 1..at + 1 + NODE_LEN]);
+            if bucket as usize >= BUCKETS_PER_PAGE || mask & (1 << bucket) == 0 || node.is_empty() {
+                return None;
+            }
+            nodes.push((bucket, node));
+        }
+        Some(Image::Delta {
+            prev,
+            depth,
+            mask,
+            nodes,
+        })
+    }
+
+    /// Replaces the buckets of `mask` by `nodes`.
+    fn apply_delta(&mut self, mask: u64, nodes: &[(u8, Node)]) {
+        for (i, b) in self.buckets.iter_mut().enumerate() {
+            if mask & (1 << i) != 0 {
+                *b = Bucket::default();
+            }
+        }
+        for (bucket, node) in nodes {
+            self.buckets[*bucket as usize].insert(*node);
         }
     }
 
     fn encode(&self, page_no: u64) -> Vec<u8> {
-        let n: usize = self.buckets.iter().map(|b| b.iter().count()).sum();
+        let n = self.nodes();
         let mut v = Vec::with_capacity(16 + n * (NODE_LEN + 1));
         v.extend_from_slice(&page_no.to_le_bytes());
         v.extend_from_slice(&(n as u32).to_le_bytes());
@@ -193,7 +327,7 @@ impl Page {
                 node.encode_to(&mut v);
             }
         }
-        let c = mask(crc(&v));
+        let c = mask_crc(&v);
         v.extend_from_slice(&c.to_le_bytes());
         v
     }
@@ -250,7 +384,9 @@ impl Page {
 
 struct Cached {
     page: Page,
-    dirty: bool,
+    /// Buckets changed since the page's last written image (bit `i`:
+    /// bucket `i`); all set for a page whose buckets all moved (a split).
+    changed: u64,
     /// Second chance: set by every use, under the table's lock for reading.
     referenced: AtomicBool,
 }
@@ -352,6 +488,108 @@ impl Meta {
     }
 }
 
+/// First byte of a checkpoint's edit in the edit log (a GC step's edit of
+/// the bands state begins with 1).
+const CHECKPOINT_EDIT: u8 = 2;
+
+/// The edit that turns the checkpoint `from` into `to`, of the same page
+/// file generation: the geometry, the page map entries that changed and
+/// the bands state's edit. `None` when the generations differ or a bands
+/// state does not decode (the meta is then written whole).
+///
+/// ```text
+/// edit := 0x02 base_pages:u64le split:u64le count:u64le ckpt_band:u64le ckpt_off:u64le
+///         n_pages:u64le n_set:u32le (page:u64le offset:u64le length:u32le){n_set}
+///         state_len:u32le state_edit
+/// ```
+fn checkpoint_edit(from: &Meta, to: &Meta) -> Option<Vec<u8>> {
+    if from.generation != to.generation || to.map.len() < from.map.len() {
+        return None;
+    }
+    let state = crate::vstore::index_log::state_edit(&from.bands_state, &to.bands_state)?;
+    let set: Vec<(usize, &(u64, u32))> = to
+        .map
+        .iter()
+        .enumerate()
+        .filter(|(i, e)| from.map.get(*i) != Some(e))
+        .collect();
+    let mut v = Vec::with_capacity(57 + set.len() * 20 + state.len());
+    v.push(CHECKPOINT_EDIT);
+    for w in [
+        to.base_pages,
+        to.split,
+        to.count,
+        to.ckpt.0,
+        to.ckpt.1,
+        to.map.len() as u64,
+    ] {
+        v.extend_from_slice(&w.to_le_bytes());
+    }
+    v.extend_from_slice(&(set.len() as u32).to_le_bytes());
+    for (i, (o, l)) in set {
+        v.extend_from_slice(&(i as u64).to_le_bytes());
+        v.extend_from_slice(&o.to_le_bytes());
+        v.extend_from_slice(&l.to_le_bytes());
+    }
+    v.extend_from_slice(&(state.len() as u32).to_le_bytes());
+    v.extend_from_slice(&state);
+    Some(v)
+}
+
+/// Applies a [`checkpoint_edit`] to `meta`; `None` when it is malformed or
+/// does not fit (a smaller table, a page beyond the map).
+fn apply_checkpoint_edit(meta: &mut Meta, e: &[u8]) -> Option<()> {
+    let w8 =
+        |i: usize| -> Option<u64> { Some(u64::from_le_bytes(e.get(i..i + 8)?.try_into().ok()?)) };
+    let w4 =
+        |i: usize| -> Option<u32> { Some(u32::from_le_bytes(e.get(i..i + 4)?.try_into().ok()?)) };
+    if e.first() != Some(&CHECKPOINT_EDIT) {
+        return None;
+    }
+    let (base, split, count) = (w8(1)?, w8(9)?, w8(17)?);
+    let ckpt = (w8(25)?, w8(33)?);
+    let n = w8(41)?;
+    if !base.is_power_of_two() || split > base || n != base + split || n < meta.map.len() as u64 {
+        return None;
+    }
+    let n_set = w4(49)? as usize;
+    if n_set > e.len() / 20 {
+        return None;
+    }
+    let mut map = meta.map.clone();
+    map.resize(n as usize, (0, 0));
+    let mut at = 53;
+    for _ in 0..n_set {
+        let (page, off, len) = (w8(at)?, w8(at + 8)?, w4(at + 16)?);
+        *map.get_mut(usize::try_from(page).ok()?)? = (off, len);
+        at += 20;
+    }
+    let sl = w4(at)? as usize;
+    let state = e.get(at + 4..at + 4 + sl)?;
+    if at + 4 + sl != e.len() {
+        return None;
+    }
+    let bands_state = crate::vstore::index_log::apply_state_edit(&meta.bands_state, state)?;
+    meta.base_pages = base;
+    meta.split = split;
+    meta.count = count;
+    meta.ckpt = ckpt;
+    meta.map = map;
+    meta.bands_state = bands_state;
+    Some(())
+}
+
+/// An edit-log record: `len:u32le crc:u32le base:u64le edit`.
+fn edit_record(base: u64, edit: &[u8]) -> Vec<u8> {
+    let mut body = base.to_le_bytes().to_vec();
+    body.extend_from_slice(edit);
+    let mut rec = Vec::with_capacity(8 + body.len());
+    rec.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    rec.extend_from_slice(&mask(crc(&body)).to_le_bytes());
+    rec.extend_from_slice(&body);
+    rec
+}
+
 /// Figures of the table for `stats`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct TableFigures {
@@ -401,6 +639,12 @@ pub struct Table {
     file_len: u64,
     /// A doubling is under way: each insert splits one page.
     resizing: bool,
+    /// Most delta records a page's image may end with before the page is
+    /// written whole again.
+    max_deltas: u32,
+    /// Bytes of the delta records of the pages' images, as far as known
+    /// (those of pages read since open and those written).
+    live_delta_bytes: u64,
 }
 
 /// Where [`Table::probe`] finds a bucket.
@@ -454,13 +698,55 @@ fn read_page(
     off: u64,
     len: u32,
 ) -> Result<Page> {
-    let mut b = vec![0u8; len as usize];
-    if let Err(e) = reader.read_exact_at(off, &mut b) {
-        return Err(e).ctx(&path());
+    // Newest first: delta records back to the whole image.
+    let mut deltas = Vec::new();
+    let (mut at, mut l) = (off, len);
+    let mut chain = Chain::default();
+    let mut page = loop {
+        let here = at;
+        let damaged = || Error::corruption(path(), here, format!("hash-table page {no} damaged"));
+        let mut b = vec![0u8; l as usize];
+        if let Err(e) = reader.read_exact_at(at, &mut b) {
+            return Err(e).ctx(&path());
+        }
+        stats.add_read(IoCategory::UserRead, l as u64);
+        match Page::decode_image(&b, no).ok_or_else(damaged)? {
+            Image::Full(p) => break p,
+            Image::Delta {
+                prev,
+                depth,
+                mask,
+                nodes,
+            } => {
+                // Each delta names an older record, one delta fewer deep.
+                let expect = deltas.len() as u32;
+                if prev.0 >= at || (expect > 0 && depth + expect != chain.depth) {
+                    return Err(damaged());
+                }
+                if expect == 0 {
+                    chain.depth = depth;
+                }
+                chain.bytes += l as u64;
+                deltas.push((mask, nodes));
+                (at, l) = prev;
+                if deltas.len() as u32 > chain.depth {
+                    return Err(damaged());
+                }
+            }
+        }
+    };
+    if deltas.len() as u32 != chain.depth {
+        return Err(Error::corruption(
+            path(),
+            off,
+            format!("hash-table page {no} damaged"),
+        ));
     }
-    stats.add_read(IoCategory::UserRead, len as u64);
-    Page::decode(&b, no)
-        .ok_or_else(|| Error::corruption(path(), off, format!("hash-table page {no} damaged")))
+    for (mask, nodes) in deltas.iter().rev() {
+        page.apply_delta(*mask, nodes);
+    }
+    page.chain = chain;
+    Ok(page)
 }
 
 /// The meta file's place, written without the table's lock.
@@ -543,7 +829,8 @@ impl StateWrite {
 
 /// Applies to `meta` the records of the edit log in `dir` that extend the
 /// `HASHMETA` whose bytes hash to `base`, in order; returns the log's
-/// length when any record does (0 otherwise: the log is stale and goes).
+/// length when any record does (0 otherwise: the log is stale and goes;
+/// `u64::MAX` when a torn record ends it).
 ///
 /// ```text
 /// HASHEDITS := record*
@@ -591,11 +878,25 @@ fn read_edits(
         }
         let rec_base = u64::from_le_bytes(body[..8].try_into().expect("8 bytes"));
         if rec_base == base {
-            meta.bands_state =
-                crate::vstore::index_log::apply_state_edit(&meta.bands_state, &body[8..])
-                    .ok_or_else(|| {
-                        Error::corruption(&path, pos as u64, "hash-table edit does not apply")
-                    })?;
+            let edit = &body[8..];
+            let ok = if edit.first() == Some(&CHECKPOINT_EDIT) {
+                apply_checkpoint_edit(meta, edit).is_some()
+            } else {
+                match crate::vstore::index_log::apply_state_edit(&meta.bands_state, edit) {
+                    Some(state) => {
+                        meta.bands_state = state;
+                        true
+                    }
+                    None => false,
+                }
+            };
+            if !ok {
+                return Err(Error::corruption(
+                    &path,
+                    pos as u64,
+                    "hash-table edit does not apply",
+                ));
+            }
             applied = true;
         }
         pos += 8 + len;
@@ -603,6 +904,11 @@ fn read_edits(
     if !applied {
         fs.remove(&path).ctx(&path)?;
         return Ok(0);
+    }
+    if pos < b.len() {
+        // A torn record ends the log: the log is folded into `HASHMETA`
+        // before anything is appended after it.
+        return Ok(u64::MAX);
     }
     Ok(b.len() as u64)
 }
@@ -613,21 +919,39 @@ pub struct CheckpointSync {
     handle: Option<Box<dyn SyncHandle>>,
     pages: PathBuf,
     meta: Meta,
+    /// The edit-log record to append; `None`: write `meta` whole.
+    edit: Option<Vec<u8>>,
     file: MetaFile,
 }
 
+/// A checkpoint made durable ([`CheckpointSync::finish`]), for
+/// [`Table::checkpoint_done`].
+pub struct Checkpointed {
+    meta: Meta,
+    /// Bytes appended to the edit log; `None`: `HASHMETA` was written whole.
+    edit_len: Option<u64>,
+}
+
 impl CheckpointSync {
-    /// Syncs the page file, then writes the meta file naming its pages;
-    /// returns that meta for [`Table::checkpoint_done`].
+    /// Syncs the page file, then records the checkpoint naming its pages —
+    /// an edit appended to the edit log (synced), or `HASHMETA` whole —
+    /// for [`Table::checkpoint_done`].
     ///
     /// # Errors
-    /// `Io`; the previous checkpoint then stays in force.
-    pub fn finish(self) -> Result<Meta> {
+    /// `Io`; the previous checkpoint then stays in force (a torn edit is
+    /// cut off at the next open).
+    pub fn finish(self) -> Result<Checkpointed> {
         if let Some(h) = &self.handle {
             h.sync().ctx(&self.pages)?;
         }
-        self.file.write(&self.meta)?;
-        Ok(self.meta)
+        match &self.edit {
+            Some(rec) => self.file.append_edit(rec)?,
+            None => self.file.write(&self.meta)?,
+        }
+        Ok(Checkpointed {
+            edit_len: self.edit.as_ref().map(|r| r.len() as u64),
+            meta: self.meta,
+        })
     }
 }
 
@@ -687,6 +1011,19 @@ impl Table {
             base_hash = xxhash_rust::xxh3::xxh3_64(&b);
             base_len = b.len() as u64;
             edits_len = read_edits(fs.as_ref(), dir, &stats, base_hash, &mut m)?;
+            if edits_len == u64::MAX {
+                // Rewritten whole, so that no record follows the torn one.
+                let file = MetaFile {
+                    fs: Arc::clone(&fs),
+                    path: meta_path.clone(),
+                    stats: Arc::clone(&stats),
+                };
+                file.write(&m)?;
+                let b = m.encode();
+                base_hash = xxhash_rust::xxh3::xxh3_64(&b);
+                base_len = b.len() as u64;
+                edits_len = 0;
+            }
             (m, true)
         } else {
             let base = initial_pages.max(1).next_power_of_two();
@@ -742,6 +1079,12 @@ impl Table {
                 reader,
                 file_len,
                 resizing,
+                max_deltas: if cache_pages == usize::MAX {
+                    MAX_DELTAS_MEMORY
+                } else {
+                    MAX_DELTAS_DISK
+                },
+                live_delta_bytes: 0,
             },
             existed,
         ))
@@ -786,7 +1129,7 @@ impl Table {
                 no,
                 Cached {
                     page,
-                    dirty: false,
+                    changed: 0,
                     referenced: AtomicBool::new(false),
                 },
             );
@@ -818,26 +1161,51 @@ impl Table {
             let Some(c) = self.cache.get_mut(&no) else {
                 continue;
             };
-            if std::mem::replace(c.referenced.get_mut(), false) || (clean_only && c.dirty) {
+            if std::mem::replace(c.referenced.get_mut(), false) || (clean_only && c.changed != 0) {
                 self.order.push_back(no);
                 continue;
             }
-            let c = self.cache.remove(&no).expect("present");
-            if c.dirty {
-                self.write_page(no, &c.page)?;
+            let mut c = self.cache.remove(&no).expect("present");
+            if c.changed != 0 {
+                self.write_page(no, &mut c.page, c.changed)?;
             }
         }
         Ok(true)
     }
 
-    fn write_page(&mut self, no: u64, page: &Page) -> Result<()> {
-        let b = page.encode(no);
+    /// Appends page `no`'s changes: the buckets of `changed` as a delta
+    /// record over its last image, or the whole page when it has no image
+    /// yet, every bucket changed, or its delta records would pass
+    /// `max_deltas` or the bytes of the whole page.
+    fn write_page(&mut self, no: u64, page: &mut Page, changed: u64) -> Result<()> {
+        let prev = self.meta.map[no as usize];
+        let full_len = 16 + page.nodes() as u64 * (NODE_LEN as u64 + 1);
+        let mut delta = None;
+        if prev.1 != 0 && changed != u64::MAX && page.chain.depth < self.max_deltas {
+            let d = page.encode_delta(no, prev, page.chain.depth + 1, changed);
+            if page.chain.bytes + d.len() as u64 <= full_len {
+                delta = Some(d);
+            }
+        }
+        let (b, chain) = match delta {
+            Some(d) => {
+                let chain = Chain {
+                    depth: page.chain.depth + 1,
+                    bytes: page.chain.bytes + d.len() as u64,
+                };
+                (d, chain)
+            }
+            None => (page.encode(no), Chain::default()),
+        };
         let path = self.path();
         let w = self.writer.get_mut();
         w.append(&b).and_then(|_| w.flush()).ctx(&path)?;
         self.stats.add_written(IoCategory::Flush, b.len() as u64);
         self.meta.map[no as usize] = (self.file_len, b.len() as u32);
         self.file_len += b.len() as u64;
+        self.live_delta_bytes =
+            self.live_delta_bytes.saturating_sub(page.chain.bytes) + chain.bytes;
+        page.chain = chain;
         Ok(())
     }
 
@@ -895,7 +1263,7 @@ impl Table {
             read.no,
             Cached {
                 page,
-                dirty: false,
+                changed: 0,
                 referenced: AtomicBool::new(true),
             },
         );
@@ -908,10 +1276,11 @@ impl Table {
     pub fn replace(&mut self, h: u64, old: &ValuePointer, new: ValuePointer) -> Result<bool> {
         let no = self.page_of(h);
         let c = self.load(no)?;
-        match c.page.buckets[(h as usize) % BUCKETS_PER_PAGE].find_mut(old) {
+        let bucket = (h as usize) % BUCKETS_PER_PAGE;
+        match c.page.buckets[bucket].find_mut(old) {
             Some(n) => {
                 n.ptr = new;
-                c.dirty = true;
+                c.changed |= 1 << bucket;
                 Ok(true)
             }
             None => Ok(false),
@@ -923,12 +1292,13 @@ impl Table {
     pub fn insert(&mut self, h: u64, fp: u32, ptr: ValuePointer) -> Result<()> {
         let no = self.page_of(h);
         let c = self.load(no)?;
-        c.page.buckets[(h as usize) % BUCKETS_PER_PAGE].insert(Node {
+        let bucket = (h as usize) % BUCKETS_PER_PAGE;
+        c.page.buckets[bucket].insert(Node {
             home: (h >> 6) as u32,
             fp,
             ptr,
         });
-        c.dirty = true;
+        c.changed |= 1 << bucket;
         self.meta.count += 1;
         if !self.resizing && self.load_factor() > MAX_LOAD && self.meta.base_pages < 1 << 31 {
             self.resizing = true;
@@ -943,9 +1313,10 @@ impl Table {
     pub fn remove(&mut self, h: u64, ptr: &ValuePointer) -> Result<bool> {
         let no = self.page_of(h);
         let c = self.load(no)?;
-        let ok = c.page.buckets[(h as usize) % BUCKETS_PER_PAGE].remove(ptr);
+        let bucket = (h as usize) % BUCKETS_PER_PAGE;
+        let ok = c.page.buckets[bucket].remove(ptr);
         if ok {
-            c.dirty = true;
+            c.changed |= 1 << bucket;
             self.meta.count -= 1;
         }
         Ok(ok)
@@ -983,7 +1354,7 @@ impl Table {
                 no,
                 Cached {
                     page,
-                    dirty: true,
+                    changed: u64::MAX,
                     referenced: AtomicBool::new(true),
                 },
             );
@@ -1015,18 +1386,21 @@ impl Table {
         let mut dirty: Vec<u64> = self
             .cache
             .iter()
-            .filter(|(_, c)| c.dirty)
+            .filter(|(_, c)| c.changed != 0)
             .map(|(&n, _)| n)
             .collect();
         dirty.sort_unstable();
         for no in dirty {
-            let page = self.cache[&no].page.clone();
-            self.write_page(no, &page)?;
-            if let Some(c) = self.cache.get_mut(&no) {
-                c.dirty = false;
+            let mut c = self.cache.remove(&no).expect("a dirty page is cached");
+            let r = self.write_page(no, &mut c.page, c.changed);
+            if r.is_ok() {
+                c.changed = 0;
             }
+            self.cache.insert(no, c);
+            r?;
         }
-        let live: u64 = self.meta.map.iter().map(|x| x.1 as u64).sum();
+        let live: u64 =
+            self.meta.map.iter().map(|x| x.1 as u64).sum::<u64>() + self.live_delta_bytes;
         if self.file_len > 4 * live + PAGE_FILE_SLACK {
             self.rewrite_pages()?;
         }
@@ -1038,19 +1412,27 @@ impl Table {
         }
         self.meta.ckpt = ckpt;
         self.meta.bands_state = bands_state;
+        // Without a `HASHMETA` (a new table) there is nothing to extend.
+        let edit = checkpoint_edit(&self.durable, &self.meta)
+            .filter(|_| self.base_len > 0)
+            .and_then(|e| self.fits_edit_log(edit_record(self.base_hash, &e)));
         Ok(CheckpointSync {
             handle,
             pages: path,
             meta: self.meta.clone(),
+            edit,
             file: self.meta_file(),
         })
     }
 
     /// The last half of a checkpoint, under the lock again: its meta is
     /// now the durable one, and a page file it replaced goes.
-    pub fn checkpoint_done(&mut self, meta: Meta) {
-        self.based_on(&meta);
-        self.durable = meta;
+    pub fn checkpoint_done(&mut self, done: Checkpointed) {
+        match done.edit_len {
+            Some(n) => self.edits_len += n,
+            None => self.based_on(&done.meta),
+        }
+        self.durable = done.meta;
         if let Some(old) = self.pending_remove.take() {
             let _ = self.fs.remove(&old);
         }
@@ -1094,16 +1476,7 @@ impl Table {
     /// whole new `HASHMETA`.
     pub fn with_bands_state(&self, bands_state: Vec<u8>) -> StateWrite {
         let edit = crate::vstore::index_log::state_edit(&self.durable.bands_state, &bands_state)
-            .and_then(|edit| {
-                let mut body = self.base_hash.to_le_bytes().to_vec();
-                body.extend_from_slice(&edit);
-                let mut rec = Vec::with_capacity(8 + body.len());
-                rec.extend_from_slice(&(body.len() as u32).to_le_bytes());
-                rec.extend_from_slice(&mask(crc(&body)).to_le_bytes());
-                rec.extend_from_slice(&body);
-                let limit = self.base_len.max(EDITS_MIN_COMPACT);
-                (self.edits_len + rec.len() as u64 <= limit).then_some(rec)
-            });
+            .and_then(|edit| self.fits_edit_log(edit_record(self.base_hash, &edit)));
         let mut meta = self.durable.clone();
         meta.bands_state = bands_state;
         StateWrite {
@@ -1111,6 +1484,13 @@ impl Table {
             edit,
             file: self.meta_file(),
         }
+    }
+
+    /// `rec` when appending it keeps the edit log within the size of
+    /// `HASHMETA` (at least `EDITS_MIN_COMPACT`).
+    fn fits_edit_log(&self, rec: Vec<u8>) -> Option<Vec<u8>> {
+        let limit = self.base_len.max(EDITS_MIN_COMPACT);
+        (self.edits_len + rec.len() as u64 <= limit).then_some(rec)
     }
 
     /// The bands state `HASHMETA` and the edit log hold together.
@@ -1141,18 +1521,18 @@ impl Table {
                 map.push((0, 0));
                 continue;
             }
-            let mut b = vec![0u8; l as usize];
-            self.reader.read_exact_at(off, &mut b).ctx(&self.path())?;
-            if Page::decode(&b, no as u64).is_none() {
-                return Err(Error::corruption(
-                    self.path(),
-                    off,
-                    format!("hash-table page {no} damaged"),
-                ));
-            }
+            let page = read_page(
+                &*self.reader,
+                || self.path(),
+                &self.stats,
+                no as u64,
+                off,
+                l,
+            )?;
+            let b = page.encode(no as u64);
             w.append(&b).ctx(&path)?;
-            map.push((len, l));
-            len += l as u64;
+            map.push((len, b.len() as u32));
+            len += b.len() as u64;
         }
         w.flush().and_then(|_| w.sync()).ctx(&path)?;
         self.fs.sync_dir(&self.dir).ctx(&self.dir)?;
@@ -1163,6 +1543,10 @@ impl Table {
         self.reader = Arc::from(self.fs.open_read(&path).ctx(&path)?);
         *self.writer.get_mut() = w;
         self.file_len = len;
+        self.live_delta_bytes = 0;
+        for c in self.cache.values_mut() {
+            c.page.chain = Chain::default();
+        }
         // The old file goes once the meta naming the new one is written;
         // the next open removes it if a crash comes first.
         self.pending_remove = Some(old);
@@ -1190,7 +1574,7 @@ impl Table {
         };
         f.load = f.nodes as f64 / (2.0 * f.buckets.max(1) as f64);
         for c in self.cache.values() {
-            f.dirty_pages += c.dirty as u64;
+            f.dirty_pages += (c.changed != 0) as u64;
             for b in &c.page.buckets {
                 if !b.chain.is_empty() {
                     f.overflow_chains += 1;
