@@ -21,15 +21,26 @@
 //!   endian), located by a page map. In disk mode at most `cache_pages`
 //!   pages stay in memory; a dirty page evicted is appended to the page
 //!   file and its new place noted in the working page map.
+//! - **Delta records.** A page already in the file is appended as the
+//!   buckets changed since its last record (a bit mask per page), a delta
+//!   naming that record, so a checkpoint's bytes follow the nodes changed,
+//!   not the pages touched. A page is written whole again once its chain
+//!   would pass `MAX_DELTAS_MEMORY` deltas (`MAX_DELTAS_DISK` in disk mode,
+//!   where a miss reads the chain) or the bytes of the whole page; a read
+//!   follows the chain back to the whole image and applies the deltas.
 //! - **Checkpoint** (§V-B6): every dirty page is appended, the page file
-//!   synced, and then the meta file `HASHMETA` (geometry, page map, the
-//!   bands' replay position and state, checksummed) replaced atomically
-//!   (write, sync, rename). A crash at any point leaves the previous meta,
-//!   whose pages are untouched (pages are never overwritten in place), so
-//!   recovery loads it and replays the bands after its position. When the
-//!   page file holds more than four times the live pages (plus
-//!   `PAGE_FILE_SLACK`), the checkpoint
-//!   rewrites the live pages to the next generation first.
+//!   synced, and then the checkpoint recorded: as an edit-log record
+//!   (`HASHEDITS`: the geometry, the page-map entries that changed and the
+//!   bands state's edit), or, when the log would pass the size of
+//!   `HASHMETA` or a new page file began, as a whole `HASHMETA` (geometry,
+//!   page map, the bands' replay position and state, checksummed) replaced
+//!   atomically (write, sync, rename). A crash at any point leaves the
+//!   previous checkpoint, whose records are untouched (records are never
+//!   overwritten in place; a torn edit-log record is cut off), so recovery
+//!   loads it and replays the bands after its position. When the page
+//!   file holds more than four times the live records (plus
+//!   `PAGE_FILE_SLACK`), the checkpoint rewrites every page whole to the
+//!   next generation first.
 
 use crate::error::{Error, IoContext, Result};
 use crate::format::checksum::{crc, mask, unmask};
@@ -70,6 +81,10 @@ const MAX_DELTAS_MEMORY: u32 = 8;
 /// The same in disk mode, where a page missing from the cache is read
 /// through its chain, one read per record.
 const MAX_DELTAS_DISK: u32 = 2;
+/// Bytes of page records the edit log's checkpoints may name, at least,
+/// before a checkpoint writes `HASHMETA` whole; beyond it, the bytes of
+/// the pages' newest records.
+const REGIONS_MIN_COMPACT: u64 = 1 << 20;
 /// Smallest size the edit log may reach before an edit rewrites
 /// `HASHMETA` whole instead (bytes); beyond it, the size of `HASHMETA`.
 const EDITS_MIN_COMPACT: u64 = 64 << 10;
@@ -493,27 +508,22 @@ impl Meta {
 const CHECKPOINT_EDIT: u8 = 2;
 
 /// The edit that turns the checkpoint `from` into `to`, of the same page
-/// file generation: the geometry, the page map entries that changed and
-/// the bands state's edit. `None` when the generations differ or a bands
-/// state does not decode (the meta is then written whole).
+/// file generation, whose page records since `from` are the bytes
+/// `region` of the page file: the geometry, the region (each record in it
+/// names its page, so the page map's changes are read from it at open)
+/// and the bands state's edit. `None` when the generations differ or a
+/// bands state does not decode (the meta is then written whole).
 ///
 /// ```text
 /// edit := 0x02 base_pages:u64le split:u64le count:u64le ckpt_band:u64le ckpt_off:u64le
-///         n_pages:u64le n_set:u32le (page:u64le offset:u64le length:u32le){n_set}
-///         state_len:u32le state_edit
+///         n_pages:u64le region_start:u64le region_end:u64le state_len:u32le state_edit
 /// ```
-fn checkpoint_edit(from: &Meta, to: &Meta) -> Option<Vec<u8>> {
+fn checkpoint_edit(from: &Meta, to: &Meta, region: (u64, u64)) -> Option<Vec<u8>> {
     if from.generation != to.generation || to.map.len() < from.map.len() {
         return None;
     }
     let state = crate::vstore::index_log::state_edit(&from.bands_state, &to.bands_state)?;
-    let set: Vec<(usize, &(u64, u32))> = to
-        .map
-        .iter()
-        .enumerate()
-        .filter(|(i, e)| from.map.get(*i) != Some(e))
-        .collect();
-    let mut v = Vec::with_capacity(57 + set.len() * 20 + state.len());
+    let mut v = Vec::with_capacity(69 + state.len());
     v.push(CHECKPOINT_EDIT);
     for w in [
         to.base_pages,
@@ -522,51 +532,40 @@ fn checkpoint_edit(from: &Meta, to: &Meta) -> Option<Vec<u8>> {
         to.ckpt.0,
         to.ckpt.1,
         to.map.len() as u64,
+        region.0,
+        region.1,
     ] {
         v.extend_from_slice(&w.to_le_bytes());
-    }
-    v.extend_from_slice(&(set.len() as u32).to_le_bytes());
-    for (i, (o, l)) in set {
-        v.extend_from_slice(&(i as u64).to_le_bytes());
-        v.extend_from_slice(&o.to_le_bytes());
-        v.extend_from_slice(&l.to_le_bytes());
     }
     v.extend_from_slice(&(state.len() as u32).to_le_bytes());
     v.extend_from_slice(&state);
     Some(v)
 }
 
-/// Applies a [`checkpoint_edit`] to `meta`; `None` when it is malformed or
-/// does not fit (a smaller table, a page beyond the map).
-fn apply_checkpoint_edit(meta: &mut Meta, e: &[u8]) -> Option<()> {
+/// Applies a [`checkpoint_edit`] to `meta` but for its page map, and
+/// returns its region of the page file; `None` when it is malformed or
+/// does not fit (a smaller table, an empty or backward region).
+fn apply_checkpoint_edit(meta: &mut Meta, e: &[u8]) -> Option<(u64, u64)> {
     let w8 =
         |i: usize| -> Option<u64> { Some(u64::from_le_bytes(e.get(i..i + 8)?.try_into().ok()?)) };
-    let w4 =
-        |i: usize| -> Option<u32> { Some(u32::from_le_bytes(e.get(i..i + 4)?.try_into().ok()?)) };
     if e.first() != Some(&CHECKPOINT_EDIT) {
         return None;
     }
     let (base, split, count) = (w8(1)?, w8(9)?, w8(17)?);
     let ckpt = (w8(25)?, w8(33)?);
     let n = w8(41)?;
-    if !base.is_power_of_two() || split > base || n != base + split || n < meta.map.len() as u64 {
+    let region = (w8(49)?, w8(57)?);
+    if !base.is_power_of_two()
+        || split > base
+        || n != base + split
+        || n < meta.map.len() as u64
+        || region.0 > region.1
+    {
         return None;
     }
-    let n_set = w4(49)? as usize;
-    if n_set > e.len() / 20 {
-        return None;
-    }
-    let mut map = meta.map.clone();
-    map.resize(n as usize, (0, 0));
-    let mut at = 53;
-    for _ in 0..n_set {
-        let (page, off, len) = (w8(at)?, w8(at + 8)?, w4(at + 16)?);
-        *map.get_mut(usize::try_from(page).ok()?)? = (off, len);
-        at += 20;
-    }
-    let sl = w4(at)? as usize;
-    let state = e.get(at + 4..at + 4 + sl)?;
-    if at + 4 + sl != e.len() {
+    let sl = u32::from_le_bytes(e.get(65..69)?.try_into().ok()?) as usize;
+    let state = e.get(69..69 + sl)?;
+    if 69 + sl != e.len() {
         return None;
     }
     let bands_state = crate::vstore::index_log::apply_state_edit(&meta.bands_state, state)?;
@@ -574,9 +573,71 @@ fn apply_checkpoint_edit(meta: &mut Meta, e: &[u8]) -> Option<()> {
     meta.split = split;
     meta.count = count;
     meta.ckpt = ckpt;
-    meta.map = map;
+    meta.map.resize(n as usize, (0, 0));
     meta.bands_state = bands_state;
-    Some(())
+    Some(region)
+}
+
+/// Notes in `map` the place of every page record in `region` of the page
+/// file, in file order (a later record of a page supersedes an earlier).
+///
+/// # Errors
+/// `Corruption` (the page file and the record's offset) for a record that
+/// is damaged, cut short or names a page beyond the map; `Io`.
+fn scan_region(
+    reader: &dyn RandomAccessFile,
+    path: &Path,
+    stats: &IoStats,
+    region: (u64, u64),
+    map: &mut [(u64, u32)],
+) -> Result<()> {
+    let len = region.1 - region.0;
+    let mut b = vec![
+        0u8;
+        usize::try_from(len).map_err(|_| Error::corruption(
+            path,
+            region.0,
+            "hash-table page region too large"
+        ))?
+    ];
+    reader.read_exact_at(region.0, &mut b).ctx(path)?;
+    stats.add_read(IoCategory::Manifest, len);
+    let mut at = 0usize;
+    while at < b.len() {
+        let off = region.0 + at as u64;
+        let damaged = || Error::corruption(path, off, "hash-table page record damaged");
+        let rest = &b[at..];
+        let no_field = u64::from_le_bytes(
+            rest.get(..8)
+                .ok_or_else(damaged)?
+                .try_into()
+                .expect("8 bytes"),
+        );
+        let (no, head) = if no_field & DELTA_FLAG != 0 {
+            (no_field & !DELTA_FLAG, DELTA_HEADER)
+        } else {
+            (no_field, 12)
+        };
+        let n = u32::from_le_bytes(
+            rest.get(head - 4..head)
+                .ok_or_else(damaged)?
+                .try_into()
+                .expect("4 bytes"),
+        ) as usize;
+        let rec_len = n
+            .checked_mul(NODE_LEN + 1)
+            .and_then(|x| x.checked_add(head + 4))
+            .ok_or_else(damaged)?;
+        let rec = rest.get(..rec_len).ok_or_else(damaged)?;
+        if usize::try_from(no).map_or(true, |no| no >= map.len())
+            || Page::decode_image(rec, no).is_none()
+        {
+            return Err(damaged());
+        }
+        map[no as usize] = (off, rec_len as u32);
+        at += rec_len;
+    }
+    Ok(())
 }
 
 /// An edit-log record: `len:u32le crc:u32le base:u64le edit`.
@@ -645,6 +706,13 @@ pub struct Table {
     /// Bytes of the delta records of the pages' images, as far as known
     /// (those of pages read since open and those written).
     live_delta_bytes: u64,
+    /// Where the page records the next checkpoint's region holds begin:
+    /// the end of the last checkpoint's, or of the file at open (what lies
+    /// beyond a durable checkpoint then is no checkpoint's).
+    region_start: u64,
+    /// Bytes of the regions the edit log's checkpoints name, which open
+    /// reads.
+    regions_len: u64,
 }
 
 /// Where [`Table::probe`] finds a bucket.
@@ -828,7 +896,9 @@ impl StateWrite {
 }
 
 /// Applies to `meta` the records of the edit log in `dir` that extend the
-/// `HASHMETA` whose bytes hash to `base`, in order; returns the log's
+/// `HASHMETA` whose bytes hash to `base`, in order (a checkpoint's record
+/// but for its page map: its region of the page file goes to `regions`,
+/// for [`scan_region`]); returns the log's
 /// length when any record does (0 otherwise: the log is stale and goes;
 /// `u64::MAX` when a torn record ends it).
 ///
@@ -851,6 +921,7 @@ fn read_edits(
     stats: &IoStats,
     base: u64,
     meta: &mut Meta,
+    regions: &mut Vec<(u64, u64)>,
 ) -> Result<u64> {
     let path = dir.join(EDITS);
     if !fs.exists(&path) {
@@ -880,7 +951,9 @@ fn read_edits(
         if rec_base == base {
             let edit = &body[8..];
             let ok = if edit.first() == Some(&CHECKPOINT_EDIT) {
-                apply_checkpoint_edit(meta, edit).is_some()
+                apply_checkpoint_edit(meta, edit)
+                    .map(|r| regions.push(r))
+                    .is_some()
             } else {
                 match crate::vstore::index_log::apply_state_edit(&meta.bands_state, edit) {
                     Some(state) => {
@@ -921,6 +994,8 @@ pub struct CheckpointSync {
     meta: Meta,
     /// The edit-log record to append; `None`: write `meta` whole.
     edit: Option<Vec<u8>>,
+    /// The page file's length when the checkpoint's records were written.
+    region_end: u64,
     file: MetaFile,
 }
 
@@ -930,6 +1005,8 @@ pub struct Checkpointed {
     meta: Meta,
     /// Bytes appended to the edit log; `None`: `HASHMETA` was written whole.
     edit_len: Option<u64>,
+    /// The page file's length when the checkpoint's records were written.
+    region_end: u64,
 }
 
 impl CheckpointSync {
@@ -950,6 +1027,7 @@ impl CheckpointSync {
         }
         Ok(Checkpointed {
             edit_len: self.edit.as_ref().map(|r| r.len() as u64),
+            region_end: self.region_end,
             meta: self.meta,
         })
     }
@@ -1003,27 +1081,15 @@ impl Table {
     ) -> Result<(Table, bool)> {
         let meta_path = dir.join(META);
         let (mut base_hash, mut base_len, mut edits_len) = (0, 0, 0);
-        let (meta, existed) = if fs.exists(&meta_path) {
+        let mut regions = Vec::new();
+        let (mut meta, existed) = if fs.exists(&meta_path) {
             let b = crate::fs::read_all(fs.as_ref(), &meta_path).ctx(&meta_path)?;
             stats.add_read(IoCategory::Manifest, b.len() as u64);
             let mut m = Meta::decode(&b)
                 .ok_or_else(|| Error::corruption(&meta_path, 0, "hash-table meta damaged"))?;
             base_hash = xxhash_rust::xxh3::xxh3_64(&b);
             base_len = b.len() as u64;
-            edits_len = read_edits(fs.as_ref(), dir, &stats, base_hash, &mut m)?;
-            if edits_len == u64::MAX {
-                // Rewritten whole, so that no record follows the torn one.
-                let file = MetaFile {
-                    fs: Arc::clone(&fs),
-                    path: meta_path.clone(),
-                    stats: Arc::clone(&stats),
-                };
-                file.write(&m)?;
-                let b = m.encode();
-                base_hash = xxhash_rust::xxh3::xxh3_64(&b);
-                base_len = b.len() as u64;
-                edits_len = 0;
-            }
+            edits_len = read_edits(fs.as_ref(), dir, &stats, base_hash, &mut m, &mut regions)?;
             (m, true)
         } else {
             let base = initial_pages.max(1).next_power_of_two();
@@ -1060,6 +1126,34 @@ impl Table {
         };
         let file_len = writer.len();
         let reader: Arc<dyn RandomAccessFile> = Arc::from(fs.open_read(&path).ctx(&path)?);
+        // The checkpoints since `HASHMETA` name the page records they
+        // wrote by their region of the page file.
+        let mut regions_len = 0;
+        for &r in &regions {
+            if r.1 > file_len {
+                return Err(Error::corruption(
+                    &path,
+                    r.0,
+                    "hash-table page region beyond the page file",
+                ));
+            }
+            scan_region(&*reader, &path, &stats, r, &mut meta.map)?;
+            regions_len += r.1 - r.0;
+        }
+        if edits_len == u64::MAX {
+            // Rewritten whole, so that no record follows the torn one.
+            let file = MetaFile {
+                fs: Arc::clone(&fs),
+                path: meta_path.clone(),
+                stats: Arc::clone(&stats),
+            };
+            file.write(&meta)?;
+            let b = meta.encode();
+            base_hash = xxhash_rust::xxh3::xxh3_64(&b);
+            base_len = b.len() as u64;
+            edits_len = 0;
+            regions_len = 0;
+        }
         let resizing = meta.split > 0;
         Ok((
             Table {
@@ -1085,6 +1179,8 @@ impl Table {
                     MAX_DELTAS_DISK
                 },
                 live_delta_bytes: 0,
+                region_start: file_len,
+                regions_len,
             },
             existed,
         ))
@@ -1412,15 +1508,23 @@ impl Table {
         }
         self.meta.ckpt = ckpt;
         self.meta.bands_state = bands_state;
-        // Without a `HASHMETA` (a new table) there is nothing to extend.
-        let edit = checkpoint_edit(&self.durable, &self.meta)
-            .filter(|_| self.base_len > 0)
+        // Without a `HASHMETA` (a new table) there is nothing to extend;
+        // past a table's bytes of regions, open would read more records
+        // than the pages hold, and `HASHMETA` is written whole instead.
+        let region = (self.region_start, self.file_len);
+        let live: u64 = self.meta.map.iter().map(|x| x.1 as u64).sum();
+        let edit = checkpoint_edit(&self.durable, &self.meta, region)
+            .filter(|_| {
+                self.base_len > 0
+                    && self.regions_len + (region.1 - region.0) <= live.max(REGIONS_MIN_COMPACT)
+            })
             .and_then(|e| self.fits_edit_log(edit_record(self.base_hash, &e)));
         Ok(CheckpointSync {
             handle,
             pages: path,
             meta: self.meta.clone(),
             edit,
+            region_end: self.file_len,
             file: self.meta_file(),
         })
     }
@@ -1429,9 +1533,16 @@ impl Table {
     /// now the durable one, and a page file it replaced goes.
     pub fn checkpoint_done(&mut self, done: Checkpointed) {
         match done.edit_len {
-            Some(n) => self.edits_len += n,
-            None => self.based_on(&done.meta),
+            Some(n) => {
+                self.edits_len += n;
+                self.regions_len += done.region_end.saturating_sub(self.region_start);
+            }
+            None => {
+                self.based_on(&done.meta);
+                self.regions_len = 0;
+            }
         }
+        self.region_start = done.region_end;
         self.durable = done.meta;
         if let Some(old) = self.pending_remove.take() {
             let _ = self.fs.remove(&old);
