@@ -30,9 +30,11 @@
 //!   follows the chain back to the whole image and applies the deltas.
 //! - **Checkpoint** (§V-B6): every dirty page is appended, the page file
 //!   synced, and then the checkpoint recorded: as an edit-log record
-//!   (`HASHEDITS`: the geometry, the page-map entries that changed and the
-//!   bands state's edit), or, when the log would pass the size of
-//!   `HASHMETA` or a new page file began, as a whole `HASHMETA` (geometry,
+//!   (`HASHEDITS`: the geometry, the region of the page file written
+//!   since the last checkpoint, whose records name their pages and which
+//!   open reads back into the page map, and the bands state's edit), or,
+//!   when the log or the regions would pass their bounds or a new page
+//!   file began, as a whole `HASHMETA` (geometry,
 //!   page map, the bands' replay position and state, checksummed) replaced
 //!   atomically (write, sync, rename). A crash at any point leaves the
 //!   previous checkpoint, whose records are untouched (records are never
@@ -83,7 +85,7 @@ const MAX_DELTAS_MEMORY: u32 = 8;
 const MAX_DELTAS_DISK: u32 = 2;
 /// Bytes of page records the edit log's checkpoints may name, at least,
 /// before a checkpoint writes `HASHMETA` whole; beyond it, the bytes of
-/// the pages' newest records.
+/// the table's pages written whole.
 const REGIONS_MIN_COMPACT: u64 = 1 << 20;
 /// Smallest size the edit log may reach before an edit rewrites
 /// `HASHMETA` whole instead (bytes); beyond it, the size of `HASHMETA`.
@@ -1512,11 +1514,12 @@ impl Table {
         // past a table's bytes of regions, open would read more records
         // than the pages hold, and `HASHMETA` is written whole instead.
         let region = (self.region_start, self.file_len);
-        let live: u64 = self.meta.map.iter().map(|x| x.1 as u64).sum();
+        // The bytes of the table written whole.
+        let whole = self.meta.count * (NODE_LEN as u64 + 1) + self.meta.map.len() as u64 * 16;
         let edit = checkpoint_edit(&self.durable, &self.meta, region)
             .filter(|_| {
                 self.base_len > 0
-                    && self.regions_len + (region.1 - region.0) <= live.max(REGIONS_MIN_COMPACT)
+                    && self.regions_len + (region.1 - region.0) <= whole.max(REGIONS_MIN_COMPACT)
             })
             .and_then(|e| self.fits_edit_log(edit_record(self.base_hash, &e)));
         Ok(CheckpointSync {
