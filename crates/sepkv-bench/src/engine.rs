@@ -118,6 +118,9 @@ pub struct Tuning {
     pub over_provisioning_milli: Option<u32>,
     /// `+saX`: `space_amp_target` = X, kept in thousandths.
     pub space_target_milli: Option<u32>,
+    /// `+ckptN`: `hash_checkpoint_bands` = N (FlashKey's hash-table
+    /// checkpoint interval, in closed bands).
+    pub checkpoint_bands: Option<u32>,
     /// `+batchM`: `scan_batch_bytes` = M MiB (values a limited scan
     /// resolves in one batch).
     pub scan_batch_mib: Option<u32>,
@@ -134,7 +137,7 @@ fn milli(flag: &str, x: &str) -> Result<u32> {
 }
 
 /// The `+flag`s of [`Tuning`] and what each does, for `--list-engines`.
-pub const TUNING_HELP: [(&str, &str); 19] = [
+pub const TUNING_HELP: [(&str, &str); 20] = [
     (
         "+nowal",
         "the value log replaces the index WAL (WiscKey §3.4.2)",
@@ -192,6 +195,10 @@ pub const TUNING_HELP: [(&str, &str); 19] = [
     (
         "+opX",
         "band_over_provisioning X: the bands held to 1 + X bytes per live byte",
+    ),
+    (
+        "+ckptN",
+        "hash_checkpoint_bands N: FlashKey checkpoints its hash table every N closed bands",
     ),
     (
         "+batchM",
@@ -258,6 +265,9 @@ impl fmt::Display for Tuning {
         }
         if let Some(m) = self.space_target_milli {
             write!(f, "+sa{}", m as f64 / 1000.0)?;
+        }
+        if let Some(n) = self.checkpoint_bands {
+            write!(f, "+ckpt{n}")?;
         }
         if let Some(m) = self.scan_batch_mib {
             write!(f, "+batch{m}")?;
@@ -545,6 +555,16 @@ impl FromStr for EngineSpec {
                                     ))
                                 })?)
                             }
+                            f if f.starts_with("ckpt") => {
+                                tuning.checkpoint_bands = match f[4..].parse::<u32>() {
+                                    Ok(n) if (1..=1 << 20).contains(&n) => Some(n),
+                                    _ => {
+                                        return Err(BenchError::InvalidArgument(format!(
+                                            "+{f}: expected closed bands from 1 to 1048576, such as +ckpt16"
+                                        )))
+                                    }
+                                }
+                            }
                             f if f.starts_with("op") => {
                                 tuning.over_provisioning_milli = Some(milli("op", &f[2..])?)
                             }
@@ -741,6 +761,9 @@ impl SepkvEngine {
         }
         if let Some(m) = tuning.space_target_milli {
             options.space_amp_target = m as f64 / 1000.0;
+        }
+        if let Some(n) = tuning.checkpoint_bands {
+            options.hash_checkpoint_bands = u64::from(n);
         }
         if let Some(m) = tuning.scan_batch_mib {
             options.scan_batch_bytes = u64::from(m) << 20;
@@ -1130,6 +1153,9 @@ mod tests {
         let o = "sepkv:flashkey+op0.3+sa1.6".parse::<EngineSpec>().unwrap();
         assert_eq!(o.to_string(), "sepkv:flashkey+op0.3+sa1.6");
         assert!("sepkv:flashkey+op0".parse::<EngineSpec>().is_err());
+        let c = "sepkv:flashkey+ckpt8".parse::<EngineSpec>().unwrap();
+        assert_eq!(c.to_string(), "sepkv:flashkey+ckpt8");
+        assert!("sepkv:flashkey+ckpt0".parse::<EngineSpec>().is_err());
         assert!("sepkv:flashkey+opx".parse::<EngineSpec>().is_err());
         assert_eq!(
             "rocksdb".parse::<EngineSpec>().unwrap(),

@@ -813,3 +813,73 @@ fn an_older_wal_that_lost_its_unsynced_tail_ends_the_history() {
         }
     }
 }
+
+/// FlashKey's checkpoints append their pages' changed buckets (delta
+/// records), sync the page file, then append the checkpoint's marker to the
+/// edit log `HASHEDITS`. A power loss (or a kill) after the deltas and
+/// before the marker is durable leaves the previous checkpoint in force:
+/// every acknowledged synced write is read back, nothing is corruption.
+#[test]
+fn flashkey_power_loss_between_page_deltas_and_the_checkpoint_marker() {
+    let preset = (Preset::FlashKey, false);
+    for kill in [false, true] {
+        let fs = FaultFs::new();
+        let dir = Path::new("/fkdb");
+        let edits = dir.join("HASHEDITS");
+        let o = opts(&fs, preset);
+        let db = Db::open(dir, o.clone()).unwrap();
+        let key = |i: u32| format!("k{i:04}").into_bytes();
+        let val = |round: u32, i: u32| format!("{round}-{i}-{}", "v".repeat(80)).into_bytes();
+        let mut model = Model::new();
+        // Loads and overwrites: checkpoints of delta records every two bands.
+        for round in 0..4 {
+            for i in 0..300 {
+                db.put(key(i), val(round, i)).unwrap();
+                model.insert(key(i), val(round, i));
+            }
+        }
+        db.write(&WriteBatch::new(), WriteOptions { sync: true })
+            .unwrap();
+        assert!(fs.file_len(&edits).is_some(), "no checkpoint record");
+        // From now on the edit log's syncs fail: a checkpoint's deltas
+        // reach the page file and its sync, its marker never becomes
+        // durable.
+        fail_syncs_of(&fs, "HASHEDITS");
+        let mut unsure = None;
+        for i in 0..300 {
+            let mut b = WriteBatch::new();
+            b.put(key(i), val(9, i)).unwrap();
+            match db.write(&b, WriteOptions { sync: true }) {
+                Ok(_) => {
+                    model.insert(key(i), val(9, i));
+                }
+                Err(_) => {
+                    unsure = Some(i);
+                    break;
+                }
+            }
+        }
+        let torn = fs.file_len(&edits).unwrap_or(0) > fs.durable_len(&edits).unwrap_or(0);
+        assert!(
+            torn || unsure.is_some(),
+            "no checkpoint marker was left unsynced"
+        );
+        if kill {
+            process_kill(&fs, db);
+        } else {
+            power_cut(&fs, db);
+        }
+        let db = Db::open(dir, o).unwrap_or_else(|e| panic!("kill {kill}: reopen: {e}"));
+        for (k, v) in &model {
+            let got = db.get(k).unwrap();
+            let k_str = String::from_utf8_lossy(k);
+            if unsure.map(key).as_deref() == Some(&k[..]) {
+                assert!(got.is_some(), "kill {kill}: {k_str} lost");
+                continue;
+            }
+            assert_eq!(got.as_deref(), Some(&v[..]), "kill {kill}: {k_str}");
+        }
+        let rep = db.verify().unwrap();
+        assert!(rep.faults.is_empty(), "kill {kill}: {:?}", rep.faults);
+    }
+}

@@ -21,7 +21,8 @@
 //!   to the first entry with a sequence number `<= s`. GC keeps such
 //!   versions (see `vstore::index_log`).
 //! - **Modes** (§V-A1): `Memory` keeps every page in memory; `Disk` keeps
-//!   at most `cache_bytes` of pages. Both checkpoint the dirty pages every
+//!   at most `cache_bytes` of pages. Both checkpoint the changed buckets
+//!   of the dirty pages (delta records, [`table`]) every
 //!   `checkpoint_bands` closed bands (§V-B6), so recovery loads the
 //!   checkpoint and replays only the bands after it, and GC may collect the
 //!   bands before it.

@@ -21,15 +21,28 @@
 //!   endian), located by a page map. In disk mode at most `cache_pages`
 //!   pages stay in memory; a dirty page evicted is appended to the page
 //!   file and its new place noted in the working page map.
+//! - **Delta records.** A page already in the file is appended as the
+//!   buckets changed since its last record (a bit mask per page), a delta
+//!   naming that record, so a checkpoint's bytes follow the nodes changed,
+//!   not the pages touched. A page is written whole again once its chain
+//!   would pass `MAX_DELTAS_MEMORY` deltas (`MAX_DELTAS_DISK` in disk mode,
+//!   where a miss reads the chain) or the bytes of the whole page; a read
+//!   follows the chain back to the whole image and applies the deltas.
 //! - **Checkpoint** (§V-B6): every dirty page is appended, the page file
-//!   synced, and then the meta file `HASHMETA` (geometry, page map, the
-//!   bands' replay position and state, checksummed) replaced atomically
-//!   (write, sync, rename). A crash at any point leaves the previous meta,
-//!   whose pages are untouched (pages are never overwritten in place), so
-//!   recovery loads it and replays the bands after its position. When the
-//!   page file holds more than four times the live pages (plus
-//!   `PAGE_FILE_SLACK`), the checkpoint
-//!   rewrites the live pages to the next generation first.
+//!   synced, and then the checkpoint recorded: as an edit-log record
+//!   (`HASHEDITS`: the geometry, the region of the page file written
+//!   since the last checkpoint, whose records name their pages and which
+//!   open reads back into the page map, and the bands state's edit), or,
+//!   when the log or the regions would pass their bounds or a new page
+//!   file began, as a whole `HASHMETA` (geometry,
+//!   page map, the bands' replay position and state, checksummed) replaced
+//!   atomically (write, sync, rename). A crash at any point leaves the
+//!   previous checkpoint, whose records are untouched (records are never
+//!   overwritten in place; a torn edit-log record is cut off), so recovery
+//!   loads it and replays the bands after its position. When the page
+//!   file holds more than four times the live records (plus
+//!   `PAGE_FILE_SLACK`), the checkpoint rewrites every page whole to the
+//!   next generation first.
 
 use crate::error::{Error, IoContext, Result};
 use crate::format::checksum::{crc, mask, unmask};
@@ -39,6 +52,10 @@ use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+fn mask_crc(v: &[u8]) -> u32 {
+    mask(crc(v))
+}
 
 /// Buckets in one page.
 pub const BUCKETS_PER_PAGE: usize = 64;
@@ -58,6 +75,18 @@ pub const EDITS: &str = "HASHEDITS";
 /// pages before a checkpoint rewrites it (was 4 MiB, which a table of a
 /// few thousand nodes under churn kept as dead pages).
 const PAGE_FILE_SLACK: u64 = 512 << 10;
+/// Most delta records a page's image may end with in memory mode, where a
+/// chain is read only at open: each checkpoint after the page's whole
+/// image appends the buckets it changed, until this many deltas or the
+/// size of the whole page.
+const MAX_DELTAS_MEMORY: u32 = 8;
+/// The same in disk mode, where a page missing from the cache is read
+/// through its chain, one read per record.
+const MAX_DELTAS_DISK: u32 = 2;
+/// Bytes of page records the edit log's checkpoints may name, at least,
+/// before a checkpoint writes `HASHMETA` whole; beyond it, the bytes of
+/// the table's pages written whole.
+const REGIONS_MIN_COMPACT: u64 = 1 << 20;
 /// Smallest size the edit log may reach before an edit rewrites
 /// `HASHMETA` whole instead (bytes); beyond it, the size of `HASHMETA`.
 const EDITS_MIN_COMPACT: u64 = 64 << 10;
@@ -169,21 +198,143 @@ impl Bucket {
     }
 }
 
+/// The delta records a page's image in the page file ends with, since its
+/// last whole image.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Chain {
+    /// Delta records after the whole image.
+    depth: u32,
+    /// Their bytes.
+    bytes: u64,
+}
+
+/// Bit of a record's `page_no` field that marks a delta record.
+const DELTA_FLAG: u64 = 1 << 63;
+/// Bytes of a delta record before its nodes.
+const DELTA_HEADER: usize = 36;
+
+/// A record of the page file, decoded.
+enum Image {
+    /// A whole page.
+    Full(Page),
+    /// The buckets of `mask` replaced by `nodes` (bucket, node), over the
+    /// image at `prev`, which has `depth − 1` delta records.
+    Delta {
+        prev: (u64, u32),
+        depth: u32,
+        mask: u64,
+        nodes: Vec<(u8, Node)>,
+    },
+}
+
 /// A page of buckets.
 #[derive(Debug, Clone)]
 pub struct Page {
     buckets: Vec<Bucket>,
+    /// The delta records of the page file image this page was read from
+    /// (or last written as).
+    chain: Chain,
 }
 
 impl Page {
     fn new() -> Page {
         Page {
             buckets: vec![Bucket::default(); BUCKETS_PER_PAGE],
+            chain: Chain::default(),
+        }
+    }
+
+    fn nodes(&self) -> usize {
+        self.buckets.iter().map(|b| b.iter().count()).sum()
+    }
+
+    /// A delta record: the buckets of `mask`, whole, over the image at
+    /// `prev` of `depth − 1` delta records.
+    ///
+    /// ```text
+    /// delta := page_no|2^63:u64le prev_off:u64le prev_len:u32le depth:u32le
+    ///          mask:u64le n:u32le (bucket:u8 node){n} crc:u32le
+    /// ```
+    fn encode_delta(&self, page_no: u64, prev: (u64, u32), depth: u32, mask: u64) -> Vec<u8> {
+        let mut v = Vec::with_capacity(DELTA_HEADER + 4 + 4 * (NODE_LEN + 1));
+        v.extend_from_slice(&(page_no | DELTA_FLAG).to_le_bytes());
+        v.extend_from_slice(&prev.0.to_le_bytes());
+        v.extend_from_slice(&prev.1.to_le_bytes());
+        v.extend_from_slice(&depth.to_le_bytes());
+        v.extend_from_slice(&mask.to_le_bytes());
+        v.extend_from_slice(&0u32.to_le_bytes());
+        let mut n = 0u32;
+        for (i, b) in self.buckets.iter().enumerate() {
+            if mask & (1 << i) != 0 {
+                for node in b.iter() {
+                    v.push(i as u8);
+                    node.encode_to(&mut v);
+                    n += 1;
+                }
+            }
+        }
+        v[32..36].copy_from_slice(&n.to_le_bytes());
+        let c = mask_crc(&v);
+        v.extend_from_slice(&c.to_le_bytes());
+        v
+    }
+
+    /// Decodes a record of page `page_no`: a whole page or a delta.
+    fn decode_image(b: &[u8], page_no: u64) -> Option<Image> {
+        if b.len() < 16 {
+            return None;
+        }
+        let body = &b[..b.len() - 4];
+        let stored = unmask(u32::from_le_bytes(b[b.len() - 4..].try_into().ok()?));
+        if crc(body) != stored {
+            return None;
+        }
+        let no = u64::from_le_bytes(body[0..8].try_into().ok()?);
+        if no == page_no {
+            return Page::decode(b, page_no).map(Image::Full);
+        }
+        if no != page_no | DELTA_FLAG || body.len() < DELTA_HEADER {
+            return None;
+        }
+        let w4 = |i: usize| u32::from_le_bytes(body[i..i + 4].try_into().expect("4 bytes"));
+        let w8 = |i: usize| u64::from_le_bytes(body[i..i + 8].try_into().expect("8 bytes"));
+        let (prev, depth, mask) = ((w8(8), w4(16)), w4(20), w8(24));
+        let n = w4(32) as usize;
+        if depth == 0 || prev.1 == 0 || body.len() != DELTA_HEADER + n.checked_mul(NODE_LEN + 1)? {
+            return None;
+        }
+        let mut nodes = Vec::with_capacity(n);
+        for i in 0..n {
+            let at = DELTA_HEADER + i * (NODE_LEN + 1);
+            let bucket = body[at];
+            let node = Node::decode(&body[at + 1..at + 1 + NODE_LEN]);
+            if bucket as usize >= BUCKETS_PER_PAGE || mask & (1 << bucket) == 0 || node.is_empty() {
+                return None;
+            }
+            nodes.push((bucket, node));
+        }
+        Some(Image::Delta {
+            prev,
+            depth,
+            mask,
+            nodes,
+        })
+    }
+
+    /// Replaces the buckets of `mask` by `nodes`.
+    fn apply_delta(&mut self, mask: u64, nodes: &[(u8, Node)]) {
+        for (i, b) in self.buckets.iter_mut().enumerate() {
+            if mask & (1 << i) != 0 {
+                *b = Bucket::default();
+            }
+        }
+        for (bucket, node) in nodes {
+            self.buckets[*bucket as usize].insert(*node);
         }
     }
 
     fn encode(&self, page_no: u64) -> Vec<u8> {
-        let n: usize = self.buckets.iter().map(|b| b.iter().count()).sum();
+        let n = self.nodes();
         let mut v = Vec::with_capacity(16 + n * (NODE_LEN + 1));
         v.extend_from_slice(&page_no.to_le_bytes());
         v.extend_from_slice(&(n as u32).to_le_bytes());
@@ -193,7 +344,7 @@ impl Page {
                 node.encode_to(&mut v);
             }
         }
-        let c = mask(crc(&v));
+        let c = mask_crc(&v);
         v.extend_from_slice(&c.to_le_bytes());
         v
     }
@@ -250,7 +401,9 @@ impl Page {
 
 struct Cached {
     page: Page,
-    dirty: bool,
+    /// Buckets changed since the page's last written image (bit `i`:
+    /// bucket `i`); all set for a page whose buckets all moved (a split).
+    changed: u64,
     /// Second chance: set by every use, under the table's lock for reading.
     referenced: AtomicBool,
 }
@@ -352,6 +505,154 @@ impl Meta {
     }
 }
 
+/// First byte of a checkpoint's edit in the edit log (a GC step's edit of
+/// the bands state begins with 1).
+const CHECKPOINT_EDIT: u8 = 2;
+
+/// The edit that turns the checkpoint `from` into `to`, of the same page
+/// file generation, whose page records since `from` are the bytes
+/// `region` of the page file: the geometry, the region (each record in it
+/// names its page, so the page map's changes are read from it at open)
+/// and the bands state's edit. `None` when the generations differ or a
+/// bands state does not decode (the meta is then written whole).
+///
+/// ```text
+/// edit := 0x02 base_pages:u64le split:u64le count:u64le ckpt_band:u64le ckpt_off:u64le
+///         n_pages:u64le region_start:u64le region_end:u64le state_len:u32le state_edit
+/// ```
+fn checkpoint_edit(from: &Meta, to: &Meta, region: (u64, u64)) -> Option<Vec<u8>> {
+    if from.generation != to.generation || to.map.len() < from.map.len() {
+        return None;
+    }
+    let state = crate::vstore::index_log::state_edit(&from.bands_state, &to.bands_state)?;
+    let mut v = Vec::with_capacity(69 + state.len());
+    v.push(CHECKPOINT_EDIT);
+    for w in [
+        to.base_pages,
+        to.split,
+        to.count,
+        to.ckpt.0,
+        to.ckpt.1,
+        to.map.len() as u64,
+        region.0,
+        region.1,
+    ] {
+        v.extend_from_slice(&w.to_le_bytes());
+    }
+    v.extend_from_slice(&(state.len() as u32).to_le_bytes());
+    v.extend_from_slice(&state);
+    Some(v)
+}
+
+/// Applies a [`checkpoint_edit`] to `meta` but for its page map, and
+/// returns its region of the page file; `None` when it is malformed or
+/// does not fit (a smaller table, an empty or backward region).
+fn apply_checkpoint_edit(meta: &mut Meta, e: &[u8]) -> Option<(u64, u64)> {
+    let w8 =
+        |i: usize| -> Option<u64> { Some(u64::from_le_bytes(e.get(i..i + 8)?.try_into().ok()?)) };
+    if e.first() != Some(&CHECKPOINT_EDIT) {
+        return None;
+    }
+    let (base, split, count) = (w8(1)?, w8(9)?, w8(17)?);
+    let ckpt = (w8(25)?, w8(33)?);
+    let n = w8(41)?;
+    let region = (w8(49)?, w8(57)?);
+    if !base.is_power_of_two()
+        || split > base
+        || n != base + split
+        || n < meta.map.len() as u64
+        || region.0 > region.1
+    {
+        return None;
+    }
+    let sl = u32::from_le_bytes(e.get(65..69)?.try_into().ok()?) as usize;
+    let state = e.get(69..69 + sl)?;
+    if 69 + sl != e.len() {
+        return None;
+    }
+    let bands_state = crate::vstore::index_log::apply_state_edit(&meta.bands_state, state)?;
+    meta.base_pages = base;
+    meta.split = split;
+    meta.count = count;
+    meta.ckpt = ckpt;
+    meta.map.resize(n as usize, (0, 0));
+    meta.bands_state = bands_state;
+    Some(region)
+}
+
+/// Notes in `map` the place of every page record in `region` of the page
+/// file, in file order (a later record of a page supersedes an earlier).
+///
+/// # Errors
+/// `Corruption` (the page file and the record's offset) for a record that
+/// is damaged, cut short or names a page beyond the map; `Io`.
+fn scan_region(
+    reader: &dyn RandomAccessFile,
+    path: &Path,
+    stats: &IoStats,
+    region: (u64, u64),
+    map: &mut [(u64, u32)],
+) -> Result<()> {
+    let len = region.1 - region.0;
+    let mut b = vec![
+        0u8;
+        usize::try_from(len).map_err(|_| Error::corruption(
+            path,
+            region.0,
+            "hash-table page region too large"
+        ))?
+    ];
+    reader.read_exact_at(region.0, &mut b).ctx(path)?;
+    stats.add_read(IoCategory::Manifest, len);
+    let mut at = 0usize;
+    while at < b.len() {
+        let off = region.0 + at as u64;
+        let damaged = || Error::corruption(path, off, "hash-table page record damaged");
+        let rest = &b[at..];
+        let no_field = u64::from_le_bytes(
+            rest.get(..8)
+                .ok_or_else(damaged)?
+                .try_into()
+                .expect("8 bytes"),
+        );
+        let (no, head) = if no_field & DELTA_FLAG != 0 {
+            (no_field & !DELTA_FLAG, DELTA_HEADER)
+        } else {
+            (no_field, 12)
+        };
+        let n = u32::from_le_bytes(
+            rest.get(head - 4..head)
+                .ok_or_else(damaged)?
+                .try_into()
+                .expect("4 bytes"),
+        ) as usize;
+        let rec_len = n
+            .checked_mul(NODE_LEN + 1)
+            .and_then(|x| x.checked_add(head + 4))
+            .ok_or_else(damaged)?;
+        let rec = rest.get(..rec_len).ok_or_else(damaged)?;
+        if usize::try_from(no).map_or(true, |no| no >= map.len())
+            || Page::decode_image(rec, no).is_none()
+        {
+            return Err(damaged());
+        }
+        map[no as usize] = (off, rec_len as u32);
+        at += rec_len;
+    }
+    Ok(())
+}
+
+/// An edit-log record: `len:u32le crc:u32le base:u64le edit`.
+fn edit_record(base: u64, edit: &[u8]) -> Vec<u8> {
+    let mut body = base.to_le_bytes().to_vec();
+    body.extend_from_slice(edit);
+    let mut rec = Vec::with_capacity(8 + body.len());
+    rec.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    rec.extend_from_slice(&mask(crc(&body)).to_le_bytes());
+    rec.extend_from_slice(&body);
+    rec
+}
+
 /// Figures of the table for `stats`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct TableFigures {
@@ -401,6 +702,19 @@ pub struct Table {
     file_len: u64,
     /// A doubling is under way: each insert splits one page.
     resizing: bool,
+    /// Most delta records a page's image may end with before the page is
+    /// written whole again.
+    max_deltas: u32,
+    /// Bytes of the delta records of the pages' images, as far as known
+    /// (those of pages read since open and those written).
+    live_delta_bytes: u64,
+    /// Where the page records the next checkpoint's region holds begin:
+    /// the end of the last checkpoint's, or of the file at open (what lies
+    /// beyond a durable checkpoint then is no checkpoint's).
+    region_start: u64,
+    /// Bytes of the regions the edit log's checkpoints name, which open
+    /// reads.
+    regions_len: u64,
 }
 
 /// Where [`Table::probe`] finds a bucket.
@@ -454,13 +768,55 @@ fn read_page(
     off: u64,
     len: u32,
 ) -> Result<Page> {
-    let mut b = vec![0u8; len as usize];
-    if let Err(e) = reader.read_exact_at(off, &mut b) {
-        return Err(e).ctx(&path());
+    // Newest first: delta records back to the whole image.
+    let mut deltas = Vec::new();
+    let (mut at, mut l) = (off, len);
+    let mut chain = Chain::default();
+    let mut page = loop {
+        let here = at;
+        let damaged = || Error::corruption(path(), here, format!("hash-table page {no} damaged"));
+        let mut b = vec![0u8; l as usize];
+        if let Err(e) = reader.read_exact_at(at, &mut b) {
+            return Err(e).ctx(&path());
+        }
+        stats.add_read(IoCategory::UserRead, l as u64);
+        match Page::decode_image(&b, no).ok_or_else(damaged)? {
+            Image::Full(p) => break p,
+            Image::Delta {
+                prev,
+                depth,
+                mask,
+                nodes,
+            } => {
+                // Each delta names an older record, one delta fewer deep.
+                let expect = deltas.len() as u32;
+                if prev.0 >= at || (expect > 0 && depth + expect != chain.depth) {
+                    return Err(damaged());
+                }
+                if expect == 0 {
+                    chain.depth = depth;
+                }
+                chain.bytes += l as u64;
+                deltas.push((mask, nodes));
+                (at, l) = prev;
+                if deltas.len() as u32 > chain.depth {
+                    return Err(damaged());
+                }
+            }
+        }
+    };
+    if deltas.len() as u32 != chain.depth {
+        return Err(Error::corruption(
+            path(),
+            off,
+            format!("hash-table page {no} damaged"),
+        ));
     }
-    stats.add_read(IoCategory::UserRead, len as u64);
-    Page::decode(&b, no)
-        .ok_or_else(|| Error::corruption(path(), off, format!("hash-table page {no} damaged")))
+    for (mask, nodes) in deltas.iter().rev() {
+        page.apply_delta(*mask, nodes);
+    }
+    page.chain = chain;
+    Ok(page)
 }
 
 /// The meta file's place, written without the table's lock.
@@ -542,8 +898,11 @@ impl StateWrite {
 }
 
 /// Applies to `meta` the records of the edit log in `dir` that extend the
-/// `HASHMETA` whose bytes hash to `base`, in order; returns the log's
-/// length when any record does (0 otherwise: the log is stale and goes).
+/// `HASHMETA` whose bytes hash to `base`, in order (a checkpoint's record
+/// but for its page map: its region of the page file goes to `regions`,
+/// for [`scan_region`]); returns the log's
+/// length when any record does (0 otherwise: the log is stale and goes;
+/// `u64::MAX` when a torn record ends it).
 ///
 /// ```text
 /// HASHEDITS := record*
@@ -564,6 +923,7 @@ fn read_edits(
     stats: &IoStats,
     base: u64,
     meta: &mut Meta,
+    regions: &mut Vec<(u64, u64)>,
 ) -> Result<u64> {
     let path = dir.join(EDITS);
     if !fs.exists(&path) {
@@ -591,11 +951,27 @@ fn read_edits(
         }
         let rec_base = u64::from_le_bytes(body[..8].try_into().expect("8 bytes"));
         if rec_base == base {
-            meta.bands_state =
-                crate::vstore::index_log::apply_state_edit(&meta.bands_state, &body[8..])
-                    .ok_or_else(|| {
-                        Error::corruption(&path, pos as u64, "hash-table edit does not apply")
-                    })?;
+            let edit = &body[8..];
+            let ok = if edit.first() == Some(&CHECKPOINT_EDIT) {
+                apply_checkpoint_edit(meta, edit)
+                    .map(|r| regions.push(r))
+                    .is_some()
+            } else {
+                match crate::vstore::index_log::apply_state_edit(&meta.bands_state, edit) {
+                    Some(state) => {
+                        meta.bands_state = state;
+                        true
+                    }
+                    None => false,
+                }
+            };
+            if !ok {
+                return Err(Error::corruption(
+                    &path,
+                    pos as u64,
+                    "hash-table edit does not apply",
+                ));
+            }
             applied = true;
         }
         pos += 8 + len;
@@ -603,6 +979,11 @@ fn read_edits(
     if !applied {
         fs.remove(&path).ctx(&path)?;
         return Ok(0);
+    }
+    if pos < b.len() {
+        // A torn record ends the log: the log is folded into `HASHMETA`
+        // before anything is appended after it.
+        return Ok(u64::MAX);
     }
     Ok(b.len() as u64)
 }
@@ -613,21 +994,44 @@ pub struct CheckpointSync {
     handle: Option<Box<dyn SyncHandle>>,
     pages: PathBuf,
     meta: Meta,
+    /// The edit-log record to append; `None`: write `meta` whole.
+    edit: Option<Vec<u8>>,
+    /// The page file's length when the checkpoint's records were written.
+    region_end: u64,
     file: MetaFile,
 }
 
+/// A checkpoint made durable ([`CheckpointSync::finish`]), for
+/// [`Table::checkpoint_done`].
+pub struct Checkpointed {
+    meta: Meta,
+    /// Bytes appended to the edit log; `None`: `HASHMETA` was written whole.
+    edit_len: Option<u64>,
+    /// The page file's length when the checkpoint's records were written.
+    region_end: u64,
+}
+
 impl CheckpointSync {
-    /// Syncs the page file, then writes the meta file naming its pages;
-    /// returns that meta for [`Table::checkpoint_done`].
+    /// Syncs the page file, then records the checkpoint naming its pages —
+    /// an edit appended to the edit log (synced), or `HASHMETA` whole —
+    /// for [`Table::checkpoint_done`].
     ///
     /// # Errors
-    /// `Io`; the previous checkpoint then stays in force.
-    pub fn finish(self) -> Result<Meta> {
+    /// `Io`; the previous checkpoint then stays in force (a torn edit is
+    /// cut off at the next open).
+    pub fn finish(self) -> Result<Checkpointed> {
         if let Some(h) = &self.handle {
             h.sync().ctx(&self.pages)?;
         }
-        self.file.write(&self.meta)?;
-        Ok(self.meta)
+        match &self.edit {
+            Some(rec) => self.file.append_edit(rec)?,
+            None => self.file.write(&self.meta)?,
+        }
+        Ok(Checkpointed {
+            edit_len: self.edit.as_ref().map(|r| r.len() as u64),
+            region_end: self.region_end,
+            meta: self.meta,
+        })
     }
 }
 
@@ -679,14 +1083,15 @@ impl Table {
     ) -> Result<(Table, bool)> {
         let meta_path = dir.join(META);
         let (mut base_hash, mut base_len, mut edits_len) = (0, 0, 0);
-        let (meta, existed) = if fs.exists(&meta_path) {
+        let mut regions = Vec::new();
+        let (mut meta, existed) = if fs.exists(&meta_path) {
             let b = crate::fs::read_all(fs.as_ref(), &meta_path).ctx(&meta_path)?;
             stats.add_read(IoCategory::Manifest, b.len() as u64);
             let mut m = Meta::decode(&b)
                 .ok_or_else(|| Error::corruption(&meta_path, 0, "hash-table meta damaged"))?;
             base_hash = xxhash_rust::xxh3::xxh3_64(&b);
             base_len = b.len() as u64;
-            edits_len = read_edits(fs.as_ref(), dir, &stats, base_hash, &mut m)?;
+            edits_len = read_edits(fs.as_ref(), dir, &stats, base_hash, &mut m, &mut regions)?;
             (m, true)
         } else {
             let base = initial_pages.max(1).next_power_of_two();
@@ -723,6 +1128,34 @@ impl Table {
         };
         let file_len = writer.len();
         let reader: Arc<dyn RandomAccessFile> = Arc::from(fs.open_read(&path).ctx(&path)?);
+        // The checkpoints since `HASHMETA` name the page records they
+        // wrote by their region of the page file.
+        let mut regions_len = 0;
+        for &r in &regions {
+            if r.1 > file_len {
+                return Err(Error::corruption(
+                    &path,
+                    r.0,
+                    "hash-table page region beyond the page file",
+                ));
+            }
+            scan_region(&*reader, &path, &stats, r, &mut meta.map)?;
+            regions_len += r.1 - r.0;
+        }
+        if edits_len == u64::MAX {
+            // Rewritten whole, so that no record follows the torn one.
+            let file = MetaFile {
+                fs: Arc::clone(&fs),
+                path: meta_path.clone(),
+                stats: Arc::clone(&stats),
+            };
+            file.write(&meta)?;
+            let b = meta.encode();
+            base_hash = xxhash_rust::xxh3::xxh3_64(&b);
+            base_len = b.len() as u64;
+            edits_len = 0;
+            regions_len = 0;
+        }
         let resizing = meta.split > 0;
         Ok((
             Table {
@@ -742,6 +1175,14 @@ impl Table {
                 reader,
                 file_len,
                 resizing,
+                max_deltas: if cache_pages == usize::MAX {
+                    MAX_DELTAS_MEMORY
+                } else {
+                    MAX_DELTAS_DISK
+                },
+                live_delta_bytes: 0,
+                region_start: file_len,
+                regions_len,
             },
             existed,
         ))
@@ -786,7 +1227,7 @@ impl Table {
                 no,
                 Cached {
                     page,
-                    dirty: false,
+                    changed: 0,
                     referenced: AtomicBool::new(false),
                 },
             );
@@ -818,26 +1259,51 @@ impl Table {
             let Some(c) = self.cache.get_mut(&no) else {
                 continue;
             };
-            if std::mem::replace(c.referenced.get_mut(), false) || (clean_only && c.dirty) {
+            if std::mem::replace(c.referenced.get_mut(), false) || (clean_only && c.changed != 0) {
                 self.order.push_back(no);
                 continue;
             }
-            let c = self.cache.remove(&no).expect("present");
-            if c.dirty {
-                self.write_page(no, &c.page)?;
+            let mut c = self.cache.remove(&no).expect("present");
+            if c.changed != 0 {
+                self.write_page(no, &mut c.page, c.changed)?;
             }
         }
         Ok(true)
     }
 
-    fn write_page(&mut self, no: u64, page: &Page) -> Result<()> {
-        let b = page.encode(no);
+    /// Appends page `no`'s changes: the buckets of `changed` as a delta
+    /// record over its last image, or the whole page when it has no image
+    /// yet, every bucket changed, or its delta records would pass
+    /// `max_deltas` or the bytes of the whole page.
+    fn write_page(&mut self, no: u64, page: &mut Page, changed: u64) -> Result<()> {
+        let prev = self.meta.map[no as usize];
+        let full_len = 16 + page.nodes() as u64 * (NODE_LEN as u64 + 1);
+        let mut delta = None;
+        if prev.1 != 0 && changed != u64::MAX && page.chain.depth < self.max_deltas {
+            let d = page.encode_delta(no, prev, page.chain.depth + 1, changed);
+            if page.chain.bytes + d.len() as u64 <= full_len {
+                delta = Some(d);
+            }
+        }
+        let (b, chain) = match delta {
+            Some(d) => {
+                let chain = Chain {
+                    depth: page.chain.depth + 1,
+                    bytes: page.chain.bytes + d.len() as u64,
+                };
+                (d, chain)
+            }
+            None => (page.encode(no), Chain::default()),
+        };
         let path = self.path();
         let w = self.writer.get_mut();
         w.append(&b).and_then(|_| w.flush()).ctx(&path)?;
         self.stats.add_written(IoCategory::Flush, b.len() as u64);
         self.meta.map[no as usize] = (self.file_len, b.len() as u32);
         self.file_len += b.len() as u64;
+        self.live_delta_bytes =
+            self.live_delta_bytes.saturating_sub(page.chain.bytes) + chain.bytes;
+        page.chain = chain;
         Ok(())
     }
 
@@ -895,7 +1361,7 @@ impl Table {
             read.no,
             Cached {
                 page,
-                dirty: false,
+                changed: 0,
                 referenced: AtomicBool::new(true),
             },
         );
@@ -908,10 +1374,11 @@ impl Table {
     pub fn replace(&mut self, h: u64, old: &ValuePointer, new: ValuePointer) -> Result<bool> {
         let no = self.page_of(h);
         let c = self.load(no)?;
-        match c.page.buckets[(h as usize) % BUCKETS_PER_PAGE].find_mut(old) {
+        let bucket = (h as usize) % BUCKETS_PER_PAGE;
+        match c.page.buckets[bucket].find_mut(old) {
             Some(n) => {
                 n.ptr = new;
-                c.dirty = true;
+                c.changed |= 1 << bucket;
                 Ok(true)
             }
             None => Ok(false),
@@ -923,12 +1390,13 @@ impl Table {
     pub fn insert(&mut self, h: u64, fp: u32, ptr: ValuePointer) -> Result<()> {
         let no = self.page_of(h);
         let c = self.load(no)?;
-        c.page.buckets[(h as usize) % BUCKETS_PER_PAGE].insert(Node {
+        let bucket = (h as usize) % BUCKETS_PER_PAGE;
+        c.page.buckets[bucket].insert(Node {
             home: (h >> 6) as u32,
             fp,
             ptr,
         });
-        c.dirty = true;
+        c.changed |= 1 << bucket;
         self.meta.count += 1;
         if !self.resizing && self.load_factor() > MAX_LOAD && self.meta.base_pages < 1 << 31 {
             self.resizing = true;
@@ -943,9 +1411,10 @@ impl Table {
     pub fn remove(&mut self, h: u64, ptr: &ValuePointer) -> Result<bool> {
         let no = self.page_of(h);
         let c = self.load(no)?;
-        let ok = c.page.buckets[(h as usize) % BUCKETS_PER_PAGE].remove(ptr);
+        let bucket = (h as usize) % BUCKETS_PER_PAGE;
+        let ok = c.page.buckets[bucket].remove(ptr);
         if ok {
-            c.dirty = true;
+            c.changed |= 1 << bucket;
             self.meta.count -= 1;
         }
         Ok(ok)
@@ -983,7 +1452,7 @@ impl Table {
                 no,
                 Cached {
                     page,
-                    dirty: true,
+                    changed: u64::MAX,
                     referenced: AtomicBool::new(true),
                 },
             );
@@ -1015,18 +1484,21 @@ impl Table {
         let mut dirty: Vec<u64> = self
             .cache
             .iter()
-            .filter(|(_, c)| c.dirty)
+            .filter(|(_, c)| c.changed != 0)
             .map(|(&n, _)| n)
             .collect();
         dirty.sort_unstable();
         for no in dirty {
-            let page = self.cache[&no].page.clone();
-            self.write_page(no, &page)?;
-            if let Some(c) = self.cache.get_mut(&no) {
-                c.dirty = false;
+            let mut c = self.cache.remove(&no).expect("a dirty page is cached");
+            let r = self.write_page(no, &mut c.page, c.changed);
+            if r.is_ok() {
+                c.changed = 0;
             }
+            self.cache.insert(no, c);
+            r?;
         }
-        let live: u64 = self.meta.map.iter().map(|x| x.1 as u64).sum();
+        let live: u64 =
+            self.meta.map.iter().map(|x| x.1 as u64).sum::<u64>() + self.live_delta_bytes;
         if self.file_len > 4 * live + PAGE_FILE_SLACK {
             self.rewrite_pages()?;
         }
@@ -1038,19 +1510,43 @@ impl Table {
         }
         self.meta.ckpt = ckpt;
         self.meta.bands_state = bands_state;
+        // Without a `HASHMETA` (a new table) there is nothing to extend;
+        // past a table's bytes of regions, open would read more records
+        // than the pages hold, and `HASHMETA` is written whole instead.
+        let region = (self.region_start, self.file_len);
+        // The bytes of the table written whole.
+        let whole = self.meta.count * (NODE_LEN as u64 + 1) + self.meta.map.len() as u64 * 16;
+        let edit = checkpoint_edit(&self.durable, &self.meta, region)
+            .filter(|_| {
+                self.base_len > 0
+                    && self.regions_len + (region.1 - region.0) <= whole.max(REGIONS_MIN_COMPACT)
+            })
+            .and_then(|e| self.fits_edit_log(edit_record(self.base_hash, &e)));
         Ok(CheckpointSync {
             handle,
             pages: path,
             meta: self.meta.clone(),
+            edit,
+            region_end: self.file_len,
             file: self.meta_file(),
         })
     }
 
     /// The last half of a checkpoint, under the lock again: its meta is
     /// now the durable one, and a page file it replaced goes.
-    pub fn checkpoint_done(&mut self, meta: Meta) {
-        self.based_on(&meta);
-        self.durable = meta;
+    pub fn checkpoint_done(&mut self, done: Checkpointed) {
+        match done.edit_len {
+            Some(n) => {
+                self.edits_len += n;
+                self.regions_len += done.region_end.saturating_sub(self.region_start);
+            }
+            None => {
+                self.based_on(&done.meta);
+                self.regions_len = 0;
+            }
+        }
+        self.region_start = done.region_end;
+        self.durable = done.meta;
         if let Some(old) = self.pending_remove.take() {
             let _ = self.fs.remove(&old);
         }
@@ -1094,16 +1590,7 @@ impl Table {
     /// whole new `HASHMETA`.
     pub fn with_bands_state(&self, bands_state: Vec<u8>) -> StateWrite {
         let edit = crate::vstore::index_log::state_edit(&self.durable.bands_state, &bands_state)
-            .and_then(|edit| {
-                let mut body = self.base_hash.to_le_bytes().to_vec();
-                body.extend_from_slice(&edit);
-                let mut rec = Vec::with_capacity(8 + body.len());
-                rec.extend_from_slice(&(body.len() as u32).to_le_bytes());
-                rec.extend_from_slice(&mask(crc(&body)).to_le_bytes());
-                rec.extend_from_slice(&body);
-                let limit = self.base_len.max(EDITS_MIN_COMPACT);
-                (self.edits_len + rec.len() as u64 <= limit).then_some(rec)
-            });
+            .and_then(|edit| self.fits_edit_log(edit_record(self.base_hash, &edit)));
         let mut meta = self.durable.clone();
         meta.bands_state = bands_state;
         StateWrite {
@@ -1111,6 +1598,13 @@ impl Table {
             edit,
             file: self.meta_file(),
         }
+    }
+
+    /// `rec` when appending it keeps the edit log within the size of
+    /// `HASHMETA` (at least `EDITS_MIN_COMPACT`).
+    fn fits_edit_log(&self, rec: Vec<u8>) -> Option<Vec<u8>> {
+        let limit = self.base_len.max(EDITS_MIN_COMPACT);
+        (self.edits_len + rec.len() as u64 <= limit).then_some(rec)
     }
 
     /// The bands state `HASHMETA` and the edit log hold together.
@@ -1141,18 +1635,18 @@ impl Table {
                 map.push((0, 0));
                 continue;
             }
-            let mut b = vec![0u8; l as usize];
-            self.reader.read_exact_at(off, &mut b).ctx(&self.path())?;
-            if Page::decode(&b, no as u64).is_none() {
-                return Err(Error::corruption(
-                    self.path(),
-                    off,
-                    format!("hash-table page {no} damaged"),
-                ));
-            }
+            let page = read_page(
+                &*self.reader,
+                || self.path(),
+                &self.stats,
+                no as u64,
+                off,
+                l,
+            )?;
+            let b = page.encode(no as u64);
             w.append(&b).ctx(&path)?;
-            map.push((len, l));
-            len += l as u64;
+            map.push((len, b.len() as u32));
+            len += b.len() as u64;
         }
         w.flush().and_then(|_| w.sync()).ctx(&path)?;
         self.fs.sync_dir(&self.dir).ctx(&self.dir)?;
@@ -1163,6 +1657,10 @@ impl Table {
         self.reader = Arc::from(self.fs.open_read(&path).ctx(&path)?);
         *self.writer.get_mut() = w;
         self.file_len = len;
+        self.live_delta_bytes = 0;
+        for c in self.cache.values_mut() {
+            c.page.chain = Chain::default();
+        }
         // The old file goes once the meta naming the new one is written;
         // the next open removes it if a crash comes first.
         self.pending_remove = Some(old);
@@ -1190,7 +1688,7 @@ impl Table {
         };
         f.load = f.nodes as f64 / (2.0 * f.buckets.max(1) as f64);
         for c in self.cache.values() {
-            f.dirty_pages += c.dirty as u64;
+            f.dirty_pages += (c.changed != 0) as u64;
             for b in &c.page.buckets {
                 if !b.chain.is_empty() {
                     f.overflow_chains += 1;

@@ -904,19 +904,17 @@ fn gc_steps_append_edits_not_the_whole_meta() {
     let (t, _) = load().unwrap();
     assert_eq!(t.checkpoint_state().1, &state[..]);
     drop(t);
-    // A torn last edit is passed over.
-    let len = ffs.file_len(&edits).unwrap();
-    ffs.corrupt(&edits, len - 1, 0x01).unwrap();
-    let (t, _) = load().unwrap();
-    assert_ne!(t.checkpoint_state().1, &state[..]);
-    drop(t);
     // Damage before the last edit is corruption.
     ffs.corrupt(&edits, 12, 0x01).unwrap();
     match load() {
-        Err(Error::Corruption { file, offset, .. }) => assert_eq!((file, offset), (edits, 0)),
+        Err(Error::Corruption { file, offset, .. }) => {
+            assert_eq!((file, offset), (edits.clone(), 0))
+        }
         Err(e) => panic!("{e:?}"),
         Ok(_) => panic!("opened with a damaged edit"),
     }
+    ffs.corrupt(&edits, 12, 0x01).unwrap();
+    // (A torn last edit: `checkpoints_write_changed_buckets_and_recover_from_deltas`.)
     // Without the edit log: HASHMETA alone, as before it existed (the
     // bands after its checkpoint are replayed; GC judges retired bands
     // again).
@@ -1071,4 +1069,244 @@ fn engine_keeps_keys_with_colliding_hashes_apart() {
         step(&db, &mut model, n, false);
     }
     check(&db, &model, "after more writes");
+}
+
+/// A bands state at replay position `(b, 0)`, nothing retired or invalid.
+fn bands_state(b: u64) -> Vec<u8> {
+    let mut v = vec![1u8];
+    v.extend_from_slice(&b.to_le_bytes());
+    v.extend_from_slice(&0u64.to_le_bytes());
+    v.extend_from_slice(&0u32.to_le_bytes());
+    v.extend_from_slice(&0u32.to_le_bytes());
+    v
+}
+
+/// Checkpoints after the first append the changed buckets as delta
+/// records and the changed page-map entries as an edit, not whole pages
+/// and a whole `HASHMETA`; a reopen (and a power loss) rebuilds every page
+/// from its last whole image and its deltas, in memory and disk mode.
+#[test]
+fn checkpoints_write_changed_buckets_and_recover_from_deltas() {
+    for cache_pages in [usize::MAX, 4] {
+        let ffs = Arc::new(FaultFs::new());
+        let fs: Arc<dyn FileSystem> = ffs.clone();
+        fs.create_dir_all(dir()).unwrap();
+        let load = || {
+            Table::open(
+                dir(),
+                fs.clone(),
+                Arc::new(IoStats::default()),
+                cache_pages,
+                64,
+            )
+        };
+        let (mut t, _) = load().unwrap();
+        let mut rng = Rng(11);
+        let ptr = |i: u64, round: u64| ValuePointer {
+            file_id: i + 1,
+            offset: round,
+            length: 40,
+            aux: 0,
+        };
+        // (h, fp, round of its newest pointer)
+        let mut nodes: Vec<(u64, u32, u64)> = Vec::new();
+        for i in 0..4000u64 {
+            let (h, fp) = (rng.next(), rng.next() as u32);
+            t.insert(h, fp, ptr(i, 0)).unwrap();
+            nodes.push((h, fp, 0));
+        }
+        t.checkpoint((1, 0), bands_state(1)).unwrap();
+        let meta_path = dir().join(table::META);
+        let edits = dir().join(table::EDITS);
+        let pages_file = || {
+            let name = fs
+                .list(dir())
+                .unwrap()
+                .into_iter()
+                .find(|n| n.starts_with("hash-"));
+            dir().join(name.unwrap())
+        };
+        let pages = pages_file();
+        let meta_len = ffs.file_len(&meta_path).unwrap();
+        let pages_len = ffs.file_len(&pages).unwrap();
+        let check = |t: &mut Table, nodes: &[(u64, u32, u64)], round: u64| {
+            assert_eq!(
+                t.checkpoint_state(),
+                ((round + 1, 0), &bands_state(round + 1)[..])
+            );
+            assert_eq!(t.figures().nodes, nodes.len() as u64);
+            for (i, &(h, fp, r)) in nodes.iter().enumerate() {
+                let c = t.candidates(h, fp).unwrap();
+                assert_eq!(c.len(), 1, "node {i}");
+                assert_eq!(c[0].ptr, ptr(i as u64, r), "node {i} after round {round}");
+            }
+            let (n, faults) = t.page_check().run();
+            assert!(n > 0 && faults.is_empty(), "{faults:?}");
+        };
+        for round in 1..=20u64 {
+            for _ in 0..5 {
+                let i = rng.below(nodes.len() as u64) as usize;
+                let (h, _, r) = nodes[i];
+                assert!(t
+                    .replace(h, &ptr(i as u64, r), ptr(i as u64, round))
+                    .unwrap());
+                nodes[i].2 = round;
+            }
+            t.checkpoint((round + 1, 0), bands_state(round + 1))
+                .unwrap();
+            if round % 10 == 0 {
+                drop(t);
+                t = load().unwrap().0;
+                check(&mut t, &nodes, round);
+            }
+        }
+        // 100 changed buckets: their deltas, far less than the 100 pages
+        // (of about 60 nodes each) whole checkpoints would have appended.
+        let grown = ffs.file_len(&pages).unwrap() - pages_len;
+        assert!(
+            grown * 2 < pages_len,
+            "cache {cache_pages}: {grown} bytes of pages for 100 changes (table {pages_len})"
+        );
+        assert_eq!(
+            ffs.file_len(&meta_path).unwrap(),
+            meta_len,
+            "HASHMETA rewritten"
+        );
+        assert!(fs.exists(&edits));
+        // Every checkpoint is synced: a power loss keeps the last one.
+        drop(t);
+        ffs.crash();
+        let (mut t, _) = load().unwrap();
+        check(&mut t, &nodes, 20);
+
+        // Deltas appended, the marker torn or never synced: the previous
+        // checkpoint stays, and its pages read as they were.
+        let changed: Vec<usize> = (0..5)
+            .map(|_| rng.below(nodes.len() as u64) as usize)
+            .collect();
+        for &i in &changed {
+            let (h, _, r) = nodes[i];
+            if t.replace(h, &ptr(i as u64, r), ptr(i as u64, 99)).unwrap() {
+                // A node drawn twice was replaced the first time.
+            }
+        }
+        ffs.add_rule(crate::fs::FaultRule {
+            op: crate::fs::FaultOp::Sync,
+            path_contains: Some(table::EDITS.into()),
+            skip: 0,
+            times: None,
+            kind: crate::fs::FaultKind::Eio,
+        });
+        assert!(t.checkpoint((50, 0), bands_state(50)).is_err());
+        ffs.clear_rules();
+        drop(t);
+        ffs.crash();
+        let (mut t, _) = load().unwrap();
+        check(&mut t, &nodes, 20);
+        drop(t);
+        // A marker cut short at the end of the log is passed over.
+        let (mut t, _) = load().unwrap();
+        for &i in &changed {
+            let (h, _, r) = nodes[i];
+            t.replace(h, &ptr(i as u64, r), ptr(i as u64, 21)).unwrap();
+        }
+        let log_len = ffs.file_len(&edits).unwrap();
+        t.checkpoint((21, 0), bands_state(21)).unwrap();
+        drop(t);
+        let (t2, _) = load().unwrap();
+        assert_eq!(t2.checkpoint_state().0, (21, 0));
+        drop(t2);
+        ffs.truncate(&edits, ffs.file_len(&edits).unwrap() - 3)
+            .unwrap();
+        let (mut t, _) = load().unwrap();
+        check(&mut t, &nodes, 20);
+        assert!(log_len > 0 && !fs.exists(&edits), "the torn log is folded");
+        // A damaged delta record is corruption at its place, never a
+        // wrong node.
+        let pages = pages_file();
+        for &i in &changed {
+            let (h, _, r) = nodes[i];
+            t.replace(h, &ptr(i as u64, r), ptr(i as u64, 21)).unwrap();
+        }
+        t.checkpoint((21, 0), bands_state(21)).unwrap();
+        drop(t);
+        let end = ffs.file_len(&pages).unwrap();
+        ffs.corrupt(&pages, end - 10, 0x40).unwrap();
+        // (Open reads the records the edit log's checkpoints name.)
+        let faults = match load() {
+            Ok((t, _)) => t.page_check().run().1,
+            Err(e) => vec![e],
+        };
+        assert!(
+            faults
+                .iter()
+                .any(|e| matches!(e, Error::Corruption { file, .. } if *file == pages)),
+            "{faults:?}"
+        );
+    }
+}
+
+/// When deltas pass the bound, a page is written whole again, and the
+/// page file's rewrite folds every chain into whole pages.
+#[test]
+fn delta_chains_are_bounded_and_folded_by_the_rewrite() {
+    let ffs = Arc::new(FaultFs::new());
+    let fs: Arc<dyn FileSystem> = ffs.clone();
+    fs.create_dir_all(dir()).unwrap();
+    let load = || {
+        Table::open(
+            dir(),
+            fs.clone(),
+            Arc::new(IoStats::default()),
+            usize::MAX,
+            1,
+        )
+    };
+    let (mut t, _) = load().unwrap();
+    // One page: every change lands on it.
+    let h = |n: u64| n % 64;
+    let ptr = |n: u64, r: u64| ValuePointer {
+        file_id: n + 1,
+        offset: r,
+        length: 10,
+        aux: 0,
+    };
+    for n in 0..40u64 {
+        t.insert(h(n), n as u32, ptr(n, 0)).unwrap();
+    }
+    t.checkpoint((1, 0), bands_state(1)).unwrap();
+    let pages = dir().join("hash-000001.pages");
+    let whole = ffs.file_len(&pages).unwrap();
+    let mut sizes = Vec::new();
+    for r in 1..=30u64 {
+        let before = ffs.file_len(&pages).unwrap_or(0);
+        let n = r % 40;
+        let last = (r - 1) / 40;
+        assert!(t.replace(h(n), &ptr(n, last), ptr(n, r)).unwrap());
+        t.checkpoint((r + 1, 0), bands_state(r + 1)).unwrap();
+        if let Some(after) = ffs.file_len(&pages) {
+            if after > before {
+                sizes.push(after - before);
+            }
+        }
+        let (mut t2, _) = load().unwrap();
+        for m in 0..40u64 {
+            let want = if m >= 1 && m <= r {
+                ptr(m, m)
+            } else {
+                ptr(m, 0)
+            };
+            let c = t2.candidates(h(m), m as u32).unwrap();
+            assert_eq!(
+                c.iter().map(|x| x.ptr).collect::<Vec<_>>(),
+                vec![want],
+                "round {r}"
+            );
+        }
+    }
+    // Small deltas, and now and then the page whole (at most eight deltas
+    // in a row, or a rewrite of the file).
+    let big = sizes.iter().filter(|&&s| s * 2 > whole).count();
+    let small = sizes.iter().filter(|&&s| s * 4 < whole).count();
+    assert!(big >= 3 && small >= 20, "{sizes:?} (page {whole})");
 }
