@@ -108,6 +108,11 @@ pub struct DbStats {
     /// waited for a GC step already running instead of running one itself
     /// (counter since open).
     pub write_gc_waits: u64,
+    /// Index lookups GC's relocation made again, after its own liveness
+    /// check, because the memtables could no longer tell whether the keys
+    /// were written since (counter since open; the liveness check's own
+    /// lookups are the value store's `gc_lookups` figure).
+    pub gc_relocation_lookups: u64,
     /// Commit groups written (counter since open): each is one value-store
     /// append and one WAL record for all of its members' batches.
     pub write_groups: u64,
@@ -260,6 +265,7 @@ impl DbInner {
             write_stall_micros: shared.stall_micros.load(Ordering::Relaxed),
             write_gc_steps: c.write_gc_steps.load(Ordering::Relaxed),
             write_gc_waits: c.write_gc_waits.load(Ordering::Relaxed),
+            gc_relocation_lookups: c.gc_relocation_lookups.load(Ordering::Relaxed),
             write_groups: self.commit.groups(),
             write_synced_groups: self.commit.synced_groups(),
             write_batches: self.commit.batches(),

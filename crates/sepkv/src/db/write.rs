@@ -514,6 +514,9 @@ impl DbInner {
         let mut installed = match judged {
             Some(v) => v,
             None => {
+                self.counters
+                    .gc_relocation_lookups
+                    .fetch_add(moves.len() as u64, Ordering::Relaxed);
                 let mut v = Vec::with_capacity(moves.len());
                 for m in moves {
                     v.push(self.points_at(&m.key, &m.old)?);
@@ -545,7 +548,12 @@ impl DbInner {
                 if *ok {
                     *ok = match written.as_mut() {
                         Some(w) => !w.next().expect("one answer per key"),
-                        None => self.points_at(&m.key, &m.old)?,
+                        None => {
+                            self.counters
+                                .gc_relocation_lookups
+                                .fetch_add(1, Ordering::Relaxed);
+                            self.points_at(&m.key, &m.old)?
+                        }
                     };
                 }
             }

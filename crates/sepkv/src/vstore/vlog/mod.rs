@@ -311,6 +311,9 @@ struct State {
 struct Counters {
     gc_runs: AtomicU64,
     gc_bytes_read: AtomicU64,
+    /// Index lookups GC made to judge records (one per record that holds
+    /// a value); each reads what a point read of the index reads.
+    gc_lookups: AtomicU64,
     gc_bytes_rewritten: AtomicU64,
     gc_bytes_freed: AtomicU64,
     /// See [`ValueStore::garbage_found`].
@@ -1247,6 +1250,7 @@ impl ValueStore for VlogStore {
             ("vlog_tail_offset", to),
             ("gc_runs", c.gc_runs.load(Ordering::Relaxed)),
             ("gc_bytes_read", c.gc_bytes_read.load(Ordering::Relaxed)),
+            ("gc_lookups", c.gc_lookups.load(Ordering::Relaxed)),
             (
                 "gc_bytes_rewritten",
                 c.gc_bytes_rewritten.load(Ordering::Relaxed),
