@@ -373,19 +373,37 @@ enum Pulled {
 /// A Rust iterator over `(key, value)` pairs of a key range, forward or
 /// backward. An error ends the iteration after being yielded once.
 ///
-/// Once the scan has read two entries in a row it fetches the keys of the
-/// next entries from the index — a window that grows with the scan up to
-/// `scan_prefetch_depth` — and reads their separated values in parallel
-/// ([`ValueStore::read_many`], WiscKey §3.3.1); inline values cost nothing
-/// extra.
+/// The first two entries are read one at a time. Once the scan has
+/// returned two and batches pay ([`ValueStore::batch_reads_pay`]; a
+/// `scan_prefetch_depth` of 0 turns batches off), it fetches the keys of
+/// the next entries from the index and reads their separated values in one
+/// batch ([`ValueStore::read_many`]: parallel prefetch, WiscKey §3.3.1, or
+/// span reads, KT-Store §3.3); inline values cost nothing extra. How far a
+/// batch reaches depends on what the scan knows of its end:
 ///
-/// A caller that knows how many entries it wants says so with
-/// [`Scan::limit`]: the scan then ends there, and once batches pay it
-/// resolves the values of the whole rest of the scan in one batch (up to
-/// `Options::scan_batch_bytes` of values) instead of ramping up — a layout
-/// that reads spans (KT-Store §3.3) sees every pointer of the range at once
-/// and reads each table's span at most once, and nothing past the end is
-/// read.
+/// - **A limit** ([`Scan::limit`]): the scan ends after `n` entries, and
+///   batches start with the first entry and hold the whole rest of the
+///   scan, so nothing past the `n`th entry is read.
+/// - **A bounded range** — an upper bound for a forward scan, a lower
+///   bound for a reverse one: a batch holds the whole rest of the range.
+/// - **An open-ended range**: a batch holds as many entries as the scan
+///   has returned so far, so the window doubles with each batch (2, 4,
+///   8, ...) with no cap in entries.
+///
+/// Every batch stops at `Options::scan_batch_bytes` of values (separated
+/// ones counted from their pointers, inline ones by their length), which
+/// also bounds the values a scan holds in memory. Hence a layout that
+/// reads spans reads each TrieTable's span at most once per batch: a
+/// limited or bounded scan of `B` bytes of values reads each table at most
+/// `ceil(B / scan_batch_bytes)` times — once, up to the default 128 MiB —
+/// and an open-ended scan of `N` entries makes at most `log2 N` batches
+/// before its batches reach `scan_batch_bytes`, each table read once per
+/// batch that reaches it. An open-ended scan the caller stops after `k`
+/// entries has read the values of at most `2k` (its last batch is no
+/// larger than what came before it); a bounded scan stopped early may
+/// have read the rest of its range up to `scan_batch_bytes`, so a caller
+/// that stops early says where with [`Scan::limit`]. The entries and
+/// values returned are the same whichever way they are read.
 pub struct Scan {
     it: DbIterator,
     reverse: bool,
@@ -422,8 +440,9 @@ impl Scan {
 
     /// Ends the scan after `n` entries (like [`Iterator::take`]) and lets it
     /// read the values of all of them — up to `Options::scan_batch_bytes`
-    /// of values per batch — in one batch once batches pay, rather than in
-    /// windows that grow from one entry to `scan_prefetch_depth`. The
+    /// of values per batch — in one batch once batches pay, rather than
+    /// one at a time for the first two entries and then in windows that
+    /// double (see [`Scan`]). The
     /// entries and values are the same either way; only how they are read
     /// differs.
     #[must_use]
@@ -437,6 +456,16 @@ impl Scan {
                 .expect_forward(n.min(Self::MAX_LIMITED_WINDOW));
         }
         self
+    }
+
+    /// True when the range ends where the scan walks to: an upper bound
+    /// for a forward scan, a lower bound for a reverse one.
+    fn bounded(&self) -> bool {
+        if self.reverse {
+            self.it.lower.is_some()
+        } else {
+            self.it.upper.is_some()
+        }
     }
 
     fn advance(&mut self) {
@@ -486,7 +515,8 @@ impl Scan {
     /// values behind pointers read in one batch. After the iterator's last
     /// entry, or the first that failed, queues the iterator's error if it
     /// has one.
-    /// Stops early once the pointers pulled name `max_bytes` of values.
+    /// Stops early once the entries pulled hold `max_bytes` of values
+    /// (separated ones counted from their pointers).
     fn fill(&mut self, n: usize, max_bytes: u64) {
         let start = self.ready.len();
         // Where each pointer's entry waits in `ready`, and its read.
@@ -496,7 +526,11 @@ impl Scan {
         while self.ready.len() - start < n && bytes < max_bytes {
             match self.pull() {
                 None => break,
-                Some(Pulled::Inline(key, value)) => self.ready.push_back(Ok((key, value))),
+                Some(Pulled::Inline(key, value)) => {
+                    // Inline values count too: they are held until returned.
+                    bytes += value.len() as u64;
+                    self.ready.push_back(Ok((key, value)));
+                }
                 Some(Pulled::Behind(key, p)) => {
                     at.push(self.ready.len());
                     bytes += u64::from(p.length);
@@ -575,11 +609,19 @@ impl Iterator for Scan {
             // end: the rest of it at once.
             // Reads from memory gain nothing from batches: resolve one
             // value at a time and read none past where the caller stops.
+            // Without a limit, a range with an end bound is the rest of it
+            // in batches; an open-ended one doubles its window with each
+            // batch (the entries returned so far), past the depth, until a
+            // batch holds `batch_bytes` of values.
             let pays = || self.it.vstore.batch_reads_pay();
             let (n, max_bytes) = match self.limit {
                 Some(l) if pays() => (l - self.yielded, self.batch_bytes),
-                None if self.yielded >= 2 && pays() => {
-                    (self.yielded.clamp(1, self.depth.max(1)), u64::MAX)
+                None if self.yielded >= 2 && self.depth > 0 && pays() => {
+                    if self.bounded() {
+                        (usize::MAX, self.batch_bytes)
+                    } else {
+                        (self.yielded, self.batch_bytes)
+                    }
                 }
                 _ => (1, u64::MAX),
             };

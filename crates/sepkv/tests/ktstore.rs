@@ -366,6 +366,153 @@ fn a_long_limited_scan_reads_each_table_at_most_once() {
     );
 }
 
+/// A database of `N` 1,000-byte values in key order over at least 20
+/// TrieTables, with `scan_batch_bytes` at `batch`.
+fn long_range(n: usize, batch: u64) -> Db {
+    let db = Db::open(
+        "/db",
+        Options {
+            scan_batch_bytes: batch,
+            ..opts(Arc::new(MemFs::new()))
+        },
+    )
+    .unwrap();
+    for i in 0..n {
+        db.put(key(i), value(i, 0)).unwrap();
+    }
+    // Tables in key order: batches pay even from memory.
+    assert!(figure(&db, "trie_sorted_permille") > 900);
+    assert!(figure(&db, "trie_tables") >= 20);
+    db
+}
+
+/// Tables read by span reads and read calls (span and single) so far.
+fn table_reads(db: &Db) -> (u64, u64) {
+    (
+        figure(db, "span_tables"),
+        figure(db, "span_reads") + figure(db, "single_reads"),
+    )
+}
+
+/// A scan without a limit over a range with an end bound — forward with
+/// an upper bound, backward with a lower one — reads each table at most
+/// once, as a limited scan does, and returns the same entries.
+#[test]
+fn a_long_bounded_scan_reads_each_table_at_most_once() {
+    const N: usize = 10_000;
+    let db = long_range(N, 128 << 20);
+    let tables = figure(&db, "trie_tables");
+    for reverse in [false, true] {
+        let (lo, hi) = (100, N - 100);
+        let (t0, r0) = table_reads(&db);
+        let got: Vec<_> = db
+            .scan(&key(lo)..&key(hi), reverse)
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        let (t1, r1) = table_reads(&db);
+        let want: Vec<usize> = if reverse {
+            (lo..hi).rev().collect()
+        } else {
+            (lo..hi).collect()
+        };
+        assert_eq!(got.len(), want.len());
+        for ((k, v), i) in got.iter().zip(want) {
+            assert_eq!((k, v), (&key(i), &value(i, 0)));
+        }
+        assert!(
+            t1 - t0 <= tables,
+            "reverse {reverse}: {} table reads, {tables} tables",
+            t1 - t0
+        );
+        // Its first two entries are read one at a time, before the scan
+        // knows it is one.
+        assert!(
+            r1 - r0 <= tables + 2,
+            "reverse {reverse}: {} reads, {tables} tables",
+            r1 - r0
+        );
+    }
+}
+
+/// A scan over an open-ended range doubles its window past the prefetch
+/// depth, so the tables it reads over `N` entries grow with `log N` (plus
+/// one per table touched), not with `N / scan_prefetch_depth`; with small
+/// batches the window stops growing at `scan_batch_bytes` of values and
+/// the scan still returns everything.
+#[test]
+fn an_open_ended_scan_reads_tables_a_logarithmic_number_of_times() {
+    const N: usize = 10_000;
+    let db = long_range(N, 128 << 20);
+    let tables = figure(&db, "trie_tables");
+    for reverse in [false, true] {
+        // Forward from the first key, backward from past the last: open at
+        // the end the scan walks towards.
+        let (t0, _) = table_reads(&db);
+        let got: Vec<_> = if reverse {
+            db.scan(..key(N), true)
+                .unwrap()
+                .map(|r| r.unwrap())
+                .collect()
+        } else {
+            db.scan(&key(0).., false)
+                .unwrap()
+                .map(|r| r.unwrap())
+                .collect()
+        };
+        let (t1, _) = table_reads(&db);
+        assert_eq!(got.len(), N);
+        for (j, (k, v)) in got.iter().enumerate() {
+            let i = if reverse { N - 1 - j } else { j };
+            assert_eq!((k, v), (&key(i), &value(i, 0)));
+        }
+        // Windows of 2, 4, 8, ...: at most log2(N) + 1 of them, each
+        // table read once by every window that reaches it.
+        let windows = (N as f64).log2().ceil() as u64 + 1;
+        assert!(
+            t1 - t0 <= tables + windows,
+            "reverse {reverse}: {} table reads, {tables} tables, {windows} windows",
+            t1 - t0
+        );
+    }
+    // Batches of 1 MiB (about 1,000 values): the window stops there.
+    let small = long_range(N, 1 << 20);
+    let got: Vec<_> = small
+        .scan(&key(0).., false)
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(got.len(), N);
+    for (j, (k, v)) in got.iter().enumerate() {
+        assert_eq!((k, v), (&key(j), &value(j, 0)));
+    }
+}
+
+/// A scan the caller stops early has read values of at most about twice
+/// the entries it returned: the window never runs ahead of what was
+/// consumed by more than what was consumed.
+#[test]
+fn an_open_ended_scan_stopped_early_reads_at_most_twice_what_it_returned() {
+    const N: usize = 10_000;
+    let db = long_range(N, 128 << 20);
+    for taken in [3usize, 40, 300, 2000] {
+        let v0 = figure(&db, "span_values") + figure(&db, "single_reads");
+        let got: Vec<_> = db
+            .scan(&key(0).., false)
+            .unwrap()
+            .take(taken)
+            .map(|r| r.unwrap())
+            .collect();
+        let v1 = figure(&db, "span_values") + figure(&db, "single_reads");
+        assert_eq!(got.len(), taken);
+        let read = v1 - v0;
+        assert!(
+            read <= 2 * taken as u64,
+            "{taken} taken, {read} values read"
+        );
+    }
+}
+
 /// The span options are checked when the database opens.
 #[test]
 fn span_options_out_of_range_are_refused() {
