@@ -384,26 +384,27 @@ enum Pulled {
 /// - **A limit** ([`Scan::limit`]): the scan ends after `n` entries, and
 ///   batches start with the first entry and hold the whole rest of the
 ///   scan, so nothing past the `n`th entry is read.
-/// - **A bounded range** — an upper bound for a forward scan, a lower
-///   bound for a reverse one: a batch holds the whole rest of the range.
-/// - **An open-ended range**: a batch holds as many entries as the scan
-///   has returned so far, so the window doubles with each batch (2, 4,
-///   8, ...) with no cap in entries.
+/// - **No limit**: a batch holds as many entries as the scan has returned
+///   so far, so the window doubles with each batch (2, 4, 8, ...) with no
+///   cap in entries. A range's end bound does not change this: callers
+///   scan bounded ranges and stop early (a page of `SCAN`, the keys of one
+///   slot), and reading the rest of the range for them would read up to
+///   `scan_batch_bytes` they never use.
 ///
 /// Every batch stops at `Options::scan_batch_bytes` of values (separated
 /// ones counted from their pointers, inline ones by their length), which
 /// also bounds the values a scan holds in memory. Hence a layout that
 /// reads spans reads each TrieTable's span at most once per batch: a
-/// limited or bounded scan of `B` bytes of values reads each table at most
+/// limited scan of `B` bytes of values reads each table at most
 /// `ceil(B / scan_batch_bytes)` times — once, up to the default 128 MiB —
-/// and an open-ended scan of `N` entries makes at most `log2 N` batches
-/// before its batches reach `scan_batch_bytes`, each table read once per
-/// batch that reaches it. An open-ended scan the caller stops after `k`
+/// and a scan without a limit over `N` entries makes at most `log2 N`
+/// batches before its batches reach `scan_batch_bytes`, each table read
+/// once per batch that reaches it. A scan the caller stops after `k`
 /// entries has read the values of at most `2k` (its last batch is no
-/// larger than what came before it); a bounded scan stopped early may
-/// have read the rest of its range up to `scan_batch_bytes`, so a caller
-/// that stops early says where with [`Scan::limit`]. The entries and
-/// values returned are the same whichever way they are read.
+/// larger than what came before it); a caller that knows how many entries
+/// it wants says so with [`Scan::limit`] and gets every table read once.
+/// The entries and values returned are the same whichever way they are
+/// read.
 pub struct Scan {
     it: DbIterator,
     reverse: bool,
@@ -456,16 +457,6 @@ impl Scan {
                 .expect_forward(n.min(Self::MAX_LIMITED_WINDOW));
         }
         self
-    }
-
-    /// True when the range ends where the scan walks to: an upper bound
-    /// for a forward scan, a lower bound for a reverse one.
-    fn bounded(&self) -> bool {
-        if self.reverse {
-            self.it.lower.is_some()
-        } else {
-            self.it.upper.is_some()
-        }
     }
 
     fn advance(&mut self) {
@@ -609,19 +600,14 @@ impl Iterator for Scan {
             // end: the rest of it at once.
             // Reads from memory gain nothing from batches: resolve one
             // value at a time and read none past where the caller stops.
-            // Without a limit, a range with an end bound is the rest of it
-            // in batches; an open-ended one doubles its window with each
-            // batch (the entries returned so far), past the depth, until a
-            // batch holds `batch_bytes` of values.
+            // Without a limit the window doubles with each batch (the
+            // entries returned so far), past the depth, until a batch
+            // holds `batch_bytes` of values.
             let pays = || self.it.vstore.batch_reads_pay();
             let (n, max_bytes) = match self.limit {
                 Some(l) if pays() => (l - self.yielded, self.batch_bytes),
                 None if self.yielded >= 2 && self.depth > 0 && pays() => {
-                    if self.bounded() {
-                        (usize::MAX, self.batch_bytes)
-                    } else {
-                        (self.yielded, self.batch_bytes)
-                    }
+                    (self.yielded, self.batch_bytes)
                 }
                 _ => (1, u64::MAX),
             };

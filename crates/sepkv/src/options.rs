@@ -398,18 +398,17 @@ pub struct Options {
     /// Entries whose values FlashKey's hash index looks up ahead of a scan
     /// once it reads a contiguous run (default 32, WiscKey §3.3.1). For
     /// `Scan` iterators, 0 disables batched value reads (values are read
-    /// one at a time); any other value lets an open-ended scan's window
-    /// double past it, up to `scan_batch_bytes` (see `Scan`).
+    /// one at a time); any other value lets a scan's window double
+    /// past it, up to `scan_batch_bytes` (see `Scan`).
     pub scan_prefetch_depth: usize,
     /// Most bytes of values one batch of a scan (`Scan` iterators)
     /// resolves (bytes; separated values counted from their pointers
     /// before reading, inline values by their length). The whole rest of
-    /// a limited scan (`Scan::limit`), or of a range with an end bound, is
-    /// one batch up to this, so a layout that reads spans (KT-Store §3.3)
+    /// a limited scan (`Scan::limit`) is one batch up to this, so a layout that reads spans (KT-Store §3.3)
     /// reads each table's span at most once per range query; a longer
     /// range is read in batches of this size, holding at most about this
-    /// much of values in memory. An open-ended scan's doubling window
-    /// stops growing here. At least 64 KiB. Default 128 MiB (a
+    /// much of values in memory. A scan without a limit doubles its
+    /// window up to this. At least 64 KiB. Default 128 MiB (a
     /// 20,000-entry range of 4 KiB values is 80 MiB).
     pub scan_batch_bytes: u64,
     /// Most threads that read prefetched values in parallel, i.e. the most

@@ -58,16 +58,16 @@
 //! paper does.
 //!
 //! # Each table once per range query
-//! A scan told its length (`Scan::limit`), or scanning a range with an end
-//! bound, hands the pointers of its whole (remaining) range to one call,
+//! A scan told its length (`Scan::limit`) hands the pointers of its whole
+//! (remaining) range to one call,
 //! up to `Options::scan_batch_bytes` of values, so the plan sees every
 //! pointer of the range at once and no byte of a table is read twice for
 //! one range query (a table whose requested records are cut into several
-//! spans reads disjoint pieces). An open-ended scan doubles its batches,
+//! spans reads disjoint pieces). A scan without a limit doubles its batches,
 //! so it reads a table once per batch that reaches it: `log2 N` batches
 //! for `N` entries, until a batch holds `scan_batch_bytes`. The
 //! `span_tables` figure counts, per call, the tables read; over one range
-//! query of known end it is at most the number of tables the range
+//! query of known length it is at most the number of tables the range
 //! touches.
 //!
 //! The result is exactly what per-pointer reads return: a span is only a
