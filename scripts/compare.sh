@@ -22,6 +22,9 @@
 # to install): libclang and clang for a build with the rocksdb feature
 # (bindgen, run by librocksdb-sys, needs them), and a TrueType font (DejaVu
 # Sans) for the PNG charts, which are skipped with a warning without one.
+# With the rocksdb feature the build links the system's RocksDB when
+# librocksdb-dev is installed (see scripts/build-rocksdb-peers.sh), and
+# compiles the rocksdb crate's bundled copy otherwise.
 #
 # Usage: scripts/compare.sh [options]
 #   --num N          records (default 1000000)
@@ -122,6 +125,18 @@ if [ -z "$bin" ] && [[ "$features" == *rocksdb* ]]; then
         esac
     else
         echo "compare.sh: the rocksdb build dependencies are missing (see above); trying the build anyway" >&2
+    fi
+    # Link the system's RocksDB when it is installed (librocksdb-dev, as
+    # scripts/build-rocksdb-peers.sh does) instead of compiling the crate's
+    # bundled copy, which takes the best part of an hour on two cores.
+    if [ -z "${ROCKSDB_LIB_DIR:-}" ]; then
+        multiarch="$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)"
+        if [ -f /usr/include/rocksdb/c.h ] && compgen -G "/usr/lib/$multiarch/librocksdb.so*" > /dev/null; then
+            export ROCKSDB_LIB_DIR="/usr/lib/$multiarch" ROCKSDB_INCLUDE_DIR=/usr/include
+            echo "compare.sh: linking the system RocksDB in $ROCKSDB_LIB_DIR" >&2
+        else
+            echo "compare.sh: no system RocksDB (librocksdb-dev): cargo compiles the bundled one, which is slow" >&2
+        fi
     fi
 fi
 if [ -z "$bin" ] && [[ "$features" == *leveldb* ]]; then
