@@ -1024,6 +1024,7 @@ impl Engine for SepkvEngine {
             "flushes_in_compaction",
             "hash_nodes",
             "hash_buckets",
+            "key_tree_sstable_bytes",
         ] {
             if let Some(&v) = s.index_figures.get(name) {
                 counters.insert(name.into(), v);
