@@ -658,16 +658,7 @@ fn db_root_refuses_non_empty_dirs_and_cleans_up() {
 
 #[test]
 fn default_suite_plan_runs_every_preset_beside_the_fjall_peers() {
-    let args = sepkv_bench::cli::BenchArgs {
-        key_size: 16,
-        threads: 1,
-        seed: 1,
-        scan_length: 100,
-        phases: 3,
-        field_count: 10,
-        field_length: 100,
-        ..Default::default()
-    };
+    let args = cli_defaults();
     let plan = args.plan(None).unwrap();
     assert!(plan.suite);
     assert!(plan.config.traces.is_empty());
@@ -806,12 +797,10 @@ fn churn_workload_on_flashkey() {
     assert!(last.engine_counters["vstore_gc_tombstones_dropped"] > 0);
 }
 
-fn repeat_args(engines: &[&str], repeat: Option<u32>) -> sepkv_bench::cli::BenchArgs {
+/// The options `sepkv bench` gets with nothing given (the command line's
+/// defaults, which `BenchArgs::default()` leaves at zero).
+fn cli_defaults() -> sepkv_bench::cli::BenchArgs {
     sepkv_bench::cli::BenchArgs {
-        engine: engines.iter().map(|e| e.to_string()).collect(),
-        workload: vec!["fillrandom".into(), "overwrite".into()],
-        num: Some(2000),
-        value_size: Some(200),
         key_size: 16,
         threads: 1,
         seed: 1,
@@ -819,10 +808,20 @@ fn repeat_args(engines: &[&str], repeat: Option<u32>) -> sepkv_bench::cli::Bench
         phases: 3,
         field_count: 10,
         field_length: 100,
+        ..Default::default()
+    }
+}
+
+fn repeat_args(engines: &[&str], repeat: Option<u32>) -> sepkv_bench::cli::BenchArgs {
+    sepkv_bench::cli::BenchArgs {
+        engine: engines.iter().map(|e| e.to_string()).collect(),
+        workload: vec!["fillrandom".into(), "overwrite".into()],
+        num: Some(2000),
+        value_size: Some(200),
         repeat,
         no_settle: true,
         no_progress: true,
-        ..Default::default()
+        ..cli_defaults()
     }
 }
 

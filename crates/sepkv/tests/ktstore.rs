@@ -310,39 +310,16 @@ fn a_limited_scan_plans_its_whole_range_at_once() {
 #[test]
 fn a_long_limited_scan_reads_each_table_at_most_once() {
     const N: usize = 10_000;
-    let load = |batch: u64| {
-        let db = Db::open(
-            "/db",
-            Options {
-                scan_batch_bytes: batch,
-                ..opts(Arc::new(MemFs::new()))
-            },
-        )
-        .unwrap();
-        for i in 0..N {
-            db.put(key(i), value(i, 0)).unwrap();
-        }
-        db
-    };
-    let db = load(128 << 20);
-    // Tables in key order: batches pay even from memory.
-    assert!(figure(&db, "trie_sorted_permille") > 900);
+    let db = long_range(N, 128 << 20);
     let tables = figure(&db, "trie_tables");
-    assert!(tables >= 20, "{tables} tables");
-    let reads = |db: &Db| {
-        (
-            figure(db, "span_tables"),
-            figure(db, "span_reads") + figure(db, "single_reads"),
-        )
-    };
-    let (t0, r0) = reads(&db);
+    let (t0, r0) = table_reads(&db);
     let got: Vec<_> = db
         .scan(&key(0).., false)
         .unwrap()
         .limit(N)
         .map(|r| r.unwrap())
         .collect();
-    let (t1, r1) = reads(&db);
+    let (t1, r1) = table_reads(&db);
     assert_eq!(got.len(), N);
     for (j, (k, v)) in got.iter().enumerate() {
         assert_eq!((k, v), (&key(j), &value(j, 0)));
@@ -355,10 +332,10 @@ fn a_long_limited_scan_reads_each_table_at_most_once() {
     assert!(r1 - r0 <= tables, "{} reads, {tables} tables", r1 - r0);
     // Batches of 1 MiB: about ten of them, each table at a boundary read
     // twice.
-    let small = load(1 << 20);
-    let (t0, _) = reads(&small);
+    let small = long_range(N, 1 << 20);
+    let (t0, _) = table_reads(&small);
     assert_eq!(small.scan(&key(0).., false).unwrap().limit(N).count(), N);
-    let (t1, _) = reads(&small);
+    let (t1, _) = table_reads(&small);
     assert!(
         t1 - t0 > figure(&small, "trie_tables"),
         "{} table reads in 1 MiB batches",
