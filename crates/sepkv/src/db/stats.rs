@@ -292,12 +292,9 @@ impl DbInner {
 }
 
 /// Adds the file at `path` to `kind`'s group of `groups` (made if
-/// missing); a file that vanished (or a directory's entry that is not a
-/// file) is skipped.
+/// missing); a file that vanished is skipped. The caller has told files
+/// from directories (a subdirectory holds files only).
 fn add_file(groups: &mut Vec<FileGroupStats>, kind: &str, fs: &dyn FileSystem, path: &Path) {
-    if fs.is_dir(path) {
-        return;
-    }
     let (Ok(size), Ok(allocated)) = (fs.file_size(path), fs.allocated_size(path)) else {
         return;
     };
