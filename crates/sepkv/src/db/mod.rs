@@ -93,6 +93,7 @@ struct Counters {
     write_gc_waits: AtomicU64,
     write_reader_waits: AtomicU64,
     gc_relocation_lookups: AtomicU64,
+    gc_index_blocks: AtomicU64,
 }
 
 /// GC steps running and finished (see `DbInner::wait_for_running_gc`).

@@ -300,6 +300,14 @@ impl IndexReader for DbInner {
         self.index.points_at(key, addr)
     }
 
+    fn points_at_many(&self, probes: &[(&[u8], ValuePointer)]) -> Result<Vec<bool>> {
+        let (live, blocks) = self.index.points_at_many(probes)?;
+        self.counters
+            .gc_index_blocks
+            .fetch_add(blocks, Ordering::Relaxed);
+        Ok(live)
+    }
+
     fn oldest_visible_seq(&self) -> SeqNum {
         self.shared.smallest_snapshot()
     }

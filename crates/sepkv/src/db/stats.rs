@@ -113,6 +113,15 @@ pub struct DbStats {
     /// were written since (counter since open; the liveness check's own
     /// lookups are the value store's `gc_lookups` figure).
     pub gc_relocation_lookups: u64,
+    /// Index data blocks GC's liveness checks and its relocation's repeated
+    /// lookups loaded — from the block cache, or read and checksummed in
+    /// place through a table's mapping, or read from the file (counter
+    /// since open). A GC step looks its records' keys up in one batch, in
+    /// key order, so keys falling in one data block of a table share one
+    /// load: with `lsm` and `lwc` indexes this is at most one per lookup
+    /// that reaches a table, and fewer the more the step's keys share
+    /// blocks. An index that reads no table blocks (`hash`) counts none.
+    pub gc_index_blocks: u64,
     /// Commit groups written (counter since open): each is one value-store
     /// append and one WAL record for all of its members' batches.
     pub write_groups: u64,
@@ -266,6 +275,7 @@ impl DbInner {
             write_gc_steps: c.write_gc_steps.load(Ordering::Relaxed),
             write_gc_waits: c.write_gc_waits.load(Ordering::Relaxed),
             gc_relocation_lookups: c.gc_relocation_lookups.load(Ordering::Relaxed),
+            gc_index_blocks: c.gc_index_blocks.load(Ordering::Relaxed),
             write_groups: self.commit.groups(),
             write_synced_groups: self.commit.synced_groups(),
             write_batches: self.commit.batches(),

@@ -517,11 +517,9 @@ impl DbInner {
                 self.counters
                     .gc_relocation_lookups
                     .fetch_add(moves.len() as u64, Ordering::Relaxed);
-                let mut v = Vec::with_capacity(moves.len());
-                for m in moves {
-                    v.push(self.points_at(&m.key, &m.old)?);
-                }
-                v
+                let probes: Vec<(&[u8], ValuePointer)> =
+                    moves.iter().map(|m| (m.key.as_slice(), m.old)).collect();
+                self.points_at_many(&probes)?
             }
         };
         let guard = self.writer.lock();
@@ -716,6 +714,90 @@ mod tests {
         db.put("d", "1").unwrap();
         assert_eq!(wa(&["d"], seen), Some(vec![true]));
         assert_eq!(wa(&["c"], seen), Some(vec![false]));
+    }
+
+    /// A batch of liveness checks answers as the same checks made key by
+    /// key — keys in the active memtable, the immutable one, level 0 and
+    /// the levels below, overwritten, deleted or never written, stale and
+    /// current addresses, in no order and repeated — while it loads each
+    /// index data block once for the keys that fall in it.
+    #[test]
+    fn points_at_many_answers_as_points_at_key_by_key() {
+        use crate::vstore::{IndexReader, ValuePointer};
+        let o = Options {
+            fs: Arc::new(MemFs::new()),
+            write_buffer_size: 64 << 10,
+            // No background GC.
+            gc_garbage_ratio: 0.0,
+            ..Options::preset(Preset::WiscKey)
+        };
+        let db = Db::open(Path::new("/db"), o).unwrap();
+        let inner = db.inner.clone();
+        let key = |i: usize| format!("key{i:05}").into_bytes();
+        let value = |i: usize, round: usize| format!("{i}-{round}-").repeat(40);
+        const N: usize = 3000;
+        let pointer = |k: &[u8]| inner.current_pointer(k).unwrap();
+        // Round 0 compacted into the levels below 0; round 1 (every third
+        // key) flushed to level 0; deletions and round 2 in the memtables.
+        for i in 0..N {
+            db.put(key(i), value(i, 0)).unwrap();
+        }
+        db.compact_range(..).unwrap();
+        let mut stale: Vec<(Vec<u8>, ValuePointer)> = Vec::new();
+        for i in (0..N).step_by(3) {
+            stale.push((key(i), pointer(&key(i)).unwrap()));
+            db.put(key(i), value(i, 1)).unwrap();
+        }
+        db.flush().unwrap();
+        for i in (1..N).step_by(7) {
+            stale.push((key(i), pointer(&key(i)).unwrap()));
+            if i % 2 == 0 {
+                db.delete(key(i)).unwrap();
+            } else {
+                db.put(key(i), value(i, 2)).unwrap();
+            }
+        }
+        let mut probes: Vec<(Vec<u8>, ValuePointer)> = (0..N)
+            .filter_map(|i| pointer(&key(i)).map(|p| (key(i), p)))
+            .collect();
+        probes.extend(stale);
+        // A key never written, at an address another key holds.
+        let some = probes[0].1;
+        probes.push((b"absent".to_vec(), some));
+        // No order: a fixed shuffle, and a repeat of the first probes.
+        let len = probes.len();
+        let mut shuffled: Vec<(Vec<u8>, ValuePointer)> =
+            (0..len).map(|i| probes[(i * 7919) % len].clone()).collect();
+        shuffled.extend(probes[..50].iter().cloned());
+        let refs: Vec<(&[u8], ValuePointer)> =
+            shuffled.iter().map(|(k, p)| (k.as_slice(), *p)).collect();
+        let (batch, blocks) = inner.index.points_at_many(&refs).unwrap();
+        let one_by_one: Vec<bool> = refs
+            .iter()
+            .map(|(k, p)| inner.index.points_at(k, p).unwrap())
+            .collect();
+        assert_eq!(batch, one_by_one);
+        let live = batch.iter().filter(|l| **l).count();
+        assert!(
+            live > N / 2 && live < refs.len(),
+            "{live} of {}",
+            refs.len()
+        );
+        // Every probe reaches a table or a memtable; the tables' blocks hold
+        // dozens of keys each, so the batch loads far fewer blocks than it
+        // has keys.
+        assert!(
+            blocks > 0 && blocks * 10 < refs.len() as u64,
+            "{blocks} blocks loaded for {} keys",
+            refs.len()
+        );
+        // The facade's answer is the index's, and its loads are counted.
+        db.wait_idle().unwrap();
+        let (_, again) = inner.index.points_at_many(&refs).unwrap();
+        let counted = || db.stats().unwrap().gc_index_blocks;
+        let before = counted();
+        assert_eq!(inner.points_at_many(&refs).unwrap(), batch);
+        assert_eq!(counted() - before, again);
     }
 
     /// A relocation GC judged at a sequence number is installed only for

@@ -18,7 +18,8 @@
 //! internal keys ([`key`]), cursor iterators ([`iter`], [`merger`]), the
 //! [`memtable`] over a concurrent [`skiplist`], SSTables ([`sstable`]) and
 //! DTables with the block [`cache`] and [`table_cache`], the version set and
-//! manifest ([`version`]), file naming ([`filename`]) and [`compaction`].
+//! manifest ([`version`]), file naming ([`filename`]), [`compaction`], and
+//! sorted, batched point lookups for value-store GC ([`multi_get`]).
 //! The write-ahead log is the record framing of [`crate::format::record`]
 //! carrying encoded write batches.
 //!
@@ -38,6 +39,7 @@ pub mod key;
 pub(crate) mod lsm;
 pub mod memtable;
 pub mod merger;
+pub mod multi_get;
 pub mod skiplist;
 pub mod sstable;
 pub mod table_cache;
@@ -377,6 +379,28 @@ pub(crate) trait Index: Send + Sync {
             Lookup::Found(ValueType::Pointer, p) => ValuePointer::decode(&p) == Some(*addr),
             _ => false,
         })
+    }
+
+    /// For each of `probes` — a key and the address of a record GC read
+    /// that holds it — whether the key's newest version is a separated
+    /// value at that address: [`Index::points_at`] for many keys. Returns
+    /// the answers in the order of `probes`, and the index data blocks the
+    /// lookups loaded (from the block cache, a mapping or the file). Each
+    /// answer holds at a state no older than the call. No lock held.
+    ///
+    /// The default asks [`Index::points_at`] key by key and counts no
+    /// block. The LSM-tree answers every key at one read view, in key
+    /// order, loading each data block once for all the keys that fall in
+    /// it ([`multi_get`]).
+    ///
+    /// # Errors
+    /// As [`Index::get`].
+    fn points_at_many(&self, probes: &[(&[u8], ValuePointer)]) -> Result<(Vec<bool>, u64)> {
+        let live = probes
+            .iter()
+            .map(|(key, addr)| self.points_at(key, addr))
+            .collect::<Result<_>>()?;
+        Ok((live, 0))
     }
 
     /// An ordered view of every version at or before `seq` (and possibly

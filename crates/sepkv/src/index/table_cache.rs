@@ -15,6 +15,7 @@ use super::cache::BlockCache;
 use super::dtable::{DTable, DTableIterator, DTABLE_MAGIC};
 use super::filename::table_path;
 use super::iter::InternalIterator;
+use super::multi_get::BlockReuse;
 use super::sstable::{ReadCtx, Table, TableIterator};
 use crate::error::{Error, IoContext, Result};
 use crate::fs::{
@@ -38,6 +39,20 @@ impl AnyTable {
         match self {
             AnyTable::Sst(t) => t.get(ikey, ctx),
             AnyTable::Dt(t) => t.get(ikey, ctx),
+        }
+    }
+
+    /// Point lookup as one of a batch; see [`Table::get_reusing`] and
+    /// [`DTable::get_reusing`].
+    pub fn get_reusing(
+        &self,
+        ikey: &[u8],
+        ctx: ReadCtx,
+        reuse: Option<&mut BlockReuse>,
+    ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        match self {
+            AnyTable::Sst(t) => t.get_reusing(ikey, ctx, reuse),
+            AnyTable::Dt(t) => t.get_reusing(ikey, ctx, reuse),
         }
     }
 

@@ -259,6 +259,20 @@ pub trait IndexReader: Send + Sync {
     fn points_at(&self, key: &[u8], addr: &ValuePointer) -> Result<bool> {
         Ok(self.current_pointer(key)? == Some(*addr))
     }
+    /// [`IndexReader::points_at`] for each of `probes` (key, address of a
+    /// record GC read that holds the key), answered in the order given.
+    /// GC asks it once per step for every record it judges: an index may
+    /// then look the keys up in key order at one read view and load each
+    /// of its blocks once for all the keys that fall in it
+    /// ([`crate::index::multi_get`]). Each answer holds at a state no older
+    /// than the call, as a one-key answer does. The default asks
+    /// [`IndexReader::points_at`] key by key.
+    fn points_at_many(&self, probes: &[(&[u8], ValuePointer)]) -> Result<Vec<bool>> {
+        probes
+            .iter()
+            .map(|(key, addr)| self.points_at(key, addr))
+            .collect()
+    }
     /// The oldest sequence number a live reader (snapshot or iterator) may
     /// still read at; the latest sequence number when there is none. Space
     /// holding values such a reader can reach must not be freed.

@@ -8,6 +8,7 @@ use crate::index::cache::BlockCache;
 use crate::index::iter::InternalIterator;
 use crate::index::key::user_key;
 use crate::index::merger::MergingIterator;
+use crate::index::multi_get::BlockReuse;
 use crate::index::sstable::{
     check_trailer, key_hash, BlockHandle, ReadCtx, Table, BLOCK_FILTERS_META_NAME,
     BLOCK_TRAILER_LEN,
@@ -226,12 +227,26 @@ impl DTable {
     /// `<=` that of `ikey` answers: later segments hold newer versions.
     /// Returns `(internal key, value)` as [`Table::get`] does.
     pub fn get(&self, ikey: &[u8], ctx: ReadCtx) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        self.get_reusing(ikey, ctx, None)
+    }
+
+    /// [`DTable::get`] as one lookup of a batch: each segment's data block
+    /// comes from `reuse` when the batch's last lookup in that segment
+    /// loaded it ([`BlockReuse`]).
+    pub fn get_reusing(
+        &self,
+        ikey: &[u8],
+        ctx: ReadCtx,
+        mut reuse: Option<&mut BlockReuse>,
+    ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         let hash = key_hash(user_key(ikey));
         for s in self.segments.iter().rev() {
             let filters = &s.filters;
-            if let Some(hit) = s.table.get_filtered(ikey, hash, ctx, &|n, off| {
-                filters.may_contain_hash(n, off, hash)
-            })? {
+            let may_contain = |n, off| filters.may_contain_hash(n, off, hash);
+            if let Some(hit) =
+                s.table
+                    .get_filtered(ikey, hash, ctx, &may_contain, reuse.as_deref_mut())?
+            {
                 return Ok(Some(hit));
             }
         }

@@ -29,16 +29,17 @@ use crate::index::compaction::picker::PickerConfig;
 use crate::index::compaction::{CompactionStats, JobContext};
 use crate::index::filename::{self, FileKind, CURRENT};
 use crate::index::iter::InternalIterator;
-use crate::index::key::SeqNum;
+use crate::index::key::{SeqNum, ValueType};
 use crate::index::memtable::{Lookup, MemTable};
 use crate::index::merger::{LevelIterator, MergingIterator};
+use crate::index::multi_get::{key_order, BlockReuse};
 use crate::index::sstable::{ReadCtx, TableOptions};
 use crate::index::table_cache::TableCache;
 use crate::index::version::{log_and_apply, Version, VersionEdit, VersionSet};
 use crate::index::{Index, IndexIter, IndexShape, IndexStats, Shared, ValueStoreOpener};
 use crate::options::IndexKind;
 use crate::report::LevelStats;
-use crate::vstore::ValueStore;
+use crate::vstore::{ValuePointer, ValueStore};
 use background::BgState;
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -384,6 +385,33 @@ pub(crate) struct LsmIndex {
 }
 
 impl LsmIndex {
+    /// The newest version of `key` at `seq` in the view `sv`: the
+    /// memtables, then the tables (their data blocks through `reuse`, for
+    /// a batch).
+    fn get_in(
+        &self,
+        sv: &SuperVersion,
+        key: &[u8],
+        seq: SeqNum,
+        ctx: ReadCtx,
+        reuse: Option<&mut BlockReuse>,
+    ) -> Result<Lookup> {
+        // One hash for both memtables' key filters.
+        let h = crate::index::sstable::key_hash(key);
+        let mut r = sv.mem.get_hashed(key, h, seq);
+        if r == Lookup::NotFound {
+            if let Some(imm) = &sv.imm {
+                r = imm.get_hashed(key, h, seq);
+            }
+        }
+        if r == Lookup::NotFound {
+            r = sv
+                .version
+                .get_reusing(&self.table_cache, key, seq, ctx, reuse)?;
+        }
+        Ok(r)
+    }
+
     /// Opens the version set — or creates it when there is no `CURRENT`
     /// yet (a new database, or one that crashed before its first manifest
     /// and wrote nothing else) — then the value store through
@@ -656,18 +684,31 @@ impl Index for LsmIndex {
     fn get(&self, key: &[u8], seq: Option<SeqNum>, ctx: ReadCtx) -> Result<Lookup> {
         let sv = self.sv.read().clone();
         let seq = seq.unwrap_or_else(|| self.shared.last_seq.load(Ordering::Acquire));
-        // One hash for both memtables' key filters.
-        let h = crate::index::sstable::key_hash(key);
-        let mut r = sv.mem.get_hashed(key, h, seq);
-        if r == Lookup::NotFound {
-            if let Some(imm) = &sv.imm {
-                r = imm.get_hashed(key, h, seq);
-            }
+        self.get_in(&sv, key, seq, ctx, None)
+    }
+
+    /// The batch is read at one view, pinned as [`Index::get`] pins its
+    /// own (the super-version first, then the latest sequence number), and
+    /// its keys are visited in key order, so that each data block is
+    /// loaded once for the run of keys that falls in it.
+    fn points_at_many(&self, probes: &[(&[u8], ValuePointer)]) -> Result<(Vec<bool>, u64)> {
+        let ctx = ReadCtx {
+            category: IoCategory::Gc,
+            fill_cache: true,
+        };
+        let sv = self.sv.read().clone();
+        let seq = self.shared.last_seq.load(Ordering::Acquire);
+        let keys: Vec<&[u8]> = probes.iter().map(|(k, _)| *k).collect();
+        let mut reuse = BlockReuse::new();
+        let mut live = vec![false; probes.len()];
+        for i in key_order(&keys) {
+            let (key, addr) = probes[i];
+            live[i] = match self.get_in(&sv, key, seq, ctx, Some(&mut reuse))? {
+                Lookup::Found(ValueType::Pointer, p) => ValuePointer::decode(&p) == Some(addr),
+                _ => false,
+            };
         }
-        if r == Lookup::NotFound {
-            r = sv.version.get(&self.table_cache, key, seq, ctx)?;
-        }
-        Ok(r)
+        Ok((live, reuse.loads()))
     }
 
     fn iter(&self, _seq: SeqNum, ctx: ReadCtx) -> Result<IndexIter> {

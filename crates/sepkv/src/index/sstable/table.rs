@@ -30,6 +30,7 @@ use crate::fs::{Advice, IoCategory, IoStats, Mapping, RandomAccessFile};
 use crate::index::cache::BlockCache;
 use crate::index::iter::InternalIterator;
 use crate::index::key::{compare_internal, parse_internal_key, user_key};
+use crate::index::multi_get::BlockReuse;
 use std::cmp::Ordering;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -379,8 +380,20 @@ impl Table {
     /// user key equals `user_key(ikey)`; `None` otherwise (including when the
     /// bloom filter rules the user key out). Returns `(internal key, value)`.
     pub fn get(&self, ikey: &[u8], ctx: ReadCtx) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        self.get_reusing(ikey, ctx, None)
+    }
+
+    /// [`Table::get`] as one lookup of a batch: the data block comes from
+    /// `reuse` when the batch's last lookup in this table loaded it
+    /// ([`BlockReuse`]).
+    pub fn get_reusing(
+        &self,
+        ikey: &[u8],
+        ctx: ReadCtx,
+        reuse: Option<&mut BlockReuse>,
+    ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         let hash = super::filter::key_hash(user_key(ikey));
-        self.get_filtered(ikey, hash, ctx, &|_, _| true)
+        self.get_filtered(ikey, hash, ctx, &|_, _| true, reuse)
     }
 
     /// [`Table::get`] for a key whose filter hash
@@ -389,13 +402,16 @@ impl Table {
     /// the data block at `offset`, the table's `n`-th, and before it is
     /// read: false skips the block (a per-block bloom filter, LWC-tree
     /// Algorithm 4). `n` is the index entry's ordinal: index blocks are
-    /// written with one restart point per entry.
+    /// written with one restart point per entry. With `reuse`, the data
+    /// block is taken from it when the batch's last lookup in this table
+    /// loaded the same one, and kept there otherwise.
     pub(crate) fn get_filtered(
         &self,
         ikey: &[u8],
         hash: u64,
         ctx: ReadCtx,
         block_may_contain: &dyn Fn(usize, u64) -> bool,
+        reuse: Option<&mut BlockReuse>,
     ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         let target_user_key = user_key(ikey);
         if let Some(filter) = &self.filter {
@@ -415,7 +431,13 @@ impl Table {
         if !block_may_contain(index.restart_index(), handle.offset) {
             return Ok(None);
         }
-        let mut it = BlockIter::new(self.read_data_block(handle, ctx, true)?, compare_internal);
+        let block = match reuse {
+            Some(r) => r.block((self.file_number, self.file_size), handle.offset, || {
+                self.read_data_block(handle, ctx, true)
+            })?,
+            None => self.read_data_block(handle, ctx, true)?,
+        };
+        let mut it = BlockIter::new(block, compare_internal);
         it.seek(ikey);
         if let Some(r) = it.corruption() {
             return Err(self.src.corruption(handle.offset, r));

@@ -15,6 +15,7 @@ pub use set::{log_and_apply, VersionSet};
 
 use super::key::{parse_internal_key, seek_key, user_key, SeqNum, ValueType};
 use super::memtable::Lookup;
+use super::multi_get::BlockReuse;
 use super::sstable::ReadCtx;
 use super::table_cache::TableCache;
 use crate::error::{Error, Result};
@@ -87,10 +88,25 @@ impl Version {
 
     /// Newest version of `uk` with sequence `<= seq` in the SSTables.
     pub fn get(&self, tc: &TableCache, uk: &[u8], seq: SeqNum, ctx: ReadCtx) -> Result<Lookup> {
+        self.get_reusing(tc, uk, seq, ctx, None)
+    }
+
+    /// [`Version::get`] as one lookup of a batch ([`crate::index::multi_get`]):
+    /// the data block of each table it reaches comes from `reuse` when the
+    /// batch's last lookup in that table loaded it. A batch that visits its
+    /// keys in ascending order loads each block once.
+    pub fn get_reusing(
+        &self,
+        tc: &TableCache,
+        uk: &[u8],
+        seq: SeqNum,
+        ctx: ReadCtx,
+        mut reuse: Option<&mut BlockReuse>,
+    ) -> Result<Lookup> {
         let target = seek_key(uk, seq);
-        let probe = |f: &FileMeta| -> Result<Option<Lookup>> {
+        let mut probe = |f: &FileMeta| -> Result<Option<Lookup>> {
             let t = tc.get(f.number, f.size, ctx.category)?;
-            match t.get(&target, ctx)? {
+            match t.get_reusing(&target, ctx, reuse.as_deref_mut())? {
                 None => Ok(None),
                 Some((k, v)) => {
                     let p = parse_internal_key(&k).ok_or_else(|| {

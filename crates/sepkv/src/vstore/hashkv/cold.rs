@@ -75,6 +75,13 @@ impl IndexReader for ColdIndex<'_> {
             .map(|p| to_vlog(&p)))
     }
 
+    fn points_at_many(&self, probes: &[(&[u8], ValuePointer)]) -> Result<Vec<bool>> {
+        // The cold log's records are cold pointers in the index.
+        let cold: Vec<(&[u8], ValuePointer)> =
+            probes.iter().map(|(k, p)| (*k, from_vlog(p))).collect();
+        self.0.points_at_many(&cold)
+    }
+
     fn oldest_visible_seq(&self) -> SeqNum {
         self.0.oldest_visible_seq()
     }

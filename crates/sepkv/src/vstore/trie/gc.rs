@@ -20,7 +20,8 @@
 //!    every write that appended into it has published its pointers
 //!    ([`IndexReader::wait_in_flight_writes`]);
 //! 4. read it front to back; a record is live when the index's current
-//!    pointer for its key is this very record;
+//!    pointer for its key is this very record (a table's records are
+//!    judged in one batch, [`IndexReader::points_at_many`]);
 //! 5. write the live records **sorted by key** to a new sealed table, sync
 //!    it and its directory entry, record it in the trie file, and install
 //!    the new pointers by compare-and-set ([`IndexRelocator::relocate`]; a
@@ -179,6 +180,9 @@ pub fn step(
     let mut live: Vec<(Vec<u8>, u64, Vec<u8>, ValuePointer)> = Vec::new();
     for &(victim, len) in &victims {
         let path = store.path(victim);
+        // A table's records are judged in one batch, so the index may look
+        // their keys up in key order, each of its blocks loaded once.
+        let mut held: Vec<(Vec<u8>, u64, Vec<u8>, ValuePointer)> = Vec::new();
         let end = table::scan(
             store.reader.fs.as_ref(),
             &path,
@@ -193,8 +197,8 @@ pub fn step(
                     length: r.len as u32,
                     aux: 0,
                 };
-                if r.kind.holds_value() && index.current_pointer(r.key)? == Some(ptr) {
-                    live.push((r.key.to_vec(), r.seq, r.value.to_vec(), ptr));
+                if r.kind.holds_value() {
+                    held.push((r.key.to_vec(), r.seq, r.value.to_vec(), ptr));
                 }
                 Ok(())
             },
@@ -206,6 +210,16 @@ pub fn step(
                 "TrieTable record damaged inside the valid range",
             ));
         }
+        let probes: Vec<(&[u8], ValuePointer)> =
+            held.iter().map(|(k, _, _, p)| (k.as_slice(), *p)).collect();
+        let is_live = index.points_at_many(&probes)?;
+        drop(probes);
+        live.extend(
+            held.into_iter()
+                .zip(is_live)
+                .filter(|(_, live)| *live)
+                .map(|(r, _)| r),
+        );
     }
     let len: u64 = victims.iter().map(|(_, len)| len).sum();
     out.bytes_read = len;

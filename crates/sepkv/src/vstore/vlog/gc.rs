@@ -5,7 +5,10 @@
 //!    after every write that appended into it has published its pointers
 //!    ([`IndexReader::wait_in_flight_writes`]);
 //! 2. a record is live when the index's current pointer for its key is this
-//!    very record (an index lookup per record);
+//!    very record: the chunk's records are judged in one batch
+//!    ([`IndexReader::points_at_many`]), which the LSM-tree answers at one
+//!    read view in key order, loading each index data block once for the
+//!    keys that fall in it;
 //! 3. append the live records at the head (in pieces of 64 KiB, so user
 //!    appends never wait long for the value log), synced here only when
 //!    the relocation's sync does not cover this log
@@ -31,6 +34,7 @@ use crate::fs::IoCategory;
 use crate::vstore::{
     GcOutcome, IndexReader, IndexRelocator, Relocation, ValuePointer, ValueRecord, ValueStore,
 };
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 
 /// Bytes of copies a GC step appends at a time, each under the value
@@ -102,8 +106,9 @@ pub fn step(
     // whole chunk, so no read-ahead hint is needed.
     handle.read_exact_at(start, &mut buf).ctx(&path)?;
     let mut pos = 0usize;
-    let mut live: Vec<(Vec<u8>, u64, Vec<u8>, ValuePointer)> = Vec::new();
-    let mut lookups = 0u64;
+    // The records holding values, to judge: key, sequence number, where
+    // the value lies in `buf`, and the record's address.
+    let mut held: Vec<(Vec<u8>, u64, Range<usize>, ValuePointer)> = Vec::new();
     loop {
         match codec.decode(&buf[pos..]) {
             Ok(r) => {
@@ -114,10 +119,7 @@ pub fn step(
                     aux: 0,
                 };
                 if r.kind.holds_value() {
-                    lookups += 1;
-                    if index.current_pointer(r.key)? == Some(ptr) {
-                        live.push((r.key.to_vec(), r.seq, r.value.to_vec(), ptr));
-                    }
+                    held.push((r.key.to_vec(), r.seq, range_in(&buf, r.value), ptr));
                 }
                 pos += r.len;
             }
@@ -148,6 +150,19 @@ pub fn step(
         }
     }
     let chunk_end = start + pos as u64;
+    // Judge every record in one batch: the index may then look the keys up
+    // in key order, each of its blocks loaded once for the keys in it.
+    let lookups = held.len() as u64;
+    let probes: Vec<(&[u8], ValuePointer)> =
+        held.iter().map(|(k, _, _, p)| (k.as_slice(), *p)).collect();
+    let is_live = index.points_at_many(&probes)?;
+    drop(probes);
+    let live: Vec<(Vec<u8>, u64, &[u8], ValuePointer)> = held
+        .into_iter()
+        .zip(is_live)
+        .filter(|(_, live)| *live)
+        .map(|((k, seq, v, p), _)| (k, seq, &buf[v], p))
+        .collect();
     // Every write that made a record of the chunk dead is published by
     // now (a lookup may have met one still in flight), so at or below
     // this sequence number.
@@ -253,6 +268,13 @@ pub fn step(
     vlog.counters.gc_runs.fetch_add(1, Ordering::Relaxed);
     out.did_work = true;
     Ok(out)
+}
+
+/// Where `part`, a slice of `whole`, lies in it.
+fn range_in(whole: &[u8], part: &[u8]) -> Range<usize> {
+    let from = (part.as_ptr() as usize).saturating_sub(whole.as_ptr() as usize);
+    debug_assert!(from + part.len() <= whole.len(), "not a slice of it");
+    from..from + part.len()
 }
 
 /// Persists `new_tail` and queues the freeing of `range = (file, start,
