@@ -321,10 +321,13 @@ impl DTable {
 ///
 /// A seek positions a cursor in every segment, and each loads one data
 /// block. While the blocks of mapped tables are read from the device (the
-/// map gauge), a seek first asks the kernel for the blocks of every segment
-/// but the first ([`Table::hint_seek`]), then positions the cursors: the
-/// first segment's read and the others' run together, so a seek waits
-/// about one device read instead of one per segment.
+/// map gauge), a seek first asks the kernel (`POSIX_FADV_WILLNEED`) for
+/// the block each segment's cursor will load and the one after it, then
+/// positions the cursors: the segments' reads run together, so a seek
+/// waits about one device read instead of one per segment. Each segment's
+/// cursor reads ahead, once it walks on in file order, its share (by
+/// entries) of one SSTable's first window, at least
+/// 16 KiB.
 pub struct DTableIterator {
     merged: MergingIterator,
     /// The segments, newest first as the merged cursor positions them:
