@@ -290,4 +290,155 @@ mod tests {
             }
         }
     }
+
+    /// A file that records the `WillNeed` hints it is given.
+    struct HintedFile {
+        inner: Box<dyn crate::fs::RandomAccessFile>,
+        hints: Arc<parking_lot::Mutex<Vec<(u64, u64)>>>,
+    }
+
+    impl crate::fs::RandomAccessFile for HintedFile {
+        fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.inner.read_at(offset, buf)
+        }
+        fn len(&self) -> std::io::Result<u64> {
+            self.inner.len()
+        }
+        fn advise(&self, offset: u64, len: u64, advice: crate::fs::Advice) {
+            if advice == crate::fs::Advice::WillNeed {
+                self.hints.lock().push((offset, len));
+            }
+        }
+        fn map(&self) -> std::io::Result<Option<Arc<crate::fs::Mapping>>> {
+            self.inner.map()
+        }
+    }
+
+    /// Three segments with interleaved keys on a real, mapped file: while
+    /// mapped reads reach the device, a seek hints the block it loads and
+    /// the next in each segment, each inside that segment; from memory it
+    /// hints nothing. Either way every seek and
+    /// scan across the segments returns exactly the model's entries.
+    #[test]
+    fn a_device_bound_seek_hints_the_later_segments_and_scans_stay_exact() {
+        use crate::fs::{MappedFile, StdFs};
+        use crate::index::cache::BlockCache;
+        use crate::index::key::parse_internal_key;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("000001.sst");
+        let mut prior: Option<Directory> = None;
+        let mut model: BTreeMap<Vec<u8>, (u64, Vec<u8>)> = BTreeMap::new();
+        let mut ends = Vec::new();
+        for (n, seq) in [(1u64, 1u64), (2, 5), (3, 9)] {
+            // Segment n holds every n-th key (n = 1: all of them).
+            let e: Vec<_> = (0..600)
+                .step_by(n as usize)
+                .map(|i| {
+                    let k = format!("key{i:04}");
+                    let v = format!("{k}@{seq}").into_bytes();
+                    model.insert(k.clone().into_bytes(), (seq, v.clone()));
+                    (internal_key(k.as_bytes(), seq, ValueType::Value), v)
+                })
+                .collect();
+            let o = append_segment(
+                &StdFs,
+                &path,
+                prior.as_ref(),
+                |add| e.iter().try_for_each(|(k, v)| add(k, v)),
+                |_, _| Ok(Vec::new()),
+                &TableOptions {
+                    block_size: 256,
+                    ..Default::default()
+                },
+                &Arc::new(IoStats::default()),
+                IoCategory::Compaction,
+            )
+            .unwrap();
+            ends.push(o.size);
+            prior = Some(o.directory);
+        }
+        let size = *ends.last().unwrap();
+        let hints = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let file = MappedFile::wrap(Box::new(HintedFile {
+            inner: StdFs.open_read(&path).unwrap(),
+            hints: hints.clone(),
+        }));
+        let cache = Arc::new(BlockCache::new(1 << 20));
+        let t = DTable::open(
+            Arc::from(file),
+            path.clone(),
+            1,
+            size,
+            Some(cache.clone()),
+            Arc::new(IoStats::default()),
+            IoCategory::UserRead,
+        )
+        .unwrap();
+        assert_eq!(t.num_segments(), 3);
+        let check = |t: &DTable| {
+            for start in [0usize, 1, 7, 299, 300, 598, 599] {
+                let k = format!("key{start:04}");
+                let mut it = t.iter(ctx());
+                it.seek(&seek_key(k.as_bytes(), u64::MAX >> 8));
+                // Every version of the next 40 user keys, newest first.
+                let mut got = Vec::new();
+                while it.valid() && got.len() < 40 {
+                    let p = parse_internal_key(it.key()).unwrap();
+                    if got
+                        .last()
+                        .is_none_or(|(g, _, _): &(Vec<u8>, u64, Vec<u8>)| g != p.user_key)
+                    {
+                        got.push((p.user_key.to_vec(), p.seq, it.value().to_vec()));
+                    }
+                    it.next();
+                }
+                assert!(it.status().is_ok());
+                let want: Vec<_> = model
+                    .range(k.clone().into_bytes()..)
+                    .take(40)
+                    .map(|(k, (s, v))| (k.clone(), *s, v.clone()))
+                    .collect();
+                assert_eq!(got, want, "scan from {k}");
+            }
+        };
+        // Served from memory: no hint.
+        check(&t);
+        assert!(hints.lock().is_empty(), "{:?}", hints.lock());
+        // Mapped reads now take as long as device reads.
+        for _ in 0..64 {
+            cache
+                .map_gauge()
+                .record(crate::index::sstable::map_gauge::SLOW_READ_NANOS);
+        }
+        assert!(cache.map_gauge().reaching_device());
+        let mut it = t.iter(ctx());
+        it.seek(&seek_key(b"key0300", u64::MAX >> 8));
+        assert!(it.valid());
+        let h = hints.lock().clone();
+        // Segments 3, 2 and 1 (newest first), each hint inside its own
+        // segment and reaching past the seek's block into the next one.
+        assert_eq!(h.len(), 3, "{h:?}");
+        let bounds = [(ends[1], ends[2]), (ends[0], ends[1]), (0, ends[0])];
+        for (&(o, l), &(lo, hi)) in h.iter().zip(&bounds) {
+            assert!(o >= lo && o + l <= hi, "{h:?} {ends:?}");
+            assert!(l > 256 + 5, "a hint of one block only: {h:?}");
+        }
+        // A seek past a segment's last key hints nothing for it.
+        hints.lock().clear();
+        let mut it = t.iter(ctx());
+        it.seek(&seek_key(b"zzz", u64::MAX >> 8));
+        assert!(!it.valid());
+        assert!(hints.lock().is_empty());
+        // Scans stay exact with the hints.
+        check(&t);
+        // Compaction reads never hint.
+        hints.lock().clear();
+        let mut it = t.iter(ReadCtx {
+            category: IoCategory::Compaction,
+            fill_cache: false,
+        });
+        it.seek(&seek_key(b"key0300", u64::MAX >> 8));
+        assert!(it.valid());
+        assert!(hints.lock().is_empty());
+    }
 }

@@ -69,7 +69,7 @@ mod block;
 mod builder;
 mod filter;
 mod footer;
-mod map_gauge;
+pub(crate) mod map_gauge;
 mod table;
 
 pub(crate) use block::{block_trailer, check_trailer, Block, BLOCK_TRAILER_LEN};
@@ -79,6 +79,7 @@ pub(crate) use footer::BlockHandle;
 // What the unit tests and the fuzzing entry points build and decode blocks,
 // filters and footers with.
 pub(crate) use map_gauge::MapGauge;
+pub(crate) use table::READ_AHEAD_MIN;
 pub use table::{ReadCtx, Table, TableIterator};
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use {

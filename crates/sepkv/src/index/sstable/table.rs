@@ -376,6 +376,63 @@ impl Table {
         Ok(block)
     }
 
+    /// A hint before a user scan's cursor over this table seeks to
+    /// `target`: asks the kernel to start reading the data block the seek
+    /// will load (`POSIX_FADV_WILLNEED`), without waiting for it. A caller
+    /// that positions several cursors (a DTable's segments) hints all of
+    /// them first, so their blocks come from the device together instead of
+    /// one after another. Issued only for user reads of a mapped table
+    /// while mapped reads reach the device (the map gauge): from memory the
+    /// system call would find every page cached, and direct reads bypass
+    /// the page cache the hint fills. With `next`, the hint reaches to the
+    /// end of the data block after that one, the block a short scan loads
+    /// next. Returns whether a hint was issued.
+    /// The index is searched in memory; a damaged index issues no hint and
+    /// is reported by the seek itself.
+    pub(crate) fn hint_seek(&self, target: &[u8], next: bool, ctx: ReadCtx) -> bool {
+        if ctx.category != IoCategory::UserRead || self.src.map.is_none() {
+            return false;
+        }
+        if !self
+            .cache
+            .as_ref()
+            .is_some_and(|c| c.map_gauge().reaching_device())
+        {
+            return false;
+        }
+        let mut index = BlockIter::new(self.index.clone(), compare_internal);
+        index.seek(target);
+        if !index.valid() {
+            return false;
+        }
+        let Some(handle) = BlockHandle::decode_exact(index.value()) else {
+            return false;
+        };
+        if self
+            .src
+            .checked_len(handle, self.footer.index.offset)
+            .is_err()
+        {
+            return false;
+        }
+        let mut end = handle.offset + handle.size + BLOCK_TRAILER_LEN as u64;
+        if next {
+            index.next();
+            if let Some(h) = index
+                .valid()
+                .then(|| BlockHandle::decode_exact(index.value()))
+                .flatten()
+                .filter(|h| self.src.checked_len(*h, self.footer.index.offset).is_ok())
+            {
+                end = end.max(h.offset + h.size + BLOCK_TRAILER_LEN as u64);
+            }
+        }
+        self.src
+            .file
+            .advise(handle.offset, end - handle.offset, Advice::WillNeed);
+        true
+    }
+
     /// Point lookup: the first entry whose internal key is `>= ikey`, if its
     /// user key equals `user_key(ikey)`; `None` otherwise (including when the
     /// bloom filter rules the user key out). Returns `(internal key, value)`.
@@ -621,3 +678,4 @@ mod iter;
 mod tests;
 
 pub use iter::TableIterator;
+pub(crate) use iter::READ_AHEAD_MIN;

@@ -53,6 +53,8 @@ struct ReadAhead {
     /// File offset a loaded block must reach for the next hint: halfway
     /// into the last window hinted (0: none hinted yet).
     trigger: u64,
+    /// First window of a run (bytes; 0: [`READ_AHEAD_MIN`]).
+    first: u64,
 }
 
 /// A two-level cursor over a table: the index block selects a data block,
@@ -148,7 +150,11 @@ impl TableIterator {
             a.run += 1;
         } else {
             a.run = 1;
-            a.window = READ_AHEAD_MIN;
+            a.window = if a.first == 0 {
+                READ_AHEAD_MIN
+            } else {
+                a.first
+            };
             a.until = 0;
             a.trigger = 0;
         }
@@ -302,5 +308,17 @@ impl Table {
             err: None,
             ahead: ReadAhead::default(),
         }
+    }
+}
+
+impl TableIterator {
+    /// This cursor's first read-ahead window is `bytes` (clamped to
+    /// between one 4 KiB page and [`READ_AHEAD_MAX`]) instead of
+    /// [`READ_AHEAD_MIN`]: a DTable gives each segment's cursor a share of
+    /// one table's window, as a scan takes from each segment about its
+    /// share of the entries.
+    pub(crate) fn with_first_read_ahead(mut self, bytes: u64) -> TableIterator {
+        self.ahead.first = bytes.clamp(4 << 10, READ_AHEAD_MAX);
+        self
     }
 }
