@@ -111,23 +111,24 @@ impl DbInner {
     /// sequence number. When the value store stays full after GC, the
     /// members are written one by one, so that those without separated
     /// values (deletes, small values) still go through.
-    fn write_group(&self, g: &Group) -> Vec<Result<SeqNum>> {
-        let n = g.members.len();
+    fn write_group(&self, g: &Group<'_>) -> Vec<Result<SeqNum>> {
+        let n = g.len();
         match self.write_batch(&g.batch, g.sync) {
             Ok(last) => {
                 let mut end = last + 1 - g.batch.len() as u64;
-                g.members
-                    .iter()
-                    .map(|&m| {
+                g.members()
+                    .map(|m| {
                         end += m as u64;
                         Ok(end - 1)
                     })
                     .collect()
             }
-            Err(Error::ValueStoreFull(_)) if n > 1 => match g.batch.split(&g.members) {
-                Ok(bs) => bs.iter().map(|b| self.write_batch(b, g.sync)).collect(),
-                Err(e) => vec![Err(e); n],
-            },
+            Err(Error::ValueStoreFull(_)) if n > 1 => {
+                match g.batch.split(&g.members().collect::<Vec<_>>()) {
+                    Ok(bs) => bs.iter().map(|b| self.write_batch(b, g.sync)).collect(),
+                    Err(e) => vec![Err(e); n],
+                }
+            }
             Err(e) => vec![Err(e); n],
         }
     }
