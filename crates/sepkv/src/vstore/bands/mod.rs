@@ -5,7 +5,9 @@
 //! the one **open band**; when it holds `band_bytes` bytes (default 1 MiB;
 //! FlashKey's LBands have a fixed size) or `band_entries` entries (default
 //! 65,536) it gets a **closed-band trailer**, is synced and joins the closed
-//! bands, and the next band is opened. Bands live one per file,
+//! bands, and the next band is opened; the new band's directory entry is
+//! made durable by the next [`ValueStore::sync`], with those of every band
+//! created since the one before. Bands live one per file,
 //! `NNNNNN.band`, named by the band's sequence number, which only grows:
 //! the file system's free space plays the part of the paper's empty-band
 //! list, and [`BandStore::empty_bands`] counts the bands that still fit
