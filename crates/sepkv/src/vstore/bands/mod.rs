@@ -142,7 +142,14 @@ struct Open {
     dir_synced: bool,
     /// Set by a failed write or sync: the band's end is unknown.
     failed: Option<String>,
+    /// The encoding buffer of appends, kept between them up to
+    /// [`SCRATCH_KEEP`] bytes.
+    scratch: Vec<u8>,
 }
+
+/// Largest encoding buffer the open band keeps between appends (bytes);
+/// a larger batch's buffer is freed after it.
+const SCRATCH_KEEP: usize = 64 << 10;
 
 #[derive(Debug, Clone, Default)]
 struct BandInfo {
@@ -591,6 +598,7 @@ impl BandStore {
                 dirty: false,
                 dir_synced: true,
                 failed: None,
+                scratch: Vec::new(),
             }),
             state: Mutex::new(State {
                 bands,
@@ -897,7 +905,10 @@ impl BandStore {
             }
         }
         let user = cat != IoCategory::Gc;
-        let mut buf = Vec::with_capacity(need as usize);
+        // The open band's encoding buffer, reused from append to append.
+        let mut buf = std::mem::take(&mut o.scratch);
+        buf.clear();
+        buf.reserve(need as usize);
         let mut ptrs = Vec::with_capacity(recs.len());
         // Previous versions and what they invalidate: `(address, seq)`.
         let mut charges: Vec<(ValuePointer, u64)> = Vec::new();
@@ -955,6 +966,9 @@ impl BandStore {
         }
         self.stats.add_written(cat, buf.len() as u64);
         o.len += buf.len() as u64;
+        if buf.capacity() <= SCRATCH_KEEP {
+            o.scratch = buf;
+        }
         o.entries += recs.len() as u32;
         o.max_seq = max_seq;
         o.dirty = true;
@@ -1034,6 +1048,7 @@ impl BandStore {
             dirty: false,
             dir_synced: false,
             failed: None,
+            scratch: std::mem::take(&mut o.scratch),
         };
         Ok(())
     }
