@@ -99,11 +99,30 @@ impl WriteBatch {
     pub fn new() -> Self {
         WriteBatch {
             rep: vec![0; HEADER],
+            ..Self::new_empty()
+        }
+    }
+
+    /// The counters of an empty batch, with no header allocated.
+    const fn new_empty() -> Self {
+        WriteBatch {
+            rep: Vec::new(),
             count: 0,
             user_bytes: 0,
             max_value_len: 0,
             bare_pointers: 0,
             carried: 0,
+        }
+    }
+
+    /// An empty batch with room for `bytes` bytes of encoded entries, so
+    /// that filling it reallocates nothing when `bytes` is enough.
+    pub(crate) fn with_capacity(bytes: usize) -> Self {
+        let mut rep = Vec::with_capacity(HEADER + bytes);
+        rep.resize(HEADER, 0);
+        WriteBatch {
+            rep,
+            ..Self::new_empty()
         }
     }
 

@@ -16,6 +16,11 @@
 //! Sequence numbers are published in group order, and within a group in
 //! member order, so every reader sees a prefix of the commit order.
 //!
+//! A writer alone in its group (every write of a single writer thread)
+//! writes its own batch: the group holds the opener's batch by reference
+//! and copies it only when another writer joins, so a write that is not
+//! grouped pays for no copy of its batch and no allocation in the queue.
+//!
 //! Each member waits on a slot of its own ([`Slot`]): the leader puts the
 //! member's result there and wakes that thread alone (or the member, still
 //! yielding its core, sees it first). With one condition
@@ -30,6 +35,7 @@ use crate::batch::WriteBatch;
 use crate::error::{Error, Result};
 use crate::seqno::SeqNum;
 use parking_lot::{Condvar, Mutex, MutexGuard};
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
@@ -40,17 +46,41 @@ use std::time::{Duration, Instant};
 pub(crate) const GROUP_BYTES: usize = 1 << 20;
 
 /// A group handed to its leader.
-pub(crate) struct Group {
-    /// The members' batches, concatenated in member order.
-    pub batch: WriteBatch,
-    /// Entries of each member, in order.
-    pub members: Vec<u32>,
+pub(crate) struct Group<'a> {
+    /// The members' batches, concatenated in member order: the leader's
+    /// own batch, borrowed, when no other writer joined.
+    pub batch: Cow<'a, WriteBatch>,
+    /// Entries of the first member (the leader).
+    first: u32,
+    /// Entries of each member after the first, in order.
+    joined: Vec<u32>,
     /// Some member asked for `sync`.
     pub sync: bool,
 }
 
+impl Group<'_> {
+    /// Number of members.
+    pub(crate) fn len(&self) -> usize {
+        1 + self.joined.len()
+    }
+
+    /// Entries of each member, in order.
+    pub(crate) fn members(&self) -> impl Iterator<Item = u32> + '_ {
+        std::iter::once(self.first).chain(self.joined.iter().copied())
+    }
+}
+
+/// The group a writer opened and others may join, until its opener takes
+/// it. The opener's batch stays with the opener (see the module docs).
 struct OpenGroup {
-    group: Group,
+    /// The batches of the members after the opener, concatenated; `None`
+    /// while the opener is alone.
+    joined_batch: Option<WriteBatch>,
+    /// Entries of each member after the opener, in order.
+    joined: Vec<u32>,
+    /// Encoded bytes of every member's batch, the opener's included.
+    bytes: usize,
+    sync: bool,
     /// Slots of the members after the first (the leader), in order.
     slots: Vec<Arc<Slot>>,
 }
@@ -149,19 +179,22 @@ impl CommitQueue {
         &self,
         batch: &WriteBatch,
         sync: bool,
-        lead: impl FnOnce(&Group) -> Vec<Result<SeqNum>>,
+        lead: impl FnOnce(&Group<'_>) -> Vec<Result<SeqNum>>,
     ) -> Result<SeqNum> {
         let mut st = self.state.lock();
         while let Some(open) = st.open.as_mut() {
-            let g = &mut open.group;
-            if g.batch.approximate_size() + batch.approximate_size() > GROUP_BYTES {
+            if open.bytes + batch.approximate_size() > GROUP_BYTES {
                 // Full: wait until its leader takes it, then open the next.
                 self.cv.wait(&mut st);
                 continue;
             }
-            g.batch.append(batch);
-            g.members.push(batch.len() as u32);
-            g.sync |= sync;
+            match open.joined_batch.as_mut() {
+                Some(b) => b.append(batch),
+                None => open.joined_batch = Some(batch.clone()),
+            }
+            open.joined.push(batch.len() as u32);
+            open.bytes += batch.approximate_size();
+            open.sync |= sync;
             let slot = Slot::new();
             open.slots.push(slot.clone());
             let number = st.taken + 1;
@@ -170,11 +203,10 @@ impl CommitQueue {
             return slot.take();
         }
         st.open = Some(OpenGroup {
-            group: Group {
-                batch: batch.clone(),
-                members: vec![batch.len() as u32],
-                sync,
-            },
+            joined_batch: None,
+            joined: Vec::new(),
+            bytes: batch.approximate_size(),
+            sync,
             slots: Vec::new(),
         });
         self.wait_until(&mut st, |st| !st.leader_busy);
@@ -185,14 +217,34 @@ impl CommitQueue {
             let coming = st.last_synced - usize::from(was_member);
             self.gather(&mut st, coming);
         }
-        let OpenGroup { group, slots } = st.open.take().expect("only its opener takes a group");
+        let open = st.open.take().expect("only its opener takes a group");
         st.leader_busy = true;
         st.taken += 1;
         LAST_GROUP.with(|l| l.set(st.taken));
         drop(st);
         // Writers waiting for room may open the next group now.
         self.cv.notify_all();
-        let n = group.members.len();
+        let OpenGroup {
+            joined_batch,
+            joined,
+            sync,
+            slots,
+            ..
+        } = open;
+        let group = Group {
+            batch: match joined_batch {
+                None => Cow::Borrowed(batch),
+                Some(rest) => {
+                    let mut all = batch.clone();
+                    all.append(&rest);
+                    Cow::Owned(all)
+                }
+            },
+            first: batch.len() as u32,
+            joined,
+            sync,
+        };
+        let n = group.len();
         self.groups.fetch_add(1, Ordering::Relaxed);
         self.batches.fetch_add(n as u64, Ordering::Relaxed);
         if group.sync {
@@ -227,7 +279,7 @@ impl CommitQueue {
     /// gives up once [`GATHER_IDLE`] passes without a new member: a writer
     /// that does not come straight back costs the group that much.
     fn gather(&self, st: &mut MutexGuard<'_, State>, coming: usize) {
-        let members = |st: &State| st.open.as_ref().map_or(0, |o| o.group.members.len());
+        let members = |st: &State| st.open.as_ref().map_or(0, |o| 1 + o.joined.len());
         let start = Instant::now();
         let mut seen = members(st);
         let target = seen + coming;
@@ -323,11 +375,10 @@ mod tests {
                             .commit(&b, i % 7 == 0, |g| {
                                 groups.fetch_add(1, Ordering::Relaxed);
                                 let mut s = last.load(Ordering::Relaxed);
-                                assert_eq!(g.batch.len() as u32, g.members.iter().sum::<u32>());
+                                assert_eq!(g.batch.len() as u32, g.members().sum::<u32>());
                                 let r = g
-                                    .members
-                                    .iter()
-                                    .map(|&m| {
+                                    .members()
+                                    .map(|m| {
                                         s += m as u64;
                                         Ok(s)
                                     })
@@ -357,7 +408,7 @@ mod tests {
     fn a_failed_group_fails_every_member() {
         let q = CommitQueue::default();
         let r = q.commit(&batch(1), false, |g| {
-            vec![Err(Error::Poisoned("disk full".into())); g.members.len()]
+            vec![Err(Error::Poisoned("disk full".into())); g.len()]
         });
         assert!(matches!(r, Err(Error::Poisoned(_))));
         let r = q.commit(&batch(2), false, |_| panic!("bug"));

@@ -25,6 +25,19 @@ const ROOM_WAIT: Duration = Duration::from_secs(10);
 /// its WAL record (`Options::sync_values_in_wal`): a commit group's bound.
 const CARRY_BYTES: usize = crate::commit::GROUP_BYTES;
 
+/// Longest encoded [`ValuePointer`]: four varints.
+const POINTER_MAX: usize = 10 + 10 + 5 + 10;
+
+/// Encoded bytes, at most, of an index batch of entries `(key length,
+/// value length kept in the batch)`, each with a pointer: the type byte,
+/// three length prefixes, the key, the pointer and the value kept (an
+/// inline value, or a carried one).
+fn index_batch_bytes(entries: impl Iterator<Item = (usize, Option<usize>)>) -> usize {
+    entries
+        .map(|(key, value)| 1 + 15 + key + POINTER_MAX + value.unwrap_or(0))
+        .sum()
+}
+
 /// Progress of the GC a refused write runs (see `DbInner::gc_for_room`).
 #[derive(Default)]
 struct RoomGc {
@@ -111,23 +124,24 @@ impl DbInner {
     /// sequence number. When the value store stays full after GC, the
     /// members are written one by one, so that those without separated
     /// values (deletes, small values) still go through.
-    fn write_group(&self, g: &Group) -> Vec<Result<SeqNum>> {
-        let n = g.members.len();
+    fn write_group(&self, g: &Group<'_>) -> Vec<Result<SeqNum>> {
+        let n = g.len();
         match self.write_batch(&g.batch, g.sync) {
             Ok(last) => {
                 let mut end = last + 1 - g.batch.len() as u64;
-                g.members
-                    .iter()
-                    .map(|&m| {
+                g.members()
+                    .map(|m| {
                         end += m as u64;
                         Ok(end - 1)
                     })
                     .collect()
             }
-            Err(Error::ValueStoreFull(_)) if n > 1 => match g.batch.split(&g.members) {
-                Ok(bs) => bs.iter().map(|b| self.write_batch(b, g.sync)).collect(),
-                Err(e) => vec![Err(e); n],
-            },
+            Err(Error::ValueStoreFull(_)) if n > 1 => {
+                match g.batch.split(&g.members().collect::<Vec<_>>()) {
+                    Ok(bs) => bs.iter().map(|b| self.write_batch(b, g.sync)).collect(),
+                    Err(e) => vec![Err(e); n],
+                }
+            }
             Err(e) => vec![Err(e); n],
         }
     }
@@ -376,10 +390,20 @@ impl DbInner {
                     _ => None,
                 }),
         );
-        let mut out = WriteBatch::new();
+        let mut out = WriteBatch::with_capacity(index_batch_bytes(
+            entries
+                .iter()
+                .zip(&ptrs)
+                .map(|(e, p)| (e.key.len(), p.is_none().then_some(e.value.len()))),
+        ));
+        let mut encoded = Vec::with_capacity(POINTER_MAX);
         for (e, p) in entries.iter().zip(ptrs) {
             match p {
-                Some(p) => out.push(ValueType::Pointer, e.key, &p.encode()),
+                Some(p) => {
+                    encoded.clear();
+                    p.encode_to(&mut encoded);
+                    out.push(ValueType::Pointer, e.key, &encoded);
+                }
                 None => out.push(e.vtype, e.key, e.value),
             }
         }
@@ -413,16 +437,25 @@ impl DbInner {
                 .map(|(r, p)| (r.key.len() + r.value.len(), p)),
         );
         let mut ptrs = ptrs.into_iter();
-        let mut out = WriteBatch::new();
+        let separated = |e: &crate::batch::BatchEntry<'_>| {
+            e.vtype == ValueType::Value && self.vstore.separates(e.value.len())
+        };
+        let mut out = WriteBatch::with_capacity(index_batch_bytes(entries.iter().map(|e| {
+            let kept = !separated(e) || carry;
+            (e.key.len(), kept.then_some(e.value.len()))
+        })));
+        let mut encoded = Vec::with_capacity(POINTER_MAX);
         for e in &entries {
-            if e.vtype == ValueType::Value && self.vstore.separates(e.value.len()) {
+            if separated(e) {
                 let p = ptrs.next().ok_or_else(|| {
                     Error::InvalidArgument("value store returned too few pointers".into())
                 })?;
+                encoded.clear();
+                p.encode_to(&mut encoded);
                 if carry {
-                    out.push_carried(e.key, &p.encode(), e.value);
+                    out.push_carried(e.key, &encoded, e.value);
                 } else {
-                    out.push(ValueType::Pointer, e.key, &p.encode());
+                    out.push(ValueType::Pointer, e.key, &encoded);
                 }
             } else {
                 out.push(e.vtype, e.key, e.value);

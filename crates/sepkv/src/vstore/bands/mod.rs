@@ -5,7 +5,9 @@
 //! the one **open band**; when it holds `band_bytes` bytes (default 1 MiB;
 //! FlashKey's LBands have a fixed size) or `band_entries` entries (default
 //! 65,536) it gets a **closed-band trailer**, is synced and joins the closed
-//! bands, and the next band is opened. Bands live one per file,
+//! bands, and the next band is opened; the new band's directory entry is
+//! made durable by the next [`ValueStore::sync`], with those of every band
+//! created since the one before. Bands live one per file,
 //! `NNNNNN.band`, named by the band's sequence number, which only grows:
 //! the file system's free space plays the part of the paper's empty-band
 //! list, and [`BandStore::empty_bands`] counts the bands that still fit
@@ -135,12 +137,19 @@ struct Open {
     entries: u32,
     max_seq: u64,
     dirty: bool,
-    /// The band's directory entry is durable (a roll syncs the directory
-    /// only every other band; `sync` makes up for it).
+    /// The band's directory entry is durable (a roll leaves the directory
+    /// sync to the next `sync`).
     dir_synced: bool,
     /// Set by a failed write or sync: the band's end is unknown.
     failed: Option<String>,
+    /// The encoding buffer of appends, kept between them up to
+    /// [`SCRATCH_KEEP`] bytes.
+    scratch: Vec<u8>,
 }
+
+/// Largest encoding buffer the open band keeps between appends (bytes);
+/// a larger batch's buffer is freed after it.
+const SCRATCH_KEEP: usize = 64 << 10;
 
 #[derive(Debug, Clone, Default)]
 struct BandInfo {
@@ -589,6 +598,7 @@ impl BandStore {
                 dirty: false,
                 dir_synced: true,
                 failed: None,
+                scratch: Vec::new(),
             }),
             state: Mutex::new(State {
                 bands,
@@ -895,7 +905,10 @@ impl BandStore {
             }
         }
         let user = cat != IoCategory::Gc;
-        let mut buf = Vec::with_capacity(need as usize);
+        // The open band's encoding buffer, reused from append to append.
+        let mut buf = std::mem::take(&mut o.scratch);
+        buf.clear();
+        buf.reserve(need as usize);
         let mut ptrs = Vec::with_capacity(recs.len());
         // Previous versions and what they invalidate: `(address, seq)`.
         let mut charges: Vec<(ValuePointer, u64)> = Vec::new();
@@ -935,7 +948,10 @@ impl BandStore {
                     // A delete token is garbage once nothing older survives.
                     charges.push((p, seq));
                 }
-                in_batch.insert(key, p);
+                if recs.len() > 1 {
+                    // A batch of one has no earlier entry to find.
+                    in_batch.insert(key, p);
+                }
             } else if user && kind == Kind::Relocation {
                 // A relocation record is only log: garbage as soon as it is
                 // written, collectable once the replay checkpoints pass it.
@@ -944,13 +960,15 @@ impl BandStore {
             max_seq = max_seq.max(seq);
             ptrs.push(p);
         }
-        let path = self.path(o.band);
         if let Err(e) = o.file.append(&buf).and_then(|_| o.file.flush()) {
             o.failed = Some(format!("a write failed: {e}"));
-            return Err(Error::io(&path, e));
+            return Err(Error::io(self.path(o.band), e));
         }
         self.stats.add_written(cat, buf.len() as u64);
         o.len += buf.len() as u64;
+        if buf.capacity() <= SCRATCH_KEEP {
+            o.scratch = buf;
+        }
         o.entries += recs.len() as u32;
         o.max_seq = max_seq;
         o.dirty = true;
@@ -991,12 +1009,16 @@ impl BandStore {
         self.stats
             .add_written(IoCategory::ValueStore, t.len() as u64);
         let id = o.band + 1;
-        // A power loss may keep a later band only if it keeps this one:
-        // the directory is synced when the closing band's entry is not
-        // durable yet (covering both entries), so every other roll.
-        let sync_dir = !o.dir_synced;
-        let (file, len) =
-            Self::create_band(self.fs.as_ref(), &self.dir, id, &self.stats, sync_dir)?;
+        // The new band's directory entry is made durable by the next sync
+        // (`ValueStore::sync`, which every checkpoint, flush, GC step and
+        // synced write goes through), not here: a directory sync makes
+        // every entry of the directory durable at once, so a power loss
+        // before it drops the bands created since the last one — a suffix
+        // of the log, all of it unsynced writes — and keeps the bands
+        // before whole (each synced when it closed). Syncing the
+        // directory here, every other roll until 2026-12-07, cost the
+        // writer an fsync of the directory per two bands.
+        let (file, len) = Self::create_band(self.fs.as_ref(), &self.dir, id, &self.stats, false)?;
         {
             let mut st = self.state.lock();
             if let Some(b) = st.bands.get_mut(&o.band) {
@@ -1024,8 +1046,9 @@ impl BandStore {
             entries: 0,
             max_seq: o.max_seq,
             dirty: false,
-            dir_synced: sync_dir,
+            dir_synced: false,
             failed: None,
+            scratch: std::mem::take(&mut o.scratch),
         };
         Ok(())
     }
