@@ -155,8 +155,8 @@ impl DbInner {
     /// itself; then it writes whatever the step freed. A stop that asks for
     /// the index compaction that finds hidden garbage leaves that
     /// compaction to the GC thread (woken here) and pauses as long as the
-    /// slowdown band's longest pause: compacting the whole index in a
-    /// writer held it for up to 1.5 s. Without a GC thread the writer runs
+    /// slowdown band's longest pause rather than compact the whole index
+    /// itself. Without a GC thread the writer runs
     /// that compaction instead of a GC step. Returns the GC steps (or
     /// index compactions) the write was held for: 0 or 1.
     pub(super) fn space_backpressure(

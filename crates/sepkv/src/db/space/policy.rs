@@ -16,14 +16,25 @@
 //! | below `1 + (T − 1) / 2` | background GC runs only by `gc_garbage_ratio` |
 //! | from there to `1 + 0.9 (T − 1)` | background GC runs, paced ([`SpacePolicy::gc_pause`]) |
 //! | from there to `T` | writers are slowed down (held to a rate; pauses of at most [`MAX_WRITE_DELAY`]) |
-//! | `T` and above | writers stop: each runs GC steps itself before it writes |
+//! | `T` and above | writers stop: each is held for one GC step at most — the step running, or one it runs — then writes |
+//!
+//! At the target a writer waits for the room one step frees, not until the
+//! store is back under the target (with the index compaction below run by
+//! the writer, the `overwrite` benchmark's longest write was 1.56 s at
+//! 300 k × 1000 B; see `docs/benchmarks.md`). The index
+//! compaction that finds hidden garbage ([`Decision::discover`]) runs on
+//! the GC thread; a writer that meets it pauses as long as the slowdown
+//! band's longest pause (it compacts itself only when no GC thread runs).
 //!
 //! `value_capacity`, when set, has bands of its own, on the share of the
 //! room GC can free that is in use ([`crate::vstore::CapacityUse::fill`]):
 //! background GC runs back to back from [`CAPACITY_GC_START`], and writers
 //! are slowed down from [`CAPACITY_SLOWDOWN_START`]; at 1.0 user appends are
-//! refused and the writer runs GC itself. The more pressing of the two
-//! bounds acts.
+//! refused and the writer runs GC itself. A value store's own soft bound
+//! ([`SpaceView::bound`]: the bands' over-provisioning) slows writers from
+//! [`BOUND_SLOWDOWN_START`] of its room and runs GC back to back there;
+//! past it the store holds each writer for one GC step. The most pressing
+//! of the bounds acts.
 //!
 //! # Slowing writers down
 //! A slowed-down writer is held to a rate, not given a fixed pause: the
