@@ -19,9 +19,11 @@
 //! | `T` and above | writers stop: each is held for one GC step at most — the step running, or one it runs — then writes |
 //!
 //! At the target a writer waits for the room one step frees, not until the
-//! store is back under the target (with the index compaction below run by
-//! the writer, the `overwrite` benchmark's longest write was 1.56 s at
-//! 300 k × 1000 B; see `docs/benchmarks.md`). The index
+//! store is back under the target. Running steps until then (up to 64 per
+//! write), the `overwrite` benchmark's longest write took 1.4–1.6 s at
+//! 300 k × 1000 B and 5–11 s at 1 M, most of the time writers were
+//! stalled in the phase; held for one step, 70–120 ms (see
+//! `docs/benchmarks.md`). The index
 //! compaction that finds hidden garbage ([`Decision::discover`]) runs on
 //! the GC thread; a writer that meets it pauses as long as the slowdown
 //! band's longest pause (it compacts itself only when no GC thread runs).
