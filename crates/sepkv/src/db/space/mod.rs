@@ -8,7 +8,7 @@ use super::DbInner;
 use crate::error::{Error, Result};
 use crate::options::GC_ON_CLOSE_BUDGET;
 use crate::spin::SpinMutexGuard;
-use policy::{Pressure, SpaceView, WriteAction, MAX_WRITE_DELAY};
+use policy::{Pressure, SpaceView, WriteAction};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -140,12 +140,6 @@ impl DbInner {
         Ok(steps)
     }
 
-    /// True when the GC thread runs (`gc_garbage_ratio` > 0) and has not
-    /// been told to stop.
-    fn gc_thread_runs(&self) -> bool {
-        self.shared.opts.gc_garbage_ratio > 0.0 && !self.gc_stop.load(Ordering::Acquire)
-    }
-
     /// Before a write of `bytes` that separates values (writer lock held):
     /// the target's pacing. In the slowdown band the writer pauses briefly,
     /// held to a rate GC sustains ([`policy::SpaceGovernor::before_write`]).
@@ -153,12 +147,9 @@ impl DbInner {
     /// most, without the writer lock: the step already running (the GC
     /// thread's, or another writer's) if there is one, else one it runs
     /// itself; then it writes whatever the step freed. A stop that asks for
-    /// the index compaction that finds hidden garbage leaves that
-    /// compaction to the GC thread (woken here) and pauses as long as the
-    /// slowdown band's longest pause rather than compact the whole index
-    /// itself. Without a GC thread the writer runs
-    /// that compaction instead of a GC step. Returns the GC steps (or
-    /// index compactions) the write was held for: 0 or 1.
+    /// the index compaction that finds hidden garbage runs that compaction
+    /// in place of the step. Returns the GC steps (or index compactions)
+    /// the write was held for: 0 or 1.
     pub(super) fn space_backpressure(
         &self,
         guard: &mut SpinMutexGuard<'_, bool>,
@@ -179,19 +170,12 @@ impl DbInner {
                     self.shared.note_stall(t);
                     return Ok(0);
                 }
-                WriteAction::Stop { discover: true } if self.gc_thread_runs() => {
-                    let t = Instant::now();
-                    self.gc_cv.notify_one();
-                    SpinMutexGuard::unlocked(guard, || std::thread::sleep(MAX_WRITE_DELAY));
-                    self.shared.note_stall(t);
-                    return Ok(0);
-                }
                 WriteAction::Stop { discover } => {
                     let t = Instant::now();
                     let worked = SpinMutexGuard::unlocked(guard, || -> Result<bool> {
                         if discover {
-                            // No GC thread to leave it to
-                            // (`gc_garbage_ratio` 0): this writer compacts.
+                            // The index compaction that finds hidden
+                            // garbage, in place of a step.
                             self.discover_garbage()?;
                             return Ok(true);
                         }

@@ -23,10 +23,9 @@
 //! write), the `overwrite` benchmark's longest write took 1.4–1.6 s at
 //! 300 k × 1000 B and 5–11 s at 1 M, most of the time writers were
 //! stalled in the phase; held for one step, 70–120 ms (see
-//! `docs/benchmarks.md`). The index
-//! compaction that finds hidden garbage ([`Decision::discover`]) runs on
-//! the GC thread; a writer that meets it pauses as long as the slowdown
-//! band's longest pause (it compacts itself only when no GC thread runs).
+//! `docs/benchmarks.md`). A stop that asks for the index compaction that
+//! finds hidden garbage ([`Decision::discover`]) runs that compaction in
+//! place of the step.
 //!
 //! `value_capacity`, when set, has bands of its own, on the share of the
 //! room GC can free that is in use ([`crate::vstore::CapacityUse::fill`]):
