@@ -22,7 +22,7 @@
 //! store is back under the target. Running steps until then (up to 64 per
 //! write), the `overwrite` benchmark's longest write took 1.4–1.6 s at
 //! 300 k × 1000 B and 5–11 s at 1 M, most of the time writers were
-//! stalled in the phase; held for one step, 70–120 ms (see
+//! stalled in the phase; held for one step, 26–122 ms (see
 //! `docs/benchmarks.md`). A stop that asks for the index compaction that
 //! finds hidden garbage ([`Decision::discover`]) runs that compaction in
 //! place of the step.
