@@ -995,6 +995,7 @@ impl Engine for SepkvEngine {
         counters.insert("write_stall_micros".into(), s.write_stall_micros);
         counters.insert("write_gc_steps".into(), s.write_gc_steps);
         counters.insert("write_gc_waits".into(), s.write_gc_waits);
+        counters.insert("write_gc_steps_max".into(), s.write_gc_steps_max);
         counters.insert("gc_relocation_lookups".into(), s.gc_relocation_lookups);
         counters.insert("gc_index_blocks".into(), s.gc_index_blocks);
         counters.insert("write_groups".into(), s.write_groups);

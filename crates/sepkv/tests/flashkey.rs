@@ -561,6 +561,47 @@ fn churn_deletes_leave_the_hash_table() {
     );
 }
 
+/// The bands' space bound feeds the writers' pacer: under sustained
+/// overwrites writers are slowed down as the bands near the bound, a
+/// write is held for one GC step at most, and the bands stay near it.
+#[test]
+fn the_band_bound_paces_writers() {
+    const KEYS: u64 = 4000;
+    let fs = Arc::new(MemFs::new());
+    let o = Options {
+        fs: fs.clone(),
+        band_bytes: 64 << 10,
+        hash_checkpoint_bands: 2,
+        write_buffer_size: 64 << 10,
+        band_over_provisioning: 0.3,
+        space_amp_target: f64::INFINITY,
+        ..Options::preset(Preset::FlashKey)
+    };
+    let db = Db::open("/db", o).unwrap();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..KEYS {
+        db.put(format!("k{i:05}"), "v".repeat(500)).unwrap();
+    }
+    for n in 0..10 * KEYS {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let k = format!("k{:05}", x % KEYS);
+        db.put(k, format!("{n}-{}", "v".repeat(500))).unwrap();
+    }
+    let s = db.stats().unwrap();
+    assert!(s.space_slowdowns > 0, "no write was paced: {s:?}");
+    assert!(
+        s.write_gc_steps_max <= 1,
+        "held for {} steps",
+        s.write_gc_steps_max
+    );
+    let amp = s.value_store.file_bytes as f64 / s.value_store.live_bytes as f64;
+    // The slack of `over_provisioning_bounds_the_bands`.
+    assert!(amp <= 1.3 + 0.2, "the bands take {amp:.2}× live");
+    db.close().unwrap();
+}
+
 /// Over-provisioning (FlashKey §VI: band capacity = live × (1 + OP)) bounds
 /// the band files per live byte under overwrites, with the space target
 /// the bound when it is tighter; with neither, the bands drift to the

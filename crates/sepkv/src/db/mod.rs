@@ -91,6 +91,8 @@ struct Counters {
     user_bytes_read: crate::counter::ShardedCounter,
     write_gc_steps: AtomicU64,
     write_gc_waits: AtomicU64,
+    /// Most GC steps one write was held for (`DbStats::write_gc_steps_max`).
+    write_gc_steps_max: AtomicU64,
     write_reader_waits: AtomicU64,
     gc_relocation_lookups: AtomicU64,
     gc_index_blocks: AtomicU64,
@@ -526,11 +528,20 @@ impl Db {
         } else {
             shared.opts.space_amp_target
         };
-        // The capacity's bands (`crate::space`) for the same layouts.
-        let bounded = !matches!(
-            shared.opts.layout(),
-            ValueLayout::Inline | ValueLayout::Bands
-        ) && vstore.capacity_use().is_some();
+        // The capacity's bands (`crate::space`) for the same layouts, and
+        // the slowdown band of the bands' own space bound (their
+        // over-provisioning, or the target if tighter), whose garbage the
+        // invalidity table knows exactly: no estimate of hidden garbage.
+        let bands = shared.opts.layout() == ValueLayout::Bands;
+        let bounded = match shared.opts.layout() {
+            ValueLayout::Inline => false,
+            ValueLayout::Bands => vstore.space_bound_use().is_some(),
+            _ => vstore.capacity_use().is_some(),
+        };
+        let mut space = space::policy::SpaceGovernor::new(space_target, bounded);
+        if bands {
+            space = space.with_exact_garbage();
+        }
         let inner = Arc::new(DbInner {
             shared,
             index,
@@ -547,7 +558,7 @@ impl Db {
             gc_steps: Mutex::new(GcSteps::default()),
             gc_step_cv: Condvar::new(),
             lock: Mutex::new(lock),
-            space: space::policy::SpaceGovernor::new(space_target, bounded),
+            space,
             read_only,
             work_gate: parking_lot::RwLock::new(()),
         });

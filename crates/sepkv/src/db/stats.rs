@@ -108,6 +108,13 @@ pub struct DbStats {
     /// waited for a GC step already running instead of running one itself
     /// (counter since open).
     pub write_gc_waits: u64,
+    /// Most GC steps a single write was held for since open — steps it ran
+    /// itself plus steps already running that it waited to end; 0 when no
+    /// write was held. A write that meets the space target's hard bound,
+    /// or the bands' space bound, is held for one step at most; only a
+    /// write the value store refused (`value_capacity` reached) may be
+    /// held for more, one step per retry until the room is made.
+    pub write_gc_steps_max: u64,
     /// Index lookups GC's relocation made again, after its own liveness
     /// check, because the memtables could no longer tell whether the keys
     /// were written since (counter since open; the liveness check's own
@@ -274,6 +281,7 @@ impl DbInner {
             write_stall_micros: shared.stall_micros.load(Ordering::Relaxed),
             write_gc_steps: c.write_gc_steps.load(Ordering::Relaxed),
             write_gc_waits: c.write_gc_waits.load(Ordering::Relaxed),
+            write_gc_steps_max: c.write_gc_steps_max.load(Ordering::Relaxed),
             gc_relocation_lookups: c.gc_relocation_lookups.load(Ordering::Relaxed),
             gc_index_blocks: c.gc_index_blocks.load(Ordering::Relaxed),
             write_groups: self.commit.groups(),

@@ -153,21 +153,44 @@ impl DbInner {
         let mut guard = self.writer.lock();
         let user_bytes = batch.user_bytes();
         let mut room = RoomGc::default();
+        // GC steps this write is held for (`DbStats::write_gc_steps_max`).
+        let mut held = 0u64;
+        let out = self.write_batch_held(batch, sync, &mut guard, user_bytes, &mut room, &mut held);
+        if held > 0 {
+            self.counters
+                .write_gc_steps_max
+                .fetch_max(held, Ordering::Relaxed);
+        }
+        out
+    }
+
+    /// [`DbInner::write_batch`]'s work, counting in `held` the GC steps the
+    /// write is held for.
+    fn write_batch_held(
+        &self,
+        batch: &WriteBatch,
+        sync: bool,
+        guard: &mut SpinMutexGuard<'_, bool>,
+        user_bytes: u64,
+        room: &mut RoomGc,
+        held: &mut u64,
+    ) -> Result<SeqNum> {
         loop {
             self.shared.poisoned()?;
-            if !*guard {
+            if !**guard {
                 return Err(Error::Closed);
             }
             self.index.make_room(false)?;
             if !self.shared.opts.wal || self.vstore.separates(batch.max_value_len()) {
-                self.space_backpressure(&mut guard, user_bytes)?;
+                *held += u64::from(self.space_backpressure(guard, user_bytes)?);
                 if self.vstore.over_space_bound() {
                     // The store is past its own space bound (the bands'
                     // over-provisioning): this writer runs a GC step, or
                     // waits for the one running, then writes whatever it
                     // freed.
                     let t = Instant::now();
-                    SpinMutexGuard::unlocked(&mut guard, || -> Result<()> {
+                    *held += 1;
+                    SpinMutexGuard::unlocked(guard, || -> Result<()> {
                         if !self.wait_for_running_gc() {
                             self.gc_step()?;
                             self.counters.write_gc_steps.fetch_add(1, Ordering::Relaxed);
@@ -179,7 +202,7 @@ impl DbInner {
                 let pause = self.vstore.write_delay();
                 if !pause.is_zero() {
                     let t = Instant::now();
-                    SpinMutexGuard::unlocked(&mut guard, || std::thread::sleep(pause));
+                    SpinMutexGuard::unlocked(guard, || std::thread::sleep(pause));
                     self.shared.note_stall(t);
                 }
                 // Backpressure may have let go of the writer lock (a delay,
@@ -187,7 +210,7 @@ impl DbInner {
                 // been poisoned meanwhile, and nothing may reach the value
                 // store or the log after that.
                 self.shared.poisoned()?;
-                if !*guard {
+                if !**guard {
                     return Err(Error::Closed);
                 }
                 if self.space.sample_due() {
@@ -228,7 +251,8 @@ impl DbInner {
                     // (HashKV §4.1 setup), with the writer lock released so
                     // that GC can install its relocations; then retry.
                     let t = Instant::now();
-                    let more = SpinMutexGuard::unlocked(&mut guard, || self.gc_for_room(&mut room));
+                    *held += 1;
+                    let more = SpinMutexGuard::unlocked(guard, || self.gc_for_room(room));
                     self.shared.note_stall(t);
                     if !more? {
                         return Err(Error::ValueStoreFull(msg));

@@ -524,6 +524,17 @@ pub trait ValueStore: Send + Sync {
         None
     }
 
+    /// The store's own soft space bound as a [`CapacityUse`], for the
+    /// space governor's pacing: `used` the bytes its files take, `floor`
+    /// the live bytes in them, `limit` where a user write runs a GC step
+    /// itself ([`ValueStore::over_space_bound`]). Writers are slowed down
+    /// as `used` nears `limit`; nothing is refused for it. Takes the
+    /// store's state lock; asked when the governor takes a fresh view.
+    /// The default: `None` (no such bound).
+    fn space_bound_use(&self) -> Option<CapacityUse> {
+        None
+    }
+
     /// Bytes of the store's capacity that GC has retired but may not free
     /// yet because readers (snapshots, iterators) older than the GC step may
     /// still read them; a later step frees them once those readers are

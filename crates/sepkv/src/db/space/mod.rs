@@ -17,10 +17,6 @@ use std::time::Instant;
 /// second's compaction.
 const CLOSE_DISCOVERY_MAX_INDEX: u64 = 64 << 20;
 
-/// Rounds of GC a stopped writer runs before it lets its write through as
-/// a missed target.
-const MAX_STOP_ROUNDS: u32 = 64;
-
 impl DbInner {
     /// The memtables' bytes and the bytes per index level.
     fn index_shape(&self) -> (u64, Vec<u64>) {
@@ -45,6 +41,11 @@ impl DbInner {
             value: self.vstore.space(),
             capacity: if self.space.active() {
                 self.vstore.capacity_use()
+            } else {
+                None
+            },
+            bound: if self.space.active() {
+                self.vstore.space_bound_use()
             } else {
                 None
             },
@@ -140,73 +141,69 @@ impl DbInner {
     }
 
     /// Before a write of `bytes` that separates values (writer lock held):
-    /// the target's slowdown, or its stop, where the writer runs GC (or an
-    /// index compaction) itself, without the writer lock, until the store
-    /// is back under the target — or GC has nothing left to do, and the
-    /// write goes through as a missed target rather than wait forever.
+    /// the target's pacing. In the slowdown band the writer pauses briefly,
+    /// held to a rate GC sustains ([`policy::SpaceGovernor::before_write`]).
+    /// At the target itself (the hard bound) it is held for one GC step at
+    /// most, without the writer lock: the step already running (the GC
+    /// thread's, or another writer's) if there is one, else one it runs
+    /// itself; then it writes whatever the step freed. A stop that asks for
+    /// the index compaction that finds hidden garbage runs that compaction
+    /// in place of the step. Returns the GC steps (or index compactions)
+    /// the write was held for: 0 or 1.
     pub(super) fn space_backpressure(
         &self,
         guard: &mut SpinMutexGuard<'_, bool>,
         bytes: u64,
-    ) -> Result<()> {
-        let mut rounds = 0u32;
-        let mut fruitless = 0u32;
-        let mut waited = false;
+    ) -> Result<u32> {
         loop {
             match self.space.before_write(bytes) {
-                WriteAction::Go => return Ok(()),
+                WriteAction::Go => return Ok(0),
                 WriteAction::Refresh => {
                     self.space.refresh(&self.space_view());
                     if self.space.before_write(bytes) == WriteAction::Refresh {
-                        return Ok(());
+                        return Ok(0);
                     }
                 }
                 WriteAction::Delay(d) => {
                     let t = Instant::now();
                     SpinMutexGuard::unlocked(guard, || std::thread::sleep(d));
                     self.shared.note_stall(t);
-                    return Ok(());
+                    return Ok(0);
                 }
                 WriteAction::Stop { discover } => {
-                    if fruitless >= 2 || rounds >= MAX_STOP_ROUNDS {
-                        self.space
-                            .counters
-                            .target_misses
-                            .fetch_add(1, Ordering::Relaxed);
-                        return Ok(());
-                    }
-                    rounds += 1;
                     let t = Instant::now();
                     let worked = SpinMutexGuard::unlocked(guard, || -> Result<bool> {
                         if discover {
+                            // The index compaction that finds hidden
+                            // garbage, in place of a step.
                             self.discover_garbage()?;
                             return Ok(true);
                         }
-                        // A step already running: its end is news enough,
-                        // once per write (the GC thread may start the next
-                        // at once, and waiting through several steps holds
-                        // the writer longer than running one).
-                        if !waited {
-                            waited = true;
-                            if self.wait_for_running_gc() {
-                                return Ok(true);
-                            }
+                        // A step already running: its end is the room this
+                        // write waits for (steps are serialised, so running
+                        // one of its own would first wait for that one).
+                        if self.wait_for_running_gc() {
+                            return Ok(true);
                         }
                         let out = self.gc_step()?;
                         self.counters.write_gc_steps.fetch_add(1, Ordering::Relaxed);
                         Ok(out.did_work)
                     });
                     self.shared.note_stall(t);
-                    if worked? {
-                        fruitless = 0;
-                    } else {
-                        fruitless += 1;
+                    if !worked? {
+                        // GC could free nothing: the write goes through as
+                        // a missed target rather than wait forever.
+                        self.space
+                            .counters
+                            .target_misses
+                            .fetch_add(1, Ordering::Relaxed);
                     }
                     self.shared.poisoned()?;
                     if !**guard {
                         return Err(Error::Closed);
                     }
                     self.space.refresh(&self.space_view());
+                    return Ok(1);
                 }
             }
         }

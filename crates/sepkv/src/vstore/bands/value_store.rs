@@ -229,6 +229,18 @@ impl ValueStore for BandStore {
         self.over_bound.load(Ordering::Relaxed)
     }
 
+    /// The band files against `space_bound` bytes per live byte in them,
+    /// plus the open band's worth, where `over_space_bound` holds writers.
+    fn space_bound_use(&self) -> Option<crate::vstore::CapacityUse> {
+        let bound = self.opts.space_bound?;
+        let (used, live) = Self::used_and_live_locked(&self.state.lock());
+        Some(crate::vstore::CapacityUse {
+            used,
+            limit: (live as f64 * bound) as u64 + self.opts.band_bytes,
+            floor: live,
+        })
+    }
+
     fn gc_trigger_ratio(&self) -> Option<f64> {
         self.gc_ratio()
     }
