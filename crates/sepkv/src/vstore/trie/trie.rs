@@ -285,6 +285,15 @@ impl Trie {
         true
     }
 
+    /// The level of node `prefix`: how many nodes lie above it (the
+    /// root is at level 0, its children at 1). With compressed edges a
+    /// level may span several key bytes.
+    pub fn level(&self, prefix: &[u8]) -> usize {
+        (0..prefix.len())
+            .filter(|&i| self.nodes.contains_key(&prefix[..i]))
+            .count()
+    }
+
     /// Number of nodes.
     pub fn nodes(&self) -> usize {
         self.nodes.len()
@@ -811,6 +820,12 @@ mod tests {
         check_disjoint_and_routed(&t, &[b"ab5x".to_vec(), b"ac".to_vec(), b"a".to_vec()]);
         // One key only: cannot split.
         assert!(!t.split(b"b", b"bq", b"bq", &mut e));
+        // Levels count nodes above, not bytes: "ab5" is below the root,
+        // "a" and "ab".
+        assert_eq!(t.level(b""), 0);
+        assert_eq!(t.level(b"a"), 1);
+        assert_eq!(t.level(b"ab5"), 3);
+        assert_eq!(t.level(b"b"), 1);
     }
 
     /// YCSB keys are `user` and a decimal hash: the first split skips the
