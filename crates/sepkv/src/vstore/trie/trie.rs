@@ -25,6 +25,13 @@
 //! on first use; the old table is sealed and keeps the values it holds. A
 //! leaf whose keys are all one key cannot split; its table is rolled.
 //!
+//! **Fixed levels** (the paper's own §3.5 shape, `trie_fixed_levels`): the
+//! store splits a leaf only while it has fewer than the fixed number of
+//! nodes above it ([`Trie::level`]) and only when a second key reaches
+//! it, so each level fans out on the first byte where keys differ; leaves
+//! at the fixed depth never split. The nodes are the same as above, so the
+//! trie file needs nothing new.
+//!
 //! # Persistence: the trie file
 //! The trie and the catalog of tables change at append time, where the
 //! store has no handle on the index's manifest, so they live in a file of
