@@ -80,7 +80,7 @@ pub fn apply(opts: &mut Options, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult
                 band_bytes, hash_cache_size, hash_memo_size, hash_checkpoint_bands, band_entries;
             value: gc_garbage_ratio, space_amp_target, hashkv_reserved_ratio, trie_split_skew,
                 trie_span_density, trie_span_density_memory;
-            value: value_capacity;
+            value: value_capacity, trie_fixed_levels;
         );
     }
     Ok(())

@@ -626,6 +626,7 @@ fn paper_sets_the_papers_options_only_on_ktstore() {
     assert_eq!(o("trie_sort_sealed"), false);
     assert_eq!(o("trie_roll_size"), o("trie_table_size"));
     assert_eq!(o("trie_split_skew"), 1.0);
+    assert_eq!(o("trie_fixed_levels"), 4);
     assert_eq!(o("trie_span_density"), 0.0);
     assert_eq!(o("trie_span_density_memory"), 0.0);
     assert_eq!(o("trie_span_parallel"), o("trie_span_max"));

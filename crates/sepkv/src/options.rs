@@ -567,6 +567,27 @@ pub struct Options {
     /// rule off (no leaf can take more than all). May change between opens.
     /// Default 0.5.
     pub trie_split_skew: f64,
+    /// Fixed trie levels for the `trie` layout (KT-Store §3.5: "we only
+    /// use fixed levels"): `Some(n)` turns adaptive splitting off. Every
+    /// leaf sits below `n` levels of internal nodes and never splits; a
+    /// leaf's TrieTable that reaches `trie_roll_size` (or
+    /// `trie_table_size`) is sealed and a new one begun in the same leaf.
+    /// A level fans out on one key byte, and edges are compressed over the
+    /// bytes all keys under a node share, so a level is spent only where
+    /// keys differ: YCSB's `user` + digits spread by their first digits
+    /// (9–10 leaves at 2 levels, about 90 at 3), random binary keys by
+    /// their first byte (256 leaves at 1 level, 65,536 at 2). Which byte a
+    /// level fans out on is learned from the keys: a leaf above level `n`
+    /// holds one key only, and becomes an internal node fanning out on the
+    /// first byte where they differ as soon as a second key reaches it,
+    /// before that key's value is written (so a sealed table above the
+    /// fixed levels holds one key's values). The root counts as one level.
+    /// Between 1 and 8; needs `trie_split_skew = 1.0` (a fixed trie has no
+    /// skew splits), else `InvalidOption`. May change between opens: the
+    /// nodes made so far stay (they are persisted in the trie file); a
+    /// larger `n` deepens the leaves as new keys arrive, `None` lets leaves
+    /// split by size again. Default `None` (adaptive splitting).
+    pub trie_fixed_levels: Option<u8>,
     /// Whether background GC rewrites each sealed `trie` TrieTable whose
     /// records are in write order into a new table in key order, even when
     /// it holds no garbage (beyond KT-Store: the paper keeps tables in write
@@ -768,6 +789,7 @@ impl Default for Options {
             trie_table_size: 4 << 20,
             trie_roll_size: 512 << 10,
             trie_split_skew: 0.5,
+            trie_fixed_levels: None,
             trie_sort_sealed: true,
             trie_span_density: 1.0 / 16.0,
             trie_span_density_memory: 0.75,
@@ -1084,6 +1106,17 @@ impl Options {
                 "trie_split_skew {} must be a fraction in (0, 1]",
                 self.trie_split_skew
             ));
+        }
+        if let Some(n) = self.trie_fixed_levels {
+            if !(1..=8).contains(&n) {
+                return bad(format!("trie_fixed_levels {n} must be between 1 and 8"));
+            }
+            if self.trie_split_skew != 1.0 {
+                return bad(format!(
+                    "trie_fixed_levels {n} needs trie_split_skew 1.0 (a fixed trie has no skew splits), not {}",
+                    self.trie_split_skew
+                ));
+            }
         }
         for (name, d) in [
             ("trie_span_density", self.trie_span_density),

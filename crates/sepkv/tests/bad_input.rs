@@ -268,6 +268,16 @@ fn invalid_options_are_rejected_naming_the_option() {
         ("trie_split_skew", |o| o.trie_split_skew = 0.0),
         ("trie_split_skew", |o| o.trie_split_skew = 1.01),
         ("trie_split_skew", |o| o.trie_split_skew = f64::NAN),
+        ("trie_fixed_levels", |o| {
+            o.trie_fixed_levels = Some(0);
+            o.trie_split_skew = 1.0;
+        }),
+        ("trie_fixed_levels", |o| {
+            o.trie_fixed_levels = Some(9);
+            o.trie_split_skew = 1.0;
+        }),
+        // A fixed trie has no skew splits: the two options contradict.
+        ("trie_fixed_levels", |o| o.trie_fixed_levels = Some(2)),
     ];
     for (i, (name, tweak)) in cases.into_iter().enumerate() {
         let fs = MemFs::new();
@@ -313,6 +323,14 @@ fn invalid_options_are_rejected_naming_the_option() {
         |o| o.trie_roll_size = u64::MAX,
         |o| o.trie_split_skew = 0.01,
         |o| o.trie_split_skew = 1.0,
+        |o| {
+            o.trie_fixed_levels = Some(1);
+            o.trie_split_skew = 1.0;
+        },
+        |o| {
+            o.trie_fixed_levels = Some(8);
+            o.trie_split_skew = 1.0;
+        },
         |o| {
             o.l0_compaction_trigger = 1;
             o.l0_slowdown_writes_trigger = 1;

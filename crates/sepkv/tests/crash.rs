@@ -21,6 +21,8 @@
 //! (`hashkv_journal_values`), starting from `seed % 3`, so every mode and
 //! the switches between them are crashed;
 //! `SEPKV_CRASH_HASHKV_JOURNAL=off|on|values` holds it at one setting.
+//! `ktstore` runs odd seeds with a trie of two fixed levels
+//! (`trie_fixed_levels`) and even seeds with adaptive splitting.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -132,6 +134,15 @@ fn run_seed(preset: (Preset, bool), seed: u64) -> Result<(), String> {
                 _ => !(seed + 2 * cycle as u64).is_multiple_of(3),
             },
             ..opts(&fs, preset)
+        };
+        let o = if preset.0 == Preset::KtStore && seed % 2 == 1 {
+            Options {
+                trie_fixed_levels: Some(2),
+                trie_split_skew: 1.0,
+                ..o
+            }
+        } else {
+            o
         };
         let db = Db::open(dir, o).map_err(|e| format!("cycle {cycle}: open failed: {e}"))?;
         // Check the recovered state.

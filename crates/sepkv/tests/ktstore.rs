@@ -88,6 +88,7 @@ fn store_rolling(fs: &MemFs, table_size: u64, roll_size: u64, split_skew: f64) -
             table_size,
             roll_size,
             split_skew,
+            fixed_levels: None,
             sort_sealed: true,
             prefetch_threads: 4,
             max_open_writers: 500,
@@ -752,6 +753,7 @@ fn open_append_handles_stay_under_the_cap() {
                 table_size: 64 << 10,
                 roll_size: 64 << 10,
                 split_skew: 1.0,
+                fixed_levels: None,
                 sort_sealed: true,
                 prefetch_threads: 0,
                 max_open_writers: cap,
@@ -1221,6 +1223,7 @@ fn many_written_tables_sync_in_one_call() {
         table_size: 64 << 10,
         roll_size: 64 << 10,
         split_skew: 1.0,
+        fixed_levels: None,
         sort_sealed: false,
         prefetch_threads: 4,
         max_open_writers: 500,
@@ -1332,4 +1335,200 @@ fn tables_on_disk_read_back_and_report_damage() {
             Err(e) => panic!("{e}"),
         }
     }
+}
+
+/// [`opts`] with a trie of `levels` fixed levels (KT-Store §3.5) and small
+/// tables, so that a load splits an adaptive trie many times over.
+fn fixed_opts(fs: Arc<dyn FileSystem>, levels: u8) -> Options {
+    Options {
+        trie_fixed_levels: Some(levels),
+        trie_split_skew: 1.0,
+        trie_table_size: 64 << 10,
+        trie_roll_size: 64 << 10,
+        trie_sort_sealed: false,
+        ..opts(fs)
+    }
+}
+
+/// Every entry of `db` in key order, by a full scan.
+fn scan_all(db: &Db) -> Vec<(Vec<u8>, Vec<u8>)> {
+    db.scan(..&[0xffu8; 32][..], false)
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect()
+}
+
+/// With fixed levels, YCSB keys spread over leaves below the shared
+/// `user`: the trie fans out only where keys differ, every leaf sits at
+/// the fixed depth, and a load that would split an adaptive trie dozens of
+/// times only rolls tables in their leaves. Values and range scans across
+/// leaves are exact, and the shape survives a reopen.
+#[test]
+fn fixed_levels_spread_ycsb_keys_and_never_split_by_size() {
+    let fs = MemFs::new();
+    let o = fixed_opts(Arc::new(fs.clone()), 3);
+    let db = Db::open("/db", o.clone()).unwrap();
+    let mut model = BTreeMap::new();
+    for n in 0..3000u64 {
+        model.insert(ycsb_key(n), value(n as usize, 0));
+        db.put(ycsb_key(n), value(n as usize, 0)).unwrap();
+    }
+    let (splits, leaves, nodes) = (
+        figure(&db, "trie_splits"),
+        figure(&db, "trie_leaves"),
+        figure(&db, "trie_nodes"),
+    );
+    // 3 MB in 64 KiB tables: an adaptive trie would split about 45 times
+    // and its leaves go on splitting; here the splits only made the fixed
+    // levels (one per internal node above the leaves).
+    assert!(leaves >= 50, "{leaves} leaves");
+    assert!(
+        splits < nodes - leaves + 1,
+        "{splits} splits, {nodes} nodes"
+    );
+    // A load of three times as many bytes (overwrites and new keys) adds no
+    // split: the leaves are at the fixed depth and only roll.
+    for n in 0..9000u64 {
+        let k = ycsb_key(n % 3000 + (n % 2) * 3000);
+        model.insert(k.clone(), value(n as usize, 1));
+        db.put(k, value(n as usize, 1)).unwrap();
+    }
+    assert_eq!(figure(&db, "trie_splits"), splits);
+    // 12 MB over about a hundred leaves: their tables roll in place.
+    assert!(
+        figure(&db, "trie_rolls") >= 20,
+        "{} rolls",
+        figure(&db, "trie_rolls")
+    );
+    assert!(figure(&db, "trie_depth") >= 4);
+    // Scans across many leaves, forward and backward, equal the model.
+    assert_eq!(scan_all(&db), model.into_iter().collect::<Vec<_>>());
+    let (lo, hi) = (b"user3".to_vec(), b"user6".to_vec());
+    let want: Vec<_> = scan_all(&db)
+        .into_iter()
+        .filter(|(k, _)| *k >= lo && *k < hi)
+        .rev()
+        .collect();
+    let got: Vec<_> = db
+        .scan(&lo[..]..&hi[..], true)
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert!(want.len() > 500);
+    assert_eq!(got, want);
+    let nodes = figure(&db, "trie_nodes");
+    let leaves = figure(&db, "trie_leaves");
+    let before = scan_all(&db);
+    db.close().unwrap();
+    drop(db);
+    let db = Db::open("/db", o).unwrap();
+    assert_eq!(figure(&db, "trie_nodes"), nodes);
+    assert_eq!(figure(&db, "trie_leaves"), leaves);
+    assert_eq!(scan_all(&db), before);
+    for n in 6000..7000u64 {
+        db.put(ycsb_key(n), value(n as usize, 2)).unwrap();
+    }
+    assert_eq!(figure(&db, "trie_splits"), 0, "a split after the reopen");
+    assert!(db.verify().unwrap().faults.is_empty());
+}
+
+/// The store's view: with one fixed level, random binary keys fan out by
+/// their first byte at the root and every leaf is one byte long; a leaf above the fixed level never holds two
+/// keys, so no sealed table spans more than one leaf's range.
+#[test]
+fn fixed_levels_spread_binary_keys_by_their_first_byte() {
+    let fs = MemFs::new();
+    let dir = Path::new("/ts");
+    fs.create_dir_all(dir).unwrap();
+    let open = || {
+        TrieStore::open(
+            dir,
+            Arc::new(fs.clone()),
+            Arc::new(IoStats::default()),
+            TrieOptions {
+                value_threshold: 1,
+                table_size: 64 << 10,
+                roll_size: 64 << 10,
+                split_skew: 1.0,
+                fixed_levels: Some(1),
+                sort_sealed: false,
+                prefetch_threads: 0,
+                max_open_writers: 64,
+                capacity: None,
+                spans: Default::default(),
+            },
+        )
+        .unwrap()
+    };
+    let s = open();
+    let mut x = 7u64;
+    let mut written = Vec::new();
+    for seq in 1..=6000u64 {
+        let mut k = Vec::with_capacity(16);
+        for _ in 0..2 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            k.extend_from_slice(&x.to_be_bytes());
+        }
+        // Batches of 8, as group commit hands them over.
+        written.push((k, seq, vec![(seq % 251) as u8; 300]));
+        if written.len() % 8 == 0 {
+            let batch = &written[written.len() - 8..];
+            let recs: Vec<ValueRecord<'_>> = batch
+                .iter()
+                .map(|(k, seq, v)| ValueRecord {
+                    key: k,
+                    seq: *seq,
+                    value: v,
+                })
+                .collect();
+            let ptrs = s.append(&recs).unwrap();
+            for ((k, _, v), p) in batch.iter().zip(ptrs) {
+                assert_eq!(s.read(k, &p).unwrap().as_ref(), Some(v));
+            }
+        }
+    }
+    let f = figures(&s);
+    assert_eq!(f["trie_splits"], 1, "{f:?}");
+    let leaves = s.leaf_prefixes();
+    assert!(leaves.len() >= 250, "{} leaves", leaves.len());
+    assert!(leaves.iter().all(|p| p.len() == 1), "{leaves:?}");
+    // The root's table, sealed at the split, holds one key's value.
+    let (_, len, _, active) = s.tables()[0];
+    assert!(!active && len < 400, "the root's table holds {len} bytes");
+    s.sync().unwrap();
+    drop(s);
+    let s = open();
+    assert_eq!(s.leaf_prefixes(), leaves);
+}
+
+/// A fixed trie survives a power cut: its shape and every synced value
+/// come back, and writes after the reopen make no split.
+#[test]
+fn fixed_levels_survive_a_power_cut() {
+    let fs = FaultFs::new();
+    let o = fixed_opts(Arc::new(fs.clone()), 3);
+    let db = Db::open("/db", o.clone()).unwrap();
+    for n in 0..2000u64 {
+        db.put(ycsb_key(n), value(n as usize, 0)).unwrap();
+    }
+    db.write(&sepkv::WriteBatch::new(), WriteOptions { sync: true })
+        .unwrap();
+    let leaves = figure(&db, "trie_leaves");
+    // Unsynced writes may be lost; synced ones may not.
+    for n in 2000..2100u64 {
+        db.put(ycsb_key(n), value(n as usize, 0)).unwrap();
+    }
+    power_cut(&fs, db);
+    let db = Db::open("/db", o).unwrap();
+    assert!(figure(&db, "trie_leaves") >= leaves);
+    for n in 0..2000u64 {
+        assert_eq!(db.get(ycsb_key(n)).unwrap(), Some(value(n as usize, 0)));
+    }
+    for n in 2100..2600u64 {
+        db.put(ycsb_key(n), value(n as usize, 1)).unwrap();
+    }
+    assert_eq!(figure(&db, "trie_splits"), 0);
+    assert!(db.verify().unwrap().faults.is_empty());
 }

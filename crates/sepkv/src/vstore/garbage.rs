@@ -200,6 +200,7 @@ mod tests {
                         table_size: 8 << 10,
                         roll_size: 8 << 10,
                         split_skew: 0.5,
+                        fixed_levels: None,
                         sort_sealed: true,
                         prefetch_threads: 0,
                         max_open_writers: 500,

@@ -43,6 +43,14 @@
 //!   leaf has taken at least `table_size / 8` bytes (so a young leaf does
 //!   not split on a burst). The epoch's counts are kept in memory only; a
 //!   split is persisted like any other, before a value depends on it.
+//! - **Fixed levels** (the paper's §3.5, with
+//!   [`TrieOptions::fixed_levels`] = `Some(n)`): no leaf splits by size or
+//!   skew; a full table rolls in its leaf. A leaf with fewer than `n`
+//!   nodes above it ([`trie::Trie::level`]) holds one key: when another
+//!   key reaches it, before that key's value is written, it splits on the
+//!   first byte where the two differ and the key is routed again
+//!   (`place_fixed`). So each level fans out on a byte where keys differ,
+//!   learned from the first keys, and shared bytes stay compressed edges.
 //! - **Rolling leaves** (beyond the paper, whose leaves keep one table,
 //!   §3.2): a leaf's active table is sealed and replaced every
 //!   `roll_size` bytes, before the leaf has taken `table_size`; the leaf
@@ -115,6 +123,10 @@ pub struct TrieOptions {
     /// Write share past which a leaf splits early (adaptive splitting by
     /// write skew; `1.0` = never; see [`TrieStore`]'s module docs).
     pub split_skew: f64,
+    /// Fixed trie levels (KT-Store §3.5): leaves never split by size or
+    /// skew; a leaf above this many levels holds one key and fans out when
+    /// a second arrives. `None` = adaptive splitting.
+    pub fixed_levels: Option<u8>,
     /// Background GC sorts sealed tables in write order by key (see
     /// [`TrieStore`]'s module docs, "Sorting sealed tables").
     pub sort_sealed: bool,
@@ -139,6 +151,7 @@ impl TrieOptions {
             table_size: o.trie_table_size,
             roll_size: o.trie_roll_size,
             split_skew: o.trie_split_skew,
+            fixed_levels: o.trie_fixed_levels,
             sort_sealed: o.trie_sort_sealed,
             prefetch_threads: o.prefetch_threads,
             max_open_writers: o.max_open_files,
@@ -680,8 +693,9 @@ impl TrieStore {
         match place {
             Place::Leaf(_) => {
                 info.valid_len >= self.opts.roll_size.min(self.opts.table_size)
-                    || st.cat.trie.rolled(place).saturating_add(info.valid_len)
-                        >= self.opts.table_size
+                    || (self.opts.fixed_levels.is_none()
+                        && st.cat.trie.rolled(place).saturating_add(info.valid_len)
+                            >= self.opts.table_size)
             }
             Place::Internal => info.valid_len >= self.opts.table_size,
         }
@@ -700,7 +714,9 @@ impl TrieStore {
         };
         let taken = self.taken(st, id, &place);
         let mut edits = Vec::new();
-        let wants_split = skewed || taken >= self.opts.table_size;
+        // A fixed trie (KT-Store §3.5) never splits a leaf: its table rolls.
+        let wants_split =
+            self.opts.fixed_levels.is_none() && (skewed || taken >= self.opts.table_size);
         let split = match &place {
             Place::Leaf(p) if wants_split => match self.key_bounds(st, id)? {
                 Some((lo, hi)) => st.cat.trie.split(p, &lo, &hi, &mut edits),
@@ -720,7 +736,12 @@ impl TrieStore {
             return Ok(());
         }
         self.counters.rolls.fetch_add(1, Ordering::Relaxed);
-        self.roll_locked(st, id, &place, if wants_split { 0 } else { taken })
+        let rolled = if wants_split || self.opts.fixed_levels.is_some() {
+            0
+        } else {
+            taken
+        };
+        self.roll_locked(st, id, &place, rolled)
     }
 
     /// Detaches active table `id` from `place`, whose rolled bytes (a
@@ -754,8 +775,23 @@ impl TrieStore {
         // log the trie's changes before any value depends on them.
         let mut edits = Vec::new();
         let mut targets = Vec::with_capacity(records.len());
+        // Fixed levels: keys routed in this batch to leaves above the fixed
+        // levels, and the tables those leaves gave up while this batch
+        // already routed records to them (sealed once they are written).
+        let mut shallow: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
+        let mut detached: Vec<u64> = Vec::new();
         for r in records {
-            let place = st.cat.trie.place(r.key, &mut edits);
+            let place = match self.opts.fixed_levels {
+                Some(levels) => self.place_fixed(
+                    &mut st,
+                    r.key,
+                    levels,
+                    &mut shallow,
+                    &mut detached,
+                    &mut edits,
+                )?,
+                None => st.cat.trie.place(r.key, &mut edits),
+            };
             let id = match st.cat.trie.table(&place) {
                 Some(id) => id,
                 None => self.new_table(&mut st, &place, &mut edits)?,
@@ -828,6 +864,13 @@ impl TrieStore {
             *st.epoch_by_table.entry(*id).or_default() += n;
         }
         self.publish_order(&st);
+        if !detached.is_empty() {
+            let mut edits = Vec::new();
+            for id in detached {
+                self.seal_locked(&mut st, id, &mut edits);
+            }
+            st.commit(&edits)?;
+        }
         let full: Vec<u64> = bufs
             .keys()
             .copied()
@@ -844,6 +887,79 @@ impl TrieStore {
         Ok(ptrs)
     }
 
+    /// Routes `key` in a trie of `levels` fixed levels (KT-Store §3.5). A
+    /// leaf with fewer than `levels` internal nodes above it holds one key
+    /// only: when `key` is another one, the leaf becomes internal, fanning
+    /// out on the first byte where the two differ ([`trie::Trie::split`]),
+    /// and the key is routed again. `shallow` holds the key each such leaf
+    /// took in this batch; a table the leaf gave up is detached from the
+    /// trie here and pushed to `detached`, to be sealed once this batch's
+    /// records are written. State locked.
+    fn place_fixed(
+        &self,
+        st: &mut State,
+        key: &[u8],
+        levels: u8,
+        shallow: &mut HashMap<Vec<u8>, Vec<u8>>,
+        detached: &mut Vec<u64>,
+        edits: &mut Vec<Edit>,
+    ) -> Result<Place> {
+        // Each split adds a level, so this ends within `levels` rounds;
+        // the bound guards against a trie file with odd nodes.
+        for _ in 0..=usize::from(levels) + 1 {
+            let place = st.cat.trie.place(key, edits);
+            let Place::Leaf(p) = &place else {
+                return Ok(place);
+            };
+            if st.cat.trie.level(p) >= usize::from(levels) {
+                return Ok(place);
+            }
+            // The one key the leaf holds: from this batch, else from its
+            // active table.
+            let table = st.cat.trie.table(&place);
+            let held = match shallow.get(p) {
+                Some(k) => Some((k.clone(), k.clone())),
+                None => match table {
+                    Some(id) => self.key_bounds_cached(st, id)?,
+                    None => None,
+                },
+            };
+            let other = match held {
+                Some((lo, hi)) if lo != key || hi != key => Some((lo, hi)),
+                _ => None,
+            };
+            let Some((lo, hi)) = other else {
+                shallow.insert(p.clone(), key.to_vec());
+                return Ok(place);
+            };
+            let lo = lo.as_slice().min(key).to_vec();
+            let hi = hi.as_slice().max(key).to_vec();
+            if !st.cat.trie.split(p, &lo, &hi, edits) {
+                return Ok(place);
+            }
+            self.counters.splits.fetch_add(1, Ordering::Relaxed);
+            shallow.remove(p);
+            if let Some(id) = table {
+                // The node is internal now; the table stays open until
+                // this batch's records routed to it are written.
+                st.owners.remove(&id);
+                detached.push(id);
+            }
+        }
+        Ok(st.cat.trie.place(key, edits))
+    }
+
+    /// [`TrieStore::key_bounds`], keeping bounds read from the table in
+    /// memory so they are read once. State locked.
+    fn key_bounds_cached(&self, st: &mut State, id: u64) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let b = self.key_bounds(st, id)?;
+        if let Some(info) = st.tables.get_mut(&id) {
+            info.bounds = b.clone();
+            info.bounds_from = 0;
+        }
+        Ok(b)
+    }
+
     /// Adaptive splitting by write skew (beyond KT-Store §3.5): at the end
     /// of each epoch of `table_size / 4` appended bytes, the active leaf
     /// tables (not in `full`) that took more than `split_skew` of the
@@ -858,7 +974,10 @@ impl TrieStore {
         }
         let epoch = std::mem::take(&mut st.epoch_bytes);
         let by_table = std::mem::take(&mut st.epoch_by_table);
-        if self.opts.split_skew >= 1.0 || st.cat.trie.leaves().count() < SKEW_MIN_LEAVES {
+        if self.opts.split_skew >= 1.0
+            || self.opts.fixed_levels.is_some()
+            || st.cat.trie.leaves().count() < SKEW_MIN_LEAVES
+        {
             return Vec::new();
         }
         let mut out: Vec<u64> = by_table

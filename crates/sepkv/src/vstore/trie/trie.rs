@@ -25,6 +25,13 @@
 //! on first use; the old table is sealed and keeps the values it holds. A
 //! leaf whose keys are all one key cannot split; its table is rolled.
 //!
+//! **Fixed levels** (the paper's own §3.5 shape, `trie_fixed_levels`): the
+//! store splits a leaf only while it has fewer than the fixed number of
+//! nodes above it ([`Trie::level`]) and only when a second key reaches
+//! it, so each level fans out on the first byte where keys differ; leaves
+//! at the fixed depth never split. The nodes are the same as above, so the
+//! trie file needs nothing new.
+//!
 //! # Persistence: the trie file
 //! The trie and the catalog of tables change at append time, where the
 //! store has no handle on the index's manifest, so they live in a file of
@@ -283,6 +290,15 @@ impl Trie {
             self.set_node(&lo[..l], Node::Internal, edits);
         }
         true
+    }
+
+    /// The level of node `prefix`: how many nodes lie above it (the
+    /// root is at level 0, its children at 1). With compressed edges a
+    /// level may span several key bytes.
+    pub fn level(&self, prefix: &[u8]) -> usize {
+        (0..prefix.len())
+            .filter(|&i| self.nodes.contains_key(&prefix[..i]))
+            .count()
     }
 
     /// Number of nodes.
@@ -811,6 +827,12 @@ mod tests {
         check_disjoint_and_routed(&t, &[b"ab5x".to_vec(), b"ac".to_vec(), b"a".to_vec()]);
         // One key only: cannot split.
         assert!(!t.split(b"b", b"bq", b"bq", &mut e));
+        // Levels count nodes above, not bytes: "ab5" is below the root,
+        // "a" and "ab".
+        assert_eq!(t.level(b""), 0);
+        assert_eq!(t.level(b"a"), 1);
+        assert_eq!(t.level(b"ab5"), 3);
+        assert_eq!(t.level(b"b"), 1);
     }
 
     /// YCSB keys are `user` and a decimal hash: the first split skips the
