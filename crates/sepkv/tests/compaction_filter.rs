@@ -540,3 +540,130 @@ fn expiring_keys_keep_every_preset_within_its_space_target() {
         db.close().unwrap();
     }
 }
+
+/// As `a_removed_version_does_not_bring_back_an_older_one`, while a second
+/// thread compacts the whole index over and over (the compaction the space
+/// policy runs to find hidden garbage is this one): a range compaction
+/// must not take the other's output files for its own, and a removal must
+/// not drop its tombstone over an older version the other compaction has
+/// just moved below. Several rounds, each with new versions, so that the
+/// two calls interleave at different steps.
+#[test]
+fn a_concurrent_compaction_does_not_let_removed_versions_survive() {
+    use std::sync::atomic::AtomicBool;
+    for preset in PRESETS {
+        let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+        let filter = Arc::new(TestFilter::default());
+        let db = Arc::new(Db::open("/db", opts(preset, &fs, Some(filter.clone()))).unwrap());
+        let stop = Arc::new(AtomicBool::new(false));
+        let other = {
+            let (db, stop) = (db.clone(), stop.clone());
+            std::thread::spawn(move || {
+                // Bounded: at most this many compactions, each short.
+                for _ in 0..20_000 {
+                    if stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                    db.compact_range(..).unwrap();
+                }
+            })
+        };
+        let keep = preset == Preset::FlashKey;
+        for round in 0..6usize {
+            let key = |i: usize| format!("byvalue:{round}:{i:04}");
+            for i in 0..200 {
+                db.put(key(i), value(b'v', i)).unwrap();
+            }
+            sweep(&db);
+            let snap = db.snapshot().unwrap();
+            for i in 0..200 {
+                db.put(key(i), value(b'X', i)).unwrap();
+            }
+            sweep(&db);
+            for i in 0..200 {
+                let want = keep.then(|| value(b'X', i));
+                assert_eq!(
+                    db.get(key(i)).unwrap(),
+                    want,
+                    "{preset:?} round {round} {i}: a removed version survived"
+                );
+                assert_eq!(
+                    snap.get(key(i)).unwrap(),
+                    Some(value(b'v', i)),
+                    "{preset:?} round {round} {i}"
+                );
+            }
+            drop(snap);
+            sweep(&db);
+            sweep(&db);
+            for i in 0..200 {
+                assert_eq!(
+                    db.get(key(i)).unwrap(),
+                    None,
+                    "{preset:?} round {round} {i}: an older version came back"
+                );
+            }
+        }
+        stop.store(true, Ordering::Release);
+        other.join().unwrap();
+        let db = Arc::try_unwrap(db).expect("the other thread has ended");
+        db.close().unwrap();
+    }
+}
+
+/// Value-store GC relocating records while `compact_range` runs: a record
+/// the filter removes must not come back as the copy a relocation wrote
+/// after the range compaction's flush, outside the tables it merged. Each
+/// round writes new versions, starts a thread that runs GC steps without
+/// pause (each relocating the live records at the tail), compacts, and
+/// checks once the thread has ended.
+#[test]
+fn a_relocation_during_compact_range_does_not_keep_a_removed_record() {
+    use std::sync::atomic::AtomicBool;
+    for preset in [Preset::WiscKey, Preset::HashKv, Preset::KtStore] {
+        let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+        let filter = Arc::new(TestFilter::default());
+        let db = Arc::new(Db::open("/db", opts(preset, &fs, Some(filter.clone()))).unwrap());
+        let mut relocated = 0;
+        for round in 0..8usize {
+            let key = |i: usize| format!("byvalue:{round}:{i:04}");
+            for i in 0..200 {
+                db.put(key(i), value(b'v', i)).unwrap();
+            }
+            sweep(&db);
+            for i in 0..200 {
+                db.put(key(i), value(b'X', i)).unwrap();
+            }
+            let stop = Arc::new(AtomicBool::new(false));
+            let gc = {
+                let (db, stop) = (db.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut rewritten = 0;
+                    for _ in 0..10_000 {
+                        if stop.load(Ordering::Acquire) {
+                            break;
+                        }
+                        rewritten += db.gc(None).unwrap().bytes_rewritten;
+                    }
+                    rewritten
+                })
+            };
+            // Let the GC thread start its steps before the flush.
+            std::thread::sleep(Duration::from_millis(2));
+            db.compact_range(..).unwrap();
+            stop.store(true, Ordering::Release);
+            relocated += gc.join().unwrap();
+            for i in 0..200 {
+                assert_eq!(
+                    db.get(key(i)).unwrap(),
+                    None,
+                    "{preset:?} round {round} {i}: a removed record survived compact_range"
+                );
+            }
+        }
+        // The test means something only if GC did relocate.
+        assert!(relocated > 0, "{preset:?}: GC relocated nothing");
+        let db = Arc::try_unwrap(db).expect("the GC thread has ended");
+        db.close().unwrap();
+    }
+}

@@ -120,6 +120,13 @@ impl Db {
     /// value-store space becomes garbage for GC). An exclusive end is
     /// compacted as if inclusive. Blocks until done; writes go on
     /// meanwhile, and what they add after the flush stays where it lands.
+    /// With a compaction filter ([`crate::Options::compaction_filter`]),
+    /// value-store GC's relocations wait from before the flush until the
+    /// call ends: a relocation writes a copy of a record back, and a copy
+    /// written after the flush would escape the filter, so every record
+    /// the filter removes stays removed when the call returns. Another
+    /// range compaction may run at the same time (GC's discovery of hidden
+    /// garbage is one); the calls share the index's one background thread.
     ///
     /// Returns what the compactions did: files and bytes in and out,
     /// entries and tombstones dropped.
@@ -151,6 +158,15 @@ impl Db {
         check_order(begin, end)?;
         // Not while a checkpoint copies (see `DbInner::work_gate`).
         let _gate = self.inner.work_gate.read();
+        // With a filter, no GC relocation writes a copy of a record above
+        // the tables compacted here (see `DbInner::range_gate`).
+        let _no_relocations = self
+            .inner
+            .shared
+            .opts
+            .compaction_filter
+            .is_some()
+            .then(|| self.inner.range_gate.write());
         self.inner.flush_memtable()?;
         self.inner.index.compact_range(begin, end)
     }

@@ -155,6 +155,16 @@ struct DbInner {
     /// it copies (see `checkpoint`). GC steps and the discovery only try
     /// it, and skip their work when a checkpoint holds it.
     work_gate: parking_lot::RwLock<()>,
+    /// With a compaction filter, held exclusively by [`Db::compact_range`]
+    /// from before its flush until its compactions are installed, and
+    /// shared by each group of GC relocations from its liveness lookups
+    /// through its write. A relocation writes a record back under a newer
+    /// sequence number: landing after the range compaction's flush, the
+    /// copy would sit above the tables that compaction merges, out of the
+    /// filter's reach, and outlive the removal of the record it copies.
+    /// Taken before `Shared::filter_gate`; the index's background thread
+    /// never takes it.
+    range_gate: parking_lot::RwLock<()>,
 }
 
 /// Opens the value store of the layout `shared.opts` names, handing it the
@@ -561,6 +571,7 @@ impl Db {
             space,
             read_only,
             work_gate: parking_lot::RwLock::new(()),
+            range_gate: parking_lot::RwLock::new(()),
         });
         let seq = inner.index.recover()?;
         inner.vstore.recovered();

@@ -547,8 +547,10 @@ impl DbInner {
         moves: &[Relocation],
         judged_at: Option<SeqNum>,
     ) -> Result<(Vec<bool>, Option<SeqNum>)> {
-        // No filtering compaction runs from the lookups to the write (see
-        // `Shared::filter_gate`).
+        // No range compaction with a filter runs (see
+        // `DbInner::range_gate`), and no filtering compaction from the
+        // lookups to the write (see `Shared::filter_gate`).
+        let _range = self.range_gate.read();
         let _gate = self.shared.filter_gate.read();
         // A judgment made before a filtering compaction's removals were
         // installed no longer holds: look the keys up (under the gate, so
