@@ -1005,6 +1005,7 @@ impl Engine for SepkvEngine {
         counters.insert("write_gc_steps".into(), s.write_gc_steps);
         counters.insert("write_gc_waits".into(), s.write_gc_waits);
         counters.insert("write_gc_steps_max".into(), s.write_gc_steps_max);
+        counters.insert("gc_step_micros_max".into(), s.gc_step_micros_max);
         counters.insert("gc_relocation_lookups".into(), s.gc_relocation_lookups);
         counters.insert("gc_index_blocks".into(), s.gc_index_blocks);
         counters.insert("write_groups".into(), s.write_groups);

@@ -622,6 +622,7 @@ fn hashkv_opts() -> HashKvOptions {
         journal_size: 1 << 20,
         cold_file_size: 4096,
         cold_gc_chunk_size: 4096,
+        gc_step_bytes: 4 << 20,
         cold_gc_ratio: 0.5,
         legacy_below: Some(0),
         cold_legacy_below: Some(0),

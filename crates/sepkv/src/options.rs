@@ -378,7 +378,8 @@ pub struct Options {
     /// value-log files open (24 GiB at 64 MiB), closing the oldest first.
     pub vlog_file_size: u64,
     /// Bytes value-log GC reads from the tail per step (default 4 MiB,
-    /// WiscKey §4.1.5).
+    /// WiscKey §4.1.5); also HashKV's: the cold data log's chunk, and the
+    /// group bytes one group step collects (at least one group).
     pub gc_chunk_size: u64,
     /// Estimated garbage ratio of the value store above which background GC
     /// runs; 0 disables background GC (default 0.5).

@@ -1595,3 +1595,34 @@ fn uniform_overwrites_at_seventy_percent_find_room() {
     }
     assert!(db.verify().unwrap().faults.is_empty());
 }
+
+/// With `gc_chunk_size` below a group's bytes, every GC step collects
+/// exactly one group, yet `Db::gc` still reaches every group, every key
+/// keeps its latest version, and the longest step is reported.
+#[test]
+fn a_gc_step_takes_one_group_when_the_budget_is_below_a_group() {
+    let db = Db::open(
+        "/db",
+        Options {
+            gc_chunk_size: 4 << 10,
+            hashkv_hotness: false,
+            ..opts(Arc::new(MemFs::new()))
+        },
+    )
+    .unwrap();
+    const N: usize = 150;
+    for round in 0..3 {
+        for i in 0..N {
+            db.put(key(i), value(i, round)).unwrap();
+        }
+    }
+    let rep = db.gc(None).unwrap();
+    assert!(rep.steps > 0 && rep.bytes_freed > 0, "{rep:?}");
+    let (runs, groups) = (fig(&db, "gc_runs"), fig(&db, "gc_groups_collected"));
+    assert_eq!(runs, groups, "each step one group");
+    assert!(groups >= 8, "{groups} groups collected");
+    assert!(db.stats().unwrap().gc_step_micros_max > 0);
+    for i in 0..N {
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 2)), "key {i}");
+    }
+}

@@ -211,6 +211,10 @@ impl DbInner {
             g.done += 1;
         }
         self.gc_step_cv.notify_all();
+        let micros = u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.counters
+            .gc_step_micros_max
+            .fetch_max(micros, Ordering::Relaxed);
         if let Ok(o) = &out {
             if o.did_work && o.bytes_freed > 0 {
                 self.space

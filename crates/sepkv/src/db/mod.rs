@@ -93,6 +93,8 @@ struct Counters {
     write_gc_waits: AtomicU64,
     /// Most GC steps one write was held for (`DbStats::write_gc_steps_max`).
     write_gc_steps_max: AtomicU64,
+    /// Longest value-store GC step, µs (`DbStats::gc_step_micros_max`).
+    gc_step_micros_max: AtomicU64,
     write_reader_waits: AtomicU64,
     gc_relocation_lookups: AtomicU64,
     gc_index_blocks: AtomicU64,

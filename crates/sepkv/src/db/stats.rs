@@ -115,6 +115,11 @@ pub struct DbStats {
     /// write the value store refused (`value_capacity` reached) may be
     /// held for more, one step per retry until the room is made.
     pub write_gc_steps_max: u64,
+    /// Wall-clock time of the longest value-store GC step since open, in
+    /// microseconds, whether the GC thread, a write held at the space
+    /// target or [`crate::Db::gc`] ran it: the longest a write held for
+    /// one step can wait on the step itself. 0 before the first step.
+    pub gc_step_micros_max: u64,
     /// Index lookups GC's relocation made again, after its own liveness
     /// check, because the memtables could no longer tell whether the keys
     /// were written since (counter since open; the liveness check's own
@@ -282,6 +287,7 @@ impl DbInner {
             write_gc_steps: c.write_gc_steps.load(Ordering::Relaxed),
             write_gc_waits: c.write_gc_waits.load(Ordering::Relaxed),
             write_gc_steps_max: c.write_gc_steps_max.load(Ordering::Relaxed),
+            gc_step_micros_max: c.gc_step_micros_max.load(Ordering::Relaxed),
             gc_relocation_lookups: c.gc_relocation_lookups.load(Ordering::Relaxed),
             gc_index_blocks: c.gc_index_blocks.load(Ordering::Relaxed),
             write_groups: self.commit.groups(),

@@ -9,9 +9,11 @@
 //!    instead;
 //! 2. pick the groups with the largest write volume since their last GC
 //!    (plus the garbage the engine reported in them) — a sort of the
-//!    segment table, cheap next to reading a group — up to
-//!    `max(main segment size, 4 MiB)` of group bytes and a quarter of the
-//!    groups, at least one group; flush the write cache and **seal** each
+//!    segment table, cheap next to reading a group — until their bytes
+//!    reach [`super::options::HashKvOptions::gc_step_bytes`] (the
+//!    engine's `gc_chunk_size`, 4 MiB by default: a writer held for one
+//!    step then waits about as long as for a value-log step) or a quarter
+//!    of the groups are taken, at least one group; flush the write cache and **seal** each
 //!    group: its segments take no more records, and the next record placed
 //!    in it — a user's or a GC copy — opens a fresh main segment; then wait
 //!    until every write that appended to the sealed segments has published
@@ -98,8 +100,6 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
-/// Group bytes one step collects at least.
-const STEP_BYTES: u64 = 4 << 20;
 /// Bytes of copies placed under one hold of the store's lock.
 const COPY_BATCH: usize = 256 << 10;
 
@@ -324,7 +324,11 @@ fn seal(s: &HashKvStore) -> Result<Vec<Victim>> {
     s.flush_cache(&mut st)?;
     let st = &mut *st;
     let t = &mut st.table;
-    let budget = t.geo.main_size.max(STEP_BYTES);
+    // Group bytes, not segment sizes: a group's main segment is mostly
+    // unwritten room until the group fills. The budget bounds the step's
+    // reads, copies and the time a writer held for it waits; the first
+    // group is taken whatever its size.
+    let budget = s.opts.gc_step_bytes;
     // Sealing most groups at once would retire most of the store in one
     // step, to be freed only when every reader older than the step is gone.
     let max_groups = (t.geo.groups as usize / 4).max(1);

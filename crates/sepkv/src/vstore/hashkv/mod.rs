@@ -140,9 +140,10 @@
 //!   value written twice).
 //! - The write cache does not update pairs in place (see [`cache`]).
 //! - A GC step collects several groups (greedy order, up to
-//!   `max(main segment size, 4 MiB)` of group bytes and at most a quarter
-//!   of the groups) so that small groups share one relocation batch and one
-//!   table update; the order is by write volume plus the garbage the engine
+//!   `gc_chunk_size` (4 MiB) of group bytes, at least one group and at most
+//!   a quarter of the groups) so that small groups share one relocation
+//!   batch, one sync of the copies and one table update, while a step
+//!   stays as short as a value-log step; the order is by write volume plus the garbage the engine
 //!   reported (so groups with deletions get collected too), found by sorting
 //!   instead of a heap.
 //! - Tags of deleted keys stay in their group (they are small); values

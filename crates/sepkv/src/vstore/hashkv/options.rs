@@ -31,6 +31,12 @@ pub struct HashKvOptions {
     pub cold_file_size: u64,
     /// Bytes the cold data log's GC reads per step.
     pub cold_gc_chunk_size: u64,
+    /// Group bytes a GC step collects: it takes groups, most written
+    /// first, until their segments' bytes reach this, and at least one
+    /// group (the engine's `gc_chunk_size`, 4 MiB by default, so that a
+    /// writer held for one step waits about as long as for a value-log
+    /// step).
+    pub gc_step_bytes: u64,
     /// Known-garbage ratio of the cold data log at which a GC step collects
     /// it (the engine's `gc_garbage_ratio`; 0.5 when that is 0).
     pub cold_gc_ratio: f64,
@@ -62,6 +68,7 @@ impl HashKvOptions {
             journal_size: o.hashkv_journal_size,
             cold_file_size: o.vlog_file_size,
             cold_gc_chunk_size: o.gc_chunk_size,
+            gc_step_bytes: o.gc_chunk_size,
             cold_gc_ratio: if o.gc_garbage_ratio > 0.0 {
                 o.gc_garbage_ratio
             } else {

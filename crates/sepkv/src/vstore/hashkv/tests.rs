@@ -357,3 +357,83 @@ fn a_write_between_the_seal_and_the_judgement_is_not_overwritten() {
         assert!(got == Some(want), "key {i} lost its latest version");
     }
 }
+
+/// A GC step stops taking groups once their bytes reach
+/// `gc_step_bytes`: with a budget smaller than any group it collects
+/// exactly one, the most written, however many are due; with a budget of
+/// a few groups, more than one and fewer than the quarter of the groups
+/// a step may take.
+#[test]
+fn a_gc_step_collects_groups_up_to_its_byte_budget() {
+    for budget in [16u64 << 10, 400 << 10] {
+        let s = HashKvStore::open(
+            Path::new("/db"),
+            {
+                let fs = fresh();
+                let fs: Arc<dyn FileSystem> = fs;
+                fs
+            },
+            Arc::new(IoStats::default()),
+            HashKvOptions {
+                gc_step_bytes: budget,
+                ..HashKvOptions::from_options(&Options {
+                    hashkv_hotness: false,
+                    ..small()
+                })
+            },
+            None,
+        )
+        .unwrap();
+        s.recovered();
+        let idx = MapIndex {
+            map: parking_lot::Mutex::new(HashMap::new()),
+            last: AtomicU64::new(0),
+            hook: parking_lot::Mutex::new(None),
+        };
+        // Two versions of 1,500 keys: every group holds garbage.
+        for round in 0..2u64 {
+            for i in 0..1500u64 {
+                let k = format!("key{i:06}").into_bytes();
+                let v = format!("{round}-{i:>1000}").into_bytes();
+                let seq = idx.last_sequence() + 1;
+                let p = s
+                    .append(&[ValueRecord {
+                        key: &k,
+                        seq,
+                        value: &v,
+                    }])
+                    .unwrap()[0];
+                idx.write(&k, p);
+            }
+        }
+        let groups = s.state.lock().table.geo.groups as u64;
+        let before = s.counters.gc_groups.load(Ordering::Relaxed);
+        let out = s.gc_step(&idx, &idx).unwrap();
+        let taken = s.counters.gc_groups.load(Ordering::Relaxed) - before;
+        assert!(out.did_work && taken >= 1, "the step collected nothing");
+        // Each group holds about 3,000 × 1 KB / groups of records: a step
+        // reads at most its budget plus the one group that crossed it.
+        let per_group = 3000 * 1030 / groups;
+        assert!(
+            out.bytes_read < budget + 2 * per_group,
+            "budget {budget}: read {} bytes in {taken} of {groups} groups",
+            out.bytes_read
+        );
+        if budget < per_group / 2 {
+            assert_eq!(taken, 1, "budget {budget} below a group");
+        } else {
+            assert!(
+                taken > 1 && taken < groups / 4,
+                "budget {budget}: {taken} group(s) of {groups}, read {}",
+                out.bytes_read
+            );
+        }
+        // Every key still reads its latest version.
+        for i in 0..1500u64 {
+            let k = format!("key{i:06}").into_bytes();
+            let p = idx.current_pointer(&k).unwrap().unwrap();
+            let want = format!("1-{i:>1000}").into_bytes();
+            assert!(s.read(&k, &p).unwrap() == Some(want), "key {i}");
+        }
+    }
+}
