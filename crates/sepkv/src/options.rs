@@ -584,7 +584,7 @@ pub struct Options {
     /// before that key's value is written (so a sealed table above the
     /// fixed levels holds one key's values). The root counts as one level.
     /// Between 1 and 8; needs `trie_split_skew = 1.0` (a fixed trie has no
-    /// skew splits), else `InvalidOption`. May change between opens: the
+    /// skew splits), else `InvalidArgument`. May change between opens: the
     /// nodes made so far stay (they are persisted in the trie file); a
     /// larger `n` deepens the leaves as new keys arrive, `None` lets leaves
     /// split by size again. Default `None` (adaptive splitting).

@@ -110,8 +110,9 @@ pub struct DbStats {
     pub write_gc_waits: u64,
     /// Most GC steps a single write was held for since open — steps it ran
     /// itself plus steps already running that it waited to end; 0 when no
-    /// write was held. A write that meets the space target's hard bound,
-    /// or the bands' space bound, is held for one step at most; only a
+    /// write was held. A write that meets the space target's hard bound
+    /// is held for one step at most, and one more when it also meets the
+    /// bands' space bound (`flashkey` with a space target); only a
     /// write the value store refused (`value_capacity` reached) may be
     /// held for more, one step per retry until the room is made.
     pub write_gc_steps_max: u64,

@@ -137,8 +137,8 @@ struct Open {
     entries: u32,
     max_seq: u64,
     dirty: bool,
-    /// The band's directory entry is durable (a roll leaves the directory
-    /// sync to the next `sync`).
+    /// The band's directory entry is durable (a roll syncs the directory
+    /// only every other band; `sync` makes up for it).
     dir_synced: bool,
     /// Set by a failed write or sync: the band's end is unknown.
     failed: Option<String>,
@@ -1009,16 +1009,16 @@ impl BandStore {
         self.stats
             .add_written(IoCategory::ValueStore, t.len() as u64);
         let id = o.band + 1;
-        // The new band's directory entry is made durable by the next sync
-        // (`ValueStore::sync`, which every checkpoint, flush, GC step and
-        // synced write goes through), not here: a directory sync makes
-        // every entry of the directory durable at once, so a power loss
-        // before it drops the bands created since the last one — a suffix
-        // of the log, all of it unsynced writes — and keeps the bands
-        // before whole (each synced when it closed). Syncing the
-        // directory here, every other roll until 2026-12-07, cost the
-        // writer an fsync of the directory per two bands.
-        let (file, len) = Self::create_band(self.fs.as_ref(), &self.dir, id, &self.stats, false)?;
+        // A power loss may keep a later band only if it keeps this one:
+        // the directory is synced when the closing band's entry is not
+        // durable yet (covering both entries), so every other roll. File
+        // systems need not persist unsynced directory entries in the order
+        // they were made, so leaving every entry to the next `sync` could
+        // keep band N + 2 and lose band N + 1 — a hole in the log, which
+        // replay without a WAL would apply as if nothing were missing.
+        let sync_dir = !o.dir_synced;
+        let (file, len) =
+            Self::create_band(self.fs.as_ref(), &self.dir, id, &self.stats, sync_dir)?;
         {
             let mut st = self.state.lock();
             if let Some(b) = st.bands.get_mut(&o.band) {
@@ -1046,7 +1046,7 @@ impl BandStore {
             entries: 0,
             max_seq: o.max_seq,
             dirty: false,
-            dir_synced: false,
+            dir_synced: sync_dir,
             failed: None,
             scratch: std::mem::take(&mut o.scratch),
         };

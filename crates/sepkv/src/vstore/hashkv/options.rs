@@ -32,7 +32,7 @@ pub struct HashKvOptions {
     /// Bytes the cold data log's GC reads per step.
     pub cold_gc_chunk_size: u64,
     /// Group bytes a GC step collects: it takes groups, most written
-    /// first, until their segments' bytes reach this, and at least one
+    /// first, until the bytes written to them reach this, and at least one
     /// group (the engine's `gc_chunk_size`, 4 MiB by default, so that a
     /// writer held for one step waits about as long as for a value-log
     /// step).
