@@ -313,6 +313,31 @@ pub struct Relocation {
     pub new: ValuePointer,
 }
 
+/// A record value GC read and holds while it is judged: key, sequence
+/// number, the value (or where it lies in a buffer), address.
+pub(crate) type HeldRecord<V> = (Vec<u8>, SeqNum, V, ValuePointer);
+
+/// The records of `held` the index still points at, in their order: one
+/// [`IndexReader::points_at_many`] batch, so the index may look the keys up
+/// in key order, each of its blocks loaded once. Value GC judges with it.
+///
+/// # Errors
+/// What the index's lookups return.
+pub(crate) fn retain_live<V>(
+    index: &dyn IndexReader,
+    held: Vec<HeldRecord<V>>,
+) -> Result<Vec<HeldRecord<V>>> {
+    let probes: Vec<(&[u8], ValuePointer)> =
+        held.iter().map(|(k, _, _, p)| (k.as_slice(), *p)).collect();
+    let is_live = index.points_at_many(&probes)?;
+    drop(probes);
+    Ok(held
+        .into_iter()
+        .zip(is_live)
+        .filter_map(|(r, live)| live.then_some(r))
+        .collect())
+}
+
 /// The index as GC writes it: atomic relocation and durable GC progress.
 pub trait IndexRelocator: Send + Sync {
     /// Installs each `new` pointer only if its key still maps to `old`

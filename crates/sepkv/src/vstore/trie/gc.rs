@@ -21,7 +21,7 @@
 //!    ([`IndexReader::wait_in_flight_writes`]);
 //! 4. read it front to back; a record is live when the index's current
 //!    pointer for its key is this very record (a table's records are
-//!    judged in one batch, [`IndexReader::points_at_many`]);
+//!    judged in batches of up to 4 MiB, [`IndexReader::points_at_many`]);
 //! 5. write the live records **sorted by key** to a new sealed table, sync
 //!    it and its directory entry, record it in the trie file, and install
 //!    the new pointers by compare-and-set ([`IndexRelocator::relocate`]; a
@@ -59,8 +59,16 @@ use super::{PendingFree, TrieStore};
 use crate::error::{Error, IoContext, Result};
 use crate::format::value_record::{self, Kind};
 use crate::fs::IoCategory;
-use crate::vstore::{GcOutcome, IndexReader, IndexRelocator, Relocation, ValuePointer, ValueStore};
+use crate::vstore::{
+    retain_live, GcOutcome, IndexReader, IndexRelocator, Relocation, ValuePointer, ValueStore,
+};
 use std::sync::atomic::Ordering;
+
+/// Most bytes of keys and values read from a victim table that GC holds
+/// before judging them in one batch ([`retain_live`]): dead values are
+/// dropped batch by batch, so a large table is never held whole. Smaller
+/// tables are judged in quarters of `trie_table_size`.
+const JUDGE_BATCH_BYTES: u64 = 4 << 20;
 
 /// A table as the picker sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,11 +186,14 @@ pub fn step(
 
     // Judge every record.
     let mut live: Vec<(Vec<u8>, u64, Vec<u8>, ValuePointer)> = Vec::new();
+    let batch_bytes = JUDGE_BATCH_BYTES.min(store.opts.table_size / 4).max(1) as usize;
     for &(victim, len) in &victims {
         let path = store.path(victim);
-        // A table's records are judged in one batch, so the index may look
-        // their keys up in key order, each of its blocks loaded once.
+        // A table's records are judged in batches of up to `batch_bytes`, so the index may look their keys up
+        // in key order, each of its blocks loaded once, while no more than a
+        // batch of dead values is held at a time.
         let mut held: Vec<(Vec<u8>, u64, Vec<u8>, ValuePointer)> = Vec::new();
+        let mut held_bytes = 0usize;
         let end = table::scan(
             store.reader.fs.as_ref(),
             &path,
@@ -198,7 +209,12 @@ pub fn step(
                     aux: 0,
                 };
                 if r.kind.holds_value() {
+                    held_bytes += r.key.len() + r.value.len();
                     held.push((r.key.to_vec(), r.seq, r.value.to_vec(), ptr));
+                    if held_bytes >= batch_bytes {
+                        live.extend(retain_live(index, std::mem::take(&mut held))?);
+                        held_bytes = 0;
+                    }
                 }
                 Ok(())
             },
@@ -210,16 +226,7 @@ pub fn step(
                 "TrieTable record damaged inside the valid range",
             ));
         }
-        let probes: Vec<(&[u8], ValuePointer)> =
-            held.iter().map(|(k, _, _, p)| (k.as_slice(), *p)).collect();
-        let is_live = index.points_at_many(&probes)?;
-        drop(probes);
-        live.extend(
-            held.into_iter()
-                .zip(is_live)
-                .filter(|(_, live)| *live)
-                .map(|(r, _)| r),
-        );
+        live.extend(retain_live(index, held)?);
     }
     let len: u64 = victims.iter().map(|(_, len)| len).sum();
     out.bytes_read = len;

@@ -32,7 +32,8 @@ use super::{encode_state, record, PendingFree, VlogStore};
 use crate::error::{Error, IoContext, Result};
 use crate::fs::IoCategory;
 use crate::vstore::{
-    GcOutcome, IndexReader, IndexRelocator, Relocation, ValuePointer, ValueRecord, ValueStore,
+    retain_live, GcOutcome, IndexReader, IndexRelocator, Relocation, ValuePointer, ValueRecord,
+    ValueStore,
 };
 use std::ops::Range;
 use std::sync::atomic::Ordering;
@@ -153,15 +154,9 @@ pub fn step(
     // Judge every record in one batch: the index may then look the keys up
     // in key order, each of its blocks loaded once for the keys in it.
     let lookups = held.len() as u64;
-    let probes: Vec<(&[u8], ValuePointer)> =
-        held.iter().map(|(k, _, _, p)| (k.as_slice(), *p)).collect();
-    let is_live = index.points_at_many(&probes)?;
-    drop(probes);
-    let live: Vec<(Vec<u8>, u64, &[u8], ValuePointer)> = held
+    let live: Vec<(Vec<u8>, u64, &[u8], ValuePointer)> = retain_live(index, held)?
         .into_iter()
-        .zip(is_live)
-        .filter(|(_, live)| *live)
-        .map(|((k, seq, v, p), _)| (k, seq, &buf[v], p))
+        .map(|(k, seq, v, p)| (k, seq, &buf[v], p))
         .collect();
     // Every write that made a record of the chunk dead is published by
     // now (a lookup may have met one still in flight), so at or below
