@@ -561,20 +561,18 @@ fn churn_deletes_leave_the_hash_table() {
     );
 }
 
-/// The bands' space bound feeds the writers' pacer: under sustained
-/// overwrites writers are slowed down as the bands near the bound, a
-/// write is held for one GC step at most, and the bands stay near it.
-#[test]
-fn the_band_bound_paces_writers() {
+/// Loads `KEYS` keys of 500 bytes into bands of 64 KiB under
+/// over-provisioning `op` and space target `target`, then overwrites random
+/// keys ten times over; returns the open database.
+fn overwritten_bands(op: f64, target: f64) -> Db {
     const KEYS: u64 = 4000;
-    let fs = Arc::new(MemFs::new());
     let o = Options {
-        fs: fs.clone(),
+        fs: Arc::new(MemFs::new()),
         band_bytes: 64 << 10,
         hash_checkpoint_bands: 2,
         write_buffer_size: 64 << 10,
-        band_over_provisioning: 0.3,
-        space_amp_target: f64::INFINITY,
+        band_over_provisioning: op,
+        space_amp_target: target,
         ..Options::preset(Preset::FlashKey)
     };
     let db = Db::open("/db", o).unwrap();
@@ -589,6 +587,15 @@ fn the_band_bound_paces_writers() {
         let k = format!("k{:05}", x % KEYS);
         db.put(k, format!("{n}-{}", "v".repeat(500))).unwrap();
     }
+    db
+}
+
+/// The bands' space bound feeds the writers' pacer: under sustained
+/// overwrites writers are slowed down as the bands near the bound, a
+/// write is held for one GC step at most, and the bands stay near it.
+#[test]
+fn the_band_bound_paces_writers() {
+    let db = overwritten_bands(0.3, f64::INFINITY);
     let s = db.stats().unwrap();
     assert!(s.space_slowdowns > 0, "no write was paced: {s:?}");
     assert!(
@@ -608,30 +615,8 @@ fn the_band_bound_paces_writers() {
 /// garbage ratio's trigger.
 #[test]
 fn over_provisioning_bounds_the_bands() {
-    const KEYS: u64 = 4000;
     let run = |op: f64, target: f64| -> f64 {
-        let fs = Arc::new(MemFs::new());
-        let o = Options {
-            fs: fs.clone(),
-            band_bytes: 64 << 10,
-            hash_checkpoint_bands: 2,
-            write_buffer_size: 64 << 10,
-            band_over_provisioning: op,
-            space_amp_target: target,
-            ..Options::preset(Preset::FlashKey)
-        };
-        let db = Db::open("/db", o).unwrap();
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        for i in 0..KEYS {
-            db.put(format!("k{i:05}"), "v".repeat(500)).unwrap();
-        }
-        for n in 0..10 * KEYS {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let k = format!("k{:05}", x % KEYS);
-            db.put(k, format!("{n}-{}", "v".repeat(500))).unwrap();
-        }
+        let db = overwritten_bands(op, target);
         let sp = db.stats().unwrap().value_store;
         let amp = sp.file_bytes as f64 / sp.live_bytes as f64;
         db.close().unwrap();

@@ -7,7 +7,6 @@ use sepkv::vstore::{ValuePointer, ValueRecord, ValueStore};
 use sepkv::{Db, Error, Options, Preset, ReadOptions, WriteOptions};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 mod common;
@@ -940,17 +939,7 @@ fn gc_never_loses_a_racing_overwrite() {
     for i in 0..N {
         db.put(key(i), value(i, 0)).unwrap();
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let gc = {
-        let (db, stop) = (db.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut steps = 0;
-            while !stop.load(Ordering::Relaxed) {
-                steps += db.gc(None).unwrap().steps;
-            }
-            steps
-        })
-    };
+    let gc = common::GcLoop::start(&db);
     let mut latest = vec![0usize; N];
     for round in 1..40 {
         for i in (0..N).filter(|i| (i + round) % 3 == 0) {
@@ -958,8 +947,7 @@ fn gc_never_loses_a_racing_overwrite() {
             latest[i] = round;
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    let steps = gc.join().unwrap();
+    let steps = gc.stop();
     assert!(steps > 0, "GC never ran");
     db.gc(None).unwrap();
     for (i, &round) in latest.iter().enumerate() {

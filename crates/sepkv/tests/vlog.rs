@@ -4,7 +4,6 @@
 use sepkv::fs::{FaultFs, FaultKind, FaultOp, FaultRule, FileSystem, IoCategory, MemFs, StdFs};
 use sepkv::{Db, Options, Preset, WriteOptions};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 mod common;
@@ -40,17 +39,7 @@ fn gc_never_loses_a_racing_overwrite() {
     for i in 0..N {
         db.put(key(i), value(i, 0)).unwrap();
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let gc = {
-        let (db, stop) = (db.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut steps = 0;
-            while !stop.load(Ordering::Relaxed) {
-                steps += db.gc(None).unwrap().steps;
-            }
-            steps
-        })
-    };
+    let gc = common::GcLoop::start(&db);
     // The writer overwrites keys while GC relocates them.
     let mut latest = vec![0usize; N];
     for round in 1..40 {
@@ -59,8 +48,7 @@ fn gc_never_loses_a_racing_overwrite() {
             latest[i] = round;
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    let steps = gc.join().unwrap();
+    let steps = gc.stop();
     assert!(steps > 0, "GC never ran");
     db.gc(None).unwrap();
     for (i, &round) in latest.iter().enumerate() {
@@ -82,17 +70,7 @@ fn gc_never_resurrects_a_racing_delete() {
         db.put(key(i), value(i, 0)).unwrap();
     }
     db.compact_range(..).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let gc = {
-        let (db, stop) = (db.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut steps = 0;
-            while !stop.load(Ordering::Relaxed) {
-                steps += db.gc(None).unwrap().steps;
-            }
-            steps
-        })
-    };
+    let gc = common::GcLoop::start(&db);
     // `None`: deleted; `Some(round)`: the value of that round.
     let mut latest: Vec<Option<usize>> = vec![Some(0); N];
     for round in 1..30 {
@@ -110,8 +88,7 @@ fn gc_never_resurrects_a_racing_delete() {
             db.compact_range(..).unwrap();
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    let steps = gc.join().unwrap();
+    let steps = gc.stop();
     assert!(steps > 0, "GC never ran");
     db.gc(None).unwrap();
     let mut deleted = 0;

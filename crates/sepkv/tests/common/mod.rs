@@ -55,3 +55,33 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     static GATE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     GATE.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// A thread calling `Db::gc` back to back until [`GcLoop::stop`], which
+/// returns the GC steps it ran: the racing side of the GC-safety tests.
+pub struct GcLoop {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl GcLoop {
+    /// Starts calling `db.gc(None)` in a loop.
+    pub fn start(db: &std::sync::Arc<Db>) -> GcLoop {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let (db, flag) = (db.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut steps = 0;
+            while !flag.load(Ordering::Relaxed) {
+                steps += db.gc(None).unwrap().steps;
+            }
+            steps
+        });
+        GcLoop { stop, thread }
+    }
+
+    /// Stops the loop; the GC steps it ran.
+    pub fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
