@@ -222,9 +222,25 @@ struct MapIndex {
 }
 
 impl MapIndex {
+    fn new() -> MapIndex {
+        MapIndex {
+            map: parking_lot::Mutex::new(HashMap::new()),
+            last: AtomicU64::new(0),
+            hook: parking_lot::Mutex::new(None),
+        }
+    }
+
     fn write(&self, key: &[u8], p: ValuePointer) {
         let seq = self.last.fetch_add(1, Ordering::SeqCst) + 1;
         self.map.lock().insert(key.to_vec(), (p, seq));
+    }
+
+    /// Appends `key` = `value` to `s` at the next sequence number and
+    /// points the index at it.
+    fn put(&self, s: &HashKvStore, key: &[u8], value: &[u8]) {
+        let seq = self.last_sequence() + 1;
+        let p = s.append(&[ValueRecord { key, seq, value }]).unwrap()[0];
+        self.write(key, p);
     }
 }
 
@@ -300,25 +316,9 @@ fn a_write_between_the_seal_and_the_judgement_is_not_overwritten() {
         },
     ));
     s.recovered();
-    let idx = Arc::new(MapIndex {
-        map: parking_lot::Mutex::new(HashMap::new()),
-        last: AtomicU64::new(0),
-        hook: parking_lot::Mutex::new(None),
-    });
+    let idx = Arc::new(MapIndex::new());
     let val = |i: u64, round: u64| format!("{i}-{round:>1000}").into_bytes();
-    let put = |i: u64, round: u64| {
-        let k = format!("key{i:06}").into_bytes();
-        let v = val(i, round);
-        let seq = idx.last_sequence() + 1;
-        let p = s
-            .append(&[ValueRecord {
-                key: &k,
-                seq,
-                value: &v,
-            }])
-            .unwrap()[0];
-        idx.write(&k, p);
-    };
+    let put = |i: u64, round: u64| idx.put(&s, format!("key{i:06}").as_bytes(), &val(i, round));
     // Two versions of every key of one group (the one GC picks: the
     // others hold a single version each).
     let g = s.group_of(b"key000000");
@@ -385,25 +385,12 @@ fn a_gc_step_collects_groups_up_to_its_byte_budget() {
         )
         .unwrap();
         s.recovered();
-        let idx = MapIndex {
-            map: parking_lot::Mutex::new(HashMap::new()),
-            last: AtomicU64::new(0),
-            hook: parking_lot::Mutex::new(None),
-        };
+        let idx = MapIndex::new();
         // Two versions of 1,500 keys: every group holds garbage.
         for round in 0..2u64 {
             for i in 0..1500u64 {
-                let k = format!("key{i:06}").into_bytes();
-                let v = format!("{round}-{i:>1000}").into_bytes();
-                let seq = idx.last_sequence() + 1;
-                let p = s
-                    .append(&[ValueRecord {
-                        key: &k,
-                        seq,
-                        value: &v,
-                    }])
-                    .unwrap()[0];
-                idx.write(&k, p);
+                let v = format!("{round}-{i:>1000}");
+                idx.put(&s, format!("key{i:06}").as_bytes(), v.as_bytes());
             }
         }
         let groups = s.state.lock().table.geo.groups as u64;
