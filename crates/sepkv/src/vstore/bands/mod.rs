@@ -1036,9 +1036,19 @@ impl BandStore {
             st.open = id;
             self.refresh_due_locked(&st);
         }
-        // Read it through a mapping from now on (`handle`).
+        // Its read handle (mapped from now on) is opened here, while the
+        // file's inode and directory entry are in memory: a get that opened
+        // it on its first read of the band could wait for the device twice,
+        // once for the open's lookup. Should the open fail, `handle` opens
+        // it on the first read, as for a band of an earlier process.
+        let reads = open_for_reads(&*self.fs, &path, self.opts.mmap_reads).ok();
         let _gate = self.handle_gate.lock();
-        self.handles.remove(&o.band);
+        match reads {
+            Some(h) => self.handles.insert(o.band, h),
+            None => {
+                self.handles.remove(&o.band);
+            }
+        }
         *o = Open {
             band: id,
             file,

@@ -698,3 +698,34 @@ fn bands_close_at_their_size_and_closed_bands_read_through_a_mapping() {
         other => panic!("expected corruption, got {other:?}"),
     }
 }
+
+#[test]
+fn a_band_closed_here_is_read_without_an_open() {
+    let ffs = Arc::new(FaultFs::new());
+    let fs: Arc<dyn FileSystem> = ffs.clone();
+    let m = Model::default();
+    let bs = open(&fs, opts(2), None);
+    let mut ptrs = Vec::new();
+    for i in 0..5u8 {
+        ptrs.extend(write(&bs, &m, &[(&[b'k', i], Some(&[i; 40]))]));
+    }
+    // Bands of two entries: the first two have closed, the third is open.
+    assert_eq!(bs.band_counts().1, 2);
+    for (i, p) in ptrs.iter().enumerate().take(4) {
+        let before = ffs.op_count();
+        let got = bs.read(&[b'k', i as u8], p).unwrap();
+        assert_eq!(got.as_deref(), Some(&[i as u8; 40][..]));
+        // The read itself and nothing else: the band's handle was opened
+        // when it closed, not by its first get.
+        assert_eq!(ffs.op_count() - before, 1, "read of entry {i}");
+    }
+    // A band of an earlier process is opened by its first read.
+    drop(bs);
+    let bs = open(&fs, opts(2), None);
+    let before = ffs.op_count();
+    assert_eq!(
+        bs.read(b"k\0", &ptrs[0]).unwrap().as_deref(),
+        Some(&[0u8; 40][..])
+    );
+    assert!(ffs.op_count() - before > 1);
+}
