@@ -117,11 +117,17 @@ fn the_bottommost_level_is_rewritten_once_no_snapshot_needs_its_tombstones() {
     assert_eq!(level0_files(&db), 0);
     assert_eq!(table_entries(&db), 3000 + 1500 + 300);
     assert_eq!(snap.get(key(0)).unwrap(), Some(value.clone()));
+    // Once the snapshot is gone, the tables (more than half garbage) may
+    // also be rewritten by the tombstone-density trigger before the
+    // manual compaction reaches them: the two drop everything together.
+    let dropped_before = db.stats().unwrap().compaction_entries_dropped;
     drop(snap);
 
     let done = db.compact_range(..).unwrap();
-    assert_eq!(done.tombstones_dropped, 1500, "{done:?}");
-    assert_eq!(done.dropped, 1500 + 1500 + 300, "{done:?}");
+    assert!(done.tombstones_dropped <= 1500, "{done:?}");
+    db.wait_idle().unwrap();
+    let dropped = db.stats().unwrap().compaction_entries_dropped - dropped_before;
+    assert_eq!(dropped, 1500 + 1500 + 300, "{done:?}");
     assert_eq!(table_entries(&db), 1500);
     assert_eq!(level0_files(&db), 0);
     assert_eq!(db.scan(.., false).unwrap().count(), 1500);

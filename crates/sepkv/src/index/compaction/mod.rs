@@ -23,11 +23,11 @@ pub mod rule;
 
 use super::filename::table_path;
 use super::iter::InternalIterator;
-use super::key::{parse_internal_key, user_key, SeqNum};
+use super::key::{parse_internal_key, user_key, SeqNum, ValueType};
 use super::merger::{LevelIterator, MergingIterator};
 use super::sstable::{ReadCtx, TableBuilder, TableOptions};
 use super::table_cache::TableCache;
-use super::version::{FileMeta, Version, VersionEdit};
+use super::version::{FileMeta, TableCounts, Version, VersionEdit};
 use crate::error::{Error, IoContext, Result};
 use crate::fs::{FileSystem, IoCategory, IoStats};
 use crate::vstore::ValueStore;
@@ -148,9 +148,11 @@ fn write_tables(
     grandparents: &[Arc<FileMeta>],
     mut rule: Option<&mut DropRule<'_>>,
     stats: &mut CompactionStats,
-) -> Result<Vec<FileMeta>> {
+) -> Result<Vec<(FileMeta, TableCounts)>> {
     let mut outputs = Vec::new();
-    let mut builder: Option<(u64, TableBuilder)> = None;
+    let mut builder: Option<(u64, TableBuilder, TableCounts)> = None;
+    // The user key of the last entry written to the current output.
+    let mut last_written: Option<Vec<u8>> = None;
     let mut last_user_key: Option<Vec<u8>> = None;
     let mut gp_index = 0usize;
     let mut gp_overlap = 0u64;
@@ -175,13 +177,13 @@ fn write_tables(
                 gp_index += 1;
             }
             seen_key = true;
-            let cut = builder.as_ref().is_some_and(|(_, b)| {
+            let cut = builder.as_ref().is_some_and(|(_, b, _)| {
                 b.estimated_size() >= ctx.picker.target_file_size
                     || gp_overlap > ctx.picker.max_grandparent_overlap()
             });
             if cut {
-                let (n, b) = builder.take().expect("builder");
-                finish_output(n, b, &mut outputs, stats)?;
+                let (n, b, c) = builder.take().expect("builder");
+                finish_output(n, b, c, &mut outputs, stats)?;
                 gp_overlap = 0;
                 ctx.output_done()?;
             }
@@ -207,20 +209,33 @@ fn write_tables(
                         ctx.stats.clone(),
                         category,
                     ),
+                    TableCounts::default(),
                 ));
+                last_written = None;
             }
-            let b = &mut builder.as_mut().expect("builder").1;
-            match (verdict, rule.as_deref()) {
-                (Verdict::Replace, Some(r)) => b.add(r.replacement(), &[])?,
-                _ => b.add(ikey, iter.value())?,
+            let (_, b, counts) = builder.as_mut().expect("builder");
+            let deletion = match (verdict, rule.as_deref()) {
+                (Verdict::Replace, Some(r)) => {
+                    b.add(r.replacement(), &[])?;
+                    true
+                }
+                _ => {
+                    b.add(ikey, iter.value())?;
+                    p.vtype == ValueType::Deletion
+                }
+            };
+            let same_key = last_written.as_deref() == Some(p.user_key);
+            counts.add(deletion, same_key, p.seq);
+            if !same_key {
+                last_written = Some(p.user_key.to_vec());
             }
             stats.entries_out += 1;
         }
         iter.next();
     }
     iter.status()?;
-    if let Some((n, b)) = builder.take() {
-        finish_output(n, b, &mut outputs, stats)?;
+    if let Some((n, b, c)) = builder.take() {
+        finish_output(n, b, c, &mut outputs, stats)?;
     }
     if !outputs.is_empty() {
         ctx.fs.sync_dir(ctx.dir).ctx(ctx.dir)?;
@@ -231,26 +246,31 @@ fn write_tables(
 fn finish_output(
     number: u64,
     b: TableBuilder,
-    outputs: &mut Vec<FileMeta>,
+    counts: TableCounts,
+    outputs: &mut Vec<(FileMeta, TableCounts)>,
     stats: &mut CompactionStats,
 ) -> Result<()> {
     let s = b.finish()?;
     stats.bytes_out += s.file_size;
-    outputs.push(FileMeta {
-        number,
-        size: s.file_size,
-        smallest: s.smallest,
-        largest: s.largest,
-    });
+    outputs.push((
+        FileMeta {
+            number,
+            size: s.file_size,
+            smallest: s.smallest,
+            largest: s.largest,
+        },
+        counts,
+    ));
     Ok(())
 }
 
 /// Writes a memtable (or any iterator) into level-0-style tables: every
-/// entry is kept. Returns the new files (usually one).
+/// entry is kept. Returns the new files (usually one), each with what it
+/// holds.
 pub fn flush_to_tables(
     ctx: &mut JobContext<'_>,
     iter: &mut dyn InternalIterator,
-) -> Result<Vec<FileMeta>> {
+) -> Result<Vec<(FileMeta, TableCounts)>> {
     let mut st = CompactionStats::default();
     let saved = ctx.picker.target_file_size;
     // A flush produces one file however large the memtable is.
@@ -333,7 +353,8 @@ pub fn run_compaction(
     for f in &inputs.lower {
         edit.deleted.push((output_level, f.number));
     }
-    for f in outputs {
+    for (f, c) in outputs {
+        edit.table_counts.push((f.number, c));
         edit.added.push((output_level, f));
     }
     if let Some(last) = inputs

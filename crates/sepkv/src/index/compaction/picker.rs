@@ -11,8 +11,8 @@
 //! and little overlap two levels below is moved, not rewritten.
 
 use crate::index::key::compare_internal;
-use crate::index::key::user_key;
-use crate::index::version::{set::total_size, FileMeta, Version};
+use crate::index::key::{user_key, SeqNum};
+use crate::index::version::{set::total_size, FileMeta, TableCounts, Version};
 use std::cmp::Ordering;
 use std::sync::Arc;
 
@@ -178,6 +178,62 @@ pub fn pick(v: &Version, cfg: &PickerConfig, compact_pointers: &[Option<&[u8]>])
     Choice::Merge(inputs)
 }
 
+/// Share of a table's entries that must be garbage (tombstones and versions
+/// shadowed within the table, [`TableCounts::garbage`]) before the
+/// tombstone-density trigger ([`pick_garbage`]) rewrites it. A table of
+/// ordinary puts and overwrites stays far below it.
+pub const GARBAGE_TRIGGER_RATIO: f64 = 0.5;
+
+/// Whether the tombstone-density trigger may pick file `f` of version `v`:
+/// counted ([`Version::counts`]), at least [`GARBAGE_TRIGGER_RATIO`]
+/// garbage, and every entry visible to every reader (its largest sequence
+/// number at most `smallest_snapshot`), so that the rewrite drops the
+/// garbage instead of keeping it for a snapshot.
+fn garbage_of(v: &Version, f: &FileMeta, smallest_snapshot: SeqNum) -> Option<u64> {
+    let c: &TableCounts = v.counts.get(&f.number)?;
+    let g = c.garbage();
+    (c.entries > 0
+        && g as f64 >= GARBAGE_TRIGGER_RATIO * c.entries as f64
+        && c.largest_seq <= smallest_snapshot)
+        .then_some(g)
+}
+
+/// The tombstone-density trigger (as RocksDB's files marked for compaction
+/// by its deletion collector, or Pebble's tombstone-density compactions):
+/// for when [`pick`] has nothing to do, the table of a level `>= 1` with the
+/// most garbage among those [`GARBAGE_TRIGGER_RATIO`] or more garbage whose
+/// entries no snapshot still needs. When no deeper level overlaps it, the
+/// table is rewritten in place, which drops its tombstones and shadowed
+/// versions (the drop rule's ordinary conditions then all hold), so the
+/// same table is never picked twice; otherwise it is merged into the next
+/// level as any compaction is, which carries its tombstones down until a
+/// level with nothing below drops them. Level 0, which its file count
+/// empties, and tables without counts are left out. `None` when no table
+/// qualifies.
+pub fn pick_garbage(
+    v: &Version,
+    cfg: &PickerConfig,
+    smallest_snapshot: SeqNum,
+) -> Option<CompactionInputs> {
+    let (level, f, _) = (1..cfg.levels.min(v.files.len()))
+        .flat_map(|l| v.files[l].iter().map(move |f| (l, f)))
+        .filter_map(|(l, f)| garbage_of(v, f, smallest_snapshot).map(|g| (l, f, g)))
+        .max_by_key(|&(_, _, g)| g)?;
+    let (lo, hi) = (user_key(&f.smallest), user_key(&f.largest));
+    let below = (level + 1..cfg.levels.min(v.files.len()))
+        .any(|l| !v.overlapping(l, Some(lo), Some(hi)).is_empty());
+    if !below {
+        return Some(CompactionInputs {
+            level,
+            output_level: level,
+            upper: vec![f.clone()],
+            lower: Vec::new(),
+            grandparents: Vec::new(),
+        });
+    }
+    Some(setup_inputs(v, cfg, level, vec![f.clone()]))
+}
+
 /// Picks a manual compaction of the files of `level` overlapping the user
 /// key range `[begin, end]`; `None` when the level has none there.
 pub fn pick_range(
@@ -339,6 +395,49 @@ mod tests {
         assert!(last.grandparents.is_empty());
         let r = pick_range(&v, &cfg(), 2, Some(b"b"), Some(b"c")).unwrap();
         assert_eq!((r.level, r.output_level), (2, 3));
+    }
+
+    fn counts(entries: u64, deletions: u64, shadowed: u64, largest_seq: u64) -> TableCounts {
+        TableCounts {
+            entries,
+            deletions,
+            shadowed,
+            largest_seq,
+        }
+    }
+
+    #[test]
+    fn garbage_trigger_picks_dense_tables_no_snapshot_needs() {
+        let mut v = Version::empty(4);
+        v.files[0].push(f(1, "a", "b", 5));
+        v.files[1] = vec![f(2, "c", "d", 5), f(3, "e", "f", 5)];
+        v.files[2] = vec![f(4, "e", "e", 5), f(5, "x", "y", 5)];
+        // Level 0 and uncounted tables are never picked.
+        v.counts.insert(1, counts(100, 100, 0, 10));
+        assert_eq!(pick_garbage(&v, &cfg(), 100), None);
+        // Under the ratio: nothing.
+        v.counts.insert(2, counts(100, 30, 19, 10));
+        assert_eq!(pick_garbage(&v, &cfg(), 100), None);
+        // At the ratio, nothing below: rewritten in place.
+        v.counts.insert(2, counts(100, 30, 20, 10));
+        let c = pick_garbage(&v, &cfg(), 100).unwrap();
+        assert_eq!((c.level, c.output_level), (1, 1));
+        assert_eq!(c.upper[0].number, 2);
+        assert!(c.lower.is_empty() && c.grandparents.is_empty());
+        // A snapshot older than the table's newest entry holds it.
+        assert_eq!(pick_garbage(&v, &cfg(), 9), None);
+        // The table with the most garbage wins; with level 2 below it,
+        // it is merged down.
+        v.counts.insert(3, counts(200, 150, 0, 10));
+        let c = pick_garbage(&v, &cfg(), 10).unwrap();
+        assert_eq!((c.level, c.output_level), (1, 2));
+        assert_eq!(c.upper[0].number, 3);
+        let lo: Vec<_> = c.lower.iter().map(|f| f.number).collect();
+        assert_eq!(lo, vec![4]);
+        // The last level has nothing below.
+        v.counts.insert(5, counts(300, 290, 0, 10));
+        let c = pick_garbage(&v, &cfg(), 10).unwrap();
+        assert_eq!((c.level, c.output_level, c.upper[0].number), (2, 2, 5));
     }
 
     #[test]

@@ -312,6 +312,7 @@ impl LsmIndex {
                     || picker::scores(&sv.version, &self.picker)
                         .iter()
                         .any(|&s| s >= 1.0)
+                    || self.garbage_due(&sv.version)
             };
             if !busy {
                 // A reader (an iterator, a writer waiting for room) may
@@ -445,7 +446,8 @@ impl LsmIndex {
                         let manual = bg.manual.as_ref().is_some_and(|m| !m.done);
                         let auto = picker::scores(&sv.version, &self.picker)
                             .iter()
-                            .any(|&s| s >= 1.0);
+                            .any(|&s| s >= 1.0)
+                            || self.garbage_due(&sv.version);
                         if sv.imm.is_some() || manual || auto {
                             bg.step_running = true;
                             break;
@@ -514,7 +516,23 @@ impl LsmIndex {
             (v, c)
         };
         match choice {
-            Choice::Nothing => Ok(()),
+            Choice::Nothing => {
+                // Nothing else is due: a table of mostly garbage, if any.
+                let smallest = self.shared.smallest_snapshot();
+                let inputs = (!self.lightweight)
+                    .then(|| picker::pick_garbage(&v, &self.picker, smallest))
+                    .flatten();
+                match inputs {
+                    Some(inputs) => {
+                        self.compact(v, &inputs)?;
+                        self.counters
+                            .garbage_compactions
+                            .fetch_add(1, Ordering::Relaxed);
+                        Ok(())
+                    }
+                    None => Ok(()),
+                }
+            }
             Choice::Move { level, file } => {
                 let mut edit = VersionEdit::default();
                 edit.deleted.push((level, file.number));
@@ -527,6 +545,15 @@ impl LsmIndex {
             }
             Choice::Merge(inputs) => self.compact(v, &inputs).map(|_| ()),
         }
+    }
+
+    /// Whether the tombstone-density trigger has a table to rewrite in `v`
+    /// ([`picker::pick_garbage`]; never for the LWC-tree, whose DTables
+    /// carry no counts). The background thread runs it only when no level
+    /// needs compaction.
+    fn garbage_due(&self, v: &Version) -> bool {
+        !self.lightweight
+            && picker::pick_garbage(v, &self.picker, self.shared.smallest_snapshot()).is_some()
     }
 
     /// Runs a compaction of `inputs` picked from `v`. Takes `v` by value so
@@ -686,7 +713,8 @@ impl LsmIndex {
             ..Default::default()
         };
         let v = self.versions.lock().current();
-        for f in files {
+        for (f, c) in files {
+            edit.table_counts.push((f.number, c));
             // The LWC-tree takes flushes in level 0 only: deeper levels hold
             // DTables, which grow by lightweight compaction.
             let level = if self.lightweight || level0_only {

@@ -353,6 +353,9 @@ struct Counters {
     wals_recycled: AtomicU64,
     /// Flushes run in the middle of a compaction.
     flushes_in_compaction: AtomicU64,
+    /// Compactions the tombstone-density trigger picked
+    /// (`picker::pick_garbage`).
+    garbage_compactions: AtomicU64,
 }
 
 /// The LSM-tree behind the [`Index`] seam.
@@ -808,6 +811,10 @@ impl Index for LsmIndex {
             (
                 "flushes_in_compaction",
                 c.flushes_in_compaction.load(Ordering::Relaxed),
+            ),
+            (
+                "garbage_compactions",
+                c.garbage_compactions.load(Ordering::Relaxed),
             ),
         ];
         if self.lightweight {

@@ -139,7 +139,8 @@ impl LsmIndex {
                     max_seq = max_seq.max(last);
                     expect = expect.max(last + 1);
                     if mem.approximate_bytes() >= self.shared.opts.write_buffer_size {
-                        for f in flush_to_tables(&mut ctx, &mut mem.iter())? {
+                        for (f, c) in flush_to_tables(&mut ctx, &mut mem.iter())? {
+                            edit.table_counts.push((f.number, c));
                             edit.added.push((0, f));
                         }
                         mem = Arc::new(MemTable::for_buffer(self.shared.opts.write_buffer_size));
@@ -180,7 +181,8 @@ impl LsmIndex {
                 Ok(())
             })?;
             if !mem.is_empty() {
-                for f in flush_to_tables(&mut ctx, &mut mem.iter())? {
+                for (f, c) in flush_to_tables(&mut ctx, &mut mem.iter())? {
+                    edit.table_counts.push((f.number, c));
                     edit.added.push((0, f));
                 }
             }

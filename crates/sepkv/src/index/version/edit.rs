@@ -19,6 +19,12 @@
 //!   8 value_store_garbage lenprefixed bytes (the layout's garbage estimate
 //!                       per file, [`crate::vstore::garbage`]; added after
 //!                       the first release: older readers refuse tag 8)
+//!   9 table_counts      varint64 number, varint64 entries,
+//!                       varint64 deletions, varint64 shadowed,
+//!                       varint64 largest_seq ([`TableCounts`] of a
+//!                       file added by this edit or an earlier one; added
+//!                       after the first release: older readers refuse
+//!                       tag 9)
 //! ```
 //! Each edit is one checksummed record of [`crate::format::record`].
 //! Frozen: format version 1.
@@ -37,6 +43,44 @@ pub struct FileMeta {
     pub smallest: Vec<u8>,
     /// Largest internal key.
     pub largest: Vec<u8>,
+}
+
+/// What an SSTable holds, counted by the flush or compaction that wrote
+/// it: the compaction picker's measure of the garbage a rewrite would drop
+/// (tombstones and versions a newer entry of the table shadows), without
+/// opening the table. Tables written before the counts existed, and those
+/// a repair or a lightweight compaction wrote, have none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableCounts {
+    /// Entries in the table.
+    pub entries: u64,
+    /// Entries that are tombstones.
+    pub deletions: u64,
+    /// Entries with a newer entry of the same user key in the table.
+    pub shadowed: u64,
+    /// The largest sequence number of any entry (0 for an empty table).
+    pub largest_seq: u64,
+}
+
+impl TableCounts {
+    /// Counts one more entry, written after every entry counted so far (in
+    /// internal-key order): `same_key` when the entry before it has the
+    /// same user key, which then shadows this one.
+    pub fn add(&mut self, deletion: bool, same_key: bool, seq: u64) {
+        self.entries += 1;
+        self.deletions += u64::from(deletion);
+        self.shadowed += u64::from(same_key);
+        self.largest_seq = self.largest_seq.max(seq);
+    }
+
+    /// Entries a rewrite with nothing below and no snapshot in the way
+    /// drops: the tombstones and the shadowed versions (a tombstone that
+    /// is shadowed is counted once).
+    pub fn garbage(&self) -> u64 {
+        self.deletions
+            .saturating_add(self.shadowed)
+            .min(self.entries)
+    }
 }
 
 /// A change to a version.
@@ -58,6 +102,8 @@ pub struct VersionEdit {
     pub value_store_state: Option<Vec<u8>>,
     /// New value-store garbage table.
     pub value_store_garbage: Option<Vec<u8>>,
+    /// Counts of added files: (file number, counts).
+    pub table_counts: Vec<(u64, TableCounts)>,
 }
 
 impl VersionEdit {
@@ -101,6 +147,12 @@ impl VersionEdit {
             put_varint64(&mut b, f.size);
             put_length_prefixed(&mut b, &f.smallest);
             put_length_prefixed(&mut b, &f.largest);
+        }
+        for (n, c) in &self.table_counts {
+            put_varint32(&mut b, 9);
+            for x in [*n, c.entries, c.deletions, c.shadowed, c.largest_seq] {
+                put_varint64(&mut b, x);
+            }
         }
         b
     }
@@ -153,6 +205,22 @@ impl VersionEdit {
                     let g = get_length_prefixed(s).ok_or("bad value-store garbage table")?;
                     e.value_store_garbage = Some(g.to_vec());
                 }
+                9 => {
+                    let mut x = [0u64; 5];
+                    for v in &mut x {
+                        *v = get_varint64(s).ok_or("bad table counts")?;
+                    }
+                    let c = TableCounts {
+                        entries: x[1],
+                        deletions: x[2],
+                        shadowed: x[3],
+                        largest_seq: x[4],
+                    };
+                    if c.deletions > c.entries || c.shadowed > c.entries {
+                        return Err("table counts out of range".into());
+                    }
+                    e.table_counts.push((x[0], c));
+                }
                 t => return Err(format!("unknown tag {t}")),
             }
         }
@@ -182,6 +250,15 @@ mod tests {
                     size: 4096,
                     smallest: internal_key(b"a", 1, ValueType::Value),
                     largest: internal_key(b"z", 2, ValueType::Deletion),
+                },
+            )],
+            table_counts: vec![(
+                8,
+                TableCounts {
+                    entries: 10,
+                    deletions: 4,
+                    shadowed: 3,
+                    largest_seq: 999,
                 },
             )],
         };

@@ -10,7 +10,7 @@
 pub mod edit;
 pub mod set;
 
-pub use edit::{FileMeta, VersionEdit};
+pub use edit::{FileMeta, TableCounts, VersionEdit};
 pub use set::{log_and_apply, VersionSet};
 
 use super::key::{parse_internal_key, seek_key, user_key, SeqNum, ValueType};
@@ -19,6 +19,7 @@ use super::multi_get::BlockReuse;
 use super::sstable::ReadCtx;
 use super::table_cache::TableCache;
 use crate::error::{Error, Result};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// One immutable version.
@@ -27,6 +28,10 @@ pub struct Version {
     /// Files of each level. Level 0 in increasing file number (oldest
     /// first); other levels in increasing key order.
     pub files: Vec<Vec<Arc<FileMeta>>>,
+    /// What each file holds, by file number, for the files whose writer
+    /// counted it ([`TableCounts`]); the tombstone-density trigger of the
+    /// compaction picker reads it.
+    pub counts: HashMap<u64, TableCounts>,
 }
 
 impl Version {
@@ -34,6 +39,7 @@ impl Version {
     pub fn empty(levels: usize) -> Self {
         Version {
             files: vec![Vec::new(); levels],
+            counts: HashMap::new(),
         }
     }
 

@@ -318,6 +318,9 @@ impl VersionSet {
         for (l, files) in v.files.iter().enumerate() {
             for f in files {
                 snap.added.push((l, (**f).clone()));
+                if let Some(c) = v.counts.get(&f.number) {
+                    snap.table_counts.push((f.number, *c));
+                }
             }
         }
         for (l, k) in self.compact_pointers.iter().enumerate() {
@@ -474,6 +477,7 @@ pub fn apply(base: &Version, edit: &VersionEdit, levels: usize) -> Result<Versio
         if files.len() == before {
             return Err(format!("deleted file {n} is not in level {l}"));
         }
+        v.counts.remove(&n);
     }
     for (l, f) in &edit.added {
         if *l >= levels {
@@ -487,6 +491,15 @@ pub fn apply(base: &Version, edit: &VersionEdit, levels: usize) -> Result<Versio
             ));
         }
         v.files[*l].push(Arc::new(f.clone()));
+    }
+    // Counts of a file no level holds (none is written) are ignored.
+    if !edit.table_counts.is_empty() {
+        let live: HashSet<u64> = v.files.iter().flatten().map(|f| f.number).collect();
+        for (n, c) in &edit.table_counts {
+            if live.contains(n) {
+                v.counts.insert(*n, *c);
+            }
+        }
     }
     for (l, files) in v.files.iter_mut().enumerate() {
         if l == 0 {
@@ -535,5 +548,44 @@ mod tests {
         let recovered =
             VersionSet::recover(Path::new("/vs"), vs.fs.clone(), Arc::default(), 7).unwrap();
         assert_eq!(recovered.manifest_number(), vs.manifest_number());
+    }
+
+    /// Table counts follow their files: kept by a snapshot edit (a new
+    /// manifest), dropped with the file, ignored for a file no level holds.
+    #[test]
+    fn table_counts_follow_their_files() {
+        use crate::index::key::{internal_key, ValueType};
+        use crate::index::version::TableCounts;
+        let meta = |n: u64, k: &[u8]| FileMeta {
+            number: n,
+            size: 100,
+            smallest: internal_key(k, 2, ValueType::Value),
+            largest: internal_key(k, 1, ValueType::Deletion),
+        };
+        let c = TableCounts {
+            entries: 2,
+            deletions: 1,
+            shadowed: 1,
+            largest_seq: 2,
+        };
+        let add = VersionEdit {
+            added: vec![(2, meta(7, b"a")), (2, meta(8, b"b"))],
+            table_counts: vec![(7, c), (9, c)],
+            ..Default::default()
+        };
+        let v = apply(&Version::empty(4), &add, 4).unwrap();
+        assert_eq!(v.counts.len(), 1);
+        assert_eq!(v.counts.get(&7), Some(&c));
+        let fs: Arc<dyn FileSystem> = Arc::new(FaultFs::new());
+        let vs = VersionSet::create(Path::new("/vs"), fs, Arc::default(), 4);
+        let snap = vs.snapshot(&v, &VersionEdit::default());
+        assert_eq!(snap.table_counts, vec![(7, c)]);
+        let again = apply(&Version::empty(4), &snap, 4).unwrap();
+        assert_eq!(again.counts, v.counts);
+        let del = VersionEdit {
+            deleted: vec![(2, 7)],
+            ..Default::default()
+        };
+        assert!(apply(&again, &del, 4).unwrap().counts.is_empty());
     }
 }
