@@ -13,9 +13,7 @@
 //! hash and one cache line instead of a skiplist descent.
 
 use super::iter::InternalIterator;
-use super::key::{
-    append_internal_key, parse_internal_key, seek_key, SeqNum, ValueType, TRAILER_LEN,
-};
+use super::key::{pack_trailer, parse_internal_key, seek_key, SeqNum, ValueType};
 use super::skiplist::{SkipIter, SkipList};
 use super::sstable::key_hash;
 use crate::error::Result;
@@ -104,9 +102,9 @@ pub enum Lookup {
 pub struct MemTable {
     list: SkipList,
     filter: KeyFilter,
-    max_seq: std::sync::atomic::AtomicU64,
+    max_seq: AtomicU64,
     /// Smallest sequence number added (`u64::MAX` when empty).
-    min_seq: std::sync::atomic::AtomicU64,
+    min_seq: AtomicU64,
 }
 
 impl AsRef<SkipList> for Arc<MemTable> {
@@ -134,30 +132,29 @@ impl MemTable {
         MemTable {
             list: SkipList::new(),
             filter: KeyFilter::for_buffer(buffer_bytes),
-            max_seq: std::sync::atomic::AtomicU64::new(0),
-            min_seq: std::sync::atomic::AtomicU64::new(u64::MAX),
+            max_seq: AtomicU64::new(0),
+            min_seq: AtomicU64::new(u64::MAX),
         }
     }
 
     /// Adds one entry. One writer at a time.
     pub fn add(&self, seq: SeqNum, vtype: ValueType, user_key: &[u8], value: &[u8]) {
-        let mut k = Vec::with_capacity(user_key.len() + TRAILER_LEN);
-        append_internal_key(&mut k, user_key, seq, vtype as u8);
         // Before the entry is linked: see `KeyFilter`.
         self.filter.add(key_hash(user_key));
-        self.list.insert(&k, value);
-        self.max_seq
-            .fetch_max(seq, std::sync::atomic::Ordering::Relaxed);
+        self.list
+            .insert_parts(user_key, pack_trailer(seq, vtype as u8), value);
         // One writer at a time: a load and a store suffice.
-        if seq < self.min_seq.load(std::sync::atomic::Ordering::Relaxed) {
-            self.min_seq
-                .store(seq, std::sync::atomic::Ordering::Relaxed);
+        if seq > self.max_seq.load(Ordering::Relaxed) {
+            self.max_seq.store(seq, Ordering::Relaxed);
+        }
+        if seq < self.min_seq.load(Ordering::Relaxed) {
+            self.min_seq.store(seq, Ordering::Relaxed);
         }
     }
 
     /// Smallest sequence number added (`None` when empty).
     pub fn min_seq(&self) -> Option<SeqNum> {
-        Some(self.min_seq.load(std::sync::atomic::Ordering::Relaxed)).filter(|&s| s != u64::MAX)
+        Some(self.min_seq.load(Ordering::Relaxed)).filter(|&s| s != u64::MAX)
     }
 
     /// Sequence number of the newest version of `user_key` held, if any.
@@ -193,9 +190,16 @@ impl MemTable {
         Some(f(p.seq, p.vtype, it.value()))
     }
 
+    /// Key comparisons the skiplist makes to find `user_key` as of `seq`
+    /// (for the memtable micro-benchmark).
+    #[doc(hidden)]
+    pub fn search_comparisons(&self, user_key: &[u8], seq: SeqNum) -> usize {
+        self.list.search_comparisons(&seek_key(user_key, seq))
+    }
+
     /// Largest sequence number added (0 when empty).
     pub fn max_seq(&self) -> SeqNum {
-        self.max_seq.load(std::sync::atomic::Ordering::Relaxed)
+        self.max_seq.load(Ordering::Relaxed)
     }
 
     /// Newest version of `user_key` with sequence number `<= seq`.
