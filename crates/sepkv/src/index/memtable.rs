@@ -28,19 +28,21 @@
 //! in-place comparison, the splice and the prefetch of
 //! [`super::skiplist`]:
 //!
-//! | keys | instructions | L1 data read misses | ns of CPU, min of 7 rounds |
+//! | keys | instructions | L1 data read misses | CPU time, after ÷ before |
 //! | --- | ---: | ---: | ---: |
-//! | random, the bench harness's (`%016d`) | 2,093 → 1,519 | 28.5 → 28.5 | 429–497 → 394–481 |
-//! | random, 16 random bytes | 1,844 → 1,374 | 25.8 → 25.8 | 487–662 → 428–471 |
-//! | sorted | 1,742 → 681 | 2.2 → 2.2 | 118–120 → 66 |
+//! | random, the bench harness's (`%016d`) | 2,093 → 1,519 | 28.5 → 28.5 | 0.76–1.07 (median 0.86) |
+//! | random, 16 random bytes | 1,844 → 1,374 | 25.8 → 25.8 | 0.80–0.98 (median 0.84) |
+//! | sorted | 1,742 → 681 | 2.2 → 2.2 | 0.56 |
 //!
-//! (CPU times from two alternations on a machine shared with other
-//! builds, load average 8–10.) A random insert misses the cache about
+//! (CPU time: the median of 7 rounds, builds alternating, five passes
+//! for random keys and two for sorted ones, on a machine shared with other
+//! builds at load average 8–10.) A random insert misses the cache about
 //! once per node it compares — the key sits in the node's own cache line,
-//! so a comparison costs one miss, not two — and those misses, not the
-//! instructions, set its time: 27 % fewer instructions did not make it
-//! measurably faster on that machine. A sorted run of inserts, which the
-//! splice starts near the previous insert, runs 1.8× faster.
+//! so a comparison costs one miss, not two — and those misses, which the
+//! changes leave as they were, bound what fewer instructions can save:
+//! 27 % fewer instructions took about 15 % off the CPU time of a random
+//! insert. A sorted run of inserts, which the splice starts near the
+//! previous insert, runs 1.8× faster.
 
 use super::iter::InternalIterator;
 use super::key::{pack_trailer, parse_internal_key, seek_key, SeqNum, ValueType};
