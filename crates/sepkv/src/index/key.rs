@@ -76,8 +76,8 @@ pub fn parse_internal_key(ikey: &[u8]) -> Option<ParsedKey<'_>> {
     })
 }
 
-/// The user-key part of an internal key (the whole slice if it is shorter
-/// than a trailer, so that comparisons of damaged keys never panic).
+/// The user-key part of an internal key (empty if it is shorter than a
+/// trailer, so that comparisons of damaged keys never panic).
 pub fn user_key(ikey: &[u8]) -> &[u8] {
     &ikey[..ikey.len().saturating_sub(TRAILER_LEN)]
 }
