@@ -73,7 +73,7 @@ mod format;
 mod reader;
 mod writer;
 
-pub use format::{Aggregated, Directory, SegmentEntry};
+pub use format::{Aggregated, Directory, SegmentEntry, Shadowed};
 pub use reader::{DTable, DTableIterator};
 pub use writer::{append_segment, AddEntry, AppendOutcome};
 

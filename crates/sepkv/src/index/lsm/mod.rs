@@ -340,6 +340,7 @@ struct Counters {
     compaction_entries_dropped: AtomicU64,
     segments_appended: AtomicU64,
     divisions: AtomicU64,
+    reclaims: AtomicU64,
     pushdowns: AtomicU64,
     metadata_from_victim: AtomicU64,
     metadata_reads: AtomicU64,
@@ -818,6 +819,7 @@ impl Index for LsmIndex {
                     c.segments_appended.load(Ordering::Relaxed),
                 ),
                 ("divisions", c.divisions.load(Ordering::Relaxed)),
+                ("reclaims", c.reclaims.load(Ordering::Relaxed)),
                 ("pushdowns", c.pushdowns.load(Ordering::Relaxed)),
                 (
                     "metadata_from_victim",
