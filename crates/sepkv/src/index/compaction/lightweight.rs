@@ -55,6 +55,18 @@
 //! An SSTable target (flushed straight into a deeper level) is treated the
 //! same way, since only DTables take appends.
 //!
+//! **Reclaim** (ours; §3.3 leaves stale versions and tails in place). A
+//! target whose dead bytes — stale tails of earlier appends and torn
+//! appends, and the entries its newer segments shadow
+//! ([`DTable::dead_bytes`](crate::index::dtable::DTable::dead_bytes)) —
+//! plus what the new run would shadow (its user keys probed against the
+//! target's segment filters, in memory) would pass `dead_share` of its
+//! size after the append is treated as a full target: merged with its run,
+//! which drops the stale versions and the old tails, and divided (or
+//! pushed down). The run records what it shadowed in its segment when it
+//! is appended, so the count survives a reopen. A load of new keys shadows
+//! nothing (a filter's false positive aside) and never reclaims.
+//!
 //! **Memory.** The victim is read as a stream, one target's run of entries
 //! at a time, and a run is held in memory (in one buffer) only up to
 //! `max_table_bytes`: a longer run cannot fit its target, so the target is
@@ -70,13 +82,12 @@
 //! more than the bound is never written). A lookup therefore reads at most
 //! `max_segments` index blocks' worth of candidates but, by the per-block
 //! filters, one data block in the common case. The stale versions a DTable
-//! can hold are those of its older segments: in the worst case (every
-//! segment rewrites the same keys) a table holds `max_segments` versions of
-//! each key, so the bottom level's space amplification is at most
-//! `max_segments` (10 by default) and upper levels add their usual
-//! `1 / (ratio - 1)`; with uniform updates a segment shadows about
-//! `1 / max_segments` of its table, and the measured figures are in
-//! `docs/notebook/lwc-tree.md`.
+//! can hold are those of its older segments; reclaim keeps them and the
+//! stale tails (as estimated) at most `dead_share` of the table after each
+//! append, so the bottom level's space amplification stays near
+//! `1 / (1 - dead_share)` (1.33 by default) and upper levels add their
+//! usual `1 / (ratio - 1)`. A table no append reaches keeps what it has.
+//! The measured figures are in `docs/design/lwc-tree.md`.
 //!
 //! The job only writes; the caller installs the returned edit and then
 //! deletes obsolete files.

@@ -26,7 +26,7 @@ pub(crate) const SHADOWED_META_NAME: &str = "lwc.shadowed";
 /// The entries of a DTable's older segments that a newly appended segment
 /// shadows (their user keys have a newer version in it), as estimated by
 /// the older segments' filters when it was appended. Stored in the
-/// segment's meta block [`SHADOWED_META_NAME`] as
+/// segment's meta block `lwc.shadowed` as
 /// `entries:varint64 bytes:varint64`; a segment without it shadowed
 /// nothing that was counted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
