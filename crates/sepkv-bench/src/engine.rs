@@ -1048,6 +1048,11 @@ impl Engine for SepkvEngine {
         for l in &s.levels {
             counters.insert(format!("level{}_files", l.level), l.files as u64);
             counters.insert(format!("level{}_segments", l.level), l.segments);
+            counters.insert(format!("level{}_bytes", l.level), l.bytes);
+            let dead = format!("level{}_dead_bytes", l.level);
+            if let Some(&v) = s.index_figures.get(dead.as_str()) {
+                counters.insert(dead, v);
+            }
         }
         // The LWC-tree's tallies (segments appended, divisions, ...), and
         // the syncs that needed the WAL alone.
@@ -1055,6 +1060,7 @@ impl Engine for SepkvEngine {
             "segments_appended",
             "divisions",
             "reclaims",
+            "dead_bytes",
             "pushdowns",
             "metadata_from_victim",
             "metadata_reads",

@@ -445,7 +445,7 @@ fn dir_bytes(fs: &dyn sepkv::fs::FileSystem, dir: &Path) -> u64 {
 fn space_after_overwrite_rounds_stays_within_one_and_a_half() {
     const KEYS: usize = 12_000;
     const ROUNDS: usize = 6;
-    let run = |dead_share: f64| -> (f64, u64) {
+    let run = |dead_share: f64| -> (f64, u64, u64) {
         let fs = MemFs::new();
         let dir = Path::new("/lwc-space");
         let opts = Options {
@@ -470,7 +470,13 @@ fn space_after_overwrite_rounds_stays_within_one_and_a_half() {
             db.flush().unwrap();
             db.wait_idle().unwrap();
         }
-        let reclaims = figure(&db.stats().unwrap(), "reclaims");
+        let st = db.stats().unwrap();
+        let reclaims = figure(&st, "reclaims");
+        let dead = figure(&st, "dead_bytes");
+        let per_level: u64 = (0..7)
+            .map(|l| figure(&st, &format!("level{l}_dead_bytes")))
+            .sum();
+        assert_eq!(dead, per_level);
         let sa = dir_bytes(&fs, dir) as f64 / live as f64;
         // Every key reads its last round's value.
         for i in (0..KEYS).step_by(97) {
@@ -478,12 +484,17 @@ fn space_after_overwrite_rounds_stays_within_one_and_a_half() {
             assert!(v.starts_with(format!("r{}-", ROUNDS - 1).as_bytes()));
         }
         db.close().unwrap();
-        (sa, reclaims)
+        (sa, reclaims, dead)
     };
-    let (sa, reclaims) = run(0.25);
-    let (sa_off, reclaims_off) = run(1.0);
-    eprintln!("space amplification {sa:.2} ({reclaims} reclaims); off: {sa_off:.2}");
+    let (sa, reclaims, dead) = run(0.25);
+    let (sa_off, reclaims_off, dead_off) = run(1.0);
+    eprintln!(
+        "space amplification {sa:.2} ({reclaims} reclaims, {dead} dead bytes); \
+         off: {sa_off:.2} ({dead_off} dead bytes)"
+    );
     assert_eq!(reclaims_off, 0);
+    // Without reclaiming the shadowed versions stay, and are counted.
+    assert!(dead_off > 2 * dead, "dead bytes {dead_off} off, {dead} on");
     assert!(reclaims > 0, "no DTable was reclaimed");
     assert!(
         sa <= 1.5,
