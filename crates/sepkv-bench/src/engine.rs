@@ -89,6 +89,10 @@ pub struct Tuning {
     /// `+segN`: `lwc_max_segments` = N (2-1024): fewer segments per DTable
     /// mean fewer cursors per scan and more divisions.
     pub max_segments: Option<u16>,
+    /// `+deadN`: `lwc_dead_share` = N % (5-100): a DTable whose dead
+    /// bytes would pass N % of it with an append is merged instead; 100
+    /// never.
+    pub dead_percent: Option<u8>,
     /// `+nosort`: KT-Store's sealed TrieTables stay in write order
     /// (`trie_sort_sealed` off), one of the paper's rules (§3.2); adaptive
     /// and skew splits stay on, so this is not the paper's layout alone.
@@ -145,7 +149,7 @@ fn milli(flag: &str, x: &str) -> Result<u32> {
 pub const PAPER_TRIE_LEVELS: u8 = 4;
 
 /// The `+flag`s of [`Tuning`] and what each does, for `--list-engines`.
-pub const TUNING_HELP: [(&str, &str); 20] = [
+pub const TUNING_HELP: [(&str, &str); 21] = [
     (
         "+nowal",
         "the value log replaces the index WAL (WiscKey §3.4.2)",
@@ -181,6 +185,10 @@ pub const TUNING_HELP: [(&str, &str); 20] = [
     (
         "+segN",
         "LWC-tree DTables hold at most N segments (2-1024) before division",
+    ),
+    (
+        "+deadN",
+        "LWC-tree DTables merged once N % (5-100) of their bytes would be dead after an append; 100: never",
     ),
     (
         "+nosort",
@@ -255,6 +263,9 @@ impl fmt::Display for Tuning {
         }
         if let Some(n) = self.max_segments {
             write!(f, "+seg{n}")?;
+        }
+        if let Some(n) = self.dead_percent {
+            write!(f, "+dead{n}")?;
         }
         if self.no_sort {
             f.write_str("+nosort")?;
@@ -443,6 +454,8 @@ impl EngineSpec {
                     Some("+divN")
                 } else if t.max_segments.is_some() {
                     Some("+segN")
+                } else if t.dead_percent.is_some() {
+                    Some("+deadN")
                 } else {
                     None
                 };
@@ -537,6 +550,16 @@ impl FromStr for EngineSpec {
                                     _ => {
                                         return Err(BenchError::InvalidArgument(format!(
                                             "+{f}: expected a segment bound from 2 to 1024, such as +seg4"
+                                        )))
+                                    }
+                                }
+                            }
+                            f if f.starts_with("dead") => {
+                                tuning.dead_percent = match f[4..].parse::<u8>() {
+                                    Ok(n) if (5..=100).contains(&n) => Some(n),
+                                    _ => {
+                                        return Err(BenchError::InvalidArgument(format!(
+                                            "+{f}: expected a dead share in percent from 5 to 100, such as +dead25"
                                         )))
                                     }
                                 }
@@ -746,6 +769,9 @@ impl SepkvEngine {
         }
         if let Some(n) = tuning.max_segments {
             options.lwc_max_segments = n as usize;
+        }
+        if let Some(n) = tuning.dead_percent {
+            options.lwc_dead_share = f64::from(n) / 100.0;
         }
         if tuning.no_sort {
             options.trie_sort_sealed = false;
@@ -1022,12 +1048,19 @@ impl Engine for SepkvEngine {
         for l in &s.levels {
             counters.insert(format!("level{}_files", l.level), l.files as u64);
             counters.insert(format!("level{}_segments", l.level), l.segments);
+            counters.insert(format!("level{}_bytes", l.level), l.bytes);
+            let dead = format!("level{}_dead_bytes", l.level);
+            if let Some(&v) = s.index_figures.get(dead.as_str()) {
+                counters.insert(dead, v);
+            }
         }
         // The LWC-tree's tallies (segments appended, divisions, ...), and
         // the syncs that needed the WAL alone.
         for name in [
             "segments_appended",
             "divisions",
+            "reclaims",
+            "dead_bytes",
             "pushdowns",
             "metadata_from_victim",
             "metadata_reads",
@@ -1072,7 +1105,7 @@ impl Engine for SepkvEngine {
 
     fn settings(&self) -> serde_json::Value {
         let o = &self.options;
-        json!({
+        let mut v = json!({
             "engine": "sepkv",
             "preset": self.preset.name(),
             "index": o.index_kind().name(),
@@ -1114,7 +1147,10 @@ impl Engine for SepkvEngine {
             "sync": self.write.sync,
             "direct_io": o.use_direct_reads,
             "mmap_reads": o.mmap_reads && !o.use_direct_reads,
-        })
+        });
+        // Outside the macro: one more field passes `json!`'s recursion limit.
+        v["lwc_dead_share"] = json!(o.lwc_dead_share);
+        v
     }
 
     fn direct_io(&self) -> bool {

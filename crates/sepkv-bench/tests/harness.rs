@@ -537,8 +537,9 @@ fn wide_dtables_apply_to_the_lwc_index_only() {
     root.finish(false).unwrap();
 }
 
-/// `+paper`, `+divN`, `+segN` and `+pushdown` set the LWC-tree's bounds,
-/// division and push-down options on an `lwc` index and are refused elsewhere.
+/// `+paper`, `+divN`, `+segN`, `+pushdown` and `+deadN` set the LWC-tree's
+/// bounds, division, push-down and reclaim options on an `lwc` index and are
+/// refused elsewhere.
 #[test]
 fn paper_division_and_push_down_flags_apply_to_the_lwc_index_only() {
     let root = DbRoot::prepare(None).unwrap();
@@ -565,10 +566,23 @@ fn paper_division_and_push_down_flags_apply_to_the_lwc_index_only() {
     }
     let err = "sepkv:lwc+seg1".parse::<EngineSpec>().unwrap_err();
     assert!(err.to_string().contains("segment bound"), "{err}");
+    // `+deadN` sets the reclaim threshold in percent.
+    for (name, share) in [("sepkv:lwc", 0.25), ("sepkv:lwc+dead40", 0.4)] {
+        let spec: EngineSpec = name.parse().unwrap();
+        assert_eq!(spec.to_string(), name);
+        let mut reports = Vec::new();
+        sepkv_bench::run_engines(&[spec], &cfg, &root, &mut reports, &mut |_| {}).unwrap();
+        assert_eq!(reports[0].engine_options["lwc_dead_share"], share, "{name}");
+    }
+    for bad in ["sepkv:lwc+dead4", "sepkv:lwc+dead101", "sepkv:lwc+deadx"] {
+        let err = bad.parse::<EngineSpec>().unwrap_err().to_string();
+        assert!(err.contains("dead share"), "{bad}: {err}");
+    }
     for other in [
         "sepkv:leveldb+paper",
         "sepkv:wisckey+pushdown",
         "sepkv:hashkv+div8",
+        "sepkv:leveldb+dead20",
     ] {
         let spec: EngineSpec = other.parse().unwrap();
         let mut reports = Vec::new();

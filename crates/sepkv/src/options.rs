@@ -225,7 +225,7 @@ pub(crate) fn config_available(index: IndexKind, layout: ValueLayout) -> bool {
 /// | [`Options::wal`] (`false`: WiscKey's log mode) | in `IDENTITY` | follows the record when no index or layout is named; otherwise it must match (`ConfigMismatch`) |
 /// | `hashkv_main_segment_size`, `hashkv_log_segment_size`, `hashkv_reserved_ratio`, and `value_capacity` of a `hashkv` store | in the segment table | ignored: the store keeps its geometry |
 /// | `num_levels` | no | may grow; below the deepest level holding files the open fails |
-/// | everything else: cache sizes (`block_cache_size`, `max_open_files`), `write_buffer_size`, table format knobs (`block_size`, `block_align`, `block_restart_interval`, `bloom_bits_per_key`, `target_file_size`), level sizes and level-0 triggers, `sync_values_in_wal`, `flush_on_close`, `gc_on_close`, `mmap_reads`, the LWC-tree's DTable bounds, division number and push-down (`lwc_max_segments`, `lwc_max_table_bytes`, `lwc_division_number`, `lwc_push_down`), KT-Store's span rules (`trie_span_*`), `scan_batch_bytes`, `value_threshold`, GC knobs (`gc_garbage_ratio`, `gc_chunk_size`, `space_amp_target`), `value_capacity` of a value log, `vlog_file_size`, prefetch, the `hashkv` cache, hotness and journal switches, `create_if_missing`, `error_if_exists`, `fs` | no | may change at every open; tables and value files written under older values stay readable |
+/// | everything else: cache sizes (`block_cache_size`, `max_open_files`), `write_buffer_size`, table format knobs (`block_size`, `block_align`, `block_restart_interval`, `bloom_bits_per_key`, `target_file_size`), level sizes and level-0 triggers, `sync_values_in_wal`, `flush_on_close`, `gc_on_close`, `mmap_reads`, the LWC-tree's DTable bounds, division number and push-down (`lwc_max_segments`, `lwc_max_table_bytes`, `lwc_division_number`, `lwc_push_down`) and its reclaim threshold (`lwc_dead_share`), KT-Store's span rules (`trie_span_*`), `scan_batch_bytes`, `value_threshold`, GC knobs (`gc_garbage_ratio`, `gc_chunk_size`, `space_amp_target`), `value_capacity` of a value log, `vlog_file_size`, prefetch, the `hashkv` cache, hotness and journal switches, `create_if_missing`, `error_if_exists`, `fs` | no | may change at every open; tables and value files written under older values stay readable |
 ///
 /// So `Db::open(path, Options::default())` opens any existing database as
 /// it was created, and `Options::preset(p)` both creates a `p` database and
@@ -315,6 +315,15 @@ pub struct Options {
     /// cache, but at 16 M × 100 B under a hard drive's bandwidth it loaded
     /// 0.72× as fast with no lower WA (`docs/notebook/lwc-tree.md`).
     pub lwc_push_down: bool,
+    /// `lwc` index: share of a DTable's bytes that may be dead (stale
+    /// tails of earlier appends, and versions its newer segments shadow,
+    /// estimated by the segments' filters when they are appended) before
+    /// the next append to it merges it with its new entries instead,
+    /// dropping them (default 0.25). Lower keeps less space after
+    /// overwrites for more compaction writes; a load of new keys leaves
+    /// nothing dead and is not affected. Between 0.05 and 1.0 when set
+    /// (1.0: never).
+    pub lwc_dead_share: f64,
     /// Level-0 file count that triggers compaction (default 4).
     pub l0_compaction_trigger: usize,
     /// Level-0 file count at which each write is delayed by 1 ms (default 8).
@@ -722,6 +731,7 @@ impl fmt::Debug for Options {
             .field("lwc_max_table_bytes", &self.lwc_max_table_bytes)
             .field("lwc_division_number", &self.lwc_division_number)
             .field("lwc_push_down", &self.lwc_push_down)
+            .field("lwc_dead_share", &self.lwc_dead_share)
             .field("max_bytes_for_level_base", &self.max_bytes_for_level_base)
             .field("wal", &self.wal)
             .field("sync_values_in_wal", &self.sync_values_in_wal)
@@ -761,6 +771,7 @@ impl Default for Options {
             lwc_max_table_bytes: 0,
             lwc_division_number: 0,
             lwc_push_down: false,
+            lwc_dead_share: crate::index::compaction::lightweight::DEFAULT_DEAD_SHARE,
             l0_compaction_trigger: 4,
             l0_slowdown_writes_trigger: 8,
             l0_stop_writes_trigger: 12,
@@ -958,6 +969,12 @@ impl Options {
             return bad(format!(
                 "lwc_max_segments {} must be 0 (the level size ratio) or between 2 and 1024",
                 self.lwc_max_segments
+            ));
+        }
+        if !(0.05..=1.0).contains(&self.lwc_dead_share) {
+            return bad(format!(
+                "lwc_dead_share {} must be between 0.05 and 1.0",
+                self.lwc_dead_share
             ));
         }
         if self.lwc_division_number != 0 && !(2..=64).contains(&self.lwc_division_number) {

@@ -246,6 +246,9 @@ fn invalid_options_are_rejected_naming_the_option() {
         ("num_levels", |o| o.num_levels = 13),
         ("lwc_max_segments", |o| o.lwc_max_segments = 1),
         ("lwc_max_segments", |o| o.lwc_max_segments = 1025),
+        ("lwc_dead_share", |o| o.lwc_dead_share = 0.0),
+        ("lwc_dead_share", |o| o.lwc_dead_share = 1.5),
+        ("lwc_dead_share", |o| o.lwc_dead_share = f64::NAN),
         ("lwc_max_table_bytes", |o| {
             o.lwc_max_table_bytes = o.target_file_size - 1
         }),

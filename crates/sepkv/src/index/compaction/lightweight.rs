@@ -55,6 +55,18 @@
 //! An SSTable target (flushed straight into a deeper level) is treated the
 //! same way, since only DTables take appends.
 //!
+//! **Reclaim** (ours; §3.3 leaves stale versions and tails in place). A
+//! target whose dead bytes — stale tails of earlier appends and torn
+//! appends, and the entries its newer segments shadow
+//! ([`DTable::dead_bytes`](crate::index::dtable::DTable::dead_bytes)) —
+//! plus what the new run would shadow (its user keys probed against the
+//! target's segment filters, in memory) would pass `dead_share` of its
+//! size after the append is treated as a full target: merged with its run,
+//! which drops the stale versions and the old tails, and divided (or
+//! pushed down). The run records what it shadowed in its segment when it
+//! is appended, so the count survives a reopen. A load of new keys shadows
+//! nothing (a filter's false positive aside) and never reclaims.
+//!
 //! **Memory.** The victim is read as a stream, one target's run of entries
 //! at a time, and a run is held in memory (in one buffer) only up to
 //! `max_table_bytes`: a longer run cannot fit its target, so the target is
@@ -70,13 +82,12 @@
 //! more than the bound is never written). A lookup therefore reads at most
 //! `max_segments` index blocks' worth of candidates but, by the per-block
 //! filters, one data block in the common case. The stale versions a DTable
-//! can hold are those of its older segments: in the worst case (every
-//! segment rewrites the same keys) a table holds `max_segments` versions of
-//! each key, so the bottom level's space amplification is at most
-//! `max_segments` (10 by default) and upper levels add their usual
-//! `1 / (ratio - 1)`; with uniform updates a segment shadows about
-//! `1 / max_segments` of its table, and the measured figures are in
-//! `docs/notebook/lwc-tree.md`.
+//! can hold are those of its older segments; reclaim keeps them and the
+//! stale tails (as estimated) at most `dead_share` of the table after each
+//! append, so the bottom level's space amplification stays near
+//! `1 / (1 - dead_share)` (1.33 by default) and upper levels add their
+//! usual `1 / (ratio - 1)`. A table no append reaches keeps what it has.
+//! The measured figures are in `docs/design/lwc-tree.md`.
 //!
 //! The job only writes; the caller installs the returned edit and then
 //! deletes obsolete files.
@@ -86,7 +97,7 @@ use super::rule::{DropRule, Verdict};
 use super::{CompactionStats, JobContext};
 use crate::error::{Error, Result};
 use crate::fs::IoCategory;
-use crate::index::dtable::{append_segment, Aggregated, Directory};
+use crate::index::dtable::{append_segment, Aggregated, Directory, Shadowed};
 use crate::index::filename::table_path;
 use crate::index::iter::InternalIterator;
 use crate::index::key::{compare_internal, user_key, SeqNum};
@@ -97,8 +108,11 @@ use std::cmp::Ordering;
 use std::path::Path;
 use std::sync::Arc;
 
+/// Default of [`LwcConfig::dead_share`] and `Options::lwc_dead_share`.
+pub const DEFAULT_DEAD_SHARE: f64 = 0.25;
+
 /// Bounds of the LWC-tree's DTables (§4.4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LwcConfig {
     /// Most segments a DTable may hold (default: the level size ratio,
     /// the paper's division number).
@@ -111,6 +125,11 @@ pub struct LwcConfig {
     /// Parts of an equal division (`Options::lwc_division_number`); 0
     /// divides into parts of about `target_file_size`.
     pub division_number: usize,
+    /// Share of a target's bytes, dead once an append lands, past which
+    /// the target is merged with its new entries instead (dropping them)
+    /// ([`DTable::dead_bytes`](crate::index::dtable::DTable::dead_bytes)
+    /// plus what the new segment would shadow; `Options::lwc_dead_share`).
+    pub dead_share: f64,
 }
 
 impl LwcConfig {
@@ -137,6 +156,7 @@ impl LwcConfig {
             },
             push_down: false,
             division_number: 0,
+            dead_share: DEFAULT_DEAD_SHARE,
         }
     }
 
@@ -402,6 +422,7 @@ fn write_new_tables(
             job.fs,
             &path,
             None,
+            Shadowed::default(),
             |add| {
                 while let Some((k, v)) = src.peek()? {
                     if divider.cut_before(k) {
@@ -617,6 +638,20 @@ impl<I: InternalIterator> Source for TargetMerge<'_, '_, '_, '_, I> {
             self.advance_side(side);
         }
     }
+}
+
+/// The user keys of `run`'s entries, each once (a key's versions are
+/// adjacent in a sorted run).
+fn run_user_keys(run: &EntryBuf) -> impl Iterator<Item = &[u8]> {
+    let mut last: Option<&[u8]> = None;
+    (0..run.len()).filter_map(move |i| {
+        let uk = user_key(run.get(i).0);
+        if last == Some(uk) {
+            return None;
+        }
+        last = Some(uk);
+        Some(uk)
+    })
 }
 
 fn min_key(a: &[u8], b: &[u8]) -> Vec<u8> {
@@ -921,11 +956,30 @@ impl Sink<'_> {
             }
         };
         let whole_run = rest.is_none();
-        let fits = whole_run
+        let mut fits = whole_run
             && directory.as_ref().is_some_and(|d| {
                 d.segments.len() < lwc.max_segments
                     && t.size.saturating_add(run.bytes()) <= lwc.max_table_bytes
             });
+        // Reclaim: a target whose dead bytes (stale tails, versions its
+        // newer segments shadow) would pass `dead_share` of its size with
+        // this append is merged with its new entries instead, as a full
+        // one is, which drops them.
+        let mut shadowed = Shadowed::default();
+        if fits {
+            let r = ctx
+                .table_cache
+                .get(t.number, t.size, IoCategory::Compaction)?;
+            if let Some(d) = r.as_dtable() {
+                shadowed = d.shadowed_by(run_user_keys(run));
+                let dead = d.dead_bytes()?.saturating_add(shadowed.bytes);
+                let total = t.size.saturating_add(run.bytes());
+                if dead as f64 > lwc.dead_share * total as f64 {
+                    fits = false;
+                    st.reclaims += 1;
+                }
+            }
+        }
         if let (true, Some(dir)) = (fits, directory.as_ref()) {
             let lo = min_key(&t.smallest, run.get(0).0);
             let hi = max_key(&t.largest, run.get(run.len() - 1).0);
@@ -935,6 +989,7 @@ impl Sink<'_> {
                 job.fs,
                 &path,
                 Some(dir),
+                shadowed,
                 |add| {
                     (0..run.len()).try_for_each(|i| {
                         let (k, v) = run.get(i);

@@ -67,6 +67,10 @@ pub struct CompactionStats {
     pub segments_appended: u64,
     /// DTables divided because they passed a bound (§4.4).
     pub divisions: u64,
+    /// DTables merged with their new entries (and then divided or pushed
+    /// down) because an append would have left more than
+    /// `lwc_dead_share` of their bytes dead.
+    pub reclaims: u64,
     /// DTables that would have passed a bound and were instead merged with
     /// their new entries and appended to the next level (see
     /// `lightweight`'s module docs: push-down).
@@ -94,6 +98,7 @@ impl CompactionStats {
         self.bytes_out += o.bytes_out;
         self.segments_appended += o.segments_appended;
         self.divisions += o.divisions;
+        self.reclaims += o.reclaims;
         self.pushdowns += o.pushdowns;
         self.metadata_from_victim += o.metadata_from_victim;
         self.metadata_reads += o.metadata_reads;

@@ -19,6 +19,46 @@ pub(crate) const DTABLE_MAGIC: u64 = u64::from_le_bytes(*b"sepkvDTB");
 /// far fewer, see `Options::lwc_max_segments`).
 pub(crate) const MAX_SEGMENTS: u64 = 1 << 16;
 
+/// Name of a segment's meta block that records what the segment shadowed
+/// when it was appended ([`Shadowed`]). Sorts after the filters' names.
+pub(crate) const SHADOWED_META_NAME: &str = "lwc.shadowed";
+
+/// The entries of a DTable's older segments that a newly appended segment
+/// shadows (their user keys have a newer version in it), as estimated by
+/// the older segments' filters when it was appended. Stored in the
+/// segment's meta block `lwc.shadowed` as
+/// `entries:varint64 bytes:varint64`; a segment without it shadowed
+/// nothing that was counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Shadowed {
+    /// Entries of older segments shadowed.
+    pub entries: u64,
+    /// Bytes of older segments those entries account for (each segment's
+    /// bytes shared evenly among its entries).
+    pub bytes: u64,
+}
+
+impl Shadowed {
+    /// Encodes the meta block's contents.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::new();
+        put_varint64(&mut b, self.entries);
+        put_varint64(&mut b, self.bytes);
+        b
+    }
+
+    /// Decodes the meta block's contents.
+    pub(crate) fn decode(mut src: &[u8]) -> Result<Shadowed, String> {
+        let s = &mut src;
+        let entries = get_varint64(s).ok_or("bad shadowed entry count")?;
+        let bytes = get_varint64(s).ok_or("bad shadowed byte count")?;
+        if !s.is_empty() {
+            return Err("trailing bytes in shadowed block".into());
+        }
+        Ok(Shadowed { entries, bytes })
+    }
+}
+
 /// One segment of a DTable, as its directory lists it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentEntry {
@@ -91,6 +131,21 @@ impl Directory {
     /// Sequence number the next segment gets.
     pub fn next_seq(&self) -> u64 {
         self.segments.last().map_or(1, |s| s.seq + 1)
+    }
+
+    /// Bytes before the last segment that no segment covers: the stale
+    /// tails of earlier appends (each append's directory, overlapped
+    /// metaindex and footer, superseded by the next append's) and any torn
+    /// append skipped over.
+    pub fn stale_tail_bytes(&self) -> u64 {
+        let mut prev_end = 0u64;
+        let mut stale = 0u64;
+        for s in &self.segments {
+            let start = s.end.saturating_sub(s.bytes);
+            stale += start.saturating_sub(prev_end);
+            prev_end = s.end;
+        }
+        stale
     }
 }
 
@@ -327,6 +382,7 @@ mod tests {
             let _ = decode_aggregated(&bytes);
             let _ = DFooter::decode(&bytes);
             let _ = BlockFilters::decode(&bytes);
+            let _ = Shadowed::decode(&bytes);
             if bytes.len() >= DFOOTER_LEN {
                 let _ = DFooter::decode(&bytes[..DFOOTER_LEN]);
             }
@@ -410,5 +466,32 @@ mod tests {
             directory: d,
         }];
         assert_eq!(decode_aggregated(&encode_aggregated(&a)), Ok(a));
+    }
+
+    #[test]
+    fn shadowed_roundtrips_and_stale_tails_are_the_gaps() {
+        let sh = Shadowed {
+            entries: 300,
+            bytes: 1 << 40,
+        };
+        assert_eq!(Shadowed::decode(&sh.encode()), Ok(sh));
+        let enc = sh.encode();
+        for cut in 0..enc.len() {
+            assert!(Shadowed::decode(&enc[..cut]).is_err());
+        }
+        assert!(Shadowed::decode(&[enc.clone(), vec![0]].concat()).is_err());
+        let seg = |seq, end, bytes| SegmentEntry {
+            seq,
+            end,
+            entries: 1,
+            bytes,
+        };
+        // Segments at [0, 100), [160, 300) and [420, 500): tails of 60
+        // and 120 bytes lie between them.
+        let d = Directory {
+            segments: vec![seg(1, 100, 100), seg(2, 300, 140), seg(3, 500, 80)],
+        };
+        assert_eq!(d.stale_tail_bytes(), 180);
+        assert_eq!(Directory::default().stale_tail_bytes(), 0);
     }
 }

@@ -28,15 +28,28 @@
 //!   theirs (otherwise it reads the tail: the copy is only a cache);
 //! - the **DTable footer**, the last 56 bytes.
 //!
+//! # Dead bytes
+//!
+//! Two kinds of bytes in a DTable serve no reader once a newer append
+//! lands: the older tails (and any torn append skipped over), found from
+//! the directory as the gaps between segments; and the entries of older
+//! segments whose user keys a newer segment rewrote. A segment records the
+//! latter when it is appended, estimated by probing the older segments'
+//! filters with its keys (the `lwc.shadowed` meta block, [`Shadowed`]).
+//! [`DTable::dead_bytes`] sums both; the lightweight compaction merges a
+//! table when an append would take them past a share of its size.
+//!
 //! # File format (frozen: DTable format version 1)
 //!
 //! ```text
 //! dtable   := append+
 //! append   := [garbage] segment directory_block overlapped_block dfooter
-//! segment  := data_block+ block_filters [bloom] metaindex index sst_footer
+//! segment  := data_block+ block_filters [bloom] [shadowed] metaindex index sst_footer
 //!             -- an SSTable whose metaindex names "filter.blocks" and,
-//!             -- when written with one, "filter.bloom"
+//!             -- when written with them, "filter.bloom" and "lwc.shadowed"
 //! block_filters := (offset:varint64 lenprefixed bloom)*   one per data block
+//! shadowed := entries:varint64 bytes:varint64   what the segment made stale
+//!             in the older segments when it was appended (an estimate)
 //!
 //! directory_block  := count:varint64 (seq:varint64 end:varint64
 //!                     entries:varint64 bytes:varint64){count}   + trailer
@@ -73,7 +86,7 @@ mod format;
 mod reader;
 mod writer;
 
-pub use format::{Aggregated, Directory, SegmentEntry};
+pub use format::{Aggregated, Directory, SegmentEntry, Shadowed};
 pub use reader::{DTable, DTableIterator};
 pub use writer::{append_segment, AddEntry, AppendOutcome};
 

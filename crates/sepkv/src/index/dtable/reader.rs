@@ -1,7 +1,10 @@
 //! Reading a DTable at one size: every segment opened as an SSTable with
 //! its per-block filters; lookups by Algorithm 4 (newest segment first).
 
-use super::format::{decode_aggregated, Aggregated, BlockFilters, DFooter, Directory, DFOOTER_LEN};
+use super::format::{
+    decode_aggregated, Aggregated, BlockFilters, DFooter, Directory, Shadowed, DFOOTER_LEN,
+    SHADOWED_META_NAME,
+};
 use crate::error::{Error, Result};
 use crate::fs::{IoCategory, IoStats, RandomAccessFile};
 use crate::index::cache::BlockCache;
@@ -14,7 +17,7 @@ use crate::index::sstable::{
     BLOCK_TRAILER_LEN, READ_AHEAD_MIN,
 };
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Smallest first read-ahead window of a segment's cursor (bytes). A
 /// scan's cursor in a segment reads ahead, once it loads a second block in
@@ -29,6 +32,8 @@ struct Segment {
     seq: u64,
     /// Entries the directory gives the segment.
     entries: u64,
+    /// Bytes the directory gives the segment.
+    bytes: u64,
     table: Arc<Table>,
     filters: BlockFilters,
 }
@@ -42,6 +47,8 @@ pub struct DTable {
     overlapped: Vec<Aggregated>,
     /// Oldest first.
     segments: Vec<Segment>,
+    /// [`DTable::dead_bytes`], once read.
+    dead: OnceLock<u64>,
 }
 
 impl std::fmt::Debug for DTable {
@@ -177,6 +184,7 @@ impl DTable {
             segments.push(Segment {
                 seq: s.seq,
                 entries: s.entries,
+                bytes: s.bytes,
                 table,
                 filters,
             });
@@ -188,6 +196,7 @@ impl DTable {
             directory,
             overlapped,
             segments,
+            dead: OnceLock::new(),
         })
     }
 
@@ -262,6 +271,61 @@ impl DTable {
             }
         }
         Ok(None)
+    }
+
+    /// Estimated bytes of the table that no reader needs once its newest
+    /// segment is read: the stale tails of earlier appends (and any torn
+    /// append skipped over, [`Directory::stale_tail_bytes`]) plus the
+    /// bytes every segment recorded, when it was appended, as shadowed in
+    /// the older ones ([`Shadowed`]; segments written without the record
+    /// count 0). Old versions a snapshot still reads count as dead too: the
+    /// figure measures what a rewrite could drop at most. Reads each
+    /// segment's `lwc.shadowed` block the first time it is asked.
+    ///
+    /// # Errors
+    /// `Corruption` when a recorded block is damaged; `Io` when a read fails.
+    pub fn dead_bytes(&self) -> Result<u64> {
+        if let Some(&d) = self.dead.get() {
+            return Ok(d);
+        }
+        let mut dead = self.directory.stale_tail_bytes();
+        for s in &self.segments {
+            if let Some(b) = s.table.meta_block(SHADOWED_META_NAME)? {
+                let sh = Shadowed::decode(&b).map_err(|r| {
+                    Error::corruption(
+                        &self.path,
+                        s.table.footer_offset(),
+                        format!("segment {}: {r}", s.seq),
+                    )
+                })?;
+                dead = dead.saturating_add(sh.bytes);
+            }
+        }
+        let dead = dead.min(self.size);
+        Ok(*self.dead.get_or_init(|| dead))
+    }
+
+    /// What a segment holding `user_keys` (each once) would shadow if it
+    /// were appended now: for each key, the entry of the newest segment
+    /// whose whole-segment filter may hold it, counted with that segment's
+    /// bytes per entry. An estimate: a filter's false positive counts an
+    /// entry that is not there (1 % at 10 bits per key), and segments
+    /// without a segment filter are not searched. No I/O.
+    pub fn shadowed_by<'k>(&self, user_keys: impl IntoIterator<Item = &'k [u8]>) -> Shadowed {
+        let mut sh = Shadowed::default();
+        for uk in user_keys {
+            let hash = key_hash(uk);
+            let hit = self
+                .segments
+                .iter()
+                .rev()
+                .find(|s| s.table.filter_may_contain_hash(hash) == Some(true));
+            if let Some(s) = hit {
+                sh.entries += 1;
+                sh.bytes += s.bytes / s.entries.max(1);
+            }
+        }
+        sh
     }
 
     /// Number of segments carrying both the whole-segment filter and

@@ -1,7 +1,9 @@
 //! Writing DTables: create one, or append a segment and a new tail
 //! (Algorithms 2 and 3).
 
-use super::format::{encode_aggregated, Aggregated, DFooter, Directory, SegmentEntry};
+use super::format::{
+    encode_aggregated, Aggregated, DFooter, Directory, SegmentEntry, Shadowed, SHADOWED_META_NAME,
+};
 use crate::error::{Error, IoContext, Result};
 use crate::fs::{FileSystem, IoCategory, IoStats, WritableFile};
 use crate::index::sstable::{block_trailer, BlockHandle, TableBuilder, TableOptions};
@@ -51,7 +53,10 @@ pub type AddEntry<'b> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'b;
 /// order, at least one) to the function it is given, one at a time, so a
 /// caller can stream them from a cursor without holding them in memory.
 /// `overlapped` is then called with the segment's smallest and largest
-/// internal keys and returns the tail's overlapped metaindex (§3.2). Bytes
+/// internal keys and returns the tail's overlapped metaindex (§3.2).
+/// `shadowed`, when it counts anything, is recorded in the segment's meta
+/// block `lwc.shadowed`: what the new segment shadows in `prior`'s
+/// segments ([`DTable::shadowed_by`](super::DTable::shadowed_by)). Bytes
 /// already in the file stay as they are: a reader at the old size is
 /// unaffected, and any torn earlier append is skipped over.
 ///
@@ -65,6 +70,7 @@ pub fn append_segment(
     fs: &dyn FileSystem,
     path: &Path,
     prior: Option<&Directory>,
+    shadowed: Shadowed,
     fill: impl FnOnce(&mut AddEntry<'_>) -> Result<()>,
     overlapped: impl FnOnce(&[u8], &[u8]) -> Result<Vec<Aggregated>>,
     opts: &TableOptions,
@@ -84,6 +90,9 @@ pub fn append_segment(
         category,
     )
     .with_block_filters();
+    if shadowed != Shadowed::default() {
+        b = b.with_meta_block(SHADOWED_META_NAME, shadowed.encode());
+    }
     fill(&mut |k, v| b.add(k, v))?;
     if b.num_entries() == 0 {
         return Err(Error::InvalidArgument("empty DTable segment".into()));
@@ -175,6 +184,7 @@ mod tests {
             fs,
             path,
             prior,
+            Shadowed::default(),
             |add| e.iter().try_for_each(|(k, v)| add(k, v)),
             |_, _| Ok(Vec::new()),
             &opts,
@@ -231,6 +241,52 @@ mod tests {
         }
         assert_eq!(n, 50 + keys2.len());
         assert_eq!(t2.verify().unwrap(), n as u64);
+    }
+
+    /// A new segment's keys found in the older segments' filters count
+    /// as shadowed; recorded with the segment, they and the stale tail of
+    /// the earlier append make up the table's dead bytes.
+    #[test]
+    fn shadowed_entries_and_stale_tails_are_dead_bytes() {
+        let fs = MemFs::new();
+        let path = Path::new("/t/000001.sst");
+        fs.create_dir_all(Path::new("/t")).unwrap();
+        let keys: Vec<String> = (0..200).map(|i| format!("k{i:03}")).collect();
+        let s1: Vec<_> = keys.iter().map(|k| (k.as_str(), 1)).collect();
+        let a1 = append(&fs, path, None, &seg(&s1));
+        let t1 = open(&fs, path, a1.size).unwrap();
+        assert_eq!(t1.dead_bytes().unwrap(), 0);
+        let over: Vec<&[u8]> = keys[..100].iter().map(|k| k.as_bytes()).collect();
+        let sh = t1.shadowed_by(over.iter().copied());
+        assert_eq!(sh.entries, 100);
+        let per_entry = a1.directory.segments[0].bytes / 200;
+        assert_eq!(sh.bytes, 100 * per_entry);
+        let absent: Vec<String> = (0..200).map(|i| format!("x{i:03}")).collect();
+        let none = t1.shadowed_by(absent.iter().map(|k| k.as_bytes()));
+        assert!(none.entries < 10, "{none:?}");
+        let s2: Vec<_> = keys[..100].iter().map(|k| (k.as_str(), 2)).collect();
+        let e2 = seg(&s2);
+        let a2 = append_segment(
+            &fs,
+            path,
+            Some(&a1.directory),
+            sh,
+            |add| e2.iter().try_for_each(|(k, v)| add(k, v)),
+            |_, _| Ok(Vec::new()),
+            &TableOptions {
+                block_size: 64,
+                ..Default::default()
+            },
+            &Arc::new(IoStats::default()),
+            IoCategory::Compaction,
+        )
+        .unwrap();
+        let t2 = open(&fs, path, a2.size).unwrap();
+        let tail = a1.size - a1.directory.segments[0].end;
+        assert_eq!(t2.dead_bytes().unwrap(), tail + sh.bytes);
+        assert_eq!(t2.verify().unwrap(), 300);
+        let hit = t2.get(&seek_key(b"k007", 9), ctx()).unwrap().unwrap();
+        assert_eq!(hit.1, b"k007@2".to_vec());
     }
 
     #[test]
@@ -344,6 +400,7 @@ mod tests {
                 &StdFs,
                 &path,
                 prior.as_ref(),
+                Shadowed::default(),
                 |add| e.iter().try_for_each(|(k, v)| add(k, v)),
                 |_, _| Ok(Vec::new()),
                 &TableOptions {

@@ -630,6 +630,7 @@ impl LsmIndex {
                 let bounds = lightweight::LwcConfig {
                     push_down: o.lwc_push_down,
                     division_number: o.lwc_division_number,
+                    dead_share: o.lwc_dead_share,
                     ..lightweight::LwcConfig::new(
                         &self.picker,
                         o.lwc_max_segments,
@@ -665,6 +666,7 @@ impl LsmIndex {
         c.segments_appended
             .fetch_add(st.segments_appended, Ordering::Relaxed);
         c.divisions.fetch_add(st.divisions, Ordering::Relaxed);
+        c.reclaims.fetch_add(st.reclaims, Ordering::Relaxed);
         c.pushdowns.fetch_add(st.pushdowns, Ordering::Relaxed);
         c.metadata_from_victim
             .fetch_add(st.metadata_from_victim, Ordering::Relaxed);

@@ -340,6 +340,7 @@ struct Counters {
     compaction_entries_dropped: AtomicU64,
     segments_appended: AtomicU64,
     divisions: AtomicU64,
+    reclaims: AtomicU64,
     pushdowns: AtomicU64,
     metadata_from_victim: AtomicU64,
     metadata_reads: AtomicU64,
@@ -818,6 +819,46 @@ impl Index for LsmIndex {
             ),
         ];
         if self.lightweight {
+            // Estimated dead bytes of the DTables (stale tails, shadowed
+            // versions; `DTable::dead_bytes`), each level's apart.
+            let mut dead_per_level = [0u64; 12];
+            for (level, f) in sv.version.files.iter().enumerate() {
+                let dead: u64 = f
+                    .iter()
+                    .filter_map(|x| {
+                        let t = self
+                            .table_cache
+                            .get(x.number, x.size, IoCategory::UserRead)
+                            .ok()?;
+                        t.as_dtable()?.dead_bytes().ok()
+                    })
+                    .sum();
+                if let Some(d) = dead_per_level.get_mut(level) {
+                    *d = dead;
+                }
+            }
+            const DEAD_NAMES: [&str; 12] = [
+                "level0_dead_bytes",
+                "level1_dead_bytes",
+                "level2_dead_bytes",
+                "level3_dead_bytes",
+                "level4_dead_bytes",
+                "level5_dead_bytes",
+                "level6_dead_bytes",
+                "level7_dead_bytes",
+                "level8_dead_bytes",
+                "level9_dead_bytes",
+                "level10_dead_bytes",
+                "level11_dead_bytes",
+            ];
+            figures.extend(
+                DEAD_NAMES
+                    .iter()
+                    .zip(dead_per_level)
+                    .take(sv.version.files.len())
+                    .map(|(n, d)| (*n, d)),
+            );
+            figures.push(("dead_bytes", dead_per_level.iter().sum()));
             figures.extend([
                 ("segments", levels.iter().map(|l| l.segments).sum()),
                 (
@@ -825,6 +866,7 @@ impl Index for LsmIndex {
                     c.segments_appended.load(Ordering::Relaxed),
                 ),
                 ("divisions", c.divisions.load(Ordering::Relaxed)),
+                ("reclaims", c.reclaims.load(Ordering::Relaxed)),
                 ("pushdowns", c.pushdowns.load(Ordering::Relaxed)),
                 (
                     "metadata_from_victim",

@@ -132,6 +132,9 @@ pub struct TableBuilder {
     /// Per-data-block filters (DTable segments): the filter of the block
     /// being built, and `(block offset, filter)` of the finished blocks.
     block_filters: Option<(FilterBuilder, Vec<BlockFilter>)>,
+    /// Further meta blocks `(name, contents)`, named after the filters'
+    /// in bytewise order (a DTable segment's `lwc.shadowed`).
+    extra_meta: Vec<(&'static str, Vec<u8>)>,
     /// Handle of the last data block, whose index entry waits for the next
     /// key.
     pending: Option<BlockHandle>,
@@ -174,6 +177,7 @@ impl TableBuilder {
             index_block: BlockBuilder::new(1),
             filter,
             block_filters: None,
+            extra_meta: Vec::new(),
             opts,
             stats,
             category,
@@ -196,6 +200,16 @@ impl TableBuilder {
             self.block_filters =
                 Some((FilterBuilder::new(self.opts.bloom_bits_per_key), Vec::new()));
         }
+        self
+    }
+
+    /// Adds the meta block `name` with `contents`, written after the
+    /// filters. Names must sort after [`FILTER_META_NAME`] and come in
+    /// bytewise order (the metaindex is searched by name).
+    pub(crate) fn with_meta_block(mut self, name: &'static str, contents: Vec<u8>) -> Self {
+        debug_assert!(name > FILTER_META_NAME);
+        debug_assert!(self.extra_meta.last().is_none_or(|(n, _)| *n < name));
+        self.extra_meta.push((name, contents));
         self
     }
 
@@ -375,6 +389,10 @@ impl TableBuilder {
         if let Some(f) = self.filter.take() {
             let handle = self.write_block(&f.finish())?;
             metaindex.add(FILTER_META_NAME.as_bytes(), &handle.encode());
+        }
+        for (name, contents) in std::mem::take(&mut self.extra_meta) {
+            let handle = self.write_block(&contents)?;
+            metaindex.add(name.as_bytes(), &handle.encode());
         }
         let metaindex_handle = self.write_block(&metaindex.finish())?;
 

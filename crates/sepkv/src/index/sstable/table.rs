@@ -288,6 +288,13 @@ impl Table {
         self.filter.is_some()
     }
 
+    /// The table-wide bloom filter's answer for the user key whose filter
+    /// hash is `hash`: `Some(false)` when the table certainly lacks it,
+    /// `None` when the table has no such filter.
+    pub(crate) fn filter_may_contain_hash(&self, hash: u64) -> Option<bool> {
+        self.filter.as_ref().map(|f| f.may_contain_hash(hash))
+    }
+
     /// Path of the table file.
     pub fn path(&self) -> &Path {
         &self.src.path
