@@ -198,10 +198,10 @@ pub fn plan(reqs: &[(usize, ValuePointer)], min_density: f64, max_span: u64) -> 
 }
 
 /// What one planned read produced: `(request index, result)` pairs.
-type Served = Vec<(usize, Result<Option<Vec<u8>>>)>;
+pub(super) type Served = Vec<(usize, Result<Option<Vec<u8>>>)>;
 
 /// Runs one planned read.
-fn run(reader: &Reader, reqs: &[(Vec<u8>, ValuePointer)], read: &Read) -> Served {
+pub(super) fn run(reader: &Reader, reqs: &[(Vec<u8>, ValuePointer)], read: &Read) -> Served {
     match read {
         Read::Single(i) => {
             let (k, p) = &reqs[*i];
