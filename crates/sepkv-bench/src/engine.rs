@@ -125,6 +125,9 @@ pub struct Tuning {
     /// `+batchM`: `scan_batch_bytes` = M MiB (values a limited scan
     /// resolves in one batch).
     pub scan_batch_mib: Option<u32>,
+    /// `+pipeM`: `trie_scan_pipeline` = M MiB (a limited scan's read
+    /// pipeline budget; 0 = off).
+    pub scan_pipeline_mib: Option<u32>,
 }
 
 /// Parses the X of `+opX` or `+saX` into thousandths.
@@ -145,7 +148,7 @@ fn milli(flag: &str, x: &str) -> Result<u32> {
 pub const PAPER_TRIE_LEVELS: u8 = 4;
 
 /// The `+flag`s of [`Tuning`] and what each does, for `--list-engines`.
-pub const TUNING_HELP: [(&str, &str); 20] = [
+pub const TUNING_HELP: [(&str, &str); 21] = [
     (
         "+nowal",
         "the value log replaces the index WAL (WiscKey §3.4.2)",
@@ -211,6 +214,10 @@ pub const TUNING_HELP: [(&str, &str); 20] = [
     (
         "+batchM",
         "scan_batch_bytes M MiB: values a limited scan resolves in one batch",
+    ),
+    (
+        "+pipeM",
+        "trie_scan_pipeline M MiB: memory budget of a limited scan's read pipeline (0 = off)",
     ),
     (
         "+saX",
@@ -279,6 +286,9 @@ impl fmt::Display for Tuning {
         }
         if let Some(m) = self.scan_batch_mib {
             write!(f, "+batch{m}")?;
+        }
+        if let Some(m) = self.scan_pipeline_mib {
+            write!(f, "+pipe{m}")?;
         }
         Ok(())
     }
@@ -563,6 +573,17 @@ impl FromStr for EngineSpec {
                                     ))
                                 })?)
                             }
+                            f if f.starts_with("pipe") => {
+                                let m = f[4..]
+                                    .parse::<u32>()
+                                    .ok()
+                                    .filter(|m| *m == 0 || (1..=1024).contains(m));
+                                tuning.scan_pipeline_mib = Some(m.ok_or_else(|| {
+                                    BenchError::InvalidArgument(format!(
+                                        "+{f}: expected 0 (off) or MiB from 1 to 1024, such as +pipe32"
+                                    ))
+                                })?)
+                            }
                             f if f.starts_with("ckpt") => {
                                 tuning.checkpoint_bands = match f[4..].parse::<u32>() {
                                     Ok(n) if (1..=1 << 20).contains(&n) => Some(n),
@@ -763,6 +784,8 @@ impl SepkvEngine {
             options.trie_span_max = 1 << 30;
             options.trie_span_parallel = options.trie_span_max;
             options.prefetch_threads = 0;
+            // Serial whole-span reads: no read pipeline (`+pipeM` sets one).
+            options.trie_scan_pipeline = 0;
         }
         options.block_align = tuning.block_align;
         if let Some(m) = tuning.over_provisioning_milli {
@@ -776,6 +799,9 @@ impl SepkvEngine {
         }
         if let Some(m) = tuning.scan_batch_mib {
             options.scan_batch_bytes = u64::from(m) << 20;
+        }
+        if let Some(m) = tuning.scan_pipeline_mib {
+            options.trie_scan_pipeline = u64::from(m) << 20;
         }
         if let Some((capacity, reserved)) = opts.value_capacity {
             options.value_capacity = Some(capacity);
@@ -1072,7 +1098,7 @@ impl Engine for SepkvEngine {
 
     fn settings(&self) -> serde_json::Value {
         let o = &self.options;
-        json!({
+        let mut settings = json!({
             "engine": "sepkv",
             "preset": self.preset.name(),
             "index": o.index_kind().name(),
@@ -1114,7 +1140,10 @@ impl Engine for SepkvEngine {
             "sync": self.write.sync,
             "direct_io": o.use_direct_reads,
             "mmap_reads": o.mmap_reads && !o.use_direct_reads,
-        })
+        });
+        // Past what one `json!` expands within the recursion limit.
+        settings["trie_scan_pipeline"] = o.trie_scan_pipeline.into();
+        settings
     }
 
     fn direct_io(&self) -> bool {
