@@ -1201,6 +1201,22 @@ mod tests {
         assert_eq!(c.to_string(), "sepkv:flashkey+ckpt8");
         assert!("sepkv:flashkey+ckpt0".parse::<EngineSpec>().is_err());
         assert!("sepkv:flashkey+opx".parse::<EngineSpec>().is_err());
+        // The scan pipeline's budget: 0 (off) or 1-1024 MiB.
+        for ok in [
+            "sepkv:ktstore+pipe0",
+            "sepkv:ktstore+pipe32",
+            "sepkv:ktstore+pipe1024",
+        ] {
+            assert_eq!(ok.parse::<EngineSpec>().unwrap().to_string(), ok);
+        }
+        for bad in [
+            "sepkv:ktstore+pipe",
+            "sepkv:ktstore+pipe1025",
+            "sepkv:ktstore+pipex",
+        ] {
+            let err = bad.parse::<EngineSpec>().unwrap_err().to_string();
+            assert!(err.contains("such as +pipe32"), "{bad}: {err}");
+        }
         assert_eq!(
             "rocksdb".parse::<EngineSpec>().unwrap(),
             EngineSpec::RocksDb { blob: false }
