@@ -173,7 +173,7 @@ impl Pipeline {
             let Some(job) = self.queue.pop_front() else {
                 return;
             };
-            let task = read_task(
+            let work = read_job(
                 self.shared.clone(),
                 self.reader.clone(),
                 self.counters.clone(),
@@ -181,18 +181,18 @@ impl Pipeline {
             );
             match &self.pool {
                 Some(pool) => {
-                    if let Err(task) = pool.submit(task) {
-                        task();
+                    if let Err(work) = pool.submit(work) {
+                        work();
                     }
                 }
-                None => task(),
+                None => work(),
             }
         }
     }
 }
 
 /// The work of one read, for a reader thread (or the cursor).
-fn read_task(
+fn read_job(
     shared: Arc<Shared>,
     reader: Arc<Reader>,
     counters: Arc<Counters>,
