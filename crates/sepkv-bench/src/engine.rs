@@ -129,6 +129,9 @@ pub struct Tuning {
     /// `+batchM`: `scan_batch_bytes` = M MiB (values a limited scan
     /// resolves in one batch).
     pub scan_batch_mib: Option<u32>,
+    /// `+pipeM`: `trie_scan_pipeline` = M MiB (a limited scan's read
+    /// pipeline budget; 0 = off).
+    pub scan_pipeline_mib: Option<u32>,
 }
 
 /// Parses the X of `+opX` or `+saX` into thousandths.
@@ -149,7 +152,7 @@ fn milli(flag: &str, x: &str) -> Result<u32> {
 pub const PAPER_TRIE_LEVELS: u8 = 4;
 
 /// The `+flag`s of [`Tuning`] and what each does, for `--list-engines`.
-pub const TUNING_HELP: [(&str, &str); 21] = [
+pub const TUNING_HELP: [(&str, &str); 22] = [
     (
         "+nowal",
         "the value log replaces the index WAL (WiscKey §3.4.2)",
@@ -221,6 +224,10 @@ pub const TUNING_HELP: [(&str, &str); 21] = [
         "scan_batch_bytes M MiB: values a limited scan resolves in one batch",
     ),
     (
+        "+pipeM",
+        "trie_scan_pipeline M MiB: memory budget of a limited scan's read pipeline (0 = off)",
+    ),
+    (
         "+saX",
         "space_amp_target X (for flashkey: the bands' bound when tighter)",
     ),
@@ -290,6 +297,9 @@ impl fmt::Display for Tuning {
         }
         if let Some(m) = self.scan_batch_mib {
             write!(f, "+batch{m}")?;
+        }
+        if let Some(m) = self.scan_pipeline_mib {
+            write!(f, "+pipe{m}")?;
         }
         Ok(())
     }
@@ -586,6 +596,17 @@ impl FromStr for EngineSpec {
                                     ))
                                 })?)
                             }
+                            f if f.starts_with("pipe") => {
+                                let m = f[4..]
+                                    .parse::<u32>()
+                                    .ok()
+                                    .filter(|m| *m == 0 || (1..=1024).contains(m));
+                                tuning.scan_pipeline_mib = Some(m.ok_or_else(|| {
+                                    BenchError::InvalidArgument(format!(
+                                        "+{f}: expected 0 (off) or MiB from 1 to 1024, such as +pipe32"
+                                    ))
+                                })?)
+                            }
                             f if f.starts_with("ckpt") => {
                                 tuning.checkpoint_bands = match f[4..].parse::<u32>() {
                                     Ok(n) if (1..=1 << 20).contains(&n) => Some(n),
@@ -789,6 +810,8 @@ impl SepkvEngine {
             options.trie_span_max = 1 << 30;
             options.trie_span_parallel = options.trie_span_max;
             options.prefetch_threads = 0;
+            // Serial whole-span reads: no read pipeline (`+pipeM` sets one).
+            options.trie_scan_pipeline = 0;
         }
         options.block_align = tuning.block_align;
         if let Some(m) = tuning.over_provisioning_milli {
@@ -802,6 +825,9 @@ impl SepkvEngine {
         }
         if let Some(m) = tuning.scan_batch_mib {
             options.scan_batch_bytes = u64::from(m) << 20;
+        }
+        if let Some(m) = tuning.scan_pipeline_mib {
+            options.trie_scan_pipeline = u64::from(m) << 20;
         }
         if let Some((capacity, reserved)) = opts.value_capacity {
             options.value_capacity = Some(capacity);
@@ -1148,8 +1174,9 @@ impl Engine for SepkvEngine {
             "direct_io": o.use_direct_reads,
             "mmap_reads": o.mmap_reads && !o.use_direct_reads,
         });
-        // Outside the macro: one more field passes `json!`'s recursion limit.
+        // Outside the macro: more fields pass `json!`'s recursion limit.
         v["lwc_dead_share"] = json!(o.lwc_dead_share);
+        v["trie_scan_pipeline"] = o.trie_scan_pipeline.into();
         v
     }
 
@@ -1208,6 +1235,22 @@ mod tests {
         assert_eq!(c.to_string(), "sepkv:flashkey+ckpt8");
         assert!("sepkv:flashkey+ckpt0".parse::<EngineSpec>().is_err());
         assert!("sepkv:flashkey+opx".parse::<EngineSpec>().is_err());
+        // The scan pipeline's budget: 0 (off) or 1-1024 MiB.
+        for ok in [
+            "sepkv:ktstore+pipe0",
+            "sepkv:ktstore+pipe32",
+            "sepkv:ktstore+pipe1024",
+        ] {
+            assert_eq!(ok.parse::<EngineSpec>().unwrap().to_string(), ok);
+        }
+        for bad in [
+            "sepkv:ktstore+pipe",
+            "sepkv:ktstore+pipe1025",
+            "sepkv:ktstore+pipex",
+        ] {
+            let err = bad.parse::<EngineSpec>().unwrap_err().to_string();
+            assert!(err.contains("such as +pipe32"), "{bad}: {err}");
+        }
         assert_eq!(
             "rocksdb".parse::<EngineSpec>().unwrap(),
             EngineSpec::RocksDb { blob: false }

@@ -645,6 +645,7 @@ fn paper_sets_the_papers_options_only_on_ktstore() {
     assert_eq!(o("trie_span_density_memory"), 0.0);
     assert_eq!(o("trie_span_parallel"), o("trie_span_max"));
     assert_eq!(o("prefetch_threads"), 0);
+    assert_eq!(o("trie_scan_pipeline"), 0);
     let spec: EngineSpec = "sepkv:wisckey+paper".parse().unwrap();
     let err =
         sepkv_bench::run_engines(&[spec], &cfg, &root, &mut Vec::new(), &mut |_| {}).unwrap_err();

@@ -10,7 +10,7 @@
 use crate::error::{Error, Result};
 use crate::index::iter::InternalIterator;
 use crate::index::key::{parse_internal_key, seek_key, SeqNum, ValueType, MAX_SEQ};
-use crate::vstore::{ValuePointer, ValueStore};
+use crate::vstore::{ReadPipeline, ValuePointer, ValueStore};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -370,6 +370,16 @@ enum Pulled {
     Behind(Vec<u8>, ValuePointer),
 }
 
+/// An entry a pipelined scan pulled, waiting to be returned.
+enum Ahead {
+    /// Key and value, stored in the index.
+    Inline(Vec<u8>, Vec<u8>),
+    /// Key and pointer; the value comes from the pipeline, in order.
+    Behind(Vec<u8>, ValuePointer),
+    /// The index iterator's error, after the last entry it gave.
+    Failed(Error),
+}
+
 /// A Rust iterator over `(key, value)` pairs of a key range, forward or
 /// backward. An error ends the iteration after being yielded once.
 ///
@@ -403,6 +413,15 @@ enum Pulled {
 /// entries has read the values of at most `2k` (its last batch is no
 /// larger than what came before it); a caller that knows how many entries
 /// it wants says so with [`Scan::limit`] and gets every table read once.
+/// A limited scan over a layout with a read pipeline
+/// ([`ValueStore::read_pipeline`]: KT-Store's, `Options::trie_scan_pipeline`)
+/// does not wait for its whole range: it pulls entries from the index a
+/// window at a time (the pipeline's window, at most `scan_batch_bytes` of
+/// values), hands their pointers to the pipeline, whose reads run ahead of
+/// the cursor within its memory budget, and returns each entry as soon as
+/// its value is read, pulling the next window while less than one is left
+/// ahead of it. Dropping the scan stops the pipeline's reads.
+///
 /// The entries and values returned are the same whichever way they are
 /// read.
 pub struct Scan {
@@ -416,6 +435,14 @@ pub struct Scan {
     /// Most bytes of separated values one batch of a limited scan reads.
     batch_bytes: u64,
     ready: std::collections::VecDeque<Result<(Vec<u8>, Vec<u8>)>>,
+    /// The read pipeline of a limited scan, once it batches.
+    pipe: Option<Box<dyn ReadPipeline>>,
+    /// True once the scan asked the value store for a pipeline.
+    pipe_asked: bool,
+    /// Entries pulled for the pipeline and not yet returned, in order.
+    ahead: std::collections::VecDeque<Ahead>,
+    /// Bytes of values of `ahead` (separated ones from their pointers).
+    ahead_bytes: u64,
 }
 
 impl Scan {
@@ -431,6 +458,10 @@ impl Scan {
             limit: None,
             batch_bytes,
             ready: std::collections::VecDeque::new(),
+            pipe: None,
+            pipe_asked: false,
+            ahead: std::collections::VecDeque::new(),
+            ahead_bytes: 0,
         }
     }
 
@@ -555,6 +586,72 @@ impl Scan {
         }
     }
 
+    /// Pulls the next window of entries (up to `window` bytes of values,
+    /// no further than the limit) into `ahead` and hands their pointers to
+    /// the pipeline.
+    fn pull_window(&mut self, window: u64) {
+        let left = self.limit.map_or(usize::MAX, |l| {
+            l.saturating_sub(self.yielded + self.ahead.len())
+        });
+        let mut reqs: Vec<(Vec<u8>, ValuePointer)> = Vec::new();
+        let mut bytes = 0u64;
+        let mut n = 0;
+        while bytes < window && n < left {
+            match self.pull() {
+                None => break,
+                Some(Pulled::Inline(key, value)) => {
+                    bytes += value.len() as u64;
+                    self.ahead.push_back(Ahead::Inline(key, value));
+                }
+                Some(Pulled::Behind(key, p)) => {
+                    bytes += u64::from(p.length);
+                    reqs.push((key.clone(), p));
+                    self.ahead.push_back(Ahead::Behind(key, p));
+                }
+            }
+            n += 1;
+        }
+        if self.done {
+            if let Err(e) = self.it.status() {
+                self.ahead.push_back(Ahead::Failed(e));
+            }
+        }
+        self.ahead_bytes += bytes;
+        if let Some(pipe) = self.pipe.as_mut() {
+            pipe.push(reqs);
+        }
+    }
+
+    /// The next entry of a pipelined scan; `None` at its end.
+    fn next_piped(&mut self) -> Option<Result<(Vec<u8>, Vec<u8>)>> {
+        let window = self.pipe.as_ref()?.window().min(self.batch_bytes).max(1);
+        if self.ahead_bytes < window && !self.done {
+            self.pull_window(window);
+        }
+        Some(match self.ahead.pop_front()? {
+            Ahead::Inline(key, value) => {
+                self.ahead_bytes -= value.len() as u64;
+                Ok((key, value))
+            }
+            Ahead::Failed(e) => Err(e),
+            Ahead::Behind(key, p) => {
+                self.ahead_bytes -= u64::from(p.length);
+                let got = match self.pipe.as_mut().and_then(|pipe| pipe.next_value()) {
+                    Some(Ok(Some(v))) => Ok(Some(v)),
+                    Some(Ok(None)) => Ok(None),
+                    // A failed read: read it again alone, which tells a
+                    // table GC deleted (lost) from damage.
+                    _ => self.it.vstore.read(&key, &p),
+                };
+                match got {
+                    Ok(Some(v)) => Ok((key, v)),
+                    Ok(None) => Err(lost(&p)),
+                    Err(e) => Err(e),
+                }
+            }
+        })
+    }
+
     /// Reads `reqs` in one batch and puts each value in place at the
     /// matching `at` of `ready`; the first read that fails replaces its
     /// entry, and nothing after it is kept.
@@ -591,9 +688,23 @@ impl Iterator for Scan {
     fn next(&mut self) -> Option<Self::Item> {
         if self.limit.is_some_and(|l| self.yielded >= l) {
             self.ready.clear();
+            // Stop the pipeline's reads now, not when the scan is dropped.
+            self.pipe = None;
+            self.ahead.clear();
             return None;
         }
-        let item = if self.ready.is_empty() && !self.done {
+        if !self.pipe_asked
+            && self.limit.is_some()
+            && self.ready.is_empty()
+            && !self.done
+            && self.it.vstore.batch_reads_pay()
+        {
+            self.pipe_asked = true;
+            self.pipe = self.it.vstore.read_pipeline();
+        }
+        let item = if self.pipe.is_some() {
+            self.next_piped()?
+        } else if self.ready.is_empty() && !self.done {
             // One entry at a time until the access looks like a scan, then a
             // window that grows with the scan up to the depth, so a short
             // scan does not read far past its end. A limited scan knows its
@@ -624,6 +735,8 @@ impl Iterator for Scan {
         if item.is_err() {
             self.done = true;
             self.ready.clear();
+            self.pipe = None;
+            self.ahead.clear();
         }
         Some(item)
     }

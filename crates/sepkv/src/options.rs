@@ -225,7 +225,7 @@ pub(crate) fn config_available(index: IndexKind, layout: ValueLayout) -> bool {
 /// | [`Options::wal`] (`false`: WiscKey's log mode) | in `IDENTITY` | follows the record when no index or layout is named; otherwise it must match (`ConfigMismatch`) |
 /// | `hashkv_main_segment_size`, `hashkv_log_segment_size`, `hashkv_reserved_ratio`, and `value_capacity` of a `hashkv` store | in the segment table | ignored: the store keeps its geometry |
 /// | `num_levels` | no | may grow; below the deepest level holding files the open fails |
-/// | everything else: cache sizes (`block_cache_size`, `max_open_files`), `write_buffer_size`, table format knobs (`block_size`, `block_align`, `block_restart_interval`, `bloom_bits_per_key`, `target_file_size`), level sizes and level-0 triggers, `sync_values_in_wal`, `flush_on_close`, `gc_on_close`, `mmap_reads`, the LWC-tree's DTable bounds, division number and push-down (`lwc_max_segments`, `lwc_max_table_bytes`, `lwc_division_number`, `lwc_push_down`) and its reclaim threshold (`lwc_dead_share`), KT-Store's span rules (`trie_span_*`), `scan_batch_bytes`, `value_threshold`, GC knobs (`gc_garbage_ratio`, `gc_chunk_size`, `space_amp_target`), `value_capacity` of a value log, `vlog_file_size`, prefetch, the `hashkv` cache, hotness and journal switches, `create_if_missing`, `error_if_exists`, `fs` | no | may change at every open; tables and value files written under older values stay readable |
+/// | everything else: cache sizes (`block_cache_size`, `max_open_files`), `write_buffer_size`, table format knobs (`block_size`, `block_align`, `block_restart_interval`, `bloom_bits_per_key`, `target_file_size`), level sizes and level-0 triggers, `sync_values_in_wal`, `flush_on_close`, `gc_on_close`, `mmap_reads`, the LWC-tree's DTable bounds, division number and push-down (`lwc_max_segments`, `lwc_max_table_bytes`, `lwc_division_number`, `lwc_push_down`) and its reclaim threshold (`lwc_dead_share`), KT-Store's span rules (`trie_span_*`) and scan pipeline (`trie_scan_pipeline`), `scan_batch_bytes`, `value_threshold`, GC knobs (`gc_garbage_ratio`, `gc_chunk_size`, `space_amp_target`), `value_capacity` of a value log, `vlog_file_size`, prefetch, the `hashkv` cache, hotness and journal switches, `create_if_missing`, `error_if_exists`, `fs` | no | may change at every open; tables and value files written under older values stay readable |
 ///
 /// So `Db::open(path, Options::default())` opens any existing database as
 /// it was created, and `Options::preset(p)` both creates a `p` database and
@@ -637,6 +637,18 @@ pub struct Options {
     /// and `trie_span_max`; equal to it, spans are cut only at
     /// `trie_span_max`. Default 512 KiB. May change between opens.
     pub trie_span_parallel: u64,
+    /// Memory budget of a limited `trie` scan's read pipeline (bytes): the
+    /// span reads of the next entries are in flight on the prefetch pool
+    /// while the scan returns the current ones, and the spans being read
+    /// plus the values read and not yet returned stay within this (see
+    /// `vstore::trie::pipeline`). The scan hands its pointers over in
+    /// windows of half this (at most `scan_batch_bytes`), each table read
+    /// at most once per window. `0` turns the pipeline off: a limited scan
+    /// then reads its whole range (up to `scan_batch_bytes`) before
+    /// returning its first entry. 0, or between 1 MiB and 1 GiB. Default
+    /// 32 MiB (see docs/design/ktstore.md for the measurement). May change
+    /// between opens.
+    pub trie_scan_pipeline: u64,
     /// Entries after which a `bands` logical band is closed and the next
     /// opened, if `band_bytes` has not closed it first (FlashKey §V-A2).
     /// May change between opens. Default 65,536.
@@ -807,6 +819,7 @@ impl Default for Options {
             trie_span_density_memory: 0.75,
             trie_span_max: 4 << 20,
             trie_span_parallel: 512 << 10,
+            trie_scan_pipeline: crate::vstore::trie::pipeline::DEFAULT_BUDGET,
             band_entries: 1 << 16,
             band_bytes: 1 << 20,
             band_over_provisioning: 0.5,
@@ -1148,6 +1161,12 @@ impl Options {
             return bad(format!(
                 "trie_span_max {} must be between 4 KiB and 1 GiB",
                 self.trie_span_max
+            ));
+        }
+        if self.trie_scan_pipeline != 0 && !(1 << 20..=1 << 30).contains(&self.trie_scan_pipeline) {
+            return bad(format!(
+                "trie_scan_pipeline {} must be 0 or between 1 MiB and 1 GiB",
+                self.trie_scan_pipeline
             ));
         }
         if !(4 << 10..=self.trie_span_max).contains(&self.trie_span_parallel) {

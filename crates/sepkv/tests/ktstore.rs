@@ -93,6 +93,7 @@ fn store_rolling(fs: &MemFs, table_size: u64, roll_size: u64, split_skew: f64) -
             max_open_writers: 500,
             capacity: None,
             spans: Default::default(),
+            scan_pipeline: 0,
         },
     )
     .unwrap()
@@ -525,6 +526,14 @@ fn span_options_out_of_range_are_refused() {
             scan_batch_bytes: 10,
             ..opts(Arc::new(MemFs::new()))
         },
+        Options {
+            trie_scan_pipeline: 1000,
+            ..opts(Arc::new(MemFs::new()))
+        },
+        Options {
+            trie_scan_pipeline: 2 << 30,
+            ..opts(Arc::new(MemFs::new()))
+        },
     ];
     for o in bad {
         match Db::open("/db", o) {
@@ -758,6 +767,7 @@ fn open_append_handles_stay_under_the_cap() {
                 max_open_writers: cap,
                 capacity: None,
                 spans: Default::default(),
+                scan_pipeline: 0,
             },
         )
         .unwrap()
@@ -1217,6 +1227,7 @@ fn many_written_tables_sync_in_one_call() {
         max_open_writers: 500,
         capacity: None,
         spans: Default::default(),
+        scan_pipeline: 0,
     };
     let open = || {
         TrieStore::open(
@@ -1444,6 +1455,7 @@ fn fixed_levels_spread_binary_keys_by_their_first_byte() {
                 max_open_writers: 64,
                 capacity: None,
                 spans: Default::default(),
+                scan_pipeline: 0,
             },
         )
         .unwrap()
@@ -1519,4 +1531,264 @@ fn fixed_levels_survive_a_power_cut() {
     }
     assert_eq!(figure(&db, "trie_splits"), 0);
     assert!(db.verify().unwrap().faults.is_empty());
+}
+
+/// A file system over [`MemFs`] whose TrieTable reads take `delay` each,
+/// as a device's would: value reads then count as reaching the device, so
+/// limited scans read through the pipeline on the prefetch pool. Counts
+/// the TrieTable reads made.
+#[derive(Clone)]
+struct SlowReads {
+    mem: MemFs,
+    delay: std::time::Duration,
+    reads: Arc<std::sync::atomic::AtomicU64>,
+}
+
+struct SlowFile {
+    inner: Box<dyn sepkv::fs::RandomAccessFile>,
+    delay: Option<std::time::Duration>,
+    reads: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl sepkv::fs::RandomAccessFile for SlowFile {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+        if let Some(d) = self.delay {
+            self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::thread::sleep(d);
+        }
+        self.inner.read_at(offset, buf)
+    }
+    fn len(&self) -> std::io::Result<u64> {
+        self.inner.len()
+    }
+}
+
+impl FileSystem for SlowReads {
+    fn create(&self, path: &Path) -> std::io::Result<Box<dyn sepkv::fs::WritableFile>> {
+        self.mem.create(path)
+    }
+    fn open_append(&self, path: &Path) -> std::io::Result<Box<dyn sepkv::fs::WritableFile>> {
+        self.mem.open_append(path)
+    }
+    fn open_read(&self, path: &Path) -> std::io::Result<Box<dyn sepkv::fs::RandomAccessFile>> {
+        let table = path.extension().is_some_and(|e| e == "tt");
+        Ok(Box::new(SlowFile {
+            inner: self.mem.open_read(path)?,
+            delay: table.then_some(self.delay),
+            reads: self.reads.clone(),
+        }))
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.mem.exists(path)
+    }
+    fn is_dir(&self, path: &Path) -> bool {
+        self.mem.is_dir(path)
+    }
+    fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+        self.mem.list(dir)
+    }
+    fn remove(&self, path: &Path) -> std::io::Result<()> {
+        self.mem.remove(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.mem.rename(from, to)
+    }
+    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        self.mem.create_dir_all(dir)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        self.mem.sync_dir(dir)
+    }
+    fn file_size(&self, path: &Path) -> std::io::Result<u64> {
+        self.mem.file_size(path)
+    }
+    fn truncate_synced(&self, path: &Path, len: u64) -> std::io::Result<()> {
+        self.mem.truncate_synced(path, len)
+    }
+    fn lock(&self, path: &Path) -> std::io::Result<Box<dyn sepkv::fs::FileLock>> {
+        self.mem.lock(path)
+    }
+}
+
+fn slow_reads(delay_us: u64) -> SlowReads {
+    SlowReads {
+        mem: MemFs::new(),
+        delay: std::time::Duration::from_micros(delay_us),
+        reads: Arc::default(),
+    }
+}
+
+/// A `ktstore` database over `fs` with a scan pipeline of `budget` bytes,
+/// small tables (many spans per scan) and the prefetch pool's threads.
+fn pipelined(fs: &SlowReads, budget: u64) -> Db {
+    Db::open(
+        "/db",
+        Options {
+            trie_scan_pipeline: budget,
+            trie_span_parallel: 64 << 10,
+            prefetch_threads: 8,
+            ..opts(Arc::new(fs.clone()))
+        },
+    )
+    .unwrap()
+}
+
+/// Point reads until the store's read-time estimate says reads reach the
+/// device (the slow file system's delay), so scans batch and pipeline.
+fn warm_latency(db: &Db, n: usize) {
+    for i in 0..64 {
+        let _ = db.get(key(i % n)).unwrap();
+    }
+}
+
+/// Pipelined limited scans return exactly what a `BTreeMap` model returns
+/// — forward and reverse, bounded and open, limits inside and past the
+/// range — over tables written in random order and tables GC sorted,
+/// while a writer rewrites keys (with the values the model holds, so the
+/// expected result does not depend on timing) and GC runs, and the reads
+/// go through the pipeline within its budget.
+#[test]
+fn pipelined_scans_match_a_btreemap_model() {
+    let fs = slow_reads(30);
+    let budget = 1 << 20;
+    let db = Arc::new(pipelined(&fs, budget));
+    const N: usize = 4000;
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    for (round, order) in [shuffled(N, 1), shuffled(N, 2)].into_iter().enumerate() {
+        for i in order.into_iter().filter(|i| round == 0 || i % 3 == 0) {
+            db.put(key(i), value(i, round)).unwrap();
+            model.insert(key(i), value(i, round));
+        }
+    }
+    for i in (0..N).step_by(7) {
+        db.delete(key(i)).unwrap();
+        model.remove(&key(i));
+    }
+    warm_latency(&db, N);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (db, stop, model) = (db.clone(), stop.clone(), model.clone());
+        std::thread::spawn(move || {
+            let mut rewrites = 0u64;
+            'outer: loop {
+                for (k, v) in model.iter().step_by(5) {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break 'outer;
+                    }
+                    db.put(k, v).unwrap();
+                    rewrites += 1;
+                }
+            }
+            rewrites
+        })
+    };
+    let gc = common::GcLoop::start(&db);
+    let cases: [(usize, usize, bool, usize); 6] = [
+        (0, N, false, N),
+        (100, 3500, false, 2000),
+        (0, N, true, 3000),
+        (250, 1900, true, 10_000),
+        (3990, N, false, 100),
+        (17, 18, false, 5),
+    ];
+    for &(lo, hi, reverse, limit) in cases.iter().cycle().take(18) {
+        let got: Vec<_> = db
+            .scan(&key(lo)..&key(hi), reverse)
+            .unwrap()
+            .limit(limit)
+            .map(|r| r.unwrap())
+            .collect();
+        let range = model.range(key(lo)..key(hi));
+        let want: Vec<_> = if reverse {
+            range
+                .rev()
+                .take(limit)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        } else {
+            range
+                .take(limit)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        assert_eq!(
+            got.len(),
+            want.len(),
+            "{lo}..{hi} reverse {reverse} limit {limit}"
+        );
+        assert!(got == want, "{lo}..{hi} reverse {reverse} limit {limit}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let rewrites = writer.join().unwrap();
+    let steps = gc.stop();
+    assert!(
+        rewrites > 0 && steps > 0,
+        "{rewrites} rewrites, {steps} GC steps"
+    );
+    let peak = figure(&db, "scan_pipeline_peak_bytes");
+    assert!(peak > 0, "the pipeline never ran");
+    assert!(peak <= budget, "held {peak} bytes, budget {budget}");
+    assert!(figure(&db, "span_reads") > 0);
+}
+
+/// The pipeline runs ahead of a slow caller until it holds its budget,
+/// and never more: spans being read and values not yet returned stay
+/// within `trie_scan_pipeline`.
+#[test]
+fn the_pipeline_holds_no_more_than_its_budget() {
+    let fs = slow_reads(30);
+    let budget = 1 << 20;
+    let db = pipelined(&fs, budget);
+    const N: usize = 5000;
+    for i in 0..N {
+        db.put(key(i), value(i, 0)).unwrap();
+    }
+    warm_latency(&db, N);
+    let mut scan = db.scan(&key(0).., false).unwrap().limit(N);
+    for j in 0..N {
+        let (k, v) = scan.next().unwrap().unwrap();
+        assert_eq!((k, v), (key(j), value(j, 0)));
+        if j < 50 {
+            // A slow caller: the readers fill the budget meanwhile.
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+    assert!(scan.next().is_none());
+    let peak = figure(&db, "scan_pipeline_peak_bytes");
+    assert!(peak <= budget, "held {peak} bytes, budget {budget}");
+    assert!(
+        peak >= budget / 2,
+        "held at most {peak} bytes: no read ahead"
+    );
+}
+
+/// A scan dropped half-way stops its pipeline: when the drop returns no
+/// read of it is running, and no TrieTable read happens afterwards.
+#[test]
+fn a_scan_dropped_half_way_leaves_no_reader_running() {
+    let fs = slow_reads(2000);
+    let db = pipelined(&fs, 4 << 20);
+    const N: usize = 6000;
+    for i in 0..N {
+        db.put(key(i), value(i, 0)).unwrap();
+    }
+    warm_latency(&db, N);
+    let reads = || fs.reads.load(std::sync::atomic::Ordering::SeqCst);
+    let mut running_at_drop = 0;
+    for taken in [1, 300, 2500] {
+        let mut scan = db.scan(&key(0).., false).unwrap().limit(N);
+        for j in 0..taken {
+            assert_eq!(scan.next().unwrap().unwrap().0, key(j));
+        }
+        running_at_drop += figure(&db, "scan_pipeline_reads_running");
+        drop(scan);
+        assert_eq!(figure(&db, "scan_pipeline_reads_running"), 0);
+        let after_drop = reads();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert_eq!(reads(), after_drop, "read after the drop ({taken} taken)");
+    }
+    assert!(
+        running_at_drop > 0,
+        "no scan was dropped with reads running"
+    );
 }

@@ -206,6 +206,7 @@ mod tests {
                         max_open_writers: 500,
                         capacity: None,
                         spans: Default::default(),
+                        scan_pipeline: 0,
                     },
                 )
                 .unwrap(),

@@ -430,6 +430,14 @@ pub trait ValueStore: Send + Sync {
         reqs.iter().map(|(k, p)| self.read(k, p)).collect()
     }
 
+    /// A pipeline that reads a limited scan's values ahead of its cursor
+    /// within a memory budget ([`ReadPipeline`]), or `None` when the layout
+    /// has none or it is off; the scan then reads its values with
+    /// [`ValueStore::read_many`]. The default: none.
+    fn read_pipeline(&self) -> Option<Box<dyn ReadPipeline>> {
+        None
+    }
+
     /// False when `ptr` reaches past what survived a crash (used by
     /// recovery: such a WAL record ends the replay, so the recovered state
     /// stays a prefix of history). Pointers into space that GC already
@@ -638,6 +646,30 @@ pub trait ValueStore: Send + Sync {
     /// Runs one garbage-collection step.
     fn gc_step(&self, index: &dyn IndexReader, relocator: &dyn IndexRelocator)
         -> Result<GcOutcome>;
+}
+
+/// Values of a scan read ahead of its cursor: the scan hands in its
+/// pointers window by window ([`ReadPipeline::push`]) and takes the values
+/// back one at a time in the order it handed them in
+/// ([`ReadPipeline::next_value`]), while the reads of the values after
+/// them are in flight. Dropping the pipeline stops it: reads not yet begun
+/// are never made, and the drop returns once no read of it is running.
+pub trait ReadPipeline: Send {
+    /// Most bytes of values (counted from the pointers' lengths) the
+    /// caller should hand in per [`ReadPipeline::push`].
+    fn window(&self) -> u64;
+
+    /// Hands in the next window of `(key, pointer)` requests; their reads
+    /// start as the memory budget allows.
+    fn push(&mut self, reqs: Vec<(Vec<u8>, ValuePointer)>);
+
+    /// The value of the next request handed in, waiting for its read:
+    /// `Ok(Some(value))`, `Ok(None)` when the pointer lies outside the
+    /// store's valid range, `Err` for a failed read or a record that did
+    /// not check out (the caller may read that one again with
+    /// [`ValueStore::read`], which tells the two apart). `None` when every
+    /// request handed in was returned.
+    fn next_value(&mut self) -> Option<Result<Option<Vec<u8>>>>;
 }
 
 #[cfg(test)]

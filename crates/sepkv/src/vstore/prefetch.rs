@@ -190,6 +190,24 @@ impl Prefetcher {
         workers.len()
     }
 
+    /// Hands `job` to the workers without waiting for it (starting every
+    /// worker the pool may have, on first use); the job runs once a worker
+    /// is free, in the order handed in. Gives the job back when the pool
+    /// has no workers (`threads` = 0, or the system refused every thread),
+    /// so the caller runs it itself.
+    pub fn submit(
+        &self,
+        job: Box<dyn FnOnce() + Send + 'static>,
+    ) -> Result<(), Box<dyn FnOnce() + Send + 'static>> {
+        let Some(sender) = self.tx.lock().clone() else {
+            return Err(job);
+        };
+        if self.start_workers(self.threads) == 0 {
+            return Err(job);
+        }
+        sender.send(job).map_err(|e| e.0)
+    }
+
     /// Runs `f(i)` for every `i < n` on the workers, at most the adaptive
     /// depth at a time, and returns the results in order. Runs inline when
     /// the pool has no workers or the depth is 1.

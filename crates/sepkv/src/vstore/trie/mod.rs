@@ -86,6 +86,7 @@
 //! with everything else.
 
 pub mod gc;
+pub mod pipeline;
 pub mod scan;
 pub mod table;
 // The layout is named after its trie; the module holding the trie itself
@@ -141,6 +142,9 @@ pub struct TrieOptions {
     /// How range queries cut each table's requested records into span
     /// reads (see [`scan`]).
     pub spans: scan::SpanRules,
+    /// Memory budget of a limited scan's read pipeline (bytes; 0 = no
+    /// pipeline: the scan reads its range in one batch). See [`pipeline`].
+    pub scan_pipeline: u64,
 }
 
 impl TrieOptions {
@@ -162,6 +166,7 @@ impl TrieOptions {
                 max: o.trie_span_max,
                 parallel: o.trie_span_parallel,
             },
+            scan_pipeline: o.trie_scan_pipeline,
         }
     }
 }
@@ -283,7 +288,7 @@ impl State {
 }
 
 #[derive(Default)]
-struct Counters {
+pub(crate) struct Counters {
     splits: AtomicU64,
     /// Of the splits, those the write-skew rule made.
     skew_splits: AtomicU64,
@@ -295,6 +300,10 @@ struct Counters {
     /// Per batch of a range query, the tables it read (a table read in
     /// several spans of one batch counts once).
     span_tables: AtomicU64,
+    /// Most bytes the scan pipelines held at once.
+    pipeline_peak: AtomicU64,
+    /// Pipeline reads running now.
+    pipeline_running: AtomicU64,
     gc_runs: AtomicU64,
     gc_bytes_read: AtomicU64,
     gc_bytes_rewritten: AtomicU64,
@@ -338,8 +347,8 @@ pub struct TrieStore {
     reader: Arc<Reader>,
     state: Mutex<State>,
     gc_lock: Mutex<()>,
-    counters: Counters,
-    prefetch: Prefetcher,
+    counters: Arc<Counters>,
+    prefetch: Arc<Prefetcher>,
     /// [`State::sorted_permille`], readable without the lock.
     sorted_permille: AtomicU64,
 }
@@ -545,7 +554,7 @@ impl TrieStore {
             fs.sync_dir(dir).ctx(dir)?;
         }
         Ok(TrieStore {
-            prefetch: Prefetcher::new(opts.prefetch_threads),
+            prefetch: Arc::new(Prefetcher::new(opts.prefetch_threads)),
             opts,
             reader: Arc::new(Reader {
                 dir: dir.to_path_buf(),
@@ -557,7 +566,7 @@ impl TrieStore {
             sorted_permille: AtomicU64::new(st.sorted_permille()),
             state: Mutex::new(st),
             gc_lock: Mutex::new(()),
-            counters: Counters::default(),
+            counters: Arc::default(),
         })
     }
 
@@ -1255,6 +1264,23 @@ impl ValueStore for TrieStore {
         scan::read_many(self, reqs)
     }
 
+    fn read_pipeline(&self) -> Option<Box<dyn crate::vstore::ReadPipeline>> {
+        let budget = self.opts.scan_pipeline;
+        if budget == 0 {
+            return None;
+        }
+        let from_memory = self.reader.latency.from_memory();
+        let pool = (self.opts.prefetch_threads > 0 && !from_memory).then(|| self.prefetch.clone());
+        Some(Box::new(pipeline::Pipeline::new(
+            self.reader.clone(),
+            pool,
+            self.counters.clone(),
+            budget,
+            &self.opts.spans,
+            from_memory,
+        )))
+    }
+
     fn contains(&self, ptr: &ValuePointer) -> bool {
         let st = self.state.lock();
         match Self::valid_locked(&st, ptr) {
@@ -1481,6 +1507,8 @@ impl ValueStore for TrieStore {
             ("span_values", ld(&c.span_values)),
             ("single_reads", ld(&c.single_reads)),
             ("span_tables", ld(&c.span_tables)),
+            ("scan_pipeline_peak_bytes", ld(&c.pipeline_peak)),
+            ("scan_pipeline_reads_running", ld(&c.pipeline_running)),
             ("gc_runs", ld(&c.gc_runs)),
             ("gc_bytes_read", ld(&c.gc_bytes_read)),
             ("gc_bytes_rewritten", ld(&c.gc_bytes_rewritten)),

@@ -70,6 +70,14 @@
 //! query of known length it is at most the number of tables the range
 //! touches.
 //!
+//! That holds for limited scans read without the pipeline
+//! (`Options::trie_scan_pipeline` = 0). With it ([`super::pipeline`]), a
+//! limited scan hands its pointers over in windows of half the pipeline's
+//! budget (at most `scan_batch_bytes`), each planned by the rule above, so
+//! a table is read at most once per window (in disjoint pieces across
+//! windows), and the reads of later windows overlap the return of earlier
+//! ones.
+//!
 //! The result is exactly what per-pointer reads return: a span is only a
 //! cheaper way to fetch the same bytes; a pointer outside its table's valid
 //! range reads as lost (`None`), and a damaged record is `Corruption` at
@@ -198,10 +206,10 @@ pub fn plan(reqs: &[(usize, ValuePointer)], min_density: f64, max_span: u64) -> 
 }
 
 /// What one planned read produced: `(request index, result)` pairs.
-type Served = Vec<(usize, Result<Option<Vec<u8>>>)>;
+pub(super) type Served = Vec<(usize, Result<Option<Vec<u8>>>)>;
 
 /// Runs one planned read.
-fn run(reader: &Reader, reqs: &[(Vec<u8>, ValuePointer)], read: &Read) -> Served {
+pub(super) fn run(reader: &Reader, reqs: &[(Vec<u8>, ValuePointer)], read: &Read) -> Served {
     match read {
         Read::Single(i) => {
             let (k, p) = &reqs[*i];
