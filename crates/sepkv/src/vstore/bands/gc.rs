@@ -42,7 +42,7 @@ use crate::compaction_filter::{FilterDecision, LazyValue};
 use crate::error::{Error, IoContext, Result};
 use crate::format::value_record::Kind;
 use crate::fs::IoCategory;
-use crate::vstore::{GcOutcome, IndexReader, IndexRelocator, Relocation, ValuePointer, ValueStore};
+use crate::vstore::{GcOutcome, IndexReader, IndexRelocator, Relocation, ValuePointer};
 use std::sync::atomic::Ordering;
 
 /// Runs one GC step on `bs`.
@@ -196,7 +196,7 @@ pub fn step(
             .collect();
         let prevs: Vec<Option<ValuePointer>> = moves.iter().map(|m| m.prev).collect();
         let ptrs = bs.append_entries(&recs, &|i, _| prevs[i], IoCategory::Gc)?;
-        bs.sync()?;
+        bs.sync_gc()?;
         for (m, p) in moves.iter().zip(&ptrs) {
             out.bytes_rewritten += p.length as u64;
             relocs.push(Relocation {

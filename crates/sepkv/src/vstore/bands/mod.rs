@@ -43,7 +43,7 @@
 //!
 //! Thread-safety: appends (and syncs) hold the open band's lock; reads take
 //! the state lock only to check the address, never across I/O. Lock order:
-//! `gc_lock`, then `io`, then `state`.
+//! `gc_lock`, then `gc_io`, then `io`, then `state`.
 
 pub mod band;
 pub mod gc;
@@ -170,7 +170,12 @@ struct BandInfo {
 
 struct State {
     bands: BTreeMap<u64, BandInfo>,
+    /// The open band of user writes.
     open: u64,
+    /// The open band of GC copies, if one is open.
+    gc_open: Option<u64>,
+    /// The number the next band created takes (both streams draw from it).
+    next_id: u64,
     /// Log mode: replay starts here; GC collects only bands before it.
     ckpt: Option<(u64, u64)>,
     /// The key index's replay position (`key_index`); `None` until known.
@@ -205,6 +210,9 @@ pub struct BandStore {
     /// memory.
     latency: ReadLatency,
     io: Mutex<Open>,
+    /// The open band of GC copies (see the module docs), created by the
+    /// first copy after the previous one closed.
+    gc_io: Mutex<Option<Open>>,
     state: Mutex<State>,
     gc_lock: Mutex<()>,
     prev_lookup: RwLock<Option<Weak<dyn PrevLookup>>>,
@@ -589,6 +597,7 @@ impl BandStore {
             handles: quick_cache::sync::Cache::new(crate::fs::read_handle_budget()),
             handle_gate: Mutex::new(()),
             latency: ReadLatency::default(),
+            gc_io: Mutex::new(None),
             io: Mutex::new(Open {
                 band: open,
                 file,
@@ -603,6 +612,8 @@ impl BandStore {
             state: Mutex::new(State {
                 bands,
                 open,
+                gc_open: None,
+                next_id: open + 1,
                 ckpt,
                 key_ckpt: None,
                 last_seq,
@@ -881,17 +892,176 @@ impl BandStore {
 
     /// Appends entries `(kind, key, seq, payload)` as one batch. `prev_of`
     /// gives an entry's previous version (for GC copies: the original's).
+    ///
+    /// GC copies (`cat` = [`IoCategory::Gc`]) go to the open band of GC
+    /// copies, every other entry to the open band of user writes.
     fn append_entries(
         &self,
         recs: &[(Kind, &[u8], u64, &[u8])],
         prev_of: &dyn Fn(usize, &[u8]) -> Option<ValuePointer>,
         cat: IoCategory,
     ) -> Result<Vec<ValuePointer>> {
+        if cat == IoCategory::Gc {
+            return self.append_gc_copies(recs, prev_of);
+        }
         let mut o = self.io.lock();
         self.check_failed(&o)?;
         if recs.is_empty() {
             return Ok(Vec::new());
         }
+        let ptrs = self.append_locked(&mut o, recs, prev_of, cat)?;
+        if o.entries >= self.opts.band_entries || o.len >= self.opts.band_bytes {
+            if let Err(e) = self.roll(&mut o) {
+                o.failed = Some(format!("closing the band failed: {e}"));
+                return Err(e);
+            }
+        }
+        Ok(ptrs)
+    }
+
+    /// Appends GC copies to the open band of GC copies, creating it if
+    /// none is open, and closes it once full. The copies are durable when
+    /// [`BandStore::sync_gc`] returns.
+    fn append_gc_copies(
+        &self,
+        recs: &[(Kind, &[u8], u64, &[u8])],
+        prev_of: &dyn Fn(usize, &[u8]) -> Option<ValuePointer>,
+    ) -> Result<Vec<ValuePointer>> {
+        let mut slot = self.gc_io.lock();
+        if let Some(o) = slot.as_ref() {
+            self.check_failed(o)?;
+        }
+        if recs.is_empty() {
+            return Ok(Vec::new());
+        }
+        if slot.is_none() {
+            let id = self.take_band_number();
+            // The directory entry is made durable at once: the copies'
+            // relocations are logged in later user bands, and a recovery
+            // must find the band they point into.
+            let (file, len) =
+                Self::create_band(self.fs.as_ref(), &self.dir, id, &self.stats, true)?;
+            {
+                let mut st = self.state.lock();
+                st.bands.insert(
+                    id,
+                    BandInfo {
+                        valid_len: len,
+                        file_len: len,
+                        ..Default::default()
+                    },
+                );
+                st.gc_open = Some(id);
+            }
+            *slot = Some(Open {
+                band: id,
+                file,
+                len,
+                entries: 0,
+                max_seq: 0,
+                dirty: false,
+                dir_synced: true,
+                failed: None,
+                scratch: Vec::new(),
+            });
+        }
+        let Some(o) = slot.as_mut() else {
+            return Err(Error::Poisoned("no band for GC copies".into()));
+        };
+        let ptrs = self.append_locked(o, recs, prev_of, IoCategory::Gc)?;
+        if o.entries >= self.opts.band_entries || o.len >= self.opts.band_bytes {
+            if let Err(e) = self.close_gc_band(&mut slot) {
+                if let Some(o) = slot.as_mut() {
+                    o.failed = Some(format!("closing the band failed: {e}"));
+                }
+                return Err(e);
+            }
+        }
+        Ok(ptrs)
+    }
+
+    /// Makes the GC copies appended so far durable.
+    ///
+    /// # Errors
+    /// `Io` (GC copies are refused from then on: `Poisoned`).
+    pub(crate) fn sync_gc(&self) -> Result<()> {
+        let mut slot = self.gc_io.lock();
+        let Some(o) = slot.as_mut() else {
+            return Ok(());
+        };
+        self.check_failed(o)?;
+        if o.dirty {
+            let path = self.path(o.band);
+            if let Err(e) = o.file.sync() {
+                o.failed = Some(format!("a sync failed: {e}"));
+                return Err(Error::io(path, e));
+            }
+            o.dirty = false;
+        }
+        Ok(())
+    }
+
+    /// Closes the open band of GC copies (trailer, sync), if one is open
+    /// and holds entries; the next copy opens a new one. `gc_io` held.
+    fn close_gc_band(&self, slot: &mut Option<Open>) -> Result<()> {
+        let Some(o) = slot.as_mut() else {
+            return Ok(());
+        };
+        if o.entries == 0 {
+            return Ok(());
+        }
+        self.write_trailer(o)?;
+        {
+            let mut st = self.state.lock();
+            if let Some(b) = st.bands.get_mut(&o.band) {
+                b.closed = true;
+                b.file_len = o.len + TRAILER_LEN as u64;
+            }
+            st.gc_open = None;
+            self.refresh_due_locked(&st);
+        }
+        let _gate = self.handle_gate.lock();
+        self.handles.remove(&o.band);
+        *slot = None;
+        Ok(())
+    }
+
+    /// The number of the next band, for either stream.
+    fn take_band_number(&self) -> u64 {
+        let mut st = self.state.lock();
+        let id = st.next_id;
+        st.next_id += 1;
+        id
+    }
+
+    /// Writes the closed-band trailer of `o` and syncs the band.
+    fn write_trailer(&self, o: &mut Open) -> Result<()> {
+        let path = self.path(o.band);
+        let t = band::encode_trailer(&band::Trailer {
+            entries: o.entries,
+            data_end: o.len,
+            max_seq: o.max_seq,
+        });
+        o.file
+            .append(&t)
+            .and_then(|_| o.file.flush())
+            .and_then(|_| o.file.sync())
+            .ctx(&path)?;
+        self.stats
+            .add_written(IoCategory::ValueStore, t.len() as u64);
+        Ok(())
+    }
+
+    /// Encodes and writes `recs` at the end of `o` and updates the band's
+    /// lengths, the last sequence number and the invalidity table; the
+    /// caller closes the band when full.
+    fn append_locked(
+        &self,
+        o: &mut Open,
+        recs: &[(Kind, &[u8], u64, &[u8])],
+        prev_of: &dyn Fn(usize, &[u8]) -> Option<ValuePointer>,
+        cat: IoCategory,
+    ) -> Result<Vec<ValuePointer>> {
         let need: u64 = recs.iter().map(|r| band::entry_len(r.1, r.3) as u64).sum();
         if let Some(cap) = self.opts.capacity {
             if recs.iter().any(|r| r.0 == Kind::Value) {
@@ -984,31 +1154,13 @@ impl BandStore {
                 Self::charge_locked(&mut st, &p, s);
             }
         }
-        if o.entries >= self.opts.band_entries || o.len >= self.opts.band_bytes {
-            if let Err(e) = self.roll(&mut o) {
-                o.failed = Some(format!("closing the band failed: {e}"));
-                return Err(e);
-            }
-        }
         Ok(ptrs)
     }
 
     /// Closes the open band (trailer, sync) and opens the next. `io` held.
     fn roll(&self, o: &mut Open) -> Result<()> {
-        let path = self.path(o.band);
-        let t = band::encode_trailer(&band::Trailer {
-            entries: o.entries,
-            data_end: o.len,
-            max_seq: o.max_seq,
-        });
-        o.file
-            .append(&t)
-            .and_then(|_| o.file.flush())
-            .and_then(|_| o.file.sync())
-            .ctx(&path)?;
-        self.stats
-            .add_written(IoCategory::ValueStore, t.len() as u64);
-        let id = o.band + 1;
+        self.write_trailer(o)?;
+        let id = self.take_band_number();
         // A power loss may keep a later band only if it keeps this one:
         // the directory is synced when the closing band's entry is not
         // durable yet (covering both entries), so every other roll. File
@@ -1023,7 +1175,7 @@ impl BandStore {
             let mut st = self.state.lock();
             if let Some(b) = st.bands.get_mut(&o.band) {
                 b.closed = true;
-                b.file_len = o.len + t.len() as u64;
+                b.file_len = o.len + TRAILER_LEN as u64;
             }
             st.bands.insert(
                 id,
@@ -1122,7 +1274,7 @@ impl BandStore {
     /// True when `ptr` lies in a band GC has collected and deleted.
     pub fn is_collected(&self, ptr: &ValuePointer) -> bool {
         let st = self.state.lock();
-        ptr.file_id < st.open && !st.bands.contains_key(&ptr.file_id)
+        ptr.file_id < st.next_id && !st.bands.contains_key(&ptr.file_id)
     }
 
     /// The key index's replay position, if known.
