@@ -16,8 +16,9 @@
 //!    key's node, §V-B5); every other record (older versions, delete
 //!    tokens nothing points at, relocation records and inline values, which
 //!    lie before the checkpoint and are never replayed) is dropped;
-//! 4. append the valid values to the open band as GC copies (same sequence
-//!    number and previous-version address), sync;
+//! 4. append the valid values to the open band of GC copies (same
+//!    sequence number and previous-version address; never to the band of
+//!    user writes, see the module docs of `bands`), sync it;
 //! 5. install them by compare-and-set (a racing user write wins), make the
 //!    index durable up to every write that invalidated the band, and
 //!    persist the band as retired;
