@@ -42,10 +42,10 @@
 //!   one under skewed updates), and mixed with fresh writes it would be
 //!   copied again as soon as they are overwritten. Both open bands take
 //!   their numbers from one counter, so numbers interleave. A band of GC
-//!   copies is created by the first copy after the last one closed: the
-//!   open band of user writes is synced first (so that every band below a
-//!   durable one has a durable header), then the new band's header and
-//!   directory entry. Its copies are synced after each step, before their
+//!   copies is created by the first copy after the last one closed, with
+//!   the band of user writes locked: that band is synced first (so that
+//!   every band below a durable one has a durable header), then the new
+//!   band's header and directory entry. Its copies are synced after each step, before their
 //!   relocations are logged in the band of user writes, which keeps the
 //!   order replay applies; replay skips GC copies. At open, every band
 //!   without a trailer keeps its complete batches and only the
@@ -961,11 +961,16 @@ impl BandStore {
             // Every band numbered below one whose directory entry is
             // durable must have a durable header: at open, only the last
             // band may be a creation a crash cut short, and a torn header
-            // anywhere else is damage. The open band of user writes (whose
-            // header a roll leaves unsynced) is therefore synced before
-            // this band takes the next number, with `io` held so that no
-            // user band is created in between.
-            let id = {
+            // anywhere else is damage. So, with `io` held (no band of user
+            // writes is created meanwhile, whose directory sync could make
+            // this band's entry durable before its header): the open band
+            // of user writes (whose header a roll leaves unsynced) is
+            // synced, then this band takes the next number and is created
+            // with its header and directory entry durable. The entry must
+            // be durable anyway: the copies' relocations are logged in the
+            // band of user writes, and a recovery must find the band they
+            // point into.
+            let (id, file, len) = {
                 let mut o = self.io.lock();
                 self.check_failed(&o)?;
                 let path = self.path(o.band);
@@ -974,15 +979,12 @@ impl BandStore {
                     return Err(Error::io(path, e));
                 }
                 o.dirty = false;
-                self.take_band_number()
+                let id = self.take_band_number();
+                let (mut file, len) =
+                    Self::create_band(self.fs.as_ref(), &self.dir, id, &self.stats, true)?;
+                file.sync().ctx(&self.path(id))?;
+                (id, file, len)
             };
-            // This band's header and directory entry are made durable at
-            // once, for the same reason, and because the copies'
-            // relocations are logged in the band of user writes: a
-            // recovery must find the band they point into.
-            let (mut file, len) =
-                Self::create_band(self.fs.as_ref(), &self.dir, id, &self.stats, true)?;
-            file.sync().ctx(&self.path(id))?;
             {
                 let mut st = self.state.lock();
                 st.bands.insert(
