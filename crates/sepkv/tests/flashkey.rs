@@ -693,7 +693,7 @@ fn stats_count_the_key_trees_files() {
 /// default over-provisioning of 0.5: GC copies the records it finds live
 /// to bands of their own, so the cold records it moved once are not mixed
 /// with the hot ones again and copied over and over. With the copies in
-/// the band of user writes GC copied 1.21 bytes per user byte here, with
+/// the band of user writes GC copied 1.25 bytes per user byte here, with
 /// bands of their own 0.84 (the paper's model for uniform updates at this
 /// over-provisioning gives 0.72; the bands after the replay checkpoints,
 /// a tenth of the data here, are out of GC's reach).
