@@ -188,7 +188,7 @@ pub fn step(
         ));
     }
 
-    // Copy the valid values to the open band.
+    // Copy the valid values to the open band of GC copies.
     let mut relocs = Vec::with_capacity(moves.len() + drops.len());
     if !moves.is_empty() {
         let recs: Vec<(Kind, &[u8], u64, &[u8])> = moves
