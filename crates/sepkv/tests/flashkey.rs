@@ -688,3 +688,68 @@ fn stats_count_the_key_trees_files() {
     assert!(sstables.allocated_bytes >= keys_bytes, "{:?}", st.files);
     assert!(st.disk_bytes >= keys_bytes, "{st:?}");
 }
+
+/// Zipf-0.99 overwrites (HashKV's update experiment in small) at the
+/// default over-provisioning of 0.5: GC copies the records it finds live
+/// to bands of their own, so the cold records it moved once are not mixed
+/// with the hot ones again and copied over and over. With the copies in
+/// the band of user writes GC copied 1.25 bytes per user byte here, with
+/// bands of their own 0.84 (the paper's model for uniform updates at this
+/// over-provisioning gives 0.72; the bands after the replay checkpoints,
+/// a tenth of the data here, are out of GC's reach).
+#[test]
+fn zipf_overwrites_copy_cold_records_rarely() {
+    const KEYS: usize = 4000;
+    const VALUE: usize = 500;
+    let o = Options {
+        fs: Arc::new(MemFs::new()),
+        band_bytes: 64 << 10,
+        hash_checkpoint_bands: 2,
+        write_buffer_size: 64 << 10,
+        ..Options::preset(Preset::FlashKey)
+    };
+    let db = Db::open("/db", o).unwrap();
+    for i in 0..KEYS {
+        db.put(format!("k{i:05}"), vec![b'v'; VALUE]).unwrap();
+    }
+    // Zipf(0.99) by inverting its cumulative weights.
+    let mut cdf = Vec::with_capacity(KEYS);
+    let mut sum = 0.0;
+    for r in 1..=KEYS {
+        sum += 1.0 / (r as f64).powf(0.99);
+        cdf.push(sum);
+    }
+    let before = db.stats().unwrap();
+    let fig = |s: &sepkv::DbStats, n: &str| s.value_store_figures.get(n).copied().unwrap_or(0);
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let updates = 10 * KEYS;
+    for n in 0..updates {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let u = (x >> 11) as f64 / (1u64 << 53) as f64 * sum;
+        let rank = cdf.partition_point(|&c| c < u).min(KEYS - 1);
+        // Hot keys spread over the key space, as a hash would.
+        let k = (rank * 2_654_435_761) % KEYS;
+        db.put(
+            format!("k{k:05}"),
+            format!("{n:08}{}", "v".repeat(VALUE - 8)),
+        )
+        .unwrap();
+    }
+    let after = db.stats().unwrap();
+    let user = (after.user_bytes_written - before.user_bytes_written) as f64;
+    let copies = (fig(&after, "gc_bytes_rewritten") - fig(&before, "gc_bytes_rewritten")) as f64;
+    assert!(fig(&after, "gc_runs") > 0, "GC never ran");
+    let per_user = copies / user;
+    let sp = after.value_store;
+    let amp = sp.file_bytes as f64 / sp.live_bytes as f64;
+    eprintln!("GC copies per user byte {per_user:.3}, bands {amp:.2}× live");
+    assert!(
+        per_user < 0.95,
+        "GC copied {per_user:.2} bytes per user byte"
+    );
+    // The bound of `over_provisioning_bounds_the_bands`, with its slack.
+    assert!(amp <= 1.5 + 0.2, "the bands take {amp:.2}× live");
+    db.close().unwrap();
+}

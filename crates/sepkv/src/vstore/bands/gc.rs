@@ -16,8 +16,9 @@
 //!    key's node, §V-B5); every other record (older versions, delete
 //!    tokens nothing points at, relocation records and inline values, which
 //!    lie before the checkpoint and are never replayed) is dropped;
-//! 4. append the valid values to the open band as GC copies (same sequence
-//!    number and previous-version address), sync;
+//! 4. append the valid values to the open band of GC copies (same
+//!    sequence number and previous-version address; never to the band of
+//!    user writes, see the module docs of `bands`), sync it;
 //! 5. install them by compare-and-set (a racing user write wins), make the
 //!    index durable up to every write that invalidated the band, and
 //!    persist the band as retired;
@@ -42,7 +43,7 @@ use crate::compaction_filter::{FilterDecision, LazyValue};
 use crate::error::{Error, IoContext, Result};
 use crate::format::value_record::Kind;
 use crate::fs::IoCategory;
-use crate::vstore::{GcOutcome, IndexReader, IndexRelocator, Relocation, ValuePointer, ValueStore};
+use crate::vstore::{GcOutcome, IndexReader, IndexRelocator, Relocation, ValuePointer};
 use std::sync::atomic::Ordering;
 
 /// Runs one GC step on `bs`.
@@ -187,7 +188,7 @@ pub fn step(
         ));
     }
 
-    // Copy the valid values to the open band.
+    // Copy the valid values to the open band of GC copies.
     let mut relocs = Vec::with_capacity(moves.len() + drops.len());
     if !moves.is_empty() {
         let recs: Vec<(Kind, &[u8], u64, &[u8])> = moves
@@ -196,7 +197,7 @@ pub fn step(
             .collect();
         let prevs: Vec<Option<ValuePointer>> = moves.iter().map(|m| m.prev).collect();
         let ptrs = bs.append_entries(&recs, &|i, _| prevs[i], IoCategory::Gc)?;
-        bs.sync()?;
+        bs.sync_gc()?;
         for (m, p) in moves.iter().zip(&ptrs) {
             out.bytes_rewritten += p.length as u64;
             relocs.push(Relocation {

@@ -73,7 +73,7 @@ impl ValueStore for BandStore {
         match st.bands.get(&ptr.file_id) {
             Some(b) => ptr.end() <= b.valid_len,
             // Collected by GC: a later, durable relocation supersedes it.
-            None => ptr.file_id < st.open,
+            None => ptr.file_id < st.next_id,
         }
     }
 
@@ -260,6 +260,15 @@ impl ValueStore for BandStore {
         if self.filter.get().is_none() {
             return Ok(0);
         }
+        // The open band of GC copies too: its records were written before
+        // the pass started. (Copies made during the pass were judged by it
+        // already.)
+        let mut gc = self.gc_io.lock();
+        if let Some(f) = gc.as_ref().and_then(|o| o.failed.as_ref()) {
+            return Err(Error::Poisoned(f.clone()));
+        }
+        self.close_gc_band(&mut gc)?;
+        drop(gc);
         let mut o = self.io.lock();
         if let Some(f) = &o.failed {
             return Err(Error::Poisoned(f.clone()));
@@ -270,8 +279,16 @@ impl ValueStore for BandStore {
                 return Err(e);
             }
         }
-        *self.filter_pass.lock() = Some((0, o.band));
         let st = self.state.lock();
-        Ok(st.bands.range(..o.band).map(|(_, b)| b.file_len).sum())
+        // Every band numbered below the open band of user writes, and the
+        // closed bands of GC copies numbered above it.
+        let end = st.next_id;
+        *self.filter_pass.lock() = Some((0, end));
+        Ok(st
+            .bands
+            .iter()
+            .filter(|(&id, b)| id != o.band && b.closed)
+            .map(|(_, b)| b.file_len)
+            .sum())
     }
 }
