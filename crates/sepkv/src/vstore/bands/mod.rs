@@ -1064,18 +1064,26 @@ impl BandStore {
             st.gc_open = None;
             self.refresh_due_locked(&st);
         }
-        // Its read handle is opened now, as `roll` opens a band of user
-        // writes'.
-        let reads = open_for_reads(&*self.fs, &self.path(o.band), self.opts.mmap_reads).ok();
-        let _gate = self.handle_gate.lock();
-        match reads {
-            Some(h) => self.handles.insert(o.band, h),
-            None => {
-                self.handles.remove(&o.band);
-            }
-        }
+        self.open_closed_band(o.band);
         *slot = None;
         Ok(())
+    }
+
+    /// Opens the read handle (mapped from now on) of `band`, which just
+    /// closed, while its file's inode and directory entry are in memory: a
+    /// get that opened it on its first read of the band could wait for the
+    /// device twice, once for the open's lookup. Should the open fail,
+    /// `handle` opens it on the first read, as for a band of an earlier
+    /// process.
+    fn open_closed_band(&self, band: u64) {
+        let reads = open_for_reads(&*self.fs, &self.path(band), self.opts.mmap_reads).ok();
+        let _gate = self.handle_gate.lock();
+        match reads {
+            Some(h) => self.handles.insert(band, h),
+            None => {
+                self.handles.remove(&band);
+            }
+        }
     }
 
     /// The number of the next band, for either stream.
@@ -1240,19 +1248,7 @@ impl BandStore {
             st.open = id;
             self.refresh_due_locked(&st);
         }
-        // Its read handle (mapped from now on) is opened here, while the
-        // file's inode and directory entry are in memory: a get that opened
-        // it on its first read of the band could wait for the device twice,
-        // once for the open's lookup. Should the open fail, `handle` opens
-        // it on the first read, as for a band of an earlier process.
-        let reads = open_for_reads(&*self.fs, &self.path(o.band), self.opts.mmap_reads).ok();
-        let _gate = self.handle_gate.lock();
-        match reads {
-            Some(h) => self.handles.insert(o.band, h),
-            None => {
-                self.handles.remove(&o.band);
-            }
-        }
+        self.open_closed_band(o.band);
         *o = Open {
             band: id,
             file,
