@@ -665,12 +665,29 @@ impl BandStore {
         let path = band_path(dir, id);
         let mut f = fs.create(&path).ctx(&path)?;
         let h = band::encode_header(id);
-        f.append(&h).and_then(|_| f.flush()).ctx(&path)?;
-        stats.add_written(IoCategory::ValueStore, h.len() as u64);
-        if sync_dir {
-            fs.sync_dir(dir).ctx(dir)?;
+        let made = f.append(&h).and_then(|_| f.flush()).ctx(&path);
+        if made.is_ok() {
+            stats.add_written(IoCategory::ValueStore, h.len() as u64);
+        }
+        if let Err(e) = made.and_then(|()| match sync_dir {
+            true => fs.sync_dir(dir).ctx(dir),
+            false => Ok(()),
+        }) {
+            drop(f);
+            Self::discard_band(fs, dir, &path);
+            return Err(e);
         }
         Ok((f, h.len() as u64))
+    }
+
+    /// Removes the file of a band whose creation failed, and makes the
+    /// removal durable: a band without a durable header below the last one
+    /// is damage to [`BandStore::open`], which would refuse the store. Best
+    /// effort: the error that stopped the creation is the one reported.
+    fn discard_band(fs: &dyn FileSystem, dir: &Path, path: &Path) {
+        if fs.remove(path).is_ok() {
+            let _ = fs.sync_dir(dir);
+        }
     }
 
     /// Sets the compaction filter GC asks about the live records it
@@ -982,7 +999,12 @@ impl BandStore {
                 let id = self.take_band_number();
                 let (mut file, len) =
                     Self::create_band(self.fs.as_ref(), &self.dir, id, &self.stats, true)?;
-                file.sync().ctx(&self.path(id))?;
+                if let Err(e) = file.sync() {
+                    drop(file);
+                    let path = self.path(id);
+                    Self::discard_band(self.fs.as_ref(), &self.dir, &path);
+                    return Err(Error::io(path, e));
+                }
                 (id, file, len)
             };
             {

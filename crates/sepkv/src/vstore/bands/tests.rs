@@ -1,5 +1,5 @@
 use super::*;
-use crate::fs::{FaultFs, MemFs};
+use crate::fs::{FaultFs, FaultKind, FaultOp, FaultRule, MemFs};
 use crate::vstore::Relocation;
 use std::path::Path;
 
@@ -818,4 +818,45 @@ fn a_band_of_gc_copies_after_a_roll_survives_a_power_loss() {
     assert_eq!(bs.verify().1.len(), 0);
     let after = write(&bs, &m, &[(b"z", Some(b"after"))]);
     assert!(after[0].file_id >= 6, "{after:?}");
+}
+
+/// A band of GC copies whose header cannot be made durable is removed
+/// again: left behind, it would be a band without a header below the last
+/// one, which open takes for damage. The store goes on, and opens after a
+/// power loss with every record.
+#[test]
+fn a_failed_creation_of_a_band_of_gc_copies_leaves_no_band() {
+    let ffs = Arc::new(FaultFs::new());
+    let fs: Arc<dyn FileSystem> = ffs.clone();
+    let m = Model::default();
+    let bs = open(&fs, opts(4), None);
+    fill_and_overwrite(&bs, &m);
+    bs.sync().unwrap();
+    let next = bs.log_position().unwrap().0 + 1;
+    let path = Path::new("/db").join(format!("{next:06}.band"));
+    ffs.add_rule(FaultRule {
+        path_contains: Some(format!("{next:06}.band")),
+        times: Some(1),
+        ..FaultRule::new(FaultOp::Sync, FaultKind::Eio)
+    });
+    assert!(bs.gc_step(&m, &m).is_err(), "the header's sync failed");
+    ffs.clear_rules();
+    assert_eq!(ffs.file_len(&path), None, "the failed band stayed");
+    // User writes go on past the number the failed band took.
+    for i in 0..8u8 {
+        write(&bs, &m, &[(&[b'n', i], Some(&[i; 50]))]);
+    }
+    bs.sync().unwrap();
+    assert!(bs.log_position().unwrap().0 > next);
+    drop(bs);
+    ffs.crash();
+    let bs = BandStore::open(
+        Path::new("/db"),
+        fs.clone(),
+        Arc::new(IoStats::default()),
+        opts(4),
+        m.persisted.lock().as_deref(),
+    )
+    .expect("open after a failed creation and a power loss");
+    check_model(&bs, &m);
 }
