@@ -1368,6 +1368,9 @@ fn dtable_bit_flips_anywhere_are_caught_after_reopen() {
         max_bytes_for_level_base: 256 << 10,
         l0_compaction_trigger: 1,
         block_size: 1024,
+        // Overwrites are appended as segments, never merged away by the
+        // reclaim: the DTables under test keep several segments.
+        lwc_dead_share: 1.0,
         ..Options::preset(sepkv::Preset::Lwc)
     };
     let n = 1200;
