@@ -241,6 +241,12 @@ impl Block {
         self.data.len() + std::mem::size_of::<Block>()
     }
 
+    /// Number of restart points (in a block written with restart
+    /// interval 1, such as an index block, its number of entries).
+    pub(crate) fn num_restarts(&self) -> usize {
+        self.num_restarts
+    }
+
     /// True when the contents are used in place from a mapped file.
     #[cfg(test)]
     pub(crate) fn is_mapped(&self) -> bool {

@@ -6,7 +6,11 @@
 //! the filter, and keeps the index block and the filter in memory. Data blocks
 //! are read on demand: looked up in the shared block cache first, otherwise
 //! read from the file, checksummed, validated, and inserted in the cache when
-//! the read asks for it ([`ReadCtx::fill_cache`]). Every byte read from the
+//! the read asks for it ([`ReadCtx::fill_cache`]). A mapped table serves
+//! its data blocks in place instead; it checksums each one the first time
+//! this open table loads it and trusts the verified bytes afterwards
+//! ([`VerifiedBlocks`]), as a block cache trusts the blocks it holds.
+//! Every byte read from the
 //! file is counted in [`IoStats`]: under the read's category for data blocks,
 //! under the category given to `open` for the blocks `open` and `verify`
 //! read.
@@ -33,6 +37,7 @@ use crate::index::key::{compare_internal, parse_internal_key, user_key};
 use crate::index::multi_get::BlockReuse;
 use std::cmp::Ordering;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
 /// How a read is accounted and cached.
@@ -136,13 +141,15 @@ impl Source {
     }
 
     /// [`Source::block`] served from `map` in place: the contents are
-    /// checksummed and validated where they lie, and not copied.
+    /// validated where they lie, and not copied, and checksummed unless
+    /// `checked` says an earlier load of the same block already did.
     fn mapped_block(
         &self,
         map: &Arc<Mapping>,
         handle: BlockHandle,
         referrer: u64,
         category: IoCategory,
+        checked: bool,
     ) -> Result<Block> {
         let len = self.checked_len(handle, referrer)?;
         let with_trailer = len + BLOCK_TRAILER_LEN;
@@ -160,8 +167,17 @@ impl Source {
             ));
         };
         self.stats.add_read(category, with_trailer as u64);
-        let (contents, trailer) = bytes.split_at(len);
-        check_trailer(contents, trailer).map_err(|r| self.corruption(handle.offset, r))?;
+        if checked {
+            // One byte per page, so that a page the kernel dropped faults
+            // here, inside the load the map gauge times, as a checksum's
+            // pass over every byte would have made it.
+            for i in (0..bytes.len()).step_by(4096) {
+                std::hint::black_box(bytes[i]);
+            }
+        } else {
+            let (contents, trailer) = bytes.split_at(len);
+            check_trailer(contents, trailer).map_err(|r| self.corruption(handle.offset, r))?;
+        }
         Block::from_bytes(BlockBytes::Mapped {
             map: map.clone(),
             start,
@@ -223,6 +239,66 @@ pub struct Table {
     footer: Footer,
     index: Arc<Block>,
     filter: Option<BloomFilter>,
+    /// Which data blocks of a mapped table were checksummed in place.
+    verified: Option<VerifiedBlocks>,
+}
+
+/// The data blocks of a mapped table whose checksum a load has verified
+/// in place, one bit per block, by the block's ordinal in the index (the
+/// index block has one entry per restart point, so a cursor on it knows
+/// the ordinal: [`BlockIter::restart_index`]). A table's bytes before its
+/// footer never change once written, and a mapping shows the same bytes
+/// to every load, so a block verified once need not be checksummed again
+/// while the table stays open; pages the kernel drops and reads again
+/// from the device are trusted as a block cache's copies are.
+/// [`Table::verify`] still reads and checksums every block.
+///
+/// Thread-safety: the bits are atomics; a race makes two loads both
+/// checksum a block, never a load skip one that was not verified.
+struct VerifiedBlocks {
+    bits: Box<[AtomicU64]>,
+}
+
+impl VerifiedBlocks {
+    /// One bit for each block the index block `index` lists, or `None`
+    /// when the index does not hold exactly one entry per restart point
+    /// (such a table checksums every load; a damaged index is reported by
+    /// the reads).
+    fn new(index: &Arc<Block>) -> Option<VerifiedBlocks> {
+        let mut it = BlockIter::new(index.clone(), compare_internal);
+        it.seek_to_first();
+        let mut n = 0;
+        while it.valid() {
+            if it.restart_index() != n {
+                return None;
+            }
+            n += 1;
+            it.next();
+        }
+        if it.corruption().is_some() || n != index.num_restarts() {
+            return None;
+        }
+        Some(VerifiedBlocks {
+            bits: (0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+        })
+    }
+
+    fn is_set(&self, ordinal: usize) -> bool {
+        self.bits
+            .get(ordinal / 64)
+            .is_some_and(|w| w.load(AtomicOrdering::Relaxed) & (1 << (ordinal % 64)) != 0)
+    }
+
+    fn set(&self, ordinal: usize) {
+        if let Some(w) = self.bits.get(ordinal / 64) {
+            w.fetch_or(1 << (ordinal % 64), AtomicOrdering::Relaxed);
+        }
+    }
+
+    /// Bytes held in memory.
+    fn size(&self) -> usize {
+        self.bits.len() * 8
+    }
 }
 
 impl std::fmt::Debug for Table {
@@ -270,6 +346,7 @@ impl Table {
         let filter = src
             .filter(meta, footer.metaindex, category)?
             .map(|(f, _)| f);
+        let verified = src.map.as_ref().and_then(|_| VerifiedBlocks::new(&index));
         Ok(Table {
             src,
             file_number,
@@ -279,6 +356,7 @@ impl Table {
             footer,
             index,
             filter,
+            verified,
         })
     }
 
@@ -312,7 +390,9 @@ impl Table {
 
     /// Bytes held in memory for the index block and the filter.
     pub fn approximate_memory(&self) -> usize {
-        self.index.size() + self.filter.as_ref().map_or(0, BloomFilter::size)
+        self.index.size()
+            + self.filter.as_ref().map_or(0, BloomFilter::size)
+            + self.verified.as_ref().map_or(0, VerifiedBlocks::size)
     }
 
     fn index_corruption(&self, reason: impl Into<String>) -> Error {
@@ -326,17 +406,32 @@ impl Table {
     }
 
     /// The data block at `handle`, through the cache.
+    #[cfg(test)]
     fn data_block(&self, handle: BlockHandle, ctx: ReadCtx) -> Result<Arc<Block>> {
-        self.read_data_block(handle, ctx, false)
+        self.read_data_block(handle, None, ctx, false)
     }
 
-    /// [`Table::data_block`]; a `point` read (one block for a lookup) that
-    /// takes a system call goes through the file's point-read handle
+    /// The data block at `handle`, the `ordinal`-th the index lists,
+    /// through the cache.
+    fn data_block_at(
+        &self,
+        handle: BlockHandle,
+        ordinal: usize,
+        ctx: ReadCtx,
+    ) -> Result<Arc<Block>> {
+        self.read_data_block(handle, Some(ordinal), ctx, false)
+    }
+
+    /// [`Table::data_block_at`]; a `point` read (one block for a lookup)
+    /// that takes a system call goes through the file's point-read handle
     /// ([`RandomAccessFile::point_reads`]), so the kernel reads no
-    /// neighbours around it.
+    /// neighbours around it. `ordinal`, the block's place in the index,
+    /// lets a mapped table checksum the block once ([`VerifiedBlocks`]);
+    /// without it the block is checksummed at every load.
     fn read_data_block(
         &self,
         handle: BlockHandle,
+        ordinal: Option<usize>,
         ctx: ReadCtx,
         point: bool,
     ) -> Result<Arc<Block>> {
@@ -353,7 +448,14 @@ impl Table {
             if !streaming && gauge.is_none_or(|g| g.read_in_place()) {
                 let referrer = self.footer.index.offset;
                 let started = std::time::Instant::now();
-                let block = self.src.mapped_block(map, handle, referrer, ctx.category)?;
+                let slot = self.verified.as_ref().zip(ordinal);
+                let checked = slot.is_some_and(|(v, n)| v.is_set(n));
+                let block = self
+                    .src
+                    .mapped_block(map, handle, referrer, ctx.category, checked)?;
+                if let (Some((v, n)), false) = (slot, checked) {
+                    v.set(n);
+                }
                 if let Some(g) = gauge {
                     g.record(started.elapsed().as_nanos() as u64);
                 }
@@ -492,14 +594,15 @@ impl Table {
             };
         }
         let handle = self.data_handle(index.value())?;
-        if !block_may_contain(index.restart_index(), handle.offset) {
+        let ordinal = index.restart_index();
+        if !block_may_contain(ordinal, handle.offset) {
             return Ok(None);
         }
         let block = match reuse {
             Some(r) => r.block((self.file_number, self.file_size), handle.offset, || {
-                self.read_data_block(handle, ctx, true)
+                self.read_data_block(handle, Some(ordinal), ctx, true)
             })?,
-            None => self.read_data_block(handle, ctx, true)?,
+            None => self.read_data_block(handle, Some(ordinal), ctx, true)?,
         };
         let mut it = BlockIter::new(block, compare_internal);
         it.seek(ikey);

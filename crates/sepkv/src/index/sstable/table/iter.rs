@@ -120,7 +120,7 @@ impl TableIterator {
             return;
         }
         self.read_ahead(handle);
-        match self.table.data_block(handle, self.ctx) {
+        match (self.table).data_block_at(handle, self.index.restart_index(), self.ctx) {
             Ok(block) => {
                 self.data = Some(BlockIter::new(block, compare_internal));
                 self.data_offset = handle.offset;

@@ -339,6 +339,52 @@ fn damage_in_a_mapped_table_is_corruption_with_file_and_offset() {
 }
 
 #[test]
+fn a_mapped_block_is_checksummed_once_per_open_table() {
+    use std::os::unix::fs::FileExt;
+    let entries = value_entries(500, 11);
+    let bytes = build(&entries, topts(1024, 4, 10));
+    let l = layout(&bytes);
+    let (h, _) = l.data[l.data.len() / 2];
+    // Without a block cache there is no map gauge: every load is in place.
+    let open_uncached = |path: &std::path::Path, size: u64| {
+        use crate::fs::{FileSystem, MappedFile, StdFs};
+        let file = MappedFile::wrap(StdFs.open_read(path).unwrap());
+        assert!(file.mapping().is_some());
+        let stats = Arc::new(IoStats::default());
+        let t = Table::open(
+            Arc::from(file),
+            std::path::PathBuf::from(NAME),
+            42,
+            size,
+            None,
+            stats,
+            IoCategory::UserRead,
+        );
+        Arc::new(t.unwrap())
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(NAME);
+    std::fs::write(&path, &bytes).unwrap();
+    let t = open_uncached(&path, bytes.len() as u64);
+    // The first scan checksums every block.
+    assert_eq!(ok(scan(&t)), entries);
+    // A checksum byte of one block changes on disk; the mapping shows it.
+    let at = h.offset + h.size + 1;
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_all_at(&[bytes[at as usize] ^ 0x55], at).unwrap();
+    drop(f);
+    // Loads of the verified block trust it: the entries are unchanged.
+    assert_eq!(ok(scan(&t)), entries);
+    // `verify` re-reads and checksums every block.
+    assert_corruption_at(&t.verify().unwrap_err(), h.offset, h.offset + 1);
+    // A table opened again checksums the block at its first load.
+    let e = scan(&open_uncached(&path, bytes.len() as u64))
+        .1
+        .unwrap_err();
+    assert_corruption_at(&e, h.offset, h.offset + 1);
+}
+
+#[test]
 fn a_mapped_table_shorter_than_recorded_is_corruption_not_a_fault() {
     // The file lost its tail (and with it the pages a mapping would
     // fault on) but the table is opened at its recorded size: the footer
@@ -359,7 +405,7 @@ fn a_mapped_table_shorter_than_recorded_is_corruption_not_a_fault() {
     };
     let e = t
         .src
-        .mapped_block(&map, far, 0, IoCategory::UserRead)
+        .mapped_block(&map, far, 0, IoCategory::UserRead, false)
         .unwrap_err();
     assert!(
         matches!(e, Error::Corruption { .. }) && e.to_string().contains("out of range"),
