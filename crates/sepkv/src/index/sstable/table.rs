@@ -9,7 +9,7 @@
 //! the read asks for it ([`ReadCtx::fill_cache`]). A mapped table serves
 //! its data blocks in place instead; it checksums each one the first time
 //! this open table loads it and trusts the verified bytes afterwards
-//! ([`VerifiedBlocks`]), as a block cache trusts the blocks it holds.
+//! (`VerifiedBlocks`), as a block cache trusts the blocks it holds.
 //! Every byte read from the
 //! file is counted in [`IoStats`]: under the read's category for data blocks,
 //! under the category given to `open` for the blocks `open` and `verify`
