@@ -451,8 +451,9 @@ pub struct Options {
     ///   in place, as LevelDB does with its tables on 64-bit systems: it is
     ///   checksummed where it lies the first time an open table loads it
     ///   (later loads trust the verified bytes, as the block cache trusts
-    ///   its copies), never copied, and not put in the block cache (the
-    ///   page cache holds it). Compactions, flushes and `verify` read with
+    ///   its copies; so a page the kernel evicts and reads again from the
+    ///   device is not checksummed again until `verify` or a reopen), never
+    ///   copied, and not put in the block cache (the page cache holds it). Compactions, flushes and `verify` read with
     ///   system calls and checksum every block.
     /// - Value log (`wisckey`): a value is copied out of the mapping, with
     ///   no system call. Records appended after a file was mapped are read

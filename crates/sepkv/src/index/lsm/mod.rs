@@ -705,9 +705,25 @@ impl Index for LsmIndex {
         let keys: Vec<&[u8]> = probes.iter().map(|(k, _)| *k).collect();
         let mut reuse = BlockReuse::new();
         let mut live = vec![false; probes.len()];
+        // In key order each memtable search starts from the last one's
+        // place (a finger) instead of the top of the skiplist.
+        let mut mem_finger = sv.mem.finger();
+        let mut imm_finger = sv.imm.as_ref().map(|m| m.finger());
         for i in key_order(&keys) {
             let (key, addr) = probes[i];
-            live[i] = match self.get_in(&sv, key, seq, ctx, Some(&mut reuse))? {
+            let h = crate::index::sstable::key_hash(key);
+            let mut r = sv.mem.get_hashed_from(&mut mem_finger, key, h, seq);
+            if r == Lookup::NotFound {
+                if let (Some(imm), Some(f)) = (&sv.imm, imm_finger.as_mut()) {
+                    r = imm.get_hashed_from(f, key, h, seq);
+                }
+            }
+            if r == Lookup::NotFound {
+                r = sv
+                    .version
+                    .get_reusing(&self.table_cache, key, seq, ctx, Some(&mut reuse))?;
+            }
+            live[i] = match r {
                 Lookup::Found(ValueType::Pointer, p) => ValuePointer::decode(&p) == Some(addr),
                 _ => false,
             };

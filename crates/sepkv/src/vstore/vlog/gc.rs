@@ -9,8 +9,10 @@
 //!    ([`IndexReader::points_at_many`]), which the LSM-tree answers at one
 //!    read view in key order, loading each index data block once for the
 //!    keys that fall in it;
-//! 3. append the live records at the head (in pieces of 64 KiB, so user
-//!    appends never wait long for the value log), synced here only when
+//! 3. append the live records at the head in key order (in pieces of
+//!    64 KiB, so user appends never wait long for the value log; sorted,
+//!    so that each group of relocations is a sorted run of memtable
+//!    inserts), synced here only when
 //!    the relocation's sync does not cover this log
 //!    ([`IndexRelocator::make_durable_syncs_store`]);
 //! 4. install the new pointers by compare-and-set, in groups, durably (a
@@ -154,10 +156,15 @@ pub fn step(
     // Judge every record in one batch: the index may then look the keys up
     // in key order, each of its blocks loaded once for the keys in it.
     let lookups = held.len() as u64;
-    let live: Vec<(Vec<u8>, u64, &[u8], ValuePointer)> = retain_live(index, held)?
+    let mut live: Vec<(Vec<u8>, u64, &[u8], ValuePointer)> = retain_live(index, held)?
         .into_iter()
         .map(|(k, seq, v, p)| (k, seq, &buf[v], p))
         .collect();
+    // Copied and relocated in key order: each relocation group's memtable
+    // inserts then come as a sorted run, which the skiplist's splice serves
+    // from the last insert's place instead of from the top (a chunk's live
+    // keys are far apart in write order, close together in key order).
+    live.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     // Every write that made a record of the chunk dead is published by
     // now (a lookup may have met one still in flight), so at or below
     // this sequence number.
