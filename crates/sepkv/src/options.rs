@@ -453,8 +453,9 @@ pub struct Options {
     ///   (later loads trust the verified bytes, as the block cache trusts
     ///   its copies; so a page the kernel evicts and reads again from the
     ///   device is not checksummed again until `verify` or a reopen), never
-    ///   copied, and not put in the block cache (the page cache holds it). Compactions, flushes and `verify` read with
-    ///   system calls and checksum every block.
+    ///   copied, and not put in the block cache (the page cache holds it).
+    ///   Compactions, flushes and `verify` read with system calls and
+    ///   checksum every block.
     /// - Value log (`wisckey`): a value is copied out of the mapping, with
     ///   no system call. Records appended after a file was mapped are read
     ///   with system calls.
