@@ -308,14 +308,27 @@ struct DirectRandom {
     file: File,
 }
 
-/// A heap buffer of `len` bytes aligned to [`DIRECT_IO_ALIGN`].
-struct AlignedBuf {
+/// A zeroed heap buffer whose address and length are multiples of
+/// [`DIRECT_IO_ALIGN`], as `O_DIRECT` reads need: a read of an aligned
+/// range into it goes from the device straight into the buffer (see
+/// [`DirectReadFs`]).
+pub(crate) struct AlignedBuf {
     ptr: std::ptr::NonNull<u8>,
     layout: std::alloc::Layout,
 }
 
 impl AlignedBuf {
-    fn new(len: usize) -> io::Result<AlignedBuf> {
+    /// A buffer of at least `len` bytes (at least [`DIRECT_IO_ALIGN`],
+    /// rounded up to a multiple of it).
+    ///
+    /// # Errors
+    /// `InvalidInput` for a length too large for a layout, `OutOfMemory`
+    /// when the allocation fails.
+    pub(crate) fn new(len: usize) -> io::Result<AlignedBuf> {
+        let len = len
+            .max(DIRECT_IO_ALIGN)
+            .checked_next_multiple_of(DIRECT_IO_ALIGN)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
         let layout = std::alloc::Layout::from_size_align(len.max(DIRECT_IO_ALIGN), DIRECT_IO_ALIGN)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         // SAFETY: the layout has a non-zero size.
@@ -326,7 +339,13 @@ impl AlignedBuf {
         Ok(AlignedBuf { ptr, layout })
     }
 
-    fn as_mut_slice(&mut self) -> &mut [u8] {
+    /// Its length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.layout.size()
+    }
+
+    /// Its bytes, to write.
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: `ptr` points to `layout.size()` initialised (zeroed)
         // bytes owned by `self`, borrowed mutably for the slice's life.
         #[allow(unsafe_code)]
@@ -352,6 +371,19 @@ impl RandomAccessFile for DirectRandom {
             return Ok(0);
         }
         let align = DIRECT_IO_ALIGN as u64;
+        if offset.is_multiple_of(align)
+            && buf.len().is_multiple_of(DIRECT_IO_ALIGN)
+            && (buf.as_ptr() as usize).is_multiple_of(DIRECT_IO_ALIGN)
+        {
+            // Already aligned (an [`AlignedBuf`] and an aligned range): the
+            // device writes straight into `buf`, no bounce buffer, no copy.
+            return loop {
+                match self.file.read_at(buf, offset) {
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    r => break r,
+                }
+            };
+        }
         let start = offset - offset % align;
         let end = offset
             .checked_add(buf.len() as u64)

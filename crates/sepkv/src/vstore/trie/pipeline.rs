@@ -100,6 +100,8 @@ pub struct Pipeline {
     budget: u64,
     floor: f64,
     bound: u64,
+    /// Spans are read with direct I/O.
+    direct: bool,
     /// Planned reads not yet handed to a reader, in order.
     queue: VecDeque<Job>,
     /// Requests handed in so far.
@@ -111,7 +113,8 @@ pub struct Pipeline {
 impl Pipeline {
     /// A pipeline with `budget` bytes (at least 64 KiB), reading on `pool`
     /// (or on the cursor's thread), planning spans with `rules` at the
-    /// device's floor, or the page cache's when `from_memory`.
+    /// device's floor, or the page cache's when `from_memory`; spans are
+    /// read with direct I/O when `direct` and not `from_memory`.
     pub(super) fn new(
         reader: Arc<Reader>,
         pool: Option<Arc<Prefetcher>>,
@@ -119,6 +122,7 @@ impl Pipeline {
         budget: u64,
         rules: &scan::SpanRules,
         from_memory: bool,
+        direct: bool,
     ) -> Self {
         let budget = budget.max(64 << 10);
         let floor = if from_memory {
@@ -149,6 +153,7 @@ impl Pipeline {
             budget,
             floor,
             bound: longest.min(budget / 4),
+            direct: direct && !from_memory,
             queue: VecDeque::new(),
             pushed: 0,
             next: 0,
@@ -178,6 +183,7 @@ impl Pipeline {
                 self.reader.clone(),
                 self.counters.clone(),
                 job,
+                self.direct,
             );
             match &self.pool {
                 Some(pool) => {
@@ -197,6 +203,7 @@ fn read_job(
     reader: Arc<Reader>,
     counters: Arc<Counters>,
     job: Job,
+    direct: bool,
 ) -> Box<dyn FnOnce() + Send + 'static> {
     Box::new(move || {
         {
@@ -224,7 +231,7 @@ fn read_job(
             },
             None => Read::Single(0),
         };
-        let served = scan::run(&reader, &reqs, &read);
+        let served = scan::run(&reader, &reqs, &read, direct);
         counters.pipeline_running.fetch_sub(1, Ordering::Relaxed);
         let mut st = shared.state.lock();
         st.running -= 1;
