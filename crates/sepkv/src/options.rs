@@ -649,10 +649,11 @@ pub struct Options {
     /// 32 MiB (see docs/design/ktstore.md for the measurement). May change
     /// between opens.
     pub trie_scan_pipeline: u64,
-    /// Read the `trie` scan pipeline's spans with direct I/O (`O_DIRECT`,
-    /// into aligned buffers, bypassing the page cache) while value reads
-    /// reach the device (default true). Reads served from the page cache,
-    /// point reads, scans without a pipeline and file systems without
+    /// Read the `trie` scan pipeline's spans of 64 KiB or more with direct
+    /// I/O (`O_DIRECT`, into aligned buffers, bypassing the page cache)
+    /// while value reads reach the device (default true). Reads served
+    /// from the page cache, point reads, shorter spans, scans without a
+    /// pipeline and file systems without
     /// direct reads stay buffered; a direct read that fails where a
     /// buffered one of the same span succeeds turns it off for the store.
     /// See `vstore::trie::pipeline`, "Direct span reads", and

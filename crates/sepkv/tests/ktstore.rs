@@ -1936,7 +1936,8 @@ fn pipelined_at(dir: &Path, fs: &SlowDisk, budget: u64, direct: bool) -> Db {
         Options {
             trie_scan_pipeline: budget,
             trie_scan_direct: direct,
-            trie_span_parallel: 64 << 10,
+            // Spans past the shortest read directly (64 KiB).
+            trie_span_parallel: 256 << 10,
             prefetch_threads: 8,
             ..opts(Arc::new(fs.clone()))
         },

@@ -102,6 +102,10 @@ pub const MAX_SPAN: u64 = 4 << 20;
 /// Default longest span read at once while spans are read in parallel
 /// (bytes, [`SpanRules::parallel`]).
 pub const PARALLEL_SPAN: u64 = 512 << 10;
+/// Shortest span the scan pipeline reads with direct I/O (bytes; see
+/// [`super::pipeline`], "Direct span reads"): shorter ones are read
+/// buffered.
+pub const DIRECT_MIN_SPAN: u64 = 64 << 10;
 
 /// The span rule's knobs (`Options::trie_span_*`; module docs).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -291,9 +295,9 @@ fn run_direct(
     }))
 }
 
-/// Runs one planned read; a span with direct I/O when `direct` and the
-/// store has direct handles (see [`super::pipeline`], "Direct span
-/// reads").
+/// Runs one planned read; a span of at least [`DIRECT_MIN_SPAN`] bytes
+/// with direct I/O when `direct` and the store has direct handles (see
+/// [`super::pipeline`], "Direct span reads").
 pub(super) fn run(
     reader: &Reader,
     reqs: &[(Vec<u8>, ValuePointer)],
@@ -311,7 +315,7 @@ pub(super) fn run(
             end,
             members,
         } => {
-            let tried = if direct {
+            let tried = if direct && end - start >= DIRECT_MIN_SPAN {
                 run_direct(reader, reqs, *table, (*start, *end), members)
             } else {
                 None
