@@ -39,7 +39,7 @@ fio_seq() {
         fio --name=seqread --filename="$dir/fio.dat" --size=1G --rw=read --bs=1M \
             --direct=1 --ioengine=libaio --iodepth=$qd --runtime=10 --time_based \
             --output="$out/fio-$1-qd$qd.txt" >/dev/null
-        log "fio $1: sequential 1 MiB reads, queue depth $qd: $(grep -o 'READ: bw=[^ ]* ([^)]*)' "$out/fio-$1-qd$qd.txt")"
+        log "fio $1: sequential 1 MiB reads, queue depth $qd: $(grep -o 'READ: bw=[^ ]* ([^)]*)' "$out/fio-$1-qd$qd.txt"); load average $(cut -d' ' -f1-3 /proc/loadavg)"
     done
     rm -rf "$dir"
 }
@@ -62,7 +62,7 @@ scans)
                 --value-size "$VALUE" --scan-length "$len" --ops "$ops" \
                 --memory-limit "$LIMIT" --json "$out/$name.json" >"$out/$name.txt" 2>&1 ||
                 log "$e L=$len: exit status $? (see $name.txt)"
-            log "$e L=$len: $(grep -E ' (fillrandom|seekrandom)/run: ' "$out/$name.txt" | sed 's/^ *//' | paste -sd';')"
+            log "$e L=$len: $(grep -E ' (fillrandom|seekrandom)/run: ' "$out/$name.txt" | sed 's/^ *//' | paste -sd';'); load average $(cut -d' ' -f1-3 /proc/loadavg)"
         done
     done
     fio_seq after

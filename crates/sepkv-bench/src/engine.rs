@@ -132,6 +132,9 @@ pub struct Tuning {
     /// `+pipeM`: `trie_scan_pipeline` = M MiB (a limited scan's read
     /// pipeline budget; 0 = off).
     pub scan_pipeline_mib: Option<u32>,
+    /// `+buffered`: `trie_scan_direct` off (the scan pipeline's spans are
+    /// read through the page cache).
+    pub scan_buffered: bool,
 }
 
 /// Parses the X of `+opX` or `+saX` into thousandths.
@@ -152,7 +155,7 @@ fn milli(flag: &str, x: &str) -> Result<u32> {
 pub const PAPER_TRIE_LEVELS: u8 = 4;
 
 /// The `+flag`s of [`Tuning`] and what each does, for `--list-engines`.
-pub const TUNING_HELP: [(&str, &str); 22] = [
+pub const TUNING_HELP: [(&str, &str); 23] = [
     (
         "+nowal",
         "the value log replaces the index WAL (WiscKey §3.4.2)",
@@ -222,6 +225,10 @@ pub const TUNING_HELP: [(&str, &str); 22] = [
     (
         "+batchM",
         "scan_batch_bytes M MiB: values a limited scan resolves in one batch",
+    ),
+    (
+        "+buffered",
+        "KT-Store's scan pipeline reads spans through the page cache (trie_scan_direct off)",
     ),
     (
         "+pipeM",
@@ -300,6 +307,9 @@ impl fmt::Display for Tuning {
         }
         if let Some(m) = self.scan_pipeline_mib {
             write!(f, "+pipe{m}")?;
+        }
+        if self.scan_buffered {
+            f.write_str("+buffered")?;
         }
         Ok(())
     }
@@ -484,8 +494,16 @@ impl EngineSpec {
                          KT-Store and of the LWC-tree; use it with sepkv:ktstore or sepkv:lwc"
                     )));
                 }
-                if (t.no_sort || t.no_roll) && o.layout() != sepkv::ValueLayout::Trie {
-                    let flag = if t.no_sort { "+nosort" } else { "+noroll" };
+                if (t.no_sort || t.no_roll || t.scan_buffered)
+                    && o.layout() != sepkv::ValueLayout::Trie
+                {
+                    let flag = if t.no_sort {
+                        "+nosort"
+                    } else if t.no_roll {
+                        "+noroll"
+                    } else {
+                        "+buffered"
+                    };
                     return Err(BenchError::Unavailable(format!(
                         "engine {self} is unavailable: {flag} concerns KT-Store's TrieTables; \
                          use it with sepkv:ktstore"
@@ -585,6 +603,7 @@ impl FromStr for EngineSpec {
                                 }
                             }
                             "nosort" => tuning.no_sort = true,
+                            "buffered" => tuning.scan_buffered = true,
                             "noroll" => tuning.no_roll = true,
                             "paper" => tuning.paper = true,
                             "align" => tuning.block_align = true,
@@ -828,6 +847,9 @@ impl SepkvEngine {
         }
         if let Some(m) = tuning.scan_pipeline_mib {
             options.trie_scan_pipeline = u64::from(m) << 20;
+        }
+        if tuning.scan_buffered {
+            options.trie_scan_direct = false;
         }
         if let Some((capacity, reserved)) = opts.value_capacity {
             options.value_capacity = Some(capacity);
@@ -1177,6 +1199,7 @@ impl Engine for SepkvEngine {
         // Outside the macro: more fields pass `json!`'s recursion limit.
         v["lwc_dead_share"] = json!(o.lwc_dead_share);
         v["trie_scan_pipeline"] = o.trie_scan_pipeline.into();
+        v["trie_scan_direct"] = o.trie_scan_direct.into();
         v
     }
 
@@ -1240,6 +1263,8 @@ mod tests {
             "sepkv:ktstore+pipe0",
             "sepkv:ktstore+pipe32",
             "sepkv:ktstore+pipe1024",
+            "sepkv:ktstore+buffered",
+            "sepkv:ktstore+pipe0+buffered",
         ] {
             assert_eq!(ok.parse::<EngineSpec>().unwrap().to_string(), ok);
         }

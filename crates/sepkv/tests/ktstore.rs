@@ -94,6 +94,7 @@ fn store_rolling(fs: &MemFs, table_size: u64, roll_size: u64, split_skew: f64) -
             capacity: None,
             spans: Default::default(),
             scan_pipeline: 0,
+            scan_direct: false,
         },
     )
     .unwrap()
@@ -768,6 +769,7 @@ fn open_append_handles_stay_under_the_cap() {
                 capacity: None,
                 spans: Default::default(),
                 scan_pipeline: 0,
+                scan_direct: false,
             },
         )
         .unwrap()
@@ -1228,6 +1230,7 @@ fn many_written_tables_sync_in_one_call() {
         capacity: None,
         spans: Default::default(),
         scan_pipeline: 0,
+        scan_direct: false,
     };
     let open = || {
         TrieStore::open(
@@ -1456,6 +1459,7 @@ fn fixed_levels_spread_binary_keys_by_their_first_byte() {
                 capacity: None,
                 spans: Default::default(),
                 scan_pipeline: 0,
+                scan_direct: false,
             },
         )
         .unwrap()
@@ -1790,5 +1794,379 @@ fn a_scan_dropped_half_way_leaves_no_reader_running() {
     assert!(
         running_at_drop > 0,
         "no scan was dropped with reads running"
+    );
+}
+
+/// A file system over real files whose TrieTable reads take `delay` each
+/// (so value reads count as reaching the device and limited scans read
+/// through the pipeline), with direct reads where the files allow them.
+/// `fail_direct`: its direct handles open but every read fails, as on a
+/// file system that takes `O_DIRECT` at open and refuses the reads.
+#[derive(Clone)]
+struct SlowDisk {
+    inner: Arc<dyn FileSystem>,
+    delay: std::time::Duration,
+    fail_direct: bool,
+    /// True for the direct-read view made by `with_direct_reads`.
+    direct: bool,
+    reads: Arc<std::sync::atomic::AtomicU64>,
+}
+
+struct SlowDiskFile {
+    inner: Box<dyn sepkv::fs::RandomAccessFile>,
+    delay: Option<std::time::Duration>,
+    fail: bool,
+    reads: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl sepkv::fs::RandomAccessFile for SlowDiskFile {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.fail {
+            return Err(std::io::Error::from_raw_os_error(22));
+        }
+        if let Some(d) = self.delay {
+            self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::thread::sleep(d);
+        }
+        self.inner.read_at(offset, buf)
+    }
+    fn len(&self) -> std::io::Result<u64> {
+        self.inner.len()
+    }
+}
+
+impl FileSystem for SlowDisk {
+    fn create(&self, path: &Path) -> std::io::Result<Box<dyn sepkv::fs::WritableFile>> {
+        self.inner.create(path)
+    }
+    fn open_append(&self, path: &Path) -> std::io::Result<Box<dyn sepkv::fs::WritableFile>> {
+        self.inner.open_append(path)
+    }
+    fn reuse(&self, path: &Path) -> std::io::Result<Box<dyn sepkv::fs::WritableFile>> {
+        self.inner.reuse(path)
+    }
+    fn open_read(&self, path: &Path) -> std::io::Result<Box<dyn sepkv::fs::RandomAccessFile>> {
+        let table = path.extension().is_some_and(|e| e == "tt");
+        Ok(Box::new(SlowDiskFile {
+            inner: self.inner.open_read(path)?,
+            delay: table.then_some(self.delay),
+            fail: self.direct && self.fail_direct,
+            reads: self.reads.clone(),
+        }))
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.inner.exists(path)
+    }
+    fn is_dir(&self, path: &Path) -> bool {
+        self.inner.is_dir(path)
+    }
+    fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+        self.inner.list(dir)
+    }
+    fn remove(&self, path: &Path) -> std::io::Result<()> {
+        self.inner.remove(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        self.inner.create_dir_all(dir)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        self.inner.sync_dir(dir)
+    }
+    fn sync_file_system(&self, dir: &Path) -> std::io::Result<bool> {
+        self.inner.sync_file_system(dir)
+    }
+    fn file_size(&self, path: &Path) -> std::io::Result<u64> {
+        self.inner.file_size(path)
+    }
+    fn allocated_size(&self, path: &Path) -> std::io::Result<u64> {
+        self.inner.allocated_size(path)
+    }
+    fn truncate_synced(&self, path: &Path, len: u64) -> std::io::Result<()> {
+        self.inner.truncate_synced(path, len)
+    }
+    fn punch_hole(&self, path: &Path, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.punch_hole(path, offset, len)
+    }
+    fn lock(&self, path: &Path) -> std::io::Result<Box<dyn sepkv::fs::FileLock>> {
+        self.inner.lock(path)
+    }
+    fn lock_shared(&self, path: &Path) -> std::io::Result<Option<Box<dyn sepkv::fs::FileLock>>> {
+        self.inner.lock_shared(path)
+    }
+    fn link(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.inner.link(from, to)
+    }
+    fn with_direct_reads(&self) -> std::io::Result<Arc<dyn FileSystem>> {
+        Ok(Arc::new(SlowDisk {
+            inner: self.inner.with_direct_reads()?,
+            direct: true,
+            ..self.clone()
+        }))
+    }
+}
+
+fn slow_disk(delay_us: u64, fail_direct: bool) -> SlowDisk {
+    SlowDisk {
+        inner: Arc::new(sepkv::fs::StdFs),
+        delay: std::time::Duration::from_micros(delay_us),
+        fail_direct,
+        direct: false,
+        reads: Arc::default(),
+    }
+}
+
+/// True when files in `dir` can be opened for direct reads (`O_DIRECT`;
+/// not on tmpfs).
+fn direct_reads_work(dir: &Path) -> bool {
+    let probe = dir.join("probe");
+    std::fs::write(&probe, [0u8; 8192]).unwrap();
+    let ok = sepkv::fs::DirectReadFs.open_read(&probe).is_ok();
+    std::fs::remove_file(&probe).unwrap();
+    ok
+}
+
+/// A `ktstore` database in `dir` over `fs`, pipelined as [`pipelined`],
+/// with direct span reads on or off.
+fn pipelined_at(dir: &Path, fs: &SlowDisk, budget: u64, direct: bool) -> Db {
+    Db::open(
+        dir,
+        Options {
+            trie_scan_pipeline: budget,
+            trie_scan_direct: direct,
+            // Spans past the shortest read directly (64 KiB).
+            trie_span_parallel: 256 << 10,
+            prefetch_threads: 8,
+            ..opts(Arc::new(fs.clone()))
+        },
+    )
+    .unwrap()
+}
+
+/// With direct span reads, pipelined scans over real files return exactly
+/// what a `BTreeMap` model returns (tables in random write order, tables
+/// GC sorted, and the active tables being appended to), forward and
+/// reverse, with ranges and limits that start and end at offsets of no
+/// alignment; the spans were read directly, within the budget; and the
+/// same store with the option off reads them buffered, with the same
+/// results.
+#[test]
+fn direct_span_reads_match_a_btreemap_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    if !direct_reads_work(tmp.path()) {
+        eprintln!("skipped: the temporary directory's file system has no O_DIRECT");
+        return;
+    }
+    let dir = tmp.path().join("db");
+    let fs = slow_disk(30, false);
+    let budget = 1 << 20;
+    const N: usize = 4000;
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    {
+        let db = pipelined_at(&dir, &fs, budget, true);
+        for (round, order) in [shuffled(N, 3), shuffled(N, 4)].into_iter().enumerate() {
+            for i in order.into_iter().filter(|i| round == 0 || i % 3 == 0) {
+                // Odd lengths: records start at every alignment.
+                let mut v = value(i, round);
+                v.truncate(900 + i % 97);
+                db.put(key(i), &v).unwrap();
+                model.insert(key(i), v);
+            }
+            if round == 0 {
+                // Sealed tables sorted by GC, then more appends.
+                db.gc(Some(0.0)).unwrap();
+            }
+        }
+        for i in (0..N).step_by(7) {
+            db.delete(key(i)).unwrap();
+            model.remove(&key(i));
+        }
+        db.close().unwrap();
+    }
+    let cases: [(usize, usize, bool, usize); 5] = [
+        (0, N, false, N),
+        (100, 3500, false, 2000),
+        (0, N, true, 3000),
+        (250, 1900, true, 10_000),
+        (3990, N, false, 100),
+    ];
+    for direct in [true, false] {
+        let db = pipelined_at(&dir, &fs, budget, direct);
+        // One more write: the active table is read while appended to.
+        db.put(key(N - 1), value(N - 1, 9)).unwrap();
+        model.insert(key(N - 1), value(N - 1, 9));
+        warm_latency(&db, N);
+        for &(lo, hi, reverse, limit) in &cases {
+            let got: Vec<_> = db
+                .scan(&key(lo)..&key(hi), reverse)
+                .unwrap()
+                .limit(limit)
+                .map(|r| r.unwrap())
+                .collect();
+            let range = model.range(key(lo)..key(hi));
+            let want: Vec<_> = if reverse {
+                range
+                    .rev()
+                    .take(limit)
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            } else {
+                range
+                    .take(limit)
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            };
+            assert_eq!(
+                got.len(),
+                want.len(),
+                "direct {direct}: {lo}..{hi} {reverse} {limit}"
+            );
+            assert!(got == want, "direct {direct}: {lo}..{hi} {reverse} {limit}");
+        }
+        let peak = figure(&db, "scan_pipeline_peak_bytes");
+        assert!(
+            peak > 0 && peak <= budget,
+            "held {peak} bytes, budget {budget}"
+        );
+        assert!(figure(&db, "span_reads") > 0);
+        let direct_reads = figure(&db, "span_direct_reads");
+        if direct {
+            assert!(direct_reads > 0, "no span was read directly");
+            assert_eq!(figure(&db, "span_direct_off"), 0);
+        } else {
+            assert_eq!(direct_reads, 0, "direct reads with the option off");
+        }
+        db.close().unwrap();
+    }
+}
+
+/// A record damaged on disk is `Corruption` at its table and offset when
+/// a direct span read brings it, and the other records of the span still
+/// read; a direct read that fails where the buffered read of the same
+/// span works turns direct reads off and the scan returns every value.
+#[test]
+fn direct_span_reads_report_damage_and_fall_back_when_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    if !direct_reads_work(tmp.path()) {
+        eprintln!("skipped: the temporary directory's file system has no O_DIRECT");
+        return;
+    }
+    let dir = tmp.path().join("db");
+    const N: usize = 2000;
+    let fs = slow_disk(30, false);
+    {
+        let db = pipelined_at(&dir, &fs, 1 << 20, true);
+        for i in 0..N {
+            db.put(key(i), value(i, 0)).unwrap();
+        }
+        db.close().unwrap();
+    }
+    // Damage one value byte of a record in the middle of the first table.
+    let mut tables: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "tt"))
+        .collect();
+    tables.sort();
+    let victim = tables[0].clone();
+    let mut data = std::fs::read(&victim).unwrap();
+    // Records of 22 header bytes, a 16-byte key and a 1000-byte value: the
+    // fifth record's value.
+    let rec = 22 + 16 + 1000;
+    let damaged_at = 4 * rec as u64;
+    data[4 * rec + 22 + 16 + 500] ^= 1;
+    std::fs::write(&victim, &data).unwrap();
+    {
+        let db = pipelined_at(&dir, &fs, 1 << 20, true);
+        // Point reads away from the damage, to warm the read-time estimate.
+        for i in N - 64..N {
+            db.get(key(i)).unwrap();
+        }
+        let mut ok = 0;
+        let mut damage = Vec::new();
+        for r in db.scan(&key(0)..&key(N), false).unwrap().limit(N) {
+            match r {
+                Ok(_) => ok += 1,
+                Err(e) => {
+                    damage.push(e);
+                    break;
+                }
+            }
+        }
+        match damage.as_slice() {
+            [Error::Corruption { file, offset, .. }] => {
+                assert_eq!((file, *offset), (&victim, damaged_at));
+            }
+            other => panic!("expected one Corruption, got {other:?} after {ok} values"),
+        }
+        assert!(
+            figure(&db, "span_direct_reads") > 0,
+            "no span was read directly"
+        );
+        db.close().unwrap();
+    }
+    // Repair the byte; then refuse every direct read.
+    data[4 * rec + 22 + 16 + 500] ^= 1;
+    std::fs::write(&victim, &data).unwrap();
+    let refusing = slow_disk(30, true);
+    let db = pipelined_at(&dir, &refusing, 1 << 20, true);
+    warm_latency(&db, N);
+    for _ in 0..2 {
+        let got: Vec<_> = db
+            .scan(&key(0)..&key(N), false)
+            .unwrap()
+            .limit(N)
+            .map(|r| r.unwrap())
+            .collect();
+        assert_eq!(got.len(), N);
+        for (j, (k, v)) in got.into_iter().enumerate() {
+            assert_eq!((k, v), (key(j), value(j, 0)));
+        }
+    }
+    assert_eq!(figure(&db, "span_direct_reads"), 0);
+    assert_eq!(figure(&db, "span_direct_off"), 1);
+    db.close().unwrap();
+}
+
+/// A scan dropped half-way with direct span reads stops its pipeline as
+/// the buffered one does: no read of it runs once the drop returns, and no
+/// TrieTable read happens afterwards.
+#[test]
+fn a_direct_scan_dropped_half_way_leaves_no_reader_running() {
+    let tmp = tempfile::tempdir().unwrap();
+    if !direct_reads_work(tmp.path()) {
+        eprintln!("skipped: the temporary directory's file system has no O_DIRECT");
+        return;
+    }
+    let fs = slow_disk(2000, false);
+    let db = pipelined_at(&tmp.path().join("db"), &fs, 4 << 20, true);
+    const N: usize = 6000;
+    for i in 0..N {
+        db.put(key(i), value(i, 0)).unwrap();
+    }
+    warm_latency(&db, N);
+    let reads = || fs.reads.load(std::sync::atomic::Ordering::SeqCst);
+    let mut running_at_drop = 0;
+    for taken in [1, 300, 2500] {
+        let mut scan = db.scan(&key(0).., false).unwrap().limit(N);
+        for j in 0..taken {
+            assert_eq!(scan.next().unwrap().unwrap().0, key(j));
+        }
+        running_at_drop += figure(&db, "scan_pipeline_reads_running");
+        drop(scan);
+        assert_eq!(figure(&db, "scan_pipeline_reads_running"), 0);
+        let after_drop = reads();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert_eq!(reads(), after_drop, "read after the drop ({taken} taken)");
+    }
+    assert!(
+        running_at_drop > 0,
+        "no scan was dropped with reads running"
+    );
+    assert!(
+        figure(&db, "span_direct_reads") > 0,
+        "no span was read directly"
     );
 }

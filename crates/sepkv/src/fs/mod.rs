@@ -28,6 +28,7 @@ pub use accounting::{IoCategory, IoStats, IoStatsSnapshot};
 pub use fault::{FaultFs, FaultKind, FaultOp, FaultRule};
 pub use mem::MemFs;
 pub use overlay::OverlayFs;
+pub(crate) use std_fs::AlignedBuf;
 pub use std_fs::{open_files_limit, read_handle_budget, DirectReadFs, StdFs, DIRECT_IO_ALIGN};
 
 /// The page size sepkv assumes (bytes): the unit the kernel's page cache

@@ -207,6 +207,7 @@ mod tests {
                         capacity: None,
                         spans: Default::default(),
                         scan_pipeline: 0,
+                        scan_direct: false,
                     },
                 )
                 .unwrap(),

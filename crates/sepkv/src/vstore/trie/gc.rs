@@ -376,6 +376,9 @@ fn free_pending(store: &TrieStore, oldest: u64) -> Result<u64> {
             len
         };
         store.reader.handles.forget(id);
+        if let Some(d) = &store.reader.direct {
+            d.forget(id);
+        }
         let path = store.path(id);
         match store.reader.fs.remove(&path) {
             Ok(()) => {}

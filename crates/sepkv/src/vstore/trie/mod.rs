@@ -145,6 +145,9 @@ pub struct TrieOptions {
     /// Memory budget of a limited scan's read pipeline (bytes; 0 = no
     /// pipeline: the scan reads its range in one batch). See [`pipeline`].
     pub scan_pipeline: u64,
+    /// The scan pipeline reads its spans with direct I/O while value
+    /// reads reach the device (see [`pipeline`], "Direct span reads").
+    pub scan_direct: bool,
 }
 
 impl TrieOptions {
@@ -167,6 +170,7 @@ impl TrieOptions {
                 parallel: o.trie_span_parallel,
             },
             scan_pipeline: o.trie_scan_pipeline,
+            scan_direct: o.trie_scan_direct,
         }
     }
 }
@@ -320,6 +324,15 @@ pub(crate) struct Reader {
     handles: Handles,
     /// How long single value reads take (steers parallel reads).
     latency: ReadLatency,
+    /// Direct-read (`O_DIRECT`) handles for the span reads of scan
+    /// pipelines (`Options::trie_scan_direct`); `None` when off, or when
+    /// the file system has no direct reads.
+    direct: Option<Handles>,
+    /// Cleared when a direct read was refused (a file system that cannot
+    /// read a table directly): spans are read buffered from then on.
+    direct_ok: std::sync::atomic::AtomicBool,
+    /// Span reads made with direct I/O.
+    direct_reads: AtomicU64,
 }
 
 impl Reader {
@@ -553,12 +566,21 @@ impl TrieStore {
         if removed {
             fs.sync_dir(dir).ctx(dir)?;
         }
+        let scan_direct = opts.scan_direct;
         Ok(TrieStore {
             prefetch: Arc::new(Prefetcher::new(opts.prefetch_threads)),
             opts,
             reader: Arc::new(Reader {
                 dir: dir.to_path_buf(),
                 handles: Handles::new(dir, fs.clone()),
+                // A long scan reads a few hundred tables at once at most;
+                // a quarter of the buffered handles' budget holds them.
+                direct: scan_direct
+                    .then(|| fs.with_direct_reads().ok())
+                    .flatten()
+                    .map(|d| Handles::with_capacity(dir, d, crate::fs::read_handle_budget() / 4)),
+                direct_ok: std::sync::atomic::AtomicBool::new(true),
+                direct_reads: AtomicU64::new(0),
                 fs,
                 stats,
                 latency: ReadLatency::default(),
@@ -1278,6 +1300,7 @@ impl ValueStore for TrieStore {
             budget,
             &self.opts.spans,
             from_memory,
+            self.opts.scan_direct,
         )))
     }
 
@@ -1507,6 +1530,13 @@ impl ValueStore for TrieStore {
             ("span_values", ld(&c.span_values)),
             ("single_reads", ld(&c.single_reads)),
             ("span_tables", ld(&c.span_tables)),
+            ("span_direct_reads", ld(&self.reader.direct_reads)),
+            (
+                "span_direct_off",
+                u64::from(
+                    self.reader.direct.is_none() || !self.reader.direct_ok.load(Ordering::Relaxed),
+                ),
+            ),
             ("scan_pipeline_peak_bytes", ld(&c.pipeline_peak)),
             ("scan_pipeline_reads_running", ld(&c.pipeline_running)),
             ("gc_runs", ld(&c.gc_runs)),

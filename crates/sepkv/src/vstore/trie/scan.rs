@@ -85,7 +85,7 @@
 
 use super::{table, Reader, TrieStore};
 use crate::error::{Error, Result};
-use crate::fs::{Advice, IoCategory};
+use crate::fs::{Advice, AlignedBuf, IoCategory, DIRECT_IO_ALIGN};
 use crate::vstore::ValuePointer;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -102,6 +102,10 @@ pub const MAX_SPAN: u64 = 4 << 20;
 /// Default longest span read at once while spans are read in parallel
 /// (bytes, [`SpanRules::parallel`]).
 pub const PARALLEL_SPAN: u64 = 512 << 10;
+/// Shortest span the scan pipeline reads with direct I/O (bytes; see
+/// [`super::pipeline`], "Direct span reads"): shorter ones are read
+/// buffered.
+pub const DIRECT_MIN_SPAN: u64 = 64 << 10;
 
 /// The span rule's knobs (`Options::trie_span_*`; module docs).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -208,8 +212,98 @@ pub fn plan(reqs: &[(usize, ValuePointer)], min_density: f64, max_span: u64) -> 
 /// What one planned read produced: `(request index, result)` pairs.
 pub(super) type Served = Vec<(usize, Result<Option<Vec<u8>>>)>;
 
-/// Runs one planned read.
-pub(super) fn run(reader: &Reader, reqs: &[(Vec<u8>, ValuePointer)], read: &Read) -> Served {
+/// Checks and copies out each member's record from `buf`, the bytes of
+/// `table` from offset `base` on.
+fn pick(
+    reader: &Reader,
+    reqs: &[(Vec<u8>, ValuePointer)],
+    table: u64,
+    members: &[usize],
+    buf: &[u8],
+    base: u64,
+) -> Served {
+    let path = || reader.path(table);
+    members
+        .iter()
+        .map(|&i| {
+            let (k, p) = &reqs[i];
+            let at = (p.offset - base) as usize;
+            let rec = &buf[at..at + p.length as usize];
+            let r = table::check_record(path, p, k, rec).map(|r| Some(rec[r].to_vec()));
+            (i, r)
+        })
+        .collect()
+}
+
+/// Reads `[start, end)` of `table` with direct I/O, widened to
+/// [`DIRECT_IO_ALIGN`] boundaries, into the calling thread's aligned
+/// buffer, and picks the members' records out of it. `None`: no direct
+/// handles (off, or refused before); `Some(Err)`: the direct read failed.
+fn run_direct(
+    reader: &Reader,
+    reqs: &[(Vec<u8>, ValuePointer)],
+    table: u64,
+    (start, end): (u64, u64),
+    members: &[usize],
+) -> Option<std::io::Result<Served>> {
+    let handles = reader.direct.as_ref()?;
+    if !reader.direct_ok.load(Ordering::Relaxed) {
+        return None;
+    }
+    let align = DIRECT_IO_ALIGN as u64;
+    let base = start - start % align;
+    let need = (end - base) as usize;
+    let Some(len) = need.checked_next_multiple_of(DIRECT_IO_ALIGN) else {
+        return Some(Err(std::io::ErrorKind::InvalidInput.into()));
+    };
+    let h = match handles.get(table) {
+        Ok(h) => h,
+        Err(e) => return Some(Err(std::io::Error::other(e.to_string()))),
+    };
+    Some(DIRECT_BUF.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.as_ref().is_none_or(|b| b.len() < len) {
+            // Grown, never shrunk: at most the longest span plus two
+            // alignment units.
+            *slot = None;
+            *slot = Some(AlignedBuf::new(len)?);
+        }
+        let Some(aligned) = slot.as_mut() else {
+            return Err(std::io::ErrorKind::OutOfMemory.into());
+        };
+        let buf = &mut aligned.as_mut_slice()[..len];
+        let mut got = 0;
+        // Aligned reads into the aligned buffer: the device writes into
+        // it directly. The last may come back short at the end of the
+        // file, past `end`.
+        while got < need {
+            match h.read_at(base + got as u64, &mut buf[got..]) {
+                Ok(0) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "read past end of file",
+                    ))
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        reader.stats.add_read(IoCategory::ValueStore, got as u64);
+        reader.direct_reads.fetch_add(1, Ordering::Relaxed);
+        Ok(pick(reader, reqs, table, members, &buf[..need], base))
+    }))
+}
+
+/// Runs one planned read; a span of at least [`DIRECT_MIN_SPAN`] bytes
+/// with direct I/O when `direct` and the store has direct handles (see
+/// [`super::pipeline`], "Direct span reads").
+pub(super) fn run(
+    reader: &Reader,
+    reqs: &[(Vec<u8>, ValuePointer)],
+    read: &Read,
+    direct: bool,
+) -> Served {
     match read {
         Read::Single(i) => {
             let (k, p) = &reqs[*i];
@@ -220,45 +314,68 @@ pub(super) fn run(reader: &Reader, reqs: &[(Vec<u8>, ValuePointer)], read: &Read
             start,
             end,
             members,
-        } => SPAN_BUF.with(|cell| {
-            // A span buffer per thread, kept between reads: a fresh
-            // allocation of this size would be mapped and faulted in anew
-            // each time. Only its first `n` bytes are used, all of them
-            // overwritten by the read.
-            let mut scratch = cell.borrow_mut();
-            let n = (end - start) as usize;
-            if scratch.len() < n {
-                scratch.resize(n, 0);
+        } => {
+            let tried = if direct && end - start >= DIRECT_MIN_SPAN {
+                run_direct(reader, reqs, *table, (*start, *end), members)
+            } else {
+                None
+            };
+            let failed = match tried {
+                Some(Ok(served)) => return served,
+                Some(Err(_)) => true,
+                None => false,
+            };
+            let served = run_buffered(reader, reqs, *table, (*start, *end), members);
+            if failed && served.iter().all(|(_, r)| r.is_ok()) {
+                // The direct read failed where the buffered one worked
+                // (a file system that takes `O_DIRECT` at open but not
+                // at read): read buffered from now on.
+                reader.direct_ok.store(false, Ordering::Relaxed);
             }
-            let buf = &mut scratch[..n];
-            let path = || reader.path(*table);
-            let got = reader.handles.get(*table).and_then(|h| {
-                h.advise(*start, end - start, Advice::WillNeed);
-                h.read_exact_at(*start, buf)
-                    .map_err(|e| Error::io(path(), e))
-            });
-            if let Err(e) = got {
-                return members.iter().map(|&i| (i, Err(e.clone()))).collect();
-            }
-            reader.stats.add_read(IoCategory::ValueStore, n as u64);
-            members
-                .iter()
-                .map(|&i| {
-                    let (k, p) = &reqs[i];
-                    let at = (p.offset - start) as usize;
-                    let rec = &buf[at..at + p.length as usize];
-                    let r = table::check_record(path, p, k, rec).map(|r| Some(rec[r].to_vec()));
-                    (i, r)
-                })
-                .collect()
-        }),
+            served
+        }
     }
+}
+
+/// Reads `[start, end)` of `table` through the page cache into the calling
+/// thread's span buffer and picks the members' records out of it.
+fn run_buffered(
+    reader: &Reader,
+    reqs: &[(Vec<u8>, ValuePointer)],
+    table: u64,
+    (start, end): (u64, u64),
+    members: &[usize],
+) -> Served {
+    SPAN_BUF.with(|cell| {
+        // A span buffer per thread, kept between reads: a fresh
+        // allocation of this size would be mapped and faulted in anew
+        // each time. Only its first `n` bytes are used, all of them
+        // overwritten by the read.
+        let mut scratch = cell.borrow_mut();
+        let n = (end - start) as usize;
+        if scratch.len() < n {
+            scratch.resize(n, 0);
+        }
+        let buf = &mut scratch[..n];
+        let got = reader.handles.get(table).and_then(|h| {
+            h.advise(start, end - start, Advice::WillNeed);
+            h.read_exact_at(start, buf)
+                .map_err(|e| Error::io(reader.path(table), e))
+        });
+        if let Err(e) = got {
+            return members.iter().map(|&i| (i, Err(e.clone()))).collect();
+        }
+        reader.stats.add_read(IoCategory::ValueStore, n as u64);
+        pick(reader, reqs, table, members, buf, start)
+    })
 }
 
 thread_local! {
     /// The span buffer of the calling thread (at most [`SpanRules::max`]
     /// bytes).
     static SPAN_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The aligned span buffer of the calling thread's direct reads.
+    static DIRECT_BUF: std::cell::RefCell<Option<AlignedBuf>> = const { std::cell::RefCell::new(None) };
 }
 
 /// [`crate::vstore::ValueStore::read_many`] for the trie layout.
@@ -322,9 +439,12 @@ pub fn read_many(
         let n = jobs.1.len();
         store
             .prefetch
-            .map(n, move |j| run(&reader, &jobs.0, &jobs.1[j]))
+            .map(n, move |j| run(&reader, &jobs.0, &jobs.1[j], false))
     } else {
-        reads.iter().map(|r| run(&store.reader, reqs, r)).collect()
+        reads
+            .iter()
+            .map(|r| run(&store.reader, reqs, r, false))
+            .collect()
     };
     for (i, r) in served.into_iter().flatten() {
         match r {

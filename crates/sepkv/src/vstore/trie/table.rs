@@ -275,10 +275,15 @@ pub struct Handles {
 impl Handles {
     /// An empty cache for the tables in `dir`.
     pub fn new(dir: &Path, fs: Arc<dyn FileSystem>) -> Self {
+        Self::with_capacity(dir, fs, crate::fs::read_handle_budget())
+    }
+
+    /// An empty cache of at most `cap` (at least 1) handles.
+    pub fn with_capacity(dir: &Path, fs: Arc<dyn FileSystem>, cap: usize) -> Self {
         Handles {
             dir: dir.to_path_buf(),
             fs,
-            map: quick_cache::sync::Cache::new(crate::fs::read_handle_budget()),
+            map: quick_cache::sync::Cache::new(cap.max(1)),
         }
     }
 
