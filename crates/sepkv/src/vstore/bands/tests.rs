@@ -432,6 +432,45 @@ fn gc_never_collects_bands_after_the_checkpoint() {
     assert!(!out.did_work, "{out:?}");
 }
 
+/// The GC-room figures a step adds: the victim's bytes, split into what
+/// the invalidity table counted dead and what GC judged live; the bands
+/// GC may not take; the garbage it could take; used and live bytes.
+#[test]
+fn gc_figures_tell_the_victim_and_the_room() {
+    let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    let m = Model::default();
+    let bs = open(&fs, opts(4), None);
+    // Bands 1-3 hold k0..k11 (4 entries of one size each); band 4, the
+    // open band, holds the overwrites of k0..k2.
+    for i in 0..12u8 {
+        write(&bs, &m, &[(&[b'k', i], Some(&[i; 50]))]);
+    }
+    for i in 0..3u8 {
+        write(&bs, &m, &[(&[b'k', i], Some(&[i + 100; 50]))]);
+    }
+    // Before the checkpoint moves, the garbage is out of GC's reach.
+    let out = bs.gc_step(&m, &m).unwrap();
+    assert!(!out.did_work && out.held_by_checkpoint, "{out:?}");
+    assert!(bs.figures().contains(&("gc_held_steps", 1)));
+    assert!(bs.figures().contains(&("gc_victim_bytes", 0)));
+    let pos = bs.log_position().unwrap();
+    bs.checkpoint_committed(pos);
+    let entry = bs.invalidity().iter().find(|x| x.0 == 1).unwrap().1 / 3;
+    let out = bs.gc_step(&m, &m).unwrap();
+    assert!(out.did_work, "{out:?}");
+    let f: std::collections::HashMap<_, _> = bs.figures().into_iter().collect();
+    assert_eq!(f["gc_victim_bytes"], 4 * entry, "{f:?}");
+    assert_eq!(f["gc_victim_invalid"], 3 * entry, "{f:?}");
+    assert_eq!(f["gc_victim_live"], entry, "{f:?}");
+    // Held: the open band of user writes (no band of GC copies yet).
+    assert_eq!(f["gc_held_bytes"], 3 * entry, "{f:?}");
+    assert_eq!(f["gc_held_invalid"], 0, "{f:?}");
+    assert_eq!(f["gc_free_invalid"], 3 * entry, "{f:?}");
+    assert_eq!(f["gc_live_bytes"], 12 * entry, "{f:?}");
+    assert!(f["gc_used_bytes"] > 15 * entry, "{f:?}");
+    assert_eq!(f["gc_held_steps"], 1, "{f:?}");
+}
+
 #[test]
 fn a_user_write_racing_gc_wins() {
     let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
