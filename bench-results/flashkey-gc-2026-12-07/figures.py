@@ -21,8 +21,10 @@ def lam(op):
     for _ in range(200): w=w-(w*math.exp(w)-z)/(math.exp(w)*(w+1))
     wa=a/(a+w); return 1-1/wa, wa-1
 for f in sys.argv[1:]:
-    d=json.load(open(f)); prev={}
+    d=json.load(open(f)); prev={}; eng=None
     for r in d:
+        if r['engine']!=eng:
+            prev={}; eng=r['engine']
         c=r['engine_counters']; g=lambda k:c.get('vstore_'+k,0)-prev.get('vstore_'+k,0)
         runs=g('gc_runs'); ub=r['user_bytes_written']
         line=f"{f} {r['engine']} {r['phase']}: WA {r.get('process_write_amp') or 0:.2f} SA {r['space_amp']:.2f} kops {r['ops_per_sec']/1e3:.1f}"
