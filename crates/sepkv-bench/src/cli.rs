@@ -299,8 +299,10 @@ fn run_plan(plan: &Plan) -> Result<()> {
     if plan.has_update() {
         match cfg.update_capacity() {
             Some((cap, _)) => eprintln!(
-                "update: sepkv value stores bounded to {cap} B (data + {:.0} % reserve); GC runs when a write would pass it",
-                cfg.reserve.unwrap_or(0.0) * 100.0
+                "update: sepkv value stores bounded to {cap} B (data + {:.0} % reserve; the bands layout to {} B, \
+                 the same reserve over its entries' bytes); GC runs when a write would pass it",
+                cfg.reserve.unwrap_or(0.0) * 100.0,
+                cfg.update_band_capacity().unwrap_or(cap)
             ),
             None => eprintln!("update: sepkv value stores unbounded (--reserve none)"),
         }

@@ -146,6 +146,10 @@ impl From<Workload> for WorkloadRun {
     }
 }
 
+/// Bytes a band entry of sepkv's `bands` layout takes beyond the record's
+/// key and value (see [`BenchConfig::update_band_capacity`]).
+pub const BAND_ENTRY_OVERHEAD: usize = sepkv::vstore::bands::band::ENTRY_OVERHEAD;
+
 /// Largest `--num` (records): live-byte tracking keeps 4 bytes per record.
 pub const MAX_NUM: u64 = 1 << 32;
 
@@ -297,6 +301,19 @@ impl BenchConfig {
         Some(((data * (1.0 + r)).ceil() as u64, r / (1.0 + r)))
     }
 
+    /// The `update` workload's bound for sepkv's `bands` layout: the data
+    /// counted in the bytes its band entries take (each record's key and
+    /// value plus the entry's fixed
+    /// [`BAND_ENTRY_OVERHEAD`] bytes of header and previous-version
+    /// address) times `1 + reserve`, so that the reserve is the room band
+    /// GC works in, as FlashKey's capacity is `live × (1 + OP)`. `None`
+    /// without a reserve.
+    pub fn update_band_capacity(&self) -> Option<u64> {
+        let r = self.reserve?;
+        let entry = self.key_size as f64 + self.mean_value_len() + BAND_ENTRY_OVERHEAD as f64;
+        Some((self.num as f64 * entry * (1.0 + r)).ceil() as u64)
+    }
+
     /// Checks the settings.
     ///
     /// # Errors
@@ -420,8 +437,15 @@ mod tests {
         let data = 10_000.0 * (16.0 + 0.25 * 24.0 + 0.75 * 1000.0);
         assert_eq!(cap, (data * 1.3f64).ceil() as u64);
         assert!((reserved - 0.3 / 1.3).abs() < 1e-12);
+        // The bands' bound counts each entry's own bytes too.
+        let entries = 10_000.0 * (16.0 + 0.25 * 24.0 + 0.75 * 1000.0 + 42.0);
+        assert_eq!(
+            c.update_band_capacity(),
+            Some((entries * 1.3f64).ceil() as u64)
+        );
         c.reserve = None;
         assert_eq!(c.update_capacity(), None);
+        assert_eq!(c.update_band_capacity(), None);
         assert!("24".parse::<SmallValues>().is_err());
         c.small_values = Some(SmallValues {
             size: 24,

@@ -27,6 +27,12 @@ pub struct EngineOptions {
     /// Bound sepkv's value store: `(capacity in bytes, share of it that
     /// HashKV reserves for log segments)`; other engines ignore it.
     pub value_capacity: Option<(u64, f64)>,
+    /// Bound of sepkv's `bands` layout (FlashKey) in the bytes its band
+    /// entries take, headers included: the same reserve over the data as
+    /// `value_capacity`, so that the reserve is the room its GC has (a band
+    /// entry carries 42 bytes beyond its key and value); other engines and
+    /// layouts ignore it.
+    pub band_capacity: Option<u64>,
     /// sepkv only: take a checkpoint this long after open, into
     /// `<dir>.checkpoint`, and report it on stderr (see
     /// `SepkvEngine::checkpoint_later`); other engines ignore it.

@@ -852,7 +852,13 @@ impl SepkvEngine {
             options.trie_scan_direct = false;
         }
         if let Some((capacity, reserved)) = opts.value_capacity {
-            options.value_capacity = Some(capacity);
+            // The bands count their bound in the bytes their entries take
+            // (FlashKey: capacity = live × (1 + OP)); the reserve over the
+            // user's bytes would leave GC less room than the reserve.
+            options.value_capacity = match (options.layout(), opts.band_capacity) {
+                (sepkv::ValueLayout::Bands, Some(b)) => Some(b),
+                _ => Some(capacity),
+            };
             options.hashkv_reserved_ratio = reserved;
             // A small run (a test, a smoke run) would not hold even one
             // default 64 MiB main segment: shrink the segments so the store

@@ -647,6 +647,11 @@ impl EngineRun<'_> {
             } else {
                 None
             },
+            band_capacity: if self.bounded {
+                self.cfg.update_band_capacity()
+            } else {
+                None
+            },
             checkpoint_after: self.cfg.checkpoint_after,
         }
     }

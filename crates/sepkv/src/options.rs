@@ -490,8 +490,14 @@ pub struct Options {
     ///   values plus garbage not yet collected, tables GC retired but old
     ///   snapshots still reach included); `None` means unbounded. May
     ///   change between opens.
-    /// - `flashkey` (logical bands): the most bytes the bands may hold;
-    ///   `None` means unbounded. May change between opens.
+    /// - `flashkey` (logical bands): the most bytes the band files may
+    ///   hold; `None` means unbounded. May change between opens. The bands
+    ///   count in their own bytes: an entry takes 42 bytes beyond its key
+    ///   and value (`vstore::bands::band::ENTRY_OVERHEAD`), so a capacity
+    ///   meant to leave GC a reserve `R` over live data is the data's
+    ///   entry bytes × (1 + R), as FlashKey's capacity = live × (1 + OP);
+    ///   `band_over_provisioning` sets such a bound relative to the live
+    ///   band bytes, and the tighter of the two acts first.
     ///
     /// When a user write would pass the capacity, garbage collection runs
     /// first, in the writing thread (the setup of HashKV §4.1, where both

@@ -36,6 +36,10 @@ pub const HEADER_LEN: u64 = 20;
 pub const TRAILER_LEN: usize = 32;
 /// Bytes of the band's own entry field (previous-version address).
 pub const PREV_LEN: usize = 20;
+/// Bytes an entry takes beyond its key and payload: the value record's
+/// header and the previous-version address (42). The bands' live bytes,
+/// and so their space bound and GC's room, count them.
+pub const ENTRY_OVERHEAD: usize = value_record::HEADER_LEN + PREV_LEN;
 /// Record flag: last entry of a write batch (the shared codec's
 /// [`value_record::FLAG_BATCH_END`]).
 pub const BATCH_END: u8 = value_record::FLAG_BATCH_END;
@@ -130,7 +134,7 @@ pub fn encode_entry(
 
 /// Bytes an entry takes.
 pub fn entry_len(key: &[u8], payload: &[u8]) -> usize {
-    value_record::HEADER_LEN + PREV_LEN + key.len() + payload.len()
+    ENTRY_OVERHEAD + key.len() + payload.len()
 }
 
 /// A decoded band entry.

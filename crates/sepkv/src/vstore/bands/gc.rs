@@ -86,6 +86,9 @@ pub fn step(
             }
         }
         bs.reader_held.store(by_readers, Ordering::Relaxed);
+        if let Some((id, b)) = best {
+            note_pick(bs, &st, limit, oldest, id, b);
+        }
         // A filter pass under way takes its next band first, garbage or
         // not, so that the filter meets every record once.
         let eligible = st.bands.iter().filter(|(&id, b)| {
@@ -102,6 +105,9 @@ pub fn step(
         out.held_by_checkpoint = best.is_none() && by_ckpt;
         best.map(|(id, b)| (id, b.valid_len, b.inval_seq))
     };
+    if victim.is_none() && out.held_by_checkpoint {
+        bs.counters.gc_held_steps.fetch_add(1, Ordering::Relaxed);
+    }
     let Some((id, end, inval_seq)) = victim else {
         return Ok(out);
     };
@@ -131,6 +137,7 @@ pub fn step(
     let mut removes: Vec<Relocation> = Vec::new();
     let filter = bs.filter().filter(|_| !index.has_readers());
     let mut err = None;
+    let mut judged_live = 0u64;
     let (stop, _, _) = band::scan_batches(&buf, HEADER_LEN, |at, e| {
         if err.is_some() {
             return;
@@ -164,6 +171,7 @@ pub fn step(
                         new: ValuePointer::default(),
                     });
                 } else {
+                    judged_live += e.len as u64;
                     moves.push(Move {
                         key: e.key.to_vec(),
                         seq: e.seq,
@@ -261,6 +269,7 @@ pub fn step(
     out.bytes_freed += free_retired(bs, index.oldest_visible_seq())?;
     let c = &bs.counters;
     c.gc_runs.fetch_add(1, Ordering::Relaxed);
+    c.gc_victim_live.fetch_add(judged_live, Ordering::Relaxed);
     c.gc_bytes_read.fetch_add(out.bytes_read, Ordering::Relaxed);
     c.gc_bytes_rewritten
         .fetch_add(out.bytes_rewritten, Ordering::Relaxed);
@@ -294,4 +303,61 @@ fn free_retired(bs: &BandStore, oldest_visible: u64) -> Result<u64> {
         freed += len;
     }
     Ok(freed)
+}
+
+/// Adds what GC saw at a pick to the store's GC-room figures
+/// (`BandStore::figures`, all sums over the steps that took a victim):
+/// the victim's bytes and the invalid bytes the table gave it; the bands
+/// GC may not take (the open bands and every band at or after the replay
+/// checkpoints) with their invalid bytes; the invalid bytes GC could take;
+/// and the band files' bytes and live bytes. With `SEPKV_GC_TRACE` set, a
+/// line per pick goes to standard error.
+fn note_pick(
+    bs: &BandStore,
+    st: &super::State,
+    limit: Option<u64>,
+    oldest: u64,
+    id: u64,
+    victim: &super::BandInfo,
+) {
+    let (mut held, mut held_inval, mut free_inval) = (0u64, 0u64, 0u64);
+    for (&b_id, b) in &st.bands {
+        if b.retired.is_some() {
+            continue;
+        }
+        let entries = b.valid_len.saturating_sub(HEADER_LEN);
+        if !b.closed || b_id == st.open || limit.is_some_and(|l| b_id >= l) {
+            held += entries;
+            held_inval += b.invalid;
+        } else if b.inval_seq <= oldest {
+            free_inval += b.invalid;
+        }
+    }
+    let (used, live) = BandStore::used_and_live_locked(st);
+    let bytes = victim.valid_len.saturating_sub(HEADER_LEN);
+    let c = &bs.counters;
+    for (counter, v) in [
+        (&c.gc_victim_bytes, bytes),
+        (&c.gc_victim_invalid, victim.invalid),
+        (&c.gc_held_bytes, held),
+        (&c.gc_held_invalid, held_inval),
+        (&c.gc_free_invalid, free_inval),
+        (&c.gc_used_bytes, used),
+        (&c.gc_live_bytes, live),
+    ] {
+        counter.fetch_add(v, Ordering::Relaxed);
+    }
+    if trace() {
+        eprintln!(
+            "gc pick band {id}: bytes {bytes} invalid {} | held {held} (invalid {held_inval}) \
+             | collectable invalid {free_inval} | used {used} live {live} | limit {limit:?} open {} gc_open {:?}",
+            victim.invalid, st.open, st.gc_open
+        );
+    }
+}
+
+/// Whether `SEPKV_GC_TRACE` asks for a line per GC pick (read once).
+fn trace() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("SEPKV_GC_TRACE").is_some())
 }

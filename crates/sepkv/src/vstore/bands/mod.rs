@@ -206,6 +206,18 @@ struct Counters {
     gc_bytes_rewritten: AtomicU64,
     gc_bytes_freed: AtomicU64,
     gc_tombstones_dropped: AtomicU64,
+    /// GC-room figures, sums over the steps that took a victim (see
+    /// `gc::note_pick`).
+    gc_victim_bytes: AtomicU64,
+    gc_victim_invalid: AtomicU64,
+    gc_victim_live: AtomicU64,
+    gc_held_bytes: AtomicU64,
+    gc_held_invalid: AtomicU64,
+    gc_free_invalid: AtomicU64,
+    gc_used_bytes: AtomicU64,
+    gc_live_bytes: AtomicU64,
+    /// Steps that found garbage only in bands after the replay checkpoints.
+    gc_held_steps: AtomicU64,
 }
 
 /// The logical bands. See the module docs.

@@ -432,6 +432,45 @@ fn gc_never_collects_bands_after_the_checkpoint() {
     assert!(!out.did_work, "{out:?}");
 }
 
+/// The GC-room figures a step adds: the victim's bytes, split into what
+/// the invalidity table counted dead and what GC judged live; the bands
+/// GC may not take; the garbage it could take; used and live bytes.
+#[test]
+fn gc_figures_tell_the_victim_and_the_room() {
+    let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    let m = Model::default();
+    let bs = open(&fs, opts(4), None);
+    // Bands 1-3 hold k0..k11 (4 entries of one size each); band 4, the
+    // open band, holds the overwrites of k0..k2.
+    for i in 0..12u8 {
+        write(&bs, &m, &[(&[b'k', i], Some(&[i; 50]))]);
+    }
+    for i in 0..3u8 {
+        write(&bs, &m, &[(&[b'k', i], Some(&[i + 100; 50]))]);
+    }
+    // Before the checkpoint moves, the garbage is out of GC's reach.
+    let out = bs.gc_step(&m, &m).unwrap();
+    assert!(!out.did_work && out.held_by_checkpoint, "{out:?}");
+    assert!(bs.figures().contains(&("gc_held_steps", 1)));
+    assert!(bs.figures().contains(&("gc_victim_bytes", 0)));
+    let pos = bs.log_position().unwrap();
+    bs.checkpoint_committed(pos);
+    let entry = bs.invalidity().iter().find(|x| x.0 == 1).unwrap().1 / 3;
+    let out = bs.gc_step(&m, &m).unwrap();
+    assert!(out.did_work, "{out:?}");
+    let f: std::collections::HashMap<_, _> = bs.figures().into_iter().collect();
+    assert_eq!(f["gc_victim_bytes"], 4 * entry, "{f:?}");
+    assert_eq!(f["gc_victim_invalid"], 3 * entry, "{f:?}");
+    assert_eq!(f["gc_victim_live"], entry, "{f:?}");
+    // Held: the open band of user writes (no band of GC copies yet).
+    assert_eq!(f["gc_held_bytes"], 3 * entry, "{f:?}");
+    assert_eq!(f["gc_held_invalid"], 0, "{f:?}");
+    assert_eq!(f["gc_free_invalid"], 3 * entry, "{f:?}");
+    assert_eq!(f["gc_live_bytes"], 12 * entry, "{f:?}");
+    assert!(f["gc_used_bytes"] > 15 * entry, "{f:?}");
+    assert_eq!(f["gc_held_steps"], 1, "{f:?}");
+}
+
 #[test]
 fn a_user_write_racing_gc_wins() {
     let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
@@ -859,4 +898,84 @@ fn a_failed_creation_of_a_band_of_gc_copies_leaves_no_band() {
     )
     .expect("open after a failed creation and a power loss");
     check_model(&bs, &m);
+}
+
+/// The room GC has is counted in the bytes the bands hold: with 40 live
+/// keys of known size, over-provisioning 0.3 and a capacity of their band
+/// bytes × 1.3 (as `sepkv bench --reserve 0.3` sets it for the bands),
+/// the bound's floor is the entries' bytes with their headers, and a user
+/// value is refused (the engine then runs GC) exactly when the band files
+/// would pass live band bytes × 1.3, not the user's bytes × 1.3.
+#[test]
+fn gc_room_is_counted_in_band_bytes() {
+    const N: u64 = 40;
+    const OP: f64 = 0.3;
+    let key = |i: u64| format!("key{i:013}").into_bytes();
+    let value = [7u8; 200];
+    let entry = band::entry_len(&key(0), &value) as u64;
+    assert_eq!(entry, band::ENTRY_OVERHEAD as u64 + 16 + 200);
+    let live = N * entry;
+    let cap = (live as f64 * (1.0 + OP)).ceil() as u64;
+    let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    let m = Model::default();
+    let bs = open(
+        &fs,
+        BandOptions {
+            band_entries: 8,
+            band_bytes: 4096,
+            capacity: Some(cap),
+            space_bound: Some(1.0 + OP),
+            ..Default::default()
+        },
+        None,
+    );
+    for i in 0..N {
+        write(&bs, &m, &[(&key(i), Some(&value))]);
+    }
+    // Band files: a header per band (a full band is closed and the next
+    // opened at once), a trailer per closed band.
+    let used = |entries: u64| {
+        let bands = entries / 8 + 1;
+        bands * HEADER_LEN + entries / 8 * TRAILER_LEN as u64 + entries * entry
+    };
+    let mut written = N;
+    let refused = loop {
+        let u = bs.space_bound_use().unwrap();
+        assert_eq!(u.used, used(written));
+        assert_eq!(u.floor, live, "live band bytes, entry headers included");
+        assert_eq!(u.limit, (live as f64 * (1.0 + OP)) as u64 + 4096);
+        assert!(written < 2 * N, "the capacity never refused a value");
+        let seq = *m.last_seq.lock() + 1;
+        let k = key(written % N);
+        let e = [LogEntry {
+            vtype: ValueType::Value,
+            separate: true,
+            key: &k,
+            seq,
+            value: &value,
+        }];
+        let prev = [m.prev(&k)];
+        match bs.log_linked(&e, Some(&prev)) {
+            Ok(p) => {
+                m.map.lock().insert(k, p[0]);
+                *m.last_seq.lock() = seq;
+                written += 1;
+            }
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(refused, Error::ValueStoreFull(_)), "{refused:?}");
+    // Refused exactly where one more entry would pass live × (1 + OP) ...
+    let at = bs.space_bound_use().unwrap().used;
+    assert!(at <= cap && at + entry > cap, "{at} {cap}");
+    // ... which leaves GC 0.3 of the live band bytes, less at most one
+    // entry and the bands' headers and trailers.
+    let room = (at - live) as f64 / live as f64;
+    assert!(room > OP - 0.03 && room <= OP, "{room}");
+    // Counted in the user's bytes (216 of the 258 an entry takes) the same
+    // capacity would have left 0.3 × 216 / 258 of room.
+    assert!(
+        room > (1.0 + OP) * 216.0 / entry as f64 - 1.0 + 0.04,
+        "{room}"
+    );
 }

@@ -180,6 +180,20 @@ impl ValueStore for BandStore {
                 c.gc_tombstones_dropped.load(Ordering::Relaxed),
             ),
         ]);
+        v.extend(
+            [
+                ("gc_victim_bytes", &c.gc_victim_bytes),
+                ("gc_victim_invalid", &c.gc_victim_invalid),
+                ("gc_victim_live", &c.gc_victim_live),
+                ("gc_held_bytes", &c.gc_held_bytes),
+                ("gc_held_invalid", &c.gc_held_invalid),
+                ("gc_free_invalid", &c.gc_free_invalid),
+                ("gc_used_bytes", &c.gc_used_bytes),
+                ("gc_live_bytes", &c.gc_live_bytes),
+                ("gc_held_steps", &c.gc_held_steps),
+            ]
+            .map(|(n, x)| (n, x.load(Ordering::Relaxed))),
+        );
         v
     }
 

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""A record-level model of FlashKey's band GC under the update experiment.
+
+Counts the records GC copies per update for logical bands collected by a
+victim rule, with nothing else in the way: no engine, no device, no record
+headers, no relocation records. It answers: what does GC copy for this
+workload and this over-provisioning, and how much of the engine's figure
+is the workload's rather than the engine's?
+
+The shape: N keys of one record each (the load), then phases of N updates
+in a store that may hold (1 + OP) x N records in bands of BAND records.
+User writes fill one open band; GC copies fill an open band of their own
+(sepkv's two streams), or two (`--gc-streams 2`: copies of records that
+came from a band of GC copies go to the second). While the store holds
+more bands than it may, GC takes one victim among the closed bands except
+the newest `--held` (the bands after sepkv's replay checkpoints, which GC
+may not take) and copies its live records.
+
+Victim rules: `greedy` (the most dead records, FlashKey §V-B5) and
+`cost-benefit` (dead x age / live, age = updates since the band opened).
+
+Key draws:
+  uniform   every key alike (the FlashKey §VI model's assumption);
+  zipf      Zipf(0.99) over the N keys, ranks shuffled;
+  ycsb      YCSB's scrambled Zipfian, as `sepkv bench --workload update`
+            draws: Zipf(0.99) over 10^10 items, FNV-64 of the item mod N
+            (so much of the mass lands on keys spread uniformly).
+
+The FlashKey §VI model for uniform updates and greedy choice gives
+copies per update = (1 + OP) / (1 + OP + W(z)) - 1, z = -(1 + OP) e^-(1+OP);
+`--uniform-model` prints it for the given OP.
+
+Usage: scripts/band-gc-model.py [--keys N] [--op OP] [--dist D] [--victim V]
+                                [--held W] [--gc-streams 1|2] [--phases P]
+Example: scripts/band-gc-model.py --keys 100000 --op 0.47 --dist ycsb --held 35
+Prints the records copied per update in each phase.
+"""
+
+import argparse
+import bisect
+import itertools
+import math
+import random
+
+BAND = 1000
+
+
+def lambert_w0(z):
+    w = -0.5
+    for _ in range(200):
+        w -= (w * math.exp(w) - z) / (math.exp(w) * (w + 1))
+    return w
+
+
+def uniform_model(op):
+    a = 1 + op
+    return a / (a + lambert_w0(-a * math.exp(-a))) - 1
+
+
+def drawer(dist, n, rng):
+    if dist == "uniform":
+        return lambda: rng.randrange(n)
+    if dist == "zipf":
+        cum = list(itertools.accumulate(1.0 / (r**0.99) for r in range(1, n + 1)))
+        total = cum[-1]
+        perm = list(range(n))
+        rng.shuffle(perm)
+        return lambda: perm[bisect.bisect_left(cum, rng.random() * total)]
+    # YCSB 0.17 ScrambledZipfianGenerator: ZipfianGenerator over ITEM_COUNT
+    # items with its precomputed zeta, then FNV-64 of the item mod n.
+    items, theta, zetan = 10_000_000_000, 0.99, 26.46902820178302
+    zeta2 = 1 + 0.5**theta
+    alpha = 1 / (1 - theta)
+    eta = (1 - (2 / items) ** (1 - theta)) / (1 - zeta2 / zetan)
+
+    def fnv64(v):
+        h = 0xCBF29CE484222325
+        for _ in range(8):
+            h ^= v & 0xFF
+            v >>= 8
+            h = (h * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+        return h
+
+    def draw():
+        u = rng.random()
+        uz = u * zetan
+        if uz < 1:
+            item = 0
+        elif uz < zeta2:
+            item = 1
+        else:
+            item = int(items * (eta * u - eta + 1) ** alpha)
+        return fnv64(item) % n
+
+    return draw
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--keys", type=int, default=100_000)
+    ap.add_argument("--op", type=float, default=0.5)
+    ap.add_argument("--dist", choices=["uniform", "zipf", "ycsb"], default="ycsb")
+    ap.add_argument("--victim", choices=["greedy", "cost-benefit"], default="greedy")
+    ap.add_argument("--held", type=int, default=0)
+    ap.add_argument("--gc-streams", type=int, choices=[1, 2], default=1)
+    ap.add_argument("--phases", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--uniform-model", action="store_true")
+    a = ap.parse_args()
+    if a.uniform_model:
+        print(f"FlashKey §VI model, OP {a.op}: {uniform_model(a.op):.2f} copies per update")
+        return
+    n = a.keys
+    cap = int(n * (1 + a.op) / BAND)
+    rng = random.Random(a.seed)
+    draw = drawer(a.dist, n, rng)
+    where = [0] * n  # band of each key's live record (0: none)
+    bands = {}  # id -> [live, keys, stream, opened at]
+    opened = {}  # stream -> open band
+    clock = [0, 0]  # [updates so far, last band id]
+
+    def append(key, stream):
+        b = opened.get(stream)
+        if b is None or len(bands[b][1]) >= BAND:
+            clock[1] += 1
+            b = opened[stream] = clock[1]
+            bands[b] = [0, [], stream, clock[0]]
+        if where[key]:
+            bands[where[key]][0] -= 1
+        bands[b][1].append(key)
+        bands[b][0] += 1
+        where[key] = b
+
+    def dead(b):
+        return len(bands[b][1]) - bands[b][0]
+
+    def score(b):
+        if a.victim == "greedy":
+            return dead(b)
+        return dead(b) * (clock[0] - bands[b][3] + 1) / (bands[b][0] + 1)
+
+    def gc():
+        busy = set(opened.values())
+        newest = clock[1] - a.held
+        cand = [b for b in bands if b not in busy and b <= newest]
+        if not cand:
+            return None
+        v = max(cand, key=score)
+        live = [k for k in bands[v][1] if where[k] == v]
+        to = "gc" if a.gc_streams == 1 or bands[v][2] == "user" else "gc2"
+        del bands[v]
+        for k in live:
+            where[k] = 0
+            append(k, to)
+        return len(live)
+
+    for k in range(n):
+        append(k, "user")
+    for phase in range(1, a.phases + 1):
+        copies = 0
+        for _ in range(n):
+            while len(bands) > cap:
+                moved = gc()
+                if moved is None:
+                    break
+                copies += moved
+            clock[0] += 1
+            append(draw(), "user")
+        print(
+            f"{a.dist} op {a.op} {a.victim} held {a.held} gc-streams {a.gc_streams} "
+            f"phase {phase}: {copies / n:.2f} copies per update"
+        )
+
+
+if __name__ == "__main__":
+    main()
