@@ -1103,7 +1103,9 @@ mod tests {
         };
         let mut targets: Vec<u32> = (0..3000u32).map(|i| i * 104_729 % 10_003).collect();
         targets.sort_unstable();
-        let mut shuffled: Vec<u32> = (0..3000u32).map(|i| i * 15_485_863 % 10_007).collect();
+        let mut shuffled: Vec<u32> = (0..3000u64)
+            .map(|i| (i * 15_485_863 % 10_007) as u32)
+            .collect();
         shuffled.extend([0, 0, 9_998, 9_999, 20_000, 1]);
         for order in [&targets, &shuffled] {
             let mut f = Finger::new(&l);
