@@ -5,7 +5,9 @@ and lwc / C++ LevelDB, for throughput and write amplification.
 Usage: ratios.py [--table] RESULTS.json [...]  (files written by
 `sepkv bench --json`); --table prints markdown rows instead: per workload
 the three engines' median kops/s, then each ratio per round and its
-median, and for loads a second row with the WA.
+median, and for loads a second row with the WA. Files named
+`rN-<engine>.json` (one process per engine and round) are merged, round N
+taken from the name.
 
 For each workload it prints each engine's kops/s per round (round 1, 2, 3),
 the ratio within each round and the median of those ratios; for loads, the
@@ -15,6 +17,8 @@ C++ LevelDB peer has; for sepkv engines also the engine WA without the
 WAL's bytes.
 """
 import json
+import os
+import re
 import statistics
 import sys
 
@@ -23,6 +27,28 @@ LWC, PRESET, CPP = "sepkv:lwc", "sepkv:leveldb", "leveldb"
 
 def fmt(x, nd=2):
     return "-" if x is None else f"{x:.{nd}f}"
+
+
+def load(paths):
+    """(label, phases) pairs: one per file, except that files named
+    `rN-<engine>.json` (one engine and round per process) merge into one
+    set whose reports take round N from the name."""
+    single = [re.match(r"r(\d+)-", os.path.basename(p)) for p in paths]
+    if paths and all(single):
+        phases = []
+        for path, m in zip(paths, single):
+            with open(path) as f:
+                data = json.load(f)
+            for ph in data["phases"] if isinstance(data, dict) else data:
+                ph["round"] = int(m.group(1))
+                phases.append(ph)
+        return [(os.path.dirname(paths[0]) or ".", phases)]
+    out = []
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        out.append((path, data["phases"] if isinstance(data, dict) else data))
+    return out
 
 
 def no_wal_wa(p):
@@ -35,10 +61,7 @@ def no_wal_wa(p):
 
 
 def main(paths):
-    for path in paths:
-        with open(path) as f:
-            data = json.load(f)
-        phases = data["phases"] if isinstance(data, dict) else data
+    for path, phases in load(paths):
         by = {}
         order = []
         for p in phases:
@@ -108,10 +131,7 @@ def med(e, eng, field, scale=1.0, nd=1):
 def table(paths):
     print("| workload | `lwc` | `leveldb` | C++ LevelDB | lwc ÷ `leveldb` | lwc ÷ C++ |")
     print("|---|---:|---:|---:|---|---|")
-    for path in paths:
-        with open(path) as f:
-            data = json.load(f)
-        phases = data["phases"] if isinstance(data, dict) else data
+    for path, phases in load(paths):
         by, order = {}, []
         for p in phases:
             key = p["workload"]
