@@ -140,7 +140,10 @@ impl Db {
     /// db.flush()?;
     /// db.delete("a")?;
     /// let done = db.compact_range(..)?;
-    /// assert_eq!(done.tombstones_dropped, 1);
+    /// // This call drops the tombstone, unless the background compaction of
+    /// // tables that are mostly tombstones took it first.
+    /// assert!(done.tombstones_dropped <= 1);
+    /// assert!(db.get("a")?.is_none());
     /// let stats = db.stats()?;
     /// assert_eq!(stats.levels.iter().map(|l| l.files).sum::<usize>(), 0);
     /// # drop(db);
