@@ -260,27 +260,16 @@ struct VerifiedBlocks {
 }
 
 impl VerifiedBlocks {
-    /// One bit for each block the index block `index` lists, or `None`
-    /// when the index does not hold exactly one entry per restart point
-    /// (such a table checksums every load; a damaged index is reported by
-    /// the reads).
-    fn new(index: &Arc<Block>) -> Option<VerifiedBlocks> {
-        let mut it = BlockIter::new(index.clone(), compare_internal);
-        it.seek_to_first();
-        let mut n = 0;
-        while it.valid() {
-            if it.restart_index() != n {
-                return None;
-            }
-            n += 1;
-            it.next();
+    /// One bit for each of the `blocks` data blocks a table's index lists
+    /// (its index block has one restart point per entry, as the builder
+    /// writes it and [`Table::get_filtered`]'s per-block filters rely on).
+    /// An ordinal past the end finds no bit: such a load checksums.
+    fn new(blocks: usize) -> VerifiedBlocks {
+        VerifiedBlocks {
+            bits: (0..blocks.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
         }
-        if it.corruption().is_some() || n != index.num_restarts() {
-            return None;
-        }
-        Some(VerifiedBlocks {
-            bits: (0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
-        })
     }
 
     fn is_set(&self, ordinal: usize) -> bool {
@@ -346,7 +335,10 @@ impl Table {
         let filter = src
             .filter(meta, footer.metaindex, category)?
             .map(|(f, _)| f);
-        let verified = src.map.as_ref().and_then(|_| VerifiedBlocks::new(&index));
+        let verified = src
+            .map
+            .as_ref()
+            .map(|_| VerifiedBlocks::new(index.num_restarts()));
         Ok(Table {
             src,
             file_number,
