@@ -66,12 +66,25 @@ pub fn step(
         // them go (`GcOutcome::held_by_checkpoint`, `pinned_bytes`).
         let (mut by_ckpt, mut by_readers) = (false, 0u64);
         let mut best: Option<(u64, &super::BandInfo)> = None;
+        let mut room = Room::default();
         for (&id, b) in &st.bands {
-            if !b.closed || id == st.open || b.retired.is_some() || b.invalid == 0 {
+            room.used += b.file_len.max(b.valid_len);
+            if b.retired.is_some() {
                 continue;
             }
             let before_ckpt = limit.is_none_or(|l| id < l);
             let visible = b.inval_seq <= oldest;
+            let entries = b.valid_len.saturating_sub(HEADER_LEN);
+            room.live += entries.saturating_sub(b.invalid);
+            if !b.closed || id == st.open || !before_ckpt {
+                room.held += entries;
+                room.held_invalid += b.invalid;
+            } else if visible {
+                room.free_invalid += b.invalid;
+            }
+            if !b.closed || id == st.open || b.invalid == 0 {
+                continue;
+            }
             match (before_ckpt, visible) {
                 (true, true) => {
                     if best.is_none_or(|(bid, bb)| {
@@ -86,9 +99,6 @@ pub fn step(
             }
         }
         bs.reader_held.store(by_readers, Ordering::Relaxed);
-        if let Some((id, b)) = best {
-            note_pick(bs, &st, limit, oldest, id, b);
-        }
         // A filter pass under way takes its next band first, garbage or
         // not, so that the filter meets every record once.
         let eligible = st.bands.iter().filter(|(&id, b)| {
@@ -102,6 +112,9 @@ pub fn step(
             .next_filter_band(eligible.map(|(&id, _)| id))
             .and_then(|id| st.bands.get(&id).map(|b| (id, b)));
         let best = pass.or(best);
+        if let Some((id, b)) = best {
+            note_pick(bs, &st, limit, id, b, &room);
+        }
         out.held_by_checkpoint = best.is_none() && by_ckpt;
         best.map(|(id, b)| (id, b.valid_len, b.inval_seq))
     };
@@ -305,6 +318,23 @@ fn free_retired(bs: &BandStore, oldest_visible: u64) -> Result<u64> {
     Ok(freed)
 }
 
+/// What the bands hold when GC picks a victim, gathered by the pick's own
+/// pass over them (see [`note_pick`]).
+#[derive(Default, Clone, Copy)]
+struct Room {
+    /// Entry bytes GC may not take: open bands and bands at or after the
+    /// replay checkpoints.
+    held: u64,
+    /// Invalid bytes of those bands.
+    held_invalid: u64,
+    /// Invalid bytes GC could take now.
+    free_invalid: u64,
+    /// Bytes of the band files.
+    used: u64,
+    /// Live entry bytes.
+    live: u64,
+}
+
 /// Adds what GC saw at a pick to the store's GC-room figures
 /// (`BandStore::figures`, all sums over the steps that took a victim):
 /// the victim's bytes and the invalid bytes the table gave it; the bands
@@ -316,24 +346,17 @@ fn note_pick(
     bs: &BandStore,
     st: &super::State,
     limit: Option<u64>,
-    oldest: u64,
     id: u64,
     victim: &super::BandInfo,
+    room: &Room,
 ) {
-    let (mut held, mut held_inval, mut free_inval) = (0u64, 0u64, 0u64);
-    for (&b_id, b) in &st.bands {
-        if b.retired.is_some() {
-            continue;
-        }
-        let entries = b.valid_len.saturating_sub(HEADER_LEN);
-        if !b.closed || b_id == st.open || limit.is_some_and(|l| b_id >= l) {
-            held += entries;
-            held_inval += b.invalid;
-        } else if b.inval_seq <= oldest {
-            free_inval += b.invalid;
-        }
-    }
-    let (used, live) = BandStore::used_and_live_locked(st);
+    let Room {
+        held,
+        held_invalid: held_inval,
+        free_invalid: free_inval,
+        used,
+        live,
+    } = *room;
     let bytes = victim.valid_len.saturating_sub(HEADER_LEN);
     let c = &bs.counters;
     for (counter, v) in [

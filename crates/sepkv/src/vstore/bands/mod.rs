@@ -183,6 +183,17 @@ struct BandInfo {
     retired: Option<u64>,
 }
 
+impl BandInfo {
+    /// A band just created: its header of `len` bytes, nothing else.
+    fn created(len: u64) -> BandInfo {
+        BandInfo {
+            valid_len: len,
+            file_len: len,
+            ..Default::default()
+        }
+    }
+}
+
 struct State {
     bands: BTreeMap<u64, BandInfo>,
     /// The open band of user writes.
@@ -606,14 +617,7 @@ impl BandStore {
                         p.ckpt.0.max(p.retired.iter().max().map_or(0, |r| r + 1))
                     }));
                 let (f, len) = Self::create_band(fs.as_ref(), dir, id, &stats, true)?;
-                bands.insert(
-                    id,
-                    BandInfo {
-                        valid_len: len,
-                        file_len: len,
-                        ..Default::default()
-                    },
-                );
+                bands.insert(id, BandInfo::created(len));
                 (id, f, len, 0, 0)
             }
         };
@@ -1021,14 +1025,7 @@ impl BandStore {
             };
             {
                 let mut st = self.state.lock();
-                st.bands.insert(
-                    id,
-                    BandInfo {
-                        valid_len: len,
-                        file_len: len,
-                        ..Default::default()
-                    },
-                );
+                st.bands.insert(id, BandInfo::created(len));
                 st.gc_open = Some(id);
             }
             *slot = Some(Open {
@@ -1271,14 +1268,7 @@ impl BandStore {
                 b.closed = true;
                 b.file_len = o.len + TRAILER_LEN as u64;
             }
-            st.bands.insert(
-                id,
-                BandInfo {
-                    valid_len: len,
-                    file_len: len,
-                    ..Default::default()
-                },
-            );
+            st.bands.insert(id, BandInfo::created(len));
             st.open = id;
             self.refresh_due_locked(&st);
         }
