@@ -1537,94 +1537,20 @@ fn fixed_levels_survive_a_power_cut() {
     assert!(db.verify().unwrap().faults.is_empty());
 }
 
-/// A file system over [`MemFs`] whose TrieTable reads take `delay` each,
-/// as a device's would: value reads then count as reaching the device, so
-/// limited scans read through the pipeline on the prefetch pool. Counts
-/// the TrieTable reads made.
-#[derive(Clone)]
-struct SlowReads {
-    mem: MemFs,
-    delay: std::time::Duration,
-    reads: Arc<std::sync::atomic::AtomicU64>,
-}
-
-struct SlowFile {
-    inner: Box<dyn sepkv::fs::RandomAccessFile>,
-    delay: Option<std::time::Duration>,
-    reads: Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl sepkv::fs::RandomAccessFile for SlowFile {
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
-        if let Some(d) = self.delay {
-            self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            std::thread::sleep(d);
-        }
-        self.inner.read_at(offset, buf)
-    }
-    fn len(&self) -> std::io::Result<u64> {
-        self.inner.len()
-    }
-}
-
-impl FileSystem for SlowReads {
-    fn create(&self, path: &Path) -> std::io::Result<Box<dyn sepkv::fs::WritableFile>> {
-        self.mem.create(path)
-    }
-    fn open_append(&self, path: &Path) -> std::io::Result<Box<dyn sepkv::fs::WritableFile>> {
-        self.mem.open_append(path)
-    }
-    fn open_read(&self, path: &Path) -> std::io::Result<Box<dyn sepkv::fs::RandomAccessFile>> {
-        let table = path.extension().is_some_and(|e| e == "tt");
-        Ok(Box::new(SlowFile {
-            inner: self.mem.open_read(path)?,
-            delay: table.then_some(self.delay),
-            reads: self.reads.clone(),
-        }))
-    }
-    fn exists(&self, path: &Path) -> bool {
-        self.mem.exists(path)
-    }
-    fn is_dir(&self, path: &Path) -> bool {
-        self.mem.is_dir(path)
-    }
-    fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
-        self.mem.list(dir)
-    }
-    fn remove(&self, path: &Path) -> std::io::Result<()> {
-        self.mem.remove(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        self.mem.rename(from, to)
-    }
-    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
-        self.mem.create_dir_all(dir)
-    }
-    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
-        self.mem.sync_dir(dir)
-    }
-    fn file_size(&self, path: &Path) -> std::io::Result<u64> {
-        self.mem.file_size(path)
-    }
-    fn truncate_synced(&self, path: &Path, len: u64) -> std::io::Result<()> {
-        self.mem.truncate_synced(path, len)
-    }
-    fn lock(&self, path: &Path) -> std::io::Result<Box<dyn sepkv::fs::FileLock>> {
-        self.mem.lock(path)
-    }
-}
-
-fn slow_reads(delay_us: u64) -> SlowReads {
-    SlowReads {
-        mem: MemFs::new(),
-        delay: std::time::Duration::from_micros(delay_us),
-        reads: Arc::default(),
+/// [`SlowDisk`] over [`MemFs`]: TrieTable reads take `delay` each, as a
+/// device's would, so value reads count as reaching the device and limited
+/// scans read through the pipeline on the prefetch pool. Counts the
+/// TrieTable reads made.
+fn slow_reads(delay_us: u64) -> SlowDisk {
+    SlowDisk {
+        inner: Arc::new(MemFs::new()),
+        ..slow_disk(delay_us, false)
     }
 }
 
 /// A `ktstore` database over `fs` with a scan pipeline of `budget` bytes,
 /// small tables (many spans per scan) and the prefetch pool's threads.
-fn pipelined(fs: &SlowReads, budget: u64) -> Db {
+fn pipelined(fs: &SlowDisk, budget: u64) -> Db {
     Db::open(
         "/db",
         Options {
