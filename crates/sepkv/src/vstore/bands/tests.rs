@@ -845,14 +845,8 @@ fn a_band_of_gc_copies_after_a_roll_survives_a_power_loss() {
     assert_eq!(copy.file_id, 6, "{copy:?}");
     drop(bs);
     ffs.crash();
-    let bs = BandStore::open(
-        Path::new("/db"),
-        fs.clone(),
-        Arc::new(IoStats::default()),
-        opts(4),
-        m.persisted.lock().as_deref(),
-    )
-    .expect("open after the power loss");
+    // Open after the power loss: it must succeed.
+    let bs = open(&fs, opts(4), m.persisted.lock().as_deref());
     assert_eq!(bs.read(&[b'k', 3], &copy).unwrap(), Some(vec![3; 50]));
     assert_eq!(bs.verify().1.len(), 0);
     let after = write(&bs, &m, &[(b"z", Some(b"after"))]);
@@ -889,14 +883,8 @@ fn a_failed_creation_of_a_band_of_gc_copies_leaves_no_band() {
     assert!(bs.log_position().unwrap().0 > next);
     drop(bs);
     ffs.crash();
-    let bs = BandStore::open(
-        Path::new("/db"),
-        fs.clone(),
-        Arc::new(IoStats::default()),
-        opts(4),
-        m.persisted.lock().as_deref(),
-    )
-    .expect("open after a failed creation and a power loss");
+    // Open after a failed creation and a power loss: it must succeed.
+    let bs = open(&fs, opts(4), m.persisted.lock().as_deref());
     check_model(&bs, &m);
 }
 
