@@ -329,7 +329,7 @@ impl AlignedBuf {
             .max(DIRECT_IO_ALIGN)
             .checked_next_multiple_of(DIRECT_IO_ALIGN)
             .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
-        let layout = std::alloc::Layout::from_size_align(len.max(DIRECT_IO_ALIGN), DIRECT_IO_ALIGN)
+        let layout = std::alloc::Layout::from_size_align(len, DIRECT_IO_ALIGN)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         // SAFETY: the layout has a non-zero size.
         #[allow(unsafe_code)]
