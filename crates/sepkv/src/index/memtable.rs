@@ -151,6 +151,15 @@ impl Default for MemTable {
     }
 }
 
+/// What a lookup answers when the newest visible version of its key has
+/// type `vtype` and value `value`.
+fn answer(vtype: ValueType, value: &[u8]) -> Lookup {
+    match vtype {
+        ValueType::Deletion => Lookup::Deleted,
+        t => Lookup::Found(t, value.to_vec()),
+    }
+}
+
 impl MemTable {
     /// An empty memtable whose key filter is sized for the default 8 MiB
     /// write buffer.
@@ -241,11 +250,8 @@ impl MemTable {
 
     /// [`MemTable::get`] for a key whose `key_hash` is `hash`.
     pub fn get_hashed(&self, user_key: &[u8], hash: u64, seq: SeqNum) -> Lookup {
-        self.newest(user_key, hash, seq, |_, vtype, value| match vtype {
-            ValueType::Deletion => Lookup::Deleted,
-            t => Lookup::Found(t, value.to_vec()),
-        })
-        .unwrap_or(Lookup::NotFound)
+        self.newest(user_key, hash, seq, |_, vtype, value| answer(vtype, value))
+            .unwrap_or(Lookup::NotFound)
     }
 
     /// A finger for [`MemTable::get_hashed_from`], at the memtable's start.
@@ -268,14 +274,13 @@ impl MemTable {
         if !self.filter.may_contain(hash) {
             return Lookup::NotFound;
         }
-        let Some((key, value)) = self.list.seek_from(finger, &seek_key(user_key, seq)) else {
-            return Lookup::NotFound;
-        };
-        match parse_internal_key(key).filter(|p| p.user_key == user_key) {
-            Some(p) if p.vtype == ValueType::Deletion => Lookup::Deleted,
-            Some(p) => Lookup::Found(p.vtype, value.to_vec()),
-            None => Lookup::NotFound,
-        }
+        self.list
+            .seek_from(finger, &seek_key(user_key, seq))
+            .and_then(|(key, value)| {
+                let p = parse_internal_key(key).filter(|p| p.user_key == user_key)?;
+                Some(answer(p.vtype, value))
+            })
+            .unwrap_or(Lookup::NotFound)
     }
 
     /// Approximate memory used (bytes).

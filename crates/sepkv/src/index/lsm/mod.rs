@@ -33,6 +33,7 @@ use crate::index::key::{SeqNum, ValueType};
 use crate::index::memtable::{Lookup, MemTable};
 use crate::index::merger::{LevelIterator, MergingIterator};
 use crate::index::multi_get::{key_order, BlockReuse};
+use crate::index::skiplist::Finger;
 use crate::index::sstable::{ReadCtx, TableOptions};
 use crate::index::table_cache::TableCache;
 use crate::index::version::{log_and_apply, Version, VersionEdit, VersionSet};
@@ -87,6 +88,23 @@ struct SuperVersion {
     mem: Arc<MemTable>,
     imm: Option<Arc<MemTable>>,
     version: Arc<Version>,
+}
+
+/// Fingers into a super-version's memtables, so that lookups of keys in
+/// ascending order (value-log GC judging a chunk) each start a skiplist
+/// search near the last one's place ([`MemTable::get_hashed_from`]).
+struct MemFingers<'s> {
+    mem: Finger<'s>,
+    imm: Option<Finger<'s>>,
+}
+
+impl<'s> MemFingers<'s> {
+    fn new(sv: &'s SuperVersion) -> MemFingers<'s> {
+        MemFingers {
+            mem: sv.mem.finger(),
+            imm: sv.imm.as_ref().map(|m| m.finger()),
+        }
+    }
 }
 
 /// The current write-ahead log.
@@ -392,20 +410,27 @@ impl LsmIndex {
     /// The newest version of `key` at `seq` in the view `sv`: the
     /// memtables, then the tables (their data blocks through `reuse`, for
     /// a batch).
-    fn get_in(
+    fn get_in<'s>(
         &self,
-        sv: &SuperVersion,
+        sv: &'s SuperVersion,
         key: &[u8],
         seq: SeqNum,
         ctx: ReadCtx,
         reuse: Option<&mut BlockReuse>,
+        mut fingers: Option<&mut MemFingers<'s>>,
     ) -> Result<Lookup> {
         // One hash for both memtables' key filters.
         let h = crate::index::sstable::key_hash(key);
-        let mut r = sv.mem.get_hashed(key, h, seq);
+        let mut r = match fingers.as_mut() {
+            Some(f) => sv.mem.get_hashed_from(&mut f.mem, key, h, seq),
+            None => sv.mem.get_hashed(key, h, seq),
+        };
         if r == Lookup::NotFound {
             if let Some(imm) = &sv.imm {
-                r = imm.get_hashed(key, h, seq);
+                r = match fingers.and_then(|f| f.imm.as_mut()) {
+                    Some(f) => imm.get_hashed_from(f, key, h, seq),
+                    None => imm.get_hashed(key, h, seq),
+                };
             }
         }
         if r == Lookup::NotFound {
@@ -688,7 +713,7 @@ impl Index for LsmIndex {
     fn get(&self, key: &[u8], seq: Option<SeqNum>, ctx: ReadCtx) -> Result<Lookup> {
         let sv = self.sv.read().clone();
         let seq = seq.unwrap_or_else(|| self.shared.last_seq.load(Ordering::Acquire));
-        self.get_in(&sv, key, seq, ctx, None)
+        self.get_in(&sv, key, seq, ctx, None, None)
     }
 
     /// The batch is read at one view, pinned as [`Index::get`] pins its
@@ -707,23 +732,10 @@ impl Index for LsmIndex {
         let mut live = vec![false; probes.len()];
         // In key order each memtable search starts from the last one's
         // place (a finger) instead of the top of the skiplist.
-        let mut mem_finger = sv.mem.finger();
-        let mut imm_finger = sv.imm.as_ref().map(|m| m.finger());
+        let mut fingers = MemFingers::new(&sv);
         for i in key_order(&keys) {
             let (key, addr) = probes[i];
-            let h = crate::index::sstable::key_hash(key);
-            let mut r = sv.mem.get_hashed_from(&mut mem_finger, key, h, seq);
-            if r == Lookup::NotFound {
-                if let (Some(imm), Some(f)) = (&sv.imm, imm_finger.as_mut()) {
-                    r = imm.get_hashed_from(f, key, h, seq);
-                }
-            }
-            if r == Lookup::NotFound {
-                r = sv
-                    .version
-                    .get_reusing(&self.table_cache, key, seq, ctx, Some(&mut reuse))?;
-            }
-            live[i] = match r {
+            live[i] = match self.get_in(&sv, key, seq, ctx, Some(&mut reuse), Some(&mut fingers))? {
                 Lookup::Found(ValueType::Pointer, p) => ValuePointer::decode(&p) == Some(addr),
                 _ => false,
             };
