@@ -47,6 +47,14 @@ pub trait WritableFile: Send {
     fn append(&mut self, data: &[u8]) -> io::Result<()>;
     /// Hands buffered data to the operating system (survives a process crash).
     fn flush(&mut self) -> io::Result<()>;
+    /// Appends `data` and hands everything buffered to the operating
+    /// system: [`WritableFile::append`], then [`WritableFile::flush`]. A
+    /// file may write `data` without copying it into its buffer first
+    /// (the default does not).
+    fn append_flush(&mut self, data: &[u8]) -> io::Result<()> {
+        self.append(data)?;
+        self.flush()
+    }
     /// Flushes, then makes the file's data durable (`fdatasync`).
     fn sync(&mut self) -> io::Result<()>;
     /// Current length in bytes, including buffered data.

@@ -122,6 +122,17 @@ impl WritableFile for StdWritable {
         Ok(())
     }
 
+    fn append_flush(&mut self, data: &[u8]) -> io::Result<()> {
+        // What is buffered goes first; `data` is written from where it
+        // is, not copied into the buffer.
+        self.flush()?;
+        self.len += data.len() as u64;
+        (&self.shared.file).write_all(data)?;
+        self.shared.handed.store(self.len, Ordering::Release);
+        self.start_writeback();
+        Ok(())
+    }
+
     fn sync(&mut self) -> io::Result<()> {
         self.flush()?;
         self.shared.sync()
@@ -749,6 +760,25 @@ pub fn open_files_limit() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `append_flush` writes what `append` buffered first, then its own
+    /// bytes, all handed to the OS, and counts them in the length.
+    #[test]
+    fn append_flush_keeps_order_and_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let mut f = StdFs.create(&path).unwrap();
+        f.append(b"one,").unwrap();
+        f.append_flush(b"two,").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"one,two,");
+        f.append_flush(b"three").unwrap();
+        assert_eq!(f.len(), 13);
+        assert_eq!(std::fs::read(&path).unwrap(), b"one,two,three");
+        let big = vec![7u8; 3 * WRITE_BUFFER];
+        f.append_flush(&big).unwrap();
+        assert_eq!(f.len(), 13 + big.len() as u64);
+        assert_eq!(std::fs::read(&path).unwrap().len(), 13 + big.len());
+    }
 
     /// Direct reads of aligned ranges into an [`AlignedBuf`] (read in
     /// place) and of unaligned ranges (through the bounce buffer) return

@@ -184,6 +184,9 @@ pub const SKEW_MIN_LEAVES: usize = 4;
 /// them (so recovery scans at most about this much).
 const RECORD_DURABLE_EVERY: u64 = 64 << 20;
 
+/// Largest scratch buffer an append keeps for the next one (bytes).
+const SCRATCH_KEEP: usize = 1 << 20;
+
 /// A table retired by GC, deleted once no reader can reach it.
 struct PendingFree {
     /// Readers at this sequence number or later no longer reach it.
@@ -219,6 +222,9 @@ struct State {
     /// Append handles opened since the surplus over the cap was last
     /// trimmed.
     opened_since_trim: usize,
+    /// Where an append encodes each table's records before writing them
+    /// (kept between appends, up to [`SCRATCH_KEEP`] bytes).
+    scratch: Vec<u8>,
 }
 
 impl State {
@@ -558,6 +564,7 @@ impl TrieStore {
             epoch_bytes: 0,
             epoch_by_table: HashMap::new(),
             opened_since_trim: 0,
+            scratch: Vec::new(),
         };
         st.recount();
         st.close_idle_writers(opts.max_open_writers, true);
@@ -830,69 +837,88 @@ impl TrieStore {
             targets.push(id);
         }
         st.commit(&edits)?;
-        // One buffer, hence one write, per table.
-        let mut bufs: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
-        let mut ptrs = Vec::with_capacity(records.len());
-        for (r, &id) in records.iter().zip(&targets) {
-            let base = st.tables.get(&id).map_or(0, |t| t.valid_len);
-            let buf = bufs.entry(id).or_default();
-            let offset = base + buf.len() as u64;
-            value_record::encode(buf, Kind::Value, 0, r.key, r.seq, r.value);
-            ptrs.push(ValuePointer {
-                file_id: id,
-                offset,
-                length: (base + buf.len() as u64 - offset) as u32,
-                aux: 0,
-            });
+        // The records grouped by table, in batch order within each (a
+        // stable sort), so that each table takes its records in one write.
+        let mut order: Vec<usize> = (0..records.len()).collect();
+        if records.len() > 1 {
+            order.sort_by_key(|&i| targets[i]);
         }
-        // Whether each touched table was in key order before this batch.
-        let was_sorted: BTreeMap<u64, bool> = bufs
-            .keys()
-            .map(|id| (*id, st.tables.get(id).is_some_and(|t| t.sorted)))
-            .collect();
-        for (r, &id) in records.iter().zip(&targets) {
-            if let Some(info) = st.tables.get_mut(&id) {
+        let mut ptrs = vec![ValuePointer::default(); records.len()];
+        // Each table's records are encoded into the store's one scratch
+        // buffer and written from it.
+        let mut buf = std::mem::take(&mut st.scratch);
+        let skew_on = self.opts.split_skew < 1.0 && self.opts.fixed_levels.is_none();
+        st.appends += 1;
+        let tick = st.appends;
+        let mut touched: Vec<u64> = Vec::with_capacity(1);
+        let mut rest = &order[..];
+        while let Some(&first) = rest.first() {
+            let id = targets[first];
+            let n_recs = rest.iter().take_while(|&&i| targets[i] == id).count();
+            let (group, tail) = rest.split_at(n_recs);
+            rest = tail;
+            let st = &mut *st;
+            let Some(info) = st.tables.get_mut(&id) else {
+                return Err(Error::corruption(
+                    self.path(id),
+                    0,
+                    "active TrieTable unknown",
+                ));
+            };
+            let base = info.valid_len;
+            let was_sorted = info.sorted;
+            buf.clear();
+            for &i in group {
+                let r = &records[i];
+                let offset = base + buf.len() as u64;
+                value_record::encode(&mut buf, Kind::Value, 0, r.key, r.seq, r.value);
+                ptrs[i] = ValuePointer {
+                    file_id: id,
+                    offset,
+                    length: (base + buf.len() as u64 - offset) as u32,
+                    aux: 0,
+                };
                 info.note_key(r.key);
             }
-        }
-        st.appends += 1;
-        for (id, buf) in &bufs {
-            let path = self.path(*id);
-            let tick = st.appends;
-            let st = &mut *st;
-            let w = st
-                .writers
-                .get_mut(id)
-                .ok_or_else(|| Error::corruption(&path, 0, "active TrieTable has no writer"))?;
+            let w = st.writers.get_mut(&id).ok_or_else(|| {
+                Error::corruption(self.path(id), 0, "active TrieTable has no writer")
+            })?;
             let file = match &mut w.file {
                 Some(f) => f,
                 // Closed under the handle cap, clean: reopen at its end.
                 None => {
                     st.opened_since_trim += 1;
+                    let path = self.path(id);
                     w.file.insert(self.reader.fs.open_append(&path).ctx(&path)?)
                 }
             };
-            file.append(buf).and_then(|_| file.flush()).ctx(&path)?;
+            file.append_flush(&buf)
+                .map_err(|e| Error::io(self.path(id), e))?;
             w.dirty = true;
             w.last_use = tick;
-            self.reader
-                .stats
-                .add_written(IoCategory::ValueStore, buf.len() as u64);
             let n = buf.len() as u64;
+            self.reader.stats.add_written(IoCategory::ValueStore, n);
             let mut delta: i64 = 0;
-            if let Some(info) = st.tables.get_mut(id) {
+            if let Some(info) = st.tables.get_mut(&id) {
                 let old = info.valid_len;
                 info.valid_len += n;
                 if info.sorted {
                     delta = n as i64;
-                } else if was_sorted.get(id) == Some(&true) {
+                } else if was_sorted {
                     delta = -(old as i64);
                 }
             }
             st.held += n;
             st.sorted_bytes = st.sorted_bytes.saturating_add_signed(delta);
-            st.epoch_bytes += n;
-            *st.epoch_by_table.entry(*id).or_default() += n;
+            if skew_on {
+                st.epoch_bytes += n;
+                *st.epoch_by_table.entry(id).or_default() += n;
+            }
+            touched.push(id);
+        }
+        // Keep the scratch buffer unless one large batch grew it.
+        if buf.capacity() <= SCRATCH_KEEP {
+            st.scratch = buf;
         }
         self.publish_order(&st);
         if !detached.is_empty() {
@@ -902,9 +928,8 @@ impl TrieStore {
             }
             st.commit(&edits)?;
         }
-        let full: Vec<u64> = bufs
-            .keys()
-            .copied()
+        let full: Vec<u64> = touched
+            .into_iter()
             .filter(|&id| self.table_full(&st, id))
             .collect();
         let skewed = self.skewed_leaves(&mut st, &full);
@@ -938,11 +963,12 @@ impl TrieStore {
         // Each split adds a level, so this ends within `levels` rounds;
         // the bound guards against a trie file with odd nodes.
         for _ in 0..=usize::from(levels) + 1 {
-            let place = st.cat.trie.place(key, edits);
+            let (place, level) = st.cat.trie.place_with_level(key, edits);
             let Place::Leaf(p) = &place else {
                 return Ok(place);
             };
-            if st.cat.trie.level(p) >= usize::from(levels) {
+            debug_assert_eq!(level, st.cat.trie.level(p));
+            if level >= usize::from(levels) {
                 return Ok(place);
             }
             // The one key the leaf holds: from this batch, else from its

@@ -124,9 +124,11 @@ impl TableInfo {
                     self.sorted = false;
                 }
                 if key < lo.as_slice() {
-                    *lo = key.to_vec();
+                    lo.clear();
+                    lo.extend_from_slice(key);
                 } else if key > hi.as_slice() {
-                    *hi = key.to_vec();
+                    hi.clear();
+                    hi.extend_from_slice(key);
                 }
             }
         }

@@ -156,26 +156,39 @@ impl Trie {
     /// Where `key` goes, creating the nodes it needs on first use (§3.3);
     /// each change is pushed to `edits`.
     pub fn place(&mut self, key: &[u8], edits: &mut Vec<Edit>) -> Place {
-        // The walk only visits prefixes of the key: `key[..p]`.
+        self.place_with_level(key, edits).0
+    }
+
+    /// [`Trie::place`], with the level of the place: for a leaf, how many
+    /// nodes lie above it ([`Trie::level`] of its prefix), counted on the
+    /// way down; for TT_IN, the level of the internal node the key ends
+    /// at.
+    pub fn place_with_level(&mut self, key: &[u8], edits: &mut Vec<Edit>) -> (Place, usize) {
+        // The walk only visits prefixes of the key: `key[..p]`. Every node
+        // whose prefix is a prefix of the key lies on it (a node's
+        // children are its shortest descendants), so the internal nodes
+        // it passes are the leaf's ancestors.
         let mut p = 0;
+        let mut level = 0;
         loop {
             match self.nodes.get(&key[..p]).copied() {
-                Some(Node::Leaf { .. }) => return Place::Leaf(key[..p].to_vec()),
+                Some(Node::Leaf { .. }) => return (Place::Leaf(key[..p].to_vec()), level),
                 // The root always exists and every walk step lands on a
                 // node; treat a missing one as a leaf to create.
                 None => {
                     self.set_node(&key[..p], Node::EMPTY_LEAF, edits);
-                    return Place::Leaf(key[..p].to_vec());
+                    return (Place::Leaf(key[..p].to_vec()), level);
                 }
                 Some(Node::Internal) => {}
             }
             if key.len() == p {
-                return Place::Internal;
+                return (Place::Internal, level);
             }
+            level += 1;
             match self.child(&key[..p + 1]) {
                 None => {
                     self.set_node(&key[..p + 1], Node::EMPTY_LEAF, edits);
-                    return Place::Leaf(key[..p + 1].to_vec());
+                    return (Place::Leaf(key[..p + 1].to_vec()), level);
                 }
                 Some(c) if key.starts_with(c) => p = c.len(),
                 Some(c) => {
@@ -833,6 +846,51 @@ mod tests {
         assert_eq!(t.level(b"a"), 1);
         assert_eq!(t.level(b"ab5"), 3);
         assert_eq!(t.level(b"b"), 1);
+        // Routing counts the same levels on its way down.
+        for (key, place, level) in [
+            (&b"ab5x"[..], Place::Leaf(b"ab5".to_vec()), 3),
+            (b"b", Place::Leaf(b"b".to_vec()), 1),
+            (b"ab", Place::Internal, 2),
+            (b"", Place::Internal, 0),
+        ] {
+            assert_eq!(t.place_with_level(key, &mut e), (place, level), "{key:?}");
+        }
+    }
+
+    /// The level [`Trie::place_with_level`] counts on its way down is
+    /// [`Trie::level`] of the leaf, whatever splits and compressed edges
+    /// the keys made.
+    #[test]
+    fn place_counts_the_leaf_level() {
+        let mut t = Trie::new();
+        let mut e = Vec::new();
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for i in 0..4_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Keys with a shared stem and digits, some prefixes of others.
+            let key = format!("k{:0w$}", x % 100_000, w = 1 + (x % 6) as usize).into_bytes();
+            let (place, level) = t.place_with_level(&key, &mut e);
+            match &place {
+                Place::Leaf(p) => {
+                    assert_eq!(level, t.level(p), "{key:?}");
+                    // Split now and then, so levels grow deeper.
+                    if i % 7 == 0 && key.len() > p.len() + 1 {
+                        let mut hi = key.clone();
+                        *hi.last_mut().unwrap() ^= 1;
+                        let (lo, hi) = if hi < key {
+                            (hi, key.clone())
+                        } else {
+                            (key.clone(), hi)
+                        };
+                        t.split(p, &lo, &hi, &mut e);
+                    }
+                }
+                Place::Internal => assert_eq!(level, t.level(&key), "{key:?}"),
+            }
+        }
+        assert!(t.depth() > 3, "the keys built a deep trie");
     }
 
     /// YCSB keys are `user` and a decimal hash: the first split skips the
