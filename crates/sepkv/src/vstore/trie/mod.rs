@@ -225,6 +225,17 @@ struct State {
     /// Where an append encodes each table's records before writing them
     /// (kept between appends, up to [`SCRATCH_KEEP`] bytes).
     scratch: Vec<u8>,
+    /// Levels of leaves routed to under fixed levels.
+    leaf_levels: LeafLevels,
+}
+
+/// Levels of leaves ([`trie::Trie::level`]), remembered while the trie has
+/// `nodes` nodes: a leaf's level changes only when a node is inserted
+/// above it, which adds a node.
+#[derive(Default)]
+struct LeafLevels {
+    nodes: usize,
+    by_leaf: HashMap<Vec<u8>, usize>,
 }
 
 impl State {
@@ -565,6 +576,7 @@ impl TrieStore {
             epoch_by_table: HashMap::new(),
             opened_since_trim: 0,
             scratch: Vec::new(),
+            leaf_levels: LeafLevels::default(),
         };
         st.recount();
         st.close_idle_writers(opts.max_open_writers, true);
@@ -962,6 +974,29 @@ impl TrieStore {
     ) -> Result<Place> {
         // Each split adds a level, so this ends within `levels` rounds;
         // the bound guards against a trie file with odd nodes.
+        // Most keys reach a leaf at the fixed depth, found with one lookup
+        // and its level remembered.
+        if let Some(leaf) = st.cat.trie.leaf_of(key) {
+            let nodes = st.cat.trie.nodes();
+            let levels_known = &mut st.leaf_levels;
+            if levels_known.nodes != nodes {
+                // Only a new node moves an existing leaf down.
+                levels_known.nodes = nodes;
+                levels_known.by_leaf.clear();
+            }
+            let level = match levels_known.by_leaf.get(leaf) {
+                Some(&l) => l,
+                None => {
+                    let l = st.cat.trie.level(leaf);
+                    levels_known.by_leaf.insert(leaf.to_vec(), l);
+                    l
+                }
+            };
+            debug_assert_eq!(level, st.cat.trie.level(leaf));
+            if level >= usize::from(levels) {
+                return Ok(Place::Leaf(leaf.to_vec()));
+            }
+        }
         for _ in 0..=usize::from(levels) + 1 {
             let (place, level) = st.cat.trie.place_with_level(key, edits);
             let Place::Leaf(p) = &place else {

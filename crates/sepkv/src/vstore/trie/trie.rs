@@ -156,7 +156,27 @@ impl Trie {
     /// Where `key` goes, creating the nodes it needs on first use (§3.3);
     /// each change is pushed to `edits`.
     pub fn place(&mut self, key: &[u8], edits: &mut Vec<Edit>) -> Place {
-        self.place_with_level(key, edits).0
+        match self.leaf_of(key) {
+            Some(leaf) => Place::Leaf(leaf.to_vec()),
+            None => self.place_with_level(key, edits).0,
+        }
+    }
+
+    /// The existing leaf `key` routes to, found with one lookup: the
+    /// greatest node not above `key`, when it is a leaf whose prefix
+    /// starts the key. Every node between a prefix of `key` and `key`
+    /// itself extends that prefix, and nothing lies below a leaf, so a
+    /// leaf that starts the key is that greatest node. `None` when the key
+    /// routes to TT_IN or [`Trie::place`] would create a node.
+    pub fn leaf_of(&self, key: &[u8]) -> Option<&[u8]> {
+        use std::ops::Bound;
+        let (p, n) = self
+            .nodes
+            .range::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
+            .next_back()?;
+        let leaf = (matches!(n, Node::Leaf { .. }) && key.starts_with(p)).then_some(p.as_slice());
+        debug_assert!(leaf.is_none() || self.locate(key) == Some(Place::Leaf(p.clone())));
+        leaf
     }
 
     /// [`Trie::place`], with the level of the place: for a leaf, how many
@@ -875,6 +895,7 @@ mod tests {
             match &place {
                 Place::Leaf(p) => {
                     assert_eq!(level, t.level(p), "{key:?}");
+                    assert_eq!(t.leaf_of(&key), Some(p.as_slice()), "{key:?}");
                     // Split now and then, so levels grow deeper.
                     if i % 7 == 0 && key.len() > p.len() + 1 {
                         let mut hi = key.clone();
@@ -887,9 +908,14 @@ mod tests {
                         t.split(p, &lo, &hi, &mut e);
                     }
                 }
-                Place::Internal => assert_eq!(level, t.level(&key), "{key:?}"),
+                Place::Internal => {
+                    assert_eq!(level, t.level(&key), "{key:?}");
+                    assert_eq!(t.leaf_of(&key), None, "{key:?}");
+                }
             }
         }
+        // A key below no leaf yet (a new child byte) has no leaf to find.
+        assert_eq!(t.leaf_of(b"z"), None);
         assert!(t.depth() > 3, "the keys built a deep trie");
     }
 
