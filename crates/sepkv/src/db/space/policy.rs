@@ -60,10 +60,11 @@
 //! yet (the index's own garbage: overwritten pointers in the memtable and
 //! the upper levels). Like Scavenger+'s compensated sizes, sepkv estimates
 //! it ([`SpaceGovernor::hidden_garbage`]): the value bytes written since the
-//! index was last compacted whole, times the share of writes that
-//! overwrite a separated value (sampled: every write looks its key up
-//! until [`SETTLED_SAMPLES`] have, then one in [`OVERWRITE_SAMPLE_EVERY`]),
-//! less the garbage
+//! index was last compacted whole, each write's times the share of recent
+//! writes that overwrote a separated value (sampled: every write looks its
+//! key up until [`SETTLED_SAMPLES`] have, then one in
+//! [`OVERWRITE_SAMPLE_EVERY`]; the share is a moving average over
+//! [`SHARE_WINDOW`] samples), less the garbage
 //! compaction has reported since. The bound is judged against the live
 //! bytes *without* it — the conservative figure. When the hidden part is
 //! the larger share of what stands between the store and its target, GC

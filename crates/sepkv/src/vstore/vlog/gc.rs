@@ -22,6 +22,11 @@
 //! 6. free the chunk — punch a hole, or delete a file the tail has left —
 //!    once no snapshot or iterator older than the relocation is alive.
 //!
+//! The GC thread, when it is behind, runs steps of several chunks
+//! ([`step_chunks`]): 1–4 for each chunk, the relocations installed
+//! without a sync, then 5 and 6 once for all of them, so the step pays one
+//! durability point and one manifest record however many chunks it took.
+//!
 //! A crash between any two steps loses nothing: before 4 the copies at the
 //! head are unreferenced garbage; before 5 the old records are no longer
 //! current and the next step finds them dead (a relocation whose WAL
