@@ -1082,6 +1082,16 @@ impl Engine for SepkvEngine {
             s.compaction_entries_dropped,
         );
         counters.insert("write_stall_micros".into(), s.write_stall_micros);
+        counters.insert("write_stop_micros".into(), s.write_stop_micros);
+        // The engine's own space-amplification estimate, in thousandths
+        // (beside the harness's measured SA).
+        if s.space_amp_estimate.is_finite() {
+            counters.insert(
+                "space_amp_estimate_milli".into(),
+                (s.space_amp_estimate * 1000.0).round() as u64,
+            );
+        }
+        counters.insert("space_hidden_garbage".into(), s.space_hidden_garbage);
         counters.insert("write_gc_steps".into(), s.write_gc_steps);
         counters.insert("write_gc_waits".into(), s.write_gc_waits);
         counters.insert("write_gc_steps_max".into(), s.write_gc_steps_max);

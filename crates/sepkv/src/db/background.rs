@@ -15,6 +15,15 @@ use std::time::{Duration, Instant};
 /// although the store says GC is due (its garbage is held for readers).
 const DUE_RETRY: Duration = Duration::from_millis(10);
 
+/// Chunks a step of the GC thread collects under one round of syncs while
+/// it runs back to back for the space target (or a capacity or space
+/// bound): the value log's step then pays its three fsyncs (value log,
+/// WAL, manifest) once per this many chunks. A write held at the target
+/// runs steps of one chunk of its own; one that waits for such a step
+/// waits for the chunk in hand and the sync round
+/// ([`crate::vstore::IndexReader::writers_waiting`]).
+const BEHIND_STEP_CHUNKS: usize = 4;
+
 impl Db {
     /// Runs value-store garbage collection in the calling thread until the
     /// estimated garbage ratio is at most `target`, or — with `None` — for
@@ -191,6 +200,12 @@ impl DbInner {
     /// A step that did work feeds the space governor's measure of GC's
     /// rate ([`super::space::policy::SpaceGovernor::gc_ran`]).
     pub(super) fn gc_step(&self) -> Result<GcOutcome> {
+        self.gc_step_chunks(1)
+    }
+
+    /// [`DbInner::gc_step`] over up to `chunks` of the layout's GC units
+    /// under one round of syncs ([`crate::vstore::ValueStore::gc_step_chunks`]).
+    pub(super) fn gc_step_chunks(&self, chunks: usize) -> Result<GcOutcome> {
         // A checkpoint copying the value files holds the gate: the step
         // finds nothing to do rather than wait (a writer that runs GC for
         // room holds the writer lock, which the checkpoint takes after the
@@ -201,7 +216,11 @@ impl DbInner {
         let t = Instant::now();
         self.gc_steps.lock().running += 1;
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.vstore.gc_step(self, self)
+            if chunks > 1 {
+                self.vstore.gc_step_chunks(self, self, chunks)
+            } else {
+                self.vstore.gc_step(self, self)
+            }
         }))
         .unwrap_or_else(|_| {
             let e = Error::Poisoned("value-store GC panicked".into());
@@ -321,7 +340,9 @@ impl DbInner {
                         }
                         Ok(out)
                     }),
-                    Some(p) if p.is_zero() => self.gc_step(),
+                    // Behind: several chunks per sync round, so that the
+                    // syncs and the manifest write are paid once for them.
+                    Some(p) if p.is_zero() => self.gc_step_chunks(BEHIND_STEP_CHUNKS),
                     // Nothing frees room yet: work that makes reads cheaper
                     // (KT-Store's sorting of sealed tables).
                     // That work can wait for the writers: while they

@@ -91,6 +91,9 @@ struct Counters {
     user_bytes_read: crate::counter::ShardedCounter,
     write_gc_steps: AtomicU64,
     write_gc_waits: AtomicU64,
+    /// Time writers were held at the space target's stop, µs
+    /// (`DbStats::write_stop_micros`).
+    write_stop_micros: AtomicU64,
     /// Most GC steps one write was held for (`DbStats::write_gc_steps_max`).
     write_gc_steps_max: AtomicU64,
     /// Longest value-store GC step, µs (`DbStats::gc_step_micros_max`).

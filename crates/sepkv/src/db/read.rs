@@ -285,6 +285,10 @@ impl DbInner {
 
 /// GC's view of the index.
 impl IndexReader for DbInner {
+    fn writers_waiting(&self) -> bool {
+        self.gc_steps.lock().waiting > 0
+    }
+
     fn current_pointer(&self, key: &[u8]) -> Result<Option<ValuePointer>> {
         let ctx = ReadCtx {
             category: IoCategory::Gc,

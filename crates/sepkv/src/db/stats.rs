@@ -101,6 +101,11 @@ pub struct DbStats {
     /// writes the value store refused for want of space (counter since
     /// open).
     pub write_stall_micros: u64,
+    /// The part of `write_stall_micros` spent at the space target's hard
+    /// bound, each write held for one GC step (or the index compaction in
+    /// its place); the rest is the slowdown band's pauses (µs, counter
+    /// since open).
+    pub write_stop_micros: u64,
     /// GC steps run by writes the value store refused for want of space
     /// (`Options::value_capacity`; counter since open).
     pub write_gc_steps: u64,
@@ -285,6 +290,7 @@ impl DbInner {
                 .map(|(k, v)| (k.to_string(), v))
                 .collect(),
             write_stall_micros: shared.stall_micros.load(Ordering::Relaxed),
+            write_stop_micros: c.write_stop_micros.load(Ordering::Relaxed),
             write_gc_steps: c.write_gc_steps.load(Ordering::Relaxed),
             write_gc_waits: c.write_gc_waits.load(Ordering::Relaxed),
             write_gc_steps_max: c.write_gc_steps_max.load(Ordering::Relaxed),

@@ -639,6 +639,20 @@ impl DbInner {
         moves: &[Relocation],
         judged_at: Option<SeqNum>,
     ) -> Result<(Vec<bool>, SeqNum)> {
+        let (installed, seq) = self.relocate_groups_unsynced(moves, judged_at)?;
+        if let Some(s) = seq {
+            self.make_durable(s)?;
+        }
+        Ok((installed, seq.unwrap_or(seq_or_last(self))))
+    }
+
+    /// [`DbInner::relocate_groups`] without the sync: the sequence number
+    /// of the last write, when any move was installed.
+    fn relocate_groups_unsynced(
+        &self,
+        moves: &[Relocation],
+        judged_at: Option<SeqNum>,
+    ) -> Result<(Vec<bool>, Option<SeqNum>)> {
         let mut installed = Vec::with_capacity(moves.len());
         let mut seq = None;
         for group in moves.chunks(RELOCATE_GROUP) {
@@ -646,14 +660,13 @@ impl DbInner {
             installed.extend(ok);
             seq = s.or(seq);
         }
-        match seq {
-            Some(s) => {
-                self.make_durable(s)?;
-                Ok((installed, s))
-            }
-            None => Ok((installed, self.shared.last_seq.load(Ordering::Acquire))),
-        }
+        Ok((installed, seq))
     }
+}
+
+/// The newest published sequence number.
+fn seq_or_last(inner: &DbInner) -> SeqNum {
+    inner.shared.last_seq.load(Ordering::Acquire)
 }
 
 /// GC's side of the index: the compare-and-set lives here, in the facade,
@@ -690,6 +703,17 @@ impl IndexRelocator for DbInner {
         judged_at: SeqNum,
     ) -> Result<(Vec<bool>, SeqNum)> {
         self.relocate_groups(moves, Some(judged_at))
+    }
+
+    /// [`IndexRelocator::relocate_judged`] with the `make_durable` left to
+    /// the caller's sync round.
+    fn relocate_judged_unsynced(
+        &self,
+        moves: &[Relocation],
+        judged_at: SeqNum,
+    ) -> Result<(Vec<bool>, SeqNum)> {
+        let (installed, seq) = self.relocate_groups_unsynced(moves, Some(judged_at))?;
+        Ok((installed, seq.unwrap_or_else(|| seq_or_last(self))))
     }
 
     fn persist_state(&self, state: &[u8]) -> Result<()> {

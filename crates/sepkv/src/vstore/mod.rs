@@ -300,6 +300,15 @@ pub trait IndexReader: Send + Sync {
     /// # Errors
     /// `Poisoned` or `Closed` when in-flight writes can never publish.
     fn wait_in_flight_writes(&self) -> Result<()>;
+
+    /// True when a writer is held waiting for the GC step running now (the
+    /// space target's stop): a step of several chunks
+    /// ([`ValueStore::gc_step_chunks`]) then ends after the chunk in hand,
+    /// so that the writer waits for one chunk and the step's sync round,
+    /// not for every chunk. Default: false.
+    fn writers_waiting(&self) -> bool {
+        false
+    }
 }
 
 /// One relocation for [`IndexRelocator::relocate`].
@@ -359,6 +368,22 @@ pub trait IndexRelocator: Send + Sync {
     ) -> Result<(Vec<bool>, SeqNum)> {
         let _ = judged_at;
         self.relocate(moves)
+    }
+    /// [`IndexRelocator::relocate_judged`] without the durability: the
+    /// installed pointers are durable only once
+    /// [`IndexRelocator::make_durable`] is called with the returned
+    /// sequence number (or a later one), which the caller must do before
+    /// it frees the old records. Lets a GC step relocate several chunks
+    /// under one sync round. Only for a relocator whose
+    /// [`IndexRelocator::make_durable`] syncs the value store first
+    /// ([`IndexRelocator::make_durable_syncs_store`]); the default syncs
+    /// as [`IndexRelocator::relocate_judged`] does.
+    fn relocate_judged_unsynced(
+        &self,
+        moves: &[Relocation],
+        judged_at: SeqNum,
+    ) -> Result<(Vec<bool>, SeqNum)> {
+        self.relocate_judged(moves, judged_at)
     }
     /// Durably records the layout's GC state (e.g. the vLog tail) in the
     /// index's manifest; it is handed back to the layout on open.
@@ -646,6 +671,24 @@ pub trait ValueStore: Send + Sync {
     /// Runs one garbage-collection step.
     fn gc_step(&self, index: &dyn IndexReader, relocator: &dyn IndexRelocator)
         -> Result<GcOutcome>;
+
+    /// One GC step over up to `chunks` of the layout's GC units (the value
+    /// log's `gc_chunk_size` chunks) under one round of syncs, for a
+    /// caller that is behind and would rather pay the syncs once for
+    /// several chunks than once per chunk. The default (a layout without
+    /// such steps) runs [`ValueStore::gc_step`].
+    ///
+    /// # Errors
+    /// As [`ValueStore::gc_step`].
+    fn gc_step_chunks(
+        &self,
+        index: &dyn IndexReader,
+        relocator: &dyn IndexRelocator,
+        chunks: usize,
+    ) -> Result<GcOutcome> {
+        let _ = chunks;
+        self.gc_step(index, relocator)
+    }
 }
 
 /// Values of a scan read ahead of its cursor: the scan hands in its

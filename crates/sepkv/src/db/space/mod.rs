@@ -190,6 +190,10 @@ impl DbInner {
                         Ok(out.did_work)
                     });
                     self.shared.note_stall(t);
+                    self.counters.write_stop_micros.fetch_add(
+                        u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX),
+                        Ordering::Relaxed,
+                    );
                     if !worked? {
                         // GC could free nothing: the write goes through as
                         // a missed target rather than wait forever.

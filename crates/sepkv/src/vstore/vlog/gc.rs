@@ -22,6 +22,11 @@
 //! 6. free the chunk — punch a hole, or delete a file the tail has left —
 //!    once no snapshot or iterator older than the relocation is alive.
 //!
+//! The GC thread, when it is behind, runs steps of several chunks
+//! ([`step_chunks`]): 1–4 for each chunk, the relocations installed
+//! without a sync, then 5 and 6 once for all of them, so the step pays one
+//! durability point and one manifest record however many chunks it took.
+//!
 //! A crash between any two steps loses nothing: before 4 the copies at the
 //! head are unreferenced garbage; before 5 the old records are no longer
 //! current and the next step finds them dead (a relocation whose WAL
@@ -45,21 +50,165 @@ use std::sync::atomic::Ordering;
 /// `RELOCATE_GROUP` in `db/write.rs`).
 const GC_APPEND_PIECE: usize = 64 << 10;
 
-/// Runs one GC step on `vlog`.
+/// Most chunks one step collects under one round of syncs
+/// ([`step_chunks`]).
+pub const MAX_STEP_CHUNKS: usize = 16;
+
+/// Runs one GC step on `vlog`: one chunk.
 pub fn step(
     vlog: &VlogStore,
     index: &dyn IndexReader,
     relocator: &dyn IndexRelocator,
 ) -> Result<GcOutcome> {
+    step_chunks(vlog, index, relocator, 1)
+}
+
+/// A range of the log a step collected: `(file, start, end)`.
+type Collected = (u64, u64, u64);
+
+/// What one chunk of a step did.
+struct ChunkDone {
+    /// The range collected, and the tail after it.
+    range: Collected,
+    new_tail: (u64, u64),
+    /// Readers at this sequence number or later no longer reach the range.
+    visible_from: u64,
+    /// Every write that made a record of the range dead is at or below it.
+    judged_to: u64,
+    /// The chunk was the tail file's end (or the log's head): the step
+    /// goes no further.
+    last: bool,
+}
+
+/// Runs one GC step on `vlog` over up to `chunks` chunks (at least one, at
+/// most [`MAX_STEP_CHUNKS`]) under one round of syncs: each chunk's live
+/// records are copied and their pointers installed, then one
+/// [`IndexRelocator::make_durable`] covers every chunk's relocations and
+/// the writes that made its dead records dead, one
+/// [`IndexRelocator::persist_state`] records the tail after the last
+/// chunk, and then the chunks are freed. A step stops early at the head
+/// (the active file), at the end of a file, and at the log-mode replay
+/// checkpoint, and after the chunk in hand when a writer waits for the
+/// step ([`IndexReader::writers_waiting`]). With a relocator whose syncs do not cover this log
+/// ([`IndexRelocator::make_durable_syncs_store`] false), each chunk is
+/// relocated and made durable on its own, as a one-chunk step is.
+pub fn step_chunks(
+    vlog: &VlogStore,
+    index: &dyn IndexReader,
+    relocator: &dyn IndexRelocator,
+    chunks: usize,
+) -> Result<GcOutcome> {
     let _one_at_a_time = vlog.gc_lock.lock();
+    let chunks = chunks.clamp(1, MAX_STEP_CHUNKS);
+    let deferred = chunks > 1 && relocator.make_durable_syncs_store();
     let mut out = GcOutcome::default();
     out.bytes_freed += free_pending(vlog, index.oldest_visible_seq())?;
+    let mut done: Vec<ChunkDone> = Vec::with_capacity(chunks);
+    let mut cursor = vlog.state.lock().tail;
+    for _ in 0..chunks {
+        match collect_chunk(vlog, index, relocator, cursor, deferred, &mut out)? {
+            Some(c) => {
+                cursor = c.new_tail;
+                let last = c.last;
+                done.push(c);
+                // A writer held for this step waits for one chunk and the
+                // sync round, not for the rest.
+                if last || index.writers_waiting() {
+                    break;
+                }
+            }
+            None => break,
+        }
+    }
+    let Some(last) = done.last() else {
+        out.did_work = out.bytes_freed > 0;
+        return Ok(out);
+    };
+    let t = std::time::Instant::now();
+    // A record judged dead was superseded by a newer write; that write must
+    // be durable before the tail passes the record (a crash that lost it
+    // would leave the index pointing behind the tail). Such writes are at
+    // or below `judged_to`; the relocations (installed unsynced when
+    // `deferred`) are at or below `visible_from`. One sync round covers
+    // every chunk of the step.
+    let durable_to = done
+        .iter()
+        .map(|c| {
+            if deferred {
+                c.judged_to.max(c.visible_from)
+            } else {
+                c.judged_to
+            }
+        })
+        .max()
+        .unwrap_or(0);
+    relocator.make_durable(durable_to)?;
+    let new_tail = last.new_tail;
+    // Publish the new tail before persisting it: the relocations behind it
+    // are already durable, and a state persisted concurrently (a memtable
+    // flush in log mode) then carries this tail or a later one, never an
+    // older one than the space freed below.
+    let ckpt = {
+        let mut st = vlog.state.lock();
+        st.tail = new_tail;
+        st.ckpt
+    };
+    relocator.persist_state(&encode_state(new_tail, ckpt))?;
+    vlog.counters.gc_sync_rounds.fetch_add(1, Ordering::Relaxed);
+    vlog.counters
+        .gc_sync_micros
+        .fetch_add(micros(t), Ordering::Relaxed);
+    let t = std::time::Instant::now();
+    {
+        // Readers at `visible_from` or later no longer reach a range (its
+        // live records were relocated at or before that sequence, its dead
+        // ones were overwritten before it); older readers may, so the free
+        // waits for them.
+        let mut st = vlog.state.lock();
+        for c in &done {
+            let (file, start, end) = c.range;
+            st.pending.push(PendingFree {
+                seq: c.visible_from,
+                file,
+                start,
+                end,
+                whole_file: c.new_tail.0 > file,
+            });
+        }
+    }
+    out.bytes_freed += free_pending(vlog, index.oldest_visible_seq())?;
+    vlog.counters
+        .gc_free_micros
+        .fetch_add(micros(t), Ordering::Relaxed);
+    vlog.counters.gc_runs.fetch_add(1, Ordering::Relaxed);
+    out.did_work = true;
+    Ok(out)
+}
 
+/// Microseconds since `t`.
+fn micros(t: std::time::Instant) -> u64 {
+    u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Reads, judges and relocates the chunk at `cursor` (the tail, or where
+/// the step's previous chunk ended); `None` when there is nothing to
+/// collect there (the head, or the log-mode replay checkpoint). The
+/// relocations are durable when this returns unless `deferred` (the step's
+/// sync round makes them so).
+fn collect_chunk(
+    vlog: &VlogStore,
+    index: &dyn IndexReader,
+    relocator: &dyn IndexRelocator,
+    cursor: (u64, u64),
+    deferred: bool,
+    out: &mut GcOutcome,
+) -> Result<Option<ChunkDone>> {
+    let t = std::time::Instant::now();
     // Where the chunk is.
     let (file, start, end, is_active) = {
         let st = vlog.state.lock();
-        let (f, o) = st.tail;
-        let mut is_active = f == st.head_file;
+        let (f, o) = cursor;
+        let mut is_active = f >= st.head_file;
         let mut end = st.files.get(&f).map_or(0, |i| i.valid_len);
         // In log mode the records after the checkpoint are the recovery
         // log: GC stops there.
@@ -82,21 +231,16 @@ pub fn step(
     let judged_at = index.last_sequence();
     if start >= end {
         if is_active {
-            out.did_work = out.bytes_freed > 0;
-            return Ok(out);
+            return Ok(None);
         }
         // The tail file is used up: move to the next one.
-        advance(
-            vlog,
-            index,
-            relocator,
-            (file, start, end),
-            (file + 1, 0),
-            index.last_sequence(),
-            &mut out,
-        )?;
-        out.did_work = true;
-        return Ok(out);
+        return Ok(Some(ChunkDone {
+            range: (file, start, end),
+            new_tail: (file + 1, 0),
+            visible_from: judged_at,
+            judged_to: judged_at,
+            last: false,
+        }));
     }
 
     // Read whole records from [start, start + chunk).
@@ -177,9 +321,14 @@ pub fn step(
     vlog.counters
         .gc_lookups
         .fetch_add(lookups, Ordering::Relaxed);
-    out.bytes_read = pos as u64;
+    vlog.counters.gc_chunks.fetch_add(1, Ordering::Relaxed);
+    vlog.counters
+        .gc_judge_micros
+        .fetch_add(micros(t), Ordering::Relaxed);
+    let t = std::time::Instant::now();
+    out.bytes_read += pos as u64;
 
-    // Re-append the live records at the head, durably, then relocate.
+    // Re-append the live records at the head, then relocate.
     let mut live_bytes = 0u64;
     let mut visible_from = index.last_sequence();
     if !live.is_empty() {
@@ -193,8 +342,9 @@ pub fn step(
             .collect();
         // In pieces, so that user appends wait for one piece at most; then
         // durable before any pointer to them is: by the relocation's own
-        // sync when the index's syncs cover this log (the engine's value
-        // log), else synced here (HashKV's cold data log).
+        // sync (or the step's sync round) when the index's syncs cover
+        // this log (the engine's value log), else synced here (HashKV's
+        // cold data log).
         let mut new = Vec::with_capacity(records.len());
         let mut from = 0;
         while from < records.len() {
@@ -220,7 +370,11 @@ pub fn step(
                 new: *new,
             })
             .collect();
-        let (installed, seq) = relocator.relocate_judged(&moves, judged_at)?;
+        let (installed, seq) = if deferred {
+            relocator.relocate_judged_unsynced(&moves, judged_at)?
+        } else {
+            relocator.relocate_judged(&moves, judged_at)?
+        };
         visible_from = visible_from.max(seq);
         for (m, ok) in moves.iter().zip(&installed) {
             if *ok {
@@ -230,7 +384,7 @@ pub fn step(
                 vlog.note_garbage(&m.new);
             }
         }
-        out.bytes_rewritten = live_bytes;
+        out.bytes_rewritten += live_bytes;
         vlog.counters
             .gc_bytes_rewritten
             .fetch_add(live_bytes, Ordering::Relaxed);
@@ -247,29 +401,23 @@ pub fn step(
                 .fetch_add(dead - dead.min(reported), Ordering::Relaxed);
         }
     }
-    // A record judged dead was superseded by a newer write; that write must
-    // be durable before the tail passes the record (a crash that lost it
-    // would leave the index pointing behind the tail). Such writes are at
-    // or below `judged_to`: after relocations, whose sync covered a later
-    // sequence number, this costs nothing.
-    relocator.make_durable(judged_to)?;
-    let new_tail = if chunk_end >= end && !is_active {
-        (file + 1, 0)
-    } else {
-        (file, chunk_end)
-    };
-    advance(
-        vlog,
-        index,
-        relocator,
-        (file, start, chunk_end),
-        new_tail,
+    vlog.counters
+        .gc_relocate_micros
+        .fetch_add(micros(t), Ordering::Relaxed);
+    let file_done = chunk_end >= end && !is_active;
+    Ok(Some(ChunkDone {
+        range: (file, start, chunk_end),
+        new_tail: if file_done {
+            (file + 1, 0)
+        } else {
+            (file, chunk_end)
+        },
         visible_from,
-        &mut out,
-    )?;
-    vlog.counters.gc_runs.fetch_add(1, Ordering::Relaxed);
-    out.did_work = true;
-    Ok(out)
+        judged_to,
+        // Past the chunk the file goes on unread only at its valid end
+        // (the head, or the checkpoint): nothing more to take.
+        last: chunk_end >= end && is_active,
+    }))
 }
 
 /// Where `part`, a slice of `whole`, lies in it.
@@ -277,45 +425,6 @@ fn range_in(whole: &[u8], part: &[u8]) -> Range<usize> {
     let from = (part.as_ptr() as usize).saturating_sub(whole.as_ptr() as usize);
     debug_assert!(from + part.len() <= whole.len(), "not a slice of it");
     from..from + part.len()
-}
-
-/// Persists `new_tail` and queues the freeing of `range = (file, start,
-/// end)`. Readers at `visible_from` or later no longer reach the range (its
-/// live records were relocated at or before that sequence, its dead ones
-/// were overwritten before it); older readers may, so the free waits for
-/// them.
-fn advance(
-    vlog: &VlogStore,
-    index: &dyn IndexReader,
-    relocator: &dyn IndexRelocator,
-    range: (u64, u64, u64),
-    new_tail: (u64, u64),
-    visible_from: u64,
-    out: &mut GcOutcome,
-) -> Result<()> {
-    let (file, start, end) = range;
-    // Publish the new tail before persisting it: the relocations behind it
-    // are already durable, and a state persisted concurrently (a memtable
-    // flush in log mode) then carries this tail or a later one, never an
-    // older one than the space freed below.
-    let ckpt = {
-        let mut st = vlog.state.lock();
-        st.tail = new_tail;
-        st.ckpt
-    };
-    relocator.persist_state(&encode_state(new_tail, ckpt))?;
-    {
-        let mut st = vlog.state.lock();
-        st.pending.push(PendingFree {
-            seq: visible_from,
-            file,
-            start,
-            end,
-            whole_file: new_tail.0 > file,
-        });
-    }
-    out.bytes_freed += free_pending(vlog, index.oldest_visible_seq())?;
-    Ok(())
 }
 
 /// Frees queued ranges no live reader can reach; returns bytes freed.
@@ -404,15 +513,25 @@ mod tests {
     use parking_lot::Mutex;
     use std::collections::HashMap;
     use std::path::Path;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Arc;
 
     /// An index whose writes are published only when GC waits for the
-    /// writes in flight, as the engine's writer lock makes them.
+    /// writes in flight, as the engine's writer lock makes them. Counts
+    /// the durability points and tail records GC asks for.
     #[derive(Default)]
     struct Index {
         map: Mutex<HashMap<Vec<u8>, ValuePointer>>,
         in_flight: Mutex<Vec<(Vec<u8>, ValuePointer)>>,
         last_seq: Mutex<u64>,
+        /// `make_durable` syncs the value log (the engine's relocator).
+        syncs_store: bool,
+        /// Relocations installed and not yet made durable.
+        unsynced: Mutex<usize>,
+        durable_calls: AtomicUsize,
+        persist_calls: AtomicUsize,
+        /// A writer waits for the step.
+        waiting: AtomicBool,
     }
 
     impl Index {
@@ -439,6 +558,9 @@ mod tests {
             self.publish();
             Ok(())
         }
+        fn writers_waiting(&self) -> bool {
+            self.waiting.load(Ordering::SeqCst)
+        }
     }
 
     impl IndexRelocator for Index {
@@ -456,11 +578,34 @@ mod tests {
                 .collect();
             Ok((ok, *self.last_seq.lock()))
         }
+        fn relocate_judged_unsynced(
+            &self,
+            moves: &[Relocation],
+            _judged_at: u64,
+        ) -> Result<(Vec<bool>, u64)> {
+            assert!(
+                self.syncs_store,
+                "deferred only when the sync covers the log"
+            );
+            *self.unsynced.lock() += moves.len();
+            self.relocate(moves)
+        }
         fn persist_state(&self, _state: &[u8]) -> Result<()> {
+            assert_eq!(
+                *self.unsynced.lock(),
+                0,
+                "the tail moved before the relocations were durable"
+            );
+            self.persist_calls.fetch_add(1, Ordering::SeqCst);
             Ok(())
         }
         fn make_durable(&self, _seq: u64) -> Result<()> {
+            *self.unsynced.lock() = 0;
+            self.durable_calls.fetch_add(1, Ordering::SeqCst);
             Ok(())
+        }
+        fn make_durable_syncs_store(&self) -> bool {
+            self.syncs_store
         }
     }
 
@@ -619,5 +764,105 @@ mod tests {
                 "{key:?} lost"
             );
         }
+    }
+
+    /// Writes `rounds` values of 1000 bytes for each of `keys` keys, key
+    /// after key, round after round: every round but the last is garbage.
+    fn overwritten(vlog: &VlogStore, index: &Index, keys: u32, rounds: u32) -> Vec<Vec<u8>> {
+        let value = vec![5u8; 1000];
+        let keys: Vec<Vec<u8>> = (0..keys).map(|i| i.to_be_bytes().to_vec()).collect();
+        let mut seq = 0;
+        for _ in 0..rounds {
+            for key in &keys {
+                seq += 1;
+                let rec = ValueRecord {
+                    key,
+                    seq,
+                    value: &value,
+                };
+                let p = vlog.append(&[rec]).unwrap()[0];
+                index.in_flight.lock().push((key.clone(), p));
+                index.publish();
+            }
+        }
+        keys
+    }
+
+    /// A step of several chunks pays one sync round for all of them: one
+    /// durability point (after every chunk's relocations, which it
+    /// installs unsynced) and one tail record, whatever the chunks; the
+    /// tail moves only after the relocations are durable; every key still
+    /// reads its newest value.
+    #[test]
+    fn a_step_of_several_chunks_syncs_once() {
+        let fs = Arc::new(MemFs::new());
+        let dir = Path::new("/db");
+        fs.create_dir_all(dir).unwrap();
+        let vlog = small_vlog(dir, fs, 64 << 10);
+        let index = Index {
+            syncs_store: true,
+            ..Index::default()
+        };
+        // About 1.2 MB over two files; a third of it live.
+        let keys = overwritten(&vlog, &index, 400, 3);
+        let figure = |name: &str| {
+            vlog.figures()
+                .into_iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v)
+                .unwrap()
+        };
+        let out = super::step_chunks(&vlog, &index, &index, 4).unwrap();
+        assert!(out.did_work && out.bytes_freed > 0, "{out:?}");
+        assert_eq!(figure("gc_chunks"), 4, "{out:?}");
+        assert!(out.bytes_read > 3 * (64 << 10), "{out:?}");
+        assert_eq!(index.durable_calls.load(Ordering::SeqCst), 1);
+        assert_eq!(index.persist_calls.load(Ordering::SeqCst), 1);
+        assert_eq!(figure("gc_sync_rounds"), 1);
+        // One chunk per step: one round per chunk.
+        let out = vlog.gc_step(&index, &index).unwrap();
+        assert!(out.did_work, "{out:?}");
+        assert_eq!(figure("gc_chunks"), 5);
+        assert_eq!(index.durable_calls.load(Ordering::SeqCst), 2);
+        assert_eq!(index.persist_calls.load(Ordering::SeqCst), 2);
+        // Across a file's end and on to the head: every step syncs once.
+        for step in 3..40 {
+            let out = super::step_chunks(&vlog, &index, &index, 16).unwrap();
+            if !out.did_work {
+                break;
+            }
+            assert_eq!(index.persist_calls.load(Ordering::SeqCst), step);
+            assert!(index.durable_calls.load(Ordering::SeqCst) <= step);
+        }
+        assert!(vlog.tail().0 >= 1, "GC did not leave the first file");
+        let value = vec![5u8; 1000];
+        for key in &keys {
+            let p = index.current_pointer(key).unwrap().unwrap();
+            assert_eq!(vlog.read(key, &p).unwrap().as_deref(), Some(&value[..]));
+        }
+    }
+
+    /// A writer waiting for a step of several chunks waits for one: the
+    /// step ends after the chunk in hand. A relocator whose syncs do not
+    /// cover the log gets each chunk's relocations made durable on their
+    /// own, never deferred.
+    #[test]
+    fn a_waiting_writer_ends_a_step_of_several_chunks() {
+        let fs = Arc::new(MemFs::new());
+        let dir = Path::new("/db");
+        fs.create_dir_all(dir).unwrap();
+        let vlog = small_vlog(dir, fs, 64 << 10);
+        let index = Index::default();
+        overwritten(&vlog, &index, 400, 3);
+        index.waiting.store(true, Ordering::SeqCst);
+        let out = super::step_chunks(&vlog, &index, &index, 8).unwrap();
+        assert!(out.did_work, "{out:?}");
+        assert!(out.bytes_read <= 64 << 10, "{out:?}");
+        index.waiting.store(false, Ordering::SeqCst);
+        // Not deferred (`relocate_judged_unsynced` would panic): the
+        // relocations of each chunk are durable on their own.
+        let out = super::step_chunks(&vlog, &index, &index, 8).unwrap();
+        assert!(out.bytes_read > 4 * (64 << 10), "{out:?}");
+        assert_eq!(index.persist_calls.load(Ordering::SeqCst), 2);
     }
 }

@@ -318,6 +318,18 @@ struct Counters {
     gc_bytes_freed: AtomicU64,
     /// See [`ValueStore::garbage_found`].
     garbage_found: AtomicU64,
+    /// Chunks GC read (a step reads one or more).
+    gc_chunks: AtomicU64,
+    /// Sync rounds of GC steps: one index durability point and one tail
+    /// persisted in the manifest each (one per step).
+    gc_sync_rounds: AtomicU64,
+    /// Wall time of GC steps by part (µs): reading and judging chunks,
+    /// copying and installing their live records, the sync round, and
+    /// freeing what the tail left.
+    gc_judge_micros: AtomicU64,
+    gc_relocate_micros: AtomicU64,
+    gc_sync_micros: AtomicU64,
+    gc_free_micros: AtomicU64,
 }
 
 /// Shared read side (used by prefetch workers).
@@ -1062,6 +1074,15 @@ impl ValueStore for VlogStore {
         gc::step(self, index, relocator)
     }
 
+    fn gc_step_chunks(
+        &self,
+        index: &dyn IndexReader,
+        relocator: &dyn IndexRelocator,
+        chunks: usize,
+    ) -> Result<GcOutcome> {
+        gc::step_chunks(self, index, relocator, chunks)
+    }
+
     fn verify(&self) -> (u64, Vec<Error>) {
         // No GC step may punch the range while it is being read.
         let _no_gc = self.gc_lock.lock();
@@ -1256,6 +1277,15 @@ impl ValueStore for VlogStore {
                 c.gc_bytes_rewritten.load(Ordering::Relaxed),
             ),
             ("gc_bytes_freed", c.gc_bytes_freed.load(Ordering::Relaxed)),
+            ("gc_chunks", c.gc_chunks.load(Ordering::Relaxed)),
+            ("gc_sync_rounds", c.gc_sync_rounds.load(Ordering::Relaxed)),
+            ("gc_judge_micros", c.gc_judge_micros.load(Ordering::Relaxed)),
+            (
+                "gc_relocate_micros",
+                c.gc_relocate_micros.load(Ordering::Relaxed),
+            ),
+            ("gc_sync_micros", c.gc_sync_micros.load(Ordering::Relaxed)),
+            ("gc_free_micros", c.gc_free_micros.load(Ordering::Relaxed)),
             ("prefetch_depth", self.prefetch.depth() as u64),
         ]
     }
