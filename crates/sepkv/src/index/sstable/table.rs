@@ -3,7 +3,9 @@
 //! block, a block iterator walks it).
 //!
 //! `Table::open` reads and verifies the footer, the metaindex, the index and
-//! the filter, and keeps the index block and the filter in memory. Data blocks
+//! the filter, and keeps the index block and the filter in memory, the index
+//! also decoded for searching (`IndexSearch`, 16 bytes per data block; an
+//! index of another shape is searched in place). Data blocks
 //! are read on demand: looked up in the shared block cache first, otherwise
 //! read from the file, checksummed, validated, and inserted in the cache when
 //! the read asks for it ([`ReadCtx::fill_cache`]). A mapped table serves
@@ -386,7 +388,7 @@ impl Table {
         self.file_size
     }
 
-    /// Bytes held in memory for the index block and the filter.
+    /// Bytes held in memory for the index block (and its decoded search) and the filter.
     pub fn approximate_memory(&self) -> usize {
         self.index.size()
             + self.index_search.as_ref().map_or(0, IndexSearch::size)
