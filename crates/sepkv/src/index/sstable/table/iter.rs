@@ -405,6 +405,11 @@ impl Table {
 }
 
 impl TableIterator {
+    /// The table this cursor walks.
+    pub(crate) fn table(&self) -> &Arc<Table> {
+        &self.table
+    }
+
     /// This cursor's first read-ahead window is `bytes` (clamped to
     /// between one 4 KiB page and [`READ_AHEAD_MAX`]) instead of
     /// [`READ_AHEAD_MIN`]: a DTable gives each segment's cursor a share of
