@@ -26,8 +26,12 @@ use std::sync::Arc;
 /// invalid and [`InternalIterator::status`] reports the error, so no entry
 /// of the other children is returned past the point where the failed
 /// child's entries went missing.
-pub struct MergingIterator {
-    children: Vec<Box<dyn InternalIterator>>,
+///
+/// The children are of one type `C`: boxed cursors of any kind by default,
+/// or one concrete cursor type (a DTable's segment cursors), which saves a
+/// box per child and a virtual call per move.
+pub struct MergingIterator<C = Box<dyn InternalIterator>> {
+    children: Vec<C>,
     /// `keys[i]`: child `i`'s current key while it is valid.
     keys: Vec<Vec<u8>>,
     /// Moving forward: the valid children as a min-heap, smallest first.
@@ -37,9 +41,9 @@ pub struct MergingIterator {
     err: Option<Error>,
 }
 
-impl MergingIterator {
+impl<C: InternalIterator> MergingIterator<C> {
     /// Merges `children`, given newest source first.
-    pub fn new(children: Vec<Box<dyn InternalIterator>>) -> Self {
+    pub fn new(children: Vec<C>) -> Self {
         let n = children.len();
         MergingIterator {
             children,
@@ -144,12 +148,17 @@ impl MergingIterator {
         self.set_current(best);
     }
 
-    fn cur(&self) -> &dyn InternalIterator {
-        self.children[self.current.expect("valid iterator")].as_ref()
+    fn cur(&self) -> &C {
+        &self.children[self.current.expect("valid iterator")]
+    }
+
+    /// The children, in the order given.
+    pub(crate) fn children(&self) -> &[C] {
+        &self.children
     }
 }
 
-impl InternalIterator for MergingIterator {
+impl<C: InternalIterator> InternalIterator for MergingIterator<C> {
     fn valid(&self) -> bool {
         self.current.is_some()
     }
@@ -500,7 +509,10 @@ pub(crate) mod tests {
             entries: entries(&[2, 4, 6, 8]),
             pos: None,
         };
-        let mut m = MergingIterator::new(vec![Box::new(failing), Box::new(healthy)]);
+        let mut m = MergingIterator::new(vec![
+            Box::new(failing) as Box<dyn InternalIterator>,
+            Box::new(healthy),
+        ]);
         m.seek_to_first();
         let mut got = Vec::new();
         while m.valid() {

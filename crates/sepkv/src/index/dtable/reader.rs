@@ -13,7 +13,7 @@ use crate::index::key::user_key;
 use crate::index::merger::MergingIterator;
 use crate::index::multi_get::BlockReuse;
 use crate::index::sstable::{
-    check_trailer, key_hash, BlockHandle, ReadCtx, Table, BLOCK_FILTERS_META_NAME,
+    check_trailer, key_hash, BlockHandle, ReadCtx, Table, TableIterator, BLOCK_FILTERS_META_NAME,
     BLOCK_TRAILER_LEN, READ_AHEAD_MIN,
 };
 use std::path::{Path, PathBuf};
@@ -342,27 +342,19 @@ impl DTable {
     /// order (unpositioned).
     pub fn iter(&self, ctx: ReadCtx) -> DTableIterator {
         let total = self.segments.iter().map(|s| s.entries).sum::<u64>().max(1);
-        let children: Vec<Box<dyn InternalIterator>> = self
+        let children: Vec<TableIterator> = self
             .segments
             .iter()
             .rev()
             .map(|s| {
                 let share = READ_AHEAD_MIN.saturating_mul(s.entries) / total;
-                Box::new(
-                    s.table
-                        .iter(ctx)
-                        .with_first_read_ahead(share.max(SEGMENT_READ_AHEAD_MIN)),
-                ) as Box<dyn InternalIterator>
+                s.table
+                    .iter(ctx)
+                    .with_first_read_ahead(share.max(SEGMENT_READ_AHEAD_MIN))
             })
             .collect();
         DTableIterator {
             merged: MergingIterator::new(children),
-            all: self
-                .segments
-                .iter()
-                .rev()
-                .map(|s| s.table.clone())
-                .collect(),
             ctx,
         }
     }
@@ -408,10 +400,9 @@ impl DTable {
 /// entries) of one SSTable's first window, at least
 /// 16 KiB.
 pub struct DTableIterator {
-    merged: MergingIterator,
-    /// The segments, newest first as the merged cursor positions them:
-    /// their blocks are hinted before a seek.
-    all: Vec<Arc<Table>>,
+    /// The segments' cursors, newest first, merged (unboxed: one
+    /// allocation for all of them).
+    merged: MergingIterator<TableIterator>,
     ctx: ReadCtx,
 }
 
@@ -419,9 +410,10 @@ impl DTableIterator {
     /// Hints the block each of the later segments will load for a seek to
     /// `target`; returns how many hints were issued.
     fn hint_seek(&self, target: &[u8]) -> usize {
-        self.all
+        self.merged
+            .children()
             .iter()
-            .filter(|t| t.hint_seek(target, true, self.ctx))
+            .filter(|c| c.table().hint_seek(target, true, self.ctx))
             .count()
     }
 }

@@ -455,6 +455,18 @@ impl BlockIter {
         while self.parse_next() && self.next < self.block.restarts_offset {}
     }
 
+    /// Positions at entry `i` of a block whose every entry is a restart
+    /// point (restart interval 1, as index blocks are written); past the
+    /// last entry the iterator becomes invalid. One entry is decoded.
+    pub(crate) fn seek_to_entry(&mut self, i: usize) {
+        if self.err.is_some() || i >= self.block.num_restarts {
+            self.invalidate();
+            return;
+        }
+        self.seek_to_restart(i);
+        self.parse_next();
+    }
+
     /// Positions at the first entry whose key is `>= target`.
     pub(crate) fn seek(&mut self, target: &[u8]) {
         if self.err.is_some() || self.block.num_restarts == 0 {

@@ -69,6 +69,7 @@ mod block;
 mod builder;
 mod filter;
 mod footer;
+mod index_search;
 pub(crate) mod map_gauge;
 mod table;
 

@@ -3,7 +3,9 @@
 //! block, a block iterator walks it).
 //!
 //! `Table::open` reads and verifies the footer, the metaindex, the index and
-//! the filter, and keeps the index block and the filter in memory. Data blocks
+//! the filter, and keeps the index block and the filter in memory, the index
+//! also decoded for searching (`IndexSearch`, 16 bytes per data block; an
+//! index of another shape is searched in place). Data blocks
 //! are read on demand: looked up in the shared block cache first, otherwise
 //! read from the file, checksummed, validated, and inserted in the cache when
 //! the read asks for it ([`ReadCtx::fill_cache`]). A mapped table serves
@@ -28,6 +30,7 @@
 use super::block::{check_trailer, Block, BlockBytes, BlockIter, BLOCK_TRAILER_LEN};
 use super::filter::BloomFilter;
 use super::footer::{BlockHandle, Footer, FOOTER_LEN};
+use super::index_search::IndexSearch;
 use super::FILTER_META_NAME;
 use crate::error::{Error, Result};
 use crate::fs::{Advice, IoCategory, IoStats, Mapping, RandomAccessFile};
@@ -238,6 +241,9 @@ pub struct Table {
     category: IoCategory,
     footer: Footer,
     index: Arc<Block>,
+    /// The index decoded for searching ([`IndexSearch`]); `None` when
+    /// the block is searched in place.
+    index_search: Option<IndexSearch>,
     filter: Option<BloomFilter>,
     /// Which data blocks of a mapped table were checksummed in place.
     verified: Option<VerifiedBlocks>,
@@ -339,6 +345,7 @@ impl Table {
             .map
             .as_ref()
             .map(|_| VerifiedBlocks::new(index.num_restarts()));
+        let index_search = IndexSearch::build(&index);
         Ok(Table {
             src,
             file_number,
@@ -347,6 +354,7 @@ impl Table {
             category,
             footer,
             index,
+            index_search,
             filter,
             verified,
         })
@@ -380,15 +388,56 @@ impl Table {
         self.file_size
     }
 
-    /// Bytes held in memory for the index block and the filter.
+    /// Bytes held in memory for the index block (and its decoded search) and the filter.
     pub fn approximate_memory(&self) -> usize {
         self.index.size()
+            + self.index_search.as_ref().map_or(0, IndexSearch::size)
             + self.filter.as_ref().map_or(0, BloomFilter::size)
             + self.verified.as_ref().map_or(0, VerifiedBlocks::size)
     }
 
     fn index_corruption(&self, reason: impl Into<String>) -> Error {
         self.src.corruption(self.footer.index.offset, reason)
+    }
+
+    /// The data block a seek to `target` starts in: its handle and its
+    /// ordinal in the index, `None` past the last block. Through the
+    /// decoded index when the table has one ([`IndexSearch`]), else by
+    /// searching the index block; with `next`, also the handle of the
+    /// block after it, if any.
+    fn find_block(
+        &self,
+        target: &[u8],
+        next: bool,
+    ) -> Result<Option<(BlockHandle, usize, Option<BlockHandle>)>> {
+        if let Some(d) = &self.index_search {
+            let i = d
+                .find(&self.index, target)
+                .map_err(|r| self.index_corruption(r))?;
+            return Ok(d
+                .handle(i)
+                .map(|h| (h, i, next.then(|| d.handle(i + 1)).flatten())));
+        }
+        let mut index = BlockIter::new(self.index.clone(), compare_internal);
+        index.seek(target);
+        if !index.valid() {
+            return match index.corruption() {
+                Some(r) => Err(self.index_corruption(r)),
+                None => Ok(None),
+            };
+        }
+        let handle = self.data_handle(index.value())?;
+        let ordinal = index.restart_index();
+        let after = if next {
+            index.next();
+            index
+                .valid()
+                .then(|| BlockHandle::decode_exact(index.value()))
+                .flatten()
+        } else {
+            None
+        };
+        Ok(Some((handle, ordinal, after)))
     }
 
     /// Decodes a data-block handle read from the index block.
@@ -501,12 +550,7 @@ impl Table {
         {
             return false;
         }
-        let mut index = BlockIter::new(self.index.clone(), compare_internal);
-        index.seek(target);
-        if !index.valid() {
-            return false;
-        }
-        let Some(handle) = BlockHandle::decode_exact(index.value()) else {
+        let Ok(Some((handle, _, after))) = self.find_block(target, next) else {
             return false;
         };
         if self
@@ -517,16 +561,10 @@ impl Table {
             return false;
         }
         let mut end = handle.offset + handle.size + BLOCK_TRAILER_LEN as u64;
-        if next {
-            index.next();
-            if let Some(h) = index
-                .valid()
-                .then(|| BlockHandle::decode_exact(index.value()))
-                .flatten()
-                .filter(|h| self.src.checked_len(*h, self.footer.index.offset).is_ok())
-            {
-                end = end.max(h.offset + h.size + BLOCK_TRAILER_LEN as u64);
-            }
+        if let Some(h) =
+            after.filter(|h| self.src.checked_len(*h, self.footer.index.offset).is_ok())
+        {
+            end = end.max(h.offset + h.size + BLOCK_TRAILER_LEN as u64);
         }
         self.src
             .file
@@ -577,16 +615,9 @@ impl Table {
                 return Ok(None);
             }
         }
-        let mut index = BlockIter::new(self.index.clone(), compare_internal);
-        index.seek(ikey);
-        if !index.valid() {
-            return match index.corruption() {
-                Some(r) => Err(self.index_corruption(r)),
-                None => Ok(None),
-            };
-        }
-        let handle = self.data_handle(index.value())?;
-        let ordinal = index.restart_index();
+        let Some((handle, ordinal, _)) = self.find_block(ikey, false)? else {
+            return Ok(None);
+        };
         if !block_may_contain(ordinal, handle.offset) {
             return Ok(None);
         }

@@ -57,12 +57,22 @@ struct ReadAhead {
     first: u64,
 }
 
+/// Where a cursor stands in its table's index.
+enum IndexPos {
+    /// A cursor over the index block.
+    Block(BlockIter),
+    /// For a table whose index is decoded ([`IndexSearch`]): the ordinal
+    /// of the current entry, always below the entry count; `None` when
+    /// positioned nowhere.
+    Decoded(Option<usize>),
+}
+
 /// A two-level cursor over a table: the index block selects a data block,
 /// loaded lazily through the block cache; empty blocks are skipped.
 pub struct TableIterator {
     table: Arc<Table>,
     ctx: ReadCtx,
-    index: BlockIter,
+    index: IndexPos,
     /// Iterator over the data block the index points at, if loaded.
     data: Option<BlockIter>,
     /// File offset of the block of `data`.
@@ -84,9 +94,89 @@ impl TableIterator {
     /// Records a corruption of the index block, if the index iterator met
     /// one.
     fn check_index(&mut self) {
-        if let Some(r) = self.index.corruption() {
-            let e = self.table.index_corruption(r);
-            self.fail(e);
+        if let IndexPos::Block(b) = &self.index {
+            if let Some(r) = b.corruption() {
+                let e = self.table.index_corruption(r);
+                self.fail(e);
+            }
+        }
+    }
+
+    /// The decoded index of the table, if this cursor uses it.
+    fn decoded(&self) -> Option<&IndexSearch> {
+        match self.index {
+            IndexPos::Decoded(_) => self.table.index_search.as_ref(),
+            IndexPos::Block(_) => None,
+        }
+    }
+
+    /// True when the index cursor is at an entry.
+    fn index_valid(&self) -> bool {
+        match &self.index {
+            IndexPos::Block(b) => b.valid(),
+            IndexPos::Decoded(at) => at.is_some(),
+        }
+    }
+
+    /// The current index entry's data-block handle and ordinal.
+    fn index_entry(&self) -> Result<(BlockHandle, usize)> {
+        match &self.index {
+            IndexPos::Block(b) => Ok((self.table.data_handle(b.value())?, b.restart_index())),
+            IndexPos::Decoded(at) => at
+                .and_then(|i| Some((self.decoded()?.handle(i)?, i)))
+                .ok_or_else(|| self.table.index_corruption("index entry out of range")),
+        }
+    }
+
+    fn index_next(&mut self) {
+        let len = self.decoded().map_or(0, IndexSearch::len);
+        match &mut self.index {
+            IndexPos::Block(b) => b.next(),
+            IndexPos::Decoded(at) => *at = at.map(|i| i + 1).filter(|&i| i < len),
+        }
+    }
+
+    fn index_prev(&mut self) {
+        match &mut self.index {
+            IndexPos::Block(b) => b.prev(),
+            IndexPos::Decoded(at) => *at = at.and_then(|i| i.checked_sub(1)),
+        }
+    }
+
+    fn index_seek_to_first(&mut self) {
+        let len = self.decoded().map_or(0, IndexSearch::len);
+        match &mut self.index {
+            IndexPos::Block(b) => b.seek_to_first(),
+            IndexPos::Decoded(at) => *at = (len > 0).then_some(0),
+        }
+    }
+
+    fn index_seek_to_last(&mut self) {
+        let len = self.decoded().map_or(0, IndexSearch::len);
+        match &mut self.index {
+            IndexPos::Block(b) => b.seek_to_last(),
+            IndexPos::Decoded(at) => *at = len.checked_sub(1),
+        }
+    }
+
+    fn index_seek(&mut self, target: &[u8]) {
+        let found = match (&mut self.index, self.table.index_search.as_ref()) {
+            (IndexPos::Block(b), _) => {
+                b.seek(target);
+                return;
+            }
+            (IndexPos::Decoded(_), None) => Err("index entry out of range".to_string()),
+            (IndexPos::Decoded(_), Some(d)) => d
+                .find(&self.table.index, target)
+                .map(|i| (i < d.len()).then_some(i)),
+        };
+        match found {
+            Ok(at) => self.index = IndexPos::Decoded(at),
+            Err(r) => {
+                self.index = IndexPos::Decoded(None);
+                let e = self.table.index_corruption(r);
+                self.fail(e);
+            }
         }
     }
 
@@ -107,12 +197,12 @@ impl TableIterator {
 
     /// Loads the data block the index iterator points at.
     fn init_data_block(&mut self) {
-        if !self.index.valid() {
+        if !self.index_valid() {
             self.check_index();
             self.data = None;
             return;
         }
-        let handle = match self.table.data_handle(self.index.value()) {
+        let (handle, ordinal) = match self.index_entry() {
             Ok(h) => h,
             Err(e) => return self.fail(e),
         };
@@ -120,7 +210,7 @@ impl TableIterator {
             return;
         }
         self.read_ahead(handle);
-        match (self.table).data_block_at(handle, self.index.restart_index(), self.ctx) {
+        match (self.table).data_block_at(handle, ordinal, self.ctx) {
             Ok(block) => {
                 self.data = Some(BlockIter::new(block, compare_internal));
                 self.data_offset = handle.offset;
@@ -186,12 +276,12 @@ impl TableIterator {
             if self.data.as_ref().is_some_and(BlockIter::valid) {
                 return;
             }
-            if !self.index.valid() {
+            if !self.index_valid() {
                 self.check_index();
                 self.data = None;
                 return;
             }
-            self.index.next();
+            self.index_next();
             self.init_data_block();
             if let Some(d) = &mut self.data {
                 d.seek_to_first();
@@ -205,12 +295,12 @@ impl TableIterator {
             if self.data.as_ref().is_some_and(BlockIter::valid) {
                 return;
             }
-            if !self.index.valid() {
+            if !self.index_valid() {
                 self.check_index();
                 self.data = None;
                 return;
             }
-            self.index.prev();
+            self.index_prev();
             self.init_data_block();
             if let Some(d) = &mut self.data {
                 d.seek_to_last();
@@ -228,7 +318,7 @@ impl InternalIterator for TableIterator {
         if self.err.is_some() {
             return;
         }
-        self.index.seek_to_first();
+        self.index_seek_to_first();
         self.init_data_block();
         if let Some(d) = &mut self.data {
             d.seek_to_first();
@@ -240,7 +330,7 @@ impl InternalIterator for TableIterator {
         if self.err.is_some() {
             return;
         }
-        self.index.seek_to_last();
+        self.index_seek_to_last();
         self.init_data_block();
         if let Some(d) = &mut self.data {
             d.seek_to_last();
@@ -252,7 +342,7 @@ impl InternalIterator for TableIterator {
         if self.err.is_some() {
             return;
         }
-        self.index.seek(target);
+        self.index_seek(target);
         self.init_data_block();
         if let Some(d) = &mut self.data {
             d.seek(target);
@@ -300,7 +390,10 @@ impl Table {
     /// A cursor over the table's entries (unpositioned).
     pub fn iter(self: &Arc<Self>, ctx: ReadCtx) -> TableIterator {
         TableIterator {
-            index: BlockIter::new(self.index.clone(), compare_internal),
+            index: match self.index_search {
+                Some(_) => IndexPos::Decoded(None),
+                None => IndexPos::Block(BlockIter::new(self.index.clone(), compare_internal)),
+            },
             table: self.clone(),
             ctx,
             data: None,
@@ -312,6 +405,11 @@ impl Table {
 }
 
 impl TableIterator {
+    /// The table this cursor walks.
+    pub(crate) fn table(&self) -> &Arc<Table> {
+        &self.table
+    }
+
     /// This cursor's first read-ahead window is `bytes` (clamped to
     /// between one 4 KiB page and [`READ_AHEAD_MAX`]) instead of
     /// [`READ_AHEAD_MIN`]: a DTable gives each segment's cursor a share of
