@@ -967,3 +967,74 @@ fn gc_room_is_counted_in_band_bytes() {
         "{room}"
     );
 }
+
+/// Records GC copies a second time go to a band of their own (generation
+/// 2), apart from the first copies of records out of bands of user
+/// writes, and both survive a power loss.
+#[test]
+fn records_copied_twice_go_to_a_generation_of_their_own() {
+    let ffs = Arc::new(FaultFs::new());
+    let fs: Arc<dyn FileSystem> = ffs.clone();
+    let m = Model::default();
+    let bs = open(&fs, opts(4), None);
+    let key = |i: u8| vec![b'k', i];
+    let band_of = |m: &Model, i: u8| m.map.lock()[&key(i)].file_id;
+    let checkpoint = |bs: &BandStore| {
+        let pos = bs.log_position().unwrap();
+        bs.checkpoint_committed(pos);
+    };
+    // Bands 1-4 hold k0..k15; three of each band's four are overwritten.
+    for i in 0..16u8 {
+        write(&bs, &m, &[(&key(i), Some(&[i; 50]))]);
+    }
+    for i in (0..16u8).filter(|i| i % 4 != 3) {
+        write(&bs, &m, &[(&key(i), Some(&[i + 100; 50]))]);
+    }
+    checkpoint(&bs);
+    for _ in 0..4 {
+        assert!(bs.gc_step(&m, &m).unwrap().bytes_rewritten > 0);
+    }
+    // k3, k7, k11 and k15 were copied once, into one band (generation 1).
+    let first = band_of(&m, 3);
+    assert!([7, 11, 15].iter().all(|&i| band_of(&m, i) == first));
+    // Half of that band is overwritten; it is the next victim.
+    for i in [3u8, 7] {
+        write(&bs, &m, &[(&key(i), Some(&[i + 200; 50]))]);
+    }
+    write(&bs, &m, &[(b"f0", Some(b"x")), (b"f1", Some(b"x"))]);
+    checkpoint(&bs);
+    assert!(bs.gc_step(&m, &m).unwrap().bytes_rewritten > 0);
+    let second = band_of(&m, 11);
+    assert_ne!(second, first);
+    assert_eq!(band_of(&m, 15), second);
+    // A first copy out of a band of user writes goes to generation 1 again,
+    // not to the band of records copied twice.
+    for i in [0u8, 1, 2] {
+        write(&bs, &m, &[(&key(i), Some(&[i + 50; 50]))]);
+    }
+    write(&bs, &m, &[(b"f2", Some(b"x"))]);
+    checkpoint(&bs);
+    assert!(bs.gc_step(&m, &m).unwrap().bytes_rewritten > 0);
+    let again = band_of(&m, 4);
+    assert!(
+        again != second && again != first,
+        "{again} {first} {second}"
+    );
+    // k4's live version is its overwrite; k11's and k15's their first.
+    let value = |i: u8| vec![if i == 4 { 104 } else { i }; 50];
+    for i in [4u8, 11, 15] {
+        let e = bs.read_entry(&m.map.lock()[&key(i)]).unwrap().unwrap();
+        assert_eq!((e.kind, e.payload), (Kind::GcCopy, value(i)));
+    }
+    // Both generations' copies survive a power loss.
+    bs.sync().unwrap();
+    drop(bs);
+    ffs.crash();
+    let bs = open(&fs, opts(4), m.persisted.lock().as_deref());
+    check_model(&bs, &m);
+    assert_eq!(bs.verify().1.len(), 0);
+    for i in [4u8, 11, 15] {
+        let p = m.map.lock()[&key(i)];
+        assert_eq!(bs.read(&key(i), &p).unwrap(), Some(value(i)));
+    }
+}
