@@ -16,11 +16,9 @@
 //!    key's node, §V-B5); every other record (older versions, delete
 //!    tokens nothing points at, relocation records and inline values, which
 //!    lie before the checkpoint and are never replayed) is dropped;
-//! 4. append the valid values to the open bands of GC copies (same
+//! 4. append the valid values to the open band of GC copies (same
 //!    sequence number and previous-version address; never to the band of
-//!    user writes, see the module docs of `bands`): a record of a user
-//!    write to generation 1's band, a record GC copied before to
-//!    generation 2's ([`GC_GENERATIONS`]); sync them;
+//!    user writes, see the module docs of `bands`), sync it;
 //! 5. install them by compare-and-set (a racing user write wins), make the
 //!    index durable up to every write that invalidated the band, and
 //!    persist the band as retired;
@@ -40,7 +38,7 @@
 //! closed; after 5 the open finishes deleting retired bands.
 
 use super::band::{self, AUX_TOMBSTONE, HEADER_LEN};
-use super::{BandStore, GC_GENERATIONS};
+use super::BandStore;
 use crate::compaction_filter::{FilterDecision, LazyValue};
 use crate::error::{Error, IoContext, Result};
 use crate::format::value_record::Kind;
@@ -138,9 +136,6 @@ pub fn step(
     out.bytes_read = buf.len() as u64;
 
     struct Move {
-        /// Generation of the copy: 0 for a record of a user write, 1 for
-        /// one GC copied before (see `GC_GENERATIONS`).
-        gen: usize,
         key: Vec<u8>,
         seq: u64,
         prev: Option<ValuePointer>,
@@ -191,7 +186,6 @@ pub fn step(
                 } else {
                     judged_live += e.len as u64;
                     moves.push(Move {
-                        gen: usize::from(e.kind == Kind::GcCopy),
                         key: e.key.to_vec(),
                         seq: e.seq,
                         prev: e.prev,
@@ -215,30 +209,15 @@ pub fn step(
         ));
     }
 
-    // Copy the valid values to the open bands of GC copies, each to its
-    // generation's.
+    // Copy the valid values to the open band of GC copies.
     let mut relocs = Vec::with_capacity(moves.len() + drops.len());
     if !moves.is_empty() {
-        let mut ptrs = vec![ValuePointer::default(); moves.len()];
-        for gen in 0..GC_GENERATIONS {
-            let of_gen: Vec<usize> = (0..moves.len())
-                .filter(|&i| moves[i].gen.min(GC_GENERATIONS - 1) == gen)
-                .collect();
-            if of_gen.is_empty() {
-                continue;
-            }
-            let recs: Vec<(Kind, &[u8], u64, &[u8])> = of_gen
-                .iter()
-                .map(|&i| {
-                    let m = &moves[i];
-                    (Kind::GcCopy, &m.key[..], m.seq, &m.payload[..])
-                })
-                .collect();
-            let got = bs.append_gc_copies(gen, &recs, &|j, _| moves[of_gen[j]].prev)?;
-            for (&i, p) in of_gen.iter().zip(got) {
-                ptrs[i] = p;
-            }
-        }
+        let recs: Vec<(Kind, &[u8], u64, &[u8])> = moves
+            .iter()
+            .map(|m| (Kind::GcCopy, &m.key[..], m.seq, &m.payload[..]))
+            .collect();
+        let prevs: Vec<Option<ValuePointer>> = moves.iter().map(|m| m.prev).collect();
+        let ptrs = bs.append_entries(&recs, &|i, _| prevs[i], IoCategory::Gc)?;
         bs.sync_gc()?;
         for (m, p) in moves.iter().zip(&ptrs) {
             out.bytes_rewritten += p.length as u64;

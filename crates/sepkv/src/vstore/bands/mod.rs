@@ -40,11 +40,8 @@
 //! - **Two streams.** GC copies go to a band of their own, not to the band
 //!   of user writes: a record GC finds live has outlived its band (a cold
 //!   one under skewed updates), and mixed with fresh writes it would be
-//!   copied again as soon as they are overwritten. GC copies are kept in
-//!   [`GC_GENERATIONS`] generations, each with an open band: a record copied
-//!   out of a band of user writes goes to generation 1, one copied again
-//!   (its entry is a GC copy) to generation 2. The open bands take their
-//!   numbers from one counter, so numbers interleave. A band of GC
+//!   copied again as soon as they are overwritten. Both open bands take
+//!   their numbers from one counter, so numbers interleave. A band of GC
 //!   copies is created by the first copy after the last one closed, with
 //!   the band of user writes locked: that band is synced first (so that
 //!   every band below a durable one has a durable header), then the new
@@ -201,8 +198,8 @@ struct State {
     bands: BTreeMap<u64, BandInfo>,
     /// The open band of user writes.
     open: u64,
-    /// The open band of GC copies of each generation, if one is open.
-    gc_open: [Option<u64>; GC_GENERATIONS],
+    /// The open band of GC copies, if one is open.
+    gc_open: Option<u64>,
     /// The number the next band created takes (both streams draw from it).
     next_id: u64,
     /// Log mode: replay starts here; GC collects only bands before it.
@@ -251,9 +248,9 @@ pub struct BandStore {
     /// memory.
     latency: ReadLatency,
     io: Mutex<Open>,
-    /// The open band of GC copies of each generation (see the module
-    /// docs), created by the first copy after the previous one closed.
-    gc_io: [Mutex<Option<Open>>; GC_GENERATIONS],
+    /// The open band of GC copies (see the module docs), created by the
+    /// first copy after the previous one closed.
+    gc_io: Mutex<Option<Open>>,
     state: Mutex<State>,
     gc_lock: Mutex<()>,
     prev_lookup: RwLock<Option<Weak<dyn PrevLookup>>>,
@@ -297,13 +294,6 @@ pub(crate) struct PersistedState {
 /// experiment (300,000 keys, 1000-byte values) and copied as much or more
 /// at capacities of data + 30 % and + 60 %.
 pub const EMPTY_SHARE: u64 = 8;
-
-/// Generations of GC copies, each with an open band of its own: a record
-/// GC copies out of a band of user writes goes to generation 1, one it
-/// copies again (its entry is a GC copy already) to generation 2, so that
-/// records that outlived two bands are kept apart from those that outlived
-/// one.
-pub const GC_GENERATIONS: usize = 2;
 
 /// Largest band number or offset a persisted state may hold.
 const MAX_POS: u64 = 1 << 48;
@@ -645,7 +635,7 @@ impl BandStore {
             handles: quick_cache::sync::Cache::new(crate::fs::read_handle_budget()),
             handle_gate: Mutex::new(()),
             latency: ReadLatency::default(),
-            gc_io: std::array::from_fn(|_| Mutex::new(None)),
+            gc_io: Mutex::new(None),
             io: Mutex::new(Open {
                 band: open,
                 file,
@@ -660,7 +650,7 @@ impl BandStore {
             state: Mutex::new(State {
                 bands,
                 open,
-                gc_open: [None; GC_GENERATIONS],
+                gc_open: None,
                 next_id: open + 1,
                 ckpt,
                 key_ckpt: None,
@@ -959,14 +949,17 @@ impl BandStore {
     /// Appends entries `(kind, key, seq, payload)` as one batch. `prev_of`
     /// gives an entry's previous version (for GC copies: the original's).
     ///
-    /// Every entry goes to the open band of user writes; GC copies go
-    /// through [`BandStore::append_gc_copies`].
+    /// GC copies (`cat` = [`IoCategory::Gc`]) go to the open band of GC
+    /// copies, every other entry to the open band of user writes.
     fn append_entries(
         &self,
         recs: &[(Kind, &[u8], u64, &[u8])],
         prev_of: &dyn Fn(usize, &[u8]) -> Option<ValuePointer>,
         cat: IoCategory,
     ) -> Result<Vec<ValuePointer>> {
+        if cat == IoCategory::Gc {
+            return self.append_gc_copies(recs, prev_of);
+        }
         let mut o = self.io.lock();
         self.check_failed(&o)?;
         if recs.is_empty() {
@@ -982,18 +975,15 @@ impl BandStore {
         Ok(ptrs)
     }
 
-    /// Appends GC copies to the open band of GC copies of generation
-    /// `gen` (below [`GC_GENERATIONS`]), creating it if none is open, and
-    /// closes it once full. The copies are durable when
+    /// Appends GC copies to the open band of GC copies, creating it if
+    /// none is open, and closes it once full. The copies are durable when
     /// [`BandStore::sync_gc`] returns.
-    pub(crate) fn append_gc_copies(
+    fn append_gc_copies(
         &self,
-        gen: usize,
         recs: &[(Kind, &[u8], u64, &[u8])],
         prev_of: &dyn Fn(usize, &[u8]) -> Option<ValuePointer>,
     ) -> Result<Vec<ValuePointer>> {
-        let gen = gen.min(GC_GENERATIONS - 1);
-        let mut slot = self.gc_io[gen].lock();
+        let mut slot = self.gc_io.lock();
         if let Some(o) = slot.as_ref() {
             self.check_failed(o)?;
         }
@@ -1036,7 +1026,7 @@ impl BandStore {
             {
                 let mut st = self.state.lock();
                 st.bands.insert(id, BandInfo::created(len));
-                st.gc_open[gen] = Some(id);
+                st.gc_open = Some(id);
             }
             *slot = Some(Open {
                 band: id,
@@ -1055,7 +1045,7 @@ impl BandStore {
         };
         let ptrs = self.append_locked(o, recs, prev_of, IoCategory::Gc)?;
         if o.entries >= self.opts.band_entries || o.len >= self.opts.band_bytes {
-            if let Err(e) = self.close_gc_band(gen, &mut slot) {
+            if let Err(e) = self.close_gc_band(&mut slot) {
                 if let Some(o) = slot.as_mut() {
                     o.failed = Some(format!("closing the band failed: {e}"));
                 }
@@ -1070,28 +1060,25 @@ impl BandStore {
     /// # Errors
     /// `Io` (GC copies are refused from then on: `Poisoned`).
     pub(crate) fn sync_gc(&self) -> Result<()> {
-        for gen in &self.gc_io {
-            let mut slot = gen.lock();
-            let Some(o) = slot.as_mut() else {
-                continue;
-            };
-            self.check_failed(o)?;
-            if o.dirty {
-                let path = self.path(o.band);
-                if let Err(e) = o.file.sync() {
-                    o.failed = Some(format!("a sync failed: {e}"));
-                    return Err(Error::io(path, e));
-                }
-                o.dirty = false;
+        let mut slot = self.gc_io.lock();
+        let Some(o) = slot.as_mut() else {
+            return Ok(());
+        };
+        self.check_failed(o)?;
+        if o.dirty {
+            let path = self.path(o.band);
+            if let Err(e) = o.file.sync() {
+                o.failed = Some(format!("a sync failed: {e}"));
+                return Err(Error::io(path, e));
             }
+            o.dirty = false;
         }
         Ok(())
     }
 
-    /// Closes the open band of GC copies of generation `gen` (trailer,
-    /// sync), if one is open and holds entries; the next copy of that
-    /// generation opens a new one. Its `gc_io` held (`slot`).
-    fn close_gc_band(&self, gen: usize, slot: &mut Option<Open>) -> Result<()> {
+    /// Closes the open band of GC copies (trailer, sync), if one is open
+    /// and holds entries; the next copy opens a new one. `gc_io` held.
+    fn close_gc_band(&self, slot: &mut Option<Open>) -> Result<()> {
         let Some(o) = slot.as_mut() else {
             return Ok(());
         };
@@ -1105,7 +1092,7 @@ impl BandStore {
                 b.closed = true;
                 b.file_len = o.len + TRAILER_LEN as u64;
             }
-            st.gc_open[gen] = None;
+            st.gc_open = None;
             self.refresh_due_locked(&st);
         }
         self.open_closed_band(o.band);
@@ -1421,7 +1408,7 @@ impl BandStore {
             .values()
             .filter(|b| b.closed && b.retired.is_none())
             .count() as u64;
-        let open = 1 + st.gc_open.iter().flatten().count() as u64;
+        let open = 1 + u64::from(st.gc_open.is_some());
         (open, closed, retired)
     }
 

@@ -277,13 +277,12 @@ impl ValueStore for BandStore {
         // The open band of GC copies too: its records were written before
         // the pass started. (Copies made during the pass were judged by it
         // already.)
-        for (gen, slot) in self.gc_io.iter().enumerate() {
-            let mut gc = slot.lock();
-            if let Some(f) = gc.as_ref().and_then(|o| o.failed.as_ref()) {
-                return Err(Error::Poisoned(f.clone()));
-            }
-            self.close_gc_band(gen, &mut gc)?;
+        let mut gc = self.gc_io.lock();
+        if let Some(f) = gc.as_ref().and_then(|o| o.failed.as_ref()) {
+            return Err(Error::Poisoned(f.clone()));
         }
+        self.close_gc_band(&mut gc)?;
+        drop(gc);
         let mut o = self.io.lock();
         if let Some(f) = &o.failed {
             return Err(Error::Poisoned(f.clone()));
