@@ -10,8 +10,13 @@ is the workload's rather than the engine's?
 The shape: N keys of one record each (the load), then phases of N updates
 in a store that may hold (1 + OP) x N records in bands of BAND records.
 User writes fill one open band; GC copies fill an open band of their own
-(sepkv's two streams), or two (`--gc-streams 2`: copies of records that
-came from a band of GC copies go to the second). While the store holds
+(sepkv's two streams), or one per generation (`--gc-streams G`: a record
+copied out of a band of generation g < G goes to generation g + 1, the
+user's band being generation 0; `--gc-streams 2` is sepkv's two
+generations). With `--split L` user writes go to two open bands: a write
+whose key's previous version lived fewer than L x N updates to the one, the
+rest to the other (a hot/cold split of user writes by the lifetime of the
+version they supersede, which sepkv does not do). While the store holds
 more bands than it may, GC takes one victim among the closed bands except
 the newest `--held` (the bands after sepkv's replay checkpoints, which GC
 may not take) and copies its live records.
@@ -31,7 +36,8 @@ copies per update = (1 + OP) / (1 + OP + W(z)) - 1, z = -(1 + OP) e^-(1+OP);
 `--uniform-model` prints it for the given OP.
 
 Usage: scripts/band-gc-model.py [--keys N] [--op OP] [--dist D] [--victim V]
-                                [--held W] [--gc-streams 1|2] [--phases P]
+                                [--held W] [--gc-streams G] [--split L]
+                                [--phases P]
 Example: scripts/band-gc-model.py --keys 100000 --op 0.47 --dist ycsb --held 35
 Prints the records copied per update in each phase.
 """
@@ -102,7 +108,8 @@ def main():
     ap.add_argument("--dist", choices=["uniform", "zipf", "ycsb"], default="ycsb")
     ap.add_argument("--victim", choices=["greedy", "cost-benefit"], default="greedy")
     ap.add_argument("--held", type=int, default=0)
-    ap.add_argument("--gc-streams", type=int, choices=[1, 2], default=1)
+    ap.add_argument("--gc-streams", type=int, default=1)
+    ap.add_argument("--split", type=float, default=0.0)
     ap.add_argument("--phases", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--uniform-model", action="store_true")
@@ -115,6 +122,7 @@ def main():
     rng = random.Random(a.seed)
     draw = drawer(a.dist, n, rng)
     where = [0] * n  # band of each key's live record (0: none)
+    written = [0] * n  # update count at each key's last user write
     bands = {}  # id -> [live, keys, stream, opened at]
     opened = {}  # stream -> open band
     clock = [0, 0]  # [updates so far, last band id]
@@ -147,7 +155,8 @@ def main():
             return None
         v = max(cand, key=score)
         live = [k for k in bands[v][1] if where[k] == v]
-        to = "gc" if a.gc_streams == 1 or bands[v][2] == "user" else "gc2"
+        gen = bands[v][2][1]
+        to = ("gc", min(gen + 1, max(a.gc_streams, 1)))
         del bands[v]
         for k in live:
             where[k] = 0
@@ -155,7 +164,7 @@ def main():
         return len(live)
 
     for k in range(n):
-        append(k, "user")
+        append(k, ("user", 0))
     for phase in range(1, a.phases + 1):
         copies = 0
         for _ in range(n):
@@ -165,9 +174,12 @@ def main():
                     break
                 copies += moved
             clock[0] += 1
-            append(draw(), "user")
+            key = draw()
+            hot = a.split > 0 and clock[0] - written[key] < a.split * n
+            written[key] = clock[0]
+            append(key, ("user-hot" if hot else "user", 0))
         print(
-            f"{a.dist} op {a.op} {a.victim} held {a.held} gc-streams {a.gc_streams} "
+            f"{a.dist} op {a.op} {a.victim} held {a.held} gc-streams {a.gc_streams} split {a.split} "
             f"phase {phase}: {copies / n:.2f} copies per update"
         )
 
