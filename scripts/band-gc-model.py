@@ -21,8 +21,11 @@ more bands than it may, GC takes one victim among the closed bands except
 the newest `--held` (the bands after sepkv's replay checkpoints, which GC
 may not take) and copies its live records.
 
-Victim rules: `greedy` (the most dead records, FlashKey §V-B5) and
-`cost-benefit` (dead x age / live, age = updates since the band opened).
+Victim rules: `greedy` (the most dead records, FlashKey §V-B5),
+`cost-benefit` (dead x age / live, age = updates since the band opened)
+and `cost-benefit-data` (the same with the age of the data: updates since
+the mean last user write of the band's records, so that a band of GC
+copies is as old as the records it holds).
 
 Key draws:
   uniform   every key alike (the FlashKey §VI model's assumption);
@@ -106,7 +109,7 @@ def main():
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--op", type=float, default=0.5)
     ap.add_argument("--dist", choices=["uniform", "zipf", "ycsb"], default="ycsb")
-    ap.add_argument("--victim", choices=["greedy", "cost-benefit"], default="greedy")
+    ap.add_argument("--victim", choices=["greedy", "cost-benefit", "cost-benefit-data"], default="greedy")
     ap.add_argument("--held", type=int, default=0)
     ap.add_argument("--gc-streams", type=int, default=1)
     ap.add_argument("--split", type=float, default=0.0)
@@ -123,7 +126,7 @@ def main():
     draw = drawer(a.dist, n, rng)
     where = [0] * n  # band of each key's live record (0: none)
     written = [0] * n  # update count at each key's last user write
-    bands = {}  # id -> [live, keys, stream, opened at]
+    bands = {}  # id -> [live, keys, stream, opened at, sum of write times]
     opened = {}  # stream -> open band
     clock = [0, 0]  # [updates so far, last band id]
 
@@ -132,11 +135,12 @@ def main():
         if b is None or len(bands[b][1]) >= BAND:
             clock[1] += 1
             b = opened[stream] = clock[1]
-            bands[b] = [0, [], stream, clock[0]]
+            bands[b] = [0, [], stream, clock[0], 0]
         if where[key]:
             bands[where[key]][0] -= 1
         bands[b][1].append(key)
         bands[b][0] += 1
+        bands[b][4] += written[key]
         where[key] = b
 
     def dead(b):
@@ -145,7 +149,10 @@ def main():
     def score(b):
         if a.victim == "greedy":
             return dead(b)
-        return dead(b) * (clock[0] - bands[b][3] + 1) / (bands[b][0] + 1)
+        if a.victim == "cost-benefit":
+            return dead(b) * (clock[0] - bands[b][3] + 1) / (bands[b][0] + 1)
+        age = clock[0] - bands[b][4] / len(bands[b][1]) + 1
+        return dead(b) * age / (bands[b][0] + 1)
 
     def gc():
         busy = set(opened.values())
