@@ -16,7 +16,10 @@ user's band being generation 0; `--gc-streams 2` is sepkv's two
 generations). With `--split L` user writes go to two open bands: a write
 whose key's previous version lived fewer than L x N updates to the one, the
 rest to the other (a hot/cold split of user writes by the lifetime of the
-version they supersede, which sepkv does not do). While the store holds
+version they supersede, which sepkv does not do). With `--reloc F` each
+GC copy also appends F of a record to the band of user writes that is dead
+from the start: sepkv's relocation record (66 bytes beside a 1,058-byte
+entry: F = 0.062), which takes room and adds garbage. While the store holds
 more bands than it may, GC takes one victim among the closed bands except
 the newest `--held` (the bands after sepkv's replay checkpoints, which GC
 may not take) and copies its live records.
@@ -40,7 +43,7 @@ copies per update = (1 + OP) / (1 + OP + W(z)) - 1, z = -(1 + OP) e^-(1+OP);
 
 Usage: scripts/band-gc-model.py [--keys N] [--op OP] [--dist D] [--victim V]
                                 [--held W] [--gc-streams G] [--split L]
-                                [--phases P]
+                                [--reloc F] [--phases P]
 Example: scripts/band-gc-model.py --keys 100000 --op 0.47 --dist ycsb --held 35
 Prints the records copied per update in each phase.
 """
@@ -113,6 +116,7 @@ def main():
     ap.add_argument("--held", type=int, default=0)
     ap.add_argument("--gc-streams", type=int, default=1)
     ap.add_argument("--split", type=float, default=0.0)
+    ap.add_argument("--reloc", type=float, default=0.0)
     ap.add_argument("--phases", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--uniform-model", action="store_true")
@@ -129,6 +133,7 @@ def main():
     bands = {}  # id -> [live, keys, stream, opened at, sum of write times]
     opened = {}  # stream -> open band
     clock = [0, 0]  # [updates so far, last band id]
+    reloc = [0.0]  # relocation records owed, in records
 
     def append(key, stream):
         b = opened.get(stream)
@@ -136,6 +141,11 @@ def main():
             clock[1] += 1
             b = opened[stream] = clock[1]
             bands[b] = [0, [], stream, clock[0], 0]
+        if key < 0:
+            # A relocation record: dead from the start.
+            bands[b][1].append(key)
+            bands[b][4] += clock[0]
+            return
         if where[key]:
             bands[where[key]][0] -= 1
         bands[b][1].append(key)
@@ -161,13 +171,17 @@ def main():
         if not cand:
             return None
         v = max(cand, key=score)
-        live = [k for k in bands[v][1] if where[k] == v]
+        live = [k for k in bands[v][1] if k >= 0 and where[k] == v]
         gen = bands[v][2][1]
         to = ("gc", min(gen + 1, max(a.gc_streams, 1)))
         del bands[v]
         for k in live:
             where[k] = 0
             append(k, to)
+            reloc[0] += a.reloc
+            while reloc[0] >= 1:
+                reloc[0] -= 1
+                append(-1, ("user", 0))
         return len(live)
 
     for k in range(n):
@@ -186,7 +200,7 @@ def main():
             written[key] = clock[0]
             append(key, ("user-hot" if hot else "user", 0))
         print(
-            f"{a.dist} op {a.op} {a.victim} held {a.held} gc-streams {a.gc_streams} split {a.split} "
+            f"{a.dist} op {a.op} {a.victim} held {a.held} gc-streams {a.gc_streams} split {a.split} reloc {a.reloc} "
             f"phase {phase}: {copies / n:.2f} copies per update"
         )
 
