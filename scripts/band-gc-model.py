@@ -19,7 +19,8 @@ rest to the other (a hot/cold split of user writes by the lifetime of the
 version they supersede, which sepkv does not do). With `--reloc F` each
 GC copy also appends F of a record to the band of user writes that is dead
 from the start: sepkv's relocation record (66 bytes beside a 1,058-byte
-entry: F = 0.062), which takes room and adds garbage. While the store holds
+entry: F = 0.062), which takes room and adds garbage; `--reloc-band` puts
+them in an open band of their own instead. While the store holds
 more bands than it may, GC takes one victim among the closed bands except
 the newest `--held` (the bands after sepkv's replay checkpoints, which GC
 may not take) and copies its live records.
@@ -43,7 +44,7 @@ copies per update = (1 + OP) / (1 + OP + W(z)) - 1, z = -(1 + OP) e^-(1+OP);
 
 Usage: scripts/band-gc-model.py [--keys N] [--op OP] [--dist D] [--victim V]
                                 [--held W] [--gc-streams G] [--split L]
-                                [--reloc F] [--phases P]
+                                [--reloc F] [--reloc-band] [--phases P]
 Example: scripts/band-gc-model.py --keys 100000 --op 0.47 --dist ycsb --held 35
 Prints the records copied per update in each phase.
 """
@@ -117,6 +118,7 @@ def main():
     ap.add_argument("--gc-streams", type=int, default=1)
     ap.add_argument("--split", type=float, default=0.0)
     ap.add_argument("--reloc", type=float, default=0.0)
+    ap.add_argument("--reloc-band", action="store_true")
     ap.add_argument("--phases", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--uniform-model", action="store_true")
@@ -181,7 +183,7 @@ def main():
             reloc[0] += a.reloc
             while reloc[0] >= 1:
                 reloc[0] -= 1
-                append(-1, ("user", 0))
+                append(-1, ("reloc", 0) if a.reloc_band else ("user", 0))
         return len(live)
 
     for k in range(n):
@@ -200,7 +202,7 @@ def main():
             written[key] = clock[0]
             append(key, ("user-hot" if hot else "user", 0))
         print(
-            f"{a.dist} op {a.op} {a.victim} held {a.held} gc-streams {a.gc_streams} split {a.split} reloc {a.reloc} "
+            f"{a.dist} op {a.op} {a.victim} held {a.held} gc-streams {a.gc_streams} split {a.split} reloc {a.reloc}{' own band' if a.reloc_band else ''} "
             f"phase {phase}: {copies / n:.2f} copies per update"
         )
 
