@@ -1369,6 +1369,7 @@ impl ValueStore for TrieStore {
             used: st.held,
             limit: cap,
             floor: st.held.saturating_sub(garbage),
+            width: None,
         })
     }
 

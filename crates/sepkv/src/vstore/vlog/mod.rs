@@ -1033,6 +1033,7 @@ impl ValueStore for VlogStore {
             used,
             limit: cap.saturating_sub(self.opts.gc_chunk_size),
             floor: used - garbage.min(used),
+            width: None,
         })
     }
 
