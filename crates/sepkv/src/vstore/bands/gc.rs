@@ -8,7 +8,12 @@
 //!    replay checkpoint (log mode: the bands after it are the recovery log)
 //!    and whose newest invalidating write is visible to every reader
 //!    (`inval_seq <= oldest_visible_seq`: no snapshot can still walk back
-//!    to a version that write superseded);
+//!    to a version that write superseded). When room is short
+//!    ([`BandStore::gc_due`], or the bands past their bound), up to
+//!    [`MAX_VICTIMS`]: the next bands by invalid bytes, each with at least
+//!    three quarters of the best one's garbage. Steps 3–6 run once for
+//!    all of them, so that they share the syncs of 4 and 5, which were
+//!    most of a step's time;
 //! 3. after every in-flight write has published its entries, read the band
 //!    and judge each record: a value is valid iff the index points at its
 //!    address; a delete token the index points at is valid too, and is
@@ -20,8 +25,9 @@
 //!    sequence number and previous-version address; never to the band of
 //!    user writes, see the module docs of `bands`), sync it;
 //! 5. install them by compare-and-set (a racing user write wins), make the
-//!    index durable up to every write that invalidated the band, and
-//!    persist the band as retired;
+//!    index durable up to every write that invalidated the band (the
+//!    relocation's own sync covers that unless a newer write charged a
+//!    victim meanwhile), and persist the band as retired;
 //! 6. delete the file once the relocation, and every write that made a
 //!    record of the band dead — the band's invalidity entry read after the
 //!    judging, since a write may supersede a record between the pick and
