@@ -180,10 +180,15 @@ pub fn step(
     let mut drops: Vec<Relocation> = Vec::new();
     let mut removes: Vec<Relocation> = Vec::new();
     let mut judged_live = 0u64;
-    for v in &victims {
+    // Every victim is judged before anything is copied: damage found in
+    // one leaves no copies behind.
+    let judged = victims
+        .iter()
+        .map(|v| judge(bs, index, v, filter))
+        .collect::<Result<Vec<Judged>>>()?;
+    for j in judged {
         // Each victim's copies are one batch in the band of GC copies,
         // which closes between batches once full.
-        let j = judge(bs, index, v, filter)?;
         out.bytes_read += j.bytes_read;
         judged_live += j.live;
         drops.extend(j.drops);
