@@ -10,14 +10,26 @@ is the workload's rather than the engine's?
 The shape: N keys of one record each (the load), then phases of N updates
 in a store that may hold (1 + OP) x N records in bands of BAND records.
 User writes fill one open band; GC copies fill an open band of their own
-(sepkv's two streams), or two (`--gc-streams 2`: copies of records that
-came from a band of GC copies go to the second). While the store holds
+(sepkv's two streams), or one per generation (`--gc-streams G`: a record
+copied out of a band of generation g < G goes to generation g + 1, the
+user's band being generation 0; `--gc-streams 2` is sepkv's two
+generations). With `--split L` user writes go to two open bands: a write
+whose key's previous version lived fewer than L x N updates to the one, the
+rest to the other (a hot/cold split of user writes by the lifetime of the
+version they supersede, which sepkv does not do). With `--reloc F` each
+GC copy also appends F of a record to the band of user writes that is dead
+from the start: sepkv's relocation record (66 bytes beside a 1,058-byte
+entry: F = 0.062), which takes room and adds garbage; `--reloc-band` puts
+them in an open band of their own instead. While the store holds
 more bands than it may, GC takes one victim among the closed bands except
 the newest `--held` (the bands after sepkv's replay checkpoints, which GC
 may not take) and copies its live records.
 
-Victim rules: `greedy` (the most dead records, FlashKey §V-B5) and
-`cost-benefit` (dead x age / live, age = updates since the band opened).
+Victim rules: `greedy` (the most dead records, FlashKey §V-B5),
+`cost-benefit` (dead x age / live, age = updates since the band opened)
+and `cost-benefit-data` (the same with the age of the data: updates since
+the mean last user write of the band's records, so that a band of GC
+copies is as old as the records it holds).
 
 Key draws:
   uniform   every key alike (the FlashKey §VI model's assumption);
@@ -31,7 +43,8 @@ copies per update = (1 + OP) / (1 + OP + W(z)) - 1, z = -(1 + OP) e^-(1+OP);
 `--uniform-model` prints it for the given OP.
 
 Usage: scripts/band-gc-model.py [--keys N] [--op OP] [--dist D] [--victim V]
-                                [--held W] [--gc-streams 1|2] [--phases P]
+                                [--held W] [--gc-streams G] [--split L]
+                                [--reloc F] [--reloc-band] [--phases P]
 Example: scripts/band-gc-model.py --keys 100000 --op 0.47 --dist ycsb --held 35
 Prints the records copied per update in each phase.
 """
@@ -100,9 +113,12 @@ def main():
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--op", type=float, default=0.5)
     ap.add_argument("--dist", choices=["uniform", "zipf", "ycsb"], default="ycsb")
-    ap.add_argument("--victim", choices=["greedy", "cost-benefit"], default="greedy")
+    ap.add_argument("--victim", choices=["greedy", "cost-benefit", "cost-benefit-data"], default="greedy")
     ap.add_argument("--held", type=int, default=0)
-    ap.add_argument("--gc-streams", type=int, choices=[1, 2], default=1)
+    ap.add_argument("--gc-streams", type=int, default=1)
+    ap.add_argument("--split", type=float, default=0.0)
+    ap.add_argument("--reloc", type=float, default=0.0)
+    ap.add_argument("--reloc-band", action="store_true")
     ap.add_argument("--phases", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--uniform-model", action="store_true")
@@ -115,20 +131,28 @@ def main():
     rng = random.Random(a.seed)
     draw = drawer(a.dist, n, rng)
     where = [0] * n  # band of each key's live record (0: none)
-    bands = {}  # id -> [live, keys, stream, opened at]
+    written = [0] * n  # update count at each key's last user write
+    bands = {}  # id -> [live, keys, stream, opened at, sum of write times]
     opened = {}  # stream -> open band
     clock = [0, 0]  # [updates so far, last band id]
+    reloc = [0.0]  # relocation records owed, in records
 
     def append(key, stream):
         b = opened.get(stream)
         if b is None or len(bands[b][1]) >= BAND:
             clock[1] += 1
             b = opened[stream] = clock[1]
-            bands[b] = [0, [], stream, clock[0]]
+            bands[b] = [0, [], stream, clock[0], 0]
+        if key < 0:
+            # A relocation record: dead from the start.
+            bands[b][1].append(key)
+            bands[b][4] += clock[0]
+            return
         if where[key]:
             bands[where[key]][0] -= 1
         bands[b][1].append(key)
         bands[b][0] += 1
+        bands[b][4] += written[key]
         where[key] = b
 
     def dead(b):
@@ -137,7 +161,10 @@ def main():
     def score(b):
         if a.victim == "greedy":
             return dead(b)
-        return dead(b) * (clock[0] - bands[b][3] + 1) / (bands[b][0] + 1)
+        if a.victim == "cost-benefit":
+            return dead(b) * (clock[0] - bands[b][3] + 1) / (bands[b][0] + 1)
+        age = clock[0] - bands[b][4] / len(bands[b][1]) + 1
+        return dead(b) * age / (bands[b][0] + 1)
 
     def gc():
         busy = set(opened.values())
@@ -146,16 +173,21 @@ def main():
         if not cand:
             return None
         v = max(cand, key=score)
-        live = [k for k in bands[v][1] if where[k] == v]
-        to = "gc" if a.gc_streams == 1 or bands[v][2] == "user" else "gc2"
+        live = [k for k in bands[v][1] if k >= 0 and where[k] == v]
+        gen = bands[v][2][1]
+        to = ("gc", min(gen + 1, max(a.gc_streams, 1)))
         del bands[v]
         for k in live:
             where[k] = 0
             append(k, to)
+            reloc[0] += a.reloc
+            while reloc[0] >= 1:
+                reloc[0] -= 1
+                append(-1, ("reloc", 0) if a.reloc_band else ("user", 0))
         return len(live)
 
     for k in range(n):
-        append(k, "user")
+        append(k, ("user", 0))
     for phase in range(1, a.phases + 1):
         copies = 0
         for _ in range(n):
@@ -165,9 +197,12 @@ def main():
                     break
                 copies += moved
             clock[0] += 1
-            append(draw(), "user")
+            key = draw()
+            hot = a.split > 0 and clock[0] - written[key] < a.split * n
+            written[key] = clock[0]
+            append(key, ("user-hot" if hot else "user", 0))
         print(
-            f"{a.dist} op {a.op} {a.victim} held {a.held} gc-streams {a.gc_streams} "
+            f"{a.dist} op {a.op} {a.victim} held {a.held} gc-streams {a.gc_streams} split {a.split} reloc {a.reloc}{' own band' if a.reloc_band else ''} "
             f"phase {phase}: {copies / n:.2f} copies per update"
         )
 

@@ -550,7 +550,9 @@ impl Db {
         let bands = shared.opts.layout() == ValueLayout::Bands;
         let bounded = match shared.opts.layout() {
             ValueLayout::Inline => false,
-            ValueLayout::Bands => vstore.space_bound_use().is_some(),
+            ValueLayout::Bands => {
+                vstore.space_bound_use().is_some() || vstore.capacity_use().is_some()
+            }
             _ => vstore.capacity_use().is_some(),
         };
         let mut space = space::policy::SpaceGovernor::new(space_target, bounded);

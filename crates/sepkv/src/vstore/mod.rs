@@ -212,6 +212,11 @@ pub struct CapacityUse {
     /// What `used` would be with all the garbage the store knows of
     /// collected (its live bytes, by its own estimate); 0 when unknown.
     pub floor: u64,
+    /// At most this width of the room, ending at `limit`, is what the
+    /// governor's capacity bands divide (the bands set a few bands' worth,
+    /// so that writers are paced only just before the refusal and GC
+    /// works with all the room); `None`: the whole room (below).
+    pub width: Option<u64>,
 }
 
 impl CapacityUse {
@@ -220,12 +225,19 @@ impl CapacityUse {
     /// but never narrower than the last fifth of the capacity, so that the
     /// bands on it keep a width writers can be paced over even when little
     /// of the garbage is known: 0 at the room's start, 1 when user appends
-    /// are refused.
+    /// are refused. A store's own `width` narrows that room.
     pub fn fill(&self, hidden: u64) -> f64 {
-        let floor = self.floor.saturating_sub(hidden);
-        let width = self.limit.saturating_sub(floor).max(self.limit / 5).max(1);
+        let width = self.room_width(hidden);
         let start = self.limit.saturating_sub(width);
         (self.used.saturating_sub(start) as f64 / width as f64).min(1.0)
+    }
+
+    /// The width of the room [`CapacityUse::fill`] measures (bytes, at
+    /// least 1).
+    pub fn room_width(&self, hidden: u64) -> u64 {
+        let floor = self.floor.saturating_sub(hidden);
+        let room = self.limit.saturating_sub(floor).max(self.limit / 5).max(1);
+        self.width.map_or(room, |w| w.clamp(1, room))
     }
 }
 

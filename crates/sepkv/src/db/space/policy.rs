@@ -597,8 +597,7 @@ impl SpaceGovernor {
         // As `CapacityUse::fill` measures it: bytes into the room, and its
         // width.
         let into = |u: CapacityUse, hidden: u64| {
-            let floor = u.floor.saturating_sub(hidden);
-            let width = u.limit.saturating_sub(floor).max(u.limit / 5).max(1);
+            let width = u.room_width(hidden);
             (u.used.saturating_sub(u.limit.saturating_sub(width)), width)
         };
         c.capacity = v.capacity.map(|u| into(u, d.hidden));
@@ -1261,6 +1260,7 @@ mod tests {
                 used: live + garbage,
                 limit,
                 floor: live,
+                width: None,
             }),
             ..view(0, 0, live, garbage, live + garbage)
         }
@@ -1293,6 +1293,7 @@ mod tests {
             used: 139 * mb,
             limit: 140 * mb,
             floor: 138 * mb,
+            width: None,
         };
         assert!((u.fill(0) - 27.0 / 28.0).abs() < 1e-9, "{}", u.fill(0));
     }
@@ -1310,6 +1311,7 @@ mod tests {
                 used: 100 * mb + garbage,
                 limit: 150 * mb,
                 floor: 100 * mb,
+                width: None,
             }),
             ..view(0, 0, 100 * mb, garbage, 100 * mb + garbage)
         };

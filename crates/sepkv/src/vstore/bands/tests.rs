@@ -967,3 +967,97 @@ fn gc_room_is_counted_in_band_bytes() {
         "{room}"
     );
 }
+
+/// Short of room (`gc_due`), one step collects several bands — those with
+/// the most garbage, each with at least three quarters of the best one's —
+/// and persists their retirement once; with room, a step takes one band.
+/// What the steps moved survives a reopen with the persisted state.
+#[test]
+fn a_step_short_of_room_collects_several_bands() {
+    let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    let m = Model::default();
+    let bs = open(&fs, opts(4), None);
+    // Bands 1-4 hold k0..k15; three of each band's four keys are
+    // overwritten (bands 5-7), so bands 1-4 are three quarters garbage.
+    for i in 0..16u8 {
+        write(&bs, &m, &[(&[b'k', i], Some(&[i; 50]))]);
+    }
+    for i in (0..16u8).filter(|i| i % 4 != 0) {
+        write(&bs, &m, &[(&[b'k', i], Some(&[i + 100; 50]))]);
+    }
+    let pos = bs.log_position().unwrap();
+    bs.checkpoint_committed(pos);
+    let fig = |bs: &BandStore, name: &str| {
+        bs.figures()
+            .into_iter()
+            .find(|f| f.0 == name)
+            .map_or(0, |f| f.1)
+    };
+    assert!(!bs.gc_due());
+    let out = bs.gc_step(&m, &m).unwrap();
+    assert!(out.did_work, "{out:?}");
+    assert_eq!((fig(&bs, "gc_steps"), fig(&bs, "gc_runs")), (1, 1));
+    check_model(&bs, &m);
+    // Reopen with a capacity the bands already pass: GC is due.
+    let state = bs.state_with_checkpoint(pos);
+    drop(bs);
+    let short = BandOptions {
+        capacity: Some(1),
+        ..opts(4)
+    };
+    let bs = open(&fs, short.clone(), Some(&state));
+    assert!(bs.gc_due());
+    let before = m.persisted.lock().clone();
+    let out = bs.gc_step(&m, &m).unwrap();
+    assert!(out.did_work && out.bytes_freed > 0, "{out:?}");
+    assert_eq!((fig(&bs, "gc_steps"), fig(&bs, "gc_runs")), (1, 3));
+    assert_ne!(*m.persisted.lock(), before, "the retirement was persisted");
+    for b in 1..=4 {
+        assert!(!fs.exists(&band_path(Path::new("/db"), b)), "band {b}");
+    }
+    check_model(&bs, &m);
+    let state = m.persisted.lock().clone().unwrap();
+    drop(bs);
+    let bs = open(&fs, short, Some(&state));
+    check_model(&bs, &m);
+    for i in 0..16u8 {
+        let p = m.map.lock()[&vec![b'k', i]];
+        let want = if i % 4 != 0 { i + 100 } else { i };
+        assert_eq!(bs.read(&[b'k', i], &p).unwrap().unwrap(), vec![want; 50]);
+    }
+}
+
+/// With a capacity, the bands tell the space governor their use of it,
+/// paced over [`PACE_BANDS`] bands before the capacity, not the whole
+/// room.
+#[test]
+fn capacity_use_paces_over_the_last_bands() {
+    let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    let m = Model::default();
+    assert!(open(&fs, opts(4), None).capacity_use().is_none());
+    let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    let cap = 1 << 20;
+    let bs = open(
+        &fs,
+        BandOptions {
+            capacity: Some(cap),
+            ..opts(4)
+        },
+        None,
+    );
+    for i in 0..16u8 {
+        write(&bs, &m, &[(&[b'k', i], Some(&[i; 50]))]);
+    }
+    let u = bs.capacity_use().unwrap();
+    assert_eq!(u.limit, cap);
+    let band = bs.band_size_locked(&bs.state.lock());
+    assert_eq!(u.width, Some(PACE_BANDS * band));
+    // The room the governor divides is those bands, not all the room.
+    assert_eq!(u.room_width(0), PACE_BANDS * band);
+    assert!(u.fill(0) == 0.0, "{u:?}");
+    let near = crate::vstore::CapacityUse {
+        used: cap - band,
+        ..u
+    };
+    assert!(near.fill(0) > 0.9 && near.fill(0) < 1.0, "{near:?}");
+}

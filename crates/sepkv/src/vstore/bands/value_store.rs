@@ -32,8 +32,11 @@ impl ValueStore for BandStore {
             let upto = o.len;
             let path = self.path(band);
             sync_unlocked(&mut o, |o| (&mut o.file, &mut o.failed)).ctx(&path)?;
-            if o.band == band && o.len == upto {
-                o.dirty = false;
+            if o.band == band {
+                o.header_synced = true;
+                if o.len == upto {
+                    o.dirty = false;
+                }
             }
         }
         if !o.dir_synced {
@@ -169,6 +172,7 @@ impl ValueStore for BandStore {
         v.extend([
             ("bands_invalid_bytes", invalid),
             ("gc_runs", c.gc_runs.load(Ordering::Relaxed)),
+            ("gc_steps", c.gc_steps.load(Ordering::Relaxed)),
             ("gc_bytes_read", c.gc_bytes_read.load(Ordering::Relaxed)),
             (
                 "gc_bytes_rewritten",
@@ -243,6 +247,24 @@ impl ValueStore for BandStore {
         self.over_bound.load(Ordering::Relaxed)
     }
 
+    /// The band files against `value_capacity` (the bytes a user append
+    /// is refused past), with the live entry bytes as the floor and a
+    /// width of [`PACE_BANDS`] bands: the space governor slows writers
+    /// down smoothly over the last tenth of that width (about a band), held
+    /// to the rate GC frees space at, rather than letting them meet the
+    /// refusal and run GC themselves; GC keeps all the room before it.
+    fn capacity_use(&self) -> Option<crate::vstore::CapacityUse> {
+        let limit = self.opts.capacity?;
+        let st = self.state.lock();
+        let (used, live) = Self::used_and_live_locked(&st);
+        Some(crate::vstore::CapacityUse {
+            used,
+            limit,
+            floor: live,
+            width: Some(PACE_BANDS * self.band_size_locked(&st)),
+        })
+    }
+
     /// The band files against `space_bound` bytes per live byte in them,
     /// plus the open band's worth, where `over_space_bound` holds writers.
     fn space_bound_use(&self) -> Option<crate::vstore::CapacityUse> {
@@ -252,6 +274,7 @@ impl ValueStore for BandStore {
             used,
             limit: (live as f64 * bound) as u64 + self.opts.band_bytes,
             floor: live,
+            width: None,
         })
     }
 

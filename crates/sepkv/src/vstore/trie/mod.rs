@@ -1430,6 +1430,7 @@ impl ValueStore for TrieStore {
             used: st.held,
             limit: cap,
             floor: st.held.saturating_sub(garbage),
+            width: None,
         })
     }
 

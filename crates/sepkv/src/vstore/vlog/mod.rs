@@ -1045,6 +1045,7 @@ impl ValueStore for VlogStore {
             used,
             limit: cap.saturating_sub(self.opts.gc_chunk_size),
             floor: used - garbage.min(used),
+            width: None,
         })
     }
 
