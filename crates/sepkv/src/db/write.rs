@@ -810,8 +810,11 @@ mod tests {
         let o = Options {
             fs: Arc::new(MemFs::new()),
             write_buffer_size: 64 << 10,
-            // No background GC.
+            // No background GC, neither by garbage ratio nor for the space
+            // target: relocations would move the keys' current pointers
+            // into the memtable, and no lookup would reach a table block.
             gc_garbage_ratio: 0.0,
+            space_amp_target: f64::INFINITY,
             ..Options::preset(Preset::WiscKey)
         };
         let db = Db::open(Path::new("/db"), o).unwrap();
