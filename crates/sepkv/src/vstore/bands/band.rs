@@ -157,6 +157,23 @@ pub struct Entry<'a> {
     pub len: usize,
 }
 
+impl Entry<'_> {
+    /// The address of this entry at `offset` of band `band`, as the index
+    /// holds it: a tombstone's address carries [`AUX_TOMBSTONE`].
+    pub fn pointer(&self, band: u64, offset: u64) -> ValuePointer {
+        ValuePointer {
+            file_id: band,
+            offset,
+            length: self.len as u32,
+            aux: if self.kind == Kind::Tombstone {
+                AUX_TOMBSTONE
+            } else {
+                0
+            },
+        }
+    }
+}
+
 /// Decodes the entry at the start of `buf`.
 ///
 /// # Errors

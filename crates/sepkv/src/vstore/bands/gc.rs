@@ -43,7 +43,7 @@
 //! A crash before 5 leaves the copies as unreferenced garbage and the band
 //! closed; after 5 the open finishes deleting retired bands.
 
-use super::band::{self, AUX_TOMBSTONE, HEADER_LEN};
+use super::band::{self, HEADER_LEN};
 use super::BandStore;
 use crate::compaction_filter::{CompactionFilter, FilterDecision, LazyValue};
 use crate::error::{Error, IoContext, Result};
@@ -343,16 +343,7 @@ fn judge(
         if err.is_some() {
             return;
         }
-        let addr = ValuePointer {
-            file_id: id,
-            offset: at,
-            length: e.len as u32,
-            aux: if e.kind == Kind::Tombstone {
-                AUX_TOMBSTONE
-            } else {
-                0
-            },
-        };
+        let addr = e.pointer(id, at);
         let addressable = e.kind.holds_value() || e.kind == Kind::Tombstone;
         if !addressable {
             return;

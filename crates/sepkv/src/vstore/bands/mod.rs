@@ -1530,19 +1530,7 @@ impl BandStore {
                 .collect()
         };
         for (id, start, end) in ranges {
-            self.replay_band(id, start, end, &mut |at, e| {
-                let p = ValuePointer {
-                    file_id: id,
-                    offset: at,
-                    length: e.len as u32,
-                    aux: if e.kind == Kind::Tombstone {
-                        AUX_TOMBSTONE
-                    } else {
-                        0
-                    },
-                };
-                f(p, e)
-            })?;
+            self.replay_band(id, start, end, &mut |at, e| f(e.pointer(id, at), e))?;
         }
         Ok(())
     }
