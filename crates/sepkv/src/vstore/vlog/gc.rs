@@ -722,10 +722,7 @@ mod tests {
             "one lookup per record read (tail at {tail_file}:{tail_off})"
         );
         // Every key still reads its newest value.
-        for key in &keys {
-            let p = index.current_pointer(key).unwrap().unwrap();
-            assert_eq!(vlog.read(key, &p).unwrap().as_deref(), Some(&value[..]));
-        }
+        assert_newest(&vlog, &index, &keys, &value);
     }
 
     /// A value appended by a write that has not inserted its pointer yet is
@@ -763,6 +760,15 @@ mod tests {
                 Some(&b"some value"[..]),
                 "{key:?} lost"
             );
+        }
+    }
+
+    /// Asserts that every one of `keys` reads `value` through the index's
+    /// current pointer.
+    fn assert_newest(vlog: &VlogStore, index: &Index, keys: &[Vec<u8>], value: &[u8]) {
+        for key in keys {
+            let p = index.current_pointer(key).unwrap().unwrap();
+            assert_eq!(vlog.read(key, &p).unwrap().as_deref(), Some(value));
         }
     }
 
@@ -835,11 +841,7 @@ mod tests {
             assert!(index.durable_calls.load(Ordering::SeqCst) <= step);
         }
         assert!(vlog.tail().0 >= 1, "GC did not leave the first file");
-        let value = vec![5u8; 1000];
-        for key in &keys {
-            let p = index.current_pointer(key).unwrap().unwrap();
-            assert_eq!(vlog.read(key, &p).unwrap().as_deref(), Some(&value[..]));
-        }
+        assert_newest(&vlog, &index, &keys, &[5u8; 1000]);
     }
 
     /// A writer waiting for a step of several chunks waits for one: the
