@@ -5,6 +5,19 @@ use sepkv::fs::{FileSystem, MemFs};
 use sepkv::{Db, Options, Preset};
 use std::sync::Arc;
 
+/// The database's bytes on disk less its manifest's, which grows by an
+/// edit per flush, compaction or GC step until it rolls and, in the small
+/// stores of these tests, outweighs the data.
+fn disk_without_manifest(s: &sepkv::DbStats) -> u64 {
+    let manifest: u64 = s
+        .files
+        .iter()
+        .filter(|g| g.kind == "manifest")
+        .map(|g| g.allocated_bytes)
+        .sum();
+    s.disk_bytes - manifest
+}
+
 fn key(i: usize) -> Vec<u8> {
     format!("key{i:06}").into_bytes()
 }
@@ -141,13 +154,7 @@ fn backpressure_engages_before_the_target_is_passed() {
         // (HashKV's carries its segment table) until it rolls at 16 MiB,
         // which in a store this small outweighs the data.
         let live = (n * (9 + 1000)) as f64;
-        let manifest: u64 = s
-            .files
-            .iter()
-            .filter(|g| g.kind == "manifest")
-            .map(|g| g.allocated_bytes)
-            .sum();
-        let amp = (s.disk_bytes - manifest) as f64 / live;
+        let amp = disk_without_manifest(&s) as f64 / live;
         assert!(
             amp < 1.9,
             "{preset:?}: directory {} B = {amp:.2}x vs {:?} hidden {} est {} gc {:?} files {:?}",
@@ -518,13 +525,7 @@ fn the_estimate_follows_the_bytes_on_disk_through_a_load_and_an_overwrite() {
         // The directory less the manifest (an edit per flush and
         // compaction, large against a store this small) against the live
         // user bytes.
-        let manifest: u64 = s
-            .files
-            .iter()
-            .filter(|g| g.kind == "manifest")
-            .map(|g| g.allocated_bytes)
-            .sum();
-        let on_disk = (s.disk_bytes - manifest) as f64 / user;
+        let on_disk = disk_without_manifest(&s) as f64 / user;
         let gap = on_disk - s.space_amp_estimate;
         worst = worst.max(gap.abs());
         assert!(
