@@ -28,6 +28,9 @@ use std::sync::{Arc, OnceLock};
 /// segment read several times the bytes a short scan uses.
 const SEGMENT_READ_AHEAD_MIN: u64 = 16 << 10;
 
+/// A lookup's answer: the internal key and value found.
+type Hit = (Vec<u8>, Vec<u8>);
+
 /// One segment: an SSTable inside the DTable, plus its block filters.
 struct Segment {
     seq: u64,
@@ -274,7 +277,7 @@ impl DTable {
         ikey: &[u8],
         ctx: ReadCtx,
         mut reuse: Option<&mut BlockReuse>,
-    ) -> Result<(Option<(Vec<u8>, Vec<u8>)>, usize)> {
+    ) -> Result<(Option<Hit>, usize)> {
         let hash = key_hash(user_key(ikey));
         for (i, s) in self.segments.iter().rev().enumerate() {
             let filters = &s.filters;
