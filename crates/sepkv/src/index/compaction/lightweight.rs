@@ -763,7 +763,8 @@ pub fn run_lightweight(
 }
 
 /// Rewrites the files of `inputs.level` (the bottommost-level step of a
-/// manual range compaction, `output_level == level`) into new one-segment
+/// manual range compaction, `output_level == level`, or a seek merge of
+/// one DTable that reads found too many segments in) into new one-segment
 /// DTables of that level, as a full merge: the equal division of §4.4
 /// applied to the inputs together.
 ///
