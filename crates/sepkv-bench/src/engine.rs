@@ -93,6 +93,9 @@ pub struct Tuning {
     /// bytes would pass N % of it with an append is merged instead; 100
     /// never.
     pub dead_percent: Option<u8>,
+    /// `+seekN`: `lwc_seek_merge_bytes` = N (bytes of a DTable per read
+    /// charge before its segments are merged; 0 turns seek merges off).
+    pub seek_merge_bytes: Option<u32>,
     /// `+nosort`: KT-Store's sealed TrieTables stay in write order
     /// (`trie_sort_sealed` off), one of the paper's rules (§3.2); adaptive
     /// and skew splits stay on, so this is not the paper's layout alone.
@@ -155,7 +158,7 @@ fn milli(flag: &str, x: &str) -> Result<u32> {
 pub const PAPER_TRIE_LEVELS: u8 = 4;
 
 /// The `+flag`s of [`Tuning`] and what each does, for `--list-engines`.
-pub const TUNING_HELP: [(&str, &str); 23] = [
+pub const TUNING_HELP: [(&str, &str); 24] = [
     (
         "+nowal",
         "the value log replaces the index WAL (WiscKey §3.4.2)",
@@ -195,6 +198,10 @@ pub const TUNING_HELP: [(&str, &str); 23] = [
     (
         "+deadN",
         "LWC-tree DTables merged once N % (5-100) of their bytes would be dead after an append; 100: never",
+    ),
+    (
+        "+seekN",
+        "LWC-tree seek merges after a DTable's size / N read charges (extra segments a read consulted); 0: off",
     ),
     (
         "+nosort",
@@ -280,6 +287,9 @@ impl fmt::Display for Tuning {
         }
         if let Some(n) = self.dead_percent {
             write!(f, "+dead{n}")?;
+        }
+        if let Some(n) = self.seek_merge_bytes {
+            write!(f, "+seek{n}")?;
         }
         if self.no_sort {
             f.write_str("+nosort")?;
@@ -476,6 +486,8 @@ impl EngineSpec {
                     Some("+segN")
                 } else if t.dead_percent.is_some() {
                     Some("+deadN")
+                } else if t.seek_merge_bytes.is_some() {
+                    Some("+seekN")
                 } else {
                     None
                 };
@@ -578,6 +590,16 @@ impl FromStr for EngineSpec {
                                     _ => {
                                         return Err(BenchError::InvalidArgument(format!(
                                             "+{f}: expected a segment bound from 2 to 1024, such as +seg4"
+                                        )))
+                                    }
+                                }
+                            }
+                            f if f.starts_with("seek") => {
+                                tuning.seek_merge_bytes = match f[4..].parse::<u32>() {
+                                    Ok(n) => Some(n),
+                                    _ => {
+                                        return Err(BenchError::InvalidArgument(format!(
+                                            "+{f}: expected bytes per read charge (0: off), such as +seek1024"
                                         )))
                                     }
                                 }
@@ -812,6 +834,9 @@ impl SepkvEngine {
         }
         if let Some(n) = tuning.dead_percent {
             options.lwc_dead_share = f64::from(n) / 100.0;
+        }
+        if let Some(n) = tuning.seek_merge_bytes {
+            options.lwc_seek_merge_bytes = u64::from(n);
         }
         if tuning.no_sort {
             options.trie_sort_sealed = false;
@@ -1128,6 +1153,8 @@ impl Engine for SepkvEngine {
             "pushdowns",
             "metadata_from_victim",
             "metadata_reads",
+            "seek_merges",
+            "seek_merge_bytes",
             "wal_only_syncs",
             "wal_values_restored",
             "flushes_in_compaction",
@@ -1214,6 +1241,7 @@ impl Engine for SepkvEngine {
         });
         // Outside the macro: more fields pass `json!`'s recursion limit.
         v["lwc_dead_share"] = json!(o.lwc_dead_share);
+        v["lwc_seek_merge_bytes"] = json!(o.lwc_seek_merge_bytes);
         v["trie_scan_pipeline"] = o.trie_scan_pipeline.into();
         v["trie_scan_direct"] = o.trie_scan_direct.into();
         v

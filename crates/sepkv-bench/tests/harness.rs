@@ -537,8 +537,8 @@ fn wide_dtables_apply_to_the_lwc_index_only() {
     root.finish(false).unwrap();
 }
 
-/// `+paper`, `+divN`, `+segN`, `+pushdown` and `+deadN` set the LWC-tree's
-/// bounds, division, push-down and reclaim options on an `lwc` index and are
+/// `+paper`, `+divN`, `+segN`, `+pushdown`, `+deadN` and `+seekN` set the
+/// LWC-tree's bounds, division, push-down, reclaim and seek-merge options on an `lwc` index and are
 /// refused elsewhere.
 #[test]
 fn paper_division_and_push_down_flags_apply_to_the_lwc_index_only() {
@@ -578,11 +578,29 @@ fn paper_division_and_push_down_flags_apply_to_the_lwc_index_only() {
         let err = bad.parse::<EngineSpec>().unwrap_err().to_string();
         assert!(err.contains("dead share"), "{bad}: {err}");
     }
+    // `+seekN` sets the bytes per read charge of seek merges (0: off).
+    for (name, bytes) in [
+        ("sepkv:lwc", 1024),
+        ("sepkv:lwc+seek4096", 4096),
+        ("sepkv:lwc+seek0", 0),
+    ] {
+        let spec: EngineSpec = name.parse().unwrap();
+        assert_eq!(spec.to_string(), name);
+        let mut reports = Vec::new();
+        sepkv_bench::run_engines(&[spec], &cfg, &root, &mut reports, &mut |_| {}).unwrap();
+        assert_eq!(
+            reports[0].engine_options["lwc_seek_merge_bytes"], bytes,
+            "{name}"
+        );
+    }
+    let err = "sepkv:lwc+seekx".parse::<EngineSpec>().unwrap_err();
+    assert!(err.to_string().contains("read charge"), "{err}");
     for other in [
         "sepkv:leveldb+paper",
         "sepkv:wisckey+pushdown",
         "sepkv:hashkv+div8",
         "sepkv:leveldb+dead20",
+        "sepkv:leveldb+seek512",
     ] {
         let spec: EngineSpec = other.parse().unwrap();
         let mut reports = Vec::new();

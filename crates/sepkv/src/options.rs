@@ -225,7 +225,7 @@ pub(crate) fn config_available(index: IndexKind, layout: ValueLayout) -> bool {
 /// | [`Options::wal`] (`false`: WiscKey's log mode) | in `IDENTITY` | follows the record when no index or layout is named; otherwise it must match (`ConfigMismatch`) |
 /// | `hashkv_main_segment_size`, `hashkv_log_segment_size`, `hashkv_reserved_ratio`, and `value_capacity` of a `hashkv` store | in the segment table | ignored: the store keeps its geometry |
 /// | `num_levels` | no | may grow; below the deepest level holding files the open fails |
-/// | everything else: cache sizes (`block_cache_size`, `max_open_files`), `write_buffer_size`, table format knobs (`block_size`, `block_align`, `block_restart_interval`, `bloom_bits_per_key`, `target_file_size`), level sizes and level-0 triggers, `sync_values_in_wal`, `flush_on_close`, `gc_on_close`, `mmap_reads`, the LWC-tree's DTable bounds, division number and push-down (`lwc_max_segments`, `lwc_max_table_bytes`, `lwc_division_number`, `lwc_push_down`) and its reclaim threshold (`lwc_dead_share`), KT-Store's span rules (`trie_span_*`) and scan pipeline (`trie_scan_pipeline`, `trie_scan_direct`), `scan_batch_bytes`, `value_threshold`, GC knobs (`gc_garbage_ratio`, `gc_chunk_size`, `space_amp_target`), `value_capacity` of a value log, `vlog_file_size`, prefetch, the `hashkv` cache, hotness and journal switches, `create_if_missing`, `error_if_exists`, `fs` | no | may change at every open; tables and value files written under older values stay readable |
+/// | everything else: cache sizes (`block_cache_size`, `max_open_files`), `write_buffer_size`, table format knobs (`block_size`, `block_align`, `block_restart_interval`, `bloom_bits_per_key`, `target_file_size`), level sizes and level-0 triggers, `sync_values_in_wal`, `flush_on_close`, `gc_on_close`, `mmap_reads`, the LWC-tree's DTable bounds, division number and push-down (`lwc_max_segments`, `lwc_max_table_bytes`, `lwc_division_number`, `lwc_push_down`) its reclaim threshold (`lwc_dead_share`) and its seek merges (`lwc_seek_merge_bytes`), KT-Store's span rules (`trie_span_*`) and scan pipeline (`trie_scan_pipeline`, `trie_scan_direct`), `scan_batch_bytes`, `value_threshold`, GC knobs (`gc_garbage_ratio`, `gc_chunk_size`, `space_amp_target`), `value_capacity` of a value log, `vlog_file_size`, prefetch, the `hashkv` cache, hotness and journal switches, `create_if_missing`, `error_if_exists`, `fs` | no | may change at every open; tables and value files written under older values stay readable |
 ///
 /// So `Db::open(path, Options::default())` opens any existing database as
 /// it was created, and `Options::preset(p)` both creates a `p` database and
@@ -324,6 +324,18 @@ pub struct Options {
     /// nothing dead and is not affected. Between 0.05 and 1.0 when set
     /// (1.0: never).
     pub lwc_dead_share: f64,
+    /// `lwc` index: read-triggered merging of DTables (seek merges, the
+    /// analogue of LevelDB's seek compaction; `docs/design/lwc-tree.md`,
+    /// Scans). Reads charge a DTable for the extra segments they cost:
+    /// a seek that positions a cursor in `k` of its segments `k - 1`, a
+    /// lookup that consults more than one segment 1. A DTable of `size`
+    /// bytes may take `size / lwc_seek_merge_bytes` charges (at least
+    /// 100); the charge past that marks it for a merge of its segments
+    /// into one (stale versions dropped, divided into tables of
+    /// `target_file_size`, same level), which the compaction thread runs
+    /// when no level needs compaction. Bytes per charge; 0 turns seek
+    /// merges off. Default 1024. A load without reads charges nothing.
+    pub lwc_seek_merge_bytes: u64,
     /// Level-0 file count that triggers compaction (default 4).
     pub l0_compaction_trigger: usize,
     /// Level-0 file count at which each write is delayed by 1 ms (default 8).
@@ -765,6 +777,7 @@ impl fmt::Debug for Options {
             .field("lwc_division_number", &self.lwc_division_number)
             .field("lwc_push_down", &self.lwc_push_down)
             .field("lwc_dead_share", &self.lwc_dead_share)
+            .field("lwc_seek_merge_bytes", &self.lwc_seek_merge_bytes)
             .field("max_bytes_for_level_base", &self.max_bytes_for_level_base)
             .field("wal", &self.wal)
             .field("sync_values_in_wal", &self.sync_values_in_wal)
@@ -805,6 +818,7 @@ impl Default for Options {
             lwc_division_number: 0,
             lwc_push_down: false,
             lwc_dead_share: crate::index::compaction::lightweight::DEFAULT_DEAD_SHARE,
+            lwc_seek_merge_bytes: crate::index::compaction::lightweight::DEFAULT_SEEK_MERGE_BYTES,
             l0_compaction_trigger: 4,
             l0_slowdown_writes_trigger: 8,
             l0_stop_writes_trigger: 12,

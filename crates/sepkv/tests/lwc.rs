@@ -1,9 +1,10 @@
 //! The LWC-tree index (`lwc`): lightweight compaction appends segments to
 //! DTables (LWC-tree §3.1), pushes full tables down to the next level or
 //! divides them (§4.4), merges those whose dead bytes pass a share
-//! of their size (reclaim), keeps every value readable under each value layout,
+//! of their size (reclaim) and those reads find too many segments in (seek
+//! merges), keeps every value readable under each value layout,
 //! and survives a crash at every file-system operation of a flush and the
-//! lightweight compaction that follows it.
+//! lightweight compaction that follows it, and of a seek merge.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -654,6 +655,154 @@ fn crash_at_every_operation_of_a_reclaim() {
 /// A figure of the LWC-tree's `index_figures`.
 fn figure(st: &sepkv::DbStats, name: &str) -> u64 {
     st.index_figures.get(name).copied().unwrap_or(0)
+}
+
+/// Segments and tables of levels 1 and up.
+fn segments_and_tables(db: &Db) -> (u64, u64) {
+    let st = db.stats().unwrap();
+    st.levels
+        .iter()
+        .skip(1)
+        .fold((0, 0), |(s, f), l| (s + l.segments, f + l.files as u64))
+}
+
+/// `n` seeks at keys spread over the setup's range, each reading a few
+/// entries; errors (an injected fault) end them.
+fn seek_around(db: &Db, n: u32) {
+    for j in 0..n {
+        let from = format!("k{:05}", (j * 7919) % 2400);
+        let Ok(scan) = db.scan(from.as_bytes().., false) else {
+            return;
+        };
+        for r in scan.take(4) {
+            if r.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Options under which a DTable is due for a seek merge after 100 read
+/// charges (the least any table is allowed).
+fn seek_opts(fs: &FaultFs) -> Options {
+    Options {
+        lwc_seek_merge_bytes: 1 << 20,
+        ..crash_opts(fs)
+    }
+}
+
+/// [`seek_opts`] with seek merges off.
+fn no_seek_opts(fs: &FaultFs) -> Options {
+    Options {
+        lwc_seek_merge_bytes: 0,
+        ..crash_opts(fs)
+    }
+}
+
+/// Seeks into DTables of several segments charge them, and past their
+/// allowance each is merged into one segment, its contents unchanged; with
+/// `lwc_seek_merge_bytes` = 0 the same seeks merge nothing.
+#[test]
+fn seeks_merge_dtables_of_many_segments_into_one() {
+    for on in [true, false] {
+        let fs = FaultFs::new();
+        let dir = Path::new("/seek-merge");
+        let opts: fn(&FaultFs) -> Options = if on { seek_opts } else { no_seek_opts };
+        let (db, model) = setup(&fs, dir, opts, 0, 0);
+        db.flush().unwrap();
+        db.wait_idle().unwrap();
+        let (segments, tables) = segments_and_tables(&db);
+        assert!(
+            segments > tables,
+            "the batch appended no segment: {segments} segments in {tables} tables"
+        );
+        assert_eq!(figure(&db.stats().unwrap(), "seek_merges"), 0);
+        // Each seek positions a cursor in both segments of the table it
+        // lands in: one charge a seek, 100 allowed a table.
+        seek_around(&db, 300 * tables as u32);
+        db.wait_idle().unwrap();
+        let st = db.stats().unwrap();
+        let (after, tables_after) = segments_and_tables(&db);
+        if on {
+            assert!(
+                figure(&st, "seek_merges") >= tables,
+                "{:?}",
+                st.index_figures
+            );
+            assert!(figure(&st, "seek_merge_bytes") > 0);
+            assert_eq!(after, tables_after, "a table kept more than one segment");
+        } else {
+            assert_eq!(figure(&st, "seek_merges"), 0);
+            assert_eq!((after, tables_after), (segments, tables));
+        }
+        check(&db, &model);
+        assert!(db.verify().unwrap().faults.is_empty());
+        db.close().unwrap();
+        let db = Db::open(dir, opts(&fs)).unwrap();
+        check(&db, &model);
+        db.close().unwrap();
+    }
+}
+
+/// Crashes at every file-system operation of a seek merge (each run fails
+/// every operation from the `i`-th on, once the seeks that make the merge
+/// due have begun), reopens, and checks that every synced write reads
+/// back, `verify` is clean, and the merge then completes.
+#[test]
+fn crash_at_every_operation_of_a_seek_merge() {
+    let dir = Path::new("/crash-seek");
+    let mut i = 0u64;
+    let mut completed_runs = 0;
+    loop {
+        let fs = FaultFs::new();
+        let (db, model) = setup(&fs, dir, seek_opts, 0, 0);
+        db.flush().unwrap();
+        db.wait_idle().unwrap();
+        let (_, tables) = segments_and_tables(&db);
+        // A scan of everything loads every block into the block cache
+        // (and charges nothing: it seeks to the first key), so that the
+        // seeks below read no file.
+        assert_eq!(db.scan(.., false).unwrap().count(), model.len());
+        let base = fs.op_count();
+        fs.add_rule(FaultRule {
+            op: FaultOp::Any,
+            path_contains: None,
+            skip: i,
+            times: None,
+            kind: FaultKind::Eio,
+        });
+        seek_around(&db, 300 * tables as u32);
+        let done = db.wait_idle().is_ok();
+        let used = fs.op_count() - base;
+        if done {
+            assert!(
+                figure(&db.stats().unwrap(), "seek_merges") > 0,
+                "the seeks merged nothing"
+            );
+        }
+        power_cut(&fs, db);
+        let db = Db::open(dir, seek_opts(&fs))
+            .unwrap_or_else(|e| panic!("reopen after a crash at operation {i}: {e}"));
+        check(&db, &model);
+        let rep = db.verify().unwrap();
+        assert!(rep.faults.is_empty(), "crash at {i}: {:?}", rep.faults);
+        seek_around(&db, 300 * tables as u32);
+        db.wait_idle().unwrap();
+        check(&db, &model);
+        if figure(&db.stats().unwrap(), "seek_merges") > 0 {
+            completed_runs += 1;
+        }
+        let (segments, tables) = segments_and_tables(&db);
+        assert_eq!(segments, tables, "crash at {i}: a table kept its segments");
+        db.close().unwrap();
+        if done && i >= used {
+            break;
+        }
+        i += 1;
+    }
+    assert!(i > 20, "only {i} operations");
+    assert!(completed_runs > 0);
+    eprintln!("crashed at each of {i} operations");
 }
 
 fn crash_at_every_operation(

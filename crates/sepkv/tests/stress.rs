@@ -1185,7 +1185,7 @@ fn report(sh: &Shared, s: &Settings, elapsed: Duration) {
          {} by get_opt, {} forward, {} backward, {} scans; {} latest-state gets; \
          {} manifest checks; {} scratch writes; gc: {gc_steps} steps in all, {} in the \
          write path, {} by {} gc() calls; {} flushes ({} flush() calls), {} compactions \
-         ({} compact_range calls, {} trivial moves); {} checkpoints checked",
+         ({} compact_range calls, {} trivial moves, {} seek merges); {} checkpoints checked",
         sh.label,
         sh.seed,
         s.writers,
@@ -1207,6 +1207,7 @@ fn report(sh: &Shared, s: &Settings, elapsed: Duration) {
         stats.compactions,
         l(&c.compact_calls),
         stats.trivial_moves,
+        stats.index_figures.get("seek_merges").copied().unwrap_or(0),
         l(&c.checkpoints),
     );
     if let Some(e) = stats.background_error {

@@ -4,7 +4,7 @@
 use super::iter::InternalIterator;
 use super::key::compare_internal;
 use super::sstable::ReadCtx;
-use super::table_cache::{AnyTableIterator, TableCache};
+use super::table_cache::{AnyTable, AnyTableIterator, TableCache};
 use super::version::FileMeta;
 use crate::error::{Error, Result};
 use std::cmp::Ordering;
@@ -286,16 +286,22 @@ impl LevelIterator {
         }
     }
 
-    fn open(&mut self, idx: usize) {
+    /// Opens file `idx` (none past the last) and returns its table.
+    fn open(&mut self, idx: usize) -> Option<Arc<AnyTable>> {
         self.idx = idx;
         self.cur = None;
         if self.err.is_some() {
-            return;
+            return None;
         }
-        if let Some(f) = self.files.get(idx) {
-            match self.tc.get(f.number, f.size, self.ctx.category) {
-                Ok(t) => self.cur = Some(t.iter(self.ctx)),
-                Err(e) => self.err = Some(e),
+        let f = self.files.get(idx)?;
+        match self.tc.get(f.number, f.size, self.ctx.category) {
+            Ok(t) => {
+                self.cur = Some(t.iter(self.ctx));
+                Some(t)
+            }
+            Err(e) => {
+                self.err = Some(e);
+                None
             }
         }
     }
@@ -358,9 +364,17 @@ impl InternalIterator for LevelIterator {
         let i = self
             .files
             .partition_point(|f| compare_internal(&f.largest, target) == Ordering::Less);
-        self.open(i);
+        let t = self.open(i);
         if let Some(c) = self.cur.as_mut() {
             c.seek(target);
+            // A DTable's seek positioned a cursor in each of its segments:
+            // all but one are charged to it (the LWC-tree's seek merges).
+            if let Some(t) = t.as_deref() {
+                if let Some(d) = t.as_dtable() {
+                    let extra = d.num_segments().saturating_sub(1) as u64;
+                    self.tc.charge_reads(t, extra);
+                }
+            }
         }
         self.skip_forward();
     }

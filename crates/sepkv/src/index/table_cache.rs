@@ -21,7 +21,9 @@ use crate::error::{Error, IoContext, Result};
 use crate::fs::{
     open_files_limit, FileSystem, IoCategory, IoStats, MappedFile, PointReads, RandomAccessFile,
 };
+use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// An open table of either format.
@@ -189,6 +191,25 @@ pub struct TableCache {
     mmap: bool,
     /// Give each table a second handle for point reads ([`PointReads`]).
     point_reads: bool,
+    /// Read-triggered merging of DTables ([`TableCache::charge_reads`]).
+    seek_merge: SeekMerge,
+}
+
+/// The fewest read charges a DTable is allowed before a seek merge, however
+/// small it is (LevelDB's seek compaction allows a file at least 100
+/// seeks).
+pub const MIN_SEEK_MERGE_CHARGES: u64 = 100;
+
+/// Read charges of DTables and the tables whose charges passed their
+/// allowance (the LWC-tree's seek merges; `Options::lwc_seek_merge_bytes`).
+#[derive(Default)]
+struct SeekMerge {
+    /// Bytes of a DTable per read charge it is allowed; 0: never merge.
+    bytes_per_charge: u64,
+    /// Tables (file number, size) due for a merge, oldest first.
+    due: Mutex<Vec<(u64, u64)>>,
+    /// `due` is not empty (read without the lock).
+    any_due: AtomicBool,
 }
 
 /// Whether a second handle per cached table ([`PointReads`]) fits the
@@ -217,7 +238,67 @@ impl TableCache {
             tables: quick_cache::sync::Cache::new(capacity),
             mmap: false,
             point_reads: point_reads_fit(capacity, open_files_limit()),
+            seek_merge: SeekMerge::default(),
         }
+    }
+
+    /// Counts read charges against DTables ([`TableCache::charge_reads`]):
+    /// a DTable of `size` bytes is due for a merge once it has taken
+    /// `size / bytes_per_charge` charges (at least
+    /// [`MIN_SEEK_MERGE_CHARGES`]); 0 counts nothing.
+    pub fn with_seek_merge(mut self, bytes_per_charge: u64) -> Self {
+        self.seek_merge.bytes_per_charge = bytes_per_charge;
+        self
+    }
+
+    /// Charges `n` reads to `t` when it is a DTable and seek merges are on:
+    /// a seek that positioned cursors in `k` segments charges `k - 1`, a
+    /// lookup that consulted more than one segment charges 1. The charge
+    /// that takes the table past its allowance marks it due for a merge of
+    /// its segments ([`TableCache::take_seek_merges`]).
+    pub fn charge_reads(&self, t: &AnyTable, n: u64) {
+        let per = self.seek_merge.bytes_per_charge;
+        if per == 0 || n == 0 {
+            return;
+        }
+        let Some(d) = t.as_dtable() else {
+            return;
+        };
+        let allowance = (d.file_size() / per).max(MIN_SEEK_MERGE_CHARGES);
+        let before = d.charge(n);
+        if before < allowance && before.saturating_add(n) >= allowance {
+            self.seek_merge
+                .due
+                .lock()
+                .push((d.file_number(), d.file_size()));
+            self.seek_merge.any_due.store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether some DTable's read charges passed its allowance since the
+    /// last [`TableCache::take_seek_merges`].
+    pub fn seek_merges_due(&self) -> bool {
+        self.seek_merge.any_due.load(Ordering::Acquire)
+    }
+
+    /// The DTables (file number, size) whose read charges passed their
+    /// allowance, in the order they did; the list is emptied.
+    pub fn take_seek_merges(&self) -> Vec<(u64, u64)> {
+        let mut due = self.seek_merge.due.lock();
+        self.seek_merge.any_due.store(false, Ordering::Release);
+        std::mem::take(&mut *due)
+    }
+
+    /// Puts back tables [`TableCache::take_seek_merges`] returned and that
+    /// were not merged yet, ahead of any marked since.
+    pub fn restore_seek_merges(&self, tables: Vec<(u64, u64)>) {
+        if tables.is_empty() {
+            return;
+        }
+        let mut due = self.seek_merge.due.lock();
+        let later = std::mem::replace(&mut *due, tables);
+        due.extend(later);
+        self.seek_merge.any_due.store(true, Ordering::Release);
     }
 
     /// Reads tables through a mapping of their files where the file system

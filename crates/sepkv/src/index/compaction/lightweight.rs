@@ -111,6 +111,11 @@ use std::sync::Arc;
 /// Default of [`LwcConfig::dead_share`] and `Options::lwc_dead_share`.
 pub const DEFAULT_DEAD_SHARE: f64 = 0.25;
 
+/// Default of `Options::lwc_seek_merge_bytes`: bytes of a DTable per read
+/// charge (an extra segment a seek positioned a cursor in, or a lookup
+/// that consulted more than one segment) before its segments are merged.
+pub const DEFAULT_SEEK_MERGE_BYTES: u64 = 1024;
+
 /// Bounds of the LWC-tree's DTables (§4.4).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LwcConfig {
@@ -758,7 +763,8 @@ pub fn run_lightweight(
 }
 
 /// Rewrites the files of `inputs.level` (the bottommost-level step of a
-/// manual range compaction, `output_level == level`) into new one-segment
+/// manual range compaction, `output_level == level`, or a seek merge of
+/// one DTable that reads found too many segments in) into new one-segment
 /// DTables of that level, as a full merge: the equal division of §4.4
 /// applied to the inputs together.
 ///

@@ -17,6 +17,7 @@ use crate::index::sstable::{
     BLOCK_TRAILER_LEN, READ_AHEAD_MIN,
 };
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// Smallest first read-ahead window of a segment's cursor (bytes). A
@@ -26,6 +27,9 @@ use std::sync::{Arc, OnceLock};
 /// together read ahead about what one table would, where a full window per
 /// segment read several times the bytes a short scan uses.
 const SEGMENT_READ_AHEAD_MIN: u64 = 16 << 10;
+
+/// A lookup's answer: the internal key and value found.
+type Hit = (Vec<u8>, Vec<u8>);
 
 /// One segment: an SSTable inside the DTable, plus its block filters.
 struct Segment {
@@ -49,6 +53,8 @@ pub struct DTable {
     segments: Vec<Segment>,
     /// [`DTable::dead_bytes`], once read.
     dead: OnceLock<u64>,
+    /// Read charges against this reader ([`DTable::charge`]).
+    charged: AtomicU64,
 }
 
 impl std::fmt::Debug for DTable {
@@ -197,6 +203,7 @@ impl DTable {
             overlapped,
             segments,
             dead: OnceLock::new(),
+            charged: AtomicU64::new(0),
         })
     }
 
@@ -257,20 +264,46 @@ impl DTable {
         &self,
         ikey: &[u8],
         ctx: ReadCtx,
-        mut reuse: Option<&mut BlockReuse>,
+        reuse: Option<&mut BlockReuse>,
     ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        self.get_probing(ikey, ctx, reuse).map(|(hit, _)| hit)
+    }
+
+    /// [`DTable::get_reusing`], and the number of segments the lookup
+    /// consulted (probed the filters of): 1 when the newest segment
+    /// answered, every segment when none did.
+    pub fn get_probing(
+        &self,
+        ikey: &[u8],
+        ctx: ReadCtx,
+        mut reuse: Option<&mut BlockReuse>,
+    ) -> Result<(Option<Hit>, usize)> {
         let hash = key_hash(user_key(ikey));
-        for s in self.segments.iter().rev() {
+        for (i, s) in self.segments.iter().rev().enumerate() {
             let filters = &s.filters;
             let may_contain = |n, off| filters.may_contain_hash(n, off, hash);
             if let Some(hit) =
                 s.table
                     .get_filtered(ikey, hash, ctx, &may_contain, reuse.as_deref_mut())?
             {
-                return Ok(Some(hit));
+                return Ok((Some(hit), i + 1));
             }
         }
-        Ok(None)
+        Ok((None, self.segments.len()))
+    }
+
+    /// Adds `n` read charges (extra segments that seeks positioned a cursor
+    /// in, or lookups that consulted more than one segment) to this
+    /// reader's count, and returns the count before them. The count lives
+    /// as long as the reader: an append, which opens a new one, starts it
+    /// again.
+    pub fn charge(&self, n: u64) -> u64 {
+        self.charged.fetch_add(n, Ordering::Relaxed)
+    }
+
+    /// Read charges counted so far ([`DTable::charge`]).
+    pub fn charged(&self) -> u64 {
+        self.charged.load(Ordering::Relaxed)
     }
 
     /// Estimated bytes of the table that no reader needs once its newest

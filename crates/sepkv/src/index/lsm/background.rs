@@ -313,6 +313,7 @@ impl LsmIndex {
                         .iter()
                         .any(|&s| s >= 1.0)
                     || self.garbage_due(&sv.version)
+                    || self.seek_merge_due()
             };
             if !busy {
                 // A reader (an iterator, a writer waiting for room) may
@@ -447,7 +448,8 @@ impl LsmIndex {
                         let auto = picker::scores(&sv.version, &self.picker)
                             .iter()
                             .any(|&s| s >= 1.0)
-                            || self.garbage_due(&sv.version);
+                            || self.garbage_due(&sv.version)
+                            || self.seek_merge_due();
                         if sv.imm.is_some() || manual || auto {
                             bg.step_running = true;
                             break;
@@ -517,7 +519,17 @@ impl LsmIndex {
         };
         match choice {
             Choice::Nothing => {
-                // Nothing else is due: a table of mostly garbage, if any.
+                // Nothing else is due: a DTable that reads found too many
+                // segments in, if any (LWC-tree).
+                if let Some(inputs) = self.pick_seek_merge(&v) {
+                    let st = self.compact(v, &inputs)?;
+                    let c = &self.counters;
+                    c.seek_merges.fetch_add(1, Ordering::Relaxed);
+                    c.seek_merge_bytes
+                        .fetch_add(st.bytes_out, Ordering::Relaxed);
+                    return Ok(());
+                }
+                // Then a table of mostly garbage, if any.
                 let smallest = self.shared.smallest_snapshot();
                 let inputs = (!self.lightweight)
                     .then(|| picker::pick_garbage(&v, &self.picker, smallest))
@@ -554,6 +566,45 @@ impl LsmIndex {
     fn garbage_due(&self, v: &Version) -> bool {
         !self.lightweight
             && picker::pick_garbage(v, &self.picker, self.shared.smallest_snapshot()).is_some()
+    }
+
+    /// Whether reads marked a DTable for a seek merge
+    /// ([`TableCache::charge_reads`](crate::index::table_cache::TableCache::charge_reads));
+    /// the background thread runs it only when no level needs compaction.
+    fn seek_merge_due(&self) -> bool {
+        self.lightweight && self.table_cache.seek_merges_due()
+    }
+
+    /// The seek merge to run in `v`: the first DTable marked due that `v`
+    /// still holds at the size it was marked at (one appended to, merged
+    /// or moved since is dropped: its new reader counts again), merged
+    /// with itself in its level, as a bottommost-level rewrite is
+    /// ([`lightweight::run_in_place`]: stale versions dropped, divided into
+    /// tables of `target_file_size`). The other marked tables stay marked.
+    fn pick_seek_merge(&self, v: &Version) -> Option<picker::CompactionInputs> {
+        if !self.seek_merge_due() {
+            return None;
+        }
+        let mut due = self.table_cache.take_seek_merges();
+        let mut found = None;
+        while found.is_none() && !due.is_empty() {
+            let (number, size) = due.remove(0);
+            found = (1..v.files.len()).find_map(|level| {
+                v.files[level]
+                    .iter()
+                    .find(|f| f.number == number && f.size == size)
+                    .map(|f| (level, f.clone()))
+            });
+        }
+        self.table_cache.restore_seek_merges(due);
+        let (level, f) = found?;
+        Some(picker::CompactionInputs {
+            level,
+            output_level: level,
+            upper: vec![f],
+            lower: Vec::new(),
+            grandparents: Vec::new(),
+        })
     }
 
     /// Runs a compaction of `inputs` picked from `v`. Takes `v` by value so

@@ -362,6 +362,10 @@ struct Counters {
     pushdowns: AtomicU64,
     metadata_from_victim: AtomicU64,
     metadata_reads: AtomicU64,
+    /// DTables merged because reads passed their allowance (seek merges).
+    seek_merges: AtomicU64,
+    /// Bytes those merges wrote.
+    seek_merge_bytes: AtomicU64,
     /// Synced writes made durable by the WAL's fsync alone, their values
     /// carried in the WAL (`Options::sync_values_in_wal`).
     wal_only_syncs: AtomicU64,
@@ -481,7 +485,12 @@ impl LsmIndex {
                 block_cache,
                 opts.max_open_files,
             )
-            .with_mmap(opts.mmap_reads),
+            .with_mmap(opts.mmap_reads)
+            .with_seek_merge(if opts.index_kind() == IndexKind::Lwc {
+                opts.lwc_seek_merge_bytes
+            } else {
+                0
+            }),
         );
         let picker = PickerConfig {
             levels: opts.num_levels,
@@ -901,6 +910,11 @@ impl Index for LsmIndex {
                     c.metadata_from_victim.load(Ordering::Relaxed),
                 ),
                 ("metadata_reads", c.metadata_reads.load(Ordering::Relaxed)),
+                ("seek_merges", c.seek_merges.load(Ordering::Relaxed)),
+                (
+                    "seek_merge_bytes",
+                    c.seek_merge_bytes.load(Ordering::Relaxed),
+                ),
             ]);
         }
         IndexStats {

@@ -112,7 +112,19 @@ impl Version {
         let target = seek_key(uk, seq);
         let mut probe = |f: &FileMeta| -> Result<Option<Lookup>> {
             let t = tc.get(f.number, f.size, ctx.category)?;
-            match t.get_reusing(&target, ctx, reuse.as_deref_mut())? {
+            let hit = match t.as_dtable() {
+                Some(d) => {
+                    let (hit, consulted) = d.get_probing(&target, ctx, reuse.as_deref_mut())?;
+                    // A lookup that consulted more than one segment is
+                    // charged to the DTable (the LWC-tree's seek merges).
+                    if consulted > 1 {
+                        tc.charge_reads(&t, 1);
+                    }
+                    hit
+                }
+                None => t.get_reusing(&target, ctx, reuse.as_deref_mut())?,
+            };
+            match hit {
                 None => Ok(None),
                 Some((k, v)) => {
                     let p = parse_internal_key(&k).ok_or_else(|| {
