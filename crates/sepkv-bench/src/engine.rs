@@ -135,6 +135,9 @@ pub struct Tuning {
     /// `+buffered`: `trie_scan_direct` off (the scan pipeline's spans are
     /// read through the page cache).
     pub scan_buffered: bool,
+    /// `+nomap`: `trie_mapped_appends` off (TrieTables appended with a
+    /// `write(2)` each).
+    pub no_map: bool,
 }
 
 /// Parses the X of `+opX` or `+saX` into thousandths.
@@ -155,7 +158,7 @@ fn milli(flag: &str, x: &str) -> Result<u32> {
 pub const PAPER_TRIE_LEVELS: u8 = 4;
 
 /// The `+flag`s of [`Tuning`] and what each does, for `--list-engines`.
-pub const TUNING_HELP: [(&str, &str); 23] = [
+pub const TUNING_HELP: [(&str, &str); 24] = [
     (
         "+nowal",
         "the value log replaces the index WAL (WiscKey §3.4.2)",
@@ -229,6 +232,10 @@ pub const TUNING_HELP: [(&str, &str); 23] = [
     (
         "+buffered",
         "KT-Store's scan pipeline reads spans through the page cache (trie_scan_direct off)",
+    ),
+    (
+        "+nomap",
+        "KT-Store's TrieTables appended with a write(2) each, not through mappings (trie_mapped_appends off)",
     ),
     (
         "+pipeM",
@@ -310,6 +317,9 @@ impl fmt::Display for Tuning {
         }
         if self.scan_buffered {
             f.write_str("+buffered")?;
+        }
+        if self.no_map {
+            f.write_str("+nomap")?;
         }
         Ok(())
     }
@@ -494,13 +504,15 @@ impl EngineSpec {
                          KT-Store and of the LWC-tree; use it with sepkv:ktstore or sepkv:lwc"
                     )));
                 }
-                if (t.no_sort || t.no_roll || t.scan_buffered)
+                if (t.no_sort || t.no_roll || t.scan_buffered || t.no_map)
                     && o.layout() != sepkv::ValueLayout::Trie
                 {
                     let flag = if t.no_sort {
                         "+nosort"
                     } else if t.no_roll {
                         "+noroll"
+                    } else if t.no_map {
+                        "+nomap"
                     } else {
                         "+buffered"
                     };
@@ -604,6 +616,7 @@ impl FromStr for EngineSpec {
                             }
                             "nosort" => tuning.no_sort = true,
                             "buffered" => tuning.scan_buffered = true,
+                            "nomap" => tuning.no_map = true,
                             "noroll" => tuning.no_roll = true,
                             "paper" => tuning.paper = true,
                             "align" => tuning.block_align = true,
@@ -850,6 +863,9 @@ impl SepkvEngine {
         }
         if tuning.scan_buffered {
             options.trie_scan_direct = false;
+        }
+        if tuning.no_map {
+            options.trie_mapped_appends = false;
         }
         if let Some((capacity, reserved)) = opts.value_capacity {
             // The bands count their bound in the bytes their entries take
@@ -1216,6 +1232,7 @@ impl Engine for SepkvEngine {
         v["lwc_dead_share"] = json!(o.lwc_dead_share);
         v["trie_scan_pipeline"] = o.trie_scan_pipeline.into();
         v["trie_scan_direct"] = o.trie_scan_direct.into();
+        v["trie_mapped_appends"] = o.trie_mapped_appends.into();
         v
     }
 
