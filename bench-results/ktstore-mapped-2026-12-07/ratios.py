@@ -10,6 +10,7 @@ rows = collections.defaultdict(dict)   # (build, engine, size) -> round -> MB/s
 after = collections.defaultdict(dict)
 wa = collections.defaultdict(dict)
 sa = collections.defaultdict(dict)
+pwa = collections.defaultdict(dict)  # bytes the process dirtied / user bytes
 for l in open(os.path.join(out, 'summary.txt')):
     m = re.match(r'round (\d+) (\w+) (\S+) V=(\d+): .* (\d+) ops in ([\d.]+) s .*total ([\d.]+) s', l)
     if not m:
@@ -23,9 +24,15 @@ for l in open(os.path.join(out, 'summary.txt')):
         for line in open(os.path.join(out, name)):
             f = line.split()
             if len(f) > 14 and f[1] == 'fillrandom' and f[2] == 'run':
-                wa[(b, e, v)][r] = f[11]
-                sa[(b, e, v)][r] = f[13]
+                wa[(b, e, v)][r] = f[12]
+                sa[(b, e, v)][r] = f[14]
     except OSError:
+        pass
+    try:
+        import json
+        d = json.load(open(os.path.join(out, name[:-4] + '.json')))[0]
+        pwa[(b, e, v)][r] = f"{d['process_write_amp']:.2f}"
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
         pass
 med = statistics.median
 def fmt(xs):
@@ -47,6 +54,7 @@ for v in sorted({k[2] for k in rows}):
                   f'  / rocksdb {fmt(rr)} (median {med(rr) if rr else 0:.2f})'
                   f'  WA {" ".join(wa[(b, e, v)].get(r, "-") for r in sorted(d))}'
                   f'  SA {" ".join(sa[(b, e, v)].get(r, "-") for r in sorted(d))}'
+                  f'  process WA {" ".join(pwa[(b, e, v)].get(r, "-") for r in sorted(d))}'
                   f'  after s {" ".join(f"{after[(b, e, v)][r]:.1f}" for r in sorted(d))}')
     for e in engines[:3]:
         n = rows.get(('new', e, v), {})

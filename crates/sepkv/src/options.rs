@@ -670,19 +670,21 @@ pub struct Options {
     /// docs/design/ktstore.md for the measurement. May change between
     /// opens.
     pub trie_scan_direct: bool,
-    /// Append to the `trie` layout's active TrieTables through a shared
-    /// memory mapping of each file (preallocated with `fallocate`) instead
-    /// of a `write(2)` per append (default true). An append is then a copy
+    /// Copy appends shorter than 4 KiB to the `trie` layout's active
+    /// TrieTables into a shared memory mapping of each file instead of
+    /// writing them with a `write(2)` each (default true; see
+    /// docs/design/ktstore.md, "Mapped appends"). An append is then a copy
     /// into the page cache: the same promise (it survives a process crash
     /// once the write returns; a sync makes it durable), without the
     /// kernel's per-file work of a system call into one of many files
-    /// (about 1 µs of a 1 KiB put; docs/design/ktstore.md, "The write
-    /// path's cost"). A full disk is an append's `ENOSPC`, as before. File
-    /// systems without mappings or `fallocate` (in memory, some network
-    /// file systems) write with system calls. The exposure it adds: a
-    /// device read error on a table's last page, read back into the page
-    /// cache, ends the process with `SIGBUS` (as `mmap_reads` does for
-    /// reads). May change between opens.
+    /// (16–26 % of `+paper`'s process CPU per 1 KiB put). A full disk is an
+    /// append's `ENOSPC`, as before: each page is faulted in with
+    /// `MADV_POPULATE_WRITE` before a copy touches it. File systems
+    /// without mappings, and kernels without that call (before Linux
+    /// 5.14), write with system calls. The exposure it adds: a device read
+    /// error on a table page read back into the page cache ends the
+    /// process with `SIGBUS` (as `mmap_reads` does for reads). May change
+    /// between opens.
     pub trie_mapped_appends: bool,
     /// Entries after which a `bands` logical band is closed and the next
     /// opened, if `band_bytes` has not closed it first (FlashKey §V-A2).

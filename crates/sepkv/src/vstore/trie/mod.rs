@@ -82,9 +82,8 @@
 //! them: past that, the least recently appended tables whose data is
 //! synced are closed and reopened at their end on their next append (a
 //! table with unsynced data stays open until the next sync, which then
-//! closes the surplus). A mapped writer runs up to 256 KiB of
-//! preallocated zeros ahead of its table's end; closing (or sealing) cuts
-//! them. Up to 512 read handles are cached besides.
+//! closes the surplus). A mapped writer's file size runs up to 1 MiB
+//! (a hole) ahead of its table's end; closing (or sealing) cuts it. Up to 512 read handles are cached besides.
 //!
 //! Thread-safety: appends, syncs and the catalog are serialised by one
 //! internal lock, GC steps by another; reads take the first only after a
