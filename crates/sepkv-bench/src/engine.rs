@@ -138,6 +138,9 @@ pub struct Tuning {
     /// `+buffered`: `trie_scan_direct` off (the scan pipeline's spans are
     /// read through the page cache).
     pub scan_buffered: bool,
+    /// `+nomap`: `trie_mapped_appends` off (TrieTables appended with a
+    /// `write(2)` each).
+    pub no_map: bool,
 }
 
 /// Parses the X of `+opX` or `+saX` into thousandths.
@@ -238,6 +241,10 @@ pub const TUNING_HELP: [(&str, &str); 24] = [
         "KT-Store's scan pipeline reads spans through the page cache (trie_scan_direct off)",
     ),
     (
+        "+nomap",
+        "KT-Store's TrieTables appended with a write(2) each, not through mappings (trie_mapped_appends off)",
+    ),
+    (
         "+pipeM",
         "trie_scan_pipeline M MiB: memory budget of a limited scan's read pipeline (0 = off)",
     ),
@@ -320,6 +327,9 @@ impl fmt::Display for Tuning {
         }
         if self.scan_buffered {
             f.write_str("+buffered")?;
+        }
+        if self.no_map {
+            f.write_str("+nomap")?;
         }
         Ok(())
     }
@@ -506,13 +516,15 @@ impl EngineSpec {
                          KT-Store and of the LWC-tree; use it with sepkv:ktstore or sepkv:lwc"
                     )));
                 }
-                if (t.no_sort || t.no_roll || t.scan_buffered)
+                if (t.no_sort || t.no_roll || t.scan_buffered || t.no_map)
                     && o.layout() != sepkv::ValueLayout::Trie
                 {
                     let flag = if t.no_sort {
                         "+nosort"
                     } else if t.no_roll {
                         "+noroll"
+                    } else if t.no_map {
+                        "+nomap"
                     } else {
                         "+buffered"
                     };
@@ -626,6 +638,7 @@ impl FromStr for EngineSpec {
                             }
                             "nosort" => tuning.no_sort = true,
                             "buffered" => tuning.scan_buffered = true,
+                            "nomap" => tuning.no_map = true,
                             "noroll" => tuning.no_roll = true,
                             "paper" => tuning.paper = true,
                             "align" => tuning.block_align = true,
@@ -875,6 +888,9 @@ impl SepkvEngine {
         }
         if tuning.scan_buffered {
             options.trie_scan_direct = false;
+        }
+        if tuning.no_map {
+            options.trie_mapped_appends = false;
         }
         if let Some((capacity, reserved)) = opts.value_capacity {
             // The bands count their bound in the bytes their entries take
@@ -1244,6 +1260,7 @@ impl Engine for SepkvEngine {
         v["lwc_seek_merge_bytes"] = json!(o.lwc_seek_merge_bytes);
         v["trie_scan_pipeline"] = o.trie_scan_pipeline.into();
         v["trie_scan_direct"] = o.trie_scan_direct.into();
+        v["trie_mapped_appends"] = o.trie_mapped_appends.into();
         v
     }
 

@@ -95,6 +95,7 @@ fn store_rolling(fs: &MemFs, table_size: u64, roll_size: u64, split_skew: f64) -
             spans: Default::default(),
             scan_pipeline: 0,
             scan_direct: false,
+            mapped_appends: false,
         },
     )
     .unwrap()
@@ -770,6 +771,7 @@ fn open_append_handles_stay_under_the_cap() {
                 spans: Default::default(),
                 scan_pipeline: 0,
                 scan_direct: false,
+                mapped_appends: false,
             },
         )
         .unwrap()
@@ -1231,6 +1233,7 @@ fn many_written_tables_sync_in_one_call() {
         spans: Default::default(),
         scan_pipeline: 0,
         scan_direct: false,
+        mapped_appends: false,
     };
     let open = || {
         TrieStore::open(
@@ -1460,6 +1463,7 @@ fn fixed_levels_spread_binary_keys_by_their_first_byte() {
                 spans: Default::default(),
                 scan_pipeline: 0,
                 scan_direct: false,
+                mapped_appends: false,
             },
         )
         .unwrap()
@@ -2095,4 +2099,179 @@ fn a_direct_scan_dropped_half_way_leaves_no_reader_running() {
         figure(&db, "span_direct_reads") > 0,
         "no span was read directly"
     );
+}
+
+/// A table whose file ends in zeros after its last record — what a mapped
+/// writer's preallocation leaves when its process dies — is cut at that
+/// record on open and stays active: later appends continue in it, and every
+/// value reads back. (Before mapped appends such a tail read as torn, and
+/// the table was sealed with its zeros.)
+#[test]
+fn a_zero_tail_is_cut_and_the_table_stays_active() {
+    let fs = MemFs::new();
+    let s = store(&fs, 1 << 20);
+    let mut ptrs = Vec::new();
+    for i in 0..50 {
+        ptrs.push((i, put(&s, &key(i), i as u64 + 1, &value(i, 0))));
+    }
+    s.sync().unwrap();
+    let before: Vec<(u64, u64, u64, bool)> = s.tables();
+    assert!(before.iter().any(|t| t.3), "an active table");
+    drop(s);
+    for &(id, len, _, active) in &before {
+        if active {
+            let path = Path::new("/ts").join(format!("{id:06}.tt"));
+            let mut f = fs.open_append(&path).unwrap();
+            f.append(&vec![0u8; 70_000]).unwrap();
+            f.sync().unwrap();
+            assert_eq!(fs.file_size(&path).unwrap(), len + 70_000);
+        }
+    }
+    let s = store(&fs, 1 << 20);
+    assert_eq!(s.tables(), before, "same tables, lengths and states");
+    for &(id, len, _, active) in &before {
+        if active {
+            let path = Path::new("/ts").join(format!("{id:06}.tt"));
+            assert_eq!(fs.file_size(&path).unwrap(), len, "zeros cut");
+        }
+    }
+    for (i, p) in &ptrs {
+        assert_eq!(s.read(&key(*i), p).unwrap(), Some(value(*i, 0)));
+    }
+    // The next value of a key goes to the same table, right after.
+    let (i, p) = ptrs[0];
+    let q = put(&s, &key(i), 1000, &value(i, 1));
+    assert_eq!(q.file_id, p.file_id);
+    assert_eq!(s.read(&key(i), &q).unwrap(), Some(value(i, 1)));
+}
+
+/// Where the child of [`mapped_appends_survive_a_killed_process`] writes.
+const KILL_CHILD_DIR: &str = "SEPKV_KTSTORE_KILL_CHILD_DIR";
+
+fn kill_opts() -> Options {
+    Options {
+        fs: Arc::new(sepkv::fs::StdFs),
+        trie_table_size: 128 << 10,
+        trie_mapped_appends: true,
+        ..opts(Arc::new(MemFs::new()))
+    }
+}
+
+/// The database on the operating system's files, its TrieTables appended
+/// through mappings, written by a child process that is killed (SIGKILL)
+/// while it writes: every write it acknowledged reads back after the
+/// reopen, the state is a prefix of its writes, `verify` finds nothing,
+/// and the preallocated zeros after each table's last record are gone
+/// (recovery cut them). Writing then goes on, and survives a reopen.
+#[test]
+fn mapped_appends_survive_a_killed_process() {
+    const N: usize = 200_000;
+    let order = shuffled(N, 11);
+    if let Ok(dir) = std::env::var(KILL_CHILD_DIR) {
+        // The child: write until killed, noting each acknowledged write
+        // (a write(2) of its count, which the kill does not undo).
+        let dir = PathBuf::from(dir);
+        let db = Db::open(dir.join("db"), kill_opts()).unwrap();
+        let acked = std::fs::File::create(dir.join("acked")).unwrap();
+        for (n, &i) in order.iter().enumerate() {
+            db.put(key(i), value(i, 0)).unwrap();
+            std::os::unix::fs::FileExt::write_all_at(&acked, &(n as u64 + 1).to_le_bytes(), 0)
+                .unwrap();
+        }
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "mapped_appends_survive_a_killed_process",
+            "--exact",
+            "--nocapture",
+        ])
+        .env(KILL_CHILD_DIR, tmp.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let acked_path = tmp.path().join("acked");
+    let read_acked = || -> usize {
+        std::fs::read(&acked_path)
+            .ok()
+            .and_then(|b| Some(u64::from_le_bytes(b.get(..8)?.try_into().ok()?) as usize))
+            .unwrap_or(0)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while read_acked() < 20_000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the child wrote {} values in time",
+            read_acked()
+        );
+        assert!(child.try_wait().unwrap().is_none(), "the child died");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let acked = read_acked();
+    assert!(acked < N, "killed before the end");
+
+    // Reopened with appends by system calls, so that the files show what
+    // recovery left.
+    let plain = Options {
+        trie_mapped_appends: false,
+        ..kill_opts()
+    };
+    let db = Db::open(tmp.path().join("db"), plain.clone()).unwrap();
+    let mut present = 0;
+    for (n, &i) in order.iter().enumerate() {
+        match db.get(key(i)).unwrap() {
+            Some(v) => {
+                assert_eq!(v, value(i, 0), "key {i}");
+                assert_eq!(n, present, "a prefix of the writes");
+                present += 1;
+            }
+            None => assert!(n >= acked, "acknowledged write {n} (key {i}) lost"),
+        }
+    }
+    assert!(
+        present >= acked && present <= acked + 1,
+        "{present} of {acked}"
+    );
+    assert!(db.verify().unwrap().faults.is_empty());
+    // Recovery cut every table's zeros: each file ends in its last
+    // record's value, whose bytes are never 0.
+    let ends_in_records = || {
+        let tables: Vec<PathBuf> = std::fs::read_dir(tmp.path().join("db"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().ends_with(".tt"))
+            .collect();
+        assert!(tables.len() > 2, "{} tables", tables.len());
+        for t in &tables {
+            let b = std::fs::read(t).unwrap();
+            if let Some(&last) = b.last() {
+                assert_ne!(last, 0, "{} ends in zeros", t.display());
+            }
+        }
+    };
+    ends_in_records();
+    // Writing goes on, by system calls and then through mappings again,
+    // and all of it survives reopens; a closed store leaves no zeros.
+    for &i in &order[present..present + 2000] {
+        db.put(key(i), value(i, 0)).unwrap();
+    }
+    db.close().unwrap();
+    drop(db);
+    let db = Db::open(tmp.path().join("db"), kill_opts()).unwrap();
+    for &i in &order[present + 2000..present + 4000] {
+        db.put(key(i), value(i, 0)).unwrap();
+    }
+    db.close().unwrap();
+    drop(db);
+    ends_in_records();
+    let db = Db::open(tmp.path().join("db"), plain).unwrap();
+    for &i in &order[..present + 4000] {
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 0)), "key {i}");
+    }
+    assert!(db.verify().unwrap().faults.is_empty());
 }

@@ -20,6 +20,7 @@
 
 mod accounting;
 mod fault;
+mod mapped_append;
 mod mem;
 mod overlay;
 mod std_fs;
@@ -409,6 +410,34 @@ pub trait FileSystem: Send + Sync + 'static {
         Err(io::Error::new(
             io::ErrorKind::Unsupported,
             "reusing a file is not supported",
+        ))
+    }
+    /// Opens `path` for appends copied into a shared memory mapping of the
+    /// file instead of written with a system call each (see
+    /// `fs/mapped_append.rs`): `at == None` creates the file (truncating one
+    /// that exists); `Some(len)` opens the existing file to append at
+    /// `len`, cutting whatever follows (the zeros a crash left). The
+    /// writer's file size runs ahead of its appends (a hole), and every
+    /// page is faulted in with `MADV_POPULATE_WRITE` before a copy
+    /// touches it (a full disk is an append's `ENOSPC`, never a `SIGBUS`),
+    /// so until it is dropped, and after a crash, the file is longer than
+    /// what was appended and ends in zeros. Appends of 4 KiB or more are
+    /// written with `pwrite(2)` into the same file. Appended bytes survive a
+    /// process crash once the append returns; [`WritableFile::sync`]
+    /// makes them durable, as for [`FileSystem::create`]'s files.
+    ///
+    /// # Errors
+    /// `ErrorKind::Unsupported` (the default) where the file system cannot
+    /// (in memory, a kernel without `MADV_POPULATE_WRITE`): callers then
+    /// use [`FileSystem::create`] or [`FileSystem::open_append`]. The OS
+    /// error of the open, the size change, the mapping or the first page's
+    /// fault otherwise; on any
+    /// error the file holds exactly its first `at` bytes.
+    fn open_mapped(&self, path: &Path, at: Option<u64>) -> io::Result<Box<dyn WritableFile>> {
+        let _ = (path, at);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "mapped appends are not supported",
         ))
     }
     /// Opens an existing file for positional reads.

@@ -41,11 +41,11 @@ pub struct StdFs;
 
 /// A writable file and its progress, shared by its [`StdWritable`] and the
 /// [`SyncHandle`]s it hands out.
-struct Shared {
-    file: File,
+pub(super) struct Shared {
+    pub(super) file: File,
     /// Bytes of the file handed to the OS (its end as `write` sees it;
     /// a preallocated file is longer).
-    handed: AtomicU64,
+    pub(super) handed: AtomicU64,
     /// Bytes known to be synced or written back: where the next
     /// [`write_back_settled`] starts.
     settled: AtomicU64,
@@ -67,11 +67,7 @@ impl StdWritable {
     /// Writes to `file` from `len` bytes on (where its position is).
     fn boxed(file: File, len: u64, appending: bool) -> Box<dyn WritableFile> {
         Box::new(StdWritable {
-            shared: Arc::new(Shared {
-                file,
-                handed: AtomicU64::new(len),
-                settled: AtomicU64::new(len),
-            }),
+            shared: Arc::new(Shared::new(file, len)),
             buf: Vec::with_capacity(WRITE_BUFFER),
             len,
             hinted: len,
@@ -157,6 +153,16 @@ impl WritableFile for StdWritable {
 }
 
 impl Shared {
+    /// `file`, of which `len` bytes are handed to the OS and taken as
+    /// settled.
+    pub(super) fn new(file: File, len: u64) -> Shared {
+        Shared {
+            file,
+            handed: AtomicU64::new(len),
+            settled: AtomicU64::new(len),
+        }
+    }
+
     /// `fdatasync`, after [`write_back_settled`] when at least
     /// [`SETTLE_BEFORE_SYNC`] bytes before the last page are not yet
     /// written back: the sync itself then writes the last pages alone, so
@@ -164,7 +170,7 @@ impl Shared {
     /// page is locked for writeback — waits for a few pages' write instead
     /// of the whole sync's (a GC's or a flush's sync of a file that
     /// writers go on appending to).
-    fn sync(&self) -> io::Result<()> {
+    pub(super) fn sync(&self) -> io::Result<()> {
         let handed = self.handed.load(Ordering::Acquire);
         if handed.saturating_sub(self.settled.load(Ordering::Acquire)) >= SETTLE_BEFORE_SYNC {
             self.write_back_settled()?;
@@ -207,7 +213,7 @@ impl Shared {
 ///
 /// # Errors
 /// With `wait`, the writeback's I/O error.
-fn sync_file_range(file: &File, start: u64, end: u64, wait: bool) -> io::Result<bool> {
+pub(super) fn sync_file_range(file: &File, start: u64, end: u64, wait: bool) -> io::Result<bool> {
     #[cfg(target_os = "linux")]
     {
         use std::os::unix::io::AsRawFd;
@@ -247,8 +253,13 @@ fn sync_file_range(file: &File, start: u64, end: u64, wait: bool) -> io::Result<
     }
 }
 
-/// [`SyncHandle`] of a [`StdWritable`].
+/// [`SyncHandle`] of a [`StdWritable`] (or of a mapped writer).
 struct StdSync(Arc<Shared>);
+
+/// The [`SyncHandle`] of the file behind `shared`.
+pub(super) fn sync_handle(shared: &Arc<Shared>) -> Box<dyn SyncHandle> {
+    Box::new(StdSync(Arc::clone(shared)))
+}
 
 impl SyncHandle for StdSync {
     fn sync(&self) -> io::Result<()> {
@@ -443,6 +454,9 @@ impl FileSystem for DirectReadFs {
     fn reuse(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
         StdFs.reuse(path)
     }
+    fn open_mapped(&self, path: &Path, at: Option<u64>) -> io::Result<Box<dyn WritableFile>> {
+        StdFs.open_mapped(path, at)
+    }
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn RandomAccessFile>> {
         use std::os::unix::fs::OpenOptionsExt;
         let file = OpenOptions::new()
@@ -554,6 +568,10 @@ impl FileSystem for StdFs {
         let file = OpenOptions::new().append(true).open(path)?;
         let len = file.metadata()?.len();
         Ok(StdWritable::boxed(file, len, true))
+    }
+
+    fn open_mapped(&self, path: &Path, at: Option<u64>) -> io::Result<Box<dyn WritableFile>> {
+        super::mapped_append::MappedWritable::open(path, at)
     }
 
     fn reuse(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {

@@ -208,6 +208,7 @@ mod tests {
                         spans: Default::default(),
                         scan_pipeline: 0,
                         scan_direct: false,
+                        mapped_appends: false,
                     },
                 )
                 .unwrap(),

@@ -10,9 +10,11 @@
 //!   table on first use, append the record (checksum, key, sequence number,
 //!   value: [`crate::format::value_record`]) to the table; the engine then
 //!   inserts the pointer into the LSM-tree. One append hands each touched
-//!   table its records in one write before it returns, so an acknowledged
-//!   write survives a process crash; [`ValueStore::sync`] makes them
-//!   durable. A batch's records go to several tables; the batch stays
+//!   table its records before it returns — copied into the table's shared
+//!   mapping ([`FileSystem::open_mapped`], `Options::trie_mapped_appends`),
+//!   or in one `write(2)` where the file system has no mappings — so an
+//!   acknowledged write survives a process crash; [`ValueStore::sync`]
+//!   makes them durable. A batch's records go to several tables; the batch stays
 //!   atomic because the index applies it (or not) as one WAL record.
 //! - **Range queries** (§3.3, [`scan`]): [`ValueStore::read_many`] groups a
 //!   scan's pointers by table and reads each table's span `[min offset, max
@@ -26,8 +28,10 @@
 //!   it is synced with the tables, so it is durable before any durable
 //!   pointer depends on it. On open, each active table is scanned from the
 //!   length last known durable to the end of its last intact record (like
-//!   the value log's torn tails); a table with a torn tail is sealed there
-//!   and never appended to again. A pointer outside a table's valid range
+//!   the value log's torn tails). Zeros after the last record (a mapped
+//!   writer's preallocation, left by a crash) are cut and the table stays
+//!   active; a table with a torn tail is cut there, sealed, and never
+//!   appended to again. A pointer outside a table's valid range
 //!   is not [`ValueStore::contains`]-ed, so the WAL replay stops before it,
 //!   and a read of it that fails reads as lost (absent); a checksum or key
 //!   mismatch inside it is `Corruption` with file and offset. Recovery
@@ -78,7 +82,8 @@
 //! them: past that, the least recently appended tables whose data is
 //! synced are closed and reopened at their end on their next append (a
 //! table with unsynced data stays open until the next sync, which then
-//! closes the surplus). Up to 512 read handles are cached besides.
+//! closes the surplus). A mapped writer's file size runs up to 1 MiB
+//! (a hole) ahead of its table's end; closing (or sealing) cuts it. Up to 512 read handles are cached besides.
 //!
 //! Thread-safety: appends, syncs and the catalog are serialised by one
 //! internal lock, GC steps by another; reads take the first only after a
@@ -148,6 +153,9 @@ pub struct TrieOptions {
     /// The scan pipeline reads its spans with direct I/O while value
     /// reads reach the device (see [`pipeline`], "Direct span reads").
     pub scan_direct: bool,
+    /// Active tables are appended to through shared memory mappings
+    /// ([`FileSystem::open_mapped`]) where the file system has them.
+    pub mapped_appends: bool,
 }
 
 impl TrieOptions {
@@ -171,6 +179,7 @@ impl TrieOptions {
             },
             scan_pipeline: o.trie_scan_pipeline,
             scan_direct: o.trie_scan_direct,
+            mapped_appends: o.trie_mapped_appends,
         }
     }
 }
@@ -437,6 +446,14 @@ impl TrieStore {
             };
             match (persisted, size) {
                 (Persisted::Sealed { len, sorted }, Some(size)) if size >= len => {
+                    if size > len {
+                        // Bytes past a sealed table's length are never
+                        // read: the zeros a mapped writer preallocated
+                        // (the process ended before it cut them), or a
+                        // torn tail found earlier. Cutting them only
+                        // frees space, so a failure is no error.
+                        let _ = fs.truncate_synced(&path, len);
+                    }
                     tables.insert(id, TableInfo::sealed(len, sorted));
                 }
                 // Sealed, but a power loss took data the next sync would
@@ -496,11 +513,11 @@ impl TrieStore {
                             tables.insert(id, info);
                         }
                         Found::Seal(info) => {
-                            // Make the intact part durable before it is
-                            // recorded as final.
-                            fs.open_append(&path)
-                                .and_then(|mut f| f.sync())
-                                .ctx(&path)?;
+                            // Cut the torn bytes (never read: no pointer
+                            // reaches past the valid length) and make the
+                            // intact part durable before it is recorded
+                            // as final.
+                            fs.truncate_synced(&path, info.valid_len).ctx(&path)?;
                             edits.push(Edit::Table {
                                 id,
                                 state: Persisted::Sealed {
@@ -553,7 +570,15 @@ impl TrieStore {
             writers.insert(
                 id,
                 TableWriter {
-                    file: Some(fs.open_append(&path).ctx(&path)?),
+                    file: Some(
+                        open_writer(
+                            fs.as_ref(),
+                            &path,
+                            Some(info.valid_len),
+                            opts.mapped_appends,
+                        )
+                        .ctx(&path)?,
+                    ),
                     dirty: false,
                     last_use: 0,
                 },
@@ -638,6 +663,14 @@ impl TrieStore {
         info.valid_len = end.valid_len;
         // Order is known only for a table scanned from its start.
         info.sorted &= durable == 0;
+        if end.zero_tail {
+            // Zeros after the last record: space a mapped writer
+            // preallocated (or data a power loss never wrote), not a
+            // damaged record. Cut, durably (so that the file's size is
+            // its length at a later open), the table stays active.
+            fs.truncate_synced(path, end.valid_len).ctx(path)?;
+            return Ok(Found::Active(info));
+        }
         if end.torn {
             info.state = TableState::Sealed;
             info.synced_len = end.valid_len;
@@ -654,7 +687,13 @@ impl TrieStore {
     fn new_table(&self, st: &mut State, place: &Place, edits: &mut Vec<Edit>) -> Result<u64> {
         let id = st.cat.next_id;
         let path = self.path(id);
-        let file = self.reader.fs.create(&path).ctx(&path)?;
+        let file = open_writer(
+            self.reader.fs.as_ref(),
+            &path,
+            None,
+            self.opts.mapped_appends,
+        )
+        .ctx(&path)?;
         st.dir_dirty = true;
         st.opened_since_trim += 1;
         st.cat.next_id = id + 1;
@@ -901,7 +940,14 @@ impl TrieStore {
                 None => {
                     st.opened_since_trim += 1;
                     let path = self.path(id);
-                    w.file.insert(self.reader.fs.open_append(&path).ctx(&path)?)
+                    let file = open_writer(
+                        self.reader.fs.as_ref(),
+                        &path,
+                        Some(base),
+                        self.opts.mapped_appends,
+                    )
+                    .ctx(&path)?;
+                    w.file.insert(file)
                 }
             };
             file.append_flush(&buf)
@@ -1217,6 +1263,32 @@ impl TrieStore {
                 .checked_add(ptr.length as u64)
                 .is_some_and(|end| end <= t.valid_len),
         )
+    }
+}
+
+/// Opens the append handle of table `path`: a new file for `at == None`,
+/// else the existing one appended at `at` (its valid length). Through a
+/// shared mapping when `mapped` and the file system has them
+/// ([`FileSystem::open_mapped`]), else with system calls: after a refused
+/// or failed mapped open the file holds exactly its first `at` bytes, so
+/// [`FileSystem::open_append`] continues at `at`.
+///
+/// # Errors
+/// The OS error of the open.
+fn open_writer(
+    fs: &dyn FileSystem,
+    path: &Path,
+    at: Option<u64>,
+    mapped: bool,
+) -> std::io::Result<Box<dyn crate::fs::WritableFile>> {
+    if mapped {
+        if let Ok(f) = fs.open_mapped(path, at) {
+            return Ok(f);
+        }
+    }
+    match at {
+        None => fs.create(path),
+        Some(_) => fs.open_append(path),
     }
 }
 

@@ -192,6 +192,10 @@ pub struct ScanEnd {
     pub valid_len: u64,
     /// True when bytes after `valid_len` are not records (a torn tail).
     pub torn: bool,
+    /// True when every byte after `valid_len` is zero: the tail is space
+    /// preallocated for appends ([`crate::fs::FileSystem::open_mapped`]),
+    /// or never written, rather than a damaged record (`torn` is set too).
+    pub zero_tail: bool,
 }
 
 /// Bytes read per step by [`scan`] and by verification.
@@ -217,6 +221,7 @@ pub fn scan(
         return Ok(ScanEnd {
             valid_len: start,
             torn: start > len,
+            zero_tail: false,
         });
     }
     let file = fs.open_read(path).ctx(path)?;
@@ -234,9 +239,11 @@ pub fn scan(
             Err(DecodeError::Truncated) => {
                 let file_left = len - (buf_start + buf.len() as u64);
                 if file_left == 0 {
+                    let rest = &buf[rel..];
                     return Ok(ScanEnd {
                         valid_len: pos,
                         torn: pos < len,
+                        zero_tail: pos < len && rest.iter().all(|&b| b == 0),
                     });
                 }
                 // Keep the partial record and read more: at least a chunk,
@@ -251,11 +258,27 @@ pub fn scan(
                     .ctx(path)?;
                 stats.add_read(cat, n);
             }
-            Err(_) => {
+            Err(e) => {
+                // An all-zero header: zeros to the end are a preallocated
+                // (or never written) tail, anything else a damaged one.
+                let zero_tail = e == DecodeError::Zero && {
+                    let mut zeros = buf[rel..].iter().all(|&b| b == 0);
+                    let mut at = buf_start + buf.len() as u64;
+                    while zeros && at < len {
+                        let n = (len - at).min(SCAN_CHUNK);
+                        buf.resize(n as usize, 0);
+                        file.read_exact_at(at, &mut buf).ctx(path)?;
+                        stats.add_read(cat, n);
+                        zeros = buf.iter().all(|&b| b == 0);
+                        at += n;
+                    }
+                    zeros
+                };
                 return Ok(ScanEnd {
                     valid_len: pos,
                     torn: true,
-                })
+                    zero_tail,
+                });
             }
         }
     }
@@ -370,7 +393,8 @@ mod tests {
             end,
             ScanEnd {
                 valid_len: data.len() as u64,
-                torn: false
+                torn: false,
+                zero_tail: false,
             }
         );
         assert_eq!(keys, 50);
