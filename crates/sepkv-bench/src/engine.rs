@@ -161,7 +161,7 @@ fn milli(flag: &str, x: &str) -> Result<u32> {
 pub const PAPER_TRIE_LEVELS: u8 = 4;
 
 /// The `+flag`s of [`Tuning`] and what each does, for `--list-engines`.
-pub const TUNING_HELP: [(&str, &str); 24] = [
+pub const TUNING_HELP: [(&str, &str); 25] = [
     (
         "+nowal",
         "the value log replaces the index WAL (WiscKey §3.4.2)",
