@@ -5,14 +5,17 @@
 //!    after every write that appended into it has published its pointers
 //!    ([`IndexReader::wait_in_flight_writes`]);
 //! 2. a record is live when the index's current pointer for its key is this
-//!    very record: the chunk's records are judged in one batch
+//!    very record: the chunk's records, sorted by key once (their keys
+//!    ranges of the chunk's buffer), are judged in one batch
 //!    ([`IndexReader::points_at_many`]), which the LSM-tree answers at one
 //!    read view in key order, loading each index data block once for the
 //!    keys that fall in it;
-//! 3. append the live records at the head in key order (in pieces of
-//!    64 KiB, so user appends never wait long for the value log; sorted,
-//!    so that each group of relocations is a sorted run of memtable
-//!    inserts), synced here only when
+//! 3. append the live records at the head in key order (so that each
+//!    group of relocations is a sorted run of memtable inserts): encoded
+//!    as copies into the step's buffer first, then handed to the file in
+//!    pieces of 64 KiB under the append lock
+//!    ([`VlogStore::append_encoded`]), so a user append waits for one
+//!    piece's write at most; synced here only when
 //!    the relocation's sync does not cover this log
 //!    ([`IndexRelocator::make_durable_syncs_store`]);
 //! 4. install the new pointers by compare-and-set, in groups, durably (a
@@ -960,7 +963,7 @@ mod tests {
         for (i, key) in keys.iter().enumerate() {
             put(key, &value_of(i as u32, 0));
         }
-        for (i, key) in keys.iter().enumerate().filter(|(i, _)| i % 2 == 0) {
+        for (i, key) in keys.iter().enumerate().filter(|(i, _)| i.is_multiple_of(2)) {
             put(key, &value_of(i as u32, 1));
         }
         // Keys 1, 3, ..., 29 (live in the first chunk) are overwritten by
@@ -990,7 +993,7 @@ mod tests {
         let newest = |i: usize| -> Vec<u8> {
             if raced.contains(&i) {
                 value_of(i as u32, 2)
-            } else if i % 2 == 0 {
+            } else if i.is_multiple_of(2) {
                 value_of(i as u32, 1)
             } else {
                 value_of(i as u32, 0)
