@@ -1,10 +1,10 @@
 #!/bin/sh
 # Main comparison: each build's wisckey against fjall-kv and fjall, three
 # rotated rounds each; then the GC-thread-without-nice variant alone.
-cd /tmp/vg/main
+cd "$(dirname "$0")"
 run() { # name binary engines repeat
   uptime > $1.uptime.txt
-  nice -n 5 /work/wt-vloggc/target/release/sepkv-$2 bench --engine $3 \
+  nice -n 5 ${BIN:-../../../target/release}/sepkv-$2 bench --engine $3 \
     --workload fillrandom,overwrite --num 500000 --value-size 1000 --repeat $4 \
     --json $1.json --markdown $1.md > $1.txt 2> $1.stderr.txt
   uptime >> $1.uptime.txt
