@@ -5,14 +5,17 @@
 //!    after every write that appended into it has published its pointers
 //!    ([`IndexReader::wait_in_flight_writes`]);
 //! 2. a record is live when the index's current pointer for its key is this
-//!    very record: the chunk's records are judged in one batch
+//!    very record: the chunk's records, sorted by key once (their keys
+//!    ranges of the chunk's buffer), are judged in one batch
 //!    ([`IndexReader::points_at_many`]), which the LSM-tree answers at one
 //!    read view in key order, loading each index data block once for the
 //!    keys that fall in it;
-//! 3. append the live records at the head in key order (in pieces of
-//!    64 KiB, so user appends never wait long for the value log; sorted,
-//!    so that each group of relocations is a sorted run of memtable
-//!    inserts), synced here only when
+//! 3. append the live records at the head in key order (so that each
+//!    group of relocations is a sorted run of memtable inserts): encoded
+//!    as copies into the step's buffer first, then handed to the file in
+//!    pieces of 64 KiB under the append lock
+//!    ([`VlogStore::append_encoded`]), so a user append waits for one
+//!    piece's write at most; synced here only when
 //!    the relocation's sync does not cover this log
 //!    ([`IndexRelocator::make_durable_syncs_store`]);
 //! 4. install the new pointers by compare-and-set, in groups, durably (a
@@ -35,13 +38,10 @@
 //! which nothing has freed); before 6 the open of the value log punches
 //! everything behind the persisted tail again.
 
-use super::{encode_state, record, PendingFree, VlogStore};
+use super::{encode_state, record, GcScratch, PendingFree, VlogStore};
 use crate::error::{Error, IoContext, Result};
 use crate::fs::IoCategory;
-use crate::vstore::{
-    retain_live, GcOutcome, IndexReader, IndexRelocator, Relocation, ValuePointer, ValueRecord,
-    ValueStore,
-};
+use crate::vstore::{GcOutcome, IndexReader, IndexRelocator, Relocation, ValuePointer, ValueStore};
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 
@@ -98,7 +98,24 @@ pub fn step_chunks(
     relocator: &dyn IndexRelocator,
     chunks: usize,
 ) -> Result<GcOutcome> {
-    let _one_at_a_time = vlog.gc_lock.lock();
+    let mut scratch = vlog.gc_lock.lock();
+    let cpu = crate::sched::thread_cpu_micros();
+    let r = step_chunks_locked(vlog, index, relocator, chunks, &mut scratch);
+    vlog.counters.gc_cpu_micros.fetch_add(
+        crate::sched::thread_cpu_micros().saturating_sub(cpu),
+        Ordering::Relaxed,
+    );
+    r
+}
+
+/// [`step_chunks`] under the GC lock, with its scratch buffers.
+fn step_chunks_locked(
+    vlog: &VlogStore,
+    index: &dyn IndexReader,
+    relocator: &dyn IndexRelocator,
+    chunks: usize,
+    scratch: &mut GcScratch,
+) -> Result<GcOutcome> {
     let chunks = chunks.clamp(1, MAX_STEP_CHUNKS);
     let deferred = chunks > 1 && relocator.make_durable_syncs_store();
     let mut out = GcOutcome::default();
@@ -106,7 +123,7 @@ pub fn step_chunks(
     let mut done: Vec<ChunkDone> = Vec::with_capacity(chunks);
     let mut cursor = vlog.state.lock().tail;
     for _ in 0..chunks {
-        match collect_chunk(vlog, index, relocator, cursor, deferred, &mut out)? {
+        match collect_chunk(vlog, index, relocator, cursor, deferred, scratch, &mut out)? {
             Some(c) => {
                 cursor = c.new_tail;
                 let last = c.last;
@@ -201,6 +218,7 @@ fn collect_chunk(
     relocator: &dyn IndexRelocator,
     cursor: (u64, u64),
     deferred: bool,
+    scratch: &mut GcScratch,
     out: &mut GcOutcome,
 ) -> Result<Option<ChunkDone>> {
     let t = std::time::Instant::now();
@@ -243,20 +261,26 @@ fn collect_chunk(
         }));
     }
 
-    // Read whole records from [start, start + chunk).
+    // Read whole records from [start, start + chunk), into the step's
+    // buffer (grown, never zeroed again, while chunks keep their size).
     let path = vlog.path(file);
     let handle = vlog.reader.handle(file)?;
     let codec = vlog.reader.codec(file);
     let want = (end - start).min(vlog.opts.gc_chunk_size.max(codec.header_len() as u64));
-    let mut buf = vec![0u8; want as usize];
+    let mut len = want as usize;
+    let GcScratch { read, copies } = scratch;
+    if read.len() < len {
+        read.resize(len, 0);
+    }
     // The tail is read front to back (WiscKey §3.5), in one read of the
     // whole chunk, so no read-ahead hint is needed.
-    handle.read_exact_at(start, &mut buf).ctx(&path)?;
+    handle.read_exact_at(start, &mut read[..len]).ctx(&path)?;
     let mut pos = 0usize;
-    // The records holding values, to judge: key, sequence number, where
-    // the value lies in `buf`, and the record's address.
-    let mut held: Vec<(Vec<u8>, u64, Range<usize>, ValuePointer)> = Vec::new();
+    // The records holding values, to judge: where key and value lie in
+    // the buffer, sequence number, and the record's address.
+    let mut held: Vec<(Range<usize>, u64, Range<usize>, ValuePointer)> = Vec::new();
     loop {
+        let buf = &read[..len];
         match codec.decode(&buf[pos..]) {
             Ok(r) => {
                 let ptr = ValuePointer {
@@ -266,26 +290,29 @@ fn collect_chunk(
                     aux: 0,
                 };
                 if r.kind.holds_value() {
-                    held.push((r.key.to_vec(), r.seq, range_in(&buf, r.value), ptr));
+                    held.push((range_in(buf, r.key), r.seq, range_in(buf, r.value), ptr));
                 }
                 pos += r.len;
             }
             Err(record::DecodeError::Truncated) => {
-                if pos > 0 || start + buf.len() as u64 >= end {
+                if pos > 0 || start + len as u64 >= end {
                     break;
                 }
                 // A record larger than the chunk: read it whole.
-                let need = codec.announced_len(&buf).unwrap_or(buf.len()) as u64;
+                let need = codec.announced_len(buf).unwrap_or(len) as u64;
                 let need = need.min(end - start);
-                if need <= buf.len() as u64 {
+                if need <= len as u64 {
                     return Err(Error::corruption(
                         &path,
                         start,
                         "value-log record runs past the valid end",
                     ));
                 }
-                buf.resize(need as usize, 0);
-                handle.read_exact_at(start, &mut buf).ctx(&path)?;
+                len = need as usize;
+                if read.len() < len {
+                    read.resize(len, 0);
+                }
+                handle.read_exact_at(start, &mut read[..len]).ctx(&path)?;
             }
             Err(e) => {
                 return Err(Error::corruption(
@@ -296,19 +323,36 @@ fn collect_chunk(
             }
         }
     }
+    let buf = &read[..len];
     let chunk_end = start + pos as u64;
-    // Judge every record in one batch: the index may then look the keys up
-    // in key order, each of its blocks loaded once for the keys in it.
+    // Judged, copied and relocated in key order: the index then looks the
+    // keys up in that order without sorting them again (each of its
+    // blocks loaded once for the keys in it), and each relocation group's
+    // memtable inserts come as a sorted run, which the skiplist's splice
+    // serves from the last insert's place instead of from the top (a
+    // chunk's live keys are far apart in write order, close together in
+    // key order).
+    held.sort_unstable_by(|a, b| buf[a.0.clone()].cmp(&buf[b.0.clone()]));
+    // Judge every record in one batch.
     let lookups = held.len() as u64;
-    let mut live: Vec<(Vec<u8>, u64, &[u8], ValuePointer)> = retain_live(index, held)?
-        .into_iter()
-        .map(|(k, seq, v, p)| (k, seq, &buf[v], p))
+    let is_live = {
+        let probes: Vec<(&[u8], ValuePointer)> = held
+            .iter()
+            .map(|(k, _, _, p)| (&buf[k.clone()], *p))
+            .collect();
+        index.points_at_many(&probes)?
+    };
+    if is_live.len() != held.len() {
+        return Err(Error::InvalidArgument(
+            "the index judged a different number of records than asked".into(),
+        ));
+    }
+    let live: Vec<(&[u8], u64, &[u8], ValuePointer)> = held
+        .iter()
+        .zip(&is_live)
+        .filter(|(_, live)| **live)
+        .map(|((k, seq, v, p), _)| (&buf[k.clone()], *seq, &buf[v.clone()], *p))
         .collect();
-    // Copied and relocated in key order: each relocation group's memtable
-    // inserts then come as a sorted run, which the skiplist's splice serves
-    // from the last insert's place instead of from the top (a chunk's live
-    // keys are far apart in write order, close together in key order).
-    live.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     // Every write that made a record of the chunk dead is published by
     // now (a lookup may have met one still in flight), so at or below
     // this sequence number.
@@ -332,30 +376,40 @@ fn collect_chunk(
     let mut live_bytes = 0u64;
     let mut visible_from = index.last_sequence();
     if !live.is_empty() {
-        let records: Vec<ValueRecord<'_>> = live
-            .iter()
-            .map(|(k, seq, v, _)| ValueRecord {
-                key: k,
-                seq: *seq,
-                value: v,
-            })
-            .collect();
-        // In pieces, so that user appends wait for one piece at most; then
-        // durable before any pointer to them is: by the relocation's own
-        // sync (or the step's sync round) when the index's syncs cover
-        // this log (the engine's value log), else synced here (HashKV's
-        // cold data log).
-        let mut new = Vec::with_capacity(records.len());
-        let mut from = 0;
-        while from < records.len() {
-            let mut to = from;
-            let mut bytes = 0usize;
-            while to < records.len() && (to == from || bytes < GC_APPEND_PIECE) {
-                bytes += records[to].key.len() + records[to].value.len();
-                to += 1;
+        // Encoded here, outside the value log's append lock, into pieces
+        // of about GC_APPEND_PIECE bytes, each a batch of its own; then
+        // appended piece by piece, so that a user append waits for one
+        // piece's copy into the file at most. Durable before any pointer
+        // to them is: by the relocation's own sync (or the step's sync
+        // round) when the index's syncs cover this log (the engine's
+        // value log), else synced here (HashKV's cold data log).
+        copies.clear();
+        let mut lens: Vec<u32> = Vec::with_capacity(live.len());
+        let mut pieces: Vec<(usize, usize)> = Vec::new();
+        let (mut piece_from, mut piece_rec) = (0usize, 0usize);
+        for (i, (k, seq, v, _)) in live.iter().enumerate() {
+            let before = copies.len();
+            let piece_full = before - piece_from + record::record_len(k, v) >= GC_APPEND_PIECE;
+            let last = i + 1 == live.len() || piece_full;
+            let flags = if last { record::FLAG_BATCH_END } else { 0 };
+            record::encode(copies, record::Kind::GcCopy, flags, k, *seq, v);
+            lens.push((copies.len() - before) as u32);
+            if last {
+                pieces.push((piece_rec, i + 1));
+                piece_rec = i + 1;
+                piece_from = copies.len();
             }
-            new.extend(vlog.append_as(&records[from..to], IoCategory::Gc)?);
-            from = to;
+        }
+        let mut new = Vec::with_capacity(live.len());
+        let mut at = 0usize;
+        for &(from, to) in &pieces {
+            let bytes: usize = lens[from..to].iter().map(|&l| l as usize).sum();
+            new.extend(vlog.append_encoded(
+                &copies[at..at + bytes],
+                &lens[from..to],
+                IoCategory::Gc,
+            )?);
+            at += bytes;
         }
         if !relocator.make_durable_syncs_store() {
             vlog.sync()?;
@@ -365,7 +419,7 @@ fn collect_chunk(
             .iter()
             .zip(&new)
             .map(|((k, _, _, old), new)| Relocation {
-                key: k.clone(),
+                key: k.to_vec(),
                 old: *old,
                 new: *new,
             })
@@ -504,7 +558,7 @@ fn free_pending(vlog: &VlogStore, oldest: u64) -> Result<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{VlogOptions, VlogStore};
+    use super::super::{record, VlogOptions, VlogStore};
     use crate::error::Result;
     use crate::fs::{FileSystem, IoStats, MemFs};
     use crate::vstore::{
@@ -532,6 +586,9 @@ mod tests {
         persist_calls: AtomicUsize,
         /// A writer waits for the step.
         waiting: AtomicBool,
+        /// Writes published at the first relocation, before its
+        /// compare-and-set: user writes that raced the step.
+        race: Mutex<Vec<(Vec<u8>, ValuePointer)>>,
     }
 
     impl Index {
@@ -565,6 +622,11 @@ mod tests {
 
     impl IndexRelocator for Index {
         fn relocate(&self, moves: &[Relocation]) -> Result<(Vec<bool>, u64)> {
+            let raced: Vec<_> = self.race.lock().drain(..).collect();
+            if !raced.is_empty() {
+                self.in_flight.lock().extend(raced);
+                self.publish();
+            }
             let mut map = self.map.lock();
             let ok = moves
                 .iter()
@@ -866,5 +928,122 @@ mod tests {
         let out = super::step_chunks(&vlog, &index, &index, 8).unwrap();
         assert!(out.bytes_read > 4 * (64 << 10), "{out:?}");
         assert_eq!(index.persist_calls.load(Ordering::SeqCst), 2);
+    }
+
+    /// A step over a mix of records — live, dead before the step, and
+    /// overwritten by a user write between the judging and the
+    /// compare-and-set — leaves what the per-record path left: every key
+    /// reads its newest value; the raced keys keep the user's write and
+    /// their copies count as garbage, not as rewritten; each copy the step
+    /// installed sits where its pointer says, as a GC copy of the key's
+    /// value, and the pieces it appended end their batches.
+    #[test]
+    fn a_step_over_live_dead_and_raced_records_keeps_every_newest_value() {
+        let fs = Arc::new(MemFs::new());
+        let dir = Path::new("/db");
+        fs.create_dir_all(dir).unwrap();
+        let vlog = small_vlog(dir, fs, 256 << 10);
+        let index = Index::default();
+        let value_of =
+            |i: u32, round: u32| vec![(i % 251) as u8 ^ round as u8; 700 + (i % 5) as usize * 100];
+        // 300 keys; the even ones written twice (their first record is
+        // dead), keys in a shuffled order so that the chunk's write order
+        // is not key order.
+        let keys: Vec<Vec<u8>> = (0..300u32)
+            .map(|i| ((i * 7919) % 300).to_be_bytes().to_vec())
+            .collect();
+        let mut seq = 0;
+        let mut put = |key: &[u8], value: &[u8]| {
+            seq += 1;
+            let rec = ValueRecord { key, seq, value };
+            let p = vlog.append(&[rec]).unwrap()[0];
+            index.in_flight.lock().push((key.to_vec(), p));
+            index.publish();
+        };
+        for (i, key) in keys.iter().enumerate() {
+            put(key, &value_of(i as u32, 0));
+        }
+        for (i, key) in keys.iter().enumerate().filter(|(i, _)| i.is_multiple_of(2)) {
+            put(key, &value_of(i as u32, 1));
+        }
+        // Keys 1, 3, ..., 29 (live in the first chunk) are overwritten by
+        // a user write while the step relocates.
+        let raced: Vec<usize> = (1..30).step_by(2).collect();
+        for &i in &raced {
+            let v = value_of(i as u32, 2);
+            let rec = ValueRecord {
+                key: &keys[i],
+                seq: 10_000 + i as u64,
+                value: &v,
+            };
+            let p = vlog.append(&[rec]).unwrap()[0];
+            index.race.lock().push((keys[i].clone(), p));
+        }
+        let figure = |name: &str| {
+            vlog.figures()
+                .into_iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v)
+                .unwrap()
+        };
+        let head_before = vlog.head();
+        let out = vlog.gc_step(&index, &index).unwrap();
+        assert!(out.did_work && out.bytes_read > 0, "{out:?}");
+        assert_eq!(out.bytes_rewritten, figure("gc_bytes_rewritten"));
+        let newest = |i: usize| -> Vec<u8> {
+            if raced.contains(&i) {
+                value_of(i as u32, 2)
+            } else if i.is_multiple_of(2) {
+                value_of(i as u32, 1)
+            } else {
+                value_of(i as u32, 0)
+            }
+        };
+        // Every copy the step installed: where its pointer says, a GC copy.
+        let (head_file, head_off) = head_before;
+        let mut installed = 0u64;
+        let mut last_copy: Option<(u64, u64, u8)> = None;
+        for (i, key) in keys.iter().enumerate() {
+            let p = index.current_pointer(key).unwrap().unwrap();
+            assert_eq!(
+                vlog.read(key, &p).unwrap().as_deref(),
+                Some(&newest(i)[..]),
+                "key {i} lost its newest value"
+            );
+            if (p.file_id, p.offset) >= (head_file, head_off) && !raced.contains(&i) {
+                let mut bytes = vec![0u8; p.length as usize];
+                let handle = vlog.reader.handle(p.file_id).unwrap();
+                handle.read_exact_at(p.offset, &mut bytes).unwrap();
+                let rec = record::decode(&bytes).unwrap();
+                assert_eq!(rec.kind, record::Kind::GcCopy, "key {i}");
+                assert_eq!(rec.key, &key[..]);
+                assert_eq!(rec.len, p.length as usize);
+                installed += u64::from(p.length);
+                if last_copy.is_none_or(|(f, o, _)| (p.file_id, p.offset) > (f, o)) {
+                    last_copy = Some((p.file_id, p.offset, rec.flags));
+                }
+            }
+        }
+        assert!(installed > 0, "the step copied nothing");
+        assert_eq!(installed, out.bytes_rewritten, "{out:?}");
+        // The raced keys were live when judged: their copies are garbage.
+        for &i in &raced {
+            let p = index.current_pointer(&keys[i]).unwrap().unwrap();
+            assert!(p.offset < head_off || p.file_id < head_file, "key {i}");
+        }
+        // The appended pieces end their batches: the last record the step
+        // wrote carries the batch-end flag.
+        let (_, _, flags) = last_copy.unwrap();
+        assert_eq!(flags & record::FLAG_BATCH_END, record::FLAG_BATCH_END);
+        // And more steps, to the head, keep every newest value.
+        for _ in 0..16 {
+            if !vlog.gc_step(&index, &index).unwrap().did_work {
+                break;
+            }
+        }
+        for (i, key) in keys.iter().enumerate() {
+            let p = index.current_pointer(key).unwrap().unwrap();
+            assert_eq!(vlog.read(key, &p).unwrap().as_deref(), Some(&newest(i)[..]));
+        }
     }
 }
