@@ -44,7 +44,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Weak};
 
-pub use super::bands::BandOptions;
+pub use super::bands::{BandOptions, SEQ_POS};
 
 /// A [`ValueStore`] that is also the index's only log (FlashKey §V-A2):
 /// what the hash index needs of the bands beyond every value store's
@@ -132,6 +132,20 @@ pub trait IndexLog: ValueStore {
     /// the bands after the lower of the two checkpoints. Monotonic: an
     /// older position is ignored.
     fn set_key_checkpoint(&self, pos: (u64, u64));
+
+    /// Closes an open band of user writes that holds entries and lies
+    /// `behind` or more band numbers before the next band, so that the
+    /// replay position (the lower open band of user writes, see
+    /// `BandStore::replay_entries_from`) keeps up with the log. Called
+    /// before a checkpoint takes the position.
+    ///
+    /// # Errors
+    /// `Io` (the log is then poisoned).
+    fn roll_lagging(&self, behind: u64) -> Result<()>;
+
+    /// The number the next band created will take: the log's length in
+    /// bands, which checkpoints are counted by.
+    fn next_band(&self) -> u64;
 }
 
 /// Opens the bands in `dir` as the index's log, given the state last

@@ -99,6 +99,7 @@ impl FlashKeyIndex {
                         opts.band_over_provisioning,
                         opts.space_amp_target,
                     ),
+                    split_lifetime: opts.band_split_lifetime,
                 },
             },
         )?);

@@ -87,4 +87,12 @@ impl IndexLog for BandStore {
     fn set_key_checkpoint(&self, pos: (u64, u64)) {
         BandStore::set_key_checkpoint(self, pos)
     }
+
+    fn roll_lagging(&self, behind: u64) -> Result<()> {
+        BandStore::roll_lagging(self, behind)
+    }
+
+    fn next_band(&self) -> u64 {
+        BandStore::next_band(self)
+    }
 }
