@@ -133,15 +133,15 @@ pub trait IndexLog: ValueStore {
     /// older position is ignored.
     fn set_key_checkpoint(&self, pos: (u64, u64));
 
-    /// Closes an open band of user writes that holds entries and lies
-    /// `behind` or more band numbers before the next band, so that the
-    /// replay position (the lower open band of user writes, see
-    /// `BandStore::replay_entries_from`) keeps up with the log. Called
-    /// before a checkpoint takes the position.
+    /// With two streams of user writes (`band_split_lifetime`), closes
+    /// their open bands, so that the position a checkpoint then takes is
+    /// the start of a fresh band with every band after it newer (see
+    /// `BandStore::seal_streams`); otherwise nothing. Called before the
+    /// hash table's checkpoint takes its position.
     ///
     /// # Errors
     /// `Io` (the log is then poisoned).
-    fn roll_lagging(&self, behind: u64) -> Result<()>;
+    fn seal_streams(&self) -> Result<()>;
 
     /// The number the next band created will take: the log's length in
     /// bands, which checkpoints are counted by.

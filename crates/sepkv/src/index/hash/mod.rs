@@ -849,7 +849,7 @@ impl HashIndex {
     /// Writes the table's checkpoint (§V-B6). Writer lock held; the
     /// table's lock only while the dirty pages are appended.
     fn checkpoint_locked(&self, w: &mut u64) -> Result<()> {
-        self.bands.roll_lagging(self.opts.checkpoint_bands)?;
+        self.bands.seal_streams()?;
         self.bands.sync()?;
         let Some(pos) = self.bands.log_position() else {
             return Ok(());

@@ -80,8 +80,12 @@ pub fn decode_header(b: &[u8]) -> Option<(u64, bool)> {
         _ => return None,
     };
     let stored = unmask(u32::from_le_bytes(b[16..20].try_into().ok()?));
-    (crc(&b[..16]) == stored)
-        .then(|| (u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")), hot))
+    (crc(&b[..16]) == stored).then(|| {
+        (
+            u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
+            hot,
+        )
+    })
 }
 
 /// What a closed band's trailer records.

@@ -88,8 +88,8 @@ impl IndexLog for BandStore {
         BandStore::set_key_checkpoint(self, pos)
     }
 
-    fn roll_lagging(&self, behind: u64) -> Result<()> {
-        BandStore::roll_lagging(self, behind)
+    fn seal_streams(&self) -> Result<()> {
+        BandStore::seal_streams(self)
     }
 
     fn next_band(&self) -> u64 {

@@ -1178,9 +1178,10 @@ impl BandStore {
             self.check_failed(h)?;
         }
         if slot.is_none() {
+            // A roll leaves the new band's header unsynced, appends or not.
             if !o.header_synced {
+                o.dirty = true;
                 self.sync_open(&mut o)?;
-                o.header_synced = true;
             }
             let id = self.take_band_number();
             let (mut file, len) =
@@ -1289,21 +1290,25 @@ impl BandStore {
         Ok(())
     }
 
-    /// Closes an open band of user writes (either stream) that holds
-    /// entries and was created `behind` or more bands ago, so that the
-    /// replay position — the lower open band of user writes — keeps up
-    /// with the bands written (GC takes no band after it). Called before
-    /// a checkpoint takes the position.
+    /// With the split on (or a band of the hot stream open), closes the
+    /// open band of the hot stream and, when it holds entries, the band of
+    /// user writes: the position a checkpoint then takes
+    /// ([`ValueStore::log_position`]) is the start of a fresh band of user
+    /// writes, with every band after it newer and every band before it
+    /// closed, as without the split. Called by the hash table's checkpoint
+    /// before it takes the position; without the split, nothing.
     ///
     /// # Errors
     /// `Io` (the band is then poisoned).
-    pub fn roll_lagging(&self, behind: u64) -> Result<()> {
+    pub fn seal_streams(&self) -> Result<()> {
         let mut o = self.io.lock();
         self.check_failed(&o)?;
-        let next = self.state.lock().next_id;
         {
             let mut slot = self.hot_io.lock();
-            if slot.as_ref().is_some_and(|h| h.band + behind < next) {
+            if slot.is_none() && self.split_age.load(Ordering::Relaxed) == 0 {
+                return Ok(());
+            }
+            if slot.is_some() {
                 let closed = self
                     .sync_open(&mut o)
                     .and_then(|()| self.close_hot_locked(&mut slot));
@@ -1315,8 +1320,7 @@ impl BandStore {
                 }
             }
         }
-        let lags = self.split_age.load(Ordering::Relaxed) > 0 || self.hot_io.lock().is_some();
-        if lags && o.entries > 0 && o.band + behind < next {
+        if o.entries > 0 {
             if let Err(e) = self.roll(&mut o) {
                 o.failed = Some(format!("closing the band failed: {e}"));
                 return Err(e);
@@ -1631,8 +1635,14 @@ impl BandStore {
         // keep band N + 2 and lose band N + 1 — a hole in the log, which
         // replay without a WAL would apply as if nothing were missing.
         let sync_dir = !o.dir_synced;
-        let (file, len) =
-            Self::create_band(self.fs.as_ref(), &self.dir, id, &self.stats, sync_dir, false)?;
+        let (file, len) = Self::create_band(
+            self.fs.as_ref(),
+            &self.dir,
+            id,
+            &self.stats,
+            sync_dir,
+            false,
+        )?;
         {
             let mut st = self.state.lock();
             if let Some(b) = st.bands.get_mut(&o.band) {
@@ -1919,7 +1929,10 @@ impl BandStore {
                     false => main.bands.push_back(range),
                 }
             }
-            let ckpt_seq = st.ckpt.filter(|c| c.1 & SEQ_POS != 0).map(|c| c.1 & !SEQ_POS);
+            let ckpt_seq = st
+                .ckpt
+                .filter(|c| c.1 & SEQ_POS != 0)
+                .map(|c| c.1 & !SEQ_POS);
             (hot, main, ckpt_seq)
         };
         // Sequence numbers are checked for holes only where two streams
@@ -2062,7 +2075,11 @@ impl Cursor {
         self.next += 1;
         let at = self.base + off as u64;
         let e = band::decode_entry(&self.buf[off..]).map_err(|e| {
-            Error::corruption(bs.path(self.band), at, format!("band entry damaged ({e:?})"))
+            Error::corruption(
+                bs.path(self.band),
+                at,
+                format!("band entry damaged ({e:?})"),
+            )
         })?;
         f(e.pointer(self.band, at), &e)
     }

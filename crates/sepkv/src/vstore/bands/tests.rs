@@ -1126,8 +1126,14 @@ fn interleaved_hot_and_cold_writes_replay_in_commit_order() {
         assert_eq!(*t, ValueType::Pointer);
         last.insert(k.clone(), ValuePointer::decode(v).unwrap());
     }
-    assert_eq!(bs.read(b"k", &last[&b"k".to_vec()]).unwrap().unwrap(), b"v19");
-    assert_eq!(bs.read(b"j", &last[&b"j".to_vec()]).unwrap().unwrap(), b"w19");
+    assert_eq!(
+        bs.read(b"k", &last[&b"k".to_vec()]).unwrap().unwrap(),
+        b"v19"
+    );
+    assert_eq!(
+        bs.read(b"j", &last[&b"j".to_vec()]).unwrap().unwrap(),
+        b"w19"
+    );
     // From a sequence-number position: only the writes after it.
     let mut after = Vec::new();
     bs.replay_entries_from((0, SEQ_POS | 33), &mut |_, e| {
@@ -1200,7 +1206,9 @@ fn young_versions_go_to_the_hot_stream() {
     };
     let bs = open(&fs, o, None);
     let m = Model::default();
-    let keys: Vec<Vec<u8>> = (0..200u32).map(|i| format!("key{i:04}").into_bytes()).collect();
+    let keys: Vec<Vec<u8>> = (0..200u32)
+        .map(|i| format!("key{i:04}").into_bytes())
+        .collect();
     for k in &keys {
         write(&bs, &m, &[(k, Some(b"value"))]);
     }
@@ -1219,7 +1227,11 @@ fn young_versions_go_to_the_hot_stream() {
     assert_eq!(count("split_cold_entries"), 201);
     let hot: Vec<u64> = {
         let st = bs.state.lock();
-        st.bands.iter().filter(|(_, b)| b.hot).map(|(&id, _)| id).collect()
+        st.bands
+            .iter()
+            .filter(|(_, b)| b.hot)
+            .map(|(&id, _)| id)
+            .collect()
     };
     assert_eq!(hot.len(), 1);
     // The hot band's entry reads back, and replay sees all 202 writes.

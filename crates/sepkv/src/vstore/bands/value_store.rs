@@ -102,16 +102,22 @@ impl ValueStore for BandStore {
             .collect())
     }
 
-    /// `(lowest open band of user writes, SEQ_POS | last sequence number)`:
-    /// with two streams of user writes no offset in one band divides the
-    /// log, a sequence number does (see [`BandStore::replay_entries_from`]).
+    /// The end of the band of user writes, `(band, offset)`; while a band
+    /// of the hot stream is open, `(lower open band of user writes,
+    /// SEQ_POS | last sequence number)`: with two open streams no offset in
+    /// one band divides the log, a sequence number does (see
+    /// [`BandStore::replay_entries_from`]). The hash table's checkpoints
+    /// close the hot stream's band first ([`BandStore::seal_streams`]), so
+    /// only the key tree's positions take the second form.
     fn log_position(&self) -> Option<(u64, u64)> {
         let o = self.io.lock();
         let hot = self.hot_io.lock();
         let st = self.state.lock();
         st.ckpt?;
-        let band = hot.as_ref().map_or(o.band, |h| h.band.min(o.band));
-        Some((band, SEQ_POS | st.last_seq))
+        Some(match hot.as_ref() {
+            Some(h) => (h.band.min(o.band), SEQ_POS | st.last_seq),
+            None => (o.band, o.len),
+        })
     }
 
     fn state_with_checkpoint(&self, pos: (u64, u64)) -> Vec<u8> {
