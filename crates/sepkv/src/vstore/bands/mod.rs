@@ -1851,7 +1851,7 @@ impl BandStore {
         h.read_exact_at(start, buf).ctx(&path)?;
         self.stats.add_read(IoCategory::Wal, buf.len() as u64);
         let mut err = None;
-        let (stop, n, _) = band::scan_batches(&buf, start, |at, e| {
+        let (stop, n, _) = band::scan_batches(buf, start, |at, e| {
             if err.is_none() {
                 if let Err(x) = f(at, e) {
                     err = Some(x);
