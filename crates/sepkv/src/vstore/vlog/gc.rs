@@ -14,7 +14,7 @@
 //!    group of relocations is a sorted run of memtable inserts): encoded
 //!    as copies into the step's buffer first, then handed to the file in
 //!    pieces of 64 KiB under the append lock
-//!    ([`VlogStore::append_encoded`]), so a user append waits for one
+//!    (`VlogStore::append_encoded`), so a user append waits for one
 //!    piece's write at most; synced here only when
 //!    the relocation's sync does not cover this log
 //!    ([`IndexRelocator::make_durable_syncs_store`]);
