@@ -1269,7 +1269,25 @@ impl BandStore {
     /// open and holds entries; the next hot batch opens a new one.
     /// `hot_io` held.
     fn close_hot_locked(&self, slot: &mut Option<Open>) -> Result<()> {
-        self.close_side_band(slot, |st| st.hot = None)
+        let Some(h) = slot.as_mut() else {
+            return Ok(());
+        };
+        if h.entries == 0 {
+            return Ok(());
+        }
+        self.write_trailer(h)?;
+        {
+            let mut st = self.state.lock();
+            if let Some(b) = st.bands.get_mut(&h.band) {
+                b.closed = true;
+                b.file_len = h.len + TRAILER_LEN as u64;
+            }
+            st.hot = None;
+            self.refresh_due_locked(&st);
+        }
+        self.open_closed_band(h.band);
+        *slot = None;
+        Ok(())
     }
 
     /// With the split on (or a band of the hot stream open), closes the
@@ -1426,17 +1444,6 @@ impl BandStore {
     /// Closes the open band of GC copies (trailer, sync), if one is open
     /// and holds entries; the next copy opens a new one. `gc_io` held.
     fn close_gc_band(&self, slot: &mut Option<Open>) -> Result<()> {
-        self.close_side_band(slot, |st| st.gc_open = None)
-    }
-
-    /// Closes the band open in `slot` — of GC copies or of the hot stream —
-    /// when it holds entries: writes its trailer, marks it closed,
-    /// `forget`s it as its stream's open band and opens its read handle.
-    fn close_side_band(
-        &self,
-        slot: &mut Option<Open>,
-        forget: impl FnOnce(&mut State),
-    ) -> Result<()> {
         let Some(o) = slot.as_mut() else {
             return Ok(());
         };
@@ -1450,7 +1457,7 @@ impl BandStore {
                 b.closed = true;
                 b.file_len = o.len + TRAILER_LEN as u64;
             }
-            forget(&mut st);
+            st.gc_open = None;
             self.refresh_due_locked(&st);
         }
         self.open_closed_band(o.band);
