@@ -16,12 +16,11 @@ user's band being generation 0; `--gc-streams 2` is sepkv's two
 generations). With `--split L` user writes go to two open bands: a write
 whose key's previous version lived fewer than L x N updates to the one, the
 rest to the other (a hot/cold split of user writes by the lifetime of the
-version they supersede: sepkv's `band_split_lifetime`). With `--reloc F` each
+version they supersede, which sepkv does not do). With `--reloc F` each
 GC copy also appends F of a record to the band of user writes that is dead
 from the start: sepkv's relocation record (66 bytes beside a 1,058-byte
 entry: F = 0.062), which takes room and adds garbage; `--reloc-band` puts
-them in an open band of their own instead, `--reloc-hot` in the band of
-hot user writes (with `--split`; what sepkv does). While the store holds
+them in an open band of their own instead. While the store holds
 more bands than it may, GC takes one victim among the closed bands except
 the newest `--held` (the bands after sepkv's replay checkpoints, which GC
 may not take) and copies its live records.
@@ -45,8 +44,7 @@ copies per update = (1 + OP) / (1 + OP + W(z)) - 1, z = -(1 + OP) e^-(1+OP);
 
 Usage: scripts/band-gc-model.py [--keys N] [--op OP] [--dist D] [--victim V]
                                 [--held W] [--gc-streams G] [--split L]
-                                [--reloc F] [--reloc-band] [--reloc-hot]
-                                [--phases P]
+                                [--reloc F] [--reloc-band] [--phases P]
 Example: scripts/band-gc-model.py --keys 100000 --op 0.47 --dist ycsb --held 35
 Prints the records copied per update in each phase.
 """
@@ -121,7 +119,6 @@ def main():
     ap.add_argument("--split", type=float, default=0.0)
     ap.add_argument("--reloc", type=float, default=0.0)
     ap.add_argument("--reloc-band", action="store_true")
-    ap.add_argument("--reloc-hot", action="store_true")
     ap.add_argument("--phases", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--uniform-model", action="store_true")
@@ -186,13 +183,7 @@ def main():
             reloc[0] += a.reloc
             while reloc[0] >= 1:
                 reloc[0] -= 1
-                if a.reloc_band:
-                    to_reloc = ("reloc", 0)
-                elif a.reloc_hot and a.split > 0:
-                    to_reloc = ("user-hot", 0)
-                else:
-                    to_reloc = ("user", 0)
-                append(-1, to_reloc)
+                append(-1, ("reloc", 0) if a.reloc_band else ("user", 0))
         return len(live)
 
     for k in range(n):
@@ -211,7 +202,7 @@ def main():
             written[key] = clock[0]
             append(key, ("user-hot" if hot else "user", 0))
         print(
-            f"{a.dist} op {a.op} {a.victim} held {a.held} gc-streams {a.gc_streams} split {a.split} reloc {a.reloc}{' own band' if a.reloc_band else ''}{' hot' if a.reloc_hot and a.split > 0 else ''} "
+            f"{a.dist} op {a.op} {a.victim} held {a.held} gc-streams {a.gc_streams} split {a.split} reloc {a.reloc}{' own band' if a.reloc_band else ''} "
             f"phase {phase}: {copies / n:.2f} copies per update"
         )
 

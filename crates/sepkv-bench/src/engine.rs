@@ -124,10 +124,6 @@ pub struct Tuning {
     /// `+opX`: `band_over_provisioning` = X (FlashKey's over-provisioning),
     /// kept in thousandths.
     pub over_provisioning_milli: Option<u32>,
-    /// `+splitX`: `band_split_lifetime` = X (FlashKey's user writes split
-    /// by the lifetime of the version they supersede; 0 = off), kept in
-    /// thousandths.
-    pub split_milli: Option<u32>,
     /// `+saX`: `space_amp_target` = X, kept in thousandths.
     pub space_target_milli: Option<u32>,
     /// `+ckptN`: `hash_checkpoint_bands` = N (FlashKey's hash-table
@@ -165,7 +161,7 @@ fn milli(flag: &str, x: &str) -> Result<u32> {
 pub const PAPER_TRIE_LEVELS: u8 = 4;
 
 /// The `+flag`s of [`Tuning`] and what each does, for `--list-engines`.
-pub const TUNING_HELP: [(&str, &str); 26] = [
+pub const TUNING_HELP: [(&str, &str); 25] = [
     (
         "+nowal",
         "the value log replaces the index WAL (WiscKey §3.4.2)",
@@ -231,10 +227,6 @@ pub const TUNING_HELP: [(&str, &str); 26] = [
     (
         "+opX",
         "band_over_provisioning X: the bands held to 1 + X bytes per live byte",
-    ),
-    (
-        "+splitX",
-        "band_split_lifetime X: FlashKey's user writes split into a hot and a cold band by the age of the version each supersedes (0: off)",
     ),
     (
         "+ckptN",
@@ -323,9 +315,6 @@ impl fmt::Display for Tuning {
         }
         if let Some(m) = self.space_target_milli {
             write!(f, "+sa{}", m as f64 / 1000.0)?;
-        }
-        if let Some(m) = self.split_milli {
-            write!(f, "+split{}", m as f64 / 1000.0)?;
         }
         if let Some(n) = self.checkpoint_bands {
             write!(f, "+ckpt{n}")?;
@@ -682,18 +671,6 @@ impl FromStr for EngineSpec {
                                     }
                                 }
                             }
-                            f if f.starts_with("split") => {
-                                tuning.split_milli = match f[5..].parse::<f64>() {
-                                    Ok(v) if v.is_finite() && (0.0..=1000.0).contains(&v) => {
-                                        Some((v * 1000.0).round() as u32)
-                                    }
-                                    _ => {
-                                        return Err(BenchError::InvalidArgument(format!(
-                                            "+{f}: expected a fraction of at least 0, such as +split0.1"
-                                        )))
-                                    }
-                                }
-                            }
                             f if f.starts_with("op") => {
                                 tuning.over_provisioning_milli = Some(milli("op", &f[2..])?)
                             }
@@ -899,9 +876,6 @@ impl SepkvEngine {
         }
         if let Some(m) = tuning.space_target_milli {
             options.space_amp_target = m as f64 / 1000.0;
-        }
-        if let Some(m) = tuning.split_milli {
-            options.band_split_lifetime = m as f64 / 1000.0;
         }
         if let Some(n) = tuning.checkpoint_bands {
             options.hash_checkpoint_bands = u64::from(n);

@@ -726,25 +726,6 @@ pub struct Options {
     /// (see `docs/design/flashkey.md`). Must be positive; `f64::INFINITY`
     /// sets no bound. May change between opens. Default 0.5.
     pub band_over_provisioning: f64,
-    /// Splits the `bands` layout's user writes into a hot and a cold
-    /// stream by the lifetime of the version each write supersedes
-    /// (a departure from FlashKey §V-B2, which appends every write to one
-    /// open band): a write batch whose keys' previous versions were
-    /// written less than `L` × the live bytes of the bands ago (counted in
-    /// bytes of user writes since; `L` × N updates for N keys of one
-    /// size) goes to a band of its own. Short-lived versions predict
-    /// short-lived successors: kept apart from the rest, their bands are
-    /// nearly all garbage when GC takes them, and GC copies less. A key's
-    /// first write, and a version in a band an earlier process wrote or
-    /// in a band of GC copies, counts as old. Recovery replays the two
-    /// streams merged by sequence number. A fraction, at least 0; 0 turns
-    /// the split off. May change between opens (a database written with
-    /// it needs a build that has it). Ignored while a compaction filter
-    /// is set (its GC pass with the split on missed records in tests).
-    /// Default 0 (off); 0.1 is the value measured: in the update
-    /// experiment at 1,000,000 keys GC copied a quarter less at a reserve
-    /// of 30 % (see `docs/design/flashkey.md`).
-    pub band_split_lifetime: f64,
     /// Where the `hash` index keeps its table (FlashKey §V-A1):
     /// [`HashIndexMode::Memory`] (default) or [`HashIndexMode::Disk`]
     /// behind a write-back page cache of `hash_cache_size` bytes. May
@@ -895,7 +876,6 @@ impl Default for Options {
             band_entries: 1 << 16,
             band_bytes: 1 << 20,
             band_over_provisioning: 0.5,
-            band_split_lifetime: 0.0,
             hash_index_mode: HashIndexMode::Memory,
             hash_cache_size: 16 << 20,
             hash_memo_size: 5 << 20,
@@ -1159,12 +1139,6 @@ impl Options {
                 "band_over_provisioning {} must be positive (bytes of room per live byte; \
                  f64::INFINITY for no bound)",
                 self.band_over_provisioning
-            ));
-        }
-        if !self.band_split_lifetime.is_finite() || self.band_split_lifetime < 0.0 {
-            return bad(format!(
-                "band_split_lifetime {} must be a finite fraction of at least 0 (0 turns the split off)",
-                self.band_split_lifetime
             ));
         }
         if !(4 << 10..=1 << 30).contains(&self.band_bytes) {

@@ -15,9 +15,7 @@
 //!
 //! `SEPKV_CRASH_SEEDS=N` sets the number of seeds (default 100, 10 crashes
 //! each = 1000 crash/reopen iterations); `SEPKV_CRASH_SEED=S` runs one seed;
-//! `SEPKV_CRASH_PRESET=P` one preset (`wisckey-nowal` for log mode,
-//! `flashkey+split` for FlashKey with its user writes split into a hot and
-//! a cold stream, `band_split_lifetime`);
+//! `SEPKV_CRASH_PRESET=P` one preset (`wisckey-nowal` for log mode);
 //! `hashkv` switches its write journal mode at every reopen, in turn off,
 //! metadata only (`hashkv_journal`) and carrying values
 //! (`hashkv_journal_values`), starting from `seed % 3`, so every mode and
@@ -38,26 +36,21 @@ mod common;
 use common::{power_cut, process_kill};
 
 /// Every preset, as `(preset, wal)`: wisckey also runs without the index
-/// WAL (WiscKey §3.4.2). flashkey has none: for it the flag selects the
-/// variant `flashkey+split`, whose user writes go to two streams of bands
-/// (`band_split_lifetime`), replayed as two logs merged by sequence number.
-const PRESETS: [(Preset, bool); 8] = [
+/// WAL (WiscKey §3.4.2); flashkey has none.
+const PRESETS: [(Preset, bool); 7] = [
     (Preset::LevelDb, true),
     (Preset::WiscKey, true),
     (Preset::WiscKey, false),
     (Preset::HashKv, true),
     (Preset::KtStore, true),
     (Preset::FlashKey, false),
-    (Preset::FlashKey, true),
     (Preset::Lwc, true),
 ];
 
 /// `preset`'s name in reports (`wisckey-nowal` without the index WAL).
 fn label((preset, wal): (Preset, bool)) -> String {
-    if preset == Preset::FlashKey {
-        return format!("{preset}{}", if wal { "+split" } else { "" });
-    }
-    format!("{preset}{}", if wal { "" } else { "-nowal" })
+    let nowal = !wal && preset != Preset::FlashKey;
+    format!("{preset}{}", if nowal { "-nowal" } else { "" })
 }
 
 /// Opens per seed; every open after the first follows a crash.
@@ -72,12 +65,8 @@ struct Write {
 }
 
 fn opts(fs: &FaultFs, (preset, wal): (Preset, bool)) -> Options {
-    let split = preset == Preset::FlashKey && wal;
     Options {
-        wal: wal && !split,
-        // A version younger than half the live bytes makes a write hot: in
-        // these small stores both streams take many writes.
-        band_split_lifetime: if split { 0.5 } else { 0.0 },
+        wal,
         value_threshold: 64,
         vlog_file_size: 1 << 20,
         gc_chunk_size: 16 << 10,
@@ -340,17 +329,13 @@ fn crash_recovery_keeps_a_prefix_of_history() {
     };
     let presets: Vec<(Preset, bool)> = match std::env::var("SEPKV_CRASH_PRESET") {
         Ok(p) => {
-            if p == "flashkey+split" {
-                vec![(Preset::FlashKey, true)]
-            } else {
-                let (name, wal) = match p.strip_suffix("-nowal") {
-                    Some(n) => (n, false),
-                    None => (p.as_str(), true),
-                };
-                let preset: Preset = name.parse().expect("SEPKV_CRASH_PRESET names a preset");
-                // flashkey has no index WAL (its bands are its log).
-                vec![(preset, wal && preset != Preset::FlashKey)]
-            }
+            let (name, wal) = match p.strip_suffix("-nowal") {
+                Some(n) => (n, false),
+                None => (p.as_str(), true),
+            };
+            let preset: Preset = name.parse().expect("SEPKV_CRASH_PRESET names a preset");
+            // flashkey has no index WAL (its bands are its log).
+            vec![(preset, wal && preset != Preset::FlashKey)]
         }
         Err(_) => PRESETS.to_vec(),
     };
@@ -445,7 +430,6 @@ fn gc_never_frees_a_version_whose_newer_write_is_not_durable() {
         (Preset::HashKv, true),
         (Preset::KtStore, true),
         (Preset::FlashKey, false),
-        (Preset::FlashKey, true),
     ] {
         let fs = FaultFs::new();
         let dir = Path::new("/gcdurable");

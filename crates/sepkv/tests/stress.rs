@@ -57,8 +57,7 @@
 //! The database lives in a temporary directory on the local file system.
 //!
 //! Every preset in [`Preset::ALL`] is tried, and `wisckey` also in log mode
-//! (`wal: false`, named `wisckey-nowal`), and `flashkey` also with its user
-//! writes split into a hot and a cold stream (`flashkey+split`). A preset whose `open` is refused as
+//! (`wal: false`, named `wisckey-nowal`). A preset whose `open` is refused as
 //! not implemented is skipped with a note, so presets that land later are
 //! covered without changes here; `leveldb`, `wisckey` and `hashkv` must run.
 //!
@@ -77,7 +76,7 @@
 //! - `SEPKV_STRESS_SEED=S`: the seed (default: from the clock; always
 //!   printed).
 //! - `SEPKV_STRESS_PRESET=P[,P...]`: only these presets (`leveldb`,
-//!   `wisckey`, `wisckey-nowal`, `hashkv`, `flashkey+split`, ...).
+//!   `wisckey`, `wisckey-nowal`, `hashkv`, ...).
 //! - `SEPKV_STRESS_HASHKV_JOURNAL=off|on|values`: `hashkv` without its
 //!   write journal, with it recording metadata (the engine's default) or
 //!   carrying values too (`hashkv_journal_values`); by default chosen by
@@ -169,9 +168,6 @@ fn settings() -> Settings {
 struct Variant {
     preset: Preset,
     wal: bool,
-    /// `flashkey+split`: user writes split into a hot and a cold stream of
-    /// bands (`band_split_lifetime`), replayed as two logs.
-    split: bool,
 }
 
 impl Variant {
@@ -179,12 +175,7 @@ impl Variant {
         // `flashkey` always runs without the index WAL (its bands are its
         // log), so the suffix marks only wisckey's optional log mode.
         let nowal = !self.wal && self.preset != Preset::FlashKey;
-        let split = if self.split { "+split" } else { "" };
-        format!(
-            "{}{}{split}",
-            self.preset,
-            if nowal { "-nowal" } else { "" }
-        )
+        format!("{}{}", self.preset, if nowal { "-nowal" } else { "" })
     }
 
     /// Presets the stress test must run: a refused open is a failure.
@@ -202,20 +193,11 @@ fn variants() -> Vec<Variant> {
         v.push(Variant {
             preset: p,
             wal: p != Preset::FlashKey,
-            split: false,
         });
         if p == Preset::WiscKey {
             v.push(Variant {
                 preset: p,
                 wal: false,
-                split: false,
-            });
-        }
-        if p == Preset::FlashKey {
-            v.push(Variant {
-                preset: p,
-                wal: false,
-                split: true,
             });
         }
     }
@@ -248,8 +230,6 @@ fn options(v: Variant) -> Options {
         // checkpoints move and GC collects bands within a run.
         band_entries: 64,
         hash_checkpoint_bands: 4,
-        // A version younger than half the live bytes makes a write hot.
-        band_split_lifetime: if v.split { 0.5 } else { 0.0 },
         // Small TrieTables: leaves roll and split, and background GC sorts
         // the sealed tables while writers append to their children.
         trie_table_size: 128 << 10,

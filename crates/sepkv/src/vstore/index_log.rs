@@ -44,7 +44,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Weak};
 
-pub use super::bands::{BandOptions, SEQ_POS};
+pub use super::bands::BandOptions;
 
 /// A [`ValueStore`] that is also the index's only log (FlashKey §V-A2):
 /// what the hash index needs of the bands beyond every value store's
@@ -132,20 +132,6 @@ pub trait IndexLog: ValueStore {
     /// the bands after the lower of the two checkpoints. Monotonic: an
     /// older position is ignored.
     fn set_key_checkpoint(&self, pos: (u64, u64));
-
-    /// With two streams of user writes (`band_split_lifetime`), closes
-    /// their open bands, so that the position a checkpoint then takes is
-    /// the start of a fresh band with every band after it newer (see
-    /// `BandStore::seal_streams`); otherwise nothing. Called before the
-    /// hash table's checkpoint takes its position.
-    ///
-    /// # Errors
-    /// `Io` (the log is then poisoned).
-    fn seal_streams(&self) -> Result<()>;
-
-    /// The number the next band created will take: the log's length in
-    /// bands, which checkpoints are counted by.
-    fn next_band(&self) -> u64;
 }
 
 /// Opens the bands in `dir` as the index's log, given the state last

@@ -99,12 +99,6 @@ impl FlashKeyIndex {
                         opts.band_over_provisioning,
                         opts.space_amp_target,
                     ),
-                    // A compaction filter's GC pass with the split on
-                    // missed records in tests: not combined yet.
-                    split_lifetime: match opts.compaction_filter {
-                        Some(_) => 0.0,
-                        None => opts.band_split_lifetime,
-                    },
                 },
             },
         )?);

@@ -13,7 +13,7 @@
 use crate::error::Result;
 use crate::format::value_record::Kind;
 use crate::index::key::ValueType;
-use crate::vstore::index_log::{IndexLog, SEQ_POS};
+use crate::vstore::index_log::IndexLog;
 use crate::vstore::{
     GcOutcome, IndexReader, IndexRelocator, ReplaySink, SpaceStats, ValuePointer, ValueRecord,
     ValueStore,
@@ -27,8 +27,7 @@ pub struct KeyLog {
     from: (u64, u64),
 }
 
-/// Encodes the key tree's checkpoint: `1 band:u64le offset:u64le`, the
-/// second word a sequence number when its top bit ([`SEQ_POS`]) is set.
+/// Encodes the key tree's checkpoint: `1 band:u64le offset:u64le`.
 fn encode(pos: (u64, u64)) -> Vec<u8> {
     let mut v = vec![1u8];
     v.extend_from_slice(&pos.0.to_le_bytes());
@@ -43,13 +42,12 @@ pub fn decode(b: &[u8]) -> Option<(u64, u64)> {
     }
     let w = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
     let pos = (w(1), w(9));
-    (pos.0 <= 1 << 48 && pos.1 & !SEQ_POS <= 1 << 48).then_some(pos)
+    (pos.0 <= 1 << 48 && pos.1 <= 1 << 48).then_some(pos)
 }
 
 impl KeyLog {
     /// The view, given the checkpoint the key tree persisted (`None`: from
-    /// the first band, every entry). Tells the bands where the key tree
-    /// replays from.
+    /// the first band). Tells the bands where the key tree replays from.
     ///
     /// # Errors
     /// `Corruption` for a malformed checkpoint.
@@ -61,7 +59,7 @@ impl KeyLog {
         let from = match state {
             Some(s) => decode(s)
                 .ok_or_else(|| crate::Error::corruption(manifest, 0, "bad key-tree checkpoint"))?,
-            None => (0, SEQ_POS),
+            None => (0, 0),
         };
         bands.set_key_checkpoint(from);
         Ok(KeyLog { bands, from })

@@ -101,8 +101,7 @@ pub struct HashIndex {
     /// Read-locked by lookups of pages in memory, write-locked by
     /// everything that changes the table or its cache.
     table: RwLock<Table>,
-    /// The writer's lock; holds the next band's number at the last
-    /// checkpoint.
+    /// The writer's lock; holds the open band at the last checkpoint.
     writer: Mutex<u64>,
     last_seq: AtomicU64,
     snapshots: Mutex<BTreeMap<SeqNum, usize>>,
@@ -669,7 +668,8 @@ impl HashIndex {
     /// `Io`.
     pub fn checkpoint_if_due(&self) -> Result<bool> {
         let mut w = self.writer.lock();
-        if self.bands.next_band() >= *w + self.opts.checkpoint_bands {
+        let open = self.bands.log_position().map_or(0, |p| p.0);
+        if open >= *w + self.opts.checkpoint_bands {
             self.checkpoint_locked(&mut w)?;
             return Ok(true);
         }
@@ -749,7 +749,8 @@ impl HashIndex {
             }
         }
         self.last_seq.store(last, Ordering::Release);
-        if self.bands.next_band() >= *w + self.opts.checkpoint_bands {
+        let open = self.bands.log_position().map_or(0, |p| p.0);
+        if open >= *w + self.opts.checkpoint_bands {
             self.checkpoint_locked(&mut w)?;
         }
         Ok(last)
@@ -849,7 +850,6 @@ impl HashIndex {
     /// Writes the table's checkpoint (§V-B6). Writer lock held; the
     /// table's lock only while the dirty pages are appended.
     fn checkpoint_locked(&self, w: &mut u64) -> Result<()> {
-        self.bands.seal_streams()?;
         self.bands.sync()?;
         let Some(pos) = self.bands.log_position() else {
             return Ok(());
@@ -860,7 +860,7 @@ impl HashIndex {
         let meta = rest.finish()?;
         self.table.write().checkpoint_done(meta);
         self.bands.checkpoint_committed(pos);
-        *w = self.bands.next_band();
+        *w = pos.0;
         Ok(())
     }
 

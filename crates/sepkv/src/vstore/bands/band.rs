@@ -6,21 +6,13 @@
 //!
 //! ```text
 //! band    := header  entry*  [trailer]
-//! header  := magic  band:u64le  crc:u32le                      (20 bytes)
-//! magic   := "SKVBAND1"   a band of user writes, relocations or GC copies
-//!          | "SKVBANDH"   a band of the hot stream of user writes
+//! header  := "SKVBAND1"  band:u64le  crc:u32le                 (20 bytes)
 //! entry   := value record (format::value_record) whose value is
 //!            prev_band:u64le  prev_off:u64le  prev_len:u32le  payload
 //! trailer := "SKVBEND1"  entries:u32le  data_end:u64le  max_seq:u64le  crc:u32le  (32 bytes)
 //! ```
 //! - `crc` fields are masked CRC-32C of the bytes before them in the header
 //!   or trailer.
-//! - The magic `"SKVBANDH"` marks a band of the **hot stream** of user
-//!   writes (`band_split_lifetime`): writes whose key's previous version
-//!   was young. Recovery replays the hot stream's bands and the others as
-//!   two logs merged by sequence number (see `BandStore::replay_entries`).
-//!   A build without the split refuses such a band as damaged rather than
-//!   misreading it.
 //! - An entry is the shared value record (its header holds the checksum,
 //!   kind, key and value lengths and the sequence number) plus the band's
 //!   own 20-byte header field: the address of the key's previous version
@@ -54,38 +46,25 @@ pub const BATCH_END: u8 = value_record::FLAG_BATCH_END;
 pub use crate::vstore::index_log::AUX_TOMBSTONE;
 
 const HEADER_MAGIC: &[u8; 8] = b"SKVBAND1";
-const HOT_MAGIC: &[u8; 8] = b"SKVBANDH";
 const TRAILER_MAGIC: &[u8; 8] = b"SKVBEND1";
 
-/// The band header for band `band`; `hot` for a band of the hot stream
-/// of user writes.
-pub fn encode_header(band: u64, hot: bool) -> Vec<u8> {
+/// The band header for band `band`.
+pub fn encode_header(band: u64) -> Vec<u8> {
     let mut v = Vec::with_capacity(HEADER_LEN as usize);
-    v.extend_from_slice(if hot { HOT_MAGIC } else { HEADER_MAGIC });
+    v.extend_from_slice(HEADER_MAGIC);
     v.extend_from_slice(&band.to_le_bytes());
     let c = mask(crc(&v));
     v.extend_from_slice(&c.to_le_bytes());
     v
 }
 
-/// The band number a header names and whether the band belongs to the
-/// hot stream; `None` when it is not a valid header.
-pub fn decode_header(b: &[u8]) -> Option<(u64, bool)> {
-    if b.len() < HEADER_LEN as usize {
+/// The band number a header names; `None` when it is not a valid header.
+pub fn decode_header(b: &[u8]) -> Option<u64> {
+    if b.len() < HEADER_LEN as usize || &b[..8] != HEADER_MAGIC {
         return None;
     }
-    let hot = match &b[..8] {
-        m if m == HEADER_MAGIC => false,
-        m if m == HOT_MAGIC => true,
-        _ => return None,
-    };
     let stored = unmask(u32::from_le_bytes(b[16..20].try_into().ok()?));
-    (crc(&b[..16]) == stored).then(|| {
-        (
-            u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
-            hot,
-        )
-    })
+    (crc(&b[..16]) == stored).then(|| u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")))
 }
 
 /// What a closed band's trailer records.
@@ -256,9 +235,8 @@ mod tests {
 
     #[test]
     fn header_and_trailer_roundtrip_and_reject_damage() {
-        let h = encode_header(42, false);
-        assert_eq!(decode_header(&h), Some((42, false)));
-        assert_eq!(decode_header(&encode_header(43, true)), Some((43, true)));
+        let h = encode_header(42);
+        assert_eq!(decode_header(&h), Some(42));
         for i in 0..h.len() {
             let mut d = h.clone();
             d[i] ^= 0x10;

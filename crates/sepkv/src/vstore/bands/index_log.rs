@@ -87,12 +87,4 @@ impl IndexLog for BandStore {
     fn set_key_checkpoint(&self, pos: (u64, u64)) {
         BandStore::set_key_checkpoint(self, pos)
     }
-
-    fn seal_streams(&self) -> Result<()> {
-        BandStore::seal_streams(self)
-    }
-
-    fn next_band(&self) -> u64 {
-        BandStore::next_band(self)
-    }
 }

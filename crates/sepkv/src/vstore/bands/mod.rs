@@ -51,27 +51,6 @@
 //!   without a trailer keeps its complete batches and only the
 //!   highest-numbered one is reopened (for user writes), so no format
 //!   changed.
-//! - **Hot and cold user writes** (`split_lifetime`, off by default; the
-//!   paper has one open band of user writes, §V-B2): a batch whose keys'
-//!   previous versions were written less than `split_lifetime` × the live
-//!   bytes of user writes ago (most of them; a new key counts as old) goes
-//!   to an open band of its own, the **hot stream** (header magic
-//!   `"SKVBANDH"`), created on demand like the band of GC copies; every
-//!   other batch, and every relocation record, goes to the band of user
-//!   writes. A version's age is its band's: the bytes of user writes
-//!   appended since the middle of the band's writes, which this process
-//!   knows for the bands it wrote (older bands, and bands of GC copies,
-//!   count as old). Short-lived versions predict short-lived successors:
-//!   kept apart, they leave bands that are almost all garbage when GC
-//!   reaches them. The two user streams are **two logs**: replay merges
-//!   them by sequence number (every entry carries one, and the engine's
-//!   are dense), a checkpoint is the lowest open band of user writes and
-//!   the last sequence number (`(band, SEQ_POS | seq)`), and whenever one
-//!   stream is synced (a sync, a band closing) the other is synced first,
-//!   so that a power loss keeps a prefix of both. A hole in the merged
-//!   sequence numbers (a write lost while a later one in the other stream
-//!   survived, which only unsynced data may show) ends the replay there,
-//!   and the bands are cut back to it.
 //! - **Capacity**: with `value_capacity` set, a user append that would take
 //!   the band files past it is refused with `ValueStoreFull` (the engine
 //!   then runs GC and retries); GC copies, delete tokens and relocations
@@ -79,8 +58,7 @@
 //!
 //! Thread-safety: appends (and syncs) hold the open band's lock; reads take
 //! the state lock only to check the address, never across I/O. Lock order:
-//! `gc_lock`, then `gc_io`, then `io`, then `hot_io`, then `state` (an
-//! append to the hot stream holds the band of user writes too).
+//! `gc_lock`, then `gc_io`, then `io`, then `state`.
 
 pub mod band;
 pub mod gc;
@@ -141,11 +119,6 @@ pub struct BandOptions {
     /// themselves ([`ValueStore::over_space_bound`]); no write is
     /// refused for it.
     pub space_bound: Option<f64>,
-    /// Splits user writes into a hot and a cold stream by the age of the
-    /// version each supersedes (see the module docs): a version younger
-    /// than this × the live bytes (in bytes of user writes since) makes
-    /// the write hot. 0 turns the split off.
-    pub split_lifetime: f64,
 }
 
 impl Default for BandOptions {
@@ -160,22 +133,8 @@ impl Default for BandOptions {
             gc_empty_bands: 4,
             key_index: false,
             space_bound: None,
-            split_lifetime: 0.0,
         }
     }
-}
-
-/// The bit of a replay position's second word that makes it a sequence
-/// number: `(band, SEQ_POS | seq)` replays the bands from `band` on, every
-/// entry with a larger sequence number, the two streams of user writes
-/// merged by sequence number. Without it the word is an offset in `band`
-/// (the form of databases written before the split): replay starts there.
-pub const SEQ_POS: u64 = 1 << 63;
-
-/// True when a replay position is in range: band number and offset (or
-/// sequence number) at most 2^48.
-fn valid_pos(p: (u64, u64)) -> bool {
-    p.0 <= MAX_POS && p.1 & !SEQ_POS <= MAX_POS
 }
 
 /// Path of band `id`.
@@ -225,12 +184,6 @@ struct BandInfo {
     /// Collected by GC; the file is deleted once this sequence number is
     /// visible to every reader.
     retired: Option<u64>,
-    /// A band of the hot stream of user writes (header `"SKVBANDH"`).
-    hot: bool,
-    /// The bytes of user writes appended before the band's first and last
-    /// entry (`State::user_clock`), for a band of user writes this
-    /// process wrote; `None` for the others (old, for the split).
-    clock: Option<(u64, u64)>,
 }
 
 impl BandInfo {
@@ -250,11 +203,6 @@ struct State {
     open: u64,
     /// The open band of GC copies, if one is open.
     gc_open: Option<u64>,
-    /// The open band of the hot stream of user writes, if one is open.
-    hot: Option<u64>,
-    /// Bytes of user writes (puts and delete tokens, entry bytes) appended
-    /// by this process: the clock a version's age is read on.
-    user_clock: u64,
     /// The number the next band created takes (both streams draw from it).
     next_id: u64,
     /// Log mode: replay starts here; GC collects only bands before it.
@@ -288,10 +236,6 @@ struct Counters {
     gc_live_bytes: AtomicU64,
     /// Steps that found garbage only in bands after the replay checkpoints.
     gc_held_steps: AtomicU64,
-    /// Entries of user batches sent to the hot stream, and to the band of
-    /// user writes, while the split is on.
-    split_hot_entries: AtomicU64,
-    split_cold_entries: AtomicU64,
 }
 
 /// The logical bands. See the module docs.
@@ -314,13 +258,6 @@ pub struct BandStore {
     /// The open band of GC copies (see the module docs), created by the
     /// first copy after the previous one closed.
     gc_io: Mutex<Option<Open>>,
-    /// The open band of the hot stream of user writes, created by the first
-    /// hot batch after the previous one closed.
-    hot_io: Mutex<Option<Open>>,
-    /// Age (bytes of user writes) below which a superseded version makes a
-    /// write hot: `split_lifetime` × the live bytes, as of the last band
-    /// roll or GC; 0 while the split is off.
-    split_age: AtomicU64,
     state: Mutex<State>,
     gc_lock: Mutex<()>,
     prev_lookup: RwLock<Option<Weak<dyn PrevLookup>>>,
@@ -412,7 +349,7 @@ impl PersistedState {
             return None;
         }
         let ckpt = (word(8)?, word(8)?);
-        if !valid_pos(ckpt) {
+        if ckpt.0 > MAX_POS || ckpt.1 > MAX_POS {
             return None;
         }
         let nr = word(4)? as usize;
@@ -518,10 +455,7 @@ impl PersistedState {
             return None;
         }
         let pos = |src: &mut &[u8]| get_fixed64(src).filter(|&x| x <= MAX_POS);
-        let ckpt = (get_fixed64(&mut src)?, get_fixed64(&mut src)?);
-        if !valid_pos(ckpt) {
-            return None;
-        }
+        let ckpt = (pos(&mut src)?, pos(&mut src)?);
         let mut retired: std::collections::BTreeSet<u64> = base.retired.into_iter().collect();
         let mut inval: BTreeMap<u64, (u64, u64)> = base
             .invalid
@@ -607,8 +541,6 @@ impl BandStore {
         }
         let mut bands = BTreeMap::new();
         let mut reuse = None;
-        // Bands without a trailer that are not reopened for appends.
-        let mut unclosed = Vec::new();
         let last_id = ids.last().copied();
         let mut last_seq = 0;
         for &id in &ids {
@@ -618,11 +550,7 @@ impl BandStore {
             let mut head = vec![0u8; (HEADER_LEN as usize).min(size as usize)];
             f.read_exact_at(0, &mut head).ctx(&path)?;
             stats.add_read(IoCategory::ValueStore, head.len() as u64);
-            let hot = match band::decode_header(&head) {
-                Some((n, hot)) if n == id => Some(hot),
-                _ => None,
-            };
-            let Some(hot) = hot else {
+            if band::decode_header(&head) != Some(id) {
                 if Some(id) == last_id && size <= HEADER_LEN {
                     // A band whose creation a crash interrupted: it never
                     // held an entry.
@@ -630,11 +558,10 @@ impl BandStore {
                     continue;
                 }
                 return Err(Error::corruption(&path, 0, "band header damaged"));
-            };
+            }
             let mut info = BandInfo {
                 file_len: size,
                 closed: true,
-                hot,
                 ..Default::default()
             };
             let trailer = if size >= HEADER_LEN + TRAILER_LEN as u64 {
@@ -661,7 +588,7 @@ impl BandStore {
                     // Everything before the checkpoint was durable when it
                     // was taken: a band ending earlier is damaged, not torn.
                     if let Some(p) = &persisted {
-                        if p.ckpt.0 == id && p.ckpt.1 & SEQ_POS == 0 && end < p.ckpt.1 {
+                        if p.ckpt.0 == id && end < p.ckpt.1 {
                             return Err(Error::corruption(
                                 &path,
                                 end,
@@ -673,14 +600,11 @@ impl BandStore {
                     info.entries = n;
                     last_seq = last_seq.max(max_seq);
                     if Some(id) == last_id
-                        && !hot
                         && end == size
                         && n < opts.band_entries
                         && end < opts.band_bytes
                     {
                         reuse = Some((id, size, n, max_seq));
-                    } else {
-                        unclosed.push(id);
                     }
                 }
             }
@@ -693,14 +617,6 @@ impl BandStore {
                     i.inval_seq = s;
                 }
             }
-        }
-        // What a killed process handed to the OS of a band left open is
-        // made durable now, before recovery commits a checkpoint past it
-        // (the band reopened for appends is synced by the first sync).
-        for &id in &unclosed {
-            let path = band_path(dir, id);
-            let mut f = fs.open_append(&path).ctx(&path)?;
-            f.sync().ctx(&path)?;
         }
         let (open, file, len, entries, max_seq) = match reuse {
             Some((id, size, n, max_seq)) => {
@@ -717,14 +633,8 @@ impl BandStore {
                     .max(persisted.as_ref().map_or(1, |p| {
                         p.ckpt.0.max(p.retired.iter().max().map_or(0, |r| r + 1))
                     }));
-                let (f, len) = Self::create_band(fs.as_ref(), dir, id, &stats, true, false)?;
-                bands.insert(
-                    id,
-                    BandInfo {
-                        clock: Some((0, 0)),
-                        ..BandInfo::created(len)
-                    },
-                );
+                let (f, len) = Self::create_band(fs.as_ref(), dir, id, &stats, true)?;
+                bands.insert(id, BandInfo::created(len));
                 (id, f, len, 0, 0)
             }
         };
@@ -749,22 +659,16 @@ impl BandStore {
                 len,
                 entries,
                 max_seq,
-                // A reopened band may hold what a killed process left
-                // unsynced: the first sync syncs it.
-                dirty: reuse.is_some(),
+                dirty: false,
                 dir_synced: true,
                 header_synced: false,
                 failed: None,
                 scratch: Vec::new(),
             }),
-            hot_io: Mutex::new(None),
-            split_age: AtomicU64::new(0),
             state: Mutex::new(State {
                 bands,
                 open,
                 gc_open: None,
-                hot: None,
-                user_clock: 0,
                 next_id: open + 1,
                 ckpt,
                 key_ckpt: None,
@@ -791,11 +695,10 @@ impl BandStore {
         id: u64,
         stats: &IoStats,
         sync_dir: bool,
-        hot: bool,
     ) -> Result<(Box<dyn WritableFile>, u64)> {
         let path = band_path(dir, id);
         let mut f = fs.create(&path).ctx(&path)?;
-        let h = band::encode_header(id, hot);
+        let h = band::encode_header(id);
         let made = f.append(&h).and_then(|_| f.flush()).ctx(&path);
         if made.is_ok() {
             stats.add_written(IoCategory::ValueStore, h.len() as u64);
@@ -952,12 +855,6 @@ impl BandStore {
             .empty_bands_locked(st)
             .is_some_and(|n| n < self.due_threshold_locked(st));
         self.due.store(due, Ordering::Relaxed);
-        if self.opts.split_lifetime > 0.0 {
-            let (_, live) = Self::used_and_live_locked(st);
-            // At least one byte: 0 means the split is off.
-            let age = (self.opts.split_lifetime * live as f64) as u64;
-            self.split_age.store(age.max(1), Ordering::Relaxed);
-        }
         if let Some(bound) = self.opts.space_bound {
             // Past the bound by more than the open band's worth: writers
             // help GC.
@@ -1081,68 +978,6 @@ impl BandStore {
         if cat == IoCategory::Gc {
             return self.append_gc_copies(recs, prev_of);
         }
-        // A user batch goes to the hot stream when its keys' previous
-        // versions were young; relocation records (log only, dead at once)
-        // go there too: among the cold records they would be garbage GC
-        // reaches only with the cold records' bands.
-        if self.split_age.load(Ordering::Relaxed) > 0 && !recs.is_empty() {
-            if recs.iter().all(|r| r.0 == Kind::Relocation) {
-                return self.append_hot(recs, prev_of, cat);
-            }
-            let prevs: Vec<Option<ValuePointer>> = recs
-                .iter()
-                .enumerate()
-                .map(|(i, r)| match r.0 {
-                    Kind::Relocation => None,
-                    _ => prev_of(i, r.1),
-                })
-                .collect();
-            let prev_of = |i: usize, _: &[u8]| prevs.get(i).copied().flatten();
-            let hot = self.is_young(&prevs);
-            let n = recs.len() as u64;
-            if hot {
-                self.counters
-                    .split_hot_entries
-                    .fetch_add(n, Ordering::Relaxed);
-                return self.append_hot(recs, &prev_of, cat);
-            }
-            self.counters
-                .split_cold_entries
-                .fetch_add(n, Ordering::Relaxed);
-            return self.append_user(recs, &prev_of, cat);
-        }
-        self.append_user(recs, prev_of, cat)
-    }
-
-    /// True when most of `prevs` (the versions a batch supersedes; a new
-    /// key, or a relocation, counts as old) lie in bands of user writes this process wrote
-    /// less than `split_age` bytes of user writes ago, measured from the
-    /// middle of each band's writes.
-    fn is_young(&self, prevs: &[Option<ValuePointer>]) -> bool {
-        let age = self.split_age.load(Ordering::Relaxed);
-        let st = self.state.lock();
-        let now = st.user_clock;
-        let young = prevs
-            .iter()
-            .flatten()
-            .filter(|p| {
-                st.bands
-                    .get(&p.file_id)
-                    .and_then(|b| b.clock)
-                    .is_some_and(|(first, last)| now - (first / 2 + last / 2) < age)
-            })
-            .count();
-        2 * young > prevs.len()
-    }
-
-    /// Appends a batch to the band of user writes and closes the band once
-    /// full.
-    fn append_user(
-        &self,
-        recs: &[(Kind, &[u8], u64, &[u8])],
-        prev_of: &dyn Fn(usize, &[u8]) -> Option<ValuePointer>,
-        cat: IoCategory,
-    ) -> Result<Vec<ValuePointer>> {
         let mut o = self.io.lock();
         self.check_failed(&o)?;
         if recs.is_empty() {
@@ -1156,182 +991,6 @@ impl BandStore {
             }
         }
         Ok(ptrs)
-    }
-
-    /// Appends a batch to the open band of the hot stream, creating it if
-    /// none is open, and closes it once full. The band of user writes is
-    /// held throughout: it is synced before a hot band is created (every
-    /// band below one with a durable directory entry must have a durable
-    /// header, see [`BandStore::append_gc_copies`]) and before a hot band
-    /// closes (a closing band is synced, and the other stream is synced
-    /// first).
-    fn append_hot(
-        &self,
-        recs: &[(Kind, &[u8], u64, &[u8])],
-        prev_of: &dyn Fn(usize, &[u8]) -> Option<ValuePointer>,
-        cat: IoCategory,
-    ) -> Result<Vec<ValuePointer>> {
-        let mut o = self.io.lock();
-        self.check_failed(&o)?;
-        let mut slot = self.hot_io.lock();
-        if let Some(h) = slot.as_ref() {
-            self.check_failed(h)?;
-        }
-        if slot.is_none() {
-            // A roll leaves the new band's header unsynced, appends or not.
-            if !o.header_synced {
-                o.dirty = true;
-                self.sync_open(&mut o)?;
-            }
-            let id = self.take_band_number();
-            let (mut file, len) =
-                Self::create_band(self.fs.as_ref(), &self.dir, id, &self.stats, true, true)?;
-            if let Err(e) = file.sync() {
-                drop(file);
-                let path = self.path(id);
-                Self::discard_band(self.fs.as_ref(), &self.dir, &path);
-                return Err(Error::io(path, e));
-            }
-            {
-                let mut st = self.state.lock();
-                let clock = st.user_clock;
-                st.bands.insert(
-                    id,
-                    BandInfo {
-                        hot: true,
-                        clock: Some((clock, clock)),
-                        ..BandInfo::created(len)
-                    },
-                );
-                st.hot = Some(id);
-            }
-            *slot = Some(Open {
-                band: id,
-                file,
-                len,
-                entries: 0,
-                max_seq: 0,
-                dirty: false,
-                dir_synced: true,
-                header_synced: true,
-                failed: None,
-                scratch: Vec::new(),
-            });
-        }
-        let Some(h) = slot.as_mut() else {
-            return Err(Error::Poisoned("no band for hot writes".into()));
-        };
-        let ptrs = self.append_locked(h, recs, prev_of, cat)?;
-        if h.entries >= self.opts.band_entries || h.len >= self.opts.band_bytes {
-            let closed = self
-                .sync_open(&mut o)
-                .and_then(|()| self.close_hot_locked(&mut slot));
-            if let Err(e) = closed {
-                if let Some(h) = slot.as_mut() {
-                    h.failed = Some(format!("closing the band failed: {e}"));
-                }
-                return Err(e);
-            }
-        }
-        Ok(ptrs)
-    }
-
-    /// Syncs the open band `o` if it holds unsynced appends; a failure
-    /// poisons it.
-    fn sync_open(&self, o: &mut Open) -> Result<()> {
-        if !o.dirty {
-            return Ok(());
-        }
-        let path = self.path(o.band);
-        if let Err(e) = o.file.flush().and_then(|_| o.file.sync()) {
-            o.failed = Some(format!("a sync failed: {e}"));
-            return Err(Error::io(path, e));
-        }
-        o.dirty = false;
-        o.header_synced = true;
-        Ok(())
-    }
-
-    /// Syncs the open band of the hot stream, if any (the band of user
-    /// writes is about to be synced: the hot stream goes first).
-    fn sync_hot(&self) -> Result<()> {
-        let mut slot = self.hot_io.lock();
-        match slot.as_mut() {
-            Some(h) => {
-                self.check_failed(h)?;
-                self.sync_open(h)
-            }
-            None => Ok(()),
-        }
-    }
-
-    /// Closes the open band of the hot stream (trailer, sync), if one is
-    /// open and holds entries; the next hot batch opens a new one.
-    /// `hot_io` held.
-    fn close_hot_locked(&self, slot: &mut Option<Open>) -> Result<()> {
-        let Some(h) = slot.as_mut() else {
-            return Ok(());
-        };
-        if h.entries == 0 {
-            return Ok(());
-        }
-        self.write_trailer(h)?;
-        {
-            let mut st = self.state.lock();
-            if let Some(b) = st.bands.get_mut(&h.band) {
-                b.closed = true;
-                b.file_len = h.len + TRAILER_LEN as u64;
-            }
-            st.hot = None;
-            self.refresh_due_locked(&st);
-        }
-        self.open_closed_band(h.band);
-        *slot = None;
-        Ok(())
-    }
-
-    /// With the split on (or a band of the hot stream open), closes the
-    /// open band of the hot stream and, when it holds entries, the band of
-    /// user writes: the position a checkpoint then takes
-    /// ([`ValueStore::log_position`]) is the start of a fresh band of user
-    /// writes, with every band after it newer and every band before it
-    /// closed, as without the split. Called by the hash table's checkpoint
-    /// before it takes the position; without the split, nothing.
-    ///
-    /// # Errors
-    /// `Io` (the band is then poisoned).
-    pub fn seal_streams(&self) -> Result<()> {
-        let mut o = self.io.lock();
-        self.check_failed(&o)?;
-        {
-            let mut slot = self.hot_io.lock();
-            if slot.is_none() && self.split_age.load(Ordering::Relaxed) == 0 {
-                return Ok(());
-            }
-            if slot.is_some() {
-                let closed = self
-                    .sync_open(&mut o)
-                    .and_then(|()| self.close_hot_locked(&mut slot));
-                if let Err(e) = closed {
-                    if let Some(h) = slot.as_mut() {
-                        h.failed = Some(format!("closing the band failed: {e}"));
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        if o.entries > 0 {
-            if let Err(e) = self.roll(&mut o) {
-                o.failed = Some(format!("closing the band failed: {e}"));
-                return Err(e);
-            }
-        }
-        Ok(())
-    }
-
-    /// The number the next band created will take.
-    pub fn next_band(&self) -> u64 {
-        self.state.lock().next_id
     }
 
     /// Appends GC copies to the open band of GC copies, creating it if
@@ -1378,7 +1037,7 @@ impl BandStore {
                 }
                 let id = self.take_band_number();
                 let (mut file, len) =
-                    Self::create_band(self.fs.as_ref(), &self.dir, id, &self.stats, true, false)?;
+                    Self::create_band(self.fs.as_ref(), &self.dir, id, &self.stats, true)?;
                 if let Err(e) = file.sync() {
                     drop(file);
                     let path = self.path(id);
@@ -1540,8 +1199,6 @@ impl BandStore {
         let mut charges: Vec<(ValuePointer, u64)> = Vec::new();
         let mut in_batch: HashMap<&[u8], ValuePointer> = HashMap::new();
         let mut max_seq = o.max_seq;
-        // Bytes of user writes (puts and delete tokens): the split's clock.
-        let mut user_bytes = 0u64;
         for (i, &(kind, key, seq, payload)) in recs.iter().enumerate() {
             let linked = user && kind != Kind::Relocation;
             let prev = if linked {
@@ -1566,7 +1223,6 @@ impl BandStore {
                 },
             };
             if linked {
-                user_bytes += p.length as u64;
                 if let Some(prev) = prev {
                     // A delete token was charged when it was written.
                     if prev.aux & AUX_TOMBSTONE == 0 {
@@ -1603,15 +1259,10 @@ impl BandStore {
         o.dirty = true;
         {
             let mut st = self.state.lock();
-            st.user_clock += user_bytes;
-            let clock = st.user_clock;
             if let Some(b) = st.bands.get_mut(&o.band) {
                 b.valid_len = o.len;
                 b.file_len = o.len;
                 b.entries = o.entries;
-                if let Some(c) = b.clock.as_mut() {
-                    c.1 = clock;
-                }
             }
             st.last_seq = st.last_seq.max(max_seq);
             for (p, s) in charges {
@@ -1622,9 +1273,7 @@ impl BandStore {
     }
 
     /// Closes the open band (trailer, sync) and opens the next. `io` held.
-    /// The hot stream's band is synced first (see the module docs).
     fn roll(&self, o: &mut Open) -> Result<()> {
-        self.sync_hot()?;
         self.write_trailer(o)?;
         let id = self.take_band_number();
         // A power loss may keep a later band only if it keeps this one:
@@ -1635,28 +1284,15 @@ impl BandStore {
         // keep band N + 2 and lose band N + 1 — a hole in the log, which
         // replay without a WAL would apply as if nothing were missing.
         let sync_dir = !o.dir_synced;
-        let (file, len) = Self::create_band(
-            self.fs.as_ref(),
-            &self.dir,
-            id,
-            &self.stats,
-            sync_dir,
-            false,
-        )?;
+        let (file, len) =
+            Self::create_band(self.fs.as_ref(), &self.dir, id, &self.stats, sync_dir)?;
         {
             let mut st = self.state.lock();
             if let Some(b) = st.bands.get_mut(&o.band) {
                 b.closed = true;
                 b.file_len = o.len + TRAILER_LEN as u64;
             }
-            let clock = st.user_clock;
-            st.bands.insert(
-                id,
-                BandInfo {
-                    clock: Some((clock, clock)),
-                    ..BandInfo::created(len)
-                },
-            );
+            st.bands.insert(id, BandInfo::created(len));
             st.open = id;
             self.refresh_due_locked(&st);
         }
@@ -1797,7 +1433,7 @@ impl BandStore {
             .values()
             .filter(|b| b.closed && b.retired.is_none())
             .count() as u64;
-        let open = 1 + u64::from(st.gc_open.is_some()) + u64::from(st.hot.is_some());
+        let open = 1 + u64::from(st.gc_open.is_some());
         (open, closed, retired)
     }
 
@@ -1828,30 +1464,16 @@ impl BandStore {
         end: u64,
         f: &mut dyn FnMut(u64, &Entry<'_>) -> Result<()>,
     ) -> Result<u64> {
-        let mut buf = Vec::new();
-        self.replay_band_into(id, start, end, &mut buf, f)
-    }
-
-    /// [`BandStore::replay_band`] reading the band into `buf`.
-    fn replay_band_into(
-        &self,
-        id: u64,
-        start: u64,
-        end: u64,
-        buf: &mut Vec<u8>,
-        f: &mut dyn FnMut(u64, &Entry<'_>) -> Result<()>,
-    ) -> Result<u64> {
         if start >= end {
             return Ok(0);
         }
         let path = self.path(id);
         let h = self.handle(id)?;
-        buf.clear();
-        buf.resize((end - start) as usize, 0);
-        h.read_exact_at(start, buf).ctx(&path)?;
+        let mut buf = vec![0u8; (end - start) as usize];
+        h.read_exact_at(start, &mut buf).ctx(&path)?;
         self.stats.add_read(IoCategory::Wal, buf.len() as u64);
         let mut err = None;
-        let (stop, n, _) = band::scan_batches(buf, start, |at, e| {
+        let (stop, n, _) = band::scan_batches(&buf, start, |at, e| {
             if err.is_none() {
                 if let Err(x) = f(at, e) {
                     err = Some(x);
@@ -1886,202 +1508,31 @@ impl BandStore {
         self.replay_entries_from(from, f)
     }
 
-    /// As [`BandStore::replay_entries`], from position `from`: an offset
-    /// in band `from.0`, or with [`SEQ_POS`] a sequence number (every entry
-    /// of the bands from `from.0` on with a larger one).
-    ///
-    /// The bands form two logs: the hot stream of user writes (bands with
-    /// the hot header) and the others (user writes, relocations, GC
-    /// copies), each in band order with rising sequence numbers once GC
-    /// copies (which keep their original ones) are left out. Replay merges
-    /// the two by sequence number, a band of each at a time. When both
-    /// hold entries, their sequence numbers are dense (the engine's are):
-    /// a hole means a write lost while a later one of the other stream
-    /// survived, which only data no sync covered can show (every sync of
-    /// one stream syncs the other first). Replay then stops before the
-    /// hole and cuts every band back to it, so that the state is a prefix
-    /// of history and stays one at the next open.
+    /// As [`BandStore::replay_entries`], from position `from`.
     ///
     /// # Errors
-    /// `Corruption` with band file and offset (a hole at or before the
-    /// hash table's checkpoint is one); `Io`; whatever `f` returns.
+    /// `Corruption` with band file and offset; `Io`; whatever `f` returns.
     pub fn replay_entries_from(
         &self,
         from: (u64, u64),
         f: &mut dyn FnMut(ValuePointer, &Entry<'_>) -> Result<()>,
     ) -> Result<()> {
-        let (after_seq, at_off) = match from.1 & SEQ_POS {
-            0 => (None, from.1),
-            _ => (Some(from.1 & !SEQ_POS), 0),
-        };
-        let (mut hot, mut main, ckpt_seq) = {
+        let ranges: Vec<(u64, u64, u64)> = {
             let st = self.state.lock();
-            let mut hot = Cursor::default();
-            let mut main = Cursor::default();
-            for (&id, b) in st.bands.range(from.0..) {
-                if b.retired.is_some() {
-                    continue;
-                }
-                let start = if id == from.0 { at_off } else { 0 };
-                let range = (id, start.max(HEADER_LEN), b.valid_len);
-                match b.hot {
-                    true => hot.bands.push_back(range),
-                    false => main.bands.push_back(range),
-                }
-            }
-            let ckpt_seq = st
-                .ckpt
-                .filter(|c| c.1 & SEQ_POS != 0)
-                .map(|c| c.1 & !SEQ_POS);
-            (hot, main, ckpt_seq)
+            let ckpt = from;
+            st.bands
+                .iter()
+                .filter(|(&id, b)| id >= ckpt.0 && b.retired.is_none())
+                .map(|(&id, b)| {
+                    let from = if id == ckpt.0 { ckpt.1 } else { 0 };
+                    (id, from.max(HEADER_LEN), b.valid_len)
+                })
+                .collect()
         };
-        // Sequence numbers are checked for holes only where two streams
-        // interleave.
-        let two = !hot.bands.is_empty();
-        let mut expect = after_seq.map(|s| s + 1);
-        loop {
-            let a = hot.peek(self, after_seq)?;
-            let b = main.peek(self, after_seq)?;
-            let (from_hot, seq) = match (a, b) {
-                (None, None) => break,
-                (Some(x), Some(y)) => (x < y, x.min(y)),
-                (Some(x), None) => (true, x),
-                (None, Some(y)) => (false, y),
-            };
-            if two {
-                if let Some(e) = expect.filter(|&e| seq > e) {
-                    if ckpt_seq.is_some_and(|c| e <= c) {
-                        let (id, at) = if from_hot { &hot } else { &main }.position();
-                        return Err(Error::corruption(
-                            self.path(id),
-                            at,
-                            format!("write {e} before the replay checkpoint is missing"),
-                        ));
-                    }
-                    return self.cut(e, [hot, main]);
-                }
-                expect = Some(seq + 1);
-            }
-            if from_hot { &mut hot } else { &mut main }.apply(self, f)?;
+        for (id, start, end) in ranges {
+            self.replay_band(id, start, end, &mut |at, e| f(e.pointer(id, at), e))?;
         }
         Ok(())
-    }
-
-    /// Ends the log before sequence number `lost` (lost in a crash while
-    /// later writes survived): each band of the cursors is cut back to its
-    /// first user entry at or after it (GC copies before it stay, and a
-    /// band with none stays whole), and the cut is made durable.
-    fn cut(&self, lost: u64, cursors: [Cursor; 2]) -> Result<()> {
-        for mut c in cursors {
-            while c.peek(self, Some(lost - 1))?.is_some() {
-                let (id, at) = c.position();
-                // The rest of this band goes: on to the next one.
-                c.next = c.list.len();
-                self.cut_band(id, at)?;
-            }
-        }
-        let mut st = self.state.lock();
-        st.last_seq = st.last_seq.min(lost - 1);
-        Ok(())
-    }
-
-    /// Cuts band `id` back to offset `at` (durably) and notes its new end.
-    fn cut_band(&self, id: u64, at: u64) -> Result<()> {
-        let path = self.path(id);
-        self.fs.truncate_synced(&path, at).ctx(&path)?;
-        self.handles.remove(&id);
-        let kept = if at > HEADER_LEN {
-            let h = self.handle(id)?;
-            let mut buf = vec![0u8; (at - HEADER_LEN) as usize];
-            h.read_exact_at(HEADER_LEN, &mut buf).ctx(&path)?;
-            band::scan_batches(&buf, HEADER_LEN, |_, _| {}).1
-        } else {
-            0
-        };
-        let mut o = self.io.lock();
-        if o.band == id {
-            o.file = self.fs.open_append(&path).ctx(&path)?;
-            o.len = at;
-            o.entries = kept;
-        }
-        let mut st = self.state.lock();
-        if let Some(b) = st.bands.get_mut(&id) {
-            b.valid_len = at;
-            b.file_len = at;
-            b.entries = kept;
-        }
-        Ok(())
-    }
-}
-
-/// One stream of bands being replayed: its bands still to read, and the
-/// entries of the one read (see [`BandStore::replay_entries_from`]).
-#[derive(Default)]
-struct Cursor {
-    /// `(band, from, valid end)` still to read.
-    bands: std::collections::VecDeque<(u64, u64, u64)>,
-    /// The band read: number, offset of `buf`, its bytes.
-    band: u64,
-    base: u64,
-    buf: Vec<u8>,
-    /// Entries of `buf` to replay: `(offset in buf, sequence number)`.
-    list: Vec<(usize, u64)>,
-    next: usize,
-}
-
-impl Cursor {
-    /// The sequence number of the next entry (reading the next band when
-    /// this one is done), or `None` at the end of the stream.
-    fn peek(&mut self, bs: &BandStore, after: Option<u64>) -> Result<Option<u64>> {
-        while self.next >= self.list.len() {
-            let Some((id, start, end)) = self.bands.pop_front() else {
-                return Ok(None);
-            };
-            self.band = id;
-            self.base = start;
-            self.next = 0;
-            self.list.clear();
-            self.buf.clear();
-            if start >= end {
-                continue;
-            }
-            let mut list = Vec::new();
-            bs.replay_band_into(id, start, end, &mut self.buf, &mut |at, e| {
-                // GC copies keep their original sequence numbers and are
-                // never replayed.
-                if e.kind != Kind::GcCopy && after.is_none_or(|s| e.seq > s) {
-                    list.push(((at - start) as usize, e.seq));
-                }
-                Ok(())
-            })?;
-            self.list = list;
-        }
-        Ok(Some(self.list[self.next].1))
-    }
-
-    /// Band and offset of the next entry.
-    fn position(&self) -> (u64, u64) {
-        let off = self.list.get(self.next).map_or(0, |e| e.0 as u64);
-        (self.band, self.base + off)
-    }
-
-    /// Replays the next entry (which [`Cursor::peek`] found).
-    fn apply(
-        &mut self,
-        bs: &BandStore,
-        f: &mut dyn FnMut(ValuePointer, &Entry<'_>) -> Result<()>,
-    ) -> Result<()> {
-        let (off, _) = self.list[self.next];
-        self.next += 1;
-        let at = self.base + off as u64;
-        let e = band::decode_entry(&self.buf[off..]).map_err(|e| {
-            Error::corruption(
-                bs.path(self.band),
-                at,
-                format!("band entry damaged ({e:?})"),
-            )
-        })?;
-        f(e.pointer(self.band, at), &e)
     }
 }
 

@@ -23,12 +23,10 @@ impl ValueStore for BandStore {
 
     /// The fsync runs outside the `io` lock (see the value log's `sync`):
     /// appends go on meanwhile, and a band closed in between was synced
-    /// when it was closed. The hot stream's band, if open, is synced first
-    /// (under the lock): a power loss then keeps a prefix of both streams.
+    /// when it was closed.
     fn sync(&self) -> Result<()> {
         let mut o = self.io.lock();
         self.check_failed(&o)?;
-        self.sync_hot()?;
         if o.dirty {
             let band = o.band;
             let upto = o.len;
@@ -102,22 +100,10 @@ impl ValueStore for BandStore {
             .collect())
     }
 
-    /// The end of the band of user writes, `(band, offset)`; while a band
-    /// of the hot stream is open, `(lower open band of user writes,
-    /// SEQ_POS | last sequence number)`: with two open streams no offset in
-    /// one band divides the log, a sequence number does (see
-    /// [`BandStore::replay_entries_from`]). The hash table's checkpoints
-    /// close the hot stream's band first ([`BandStore::seal_streams`]), so
-    /// only the key tree's positions take the second form.
     fn log_position(&self) -> Option<(u64, u64)> {
         let o = self.io.lock();
-        let hot = self.hot_io.lock();
-        let st = self.state.lock();
-        st.ckpt?;
-        Some(match hot.as_ref() {
-            Some(h) => (h.band.min(o.band), SEQ_POS | st.last_seq),
-            None => (o.band, o.len),
-        })
+        self.state.lock().ckpt?;
+        Some((o.band, o.len))
     }
 
     fn state_with_checkpoint(&self, pos: (u64, u64)) -> Vec<u8> {
@@ -196,14 +182,6 @@ impl ValueStore for BandStore {
             (
                 "gc_tombstones_dropped",
                 c.gc_tombstones_dropped.load(Ordering::Relaxed),
-            ),
-            (
-                "split_hot_entries",
-                c.split_hot_entries.load(Ordering::Relaxed),
-            ),
-            (
-                "split_cold_entries",
-                c.split_cold_entries.load(Ordering::Relaxed),
             ),
         ]);
         v.extend(
@@ -331,14 +309,6 @@ impl ValueStore for BandStore {
         let mut o = self.io.lock();
         if let Some(f) = &o.failed {
             return Err(Error::Poisoned(f.clone()));
-        }
-        {
-            let mut hot = self.hot_io.lock();
-            if let Some(f) = hot.as_ref().and_then(|h| h.failed.as_ref()) {
-                return Err(Error::Poisoned(f.clone()));
-            }
-            self.sync_open(&mut o)?;
-            self.close_hot_locked(&mut hot)?;
         }
         if o.entries > 0 {
             if let Err(e) = self.roll(&mut o) {
