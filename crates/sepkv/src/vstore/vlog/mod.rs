@@ -712,22 +712,30 @@ impl VlogStore {
                 aux: 0,
             });
         }
-        if let Err(e) = a.file.append(&buf).and_then(|_| a.file.flush()) {
+        self.write_batch(&mut a, &buf, cat)?;
+        Ok(ptrs)
+    }
+
+    /// Writes one encoded batch at the head of the open file `a`, publishes
+    /// its valid length and rolls to the next file when this one is full
+    /// (files roll between batches only, so a batch never spans files). A
+    /// failure marks the log failed.
+    fn write_batch(&self, a: &mut Active, bytes: &[u8], cat: IoCategory) -> Result<()> {
+        if let Err(e) = a.file.append(bytes).and_then(|_| a.file.flush()) {
             a.failed = Some(format!("a write failed: {e}"));
             return Err(Error::io(self.path(a.id), e));
         }
-        self.reader.stats.add_written(cat, buf.len() as u64);
-        a.flushed += buf.len() as u64;
+        self.reader.stats.add_written(cat, bytes.len() as u64);
+        a.flushed += bytes.len() as u64;
         a.dirty = true;
         if let Some(f) = self.state.lock().files.get_mut(&a.id) {
             f.valid_len = a.flushed;
         }
-        // Files roll between batches only, so a batch never spans files.
-        if let Err(e) = self.maybe_roll(&mut a) {
+        if let Err(e) = self.maybe_roll(a) {
             a.failed = Some(format!("starting the next file failed: {e}"));
             return Err(e);
         }
-        Ok(ptrs)
+        Ok(())
     }
 
     /// The share of the next GC chunk (`gc_chunk_size` bytes from the
@@ -807,21 +815,7 @@ impl VlogStore {
             });
             at += u64::from(length);
         }
-        if let Err(e) = a.file.append(bytes).and_then(|_| a.file.flush()) {
-            a.failed = Some(format!("a write failed: {e}"));
-            return Err(Error::io(self.path(a.id), e));
-        }
-        self.reader.stats.add_written(cat, bytes.len() as u64);
-        a.flushed += bytes.len() as u64;
-        a.dirty = true;
-        if let Some(f) = self.state.lock().files.get_mut(&a.id) {
-            f.valid_len = a.flushed;
-        }
-        // Files roll between batches only, so a batch never spans files.
-        if let Err(e) = self.maybe_roll(&mut a) {
-            a.failed = Some(format!("starting the next file failed: {e}"));
-            return Err(e);
-        }
+        self.write_batch(&mut a, bytes, cat)?;
         Ok(ptrs)
     }
 
